@@ -1,0 +1,286 @@
+"""The starter catalog: GPU types people run at home and in small labs, and the model
+variants the two seed write-ups (shared/seeds) name, with exactly the facts they state.
+
+Unknown facts stay None. Each variant's `source` says where its facts come from; a fact
+derived by arithmetic from stated figures says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIB = 1024**2
+GIB = 1024**3
+GB = 1000**3
+
+# Memory is what NVML reports as total (MiB as nvidia-smi prints it), not the box's marketing GB;
+# the H200 figure is the real probe in shared/reference/recordings/h200-nvml-probe.json.
+GPU_TYPES: list[dict[str, Any]] = [
+    {
+        "short_name": "RTX 3090",
+        "name": "NVIDIA GeForce RTX 3090",
+        "memory_bytes": 24576 * MIB,
+        "compute_capability": "8.6",
+        "architecture": "Ampere",
+        "is_geforce": True,
+        "pcie_p2p": False,
+        "nvlink": True,
+        "tdp_w": 350,
+        "notes": "GeForce: no PCIe P2P. A 2-way NVLink bridge exists; larger groups talk over PCIe.",
+    },
+    {
+        "short_name": "RTX 4090",
+        "name": "NVIDIA GeForce RTX 4090",
+        "memory_bytes": 24564 * MIB,
+        "compute_capability": "8.9",
+        "architecture": "Ada Lovelace",
+        "is_geforce": True,
+        "pcie_p2p": False,
+        "nvlink": False,
+        "tdp_w": 450,
+        "notes": "GeForce: no PCIe P2P, no NVLink.",
+    },
+    {
+        "short_name": "RTX 5060 Ti 16GB",
+        "name": "NVIDIA GeForce RTX 5060 Ti",
+        "memory_bytes": 16311 * MIB,
+        "compute_capability": "12.0",
+        "architecture": "Blackwell",
+        "is_geforce": True,
+        "pcie_p2p": False,
+        "nvlink": False,
+        "tdp_w": 180,
+        "notes": "sm_120: FLASH_ATTN and FlashInfer broken in vLLM (seed 2); use TRITON_ATTN. No P2P.",
+    },
+    {
+        "short_name": "RTX 5090",
+        "name": "NVIDIA GeForce RTX 5090",
+        "memory_bytes": 32607 * MIB,
+        "compute_capability": "12.0",
+        "architecture": "Blackwell",
+        "is_geforce": True,
+        "pcie_p2p": False,
+        "nvlink": False,
+        "tdp_w": 575,
+        "notes": "sm_120, like the 5060 Ti. No P2P, no NVLink.",
+    },
+    {
+        "short_name": "L40S",
+        "name": "NVIDIA L40S",
+        "memory_bytes": 46068 * MIB,
+        "compute_capability": "8.9",
+        "architecture": "Ada Lovelace",
+        "is_geforce": False,
+        "pcie_p2p": True,
+        "nvlink": False,
+        "tdp_w": 350,
+        "notes": "Data-centre PCIe card without NVLink.",
+    },
+    {
+        "short_name": "A100 40GB",
+        "name": "NVIDIA A100-SXM4-40GB",
+        "memory_bytes": 40960 * MIB,
+        "compute_capability": "8.0",
+        "architecture": "Ampere",
+        "is_geforce": False,
+        "pcie_p2p": True,
+        "nvlink": True,
+        "tdp_w": 400,
+        "notes": "SXM4 boards have NVLink; PCIe cards need a bridge.",
+    },
+    {
+        "short_name": "A100 80GB",
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_bytes": 81920 * MIB,
+        "compute_capability": "8.0",
+        "architecture": "Ampere",
+        "is_geforce": False,
+        "pcie_p2p": True,
+        "nvlink": True,
+        "tdp_w": 400,
+        "notes": "SXM4 boards have NVLink; PCIe cards need a bridge.",
+    },
+    {
+        "short_name": "H100 80GB",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_bytes": 81559 * MIB,
+        "compute_capability": "9.0",
+        "architecture": "Hopper",
+        "is_geforce": False,
+        "pcie_p2p": True,
+        "nvlink": True,
+        "tdp_w": 700,
+        "notes": "SXM5 boards have NVLink; H100 PCIe needs a bridge.",
+    },
+    {
+        "short_name": "H200",
+        "name": "NVIDIA H200",
+        "memory_bytes": 150754820096,
+        "compute_capability": "9.0",
+        "architecture": "Hopper",
+        "is_geforce": False,
+        "pcie_p2p": True,
+        "nvlink": True,
+        "tdp_w": 700,
+        "notes": "Memory and power limit as probed on a real H200 (shared/reference/recordings).",
+    },
+]
+
+SEED1 = "shared/seeds/000 (6 x RTX 3090 lab write-up)"
+SEED2 = "shared/seeds/002 (2 x RTX 5060 Ti lab write-up)"
+
+MODEL_VARIANTS: list[dict[str, Any]] = [
+    {
+        "name": "Qwen3.5-27B",
+        "family": "Qwen3.5",
+        "generation": "Qwen3.5",
+        "format": "hf",
+        "quantization": "bf16",
+        "weights_bytes": 56 * GB,
+        "arch": {
+            "family": "Qwen3.5",
+            "params_total": 27_000_000_000,
+            "params_active": 27_000_000_000,
+            "hidden_size": 5120,
+            "num_attention_heads": 24,
+            "has_vision": True,
+            "torch_dtype": "bfloat16",
+        },
+        "min_engine_versions": {"vllm": "0.17"},
+        "tool_call_parser": "qwen3_coder",
+        "reasoning_parser": "qwen3",
+        "thinking": True,
+        "source": f"{SEED1}: BF16 ~56GB; hidden_size 5120, 24 attention heads (TP=6 impossible, TP=4 only); "
+        "vision input; vLLM 0.17.1 needs transformers 5.3.0. Parsers: seed 2 (Qwen3.5+ uses qwen3_coder; "
+        "--reasoning-parser qwen3).",
+    },
+    {
+        "name": "Qwen3.5-35B-A3B",
+        "family": "Qwen3.5",
+        "generation": "Qwen3.5",
+        "format": "hf",
+        "quantization": "bf16",
+        "weights_bytes": 70 * GB,
+        "arch": {
+            "family": "Qwen3.5",
+            "params_total": 35_000_000_000,
+            "params_active": 3_000_000_000,
+            "has_vision": True,
+            "torch_dtype": "bfloat16",
+        },
+        "min_engine_versions": {"vllm": "0.17"},
+        "tool_call_parser": "qwen3_coder",
+        "reasoning_parser": "qwen3",
+        "thinking": True,
+        "source": f"{SEED1}: MoE, BF16 ~70GB on 4 GPUs; needed max-num-seqs 32 (CUDA graph OOM at the "
+        "default); --enforce-eager dropped 23 to 15 tok/s; ~750 W. Active 3B from the A3B name.",
+    },
+    {
+        "name": "Qwen3.5-122B-A10B-Q6_K_XL",
+        "family": "Qwen3.5",
+        "generation": "Qwen3.5",
+        "format": "gguf",
+        "quantization": "Q6_K_XL",
+        "gguf_file": "Qwen3.5-122B-A10B-UD-Q6_K_XL.gguf",
+        "weights_bytes": 105 * GB,
+        "mmproj_file": "mmproj-BF16.gguf",
+        "arch": {
+            "family": "Qwen3.5",
+            "params_total": 122_000_000_000,
+            "params_active": 10_000_000_000,
+            "native_context": 262144,
+            "has_vision": True,
+            "num_kv_heads": 2,
+            "head_dim": 256,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+        },
+        "min_engine_versions": {},
+        "tool_call_parser": "qwen3_coder",
+        "reasoning_parser": "qwen3",
+        "thinking": True,
+        "source": f"{SEED1}: Q6_K_XL ~105GB on 6 GPUs via llama.cpp layer split, full native 262K context, "
+        "q8_0 KV, mmproj BF16 871MB, ~48 tok/s, ~920 W. KV heads 2 x head dim 256 and GDN 32 x 128 x 128 "
+        "from the real vLLM block_size (2096) error worked in shared/reference/engines.md section 4.",
+    },
+    {
+        "name": "Qwen3-32B-AWQ",
+        "family": "Qwen3",
+        "generation": "Qwen3",
+        "format": "hf",
+        "quantization": "awq-int4",
+        "quant_method": "awq",
+        "arch": {"family": "Qwen3", "params_total": 32_000_000_000},
+        "tool_call_parser": "hermes",
+        "source": f"{SEED2}: the lab's first model (git tag vllm_Qwen3-32B-AWQ); the hermes tool parser "
+        "belongs to the older Qwen3 dense generation.",
+    },
+    {
+        "name": "Qwen3.6-35B-A3B-AWQ-4bit",
+        "repo_id": "cyankiwi/Qwen3.6-35B-A3B-AWQ-4bit",
+        "family": "Qwen3.5",
+        "generation": "Qwen3.6",
+        "format": "hf",
+        "quantization": "awq-int4",
+        "quant_method": "awq",
+        "weights_bytes": 20 * GB,
+        "arch": {
+            "family": "Qwen3.6",
+            "params_total": 35_000_000_000,
+            "params_active": 3_000_000_000,
+            "num_layers": 40,
+            "full_attention_layers": 10,
+            "linear_attention_layers": 30,
+            "num_experts": 256,
+            "experts_per_token": 8,
+            "num_kv_heads": 2,
+            "native_context": 262144,
+            "has_vision": True,
+            "has_mtp": True,
+        },
+        "min_engine_versions": {},
+        "tool_call_parser": "qwen3_coder",
+        "reasoning_parser": "qwen3",
+        "thinking": True,
+        "source": f"{SEED2}: hybrid MoE, 40 layers (30 GDN + 10 full attention), 256 experts (8 routed + 1 "
+        "shared active), 35B total / ~3B active, 2 KV heads, 262,144 native, vision, MTP head, AWQ INT4 "
+        "(awq_marlin), ~20 GB, qwen3_coder.",
+    },
+    {
+        "name": "Qwen3.8-27B-W4A16-AWQ",
+        "repo_id": "philbert440/Qwen3.8-27B-W4A16-AWQ",
+        "family": "Qwen3.5",
+        "generation": "Qwen3.8",
+        "format": "hf",
+        "quantization": "w4a16",
+        "quant_method": "compressed-tensors",
+        "weights_bytes": int(19.5 * GB),
+        "arch": {
+            "family": "Qwen3.8",
+            "params_total": 27_000_000_000,
+            "params_active": 27_000_000_000,
+            "num_layers": 64,
+            "full_attention_layers": 16,
+            "linear_attention_layers": 48,
+            "num_kv_heads": 4,
+            "head_dim": 128,
+            "native_context": 262144,
+            "has_vision": True,
+            "has_mtp": True,
+        },
+        "min_engine_versions": {"vllm": "0.17"},
+        "tool_call_parser": "qwen3_coder",
+        "reasoning_parser": "qwen3",
+        "thinking": True,
+        "sampling_presets": {
+            "thinking": {"temperature": 1.0, "top_p": 0.95, "top_k": 20},
+            "non_thinking": {"temperature": 0.7, "top_p": 0.8, "presence_penalty": 1.5},
+        },
+        "source": f"{SEED2}: hybrid dense, 64 layers (48 GDN + 16 full attention), 27B all active, 4 KV "
+        "heads, 262,144 native, vision, MTP head (~0.85 GiB BF16), compressed-tensors W4A16 auto-detected, "
+        "19.5 GB, vLLM >= 0.17, qwen3_coder + reasoning parser qwen3, official sampling. head_dim 128 is "
+        "derived: ~8 KiB per token per GPU at fp8 and TP=2 (~2.1 GiB per 262,144-token sequence) "
+        "= 2 x 2 heads x head_dim x 16 layers x 1 byte.",
+    },
+]

@@ -1,0 +1,53 @@
+from django.db import models
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    LLAMACPP = "llama.cpp", "llama.cpp"
+    OLLAMA = "ollama", "Ollama"
+    SGLANG = "sglang", "SGLang"
+
+
+class ModelFormat(models.TextChoices):
+    HF = "hf", "Hugging Face checkpoint"
+    GGUF = "gguf", "GGUF file"
+    OLLAMA = "ollama", "Ollama tag"
+
+
+class OperationKind(models.TextChoices):
+    INSTALL = "install", "Install engine"
+    LAUNCH = "launch", "Launch"
+    STOP = "stop", "Stop"
+    SWITCH = "switch", "Switch"
+    ROLLBACK = "rollback", "Rollback"
+    BENCHMARK = "benchmark", "Benchmark"
+    PROBE = "probe", "Probe"
+
+
+# Kinds that own the host's GPUs while they run: at most one at a time per host.
+EXCLUSIVE_KINDS = (
+    OperationKind.INSTALL,
+    OperationKind.LAUNCH,
+    OperationKind.STOP,
+    OperationKind.SWITCH,
+    OperationKind.ROLLBACK,
+    OperationKind.BENCHMARK,
+)
+
+
+class OperationState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    LOST = "lost", "Lost"
+
+
+ACTIVE_STATES = (OperationState.QUEUED, OperationState.RUNNING)
+TERMINAL_STATES = (
+    OperationState.SUCCEEDED,
+    OperationState.FAILED,
+    OperationState.CANCELLED,
+    OperationState.LOST,
+)

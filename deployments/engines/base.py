@@ -1,0 +1,123 @@
+"""The engine adapter contract: structured config in, a launch spec out.
+
+Adapters are pure: they build argv lists and environments, name URLs, and parse text the
+engine wrote (Prometheus metrics, startup logs). They never start processes, never touch
+the ORM and never do HTTP themselves (callers inject an `httpx.Client` where needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class EngineConfigError(ValueError):
+    """A knob, value or combination the engine would reject, or that is unsafe.
+
+    `field` names the knob (or "engine_version", "model", ...) so a form can show the
+    message beside it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a revision asks an engine to run. Secrets arrive resolved only on the host."""
+
+    engine: str  # "vllm" | "llama.cpp" | "ollama" | "sglang"
+    engine_version: str  # e.g. "0.33.0", "b6500", "0.12.3"; "" = latest known
+    model: str  # HF repo id, local directory, GGUF path, or Ollama tag
+    served_name: str = ""  # "" = the adapter's default (e.g. repo basename)
+    host: str = "127.0.0.1"  # bind address
+    port: int = 8000
+    knobs: dict[str, Any] = field(default_factory=dict)  # engine flag names, underscores
+    env: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None  # resolved secret value; never logged or rendered unmasked
+    binary: str | None = None  # executable or venv python to use; None = adapter default
+    gpu_indices: tuple[int, ...] = ()  # -> CUDA_VISIBLE_DEVICES when non-empty
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything the host runtime needs to start, probe and describe one engine process."""
+
+    engine: str
+    argv: tuple[str, ...]
+    env: dict[str, str]  # only the variables the engine needs on top of the host's env
+    cwd: str | None
+    host: str
+    port: int
+    served_name: str
+    health_url: str  # 200 when ready (llama.cpp: 503 while loading)
+    models_url: str  # OpenAI-compatible /v1/models
+    metrics_url: str | None
+    chat_url: str  # OpenAI-compatible /v1/chat/completions
+    secret_values: tuple[str, ...] = ()  # values to mask wherever argv/env/logs are shown
+
+    def masked_argv(self) -> list[str]:
+        return [mask_secrets(a, self.secret_values) for a in self.argv]
+
+    def masked_env(self) -> dict[str, str]:
+        return {k: mask_secrets(v, self.secret_values) for k, v in self.env.items()}
+
+
+MASK = "********"
+
+
+def mask_secrets(text: str, secrets: tuple[str, ...] | list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, MASK)
+    return text
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One common shape for every engine's /metrics. None = the engine does not report it."""
+
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+    prefix_cache_hit_rate: float | None = None  # 0..1, cumulative
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_acceptance_rate: float | None = None  # 0..1, cumulative
+    raw: dict[str, float] = field(default_factory=dict)  # unlabelled samples, name -> value
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    """KV capacity an engine printed at startup."""
+
+    tokens: int | None = None  # vLLM "GPU KV cache size: N tokens", SGLang "#tokens: N"
+    bytes: int | None = None  # llama.cpp "llama_kv_cache: size = X MiB" (summed)
+    max_concurrency: float | None = None  # vLLM "Maximum concurrency for L tokens: Xx"
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineAdapter(Protocol):
+    name: str
+    default_port: int
+
+    def validate(self, config: EngineConfig) -> None:
+        """Raise EngineConfigError for unknown or unsafe knobs before anything runs."""
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec: ...
+
+    def parse_metrics(self, text: str) -> EngineMetrics: ...
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity: ...
+
+    def start_script(self, config: EngineConfig) -> str:
+        """A bash script a person would run by hand (secrets masked)."""
+
+    def systemd_unit(self, config: EngineConfig, *, user: str = "llm", log_dir: str = "/var/log/llm") -> str:
+        """A systemd unit equivalent to the launch (secrets masked)."""
+
+    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
+        """argv lists that install this engine at `version` (exact pin) into venv_dir."""

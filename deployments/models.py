@@ -1,0 +1,233 @@
+"""Model variants, immutable deployment revisions, operations, benchmarks, secrets, audit."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .arch import ModelArch
+from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
+
+
+class ImmutableError(RuntimeError):
+    """Raised when code tries to change a row that is history."""
+
+
+class ModelVariant(models.Model):
+    name = models.CharField(max_length=200, unique=True)  # e.g. "Qwen3.8-27B-W4A16-AWQ"
+    repo_id = models.CharField(max_length=300, blank=True)  # "philbert440/Qwen3.8-27B-W4A16-AWQ"
+    gguf_file = models.CharField(max_length=500, blank=True)  # a path on the host, or a file name
+    family = models.CharField(max_length=100, blank=True)  # "Qwen3.5"
+    generation = models.CharField(max_length=100, blank=True)  # "Qwen3.8"
+    format = models.CharField(max_length=10, choices=ModelFormat.choices, default=ModelFormat.HF)
+    quantization = models.CharField(max_length=60, blank=True)  # "bf16", "awq-int4", "w4a16", "Q6_K_XL"
+    quant_method = models.CharField(max_length=60, blank=True)  # checkpoint's own: "compressed-tensors", "awq"
+    weights_bytes = models.BigIntegerField(null=True, blank=True)
+    arch = models.JSONField(default=dict, blank=True)  # ModelArch.to_dict(); unknown facts are null
+    tool_call_parser = models.CharField(max_length=60, blank=True)
+    reasoning_parser = models.CharField(max_length=60, blank=True)
+    thinking = models.BooleanField(null=True, blank=True)
+    sampling_presets = models.JSONField(default=dict, blank=True)  # {"thinking": {...}, "non_thinking": {...}}
+    min_engine_versions = models.JSONField(default=dict, blank=True)  # {"vllm": "0.17"}
+    mmproj_file = models.CharField(max_length=500, blank=True)
+    source = models.TextField(blank=True, help_text="Where these facts come from.")
+    is_demo = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["family", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        try:
+            ModelArch.from_dict(self.arch)
+        except TypeError as exc:
+            raise ValidationError({"arch": f"Unknown architecture fact: {exc}"}) from exc
+        unknown = set(self.arch or {}) - set(ModelArch().to_dict())
+        if unknown:
+            raise ValidationError({"arch": f"Unknown architecture facts: {', '.join(sorted(unknown))}"})
+
+    @property
+    def model_arch(self) -> ModelArch:
+        return ModelArch.from_dict(self.arch)
+
+
+class Secret(models.Model):
+    """An engine API key or hub token, per host, encrypted at rest; revisions name it only."""
+
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="secrets")
+    name = models.SlugField(max_length=63)
+    ciphertext = models.BinaryField()
+    created_at = models.DateTimeField(default=timezone.now)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["host", "name"], name="secret_unique_name_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}/{self.name}"
+
+
+class DeploymentRevision(models.Model):
+    """One immutable configuration of a host's engine. A change is a new row."""
+
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.RESTRICT, related_name="children")
+    engine = models.CharField(max_length=20, choices=Engine.choices)
+    engine_version = models.CharField(max_length=40, blank=True)
+    model_variant = models.ForeignKey(ModelVariant, on_delete=models.PROTECT, related_name="revisions")
+    knobs = models.JSONField(default=dict, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    served_name = models.CharField(max_length=200, blank=True)
+    port = models.PositiveIntegerField(default=8000)
+    api_key_secret = models.SlugField(max_length=63, blank=True, help_text="Name of the host secret used as API key.")
+    hf_token_secret = models.SlugField(max_length=63, blank=True, help_text="Name of the host secret used as HF token.")
+    extras = models.JSONField(default=dict, blank=True)  # e.g. variables an import kept but did not understand
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    message = models.TextField()
+    tag = models.CharField(max_length=120, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["host", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "number"], name="revision_unique_number_per_host"),
+            models.UniqueConstraint(fields=["host", "tag"], condition=~Q(tag=""), name="revision_unique_tag_per_host"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name} r{self.number}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise ImmutableError("A deployment revision is history: create a new revision instead of editing one.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        if not getattr(self, "_allow_delete", False):
+            raise ImmutableError("A deployment revision is history and cannot be deleted.")
+        return super().delete(*args, **kwargs)
+
+    @property
+    def label(self) -> str:
+        return f"r{self.number}" + (f" ({self.tag})" if self.tag else "")
+
+
+class RevisionComment(models.Model):
+    revision = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"comment on {self.revision_id} by {self.author_id}"
+
+
+class Operation(models.Model):
+    """One background job. The row exists before the task; the task id is the row id."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=20, choices=OperationKind.choices)
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="operations")
+    revision = models.ForeignKey(
+        DeploymentRevision, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
+    )
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    exclusive = models.BooleanField(default=True)
+    state = models.CharField(max_length=12, choices=OperationState.choices, default=OperationState.QUEUED)
+    stage = models.CharField(max_length=120, blank=True)
+    progress = models.FloatField(default=0.0)  # 0..1
+    log = models.TextField(blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # The host lock: at most one exclusive operation queued or running per host.
+            models.UniqueConstraint(
+                fields=["host"],
+                condition=Q(exclusive=True, state__in=list(ACTIVE_STATES)),
+                name="operation_one_exclusive_active_per_host",
+            )
+        ]
+        indexes = [models.Index(fields=["host", "-created_at"], name="operation_host_created")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} on {self.host_id} ({self.state})"
+
+    @property
+    def celery_task_id(self) -> str:
+        return str(self.id)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @classmethod
+    def kind_is_exclusive(cls, kind: str) -> bool:
+        return kind in EXCLUSIVE_KINDS
+
+
+class BenchmarkRun(models.Model):
+    revision = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="benchmark_runs")
+    operation = models.OneToOneField(Operation, null=True, blank=True, on_delete=models.SET_NULL)
+    profile_name = models.CharField(max_length=60)
+    profile = models.JSONField(default=dict)
+    engine = models.CharField(max_length=20, choices=Engine.choices)
+    engine_version = models.CharField(max_length=40, blank=True)
+    gpus = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=20, default="running")
+    results = models.JSONField(default=dict, blank=True)  # per level and per run aggregates
+    raw = models.JSONField(default=list, blank=True)  # per-request timings for plots
+    energy_j = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.profile_name} on revision {self.revision_id} ({self.status})"
+
+
+class AuditEvent(models.Model):
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=60)  # "revision.create", "switch.request", ...
+    object_type = models.CharField(max_length=60, blank=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    host = models.ForeignKey("hardware.Host", null=True, blank=True, on_delete=models.SET_NULL)
+    summary = models.CharField(max_length=300, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    source = models.CharField(max_length=20, default="web")  # web, cli, agent, system
+    remote_addr = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.action}: {self.summary}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise ImmutableError("Audit events are never edited.")
+        super().save(*args, **kwargs)

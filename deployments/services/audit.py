@@ -1,0 +1,34 @@
+"""The audit trail: one row per state-changing action, written in the caller's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controlpanel.context import current_context
+from deployments.models import AuditEvent
+
+
+def audit_record(
+    *,
+    action: str,
+    summary: str,
+    obj: Any = None,
+    host: Any = None,
+    data: dict[str, Any] | None = None,
+    actor: Any,
+) -> AuditEvent:
+    ctx = current_context()
+    event = AuditEvent(
+        actor=actor if getattr(actor, "pk", None) else None,
+        action=action,
+        object_type=type(obj).__name__ if obj is not None else "",
+        object_id=str(getattr(obj, "pk", "") or ""),
+        host=host,
+        summary=summary[:300],
+        data=data or {},
+        source=ctx.source,
+        remote_addr=ctx.remote_addr,
+    )
+    event.full_clean()
+    event.save()
+    return event

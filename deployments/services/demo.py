@@ -1,0 +1,58 @@
+"""Record (or remove) the seed labs as offline demo hosts with their histories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from deployments.demo_data import DEMO_HOSTS
+from deployments.models import ModelVariant
+from hardware.models import GpuType, Host
+from hardware.services import host_declare
+
+from .audit import audit_record
+from .catalog import catalog_load
+from .revisions import revision_create, revision_mark_active
+
+
+@transaction.atomic
+def demo_load(*, actor: Any = None) -> list[Host]:
+    catalog_load(actor=actor)
+    hosts = []
+    for spec in DEMO_HOSTS:
+        if Host.objects.filter(name=spec["name"]).exists():
+            continue
+        gpus = [(GpuType.objects.get(short_name=short), count) for short, count in spec["gpus"]]
+        host = host_declare(name=spec["name"], address=spec["address"], gpus=gpus, is_demo=True, actor=actor)
+        revision = None
+        for rev in spec["revisions"]:
+            revision = revision_create(
+                host=host,
+                engine=rev["engine"],
+                engine_version=rev["engine_version"],
+                model_variant=ModelVariant.objects.get(name=rev["model"]),
+                knobs=rev["knobs"],
+                env=rev["env"],
+                served_name=rev.get("served_name", ""),
+                port=rev["port"],
+                tag=rev.get("tag", ""),
+                message=rev["message"],
+                actor=actor,
+            )
+        if revision is not None:
+            revision_mark_active(revision=revision, actor=actor, reason="demo history")
+        hosts.append(host)
+    return hosts
+
+
+@transaction.atomic
+def demo_remove(*, actor: Any = None) -> int:
+    hosts = list(Host.objects.filter(is_demo=True))
+    for host in hosts:
+        Host.objects.filter(pk=host.pk).update(active_revision=None)
+        host.operations.all().delete()
+        host.delete()
+    if hosts:
+        audit_record(action="demo.remove", summary=f"removed {len(hosts)} demo host(s)", actor=actor)
+    return len(hosts)

@@ -1,0 +1,20 @@
+from django.contrib import admin
+
+from .models import GPU, GpuType, Host
+
+
+@admin.register(GpuType)
+class GpuTypeAdmin(admin.ModelAdmin):
+    list_display = ("short_name", "memory_bytes", "compute_capability", "pcie_p2p", "nvlink")
+
+
+class GPUInline(admin.TabularInline):
+    model = GPU
+    extra = 0
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ("name", "address", "queue", "last_heartbeat", "active_revision", "is_demo")
+    readonly_fields = ("active_revision", "engine_state", "last_heartbeat", "last_probe_at")
+    inlines = [GPUInline]

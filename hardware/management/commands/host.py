@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlpanel.context import change_context
+from hardware.agent_probe import local_host_name, probe_local
+from hardware.models import Host
+from hardware.services import host_probe_record
+
+
+class Command(BaseCommand):
+    help = "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        reg = sub.add_parser("register-local", help="probe this machine (NVML) and record it as a host")
+        reg.add_argument("--name", default=None)
+        reg.add_argument("--address", default="127.0.0.1")
+        sub.add_parser("list", help="name, online, engine, active revision, GPUs")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with change_context("cli"):
+            if options["action"] == "register-local":
+                self._register(options["name"] or local_host_name(), options["address"])
+            else:
+                self._list()
+
+    def _register(self, name: str, address: str) -> None:
+        facts, inventory = probe_local()
+        facts["address"] = address
+        host = host_probe_record(name=name, facts=facts, inventory=inventory)
+        gpus = host.gpus.count()
+        kind = f"{gpus} GPU(s)" if gpus else f"CPU-only ({inventory.get('reason') or 'no NVIDIA driver'})"
+        self.stdout.write(f"Registered host {host.name} (queue {host.queue}): {kind}.")
+        for m in host.probe_mismatches:
+            self.stdout.write(self.style.WARNING(f"  mismatch: {m}"))
+
+    def _list(self) -> None:
+        hosts = Host.objects.select_related("active_revision__model_variant").prefetch_related("gpus")
+        if not hosts:
+            raise CommandError("No hosts yet.")
+        self.stdout.write(f"{'NAME':<20} {'ONLINE':<7} {'ENGINE':<16} {'ACTIVE':<8} GPUS")
+        for h in hosts:
+            rev = h.active_revision
+            engine = f"{rev.engine} {rev.engine_version}".strip() if rev else "-"
+            gpus = ", ".join(g.name for g in h.gpus.all()) or "none"
+            active = f"r{rev.number}" if rev else "-"
+            self.stdout.write(f"{h.name:<20} {'yes' if h.is_online else 'no':<7} {engine:<16} {active:<8} {gpus}")

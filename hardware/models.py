@@ -1,0 +1,133 @@
+"""Hosts, their GPUs, the GPU catalog and telemetry samples."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .queues import host_queue_name
+
+
+class GpuType(models.Model):
+    """A catalog GPU model (what people buy), used to declare and plan hosts."""
+
+    name = models.CharField(max_length=100, unique=True)  # as NVML names it, e.g. "NVIDIA GeForce RTX 3090"
+    short_name = models.CharField(max_length=40, unique=True)  # e.g. "RTX 3090"
+    memory_bytes = models.BigIntegerField()
+    compute_capability = models.CharField(max_length=8)  # "8.6"
+    architecture = models.CharField(max_length=40, blank=True)  # "Ampere"
+    is_geforce = models.BooleanField(default=False)
+    pcie_p2p = models.BooleanField(null=True, help_text="Whether peer-to-peer over PCIe works.")
+    nvlink = models.BooleanField(null=True, help_text="Whether NVLink is available between cards.")
+    tdp_w = models.PositiveIntegerField(null=True, blank=True)
+    notes = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["memory_bytes", "short_name"]
+
+    def __str__(self) -> str:
+        return self.short_name
+
+
+class Host(models.Model):
+    name = models.SlugField(max_length=63, unique=True)
+    address = models.CharField(max_length=255, default="127.0.0.1", help_text="Where the panel reaches engines.")
+    queue = models.CharField(max_length=80, unique=True)
+    cpu_model = models.CharField(max_length=200, blank=True)
+    cpu_cores = models.PositiveIntegerField(null=True, blank=True)
+    ram_bytes = models.BigIntegerField(null=True, blank=True)
+    os = models.CharField(max_length=200, blank=True)
+    kernel = models.CharField(max_length=100, blank=True)
+    driver_version = models.CharField(max_length=40, blank=True)
+    cuda_version = models.CharField(max_length=20, blank=True)
+    nvml_available = models.BooleanField(default=False)
+    nvml_reason = models.CharField(max_length=300, blank=True)
+    declared = models.BooleanField(default=False, help_text="Facts typed in, not yet measured by a probe.")
+    probe_mismatches = models.JSONField(default=list, blank=True)
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    active_revision = models.ForeignKey(
+        "deployments.DeploymentRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    engine_state = models.JSONField(default=dict, blank=True)  # as last reported by the host itself
+    engine_metrics = models.JSONField(default=dict, blank=True)
+    is_demo = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self.queue:
+            self.queue = host_queue_name(self.name)
+        super().save(*args, **kwargs)
+
+    @property
+    def is_online(self) -> bool:
+        if self.last_heartbeat is None:
+            return False
+        return timezone.now() - self.last_heartbeat < timedelta(seconds=settings.HOST_OFFLINE_AFTER_S)
+
+    @property
+    def cpu_only(self) -> bool:
+        return not self.declared and not self.nvml_available
+
+
+class GPU(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=80, blank=True)
+    name = models.CharField(max_length=100)
+    gpu_type = models.ForeignKey(GpuType, null=True, blank=True, on_delete=models.SET_NULL)
+    memory_bytes = models.BigIntegerField()
+    compute_capability = models.CharField(max_length=8, blank=True)
+    pcie_gen = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_width = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_max_gen = models.PositiveSmallIntegerField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
+    nvlink_active_links = models.PositiveSmallIntegerField(null=True, blank=True)
+    # {"<peer index>": {"read": "ok", "write": "ok", "nvlink": ..., "atomics": ..., "topology": "hostbridge"}}
+    peers = models.JSONField(default=dict, blank=True)
+    declared = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["host", "index"]
+        constraints = [models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}#{self.index} {self.name}"
+
+    @property
+    def pcie_p2p(self) -> bool | None:
+        """True when every peer answers P2P read/write OK; None when there are no peers."""
+        if not self.peers:
+            return self.gpu_type.pcie_p2p if self.gpu_type else None
+        return all(p.get("read") == "ok" and p.get("write") == "ok" for p in self.peers.values())
+
+
+class GpuSample(models.Model):
+    """One telemetry sample of one GPU. `resolution` is 0 for raw samples, 60 for rollups."""
+
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    resolution_s = models.PositiveIntegerField(default=0)
+    util_pct = models.FloatField(null=True)
+    mem_used_bytes = models.BigIntegerField(null=True)
+    power_w = models.FloatField(null=True)
+    temp_c = models.FloatField(null=True)
+    sm_clock_mhz = models.FloatField(null=True)
+    mem_clock_mhz = models.FloatField(null=True)
+    energy_mj = models.BigIntegerField(null=True)
+
+    class Meta:
+        ordering = ["gpu", "ts"]
+        indexes = [models.Index(fields=["gpu", "resolution_s", "ts"], name="gpusample_gpu_res_ts")]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} at {self.ts:%H:%M:%S}"

@@ -1,0 +1,187 @@
+"""Hosts: declare by hand, record what a probe measured, heartbeat, telemetry."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from controlpanel.roles import ADMIN, ensure_role
+from deployments.services.audit import audit_record
+
+from .models import GPU, GpuSample, GpuType, Host
+from .queues import host_queue_name
+
+
+@transaction.atomic
+def host_declare(
+    *, name: str, address: str, gpus: list[tuple[GpuType, int]], is_demo: bool = False, actor: Any
+) -> Host:
+    """Record a host and its GPUs by hand, before any agent has probed it."""
+    ensure_role(actor, ADMIN)
+    slug = slugify(name)
+    if not slug:
+        raise ValidationError({"name": "A host needs a name made of letters, digits or dashes."})
+    if Host.objects.filter(name=slug).exists():
+        raise ValidationError({"name": f"A host named {slug} already exists."})
+    host = Host(name=slug, address=address or "127.0.0.1", queue=host_queue_name(slug), declared=True, is_demo=is_demo)
+    host.full_clean()
+    host.save()
+    index = 0
+    for gpu_type, count in gpus:
+        if count < 0:
+            raise ValidationError({"gpus": "A GPU count cannot be negative."})
+        for _ in range(count):
+            GPU.objects.create(
+                host=host,
+                index=index,
+                name=gpu_type.name,
+                gpu_type=gpu_type,
+                memory_bytes=gpu_type.memory_bytes,
+                compute_capability=gpu_type.compute_capability,
+                declared=True,
+            )
+            index += 1
+    audit_record(
+        action="host.declare",
+        summary=f"declared {slug} with {index} GPU(s)",
+        obj=host,
+        host=host,
+        data={"gpus": [[t.short_name, c] for t, c in gpus]},
+        actor=actor,
+    )
+    return host
+
+
+def _match_gpu_type(name: str) -> GpuType | None:
+    exact = GpuType.objects.filter(name=name).first()
+    if exact:
+        return exact
+    for gpu_type in GpuType.objects.all():
+        if gpu_type.short_name.lower() in name.lower():
+            return gpu_type
+    return None
+
+
+@transaction.atomic
+def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: Any = None) -> Host:
+    """Create or refresh a host from what its agent measured. Measured facts replace declared
+    ones; differences from what was declared are kept in `probe_mismatches` and shown.
+
+    `inventory` is `hardware.probes.nvml.GpuInventory.to_dict()`; `facts` is
+    `hardware.probes.host.HostFacts.to_dict()` (plus an optional "address").
+    """
+    slug = slugify(name)
+    host, created = Host.objects.select_for_update().get_or_create(
+        name=slug, defaults={"queue": host_queue_name(slug), "address": facts.get("address") or "127.0.0.1"}
+    )
+    measured = inventory.get("gpus", [])
+    mismatches: list[str] = []
+    declared = list(host.gpus.filter(declared=True).order_by("index"))
+    if declared:
+        if len(declared) != len(measured):
+            mismatches.append(f"declared {len(declared)} GPU(s), probe found {len(measured)}")
+        for old, new in zip(declared, measured, strict=False):
+            if old.name != new["name"]:
+                mismatches.append(f"GPU {old.index}: declared {old.name}, probe found {new['name']}")
+            elif abs(old.memory_bytes - int(new["memory_total_bytes"])) > 2 * 1024**3:
+                mismatches.append(
+                    f"GPU {old.index}: declared {old.memory_bytes} bytes, probe found {new['memory_total_bytes']}"
+                )
+    for field, key in (
+        ("cpu_model", "cpu_model"),
+        ("cpu_cores", "cpu_logical_cores"),
+        ("ram_bytes", "memory_total_bytes"),
+        ("os", "os_name"),
+        ("kernel", "kernel"),
+    ):
+        if facts.get(key) not in (None, ""):
+            setattr(host, field, facts[key])
+    host.driver_version = inventory.get("driver_version") or ""
+    host.cuda_version = inventory.get("cuda_driver_version") or ""
+    host.nvml_available = bool(inventory.get("available"))
+    host.nvml_reason = (inventory.get("reason") or "")[:300]
+    host.declared = False
+    host.probe_mismatches = mismatches
+    now = timezone.now()
+    host.last_probe_at = now
+    host.last_heartbeat = now
+    host.save()
+
+    peers: dict[int, dict[str, Any]] = {g["index"]: {} for g in measured}
+    for pair in inventory.get("pairs", []):
+        info = {**(pair.get("p2p") or {}), "topology": pair.get("topology")}
+        peers.setdefault(pair["a"], {})[str(pair["b"])] = info
+        peers.setdefault(pair["b"], {})[str(pair["a"])] = info
+    seen = []
+    for gpu in measured:
+        obj, _ = GPU.objects.update_or_create(
+            host=host,
+            index=gpu["index"],
+            defaults={
+                "uuid": gpu.get("uuid") or "",
+                "name": gpu["name"],
+                "gpu_type": _match_gpu_type(gpu["name"]),
+                "memory_bytes": int(gpu["memory_total_bytes"]),
+                "compute_capability": ".".join(map(str, gpu.get("compute_capability") or ())),
+                "pcie_gen": (gpu.get("pcie") or {}).get("current_generation"),
+                "pcie_width": (gpu.get("pcie") or {}).get("current_width"),
+                "pcie_max_gen": (gpu.get("pcie") or {}).get("max_generation"),
+                "power_limit_w": gpu.get("power_limit_w"),
+                "nvlink_active_links": gpu.get("nvlink_active_links"),
+                "peers": peers.get(gpu["index"], {}),
+                "declared": False,
+            },
+        )
+        seen.append(obj.pk)
+    host.gpus.exclude(pk__in=seen).delete()
+    audit_record(
+        action="host.register" if created else "host.probe",
+        summary=f"{slug}: {len(measured)} GPU(s)" + (f"; mismatches: {'; '.join(mismatches)}" if mismatches else ""),
+        obj=host,
+        host=host,
+        data={"mismatches": mismatches},
+        actor=actor,
+    )
+    return host
+
+
+def host_heartbeat(
+    *, host: Host, engine_state: dict[str, Any] | None = None, engine_metrics: dict[str, Any] | None = None
+) -> None:
+    """Mark the host's agent alive; not audited (it is not a change anybody made)."""
+    fields: dict[str, Any] = {"last_heartbeat": timezone.now()}
+    if engine_state is not None:
+        fields["engine_state"] = engine_state
+    if engine_metrics is not None:
+        fields["engine_metrics"] = engine_metrics
+    Host.objects.filter(pk=host.pk).update(**fields)
+
+
+def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
+    """Store one round of GPU samples (`GpuSample.to_dict()` from the NVML probe) in one INSERT."""
+    gpus = {g.index: g.pk for g in host.gpus.all()}
+    rows = []
+    for s in samples:
+        gpu_id = gpus.get(s["index"])
+        if gpu_id is None:
+            continue
+        rows.append(
+            GpuSample(
+                gpu_id=gpu_id,
+                ts=datetime.fromtimestamp(s["timestamp"], tz=UTC) if s.get("timestamp") else timezone.now(),
+                util_pct=s.get("utilization_gpu_percent"),
+                mem_used_bytes=s.get("memory_used_bytes"),
+                power_w=s.get("power_w"),
+                temp_c=s.get("temperature_c"),
+                sm_clock_mhz=s.get("sm_clock_mhz"),
+                mem_clock_mhz=s.get("mem_clock_mhz"),
+                energy_mj=s.get("energy_mj"),
+            )
+        )
+    GpuSample.objects.bulk_create(rows)
+    return len(rows)

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from deployments.models import AuditEvent, DeploymentRevision, ImmutableError, ModelVariant
+from deployments.services.revisions import revision_create
+from tests.hardware.factories import HostFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(host, actor, **kwargs):
+    values = {
+        "engine": "llama.cpp",
+        "model_variant": ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),
+        "knobs": {"ctx_size": 8192},
+        "message": "serve the big MoE",
+    }
+    values.update(kwargs)
+    return revision_create(host=host, actor=actor, **values)
+
+
+def test_numbers_increase_per_host_and_link_parents(catalog, operator):
+    a, b = HostFactory(), HostFactory()
+    r1 = _create(a, operator)
+    r2 = _create(a, operator, knobs={"ctx_size": 16384}, message="double the context")
+    other = _create(b, operator)
+    assert (r1.number, r2.number, other.number) == (1, 2, 1)
+    assert r1.parent is None
+    assert r2.parent == r1
+    assert other.parent is None
+    assert r2.author == operator
+    assert AuditEvent.objects.filter(action="revision.create", host=a).count() == 2
+
+
+def test_saving_an_existing_revision_raises_and_changes_nothing(catalog, operator):
+    host = HostFactory()
+    revision = _create(host, operator)
+    revision.knobs = {"ctx_size": 1}
+    with pytest.raises(ImmutableError):
+        revision.save()
+    with pytest.raises(ImmutableError):
+        revision.delete()
+    assert DeploymentRevision.objects.get(pk=revision.pk).knobs == {"ctx_size": 8192}
+
+
+def test_from_parent_starts_a_branch(catalog, operator):
+    host = HostFactory()
+    r1 = _create(host, operator)
+    _create(host, operator, message="second")
+    r3 = _create(host, operator, parent=r1, message="back to the first settings, tweaked")
+    assert r3.number == 3
+    assert r3.parent == r1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"message": "  "}, "message"),
+        ({"engine": "tgi"}, "engine"),
+        ({"env": {"BAD NAME": "1"}}, "env"),
+        ({"env": {"HF_TOKEN": "hf_abc"}}, "env"),
+        ({"port": 70000}, "port"),
+        ({"api_key_secret": "missing"}, "api_key_secret"),
+    ],
+)
+def test_bad_input_is_refused_and_writes_nothing(catalog, operator, kwargs, field):
+    host = HostFactory()
+    with pytest.raises(ValidationError) as exc:
+        _create(host, operator, **kwargs)
+    assert field in exc.value.message_dict
+    assert not DeploymentRevision.objects.exists()
+    assert not AuditEvent.objects.filter(action="revision.create").exists()
+
+
+def test_a_secret_value_in_env_never_reaches_the_database(catalog, operator):
+    host = HostFactory()
+    with pytest.raises(ValidationError):
+        _create(host, operator, env={"HF_TOKEN": "hf_very_secret"})
+    assert "hf_very_secret" not in str(list(AuditEvent.objects.values()))
+
+
+def test_tags_are_unique_per_host(catalog, operator):
+    a, b = HostFactory(), HostFactory()
+    _create(a, operator, tag="daily-driver")
+    _create(b, operator, tag="daily-driver")
+    with pytest.raises(ValidationError):
+        _create(a, operator, tag="daily-driver")
+
+
+def test_viewer_cannot_create_revisions(catalog, viewer):
+    with pytest.raises(PermissionDenied):
+        _create(HostFactory(), viewer)
+    assert not DeploymentRevision.objects.exists()

@@ -1,0 +1,109 @@
+"""Role enforcement on every URL: anonymous users are sent to the login page, viewers read,
+and only the roles named here may POST. A new URL fails `test_every_url_is_listed` until it
+is added to ACCESS with the role it needs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from deployments.models import ModelVariant
+from deployments.services.revisions import revision_create
+from tests.hardware.factories import GPUFactory, HostFactory
+
+pytestmark = pytest.mark.django_db
+
+OP = "00000000-0000-0000-0000-000000000001"
+# name -> (kwargs, GET role, POST role or None when the URL takes no POST)
+ACCESS: dict[str, tuple[dict, str, str | None]] = {
+    "hardware:dashboard": ({}, "viewer", None),
+    "hardware:host_cards": ({}, "viewer", None),
+    "hardware:host_detail": ({"name": "h1"}, "viewer", None),
+    "deployments:model_list": ({}, "viewer", None),
+    "deployments:audit_log": ({}, "viewer", None),
+    "deployments:revision_list": ({"host": "h1"}, "viewer", None),
+    "deployments:revision_detail": ({"host": "h1", "number": 1}, "viewer", None),
+    "deployments:revision_comment": ({"host": "h1", "number": 1}, "viewer", "viewer"),
+    "deployments:operation_detail": ({"pk": OP}, "viewer", None),
+    "deployments:operation_status": ({"pk": OP}, "viewer", None),
+}
+OPEN = {"login", "logout"}
+
+
+def _names(resolver: URLResolver, prefix: str = "") -> set[str]:
+    names: set[str] = set()
+    for p in resolver.url_patterns:
+        if isinstance(p, URLResolver):
+            if p.namespace == "admin":
+                continue
+            names |= _names(p, f"{prefix}{p.namespace}:" if p.namespace else prefix)
+        elif isinstance(p, URLPattern) and p.name:
+            names.add(prefix + p.name)
+    return names
+
+
+def test_every_url_is_listed():
+    assert _names(get_resolver()) - OPEN == set(ACCESS)
+
+
+@pytest.fixture
+def world(catalog, operator):
+    host = HostFactory(name="h1")
+    GPUFactory(host=host, index=0)
+    revision_create(
+        host=host,
+        engine="llama.cpp",
+        model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),
+        knobs={"ctx_size": 4096},
+        message="first",
+        actor=operator,
+    )
+    from deployments.models import Operation
+
+    Operation.objects.create(id=uuid.UUID(OP), kind="probe", host=host, exclusive=False, state="succeeded")
+    return host
+
+
+@pytest.mark.parametrize("name", sorted(ACCESS))
+def test_anonymous_is_sent_to_login(client, world, name):
+    kwargs, _, post_role = ACCESS[name]
+    url = reverse(name, kwargs=kwargs)
+    for method in ("get", "post") if post_role else ("get",):
+        response = getattr(client, method)(url)
+        assert response.status_code == 302
+        assert response.url.startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("name", sorted(ACCESS))
+def test_viewer_reads_every_page(client, world, viewer, name):
+    kwargs, get_role, _ = ACCESS[name]
+    client.force_login(viewer)
+    response = client.get(reverse(name, kwargs=kwargs))
+    if name == "deployments:revision_comment":
+        assert response.status_code == 405
+    else:
+        # A finished operation's status partial answers 286 so htmx stops polling.
+        assert response.status_code == (286 if name == "deployments:operation_status" else 200), name
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post and post != "viewer"))
+def test_viewer_cannot_post(client, world, viewer, name):
+    kwargs, _, _ = ACCESS[name]
+    client.force_login(viewer)
+    assert client.post(reverse(name, kwargs=kwargs)).status_code == 403
+
+
+def test_user_without_role_is_refused(client, world, django_user_model):
+    nobody = django_user_model.objects.create_user("nobody", password="x")
+    client.force_login(nobody)
+    assert client.get(reverse("hardware:dashboard")).status_code == 403
+
+
+def test_login_page_and_signed_in_dashboard(client, world, viewer):
+    page = client.get("/accounts/login/")
+    assert page.status_code == 200 and b"Sign in" in page.content
+    response = client.post("/accounts/login/", {"username": "vera", "password": "pw-vera"}, follow=True)
+    assert b"h1" in response.content
+    assert b"Hosts" in response.content

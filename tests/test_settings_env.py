@@ -1,0 +1,46 @@
+"""The settings switch between the embedded default and PostgreSQL/Redis by environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = (
+    "import json, django; from django.conf import settings; django.setup(); "
+    "print(json.dumps({'db': settings.DATABASES['default']['ENGINE'], "
+    "'name': str(settings.DATABASES['default']['NAME']), 'broker': settings.CELERY_BROKER_URL, "
+    "'data': str(settings.DATA_DIR)}))"
+)
+
+
+def _settings_under(env: dict[str, str]) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    clean.update(env, DJANGO_SETTINGS_MODULE="controlpanel.settings")
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=clean, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_nothing_set_means_sqlite_and_a_serverless_broker(tmp_path):
+    found = _settings_under({"CONTROLPANEL_DATA_DIR": str(tmp_path)})
+    assert found["db"] == "django.db.backends.sqlite3"
+    assert found["name"] == str(tmp_path / "db.sqlite3")
+    assert found["broker"].startswith("filesystem://")
+    assert (tmp_path / "broker" / "queue").is_dir()
+    assert (tmp_path / "secret_key").exists()
+
+
+def test_environment_selects_postgres_and_redis(tmp_path):
+    found = _settings_under(
+        {
+            "CONTROLPANEL_DATA_DIR": str(tmp_path),
+            "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/panel",
+            "CELERY_BROKER_URL": "redis://127.0.0.1:6379/3",
+        }
+    )
+    assert found["db"] == "django.db.backends.postgresql"
+    assert found["name"] == "panel"
+    assert found["broker"] == "redis://127.0.0.1:6379/3"
