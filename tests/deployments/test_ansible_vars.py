@@ -1,0 +1,185 @@
+"""Ansible group_vars import/export (shared/reference/ansible-vars.md) and the seed's
+start script vs the vLLM adapter, flag for flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deployments.ansible_vars import AnsibleVarsError, parse_group_vars, render_group_vars
+from deployments.engines.base import EngineConfig
+from deployments.engines.vllm import VllmAdapter
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"
+GROUP_VARS = (FIXTURES / "all.yml").read_text()
+EXPECTED = json.loads((FIXTURES / "expected_vllm_argv.json").read_text())
+
+
+def flag_pairs(argv: list[str] | tuple[str, ...]) -> set[tuple[str, str | None]]:
+    """Order-insensitive view of an argv: {(flag, value-or-None)} plus positionals."""
+    out: set[tuple[str, str | None]] = set()
+    args = list(argv[1:])  # the executable differs (role venv vs adapter default)
+    i = 0
+    while i < len(args):
+        if args[i].startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.add((args[i], args[i + 1]))
+            i += 2
+        else:
+            out.add((args[i], None))
+            i += 1
+    return out
+
+
+def launch_from_import(version: str):
+    imported = parse_group_vars(GROUP_VARS)
+    config = EngineConfig(
+        engine=imported.engine,
+        engine_version=version,
+        model=imported.model,
+        served_name=imported.served_name,
+        host=imported.host or "0.0.0.0",
+        port=imported.port or 8000,
+        knobs=imported.knobs,
+        env=imported.env,
+        binary="/opt/vllm/venv/bin/vllm",
+    )
+    return VllmAdapter().launch_spec(config)
+
+
+def test_import_reads_the_seed_setup():
+    imported = parse_group_vars(GROUP_VARS)
+    assert imported.engine == "vllm"
+    assert imported.model == "philbert440/Qwen3.8-27B-W4A16-AWQ"
+    assert imported.served_name == "Qwen3.8-27B-W4A16-AWQ"
+    assert imported.port == 8001
+    assert imported.knobs["gpu_memory_utilization"] == 0.95
+    assert imported.knobs["max_model_len"] == 262144
+    # The script's rules: "none" quantization, PP 1, offload 0, empty spec config -> no knob.
+    for absent in (
+        "quantization",
+        "pipeline_parallel_size",
+        "cpu_offload_gb",
+        "speculative_config",
+        "hf_overrides",
+    ):
+        assert absent not in imported.knobs
+    assert imported.unknown == {"vllm_min_version": "0.17"}
+    assert "open_webui_port" in imported.ignored_known
+    assert "ollama_models" in imported.ignored_known  # the stopped engine
+    assert imported.ignored_known["vllm_user"] == "{{ ansible_user }}"  # Jinja kept as text
+    assert imported.secrets == ()
+    VllmAdapter().validate(EngineConfig(engine="vllm", engine_version="", model=imported.model, knobs=imported.knobs))
+
+
+def test_seed_script_and_adapter_agree_flag_for_flag_on_old_vllm():
+    # Before 0.13 the attention backend is the env var, exactly as the script sets it.
+    spec = launch_from_import("0.12.0")
+    assert spec.argv[0] == EXPECTED["argv"][0]
+    assert flag_pairs(spec.argv) == flag_pairs(EXPECTED["argv"])
+    assert spec.env == EXPECTED["env"]
+
+
+def test_on_new_vllm_the_only_difference_is_the_attention_backend_flag():
+    # vLLM >= 0.13 reads --attention-backend; the env var is ignored from 0.26 on
+    # (engines.md §1), so the adapter moves it - the script's env var would be lost.
+    spec = launch_from_import("0.22.0")
+    assert flag_pairs(spec.argv) == flag_pairs(EXPECTED["argv"]) | {("--attention-backend", "TRITON_ATTN")}
+    expected_env = {k: v for k, v in EXPECTED["env"].items() if k != "VLLM_ATTENTION_BACKEND"}
+    assert spec.env == expected_env
+
+
+def test_export_round_trips_and_keeps_unknown_and_ignored_variables():
+    imported = parse_group_vars(GROUP_VARS)
+    exported = render_group_vars(
+        engine=imported.engine,
+        model=imported.model,
+        knobs=imported.knobs,
+        env=imported.env,
+        host=imported.host,
+        port=imported.port,
+        preserved=imported.preserved(),
+    )
+    assert exported.not_exported == {}
+    again = parse_group_vars(exported.text)
+    assert again.knobs == imported.knobs
+    assert again.env == imported.env
+    assert again.unknown == imported.unknown
+    assert again.ignored_known == imported.ignored_known
+    assert "'{{ ansible_user }}'" in exported.text
+    assert "vllm_gpu_memory_utilization: '0.95'" in exported.text
+
+
+def test_secrets_are_named_never_copied():
+    text = GROUP_VARS.replace('vllm_api_key: ""', 'vllm_api_key: "sk-live-123"').replace(
+        'vllm_hf_token: ""', 'vllm_hf_token: "{{ vault_hf_token }}"'
+    )
+    imported = parse_group_vars(text)
+    assert {(s.variable, s.purpose, s.templated) for s in imported.secrets} == {
+        ("vllm_api_key", "api_key", False),
+        ("vllm_hf_token", "hf_token", True),
+    }
+    assert "sk-live-123" not in repr(imported)
+    exported = render_group_vars(
+        engine="vllm",
+        model=imported.model,
+        knobs=imported.knobs,
+        env=imported.env,
+        preserved=imported.preserved(),
+    ).text
+    assert "sk-live-123" not in exported
+    assert "vault_hf_token" in exported  # a vault reference is not a value: kept
+
+
+def test_jinja_in_a_knob_variable_is_kept_as_text_not_evaluated():
+    imported = parse_group_vars(GROUP_VARS.replace("vllm_max_num_seqs: 4", 'vllm_max_num_seqs: "{{ seqs | int }}"'))
+    assert "max_num_seqs" not in imported.knobs
+    assert imported.templated == {"vllm_max_num_seqs": "{{ seqs | int }}"}
+    exported = render_group_vars(
+        engine="vllm",
+        model=imported.model,
+        knobs=imported.knobs,
+        env=imported.env,
+        preserved=imported.preserved(),
+    )
+    assert "vllm_max_num_seqs: '{{ seqs | int }}'" in exported.text
+
+
+def test_script_rules_for_optional_flags():
+    text = (
+        GROUP_VARS.replace('vllm_quantization: "none"', "vllm_quantization: awq_marlin")
+        .replace("vllm_pipeline_parallel_size: 1", "vllm_pipeline_parallel_size: 2")
+        .replace("vllm_cpu_offload_gb: 0", "vllm_cpu_offload_gb: 8")
+        .replace("vllm_kv_cache_dtype: fp8", "vllm_kv_cache_dtype: auto")
+        .replace('vllm_rope_scaling: ""', 'vllm_rope_scaling: \'{"rope_type":"yarn","factor":4.0}\'')
+        .replace(
+            'vllm_speculative_config: ""',
+            'vllm_speculative_config: \'{"method":"mtp","num_speculative_tokens":2}\'',
+        )
+        .replace("vllm_max_num_batched_tokens: 4096\n", "")
+    )
+    knobs = parse_group_vars(text).knobs
+    assert knobs["quantization"] == "awq_marlin"
+    assert knobs["pipeline_parallel_size"] == 2
+    assert knobs["cpu_offload_gb"] == 8
+    assert "kv_cache_dtype" not in knobs
+    assert "max_num_batched_tokens" not in knobs
+    assert knobs["hf_overrides"] == {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    assert knobs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2}
+
+
+def test_ollama_engine_import():
+    text = GROUP_VARS.replace("inference_engine: vllm", "inference_engine: ollama")
+    imported = parse_group_vars(text)
+    assert imported.engine == "ollama"
+    assert imported.model == imported.served_name == "qwen3.8:27b"
+    assert imported.engine_version == "0.12.3"
+    assert imported.port == 11434
+    assert imported.knobs == {"num_parallel": 2, "keep_alive": "30m", "context_length": 32768}
+    assert "vllm_model" in imported.ignored_known
+
+
+def test_not_a_mapping_is_an_error():
+    with pytest.raises(AnsibleVarsError):
+        parse_group_vars("- just\n- a list\n")
