@@ -158,6 +158,19 @@ TELEMETRY_INTERVAL_S = env.int("CONTROLPANEL_TELEMETRY_INTERVAL_S", default=10)
 TELEMETRY_RAW_RETENTION_H = env.int("CONTROLPANEL_TELEMETRY_RAW_RETENTION_H", default=24)
 TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_D", default=30)
 
+# Engines bind here on GPU hosts. Loopback by default (safe on a laptop); a GPU host that
+# serves its LAN sets 0.0.0.0 and lets its firewall decide.
+ENGINE_BIND_HOST = env.str("CONTROLPANEL_ENGINE_BIND_HOST", default="127.0.0.1")
+ENGINE_READY_TIMEOUT_S = env.float("CONTROLPANEL_ENGINE_READY_TIMEOUT_S", default=900.0)
+# Executables per engine, e.g. {"llama.cpp": "/opt/llama.cpp/build/bin/llama-server"}; empty = discover.
+ENGINE_BINARIES = env.dict("CONTROLPANEL_ENGINE_BINARIES", default={})
+# The watchdog (defaults: the seed's systemd watchdog).
+WATCHDOG_INTERVAL_S = env.float("CONTROLPANEL_WATCHDOG_INTERVAL_S", default=30.0)
+WATCHDOG_TIMEOUT_S = env.float("CONTROLPANEL_WATCHDOG_TIMEOUT_S", default=10.0)
+WATCHDOG_FAILURES = env.int("CONTROLPANEL_WATCHDOG_FAILURES", default=10)
+WATCHDOG_MAX_RESTARTS = env.int("CONTROLPANEL_WATCHDOG_MAX_RESTARTS", default=5)
+WATCHDOG_WINDOW_S = env.float("CONTROLPANEL_WATCHDOG_WINDOW_S", default=3600.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -29,6 +29,8 @@ class ModelVariant(models.Model):
     quant_method = models.CharField(max_length=60, blank=True)  # checkpoint's own: "compressed-tensors", "awq"
     weights_bytes = models.BigIntegerField(null=True, blank=True)
     arch = models.JSONField(default=dict, blank=True)  # ModelArch.to_dict(); unknown facts are null
+    gguf_kv = models.JSONField(default=dict, blank=True)  # planner.GgufKvFacts.to_dict() from a GGUF header
+    quant_bits = models.PositiveSmallIntegerField(null=True, blank=True)
     tool_call_parser = models.CharField(max_length=60, blank=True)
     reasoning_parser = models.CharField(max_length=60, blank=True)
     thinking = models.BooleanField(null=True, blank=True)

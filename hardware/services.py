@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -185,3 +185,50 @@ def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
         )
     GpuSample.objects.bulk_create(rows)
     return len(rows)
+
+
+@transaction.atomic
+def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
+    """Retention: raw samples older than the raw window become one-minute averages (kept for
+    the rollup window); then the raw rows and expired rollups are deleted."""
+    from django.conf import settings
+    from django.db.models import Avg, Max
+    from django.db.models.functions import TruncMinute
+
+    now = now or timezone.now()
+    raw_cutoff = now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H)
+    old = GpuSample.objects.filter(resolution_s=0, ts__lt=raw_cutoff)
+    buckets = (
+        old.annotate(minute=TruncMinute("ts"))
+        .values("gpu_id", "minute")
+        .annotate(
+            util=Avg("util_pct"),
+            mem=Avg("mem_used_bytes"),
+            power=Avg("power_w"),
+            temp=Avg("temp_c"),
+            sm=Avg("sm_clock_mhz"),
+            memclk=Avg("mem_clock_mhz"),
+            energy=Max("energy_mj"),
+        )
+    )
+    rows = [
+        GpuSample(
+            gpu_id=b["gpu_id"],
+            ts=b["minute"],
+            resolution_s=60,
+            util_pct=b["util"],
+            mem_used_bytes=int(b["mem"]) if b["mem"] is not None else None,
+            power_w=b["power"],
+            temp_c=b["temp"],
+            sm_clock_mhz=b["sm"],
+            mem_clock_mhz=b["memclk"],
+            energy_mj=b["energy"],
+        )
+        for b in buckets
+    ]
+    GpuSample.objects.bulk_create(rows)
+    deleted_raw, _ = old.delete()
+    expired, _ = GpuSample.objects.filter(
+        resolution_s=60, ts__lt=now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
+    ).delete()
+    return {"rolled_up": len(rows), "deleted_raw": deleted_raw, "expired": expired}

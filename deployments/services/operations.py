@@ -1,0 +1,189 @@
+"""Operations: every background action is a row first, then a task with the row's id.
+
+The host lock is the partial unique constraint on Operation (one exclusive operation queued
+or running per host), so a lock can never outlive its operation: when an operation ends,
+fails or is found `lost`, the host is free again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat, Right
+from django.utils import timezone
+
+from controlpanel.roles import OPERATOR, ensure_role
+from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
+from deployments.models import DeploymentRevision, Operation
+
+from .audit import audit_record
+
+LOG_LIMIT = 200_000  # characters of log kept per operation (the tail)
+# A running operation whose worker has not touched it for this long is `lost`.
+LOST_AFTER = timedelta(seconds=90)
+
+
+class HostBusyError(ValidationError):
+    """Another exclusive operation is queued or running on the host."""
+
+
+def _busy_message(host: Any) -> str:
+    current = Operation.objects.filter(host=host, exclusive=True, state__in=ACTIVE_STATES).first()
+    if current is None:
+        return f"{host.name} is busy."
+    who = current.requested_by.username if current.requested_by else "the system"
+    return (
+        f"{host.name} is busy: {current.get_kind_display().lower()} requested by {who} is "
+        f"{current.state} (stage: {current.stage or 'waiting'}). Wait for it or cancel it."
+    )
+
+
+def operation_create(
+    *,
+    kind: str,
+    host: Any,
+    revision: DeploymentRevision | None = None,
+    params: dict[str, Any] | None = None,
+    enqueue: Callable[[Operation], None] | None = None,
+    actor: Any,
+) -> Operation:
+    """Insert the Operation (taking the host lock for exclusive kinds) and enqueue on commit."""
+    op = Operation(
+        kind=kind,
+        host=host,
+        revision=revision,
+        params=params or {},
+        requested_by=actor if getattr(actor, "pk", None) else None,
+        exclusive=kind in EXCLUSIVE_KINDS,
+    )
+    try:
+        with transaction.atomic():
+            op.save()
+    except IntegrityError as exc:
+        raise HostBusyError(_busy_message(host)) from exc
+    audit_record(
+        action=f"operation.{kind}",
+        summary=f"{kind} on {host.name}" + (f" to r{revision.number}" if revision else ""),
+        obj=op,
+        host=host,
+        data={"operation": str(op.pk), "params": op.params},
+        actor=actor,
+    )
+    if enqueue is not None:
+        transaction.on_commit(lambda: enqueue(op))
+    return op
+
+
+def operation_begin(*, op_id: Any, worker: str) -> Operation | None:
+    """Mark a queued operation running. None when it is gone or already ended (idempotent
+    redelivery: a task that arrives twice must not act twice)."""
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().filter(pk=op_id).first()
+        if op is None or op.state != OperationState.QUEUED:
+            return None
+        now = timezone.now()
+        op.state = OperationState.RUNNING
+        op.started_at = now
+        op.heartbeat_at = now
+        op.worker = worker
+        op.save(update_fields=["state", "started_at", "heartbeat_at", "worker"])
+        return op
+
+
+def operation_progress(
+    *, op_id: Any, stage: str | None = None, progress: float | None = None, log: str | None = None
+) -> bool:
+    """Report progress; appends `log` lines. Returns whether cancellation was requested."""
+    fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+    if stage is not None:
+        fields["stage"] = stage[:120]
+    if progress is not None:
+        fields["progress"] = max(0.0, min(1.0, float(progress)))
+    if log:
+        line = log if log.endswith("\n") else log + "\n"
+        fields["log"] = Right(Concat(F("log"), Value(line)), LOG_LIMIT)
+    Operation.objects.filter(pk=op_id, state=OperationState.RUNNING).update(**fields)
+    return bool(Operation.objects.filter(pk=op_id, cancel_requested=True).exists())
+
+
+def operation_finish(*, op_id: Any, state: str, result: dict[str, Any] | None = None, error: str = "") -> None:
+    if state not in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED):
+        raise ValueError(f"{state} is not a finishing state")
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().select_related("host").filter(pk=op_id).first()
+        if op is None or op.state not in ACTIVE_STATES:
+            return
+        op.state = state
+        op.finished_at = timezone.now()
+        op.result = result or {}
+        op.error = error[:5000]
+        if state == OperationState.SUCCEEDED:
+            op.progress = 1.0
+        op.save(update_fields=["state", "finished_at", "result", "error", "progress"])
+        audit_record(
+            action=f"operation.{state}",
+            summary=f"{op.kind} on {op.host.name} {state}" + (f": {error[:200]}" if error else ""),
+            obj=op,
+            host=op.host,
+            data={"operation": str(op.pk), "result": _audit_safe(op.result)},
+            actor=None,
+        )
+
+
+def _audit_safe(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k in {"rolled_back", "rollback_failed", "revision", "previous"}}
+
+
+def operation_cancel(*, op: Operation, actor: Any) -> Operation:
+    """Queued: cancelled at once. Running: the task stops at its next safe point."""
+    ensure_role(actor, OPERATOR)
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().get(pk=op.pk)
+        if op.state == OperationState.QUEUED:
+            op.state = OperationState.CANCELLED
+            op.finished_at = timezone.now()
+            op.error = "Cancelled before it started."
+            op.save(update_fields=["state", "finished_at", "error"])
+        elif op.state == OperationState.RUNNING:
+            op.cancel_requested = True
+            op.save(update_fields=["cancel_requested"])
+        else:
+            raise ValidationError(f"This operation already ended ({op.state}).")
+        audit_record(
+            action="operation.cancel", summary=f"cancel {op.kind} on {op.host.name}", obj=op, host=op.host, actor=actor
+        )
+    return op
+
+
+def operations_mark_lost(*, host: Any = None, worker_gone: bool = False, reason: str) -> list[Operation]:
+    """Running operations whose worker is gone become `lost`, which frees the host lock.
+
+    `worker_gone=True` (an agent starting up on `host`) marks every running operation of the
+    host; otherwise only those whose heartbeat is older than LOST_AFTER.
+    """
+    qs = Operation.objects.filter(state=OperationState.RUNNING)
+    if host is not None:
+        qs = qs.filter(host=host)
+    if not worker_gone:
+        qs = qs.filter(heartbeat_at__lt=timezone.now() - LOST_AFTER)
+    lost = []
+    with transaction.atomic():
+        for op in qs.select_for_update().select_related("host"):
+            op.state = OperationState.LOST
+            op.finished_at = timezone.now()
+            op.error = reason
+            op.save(update_fields=["state", "finished_at", "error"])
+            audit_record(
+                action="operation.lost",
+                summary=f"{op.kind} on {op.host.name} lost: {reason}",
+                obj=op,
+                host=op.host,
+                actor=None,
+            )
+            lost.append(op)
+    return lost

@@ -1,0 +1,104 @@
+"""The planner, fed from the database: a host's GPUs and a variant's facts -> FitReport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.models import DeploymentRevision, ModelVariant
+from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanRequest, plan
+from hardware.models import GPU, GpuType
+
+
+def _cc(text: str) -> tuple[int, int] | None:
+    try:
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    except (ValueError, AttributeError):
+        return None
+
+
+def gpu_spec(gpu: GPU) -> GpuSpec:
+    nvlink = bool(gpu.nvlink_active_links) if gpu.nvlink_active_links is not None else False
+    return GpuSpec(
+        name=gpu.name,
+        memory_bytes=gpu.memory_bytes,
+        compute_capability=_cc(gpu.compute_capability),
+        p2p=gpu.pcie_p2p,
+        nvlink=nvlink,
+        index=gpu.index,
+    )
+
+
+def gpu_type_specs(gpu_type: GpuType, count: int) -> tuple[GpuSpec, ...]:
+    return tuple(
+        GpuSpec(
+            name=gpu_type.name,
+            memory_bytes=gpu_type.memory_bytes,
+            compute_capability=_cc(gpu_type.compute_capability),
+            p2p=gpu_type.pcie_p2p if count > 1 else None,
+            nvlink=bool(gpu_type.nvlink) and not gpu_type.is_geforce,
+            index=i,
+        )
+        for i in range(count)
+    )
+
+
+def host_gpu_specs(host: Any) -> tuple[GpuSpec, ...]:
+    return tuple(gpu_spec(g) for g in host.gpus.select_related("gpu_type").order_by("index"))
+
+
+def plan_request(
+    *,
+    model: ModelVariant,
+    engine: str,
+    gpus: tuple[GpuSpec, ...],
+    engine_version: str = "",
+    knobs: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> PlanRequest:
+    knobs = dict(knobs or {})
+    vision = knobs.pop("vision", None)
+    return PlanRequest(
+        arch=model.model_arch,
+        engine=engine,
+        gpus=gpus,
+        engine_version=engine_version,
+        knobs=knobs,
+        env=dict(env or {}),
+        weights_bytes=model.weights_bytes,
+        checkpoint_quant=model.quant_method or None,
+        quant_bits=model.quant_bits,
+        gguf=GgufKvFacts.from_dict(model.gguf_kv) if model.gguf_kv else None,
+        vision=vision,
+        recommended_reasoning_parser=model.reasoning_parser or None,
+        recommended_tool_parser=model.tool_call_parser or None,
+        min_engine_versions=dict(model.min_engine_versions or {}),
+    )
+
+
+def plan_for_values(
+    *,
+    host: Any,
+    model: ModelVariant,
+    engine: str,
+    engine_version: str = "",
+    knobs: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> FitReport:
+    """Raises PlanInputError for knobs the planner cannot read."""
+    return plan(
+        plan_request(
+            model=model, engine=engine, gpus=host_gpu_specs(host), engine_version=engine_version, knobs=knobs, env=env
+        )
+    )
+
+
+def plan_for_revision(revision: DeploymentRevision) -> FitReport:
+    return plan_for_values(
+        host=revision.host,
+        model=revision.model_variant,
+        engine=revision.engine,
+        engine_version=revision.engine_version,
+        knobs=revision.knobs,
+        env=revision.env,
+    )

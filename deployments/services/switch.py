@@ -1,0 +1,94 @@
+"""Requesting a switch (and other host operations): planner preflight, host lock, enqueue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
+from deployments.choices import OperationKind
+from deployments.models import DeploymentRevision, Operation
+from deployments.planner import PlanInputError
+
+from .operations import operation_create
+from .planning import plan_for_revision
+
+
+class PlanRefused(ValidationError):
+    """The planner found errors; carries the report so callers can show the findings."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def _enqueue(task_name: str) -> Any:
+    def send(op: Operation) -> None:
+        from deployments import tasks
+
+        getattr(tasks, task_name).apply_async(kwargs={"op_id": str(op.pk)}, queue=op.host.queue, task_id=str(op.pk))
+
+    return send
+
+
+@transaction.atomic
+def switch_request(
+    *,
+    revision: DeploymentRevision,
+    override_reason: str = "",
+    actor: Any,
+) -> Operation:
+    """Ask the revision's host to switch to it.
+
+    The planner runs first: error findings block, unless an admin overrides with a reason
+    (recorded on the operation and in the audit log). The host lock then refuses a second
+    switch while one is queued or running.
+    """
+    ensure_role(actor, OPERATOR)
+    host = revision.host
+    try:
+        report = plan_for_revision(revision)
+    except PlanInputError as exc:
+        raise ValidationError({exc.field or "knobs": str(exc)}) from exc
+    errors = [f for f in report.findings if f.severity == "error"]
+    override = override_reason.strip()
+    if errors:
+        if not override:
+            summary = "; ".join(f"{f.code}: {f.message}" for f in errors)
+            raise PlanRefused(f"The planner refused r{revision.number}: {summary}", report)
+        if not has_role(actor, ADMIN):
+            raise ValidationError("Only an admin may override the planner.")
+    elif override:
+        override = ""  # nothing to override
+    params: dict[str, Any] = {
+        "revision": revision.number,
+        "previous": host.active_revision.number if host.active_revision else None,
+        "planner": {
+            "errors": [f.code for f in errors],
+            "warnings": [f.code for f in report.findings if f.severity == "warning"],
+        },
+    }
+    if override:
+        params["override_reason"] = override
+    return operation_create(
+        kind=OperationKind.SWITCH,
+        host=host,
+        revision=revision,
+        params=params,
+        enqueue=_enqueue("switch_host"),
+        actor=actor,
+    )
+
+
+@transaction.atomic
+def stop_request(*, host: Any, actor: Any) -> Operation:
+    ensure_role(actor, OPERATOR)
+    return operation_create(kind=OperationKind.STOP, host=host, enqueue=_enqueue("stop_engine"), actor=actor)
+
+
+@transaction.atomic
+def probe_request(*, host: Any, actor: Any) -> Operation:
+    ensure_role(actor, OPERATOR)
+    return operation_create(kind=OperationKind.PROBE, host=host, enqueue=_enqueue("probe_host"), actor=actor)

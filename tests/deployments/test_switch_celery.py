@@ -1,0 +1,149 @@
+"""The safe model switch, end to end: real Redis broker, a real agent (Celery worker bound to
+the host's queue) in another process, real PostgreSQL, real llama-server with the real
+Gemma 3 270M model."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+
+from deployments.choices import OperationState
+from deployments.host_ops import supervisor_for
+from deployments.models import ModelVariant, Operation
+from deployments.services.operations import HostBusyError
+from deployments.services.revisions import revision_create
+from deployments.services.switch import switch_request
+from hardware.models import Host
+from tests.support.agent import AgentProcess
+from tests.support.llama import free_port, gemma_model_path
+
+pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+
+
+def wait_done(op: Operation, timeout: float = 90.0) -> Operation:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        op.refresh_from_db()
+        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
+            return op
+        time.sleep(0.2)
+    raise AssertionError(f"operation still {op.state} at {op.stage}:\n{op.log}")
+
+
+def served_models(port: int) -> list[str]:
+    return [m["id"] for m in httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"]]
+
+
+@pytest.fixture
+def lab(tmp_path, catalog, operator, settings):
+    name = f"sw-{uuid.uuid4().hex[:8]}"
+    state = tmp_path / "state"
+    settings.HOST_STATE_DIR = state
+    agent = AgentProcess(name, state, tmp_path / "agent.log").start()
+    try:
+        agent.wait_registered()
+        host = Host.objects.get(name=name)
+        gemma = ModelVariant.objects.create(
+            name=f"gemma-3-270m-{name}",
+            format="gguf",
+            gguf_file=gemma_model_path(),
+            quantization="Q4_K_M",
+            arch={"architecture": "gemma3", "num_layers": 18},
+        )
+        port = free_port()
+
+        def rev(message: str, ctx: int, model: ModelVariant = gemma):
+            return revision_create(
+                host=host,
+                engine="llama.cpp",
+                model_variant=model,
+                served_name="gemma",
+                port=port,
+                knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0},
+                message=message,
+                actor=operator,
+            )
+
+        yield {"host": host, "agent": agent, "rev": rev, "port": port, "gemma": gemma, "tmp": tmp_path}
+    finally:
+        agent.stop()
+        supervisor_for(name).stop(grace=5)
+
+
+def test_switch_between_revisions_and_back(lab, operator):
+    r1 = lab["rev"]("gemma at 2k", 2048)
+    r2 = lab["rev"]("gemma at 4k", 4096)
+    for target in (r1, r2, r1):
+        op = wait_done(switch_request(revision=target, actor=operator))
+        assert op.state == OperationState.SUCCEEDED, op.log + op.error
+        assert op.result["revision"] == target.number
+        host = Host.objects.get(pk=lab["host"].pk)
+        assert host.active_revision_id == target.pk
+        assert served_models(lab["port"]) == ["gemma"]
+        props = httpx.get(f"http://127.0.0.1:{lab['port']}/props", timeout=5).json()
+        assert props["default_generation_settings"]["n_ctx"] == target.knobs["ctx_size"]
+    assert "[ready]" in op.log
+
+
+def test_broken_revision_rolls_back_to_the_previous_one(lab, operator):
+    good = lab["rev"]("gemma at 2k", 2048)
+    assert wait_done(switch_request(revision=good, actor=operator)).state == OperationState.SUCCEEDED
+    missing = ModelVariant.objects.create(
+        name=f"missing-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file=str(lab["tmp"] / "no-such-model.gguf")
+    )
+    broken = lab["rev"]("a model file that is not there", 2048, model=missing)
+
+    op = wait_done(switch_request(revision=broken, actor=operator))
+
+    assert op.state == OperationState.FAILED
+    assert op.result["rolled_back"] is True
+    assert op.result["log_tail"], "the engine's own log explains the failure"
+    assert "rolled back to r1" in op.error
+    assert Host.objects.get(pk=lab["host"].pk).active_revision_id == good.pk
+    assert served_models(lab["port"]) == ["gemma"]
+
+
+def test_a_second_switch_on_the_same_host_is_refused_while_one_runs(lab, operator):
+    r1 = lab["rev"]("gemma at 2k", 2048)
+    r2 = lab["rev"]("gemma at 4k", 4096)
+    first = switch_request(revision=r1, actor=operator)
+    with pytest.raises(HostBusyError) as exc:
+        switch_request(revision=r2, actor=operator)
+    assert "busy" in str(exc.value) and "otto" in str(exc.value)
+    assert Operation.objects.filter(host=lab["host"]).count() == 1
+    assert wait_done(first).state == OperationState.SUCCEEDED
+    # Once it ended, the host is free again.
+    assert wait_done(switch_request(revision=r2, actor=operator)).state == OperationState.SUCCEEDED
+
+
+def test_killed_worker_leaves_no_lock_and_the_operation_ends_lost(lab, operator):
+    r1 = lab["rev"]("gemma at 2k", 2048)
+    op = switch_request(revision=r1, actor=operator)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        op.refresh_from_db()
+        if op.state == OperationState.RUNNING and op.stage in ("launching", "loading", "verify", "ready"):
+            break
+        time.sleep(0.05)
+    assert op.state == OperationState.RUNNING
+    lab["agent"].kill()
+
+    # A new worker for the same host: the interrupted operation ends `lost`, the lock is free,
+    # and the host's real state is read back from the host itself.
+    agent = AgentProcess(lab["host"].name, lab["agent"].state_dir, lab["tmp"] / "agent2.log").start()
+    lab["agent"] = agent
+    agent.wait_registered()
+    op.refresh_from_db()
+    assert op.state == OperationState.LOST
+    assert "stopped in the middle" in op.error
+    host = Host.objects.get(pk=lab["host"].pk)
+    status = supervisor_for(host.name).status()
+    assert host.engine_state["running"] == status.running
+    if status.running:
+        assert host.engine_state["revision_id"] == str(r1.pk)
+    again = wait_done(switch_request(revision=r1, actor=operator))
+    assert again.state == OperationState.SUCCEEDED
+    assert Host.objects.get(pk=host.pk).active_revision_id == r1.pk
