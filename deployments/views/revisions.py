@@ -3,31 +3,16 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import VIEWER, role_required
+from deployments import selectors
+from deployments.models import DeploymentRevision
+from deployments.services.revisions import comment_create
 from hardware.models import Host
 
-from . import selectors
-from .models import DeploymentRevision, Operation
-from .services.revisions import comment_create
-
 FILTER_KEYS = ("model", "engine", "author", "tag")
-
-
-@require_GET
-@role_required(VIEWER)
-def model_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "deployments/model_list.html", {"models": selectors.model_list()})
-
-
-@require_GET
-@role_required(VIEWER)
-def audit_log(request: HttpRequest) -> HttpResponse:
-    filters = {k: request.GET.get(k, "") for k in ("action", "actor", "host")}
-    events = selectors.audit_list(filters=filters)[:200]
-    return render(request, "deployments/audit_log.html", {"events": events, "filters": filters})
 
 
 @require_GET
@@ -72,25 +57,8 @@ def revision_comment(request: HttpRequest, host: str, number: int) -> HttpRespon
     return redirect("deployments:revision_detail", host=host, number=number)
 
 
-@require_GET
-@role_required(VIEWER)
-def operation_detail(request: HttpRequest, pk: str) -> HttpResponse:
-    try:
-        op = selectors.operation_get(pk=pk)
-    except Operation.DoesNotExist as exc:
-        raise Http404("No such operation.") from exc
-    return render(request, "deployments/operation_detail.html", {"op": op})
-
-
-@require_GET
-@role_required(VIEWER)
-def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
-    try:
-        op = selectors.operation_get(pk=pk)
-    except Operation.DoesNotExist as exc:
-        raise Http404("No such operation.") from exc
-    response = render(request, "deployments/_operation_status.html", {"op": op})
-    if not op.is_active:
-        stop = HttpResponseStopPolling(response.content)
-        return stop
-    return response
+urlpatterns = [
+    path("hosts/<slug:host>/revisions/", revision_list, name="revision_list"),
+    path("hosts/<slug:host>/revisions/<int:number>/", revision_detail, name="revision_detail"),
+    path("hosts/<slug:host>/revisions/<int:number>/comment/", revision_comment, name="revision_comment"),
+]

@@ -1,0 +1,1 @@
+"""Views, one module per area; each module exports its own `urlpatterns`."""
