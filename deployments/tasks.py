@@ -91,3 +91,10 @@ def probe_host(self, op_id: str) -> None:  # noqa: ANN001
 def reap_lost_operations() -> int:
     """Beat, on the panel's queue: running operations whose worker went silent become lost."""
     return len(operations_mark_lost(reason="the worker stopped reporting (killed or its machine went away)"))
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True)
+def benchmark_host(self, op_id: str) -> None:  # noqa: ANN001
+    from deployments.host_ops import run_benchmark
+
+    run_operation(op_id, run_benchmark)

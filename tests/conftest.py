@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from deployments.services.catalog import catalog_load
+from deployments.services.revisions import revision_create
 
 
 def _user(username: str, role: str | None) -> User:
@@ -36,3 +37,51 @@ def admin_user(db: Any) -> User:
 @pytest.fixture
 def catalog(db: Any) -> None:
     catalog_load()
+
+
+@pytest.fixture
+def lab(tmp_path: Any, catalog: None, operator: User, settings: Any) -> Any:
+    """A real host agent (Celery worker on its own queue, real Redis) for a fresh host, with a
+    real Gemma 3 270M model variant and a helper that records llama.cpp revisions of it."""
+    import uuid
+
+    from deployments.host_ops import supervisor_for
+    from deployments.models import ModelVariant
+    from hardware.models import Host
+    from tests.support.agent import AgentProcess
+    from tests.support.llama import free_port, gemma_model_path
+
+    name = f"lab-{uuid.uuid4().hex[:8]}"
+    state = tmp_path / "state"
+    settings.HOST_STATE_DIR = state
+    agent = AgentProcess(name, state, tmp_path / "agent.log").start()
+    world: dict[str, Any] = {"agent": agent, "tmp": tmp_path}
+    try:
+        agent.wait_registered()
+        host = Host.objects.get(name=name)
+        gemma = ModelVariant.objects.create(
+            name=f"gemma-3-270m-{name}",
+            format="gguf",
+            gguf_file=gemma_model_path(),
+            quantization="Q4_K_M",
+            arch={"architecture": "gemma3", "num_layers": 18},
+        )
+        port = free_port()
+
+        def rev(message: str, ctx: int, model: ModelVariant = gemma, **knobs: Any) -> Any:
+            return revision_create(
+                host=host,
+                engine="llama.cpp",
+                model_variant=model,
+                served_name="gemma",
+                port=port,
+                knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0, **knobs},
+                message=message,
+                actor=operator,
+            )
+
+        world.update(host=host, rev=rev, port=port, gemma=gemma)
+        yield world
+    finally:
+        world["agent"].stop()
+        supervisor_for(name).stop(grace=5)

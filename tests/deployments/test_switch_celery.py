@@ -14,11 +14,9 @@ from deployments.choices import OperationState
 from deployments.host_ops import supervisor_for
 from deployments.models import ModelVariant, Operation
 from deployments.services.operations import HostBusyError
-from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from tests.support.agent import AgentProcess
-from tests.support.llama import free_port, gemma_model_path
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -35,42 +33,6 @@ def wait_done(op: Operation, timeout: float = 90.0) -> Operation:
 
 def served_models(port: int) -> list[str]:
     return [m["id"] for m in httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"]]
-
-
-@pytest.fixture
-def lab(tmp_path, catalog, operator, settings):
-    name = f"sw-{uuid.uuid4().hex[:8]}"
-    state = tmp_path / "state"
-    settings.HOST_STATE_DIR = state
-    agent = AgentProcess(name, state, tmp_path / "agent.log").start()
-    try:
-        agent.wait_registered()
-        host = Host.objects.get(name=name)
-        gemma = ModelVariant.objects.create(
-            name=f"gemma-3-270m-{name}",
-            format="gguf",
-            gguf_file=gemma_model_path(),
-            quantization="Q4_K_M",
-            arch={"architecture": "gemma3", "num_layers": 18},
-        )
-        port = free_port()
-
-        def rev(message: str, ctx: int, model: ModelVariant = gemma):
-            return revision_create(
-                host=host,
-                engine="llama.cpp",
-                model_variant=model,
-                served_name="gemma",
-                port=port,
-                knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0},
-                message=message,
-                actor=operator,
-            )
-
-        yield {"host": host, "agent": agent, "rev": rev, "port": port, "gemma": gemma, "tmp": tmp_path}
-    finally:
-        agent.stop()
-        supervisor_for(name).stop(grace=5)
 
 
 def test_switch_between_revisions_and_back(lab, operator):

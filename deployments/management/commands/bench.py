@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlpanel.context import change_context
+from deployments.choices import OperationState
+from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.models import BenchmarkRun
+from deployments.services.benchmarks import benchmark_request, benchmark_summary, profile_from_input
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--concurrency takes numbers like 1,2,4 (got {text!r}).") from None
+
+
+class Command(BaseCommand):
+    help = "Benchmark a host's active revision through the same path as the UI."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", required=True)
+        parser.add_argument("--profile", default=None, help="quick, sweep, single-stream, long-context, ...")
+        parser.add_argument("--concurrency", default=None, help="levels, e.g. 1,2,4")
+        parser.add_argument("--input-tokens", type=int, default=None)
+        parser.add_argument("--output-tokens", type=int, default=None)
+        parser.add_argument("--requests", type=int, default=None, help="requests per level")
+        parser.add_argument("--wait", action="store_true")
+        parser.add_argument("--timeout", type=float, default=None)
+        parser.add_argument("--json", action="store_true", help="print the stored results as JSON (implies --wait)")
+        parser.add_argument("--user", default=None)
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        host = get_host(o["host"])
+        profile = None
+        try:
+            profile = profile_from_input(
+                name=o["profile"],
+                concurrency=_ints(o["concurrency"]) if o["concurrency"] else None,
+                input_tokens=o["input_tokens"],
+                output_tokens=o["output_tokens"],
+                requests=o["requests"],
+            )
+            with change_context("cli"):
+                op = benchmark_request(host=host, profile=profile, actor=get_actor(o["user"]))
+        except ValidationError as exc:
+            raise BadInput("; ".join(exc.messages)) from exc
+        if not o["json"]:
+            self.stdout.write(f"Benchmark '{profile.name}' of {host.name} r{op.revision.number} queued ({op.pk}).")
+        if not (o["wait"] or o["json"]):
+            return
+        op = follow(op, timeout=o["timeout"], write=(lambda _line: None) if o["json"] else self.stdout.write)
+        run = BenchmarkRun.objects.filter(operation=op).select_related("revision").first()
+        if o["json"]:
+            self.stdout.write(json.dumps(benchmark_summary(run) if run else {"error": op.error}, indent=2))
+        elif run is not None:
+            for level in benchmark_summary(run)["levels"]:
+                self.stdout.write(
+                    f"{level['label']:>10}: {level['completed']} ok, {level['failed']} failed, "
+                    f"{_f(level['output_tokens_per_s'])} out tok/s, TTFT p50 {_f(level['ttft_ms']['p50'])} ms, "
+                    f"TPOT p50 {_f(level['tpot_ms']['p50'])} ms"
+                )
+        if op.state != OperationState.SUCCEEDED:
+            raise CommandError(op.error or f"Benchmark {op.state}.", returncode=1)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

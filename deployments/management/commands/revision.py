@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandParser
+
+from controlpanel.context import change_context
+from deployments.engines.base import EngineConfigError
+from deployments.engines.registry import get_adapter
+from deployments.management.cli import BadInput, get_actor, get_host, parse_pairs
+from deployments.models import DeploymentRevision, ModelVariant
+from deployments.runtime_bridge import engine_config_for_revision
+from deployments.services.revisions import revision_create
+
+
+class Command(BaseCommand):
+    help = "Revisions: create, list, show, diff."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="record a new revision; prints its number")
+        create.add_argument("--host", required=True)
+        create.add_argument("--engine")
+        create.add_argument("--engine-version", default=None)
+        create.add_argument("--model", help="catalog model name")
+        create.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
+        create.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+        create.add_argument("--served-name", default=None)
+        create.add_argument("--port", type=int, default=None)
+        create.add_argument("--tag", default="")
+        create.add_argument("--message", required=True)
+        create.add_argument(
+            "--from",
+            dest="from_number",
+            type=int,
+            default=None,
+            help="start from revision N's settings (it becomes the parent)",
+        )
+        create.add_argument("--user", default=None)
+        lst = sub.add_parser("list")
+        lst.add_argument("--host", required=True)
+        show = sub.add_parser("show")
+        show.add_argument("--host", required=True)
+        show.add_argument("number", type=int)
+        diff = sub.add_parser("diff")
+        diff.add_argument("--host", required=True)
+        diff.add_argument("a", type=int)
+        diff.add_argument("b", type=int)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = get_host(options["host"])
+        with change_context("cli"):
+            getattr(self, f"_{options['action']}")(host, options)
+
+    def _revision(self, host: Any, number: int) -> DeploymentRevision:
+        revision = (
+            DeploymentRevision.objects.select_related("model_variant", "author", "parent", "host")
+            .filter(host=host, number=number)
+            .first()
+        )
+        if revision is None:
+            raise BadInput(f"{host.name} has no revision r{number}.")
+        return revision
+
+    def _create(self, host: Any, o: dict[str, Any]) -> None:
+        base = self._revision(host, o["from_number"]) if o["from_number"] else None
+        engine = o["engine"] or (base.engine if base else None)
+        model_name = o["model"] or (base.model_variant.name if base else None)
+        if not engine or not model_name:
+            raise BadInput("--engine and --model are needed (or --from N to start from a revision).")
+        model = ModelVariant.objects.filter(name=model_name).first()
+        if model is None:
+            raise BadInput(f"No model {model_name!r} in the catalog (see the Models page or `catalog load`).")
+        same_engine = base is not None and base.engine == engine
+        version = o["engine_version"]
+        if version is None:
+            version = base.engine_version if same_engine else ""
+        knobs = dict(base.knobs) if same_engine else {}
+        knobs.update(parse_pairs(o["set"], what="--set", typed=True))
+        env = dict(base.env) if base else {}
+        env.update(parse_pairs(o["env"], what="--env", typed=False))
+        try:
+            revision = revision_create(
+                host=host,
+                engine=engine,
+                engine_version=version,
+                model_variant=model,
+                knobs=knobs,
+                env=env,
+                served_name=o["served_name"] if o["served_name"] is not None else (base.served_name if base else ""),
+                port=o["port"] or (base.port if base else None),
+                tag=o["tag"],
+                message=o["message"],
+                parent=base,
+                api_key_secret=base.api_key_secret if base else "",
+                actor=get_actor(o["user"]),
+            )
+        except ValidationError as exc:
+            raise BadInput("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())) from exc
+        self.stdout.write(str(revision.number))
+
+    def _list(self, host: Any, o: dict[str, Any]) -> None:
+        rows = DeploymentRevision.objects.filter(host=host).select_related("model_variant", "author")
+        for r in rows.order_by("number"):
+            active = "*" if host.active_revision_id == r.pk else " "
+            who = r.author.username if r.author else "-"
+            first = r.message.splitlines()[0][:60]
+            self.stdout.write(
+                f"{active} r{r.number:<4} {r.tag[:24]:<24} {r.engine:<9} {r.engine_version or '-':<8} "
+                f"{r.model_variant.name[:32]:<32} {who:<10} {r.created_at:%Y-%m-%d} {first}"
+            )
+
+    def _show(self, host: Any, o: dict[str, Any]) -> None:
+        r = self._revision(host, o["number"])
+        self.stdout.write(
+            f"r{r.number}" + (f" ({r.tag})" if r.tag else "") + (" [active]" if host.active_revision_id == r.pk else "")
+        )
+        self.stdout.write(f"parent:  {'r' + str(r.parent.number) if r.parent else '-'}")
+        self.stdout.write(f"author:  {r.author.username if r.author else '-'}   created {r.created_at:%Y-%m-%d %H:%M}")
+        self.stdout.write(f"engine:  {r.engine} {r.engine_version or '(latest)'}")
+        self.stdout.write(f"model:   {r.model_variant.name}")
+        for k, v in sorted(r.knobs.items()):
+            self.stdout.write(f"  {k} = {v}")
+        for k, v in sorted(r.env.items()):
+            self.stdout.write(f"  env {k}={v}")
+        try:
+            spec = get_adapter(r.engine).launch_spec(engine_config_for_revision(r))
+            self.stdout.write("command: " + " ".join(spec.masked_argv()))
+        except EngineConfigError as exc:
+            self.stdout.write(f"command: cannot be built: {exc}")
+        self.stdout.write("\n" + r.message)
+
+    def _diff(self, host: Any, o: dict[str, Any]) -> None:
+        from deployments.presenters import revision_diff
+
+        a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
+        from deployments.diffing import render_text
+
+        self.stdout.write(render_text(revision_diff(a, b)))

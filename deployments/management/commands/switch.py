@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlpanel.context import change_context
+from deployments.choices import OperationState
+from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.services.switch import PlanRefused, switch_request
+
+
+class Command(BaseCommand):
+    help = (
+        "Switch a host to a revision. With --wait: exit 0 when it is active and healthy, 3 when it failed "
+        "and was rolled back, 4 when it failed and could not roll back, 1 when the planner refused it, "
+        "2 for bad input."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", required=True)
+        parser.add_argument("--revision", type=int, required=True)
+        parser.add_argument("--wait", action="store_true")
+        parser.add_argument("--timeout", type=float, default=None, help="seconds to wait (with --wait)")
+        parser.add_argument("--override-reason", default="", help="admin: switch despite planner errors")
+        parser.add_argument("--user", default=None, help="act as this user (roles apply)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = get_host(options["host"])
+        revision = host.revisions.filter(number=options["revision"]).first()
+        if revision is None:
+            raise BadInput(f"{host.name} has no revision r{options['revision']}.")
+        with change_context("cli"):
+            try:
+                op = switch_request(
+                    revision=revision, override_reason=options["override_reason"], actor=get_actor(options["user"])
+                )
+            except PlanRefused as exc:
+                for f in exc.report.findings:
+                    self.stderr.write(f"{f.severity.upper():8} {f.code}: {f.message} Fix: {f.fix}")
+                raise CommandError(
+                    "The planner refused this switch (an admin may --override-reason).", returncode=1
+                ) from exc
+            except ValidationError as exc:
+                raise BadInput("; ".join(exc.messages)) from exc
+        self.stdout.write(f"Switch of {host.name} to r{revision.number} queued as operation {op.pk}.")
+        if not host.is_online:
+            self.stdout.write(self.style.WARNING(f"No worker listens on {host.queue}: start the host's agent."))
+        if not options["wait"]:
+            return
+        op = follow(op, timeout=options["timeout"], write=self.stdout.write)
+        if op.state == OperationState.SUCCEEDED:
+            self.stdout.write(self.style.SUCCESS(f"{host.name} serves r{revision.number}."))
+            return
+        if op.result.get("rolled_back"):
+            raise CommandError(op.error, returncode=3)
+        raise CommandError(op.error or f"Switch {op.state}.", returncode=4)
