@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections
 
 from deployments.choices import OperationState
 from deployments.engines.base import LaunchSpec
@@ -277,15 +278,22 @@ def run_benchmark(op: Operation) -> None:
     report = Reporter(op)
     last_check = [0.0, False]
 
+    # Both callbacks run on the load generator's callback thread: close its connection each time.
     def cancelled() -> bool:
         now = time.monotonic()
         if now - last_check[0] > 1.0:
             last_check[0] = now
-            last_check[1] = Operation.objects.filter(pk=op.pk, cancel_requested=True).exists()
+            try:
+                last_check[1] = Operation.objects.filter(pk=op.pk, cancel_requested=True).exists()
+            finally:
+                close_old_connections()
         return bool(last_check[1])
 
     def progress(done: int, total: int, level: str, message: str) -> None:
-        report(f"level {level}: {done}/{total}", done / total if total else 0.0, message)
+        try:
+            report(f"level {level}: {done}/{total}", done / total if total else 0.0, message)
+        finally:
+            close_old_connections()
 
     report("preparing", 0.0, f"benchmark '{profile.name}' of r{revision.number} at {spec.chat_url}")
     result = run_benchmark_sync(
