@@ -102,3 +102,47 @@ def plan_for_revision(revision: DeploymentRevision) -> FitReport:
         knobs=revision.knobs,
         env=revision.env,
     )
+
+
+def model_source(ref: str) -> dict[str, Any]:
+    """A catalog name, a Hugging Face config.json path or a .gguf path -> planner model facts.
+
+    Raises PlanInputError (field "model") when it is none of these or cannot be read.
+    """
+    from pathlib import Path
+
+    from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
+    from deployments.importers.hf_config import HfConfigError, load_hf_config
+    from deployments.planner import PlanInputError
+
+    variant = ModelVariant.objects.filter(name=ref).first()
+    if variant is not None:
+        return {
+            "arch": variant.model_arch,
+            "weights_bytes": variant.weights_bytes,
+            "checkpoint_quant": variant.quant_method or None,
+            "quant_bits": variant.quant_bits,
+            "gguf": GgufKvFacts.from_dict(variant.gguf_kv) if variant.gguf_kv else None,
+            "recommended_reasoning_parser": variant.reasoning_parser or None,
+            "recommended_tool_parser": variant.tool_call_parser or None,
+            "min_engine_versions": dict(variant.min_engine_versions or {}),
+        }
+    path = Path(ref)
+    try:
+        if path.suffix == ".gguf":
+            imported = read_gguf_header(path)
+            return {"arch": imported.arch, "weights_bytes": imported.file_size, "gguf": imported.kv}
+        if path.suffix == ".json" or path.is_dir():
+            hf = load_hf_config(path / "config.json" if path.is_dir() else path)
+            weights = None
+            if hf.arch.params_total and hf.quant.bits:
+                weights = hf.arch.params_total * hf.quant.bits // 8
+            return {
+                "arch": hf.arch,
+                "weights_bytes": weights,
+                "checkpoint_quant": hf.quant.method,
+                "quant_bits": hf.quant.bits,
+            }
+    except (OSError, GgufHeaderError, HfConfigError) as exc:
+        raise PlanInputError(f"Cannot read {ref}: {exc}", field="model") from exc
+    raise PlanInputError(f"{ref!r} is not a catalog model, a config.json or a .gguf file.", field="model")
