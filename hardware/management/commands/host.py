@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from controlpanel.context import change_context
 from hardware.agent_probe import local_host_name, probe_local
-from hardware.models import Host
-from hardware.services import host_probe_record
+from hardware.models import GpuType, Host
+from hardware.services import host_declare, host_probe_record
 
 
 class Command(BaseCommand):
@@ -19,13 +20,40 @@ class Command(BaseCommand):
         reg.add_argument("--name", default=None)
         reg.add_argument("--address", default="127.0.0.1")
         sub.add_parser("list", help="name, online, engine, active revision, GPUs")
+        dec = sub.add_parser("declare", help="record a host by hand before its agent first reports")
+        dec.add_argument("name")
+        dec.add_argument("--address", default="127.0.0.1")
+        dec.add_argument(
+            "--gpu",
+            action="append",
+            default=[],
+            metavar="TYPE:COUNT",
+            help="catalog GPU type and count, e.g. 'RTX 3090:6' (repeatable)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         with change_context("cli"):
             if options["action"] == "register-local":
                 self._register(options["name"] or local_host_name(), options["address"])
+            elif options["action"] == "declare":
+                self._declare(options)
             else:
                 self._list()
+
+    def _declare(self, o: dict[str, Any]) -> None:
+        gpus = []
+        for item in o["gpu"]:
+            short, _, count = item.rpartition(":")
+            gpu_type = GpuType.objects.filter(short_name__iexact=short.strip()).first()
+            if gpu_type is None or not count.isdigit():
+                known = ", ".join(GpuType.objects.values_list("short_name", flat=True))
+                raise CommandError(f"--gpu {item!r}: use TYPE:COUNT with a catalog type ({known}).", returncode=2)
+            gpus.append((gpu_type, int(count)))
+        try:
+            host = host_declare(name=o["name"], address=o["address"], gpus=gpus, actor=None)
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages), returncode=2) from exc
+        self.stdout.write(f"Declared host {host.name} with {host.gpus.count()} GPU(s); queue {host.queue}.")
 
     def _register(self, name: str, address: str) -> None:
         facts, inventory = probe_local()
