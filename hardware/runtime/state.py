@@ -1,0 +1,182 @@
+"""The supervisor's state folder: what runs, its log, watchdog pauses, a cross-process lock.
+
+Layout of STATE_DIR (one per host; every file is plain JSON or text, no secrets):
+    engine.json        the engine the panel started: pid, pgid, start ticks, revision, argv
+                       (masked), URLs, timestamps. Absent = the panel runs no engine.
+    engine.log         the engine's stdout+stderr, appended across starts (rotated to
+                       engine.log.1 above ROTATE_BYTES when an engine starts)
+    watchdog.json      the watchdog's restart history (survives a worker restart)
+    pauses/*.json      one file per watchdog pause (a switch in progress, a manual pause)
+    supervisor.lock    flock()ed while a start/stop runs, across processes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import SupervisorBusyError
+from .processes import is_alive, read_stat
+
+ROTATE_BYTES = 64 * 1024 * 1024
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class EngineRecord:
+    """engine.json: one engine process started by the panel."""
+
+    pid: int
+    pgid: int
+    start_ticks: int  # /proc/<pid>/stat field 22; guards against pid reuse
+    engine: str
+    revision_label: str
+    revision_id: str | None
+    served_name: str
+    host: str
+    port: int
+    argv: list[str]  # masked
+    env_keys: list[str]  # names only, values may be secret
+    health_url: str
+    models_url: str
+    chat_url: str
+    metrics_url: str | None
+    log_path: str
+    log_offset: int  # where this start's output begins in log_path
+    started_at: str
+    phase: str = "starting"  # "starting" while loading, "ready" once it answered
+    ready_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EngineRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class StateDir:
+    """Paths and atomic reads/writes under one host's state folder."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.pauses.mkdir(exist_ok=True)
+
+    @property
+    def engine_file(self) -> Path:
+        return self.path / "engine.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / "engine.log"
+
+    @property
+    def watchdog_file(self) -> Path:
+        return self.path / "watchdog.json"
+
+    @property
+    def pauses(self) -> Path:
+        return self.path / "pauses"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / "supervisor.lock"
+
+    # engine.json -----------------------------------------------------------------
+    def read_engine(self) -> EngineRecord | None:
+        data = read_json(self.engine_file)
+        return EngineRecord.from_json(data) if data else None
+
+    def write_engine(self, record: EngineRecord) -> None:
+        write_json(self.engine_file, asdict(record))
+
+    def clear_engine(self) -> None:
+        self.engine_file.unlink(missing_ok=True)
+
+    def rotate_log(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if self.log_file.stat().st_size > ROTATE_BYTES:
+                self.log_file.replace(self.log_file.with_suffix(".log.1"))
+
+    def clear_watchdog_retry(self) -> None:
+        """A user stopped the engine on purpose: the watchdog must not bring it back."""
+        data = read_json(self.watchdog_file)
+        if data and data.get("retry") is not None:
+            data["retry"] = None
+            write_json(self.watchdog_file, data)
+
+    # watchdog pauses -------------------------------------------------------------
+    def add_pause(self, reason: str, *, name: str | None = None, holder_pid: int | None = None) -> Path:
+        """Pause the watchdog. With `holder_pid`, the pause ends when that process dies."""
+        path = self.pauses / f"{name or uuid.uuid4().hex}.json"
+        holder = None
+        if holder_pid is not None:
+            stat = read_stat(holder_pid)
+            holder = {"pid": holder_pid, "start_ticks": stat.start_ticks if stat else None}
+        write_json(path, {"reason": reason, "since": utc_now_iso(), "holder": holder})
+        return path
+
+    def remove_pause(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    def active_pauses(self) -> list[dict[str, Any]]:
+        """Pauses in force. A pause whose holder process died (a crashed switch) is removed."""
+        active = []
+        for path in sorted(self.pauses.glob("*.json")):
+            data = read_json(path)
+            if data is None:
+                continue
+            holder = data.get("holder")
+            if holder and not is_alive(int(holder["pid"]), holder.get("start_ticks")):
+                path.unlink(missing_ok=True)
+                continue
+            active.append(data)
+        return active
+
+    # lock ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self, timeout: float = 30.0) -> Iterator[None]:
+        """Hold the host's supervisor lock (flock, so it is released if the holder dies)."""
+        with open(self.lock_file, "a+") as fh:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SupervisorBusyError(
+                            f"another start/stop holds {self.lock_file} (waited {timeout:.0f} s)"
+                        ) from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically (temp file + rename), so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)

