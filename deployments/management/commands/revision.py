@@ -132,9 +132,8 @@ class Command(BaseCommand):
         self.stdout.write("\n" + r.message)
 
     def _diff(self, host: Any, o: dict[str, Any]) -> None:
-        from deployments.presenters import revision_diff
+        from deployments.diffing import render_text
+        from deployments.views._revision_views import changes_between
 
         a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
-        from deployments.diffing import render_text
-
-        self.stdout.write(render_text(revision_diff(a, b)))
+        self.stdout.write(render_text(changes_between(a, b)))
