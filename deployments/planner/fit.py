@@ -1,0 +1,286 @@
+"""plan(request) -> FitReport: size weights, KV and overheads per GPU, then run the rules."""
+
+from __future__ import annotations
+
+import math
+
+from deployments.arch import ModelArch
+from deployments.planner import rules
+from deployments.planner.gpus import GpuSpec
+from deployments.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
+from deployments.planner.knobs import Settings, parse_settings
+from deployments.planner.kv import (
+    TORCH_DTYPE_BYTES,
+    attn_bytes_per_token_layer,
+    bottleneck_stage,
+    gdn_state_bytes_layer,
+    hybrid_block_size,
+    layer_counts,
+    llama_kv,
+    llama_layers_from_arch,
+    llama_layers_from_gguf,
+    model_dtype_bytes,
+)
+from deployments.planner.memory import (
+    SGLANG_MEM_FRACTION_DEFAULT,
+    GiB,
+    llama_overheads,
+    mtp_head_bytes,
+    sglang_overheads,
+    vllm_batch_defaults,
+    vllm_default_util,
+    vllm_overheads,
+)
+from deployments.planner.report import Context, FitReport
+
+
+def plan(request: PlanRequest) -> FitReport:
+    """Judge one deployment. Raises PlanInputError for bad input; never does I/O."""
+    if request.engine not in ENGINES:
+        raise PlanInputError(f"unknown engine {request.engine!r}; expected one of {', '.join(ENGINES)}", field="engine")
+    settings = parse_settings(request.engine, request.knobs, request.env)
+    gpus = _visible_gpus(request)
+    ctx = Context(request=request, settings=settings, gpus=gpus, gpus_present=len(request.gpus))
+    ctx.counts = layer_counts(request.arch)
+    ctx.vision_on = _vision_on(request, settings)
+    if request.engine in GPU_SPLIT_ENGINES:
+        _size_gpu_split(ctx)
+    else:
+        _size_layer_split(ctx)
+    rules.run(ctx)
+    return _report(ctx)
+
+
+def spec_is_mtp(settings: Settings) -> bool:
+    method = settings.spec_method or ""
+    return method == "mtp" or method.endswith("_mtp")
+
+
+def _visible_gpus(request: PlanRequest) -> tuple[GpuSpec, ...]:
+    visible = (request.env or {}).get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return tuple(request.gpus)
+    by_index = {g.index if g.index is not None else i: g for i, g in enumerate(request.gpus)}
+    picked = []
+    for part in visible.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) not in by_index:
+            raise PlanInputError(f"CUDA_VISIBLE_DEVICES names GPU {part!r}, which this host does not have", field="env")
+        picked.append(by_index[int(part)])
+    return tuple(picked)
+
+
+def _vision_on(request: PlanRequest, settings: Settings) -> bool:
+    if settings.language_model_only:
+        return False
+    if request.vision is not None:
+        return request.vision
+    return bool(request.arch.has_vision)
+
+
+def _native(arch: ModelArch, settings: Settings, gguf_ctx: int | None = None) -> int | None:
+    native = settings.native_override or arch.native_context or gguf_ctx
+    if native and settings.rope_factor:
+        return int(native * settings.rope_factor)
+    return native
+
+
+def _size_gpu_split(ctx: Context) -> None:
+    s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    world = s.tp * s.pp
+    ctx.used = ctx.gpus[:world] if len(ctx.gpus) >= world else ()
+    ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
+    ctx.native_context = _native(arch, s)
+    ctx.max_model_len = s.max_model_len or arch.native_context
+    default_tokens, default_seqs = vllm_batch_defaults(ctx.gpu_memory or 24 * GiB)
+    ctx.batched_tokens = s.max_num_batched_tokens or default_tokens
+    ctx.max_num_seqs = s.max_num_seqs or default_seqs
+    mtp = spec_is_mtp(s)
+    spec_tokens = s.spec_tokens if s.spec_method else 0
+
+    if req.weights_bytes is not None:
+        weights = req.weights_bytes
+        head = mtp_head_bytes(arch) if arch.has_mtp else None
+        if head and not mtp:  # vLLM skips the mtp.* tensors unless MTP drafting is on
+            weights = max(0, weights - head)
+        ctx.weights_per_gpu = max(0, math.ceil(weights / world) - s.cpu_offload_bytes)
+
+    kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
+    a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
+    counts = ctx.counts
+    if a is None or counts is None:
+        return
+    stage = bottleneck_stage(arch, counts, s.pp)
+    full_layers = stage.full + ((arch.mtp_num_layers or 1) if mtp else 0)
+    ctx.per_token_gpu = a * full_layers
+    ctx.per_token_total = a * (counts.full + ((arch.mtp_num_layers or 1) if mtp else 0)) * s.tp
+    vllm = req.engine == "vllm"
+    ctx.block = (s.block_size or 16) if vllm else 1
+    state_total = 0
+    if counts.linear:
+        conv = s.mamba_conv_bytes or model_dtype_bytes(arch)
+        ssm = s.mamba_ssm_bytes or TORCH_DTYPE_BYTES.get((arch.mamba_ssm_dtype or "").lower(), conv)
+        page = gdn_state_bytes_layer(arch, s.tp, conv_bytes=conv, ssm_bytes=ssm, spec_tokens=spec_tokens)
+        if page:
+            if vllm and a:
+                ctx.hybrid_block = ctx.block = hybrid_block_size(a, page, s.block_size)
+                prefix = s.prefix_caching if s.prefix_caching is not None else True
+                # blocks per request: 1 + spec ("none" mode), one more in "align" mode (engines.md §4)
+                state_total += stage.linear * (1 + spec_tokens + (1 if prefix else 0)) * ctx.block * int(a)
+            else:
+                state_total += stage.linear * page
+    if stage.sliding and arch.sliding_window:
+        window_tokens = min(arch.sliding_window - 1 + ctx.batched_tokens, ctx.max_model_len or arch.sliding_window)
+        blocks = math.ceil(window_tokens / ctx.block) + (1 if vllm else 0)
+        state_total += int(stage.sliding * blocks * ctx.block * a)
+    ctx.state_per_seq_gpu = state_total
+
+    if req.engine == "vllm":
+        ctx.overheads = vllm_overheads(
+            arch,
+            tp=s.tp,
+            world=world,
+            batched_tokens=ctx.batched_tokens,
+            max_num_seqs=ctx.max_num_seqs,
+            vision=ctx.vision_on,
+            enforce_eager=s.enforce_eager,
+            version=req.engine_version,
+        )
+        util = s.mem_util or vllm_default_util(req.engine_version)
+        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * util)
+    else:
+        ctx.overheads = sglang_overheads(world=world)
+        fraction = s.mem_util or SGLANG_MEM_FRACTION_DEFAULT
+        ctx.budget_per_gpu = int((ctx.gpu_memory - ctx.overheads.non_torch) * fraction) + ctx.overheads.non_torch
+    if not ctx.used:
+        return
+    if s.kv_cache_memory_bytes:
+        ctx.pool_per_gpu = s.kv_cache_memory_bytes
+    elif ctx.weights_per_gpu is not None:
+        ctx.pool_per_gpu = ctx.budget_per_gpu - ctx.weights_per_gpu - ctx.overheads.total
+    _capacity(ctx, world)
+
+
+def _seq_bytes(ctx: Context, length: int) -> float:
+    assert ctx.per_token_gpu is not None
+    return math.ceil(length / ctx.block) * ctx.block * ctx.per_token_gpu + ctx.state_per_seq_gpu
+
+
+def _capacity(ctx: Context, world: int) -> None:
+    pool = ctx.pool_per_gpu
+    if pool is None or ctx.per_token_gpu is None:
+        return
+    ctx.kv_cache_bytes = max(0, pool) * world
+    if pool <= 0 or not ctx.per_token_gpu:
+        ctx.full_len_seqs, ctx.max_ctx_one, ctx.pool_tokens = 0, 0, 0
+        return
+    length = ctx.max_model_len
+    if length:
+        per_seq = _seq_bytes(ctx, length)
+        ctx.full_len_seqs = int(pool // per_seq)
+        # what vLLM logs as "GPU KV cache size": int(max_concurrency x max_model_len)
+        ctx.pool_tokens = int(pool / per_seq * length)
+    else:
+        ctx.pool_tokens = int(max(0, pool - ctx.state_per_seq_gpu) // ctx.per_token_gpu)
+    room = pool - ctx.state_per_seq_gpu
+    tokens = int(room // ctx.per_token_gpu) // ctx.block * ctx.block if room > 0 else 0
+    if ctx.native_context:
+        tokens = min(tokens, ctx.native_context)
+    ctx.max_ctx_one = tokens
+
+
+def _size_layer_split(ctx: Context) -> None:
+    s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    layers = llama_layers_from_gguf(req.gguf) if req.gguf else llama_layers_from_arch(arch)
+    ctx.native_context = _native(arch, s, req.gguf.context_length if req.gguf else None)
+    total_vram = sum(g.memory_bytes for g in ctx.gpus)
+    if req.engine == "ollama":
+        # Ollama: one context per parallel request (docs/faq: memory ~ parallel x ctx); default
+        # context from VRAM: <24 GiB 4k, 24-48 GiB 32k, >=48 GiB 256k (engines.md §6).
+        n_seq = s.parallel or 1
+        per_seq = s.ctx_size or (4096 if total_vram < 24 * GiB else 32768 if total_vram < 48 * GiB else 262144)
+        if ctx.native_context:
+            per_seq = min(per_seq, ctx.native_context)
+        ctx_size, unified = per_seq * n_seq, False
+    else:
+        auto = s.parallel is None or s.parallel < 0
+        n_seq = 4 if auto else s.parallel  # tools/server/server.cpp: auto -> 4 slots, unified KV
+        unified = True if auto else bool(s.kv_unified)
+        ctx_size = s.ctx_size or None  # 0 = the model's trained context
+    assert n_seq is not None
+    ctx.max_num_seqs = n_seq
+    if layers is None:
+        return
+    kv = llama_kv(
+        layers,
+        ctx_size=ctx_size,
+        n_seq=n_seq,
+        unified=unified,
+        bytes_k=s.kv_bytes_k or 2.0,
+        bytes_v=s.kv_bytes_v or 2.0,
+        n_ubatch=s.ubatch_size,
+        swa_full=s.swa_full,
+    )
+    n_layer = len(layers.kv_widths)
+    offloaded = n_layer if s.n_gpu_layers is None else min(s.n_gpu_layers, n_layer)
+    share = _layer_shares(ctx.gpus, s) if offloaded and ctx.gpus else []
+    ctx.used = tuple(g for g, part in zip(ctx.gpus, share, strict=False) if part > 0)
+    frac = (offloaded / n_layer if n_layer else 0.0) * max(share, default=0.0)
+    ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
+    ctx.max_model_len = kv.n_ctx_seq
+    ctx.kv_cache_bytes = kv.kv_bytes
+    ctx.per_token_total = kv.bytes_per_token
+    ctx.per_token_gpu = kv.bytes_per_token * frac if ctx.used else None
+    ctx.state_per_seq_gpu = int((kv.swa_bytes / max(1, n_seq) + layers.recurrent_bytes_per_seq) * frac)
+    ctx.pool_tokens = kv.n_ctx
+    ctx.max_ctx_one = kv.n_ctx_seq
+    ctx.full_len_seqs = 1 if unified else n_seq
+    ctx.block = 256
+    weights = req.weights_bytes or (req.gguf.file_size if req.gguf else None)
+    if weights is not None:
+        ctx.weights_per_gpu = int(weights * frac)
+    if ctx.used:
+        ctx.overheads = llama_overheads(arch, ubatch=s.ubatch_size, on_gpu=True)
+        ctx.budget_per_gpu = ctx.gpu_memory
+        kv_gpu = int((kv.kv_bytes + kv.recurrent_bytes) * frac)
+        ctx.pool_per_gpu = kv_gpu
+
+
+def _layer_shares(gpus: tuple[GpuSpec, ...], s: Settings) -> list[float]:
+    """Fraction of the offloaded layers each GPU holds (-sm layer; -ts, else by memory)."""
+    if s.split_mode == "none":
+        return [1.0] + [0.0] * (len(gpus) - 1)
+    weights = list(s.tensor_split[: len(gpus)]) if s.tensor_split else [float(g.memory_bytes) for g in gpus]
+    weights += [0.0] * (len(gpus) - len(weights))
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def _report(ctx: Context) -> FitReport:
+    s = ctx.settings
+    gpu_split = ctx.request.engine in GPU_SPLIT_ENGINES
+    return FitReport(
+        engine=ctx.request.engine,
+        tp=s.tp if gpu_split else 1,
+        pp=s.pp if gpu_split else 1,
+        gpus_used=len(ctx.used),
+        gpus_present=ctx.gpus_present,
+        weights_bytes_per_gpu=ctx.weights_per_gpu,
+        kv_bytes_per_token=_int(ctx.per_token_total),
+        kv_bytes_per_token_per_gpu=_int(ctx.per_token_gpu),
+        state_bytes_per_sequence_per_gpu=ctx.state_per_seq_gpu if ctx.per_token_gpu is not None else None,
+        kv_pool_bytes_per_gpu=ctx.pool_per_gpu,
+        kv_pool_tokens=ctx.pool_tokens,
+        kv_cache_bytes=ctx.kv_cache_bytes,
+        max_model_len=ctx.max_model_len,
+        max_concurrent_full_length=ctx.full_len_seqs,
+        max_context_one_sequence=ctx.max_ctx_one,
+        max_num_seqs=ctx.max_num_seqs,
+        block_size=ctx.block if ctx.per_token_gpu is not None else None,
+        overheads_per_gpu=ctx.overheads.to_dict() if ctx.used else {},
+        findings=tuple(sorted(ctx.findings, key=lambda f: ("error", "warning", "info").index(f.severity))),
+    )
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(round(value))
