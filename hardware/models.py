@@ -54,6 +54,8 @@ class Host(models.Model):
     )
     engine_state = models.JSONField(default=dict, blank=True)  # as last reported by the host itself
     engine_metrics = models.JSONField(default=dict, blank=True)
+    # Engines the panel installed here: {engine: {version: {"path": ..., "installed_at": ...}}}
+    engine_installs = models.JSONField(default=dict, blank=True)
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

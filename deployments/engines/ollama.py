@@ -15,11 +15,12 @@ from deployments.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    InstallStep,
     KvCapacity,
     LaunchSpec,
 )
 from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, url_host
-from deployments.engines.scripts import InstallStep, ScriptsMixin
+from deployments.engines.scripts import ScriptsMixin, plan_of
 from deployments.engines.versions import parse_version
 
 
@@ -118,21 +119,59 @@ class OllamaAdapter(ScriptsMixin):
 
         return LlamaCppAdapter().parse_kv_capacity(log_text)
 
-    def install_steps(self, version: str, *, venv_dir: str) -> list[InstallStep]:
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
         """The official installer (https://ollama.com/install.sh) honours OLLAMA_VERSION.
-        It needs root and network access. Ollama is one binary, so `venv_dir` only holds
-        the downloaded installer."""
+        It needs root and network access (no wheelhouse). Ollama is one binary, so
+        `venv_dir` only holds the downloaded installer; it finds CUDA by itself."""
+        if wheelhouse or source_dir:
+            field = "wheelhouse" if wheelhouse else "source_dir"
+            raise EngineConfigError(f"Ollama installs with its own installer; drop the {field}", field=field)
         parsed = parse_version(self.name, version)
         env = {} if parsed.latest else {"OLLAMA_VERSION": parsed.raw.lstrip("v")}
-        script = f"{venv_dir.rstrip('/')}/ollama-install.sh"
+        folder = venv_dir.rstrip("/")
+        script = f"{folder}/ollama-install.sh"
         return [
-            InstallStep(("mkdir", "-p", venv_dir.rstrip("/")), "make the download folder"),
+            InstallStep(("mkdir", "-p", folder), "make the download folder"),
             InstallStep(
                 ("curl", "-fsSL", "-o", script, "https://ollama.com/install.sh"),
                 "download the official installer",
+                timeout=600,
             ),
-            InstallStep(("sh", script), "run the official installer", env=env),
+            InstallStep(("sh", script), "run the official installer", env=env, timeout=3600),
         ]
 
-    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
-        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]
+    def install_plan(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[list[str]]:
+        return plan_of(
+            self.install_steps(
+                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
+            )
+        )
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        return None  # not a pip install: nothing to read back from a venv
+
+    def install_version(self, version: str) -> str:
+        """Ollama may install its latest release ("")."""
+        parsed = parse_version(self.name, version)
+        return "" if parsed.latest else parsed.raw.lstrip("v")
+
+    def version_from_distribution(self, found: str) -> str:
+        return found

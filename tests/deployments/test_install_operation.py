@@ -1,0 +1,227 @@
+"""Engine installs as operations: the service validates and queues; the real host agent runs
+the adapter's steps (offline, from a wheelhouse built here), streams pip's output into the
+operation, reads the version back from the venv and records it on the host."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management import CommandError, call_command
+
+from deployments import tasks
+from deployments.choices import OperationKind, OperationState
+from deployments.host_ops import install_dir, resolve_binary
+from deployments.models import AuditEvent, Operation
+from deployments.services.installs import install_record, install_request
+from hardware.models import Host
+from tests.hardware.runtime.test_installs import build_wheel
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def host(db: Any) -> Host:
+    return Host.objects.create(name="gpu-1", nvml_available=True)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(tasks.install_engine, "apply_async", lambda **kw: calls.append(kw))
+    return calls
+
+
+# --- the service -------------------------------------------------------------------------
+
+
+def test_install_request_records_an_operation_and_enqueues_it_on_the_hosts_queue(
+    host, operator, sent, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        op = install_request(host=host, engine="vllm", version="v0.22.0", wheelhouse="/srv/wheels/", actor=operator)
+    op.refresh_from_db()
+    assert op.kind == OperationKind.INSTALL and op.state == OperationState.QUEUED and op.exclusive
+    assert op.requested_by == operator and op.revision is None
+    assert op.params == {
+        "engine": "vllm",
+        "version": "0.22.0",
+        "source_dir": None,
+        "cuda": True,  # the host has NVIDIA GPUs
+        "wheelhouse": "/srv/wheels",
+    }
+    assert sent == [{"kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}]
+    assert AuditEvent.objects.filter(action="operation.install", object_id=str(op.pk), actor=operator).exists()
+
+
+def test_llama_cpp_source_builds_may_take_the_current_checkout(host, operator, sent):
+    op = install_request(host=host, engine="llama.cpp", version="", source_dir="/src/llama.cpp", cuda=False, actor=None)
+    assert op.params["version"] == "" and op.params["source_dir"] == "/src/llama.cpp" and op.params["cuda"] is False
+    pinned = Operation.objects.filter(pk=op.pk)
+    pinned.update(state=OperationState.SUCCEEDED)  # free the host lock for the next request
+    op = install_request(host=host, engine="llama.cpp", version="7000", actor=operator)
+    assert op.params["version"] == "b7000"
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "options", "field"),
+    [
+        ("tensorrt-llm", "1.0.0", {}, "engine"),
+        ("vllm", "", {}, "version"),
+        ("vllm", "latest", {}, "version"),
+        ("vllm", "0.22", {}, "version"),
+        ("sglang", ">=0.5.0", {}, "version"),
+        ("vllm", "0.22.0; rm -rf /", {}, "version"),
+        ("llama.cpp", "", {}, "version"),
+        ("llama.cpp", "master", {}, "version"),
+        ("vllm", "0.22.0", {"wheelhouse": "wheels"}, "wheelhouse"),
+        ("vllm", "0.22.0", {"source_dir": "/src/vllm"}, "source_dir"),
+        ("llama.cpp", "b7000", {"source_dir": "llama.cpp"}, "source_dir"),
+        ("ollama", "0.12.3", {"wheelhouse": "/srv/wheels"}, "wheelhouse"),
+    ],
+)
+def test_bad_engines_versions_and_paths_are_refused_and_nothing_is_written(
+    host, operator, sent, django_capture_on_commit_callbacks, engine, version, options, field
+):
+    with django_capture_on_commit_callbacks() as callbacks, pytest.raises(ValidationError) as info:
+        install_request(host=host, engine=engine, version=version, actor=operator, **options)
+    assert field in info.value.message_dict, info.value.message_dict
+    assert not Operation.objects.exists()
+    assert not AuditEvent.objects.exists()
+    assert callbacks == [] and sent == []
+
+
+def test_a_viewer_may_not_install(host, viewer, sent):
+    with pytest.raises(PermissionDenied):
+        install_request(host=host, engine="vllm", version="0.22.0", actor=viewer)
+    assert not Operation.objects.exists()
+
+
+def test_install_record_keeps_every_version_with_an_audit_row(host):
+    install_record(host=host, engine="vllm", version="0.22.0", path="/s/venvs/vllm-0.22.0", binary="/s/v/bin/vllm")
+    install_record(host=host, engine="vllm", version="0.23.0", path="/s/venvs/vllm-0.23.0")
+    install_record(host=host, engine="ollama", version="", path="/s/venvs/ollama-latest")
+    host.refresh_from_db()
+    assert set(host.engine_installs) == {"vllm", "ollama"}
+    assert set(host.engine_installs["vllm"]) == {"0.22.0", "0.23.0"}
+    assert host.engine_installs["vllm"]["0.22.0"]["path"] == "/s/venvs/vllm-0.22.0"
+    assert host.engine_installs["vllm"]["0.22.0"]["binary"] == "/s/v/bin/vllm"
+    assert host.engine_installs["vllm"]["0.22.0"]["installed_at"]
+    assert set(host.engine_installs["ollama"]) == {"latest"}
+    assert AuditEvent.objects.filter(action="engine.install", host=host).count() == 3
+    with pytest.raises(ValidationError):
+        install_record(host=host, engine="tgi", version="1.0.0", path="/x")
+
+
+def test_resolve_binary_finds_what_the_panel_installed(tmp_path: Path, settings):
+    settings.HOST_STATE_DIR = tmp_path
+    settings.ENGINE_BINARIES = {}
+    venv = install_dir("vllm", "0.22.0")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "vllm").write_text("#!/bin/sh\n")
+    assert resolve_binary("vllm", "0.22.0") == str(venv / "bin" / "vllm")
+    assert resolve_binary("vllm", "v0.22.0") == str(venv / "bin" / "vllm")  # the same release
+    # A llama.cpp source build recorded on the host: its build/bin/llama-server.
+    src = tmp_path / "llama.cpp"
+    (src / "build" / "bin").mkdir(parents=True)
+    (src / "build" / "bin" / "llama-server").write_text("")
+    installs = {"llama.cpp": {"b7000": {"path": str(src), "installed_at": "2026-01-01T00:00:00"}}}
+    assert resolve_binary("llama.cpp", "b7000", installs=installs) == str(src / "build" / "bin" / "llama-server")
+    settings.ENGINE_BINARIES = {"vllm": "/opt/pinned/vllm"}
+    assert resolve_binary("vllm", "0.22.0") == "/opt/pinned/vllm"  # configured by hand wins
+
+
+def test_the_command_line_refuses_bad_input_with_exit_2(host):
+    for args in (
+        ["--engine", "tensorrt-llm", "--version", "1.0.0"],
+        ["--engine", "vllm", "--version", "0.22"],
+        ["--engine", "vllm", "--version", "0.22.0", "--wheelhouse", "relative"],
+    ):
+        with pytest.raises(CommandError) as info:
+            run("engine", "install", "--host", host.name, *args)
+        assert info.value.returncode == 2
+    with pytest.raises(CommandError) as info:
+        run("engine", "list", "--host", "nope")
+    assert info.value.returncode == 2
+    assert not Operation.objects.exists()
+    assert "No engines installed" in run("engine", "list", "--host", host.name)
+
+
+# --- end to end through the real host agent ------------------------------------------------
+
+
+@pytest.mark.engine
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, operator, tmp_path: Path):
+    host = lab["host"]
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    # A tiny stand-in for vLLM (a real wheel with a `vllm` console script), two releases.
+    build_wheel(wheelhouse, "vllm", "0.22.0", console_script="vllm")
+    build_wheel(wheelhouse, "vllm", "0.23.0", console_script="vllm")
+
+    op = install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(wheelhouse), actor=operator)
+    seen: list[tuple[str, float, str]] = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        op.refresh_from_db()
+        seen.append((op.state, op.progress, op.log))
+        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
+            break
+        time.sleep(0.2)
+    assert op.state == OperationState.SUCCEEDED, (op.error, op.log[-3000:], lab["agent"].log_tail())
+    assert op.progress == 1.0
+    # The log streamed while the install ran: pip's own lines, step by step.
+    running = [(p, log) for state, p, log in seen if state == OperationState.RUNNING]
+    assert any("step 1/3" in log and "Successfully installed" not in log for _, log in running)
+    assert any(0.0 < p < 1.0 for p, _ in running)
+    assert "--no-index --find-links " + str(wheelhouse) in op.log
+    assert "Successfully installed vllm-0.22.0" in op.log
+    assert "read back" in op.log
+
+    host.refresh_from_db()
+    entry = host.engine_installs["vllm"]["0.22.0"]
+    venv = Path(lab["tmp"]) / "state" / "venvs" / "vllm-0.22.0"
+    assert entry["path"] == str(venv)
+    assert entry["package_version"] == "0.22.0"  # read back from the venv, not the request
+    assert entry["binary"] == str(venv / "bin" / "vllm")
+    assert subprocess.run([entry["binary"]], capture_output=True, text=True, check=True).stdout.strip() == "0.22.0"
+    assert resolve_binary("vllm", "0.22.0", installs=host.engine_installs) == entry["binary"]
+    assert op.result["version"] == "0.22.0" and op.result["binary"] == entry["binary"]
+    assert AuditEvent.objects.filter(action="engine.install", host=host, actor=operator).exists()
+    listed = run("engine", "list", "--host", host.name)
+    assert "vllm" in listed and "0.22.0" in listed and str(venv) in listed
+
+    # A release the wheelhouse does not have: exit 1 with pip's reason; nothing recorded.
+    with pytest.raises(CommandError) as failed:
+        run(
+            "engine",
+            "install",
+            "--host",
+            host.name,
+            "--engine",
+            "vllm",
+            "--version",
+            "0.24.0",
+            "--wheelhouse",
+            str(wheelhouse),
+            "--wait",
+            "--timeout",
+            "240",
+        )
+    assert failed.value.returncode == 1
+    assert "No matching distribution found for vllm==0.24.0" in str(failed.value)
+    host.refresh_from_db()
+    assert set(host.engine_installs["vllm"]) == {"0.22.0"}
+    bad = Operation.objects.filter(host=host, kind=OperationKind.INSTALL).order_by("-created_at").first()
+    assert bad.state == OperationState.FAILED and bad.result["log_tail"]
