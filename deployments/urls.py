@@ -1,4 +1,4 @@
-from .views import audit, benchmarks, models, operations, revisions
+from .views import audit, benchmarks, diff, exports, models, operations, revisions
 
 app_name = "deployments"
 
@@ -8,4 +8,6 @@ urlpatterns = [
     *models.urlpatterns,
     *audit.urlpatterns,
     *benchmarks.urlpatterns,
+    *diff.urlpatterns,
+    *exports.urlpatterns,
 ]

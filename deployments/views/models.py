@@ -1,12 +1,22 @@
+"""Model catalog: browse it, import a variant from a config.json or a GGUF header."""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.urls import path
-from django.views.decorators.http import require_GET
+from typing import Any
 
-from controlpanel.roles import VIEWER, role_required
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_GET, require_POST
+
+from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import selectors
+from deployments.forms import GgufImportForm, HfConfigImportForm, apply_error
+from deployments.services.imports import model_variant_import_gguf, model_variant_import_hf_config
+
+from ._dispatch import by_method
 
 
 @require_GET
@@ -15,6 +25,64 @@ def model_list(request: HttpRequest) -> HttpResponse:
     return render(request, "deployments/model_list.html", {"models": selectors.model_list()})
 
 
+def _import_page(request: HttpRequest, *, hf: HfConfigImportForm, gguf: GgufImportForm) -> HttpResponse:
+    return render(request, "deployments/model_import.html", {"hf_form": hf, "gguf_form": gguf})
+
+
+@require_GET
+@role_required(VIEWER)
+def model_import_page(request: HttpRequest) -> HttpResponse:
+    return _import_page(request, hf=HfConfigImportForm(prefix="hf"), gguf=GgufImportForm(prefix="gguf"))
+
+
+@require_POST
+@role_required(OPERATOR)
+def model_import_submit(request: HttpRequest) -> HttpResponse:
+    hf = HfConfigImportForm(prefix="hf")
+    gguf = GgufImportForm(prefix="gguf")
+    source = request.POST.get("source")
+    variant: Any = None
+    if source == "gguf":
+        gguf = GgufImportForm(request.POST, prefix="gguf")
+        if gguf.is_valid():
+            try:
+                variant = model_variant_import_gguf(
+                    path=gguf.cleaned_data["path"],
+                    name=gguf.cleaned_data["name"],
+                    family=gguf.cleaned_data["family"],
+                    generation=gguf.cleaned_data["generation"],
+                    actor=request.user,
+                )
+            except ValidationError as exc:
+                apply_error(gguf, exc, fallback="path")
+    else:
+        hf = HfConfigImportForm(request.POST, request.FILES, prefix="hf")
+        if hf.is_valid():
+            data = hf.cleaned_data
+            try:
+                variant = model_variant_import_hf_config(
+                    text=data["text"],
+                    name=data["name"],
+                    repo_id=data["repo_id"],
+                    family=data["family"],
+                    generation=data["generation"],
+                    quantization=data["quantization"],
+                    weights_bytes=data["weights_bytes"],
+                    tool_call_parser=data["tool_call_parser"],
+                    reasoning_parser=data["reasoning_parser"],
+                    actor=request.user,
+                )
+            except ValidationError as exc:
+                apply_error(hf, exc, fallback="config")
+    if variant is None:
+        return _import_page(request, hf=hf, gguf=gguf)
+    messages.success(request, f"Imported {variant.name} into the catalog.")
+    return redirect("deployments:model_list")
+
+
+model_import = by_method(get=model_import_page, post=model_import_submit)
+
 urlpatterns = [
     path("models/", model_list, name="model_list"),
+    path("models/import/", model_import, name="model_import"),
 ]

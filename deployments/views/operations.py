@@ -1,14 +1,20 @@
+"""Operation pages: live status (polling stops when the operation ends) and cancel."""
+
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.urls import path
-from django.views.decorators.http import require_GET
-from django_htmx.http import HttpResponseStopPolling
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
-from controlpanel.roles import VIEWER, role_required
-from deployments import selectors
+from controlpanel.roles import OPERATOR, VIEWER, role_required
+from deployments import presenters, selectors
 from deployments.models import Operation
+from deployments.services.operations import operation_cancel
+
+from ._dispatch import by_method, is_partial
 
 
 def _operation_or_404(pk: str) -> Operation:
@@ -34,7 +40,31 @@ def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
     return response
 
 
+@require_GET
+@role_required(VIEWER)
+def operation_cancel_confirm(request: HttpRequest, pk: str) -> HttpResponse:
+    op = _operation_or_404(pk)
+    template = "deployments/_operation_cancel.html" if is_partial(request) else "deployments/operation_cancel.html"
+    return render(request, template, {"op": op, "errors": []})
+
+
+@require_POST
+@role_required(OPERATOR)
+def operation_cancel_request(request: HttpRequest, pk: str) -> HttpResponse:
+    op = _operation_or_404(pk)
+    try:
+        operation_cancel(op=op, actor=request.user)
+    except ValidationError as exc:
+        template = "deployments/_operation_cancel.html" if is_partial(request) else "deployments/operation_cancel.html"
+        return render(request, template, {"op": op, "errors": presenters.validation_messages(exc)})
+    url = reverse("deployments:operation_detail", args=[op.pk])
+    return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+
+
+operation_cancel_view = by_method(get=operation_cancel_confirm, post=operation_cancel_request)
+
 urlpatterns = [
     path("operations/<uuid:pk>/", operation_detail, name="operation_detail"),
     path("operations/<uuid:pk>/status/", operation_status, name="operation_status"),
+    path("operations/<uuid:pk>/cancel/", operation_cancel_view, name="operation_cancel"),
 ]

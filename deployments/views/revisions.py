@@ -1,31 +1,43 @@
+"""Revision pages: history, one revision, a new revision (with the live planner), comments,
+and the switch to a revision (confirmation with findings and the diff from the active one)."""
+
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import path
+from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
-from controlpanel.roles import VIEWER, role_required
-from deployments import selectors
+from controlpanel.roles import OPERATOR, VIEWER, role_required
+from deployments import presenters, selectors
+from deployments.choices import Engine
+from deployments.engines.base import EngineConfigError
+from deployments.engines.registry import get_adapter
+from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
 from deployments.models import DeploymentRevision
-from deployments.services.revisions import comment_create
+from deployments.planner import PlanInputError
+from deployments.runtime_bridge import engine_config_for_values
+from deployments.services.operations import HostBusyError
+from deployments.services.revisions import comment_create, revision_create
+from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 
+from ._dispatch import by_method, is_partial
+from ._revision_views import changes_between
+
 FILTER_KEYS = ("model", "engine", "author", "tag")
+HISTORY_LIMIT = 200
 
 
-@require_GET
-@role_required(VIEWER)
-def revision_list(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = get_object_or_404(Host, name=host)
-    filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
-    revisions = selectors.revision_history(host=host_obj, filters=filters)
-    return render(
-        request,
-        "deployments/revision_list.html",
-        {"host": host_obj, "revisions": revisions, "filters": filters},
-    )
+def _host_or_404(name: str) -> Host:
+    return get_object_or_404(Host.objects.select_related("active_revision"), name=name)
 
 
 def _revision_or_404(host: str, number: int) -> DeploymentRevision:
@@ -35,30 +47,277 @@ def _revision_or_404(host: str, number: int) -> DeploymentRevision:
         raise Http404("No such revision.") from exc
 
 
+# --- history -----------------------------------------------------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_list(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    filters = {k: request.GET.get(k, "").strip() for k in FILTER_KEYS}
+    revisions = list(selectors.revision_history(host=host_obj, filters=filters)[:HISTORY_LIMIT])
+    authors = (
+        get_user_model()
+        .objects.filter(deploymentrevision__host=host_obj)
+        .distinct()
+        .order_by("username")
+        .values_list("username", flat=True)
+    )
+    return render(
+        request,
+        "deployments/revision_list.html",
+        {
+            "host": host_obj,
+            "entries": presenters.history_entries(revisions),
+            "filters": filters,
+            "authors": list(authors),
+            "engines": Engine.choices,
+            "limit": HISTORY_LIMIT,
+        },
+    )
+
+
+# --- one revision ------------------------------------------------------------------------------
+
+
+def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra: Any) -> dict[str, Any]:
+    report, report_error = presenters.report_for_revision(revision)
+    runs = revision.benchmark_runs.order_by("-created_at")
+    return {
+        "revision": revision,
+        "host": revision.host,
+        "is_active": revision.host.active_revision_id == revision.pk,
+        "launch": presenters.launch_for_revision(revision),
+        "report": report,
+        "report_error": report_error,
+        "benchmarks": presenters.benchmark_rows(runs),
+        "switches": presenters.switch_history(revision),
+        "comments": revision.comments.select_related("author"),
+        "comment_form": extra.pop("comment_form", None) or CommentForm(),
+        "imported": (revision.extras or {}).get("ansible"),
+        "exports_url": presenters.url_or_none("deployments:revision_exports", revision.host.name, revision.number),
+        **extra,
+    }
+
+
 @require_GET
 @role_required(VIEWER)
 def revision_detail(request: HttpRequest, host: str, number: int) -> HttpResponse:
     revision = _revision_or_404(host, number)
-    return render(
-        request,
-        "deployments/revision_detail.html",
-        {"revision": revision, "comments": revision.comments.select_related("author")},
-    )
+    return render(request, "deployments/revision_detail.html", _detail_context(request, revision))
 
 
 @require_POST
 @role_required(VIEWER)
 def revision_comment(request: HttpRequest, host: str, number: int) -> HttpResponse:
     revision = _revision_or_404(host, number)
+    form = CommentForm(request.POST)
+    if form.is_valid():
+        try:
+            comment_create(revision=revision, body=form.cleaned_data["body"], actor=request.user)
+        except ValidationError as exc:
+            apply_error(form, exc, fallback="body")
+    if form.is_valid():
+        if is_partial(request):
+            context = {"revision": revision, "comments": revision.comments.select_related("author")}
+            return render(request, "deployments/_comments.html", {**context, "comment_form": CommentForm()})
+        return redirect("deployments:revision_detail", host=host, number=number)
+    if is_partial(request):
+        context = {"revision": revision, "comments": revision.comments.select_related("author")}
+        return render(request, "deployments/_comments.html", {**context, "comment_form": form})
+    return render(request, "deployments/revision_detail.html", _detail_context(request, revision, comment_form=form))
+
+
+# --- a new revision ----------------------------------------------------------------------------
+
+
+def _new_context(host: Host, form: RevisionForm, start: DeploymentRevision | None) -> dict[str, Any]:
+    return {
+        "host": host,
+        "form": form,
+        "start": start,
+        "knob_tables": {
+            engine: sorted(getattr(get_adapter(engine), "knobs", {}).values(), key=lambda s: s.name)
+            for engine in Engine.values
+        },
+    }
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    start: DeploymentRevision | None = None
+    start_number = request.GET.get("from", "")
+    if start_number.isdigit():
+        start = host_obj.revisions.select_related("model_variant").filter(number=int(start_number)).first()
+    elif host_obj.active_revision_id:
+        start = host_obj.active_revision
+    if start is None:
+        start = host_obj.revisions.select_related("model_variant").order_by("-number").first()
+    initial = RevisionForm.initial_from(start) if start else {"port": 8000}
+    form = RevisionForm(host=host_obj, initial=initial)
+    return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
+
+
+@require_POST
+@role_required(OPERATOR)
+def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    form = RevisionForm(request.POST, host=host_obj)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            revision = revision_create(
+                host=host_obj,
+                engine=data["engine"],
+                engine_version=data["engine_version"].strip(),
+                model_variant=data["model_variant"],
+                knobs=data["knobs"],
+                env=data["env"],
+                served_name=data["served_name"].strip(),
+                port=data["port"],
+                tag=data["tag"],
+                parent=data["parent_revision"],
+                api_key_secret=data["api_key_secret"],
+                hf_token_secret=data["hf_token_secret"],
+                message=data["message"],
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            apply_error(form, exc, fallback="knobs")
+        else:
+            url = reverse("deployments:revision_detail", args=[host_obj.name, revision.number])
+            messages.success(request, f"Recorded r{revision.number}.")
+            return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+    start = form.cleaned_data.get("parent_revision") if hasattr(form, "cleaned_data") else None
+    return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
+
+
+revision_new = by_method(get=revision_new_page, post=revision_create_view)
+
+
+def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    context: dict[str, Any] = {"report": None, "report_error": "", "errors": [], "launch": None}
+    form = RevisionForm(data, host=host_obj, preview=True)
+    if not data or not data.get("model_variant"):
+        context["report_error"] = "Choose a model and an engine to see how it fits."
+        return render(request, "deployments/_planner_report.html", context)
+    if not form.is_valid():
+        context["errors"] = [
+            f"{form.fields[k].label or k}: {m}" if k in form.fields else m for k, ms in form.errors.items() for m in ms
+        ]
+        return render(request, "deployments/_planner_report.html", context)
+    values = form.cleaned_data
+    context["report"], context["report_error"] = presenters.report_for_values(
+        host=host_obj,
+        model=values["model_variant"],
+        engine=values["engine"],
+        engine_version=values["engine_version"].strip(),
+        knobs=values["knobs"],
+        env=values["env"],
+    )
     try:
-        comment_create(revision=revision, body=request.POST.get("body", ""), actor=request.user)
-    except ValidationError as exc:
-        return HttpResponse(f"<p class='error'>{'; '.join(exc.messages)}</p>", status=400)
-    return redirect("deployments:revision_detail", host=host, number=number)
+        config = engine_config_for_values(
+            engine=values["engine"],
+            engine_version=values["engine_version"].strip(),
+            model=values["model_variant"],
+            knobs=values["knobs"],
+            env=values["env"],
+            served_name=values["served_name"].strip(),
+            port=values["port"] or 8000,
+            host="0.0.0.0",  # noqa: S104 - what the host agent binds
+        )
+        spec = get_adapter(values["engine"]).launch_spec(config)
+        context["launch"] = presenters.Launch(argv=spec.masked_argv(), env=spec.masked_env())
+    except (EngineConfigError, PlanInputError) as exc:
+        field = getattr(exc, "field", None)
+        context["errors"].append(f"{field + ': ' if field else ''}{exc}")
+    return render(request, "deployments/_planner_report.html", context)
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_preview_get(request: HttpRequest, host: str) -> HttpResponse:
+    return _preview(request, host, request.GET)
+
+
+@require_POST
+@role_required(VIEWER)
+def revision_preview_post(request: HttpRequest, host: str) -> HttpResponse:
+    return _preview(request, host, request.POST)
+
+
+revision_preview = by_method(get=revision_preview_get, post=revision_preview_post)
+
+
+# --- switch ------------------------------------------------------------------------------------
+
+
+def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list[str]) -> dict[str, Any]:
+    report, report_error = presenters.report_for_revision(revision)
+    active = revision.host.active_revision
+    return {
+        "revision": revision,
+        "host": revision.host,
+        "active": active,
+        "changes": changes_between(active, revision) if active and active.pk != revision.pk else None,
+        "report": report,
+        "report_error": report_error,
+        "form": form,
+        "errors": errors,
+    }
+
+
+def _render_switch(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+    template = "deployments/_switch_confirm.html" if is_partial(request) else "deployments/switch_confirm.html"
+    return render(request, template, context)
+
+
+@require_GET
+@role_required(VIEWER)
+@vary_on_headers("HX-Request")
+def revision_switch_confirm(request: HttpRequest, host: str, number: int) -> HttpResponse:
+    revision = _revision_or_404(host, number)
+    return _render_switch(request, _switch_context(revision, SwitchForm(), []))
+
+
+@require_POST
+@role_required(OPERATOR)
+def revision_switch_request(request: HttpRequest, host: str, number: int) -> HttpResponse:
+    revision = _revision_or_404(host, number)
+    form = SwitchForm(request.POST)
+    errors: list[str] = []
+    if form.is_valid():
+        try:
+            op = switch_request(
+                revision=revision, override_reason=form.cleaned_data["override_reason"], actor=request.user
+            )
+        except PlanRefused as exc:
+            errors.append(
+                "The planner found errors."
+                + (" An admin may override them with a reason." if not form.cleaned_data["override_reason"] else "")
+            )
+            context = _switch_context(revision, form, errors)
+            context["report"] = exc.report.to_dict()
+            return _render_switch(request, context)
+        except (HostBusyError, ValidationError) as exc:
+            errors.extend(presenters.validation_messages(exc))
+        else:
+            url = reverse("deployments:operation_detail", args=[op.pk])
+            return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+    return _render_switch(request, _switch_context(revision, form, errors))
+
+
+revision_switch = by_method(get=revision_switch_confirm, post=revision_switch_request)
 
 
 urlpatterns = [
     path("hosts/<slug:host>/revisions/", revision_list, name="revision_list"),
+    path("hosts/<slug:host>/revisions/new/", revision_new, name="revision_new"),
+    path("hosts/<slug:host>/revisions/preview/", revision_preview, name="revision_preview"),
     path("hosts/<slug:host>/revisions/<int:number>/", revision_detail, name="revision_detail"),
     path("hosts/<slug:host>/revisions/<int:number>/comment/", revision_comment, name="revision_comment"),
+    path("hosts/<slug:host>/revisions/<int:number>/switch/", revision_switch, name="revision_switch"),
 ]

@@ -1,0 +1,217 @@
+"""What the revision pages show, computed from rows: launch command, planner report,
+benchmark headline figures, history annotations, and `RevisionView`s for the diff.
+
+Reads only; every figure that cannot be computed becomes an error message, never an
+exception, so a bad stored value cannot break a page. Secrets are never resolved here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.urls import NoReverseMatch, reverse
+
+from deployments.choices import OperationKind, OperationState
+from deployments.engines.base import MASK, EngineConfigError
+from deployments.engines.registry import get_adapter
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.planner import PlanInputError
+from deployments.runtime_bridge import engine_config_for_revision
+from deployments.services.planning import plan_for_revision, plan_for_values
+
+# --- launch ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    start_script: str = ""
+    systemd_unit: str = ""
+    error: str = ""
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+def launch_for_revision(revision: DeploymentRevision) -> Launch:
+    """The exact argv and env the revision runs with, secrets masked (never resolved)."""
+    try:
+        config = engine_config_for_revision(revision, resolve_secrets=False)
+        if revision.api_key_secret:
+            config = dataclasses.replace(config, api_key=MASK)  # shown as ******** where it goes
+        adapter = get_adapter(revision.engine)
+        spec = adapter.launch_spec(config)
+        return Launch(
+            argv=spec.masked_argv(),
+            env=spec.masked_env(),
+            start_script=adapter.start_script(config),
+            systemd_unit=adapter.systemd_unit(config),
+        )
+    except EngineConfigError as exc:
+        return Launch(error=f"{exc.field + ': ' if exc.field else ''}{exc}")
+
+
+# --- planner -----------------------------------------------------------------------------------
+
+
+def report_for_revision(revision: DeploymentRevision) -> tuple[dict[str, Any] | None, str]:
+    """(FitReport.to_dict(), "") or (None, why the planner could not read it)."""
+    try:
+        return plan_for_revision(revision).to_dict(), ""
+    except PlanInputError as exc:
+        return None, f"{exc.field + ': ' if exc.field else ''}{exc}"
+
+
+def report_for_values(**values: Any) -> tuple[dict[str, Any] | None, str]:
+    try:
+        return plan_for_values(**values).to_dict(), ""
+    except PlanInputError as exc:
+        return None, f"{exc.field + ': ' if exc.field else ''}{exc}"
+
+
+# --- benchmarks --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The few figures a person compares revisions by."""
+
+    ttft_ms: float | None = None  # p50 at the lowest concurrency
+    decode_tps: float | None = None  # p50 per-request decode tok/s at the lowest concurrency
+    aggregate_tps: float | None = None  # best output tok/s over the levels
+    aggregate_at: int | None = None  # the concurrency that reached it
+    tokens_per_wh: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in dataclasses.astuple(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def headline(results: dict[str, Any] | None) -> Headline:
+    """Headline figures from a BenchmarkRun.results (RunResult.to_dict()); missing = None."""
+    results = results if isinstance(results, dict) else {}
+    levels = [lv for lv in results.get("levels") or [] if isinstance(lv, dict)]
+    if not levels:
+        return Headline(tokens_per_wh=_num(results.get("tokens_per_wh")))
+    first = min(levels, key=lambda lv: lv.get("concurrency") or 0)
+    best = max(levels, key=lambda lv: _num(lv.get("output_tokens_per_s")) or -1.0)
+    return Headline(
+        ttft_ms=_num((first.get("ttft_ms") or {}).get("p50")),
+        decode_tps=_num((first.get("decode_tokens_per_s") or {}).get("p50")),
+        aggregate_tps=_num(best.get("output_tokens_per_s")),
+        aggregate_at=best.get("concurrency") if _num(best.get("output_tokens_per_s")) is not None else None,
+        tokens_per_wh=_num(results.get("tokens_per_wh")),
+    )
+
+
+def url_or_none(name: str, *args: Any) -> str | None:
+    """A URL another area may not have built yet (e.g. deployments:benchmark_detail)."""
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return None
+
+
+@dataclass(frozen=True)
+class BenchmarkRow:
+    run: BenchmarkRun
+    headline: Headline
+    url: str | None
+
+
+def benchmark_rows(runs: Iterable[BenchmarkRun]) -> list[BenchmarkRow]:
+    return [
+        BenchmarkRow(run=r, headline=headline(r.results), url=url_or_none("deployments:benchmark_detail", r.pk))
+        for r in runs
+    ]
+
+
+def latest_headline(runs: Sequence[BenchmarkRun]) -> Headline | None:
+    """The newest finished run with figures."""
+    for run in sorted(runs, key=lambda r: r.created_at, reverse=True):
+        h = headline(run.results)
+        if not h.empty:
+            return h
+    return None
+
+
+# --- history -----------------------------------------------------------------------------------
+
+
+@dataclass
+class HistoryEntry:
+    revision: DeploymentRevision
+    applied_at: Any = None
+    applied_by: str = ""
+    switches: int = 0
+    rolled_back: bool = False
+    failed_switch: bool = False
+    rollback_note: str = ""
+    headline: Headline | None = None
+    benchmark_count: int = 0
+
+
+def history_entries(revisions: Sequence[DeploymentRevision]) -> list[HistoryEntry]:
+    """Annotate revisions with switch outcomes and benchmark figures in two queries."""
+    ids = [r.pk for r in revisions]
+    entries = {r.pk: HistoryEntry(revision=r) for r in revisions}
+    if not ids:
+        return []
+    switches = (
+        Operation.objects.filter(
+            revision_id__in=ids,
+            kind=OperationKind.SWITCH,
+            state__in=(OperationState.SUCCEEDED, OperationState.FAILED),
+        )
+        .select_related("requested_by")
+        .order_by("created_at")
+    )
+    for op in switches:
+        entry = entries[op.revision_id]
+        entry.switches += 1
+        if op.state == OperationState.SUCCEEDED:
+            entry.applied_at = op.finished_at or op.created_at
+            entry.applied_by = op.requested_by.username if op.requested_by else "system"
+            entry.rolled_back = False
+            entry.failed_switch = False
+        else:
+            entry.failed_switch = True
+            entry.rolled_back = bool((op.result or {}).get("rolled_back"))
+            entry.rollback_note = op.error[:200]
+    runs: dict[int, list[BenchmarkRun]] = {}
+    for run in BenchmarkRun.objects.filter(revision_id__in=ids).only(
+        "id", "revision_id", "results", "created_at", "status"
+    ):
+        runs.setdefault(run.revision_id, []).append(run)
+    for pk, entry in entries.items():
+        entry.benchmark_count = len(runs.get(pk, []))
+        entry.headline = latest_headline(runs.get(pk, []))
+    return [entries[r.pk] for r in revisions]
+
+
+def switch_history(revision: DeploymentRevision) -> list[Operation]:
+    return list(
+        revision.operations.filter(kind__in=(OperationKind.SWITCH, OperationKind.ROLLBACK))
+        .select_related("requested_by")
+        .order_by("-created_at")[:20]
+    )
+
+
+def validation_messages(exc: ValidationError) -> list[str]:
+    if hasattr(exc, "error_dict"):
+        return [f"{k}: {m}" if k != "__all__" else m for k, ms in exc.message_dict.items() for m in ms]
+    return list(exc.messages)

@@ -1,0 +1,281 @@
+"""Imports and exports shared by the web pages and the management commands.
+
+- Ansible `group_vars` -> a new revision (`revision_import_ansible`), and a revision back to
+  `group_vars` (`revision_export_ansible`). Variables the import does not understand are
+  kept in `revision.extras["ansible"]` and written back by the export.
+- A Hugging Face `config.json` or a GGUF header -> a new `ModelVariant`
+  (`model_variant_import_hf_config`, `model_variant_import_gguf`).
+
+Writes go through `revision_create` or `full_clean()` + `save()` with an audit row in the
+same transaction. Bad input raises `ValidationError` keyed by the form field it concerns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from controlpanel.roles import OPERATOR, ensure_role
+from deployments.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from deployments.choices import ModelFormat
+from deployments.models import DeploymentRevision, ModelVariant
+from deployments.runtime_bridge import model_reference
+
+from .audit import audit_record
+from .revisions import revision_create
+
+EXTRAS_KEY = "ansible"
+MAX_IMPORT_BYTES = 1_000_000
+
+
+# --- Ansible ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnsibleImportResult:
+    revision: DeploymentRevision
+    parsed: AnsibleImport
+    created_model: ModelVariant | None = None
+    unknown: tuple[str, ...] = ()  # variables the import did not understand (kept in extras)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # warnings and secrets to set up
+
+
+def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[ModelVariant, bool]:
+    """The catalog variant the group_vars name (repo id, Ollama tag or name); a stub when none."""
+    model = parsed.model.strip()
+    if not model:
+        raise ValidationError({"text": "The group_vars do not name a model (vllm_model / ollama_models)."})
+    basename = model.rstrip("/").rsplit("/", 1)[-1]
+    for lookup in ({"repo_id": model}, {"name": model}, {"name": basename}, {"gguf_file": model}):
+        variant = ModelVariant.objects.filter(**lookup).order_by("is_demo", "pk").first()
+        if variant is not None:
+            return variant, False
+    is_ollama = parsed.engine == "ollama"
+    variant = ModelVariant(
+        name=model if is_ollama else basename,
+        repo_id="" if is_ollama else model,
+        format=ModelFormat.OLLAMA if is_ollama else ModelFormat.HF,
+        source="Created by an Ansible group_vars import; architecture facts unknown (import its config.json).",
+    )
+    variant.full_clean()
+    variant.save()
+    audit_record(
+        action="model.create",
+        summary=f"model {variant.name} created by an Ansible import",
+        obj=variant,
+        data={"model": model, "via": "ansible"},
+        actor=actor,
+    )
+    return variant, True
+
+
+def parse_ansible_text(text: str) -> AnsibleImport:
+    if len(text.encode("utf-8", "replace")) > MAX_IMPORT_BYTES:
+        raise ValidationError({"text": "That file is too large for a group_vars file."})
+    try:
+        return parse_group_vars(text)
+    except AnsibleVarsError as exc:
+        raise ValidationError({"text": f"Not a group_vars file: {exc}"}) from exc
+
+
+@transaction.atomic
+def revision_import_ansible(
+    *,
+    host: Any,
+    text: str,
+    message: str,
+    tag: str = "",
+    engine_version: str | None = None,
+    actor: Any,
+) -> AnsibleImportResult:
+    """A new revision of `host` from a group_vars text (engine version: the file's, or given)."""
+    ensure_role(actor, OPERATOR)
+    if not (message or "").strip():
+        raise ValidationError({"message": "A revision needs a message saying what changed and why."})
+    parsed = parse_ansible_text(text)
+    variant, created = _find_or_create_variant(parsed=parsed, actor=actor)
+    notes = list(parsed.warnings)
+    for secret in parsed.secrets:
+        notes.append(
+            f"{secret.variable} is set in the group_vars; its value was not imported: store it as a host "
+            f"secret and name it on a new revision."
+        )
+    if created:
+        notes.append(f"The catalog had no model {parsed.model!r}: a stub variant {variant.name!r} was created.")
+    extras = {
+        EXTRAS_KEY: {
+            "unknown": parsed.unknown,
+            "ignored_known": parsed.ignored_known,
+            "templated": parsed.templated,
+            "secrets": [s.variable for s in parsed.secrets],
+            "bind_host": parsed.host,
+            "notes": notes,
+        }
+    }
+    version = parsed.engine_version if engine_version is None else engine_version.strip()
+    revision = revision_create(
+        host=host,
+        engine=parsed.engine,
+        engine_version=version,
+        model_variant=variant,
+        knobs=parsed.knobs,
+        env=parsed.env,
+        served_name=parsed.served_name,
+        port=parsed.port,
+        tag=tag,
+        message=message,
+        extras=extras,
+        actor=actor,
+    )
+    audit_record(
+        action="revision.import",
+        summary=f"{host.name} r{revision.number} imported from Ansible group_vars",
+        obj=revision,
+        host=host,
+        data={"unknown": sorted(parsed.unknown), "model_created": created},
+        actor=actor,
+    )
+    return AnsibleImportResult(
+        revision=revision,
+        parsed=parsed,
+        created_model=variant if created else None,
+        unknown=tuple(sorted(parsed.unknown)),
+        notes=tuple(notes),
+    )
+
+
+def revision_export_ansible(revision: DeploymentRevision) -> AnsibleExport:
+    """The revision as a group_vars text, with what an import kept written back verbatim.
+
+    Raises ValidationError when the engine has no Ansible role (llama.cpp, SGLang)."""
+    kept = (revision.extras or {}).get(EXTRAS_KEY) or {}
+    preserved = {**kept.get("ignored_known", {}), **kept.get("unknown", {}), **kept.get("templated", {})}
+    try:
+        return render_group_vars(
+            engine=revision.engine,
+            model=model_reference(revision.model_variant, revision.engine),
+            knobs=revision.knobs,
+            env=revision.env,
+            engine_version=revision.engine_version,
+            host=kept.get("bind_host"),
+            port=revision.port,
+            preserved=preserved,
+        )
+    except AnsibleVarsError as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+# --- model variants ----------------------------------------------------------------------------
+
+
+def _unique_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "Give the model a name."})
+    if ModelVariant.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"The catalog already has a model named {name!r}."})
+    return name
+
+
+def _save_variant(variant: ModelVariant, *, via: str, actor: Any) -> ModelVariant:
+    variant.full_clean()
+    variant.save()
+    audit_record(
+        action="model.import",
+        summary=f"model {variant.name} imported from {via}",
+        obj=variant,
+        data={"via": via, "repo_id": variant.repo_id, "gguf_file": variant.gguf_file},
+        actor=actor,
+    )
+    return variant
+
+
+@transaction.atomic
+def model_variant_import_hf_config(
+    *,
+    text: str,
+    name: str,
+    repo_id: str = "",
+    family: str = "",
+    generation: str = "",
+    quantization: str = "",
+    weights_bytes: int | None = None,
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    actor: Any,
+) -> ModelVariant:
+    """A new ModelVariant from a Hugging Face config.json text."""
+    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
+
+    ensure_role(actor, OPERATOR)
+    name = _unique_name(name)
+    try:
+        imported = arch_from_hf_config(text)
+    except HfConfigError as exc:
+        raise ValidationError({"config": str(exc)}) from exc
+    quant = imported.quant
+    variant = ModelVariant(
+        name=name,
+        repo_id=repo_id.strip(),
+        family=family.strip() or (imported.arch.family or ""),
+        generation=generation.strip(),
+        format=ModelFormat.HF,
+        quantization=quantization.strip() or (quant.method or imported.arch.torch_dtype or ""),
+        quant_method=quant.method or "",
+        quant_bits=quant.bits,
+        weights_bytes=weights_bytes,
+        arch=imported.arch.to_dict(),
+        tool_call_parser=tool_call_parser.strip(),
+        reasoning_parser=reasoning_parser.strip(),
+        source="Imported from a config.json" + (f" ({repo_id.strip()})" if repo_id.strip() else "") + ".",
+    )
+    return _save_variant(variant, via="config.json", actor=actor)
+
+
+@transaction.atomic
+def model_variant_import_gguf(
+    *,
+    path: str,
+    name: str = "",
+    family: str = "",
+    generation: str = "",
+    actor: Any,
+) -> ModelVariant:
+    """A new ModelVariant from the header of a GGUF file readable by the panel."""
+    from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
+
+    ensure_role(actor, OPERATOR)
+    text = (path or "").strip()
+    if not text:
+        raise ValidationError({"path": "Give the path of a .gguf file."})
+    file = Path(text)
+    if not file.is_absolute():
+        raise ValidationError({"path": "Give an absolute path (e.g. /models/Qwen3.5-122B-Q6_K_XL.gguf)."})
+    if file.suffix.lower() != ".gguf":
+        raise ValidationError({"path": "That is not a .gguf file."})
+    if not file.is_file():
+        raise ValidationError({"path": f"No file at {text}."})
+    try:
+        imported = read_gguf_header(file)
+    except GgufHeaderError as exc:
+        raise ValidationError({"path": str(exc)}) from exc
+    except (OSError, ValueError) as exc:  # a truncated or odd file: never a 500
+        raise ValidationError({"path": f"{file.name} could not be read: {exc}"}) from exc
+    name = _unique_name(name or imported.name or file.stem)
+    variant = ModelVariant(
+        name=name,
+        gguf_file=str(file),
+        family=family.strip() or (imported.arch.family or ""),
+        generation=generation.strip(),
+        format=ModelFormat.GGUF,
+        quantization=imported.file_type_name or "",
+        weights_bytes=imported.file_size,
+        arch=imported.arch.to_dict(),
+        gguf_kv=imported.kv.to_dict(),
+        source=f"Imported from the GGUF header of {file}.",
+    )
+    return _save_variant(variant, via="GGUF header", actor=actor)

@@ -1,0 +1,60 @@
+"""Diff any two revisions of a host side by side, and a picker."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path
+from django.views.decorators.http import require_GET
+
+from controlpanel.roles import VIEWER, role_required
+from deployments.forms import DiffPickForm
+from hardware.models import Host
+
+from ._revision_views import changes_between
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_diff_pick(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = get_object_or_404(Host, name=host)
+    numbers = list(host_obj.revisions.order_by("-number").values_list("number", "tag"))
+    form = DiffPickForm(request.GET or None)
+    if form.is_valid():
+        a, b = form.cleaned_data["a"], form.cleaned_data["b"]
+        known = {n for n, _ in numbers}
+        for field, number in (("a", a), ("b", b)):
+            if number not in known:
+                form.add_error(field, f"{host_obj.name} has no revision r{number}.")
+        if form.is_valid():
+            return redirect("deployments:revision_diff", host=host_obj.name, a=a, b=b)
+    return render(request, "deployments/revision_diff_pick.html", {"host": host_obj, "form": form, "numbers": numbers})
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_diff(request: HttpRequest, host: str, a: int, b: int) -> HttpResponse:
+    host_obj = get_object_or_404(Host, name=host)
+    qs = host_obj.revisions.select_related("host", "model_variant", "author")
+    old = get_object_or_404(qs, number=a)
+    new = get_object_or_404(qs, number=b)
+    diff = changes_between(old, new)
+    numbers = list(host_obj.revisions.order_by("-number").values_list("number", "tag"))
+    return render(
+        request,
+        "deployments/revision_diff.html",
+        {
+            "host": host_obj,
+            "old": old,
+            "new": new,
+            "diff": diff,
+            "form": DiffPickForm(initial={"a": a, "b": b}),
+            "numbers": numbers,
+        },
+    )
+
+
+urlpatterns = [
+    path("hosts/<slug:host>/diff/", revision_diff_pick, name="revision_diff_pick"),
+    path("hosts/<slug:host>/diff/<int:a>/<int:b>/", revision_diff, name="revision_diff"),
+]

@@ -1,0 +1,130 @@
+"""Exports of a revision (client configs, Ansible group_vars) and the Ansible import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path
+from django.views.decorators.http import require_GET, require_POST
+
+from controlpanel.roles import OPERATOR, VIEWER, role_required
+from deployments import presenters, selectors
+from deployments.exports import all_exports, base_url_for, client_target
+from deployments.forms import AnsibleImportForm, apply_error
+from deployments.models import DeploymentRevision
+from deployments.services.imports import revision_export_ansible, revision_import_ansible
+from hardware.models import Host
+
+from ._dispatch import by_method
+from ._revision_views import revision_view
+
+
+def _revision_or_404(host: str, number: int) -> DeploymentRevision:
+    try:
+        return selectors.revision_get(host_name=host, number=number)
+    except DeploymentRevision.DoesNotExist as exc:
+        raise Http404("No such revision.") from exc
+
+
+def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]], Any]:
+    """The client configs (opencode, Hermes, Aider, curl, openai) with the served name and the
+    context the server really runs with; the API key is only ever a placeholder."""
+    view = revision_view(revision)
+    target = client_target(
+        view,
+        base_url=base_url_for(revision.host.address, revision.port),
+        api_key_required=bool(revision.api_key_secret),
+    )
+    clients = [
+        {
+            "key": item.key,
+            "title": item.title,
+            "filename": item.export.filename,
+            "content": item.export.content,
+            "language": item.export.language,
+        }
+        for item in all_exports(
+            view,
+            base_url=base_url_for(revision.host.address, revision.port),
+            api_key_required=bool(revision.api_key_secret),
+        )
+    ]
+    return clients, target
+
+
+@require_GET
+@role_required(VIEWER)
+def revision_exports(request: HttpRequest, host: str, number: int) -> HttpResponse:
+    revision = _revision_or_404(host, number)
+    clients, target = _client_exports(revision)
+    context: dict[str, Any] = {
+        "revision": revision,
+        "host": revision.host,
+        "clients": clients,
+        "target": target,
+        "ansible": None,
+        "ansible_error": "",
+    }
+    try:
+        context["ansible"] = revision_export_ansible(revision)
+    except ValidationError as exc:
+        context["ansible_error"] = "; ".join(presenters.validation_messages(exc))
+    if request.GET.get("download") == "group_vars" and context["ansible"] is not None:
+        response = HttpResponse(context["ansible"].text, content_type="application/yaml; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{revision.host.name}-r{revision.number}-all.yml"'
+        return response
+    return render(request, "deployments/revision_exports.html", context)
+
+
+def _import_page(request: HttpRequest, host: Host, form: AnsibleImportForm) -> HttpResponse:
+    return render(request, "deployments/ansible_import.html", {"host": host, "form": form})
+
+
+@require_GET
+@role_required(VIEWER)
+def ansible_import_page(request: HttpRequest, host: str) -> HttpResponse:
+    return _import_page(request, get_object_or_404(Host, name=host), AnsibleImportForm())
+
+
+@require_POST
+@role_required(OPERATOR)
+def ansible_import_submit(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = get_object_or_404(Host, name=host)
+    form = AnsibleImportForm(request.POST, request.FILES)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            result = revision_import_ansible(
+                host=host_obj,
+                text=data["text"],
+                message=data["message"],
+                tag=data["tag"],
+                engine_version=data["engine_version"] or None,
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            apply_error(form, exc, fallback="text")
+        else:
+            revision = result.revision
+            messages.success(request, f"Imported r{revision.number} from the group_vars.")
+            if result.unknown:
+                messages.warning(
+                    request,
+                    "Not understood, kept in the revision and written back on export: " + ", ".join(result.unknown),
+                )
+            for note in result.notes:
+                messages.info(request, note)
+            return redirect("deployments:revision_detail", host=host_obj.name, number=revision.number)
+    return _import_page(request, host_obj, form)
+
+
+ansible_import = by_method(get=ansible_import_page, post=ansible_import_submit)
+
+urlpatterns = [
+    path("hosts/<slug:host>/revisions/<int:number>/exports/", revision_exports, name="revision_exports"),
+    path("hosts/<slug:host>/import/ansible/", ansible_import, name="ansible_import"),
+]

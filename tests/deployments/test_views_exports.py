@@ -1,0 +1,134 @@
+"""Exports page (client configs, group_vars) and the Ansible import page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from deployments.services.imports import revision_import_ansible
+from deployments.services.revisions import revision_create
+from deployments.services.secrets import secret_set
+from tests.deployments.test_views_revisions import add_revision, make_lab
+from tests.hardware.factories import HostFactory
+
+pytestmark = pytest.mark.django_db
+
+ALL_YML = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "all.yml"
+
+
+def test_exports_show_client_configs_with_served_name_and_real_context(client, catalog, operator, viewer):
+    make_lab(operator)
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:revision_exports", args=["lab", 1])).content.decode()
+    assert "opencode.json" in page and "config.yaml" in page and ".aider.model.settings.yml" in page
+    assert "http://127.0.0.1:8001/v1" in page
+    assert "&quot;qwen&quot;" in page  # served name in the JSON
+    assert "context_length: 32768" in page  # Hermes gets the server's real context
+    assert "EMPTY" in page  # no API key: the placeholder clients send
+    assert "vllm_model: philbert440/Qwen3.8-27B-W4A16-AWQ" in page  # group_vars
+
+
+def test_exports_never_show_a_secret(client, catalog, operator, admin_user, viewer):
+    host, _ = make_lab(operator)
+    secret_set(host=host, name="vllm-key", value="sk-secret-value-9", actor=admin_user)
+    add_revision(host, operator, api_key_secret="vllm-key")
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:revision_exports", args=["lab", 2])).content.decode()
+    assert "sk-secret-value-9" not in page
+    assert "LLM_API_KEY" in page
+
+
+def test_group_vars_download(client, catalog, operator, viewer):
+    host = HostFactory(name="lab")
+    revision_import_ansible(host=host, text=ALL_YML.read_text(), message="import", actor=operator)
+    client.force_login(viewer)
+    response = client.get(reverse("deployments:revision_exports", args=["lab", 1]), {"download": "group_vars"})
+    assert response["Content-Disposition"] == 'attachment; filename="lab-r1-all.yml"'
+    text = response.content.decode()
+    assert "vllm_min_version: '0.17'" in text and "open_webui_port: 8080" in text
+
+
+def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operator, viewer):
+    host = HostFactory(name="lab")
+    revision_create(
+        host=host,
+        engine="llama.cpp",
+        model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),
+        knobs={"ctx_size": 65536, "parallel": 2, "kv_unified": False},
+        message="gguf",
+        actor=operator,
+    )
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:revision_exports", args=["lab", 1])).content.decode()
+    assert "the Ansible roles run vllm or ollama" in page
+    assert "32,768 tokens" in page  # per slot: ctx_size / parallel
+
+
+def test_ansible_import_page_upload_creates_a_revision(client, catalog, operator):
+    HostFactory(name="lab")
+    client.force_login(operator)
+    url = reverse("deployments:ansible_import", args=["lab"])
+    assert "group_vars" in client.get(url).content.decode()
+    upload = SimpleUploadedFile("all.yml", ALL_YML.read_bytes())
+    response = client.post(url, {"file": upload, "message": "from the lab's repo", "tag": "ansible"}, follow=True)
+    revision = DeploymentRevision.objects.get()
+    assert response.redirect_chain[-1][0] == reverse("deployments:revision_detail", args=["lab", 1])
+    page = response.content.decode()
+    assert "vllm_min_version" in page  # listed as not understood
+    assert revision.extras["ansible"]["unknown"] == {"vllm_min_version": "0.17"}
+    assert revision.tag == "ansible" and revision.author == operator
+    assert AuditEvent.objects.filter(action="revision.import").count() == 1
+
+
+def test_ansible_import_paste(client, catalog, operator):
+    HostFactory(name="lab")
+    client.force_login(operator)
+    response = client.post(
+        reverse("deployments:ansible_import", args=["lab"]),
+        {"text": ALL_YML.read_text(), "message": "pasted", "engine_version": "0.12.0"},
+    )
+    assert response.status_code == 302
+    assert DeploymentRevision.objects.get().engine_version == "0.12.0"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "text"),
+    [
+        ({"text": "- a list\n", "message": "m"}, "text", "Not a group_vars file"),
+        ({"text": "", "message": "m"}, "text", "Upload a group_vars file"),
+        ({"text": "x: 1\n", "message": ""}, "message", "required"),
+        ({"text": ALL_YML.read_text().replace("vllm_max_num_seqs: 4", "vllm_max_num_seqs: 0"),
+          "message": "m"}, "text", "max_num_seqs: max_num_seqs must be at least 1"),
+    ],
+)  # fmt: skip
+def test_ansible_import_errors_beside_the_field(client, catalog, operator, data, field, text):
+    HostFactory(name="lab")
+    client.force_login(operator)
+    response = client.post(reverse("deployments:ansible_import", args=["lab"]), data)
+    assert response.status_code == 200
+    assert field in response.context["form"].errors
+    assert text in " ".join(response.context["form"].errors[field])
+    assert not DeploymentRevision.objects.exists()
+
+
+def test_viewer_cannot_import(client, catalog, viewer):
+    HostFactory(name="lab")
+    client.force_login(viewer)
+    response = client.post(reverse("deployments:ansible_import", args=["lab"]), {"text": "x: 1", "message": "m"})
+    assert response.status_code == 403
+    assert not DeploymentRevision.objects.exists()
+
+
+def test_exports_json_is_valid(client, catalog, operator, viewer):
+    make_lab(operator)
+    client.force_login(viewer)
+    response = client.get(reverse("deployments:revision_exports", args=["lab", 1]))
+    opencode = next(c for c in response.context["clients"] if c["key"] == "opencode")
+    config = json.loads(opencode["content"])
+    assert config["model"] == "selfhosted/qwen"
+    assert config["provider"]["selfhosted"]["models"]["qwen"]["limit"]["context"] == 32768

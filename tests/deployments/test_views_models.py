@@ -1,0 +1,99 @@
+"""Model catalog pages: import from a config.json upload or a GGUF path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from deployments.models import AuditEvent, ModelVariant
+
+pytestmark = pytest.mark.django_db
+
+CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
+URL = "/models/import/"
+
+
+def test_url_name():
+    assert reverse("deployments:model_import") == URL
+
+
+def test_import_page_has_both_forms(client, catalog, operator):
+    client.force_login(operator)
+    page = client.get(URL).content.decode()
+    assert 'name="hf-config"' in page and 'name="gguf-path"' in page
+    assert 'enctype="multipart/form-data"' in page
+
+
+def test_config_json_upload_creates_a_variant(client, catalog, operator):
+    client.force_login(operator)
+    upload = SimpleUploadedFile("config.json", (CONFIGS / "qwen3.6-35b-a3b-awq.json").read_bytes())
+    response = client.post(
+        URL,
+        {"source": "hf", "hf-config": upload, "hf-name": "My MoE", "hf-repo_id": "me/moe", "hf-weights_gib": "20"},
+    )
+    assert response.status_code == 302 and response.url == reverse("deployments:model_list")
+    variant = ModelVariant.objects.get(name="My MoE")
+    assert variant.arch["num_experts"] == 256 and variant.repo_id == "me/moe"
+    assert variant.weights_bytes == 20 * 1024**3
+    assert AuditEvent.objects.filter(action="model.import", object_id=str(variant.pk)).exists()
+    listing = client.get(reverse("deployments:model_list")).content.decode()
+    assert "My MoE" in listing and "Imported My MoE" in listing
+
+
+def test_pasted_config_works_too(client, catalog, operator):
+    client.force_login(operator)
+    text = (CONFIGS / "gemma3-270m.json").read_text()
+    response = client.post(URL, {"source": "hf", "hf-config_text": text, "hf-name": "Gemma tiny"})
+    assert response.status_code == 302
+    assert ModelVariant.objects.filter(name="Gemma tiny").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "text"),
+    [
+        ({"hf-config_text": "{oops", "hf-name": "x"}, "config", "not valid JSON"),
+        ({"hf-config_text": "", "hf-name": "x"}, "config", "Upload a config.json"),
+        ({"hf-config_text": '{"a": 1}', "hf-name": "x"}, "config", "lacks num_hidden_layers"),
+        ({"hf-config_text": "{}", "hf-name": ""}, "name", "required"),
+        ({"hf-config_text": '{"num_hidden_layers": 2, "num_attention_heads": 2}', "hf-name": "Qwen3.5-27B"}, "name",
+         "already has"),
+    ],
+)  # fmt: skip
+def test_bad_config_import_shows_the_error_beside_the_field(client, catalog, operator, data, field, text):
+    client.force_login(operator)
+    before = ModelVariant.objects.count()
+    response = client.post(URL, {"source": "hf", **data})
+    assert response.status_code == 200
+    form = response.context["hf_form"]
+    assert text in " ".join(form.errors[field])
+    assert ModelVariant.objects.count() == before
+
+
+def test_gguf_path_import(client, catalog, operator):
+    from tests.support.llama import gemma_model_path
+
+    client.force_login(operator)
+    response = client.post(URL, {"source": "gguf", "gguf-path": gemma_model_path(), "gguf-name": "gemma tiny gguf"})
+    assert response.status_code == 302
+    variant = ModelVariant.objects.get(name="gemma tiny gguf")
+    assert variant.format == "gguf" and variant.quantization == "Q4_K_M"
+
+
+def test_bad_gguf_path_shows_the_error(client, catalog, operator):
+    client.force_login(operator)
+    before = ModelVariant.objects.count()
+    response = client.post(URL, {"source": "gguf", "gguf-path": "/no/such/file.gguf"})
+    assert response.status_code == 200
+    assert "No file at" in " ".join(response.context["gguf_form"].errors["path"])
+    assert "No file at /no/such/file.gguf" in response.content.decode()
+    assert ModelVariant.objects.count() == before
+
+
+def test_viewer_cannot_import(client, catalog, viewer):
+    client.force_login(viewer)
+    before = ModelVariant.objects.count()
+    assert client.post(URL, {"source": "hf", "hf-config_text": "{}", "hf-name": "x"}).status_code == 403
+    assert ModelVariant.objects.count() == before
