@@ -18,7 +18,8 @@ from deployments.arch import ModelArch
 MASK = "********"
 
 # Names that hold credentials: *KEY*, *TOKEN*, *SECRET*, *PASSWORD* (and close spellings).
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Credentials: HF_TOKEN, API_KEY, ... but not counts such as max_num_batched_tokens or num_speculative_tokens.
+_SECRET_NAME = re.compile(r"KEY(?!S)|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 ENGINE_LABELS = {"vllm": "vLLM", "llama.cpp": "llama.cpp", "ollama": "Ollama", "sglang": "SGLang"}
 

@@ -1,5 +1,410 @@
-"""Benchmark pages: start a run, watch it, results with plots, compare runs."""
+"""Benchmark pages: start a run, watch it, results with plots, the JSON export, compare runs.
+
+A run is started against what a host serves (its active revision); the service records an
+Operation and enqueues it on the host's queue, the host's agent creates the BenchmarkRun
+when it starts measuring. So the POST redirects to a progress page keyed by the operation,
+which sends the browser on to the results once the run is recorded.
+"""
 
 from __future__ import annotations
 
-urlpatterns: list = []
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path, reverse
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+
+from controlpanel.roles import OPERATOR, VIEWER, role_required
+from deployments import plots, presenters
+from deployments.benchmarking.profiles import PROFILES
+from deployments.choices import OperationKind
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.services.benchmarks import (
+    benchmark_compare,
+    benchmark_export,
+    benchmark_request,
+    benchmark_summary,
+    profile_from_input,
+)
+from hardware.models import Host
+
+from ._dispatch import by_method, is_partial
+
+CUSTOM = "custom"
+MAX_LEVELS = 16
+MAX_CONCURRENCY = 1024
+RUNS_LISTED = 100
+
+# Which form field a profile validation message belongs to.
+_FIELD_WORDS = (
+    ("concurrency", "concurrency"),
+    ("input_tokens", "input_tokens"),
+    ("output_tokens", "output_tokens"),
+    ("num_requests", "requests"),
+    ("served context", "input_tokens"),
+)
+
+
+class BenchmarkForm(forms.Form):
+    """A named profile, or custom numbers (which also override a named profile's)."""
+
+    profile = forms.ChoiceField(
+        choices=[(name, f"{name}: {p.description}") for name, p in PROFILES.items()]
+        + [(CUSTOM, "custom: the numbers below")],
+        initial="quick",
+    )
+    concurrency = forms.CharField(
+        required=False,
+        max_length=200,
+        help_text="Streams per level, comma-separated, e.g. 1,2,4,8.",
+        widget=forms.TextInput(attrs={"placeholder": "1,4", "inputmode": "numeric"}),
+    )
+    input_tokens = forms.IntegerField(required=False, min_value=1, max_value=2_000_000, label="Input tokens")
+    output_tokens = forms.IntegerField(required=False, min_value=1, max_value=200_000, label="Output tokens")
+    requests = forms.IntegerField(required=False, min_value=1, max_value=10_000, label="Requests per level")
+    revision = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean_concurrency(self) -> list[int] | None:
+        text = (self.cleaned_data.get("concurrency") or "").replace(" ", "")
+        if not text:
+            return None
+        levels: list[int] = []
+        for part in text.split(","):
+            if not part:
+                continue
+            if not part.isdigit():
+                raise ValidationError(f"{part!r} is not a whole number; write levels like 1,2,4.")
+            level = int(part)
+            if not 1 <= level <= MAX_CONCURRENCY:
+                raise ValidationError(f"Each level must be between 1 and {MAX_CONCURRENCY} streams, got {level}.")
+            levels.append(level)
+        if not levels:
+            raise ValidationError("Give at least one level, e.g. 1,4.")
+        if len(levels) > MAX_LEVELS:
+            raise ValidationError(f"At most {MAX_LEVELS} levels.")
+        if len(set(levels)) != len(levels):
+            raise ValidationError("A level appears twice.")
+        return levels
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        name = data.get("profile")
+        custom = {
+            "concurrency": data.get("concurrency"),
+            "input_tokens": data.get("input_tokens"),
+            "output_tokens": data.get("output_tokens"),
+            "requests": data.get("requests"),
+        }
+        if name == CUSTOM and all(v is None for v in custom.values()):
+            self.add_error("concurrency", "A custom profile needs at least one number (levels, tokens or requests).")
+            return data
+        try:
+            data["benchmark_profile"] = profile_from_input(name=None if name == CUSTOM else name, **custom)
+        except ValidationError as exc:
+            for message in presenters.validation_messages(exc):
+                text = message.removeprefix("profile: ")
+                field = next((f for word, f in _FIELD_WORDS if word in text), "profile")
+                self.add_error(field, text)
+        return data
+
+
+# --- start -------------------------------------------------------------------------------------
+
+
+def _host_or_404(name: str) -> Host:
+    return get_object_or_404(Host.objects.select_related("active_revision__model_variant"), name=name)
+
+
+def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str, Any]:
+    number = form["revision"].value()
+    revision = None
+    if str(number or "").isdigit():
+        revision = host.revisions.select_related("model_variant").filter(number=int(number)).first()
+    return {
+        "host": host,
+        "form": form,
+        "errors": errors,
+        "revision": revision or host.active_revision,
+        "profiles": PROFILES,
+        "field_names": ("concurrency", "input_tokens", "output_tokens", "requests"),
+    }
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_new_page(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    initial: dict[str, Any] = {"profile": "quick"}
+    if request.GET.get("revision", "").isdigit():
+        initial["revision"] = int(request.GET["revision"])
+    form = BenchmarkForm(initial=initial)
+    return render(request, "deployments/benchmark_new.html", _new_context(host_obj, form, []))
+
+
+@require_POST
+@role_required(OPERATOR)
+def benchmark_start(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    form = BenchmarkForm(request.POST)
+    errors: list[str] = []
+    if form.is_valid():
+        revision: DeploymentRevision | None = None
+        number = form.cleaned_data.get("revision")
+        if number is not None:
+            revision = host_obj.revisions.filter(number=number).first()
+            if revision is None:
+                errors.append(f"{host_obj.name} has no revision r{number}.")
+        if not errors:
+            try:
+                op = benchmark_request(
+                    host=host_obj,
+                    profile=form.cleaned_data["benchmark_profile"],
+                    revision=revision,
+                    actor=request.user,
+                )
+            except ValidationError as exc:  # no active revision, not the served revision, host busy
+                errors.extend(presenters.validation_messages(exc))
+            else:
+                url = reverse("deployments:benchmark_progress", args=[op.pk])
+                return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+    response = render(request, "deployments/benchmark_new.html", _new_context(host_obj, form, errors))
+    response.status_code = 400  # the form with its errors beside the fields
+    return response
+
+
+benchmark_new = by_method(get=benchmark_new_page, post=benchmark_start)
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def _benchmark_op(pk: Any) -> Operation:
+    op = (
+        Operation.objects.select_related("host", "revision", "requested_by")
+        .filter(pk=pk, kind=OperationKind.BENCHMARK)
+        .first()
+    )
+    if op is None:
+        raise Http404("No such benchmark.")
+    return op
+
+
+def _run_for(op: Operation) -> BenchmarkRun | None:
+    return BenchmarkRun.objects.filter(operation=op).first()
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_progress(request: HttpRequest, pk: str) -> HttpResponse:
+    op = _benchmark_op(pk)
+    run = _run_for(op)
+    if run is not None and not op.is_active:
+        return redirect("deployments:benchmark_detail", pk=run.pk)
+    return render(request, "deployments/benchmark_progress.html", {"op": op, "run": run})
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_progress_status(request: HttpRequest, pk: str) -> HttpResponse:
+    """The progress fragment. When the run ends: on to its results, or 286 with the error."""
+    op = _benchmark_op(pk)
+    run = _run_for(op)
+    if not op.is_active and run is not None:
+        return HttpResponseClientRedirect(reverse("deployments:benchmark_detail", args=[run.pk]))
+    response = render(request, "deployments/_benchmark_progress.html", {"op": op, "run": run})
+    if not op.is_active:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+def _run_or_404(pk: int) -> BenchmarkRun:
+    run = (
+        BenchmarkRun.objects.select_related("revision__host", "revision__model_variant", "operation")
+        .filter(pk=pk)
+        .first()
+    )
+    if run is None:
+        raise Http404("No such benchmark run.")
+    return run
+
+
+def _levels(run: BenchmarkRun) -> list[dict[str, Any]]:
+    results = run.results if isinstance(run.results, dict) else {}
+    return [lv for lv in results.get("levels") or [] if isinstance(lv, dict)]
+
+
+def _raw(run: BenchmarkRun) -> list[dict[str, Any]]:
+    return [r for r in run.raw if isinstance(r, dict)] if isinstance(run.raw, list) else []
+
+
+def _commands(run: BenchmarkRun) -> tuple[dict[str, list[str]], str]:
+    """Equivalent command lines as shell text per tool, or why they cannot be given."""
+    import shlex
+
+    try:
+        commands = benchmark_export(run)["equivalent_commands"]
+    except (KeyError, TypeError, ValueError) as exc:
+        return {}, f"The stored profile cannot be replayed: {exc}"
+    return {tool: [shlex.join(argv) for argv in argvs] for tool, argvs in commands.items()}, ""
+
+
+def safe_headline(results: Any) -> presenters.Headline:
+    """Headline figures; a stored value of the wrong shape gives blanks, never a crash."""
+    try:
+        return presenters.headline(results)
+    except (AttributeError, TypeError, ValueError):
+        return presenters.Headline()
+
+
+def _summary(run: BenchmarkRun) -> dict[str, Any]:
+    try:
+        return benchmark_summary(run)
+    except (AttributeError, TypeError, ValueError):
+        return {"levels": [], "reason": "The stored results cannot be read."}
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _run_or_404(pk)
+    levels, raw = _levels(run), _raw(run)
+    results = run.results if isinstance(run.results, dict) else {}
+    commands, commands_error = _commands(run)
+    charts = {}
+    if levels:
+        charts = {
+            "throughput": plots.throughput_chart({"this run": levels}),
+            "ttft": plots.latency_chart(levels, "ttft_ms"),
+            "tpot": plots.latency_chart(levels, "tpot_ms"),
+            "e2e": plots.latency_chart(levels, "e2e_ms"),
+            "scatter": plots.request_scatter(raw, levels),
+            "timeline": plots.request_timeline(raw, levels),
+        }
+    others = (
+        BenchmarkRun.objects.filter(revision__host=run.revision.host)
+        .exclude(pk=run.pk)
+        .select_related("revision")
+        .order_by("-created_at")[:50]
+    )
+    op = run.operation
+    return render(
+        request,
+        "deployments/benchmark_detail.html",
+        {
+            "run": run,
+            "host": run.revision.host,
+            "revision": run.revision,
+            "op": op,
+            "running": op is not None and op.is_active,
+            "levels": levels,
+            "summary": _summary(run),
+            "results": results,
+            "headline": safe_headline(results),
+            "charts": charts,
+            "commands": commands,
+            "commands_error": commands_error,
+            "others": others,
+            "profile_json": json.dumps(run.profile, indent=2, sort_keys=True, default=str),
+        },
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_export_view(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _run_or_404(pk)
+    try:
+        data = benchmark_export(run)
+    except (KeyError, TypeError, ValueError):
+        # The stored profile cannot be replayed: export everything else.
+        data = {"host": run.revision.host.name, "revision": run.revision.number, "profile": run.profile}
+        data |= {"status": run.status, "results": run.results, "raw": run.raw, "equivalent_commands": {}}
+    body = json.dumps(data, indent=2, default=str)
+    response = HttpResponse(body, content_type="application/json")
+    filename = f"benchmark-{run.revision.host.name}-r{run.revision.number}-{run.pk}.json"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+@role_required(VIEWER)
+def benchmark_compare_view(request: HttpRequest, a: int, b: int) -> HttpResponse:
+    run_a, run_b = _run_or_404(a), _run_or_404(b)
+    label_a = f"A: {run_a.revision.host.name} r{run_a.revision.number} #{run_a.pk}"
+    label_b = f"B: {run_b.revision.host.name} r{run_b.revision.number} #{run_b.pk}"
+    try:
+        rows = benchmark_compare(run_a, run_b)
+    except (AttributeError, TypeError, ValueError):
+        rows = []
+    chart = plots.throughput_chart({label_a: _levels(run_a), label_b: _levels(run_b)}, total=False)
+    return render(
+        request,
+        "deployments/benchmark_compare.html",
+        {
+            "a": run_a,
+            "b": run_b,
+            "label_a": label_a,
+            "label_b": label_b,
+            "rows": rows,
+            "chart": chart,
+            "headline_a": safe_headline(run_a.results),
+            "headline_b": safe_headline(run_b.results),
+        },
+    )
+
+
+# --- a host's runs (and the compare picker) ---------------------------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+@vary_on_headers("HX-Request")
+def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
+    host_obj = _host_or_404(host)
+    runs = list(
+        BenchmarkRun.objects.filter(revision__host=host_obj)
+        .select_related("revision")
+        .order_by("-created_at")[:RUNS_LISTED]
+    )
+    errors: list[str] = []
+    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    if a or b:
+        if not (a.isdigit() and b.isdigit()):
+            errors.append("Pick two runs to compare (A and B).")
+        elif a == b:
+            errors.append("Pick two different runs.")
+        elif BenchmarkRun.objects.filter(pk__in=[int(a), int(b)]).count() != 2:
+            errors.append("One of those runs does not exist.")
+        else:
+            return redirect("deployments:benchmark_compare", a=int(a), b=int(b))
+    rows = [(r, safe_headline(r.results)) for r in runs]
+    response = render(
+        request,
+        "deployments/benchmark_list.html",
+        {"host": host_obj, "rows": rows, "errors": errors, "a": a, "b": b},
+    )
+    if errors:
+        response.status_code = 400
+    return response
+
+
+urlpatterns = [
+    path("hosts/<slug:host>/benchmarks/", benchmark_list, name="benchmark_list"),
+    path("hosts/<slug:host>/benchmarks/new/", benchmark_new, name="benchmark_new"),
+    path("benchmarks/operations/<uuid:pk>/", benchmark_progress, name="benchmark_progress"),
+    path("benchmarks/operations/<uuid:pk>/status/", benchmark_progress_status, name="benchmark_progress_status"),
+    path("benchmarks/<int:pk>/", benchmark_detail, name="benchmark_detail"),
+    path("benchmarks/<int:pk>/export.json", benchmark_export_view, name="benchmark_export"),
+    path("benchmarks/compare/<int:a>/<int:b>/", benchmark_compare_view, name="benchmark_compare"),
+]

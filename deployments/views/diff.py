@@ -9,9 +9,8 @@ from django.views.decorators.http import require_GET
 
 from controlpanel.roles import VIEWER, role_required
 from deployments.forms import DiffPickForm
+from deployments.revision_views import changes_between
 from hardware.models import Host
-
-from ._revision_views import changes_between
 
 
 @require_GET

@@ -16,11 +16,11 @@ from deployments import presenters, selectors
 from deployments.exports import all_exports, base_url_for, client_target
 from deployments.forms import AnsibleImportForm, apply_error
 from deployments.models import DeploymentRevision
+from deployments.revision_views import revision_view
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
 from hardware.models import Host
 
 from ._dispatch import by_method
-from ._revision_views import revision_view
 
 
 def _revision_or_404(host: str, number: int) -> DeploymentRevision:

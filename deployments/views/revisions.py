@@ -23,6 +23,7 @@ from deployments.engines.registry import get_adapter
 from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
 from deployments.models import DeploymentRevision
 from deployments.planner import PlanInputError
+from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.services.operations import HostBusyError
 from deployments.services.revisions import comment_create, revision_create
@@ -30,7 +31,6 @@ from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 
 from ._dispatch import by_method, is_partial
-from ._revision_views import changes_between
 
 FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200

@@ -133,7 +133,7 @@ class Command(BaseCommand):
 
     def _diff(self, host: Any, o: dict[str, Any]) -> None:
         from deployments.diffing import render_text
-        from deployments.views._revision_views import changes_between
+        from deployments.revision_views import changes_between
 
         a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
         self.stdout.write(render_text(changes_between(a, b)))
