@@ -116,12 +116,13 @@ BROKER_DIR = DATA_DIR / "broker"
 EMBEDDED_BROKER = "filesystem://"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=EMBEDDED_BROKER)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
         "polling_interval": 0.2,
     }

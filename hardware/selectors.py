@@ -3,6 +3,8 @@ issue a fixed number of queries whatever the number of hosts."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -11,7 +13,9 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
-from deployments.models import Operation
+from deployments.models import BenchmarkRun, ModelVariant, Operation
+from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
+from deployments.planner.whatfits import DEFAULT_CONTEXTS
 
 from .models import GPU, GpuSample, Host
 
@@ -48,14 +52,13 @@ def host_list() -> QuerySet[Host]:
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries."""
     latest = GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1]
-    gpu_qs = GPU.objects.annotate(latest_sample_id=Subquery(latest)).order_by("index")
+    gpu_qs = GPU.objects.select_related("gpu_type").annotate(latest_sample_id=Subquery(latest)).order_by("index")
     hosts_list = list((hosts if hosts is not None else host_list()).prefetch_related(Prefetch("gpus", queryset=gpu_qs)))
     sample_ids = [g.latest_sample_id for h in hosts_list for g in h.gpus.all() if g.latest_sample_id]
     samples = {s.pk: s for s in GpuSample.objects.filter(pk__in=sample_ids)} if sample_ids else {}
     ops: dict[int, Operation] = {}
-    for op in Operation.objects.filter(host__in=[h.pk for h in hosts_list], state__in=ACTIVE_STATES).order_by(
-        "created_at"
-    ):
+    active = Operation.objects.filter(host__in=[h.pk for h in hosts_list], state__in=ACTIVE_STATES)
+    for op in active.select_related("revision").order_by("created_at"):
         ops.setdefault(op.host_id, op)
     return [
         HostCard(
@@ -72,14 +75,110 @@ def host_get(*, name: str) -> Host:
 
 
 def gpu_series(*, host: Host, hours: float = 1.0) -> dict[int, list[dict[str, Any]]]:
-    """The last `hours` of telemetry per GPU index: raw samples, falling back to rollups."""
+    """The last `hours` of telemetry per GPU index, oldest first, in one query.
+
+    Raw samples where there are any; where the raw samples are gone (older than the raw
+    retention, or never taken), the one-minute rollups fill in before the first raw sample.
+    """
     since = timezone.now() - timedelta(hours=hours)
     rows = (
         GpuSample.objects.filter(gpu__host=host, ts__gte=since)
         .order_by("gpu__index", "ts")
         .values("gpu__index", "ts", "util_pct", "mem_used_bytes", "power_w", "temp_c", "resolution_s")
     )
-    series: dict[int, list[dict[str, Any]]] = {}
+    raw: dict[int, list[dict[str, Any]]] = {}
+    rollups: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
-        series.setdefault(row["gpu__index"], []).append(row)
+        (raw if row["resolution_s"] == 0 else rollups).setdefault(row["gpu__index"], []).append(row)
+    series: dict[int, list[dict[str, Any]]] = {}
+    for index in sorted(set(raw) | set(rollups)):
+        fine = raw.get(index, [])
+        first = fine[0]["ts"] if fine else None
+        coarse = [r for r in rollups.get(index, []) if first is None or r["ts"] < first]
+        series[index] = coarse + fine
     return series
+
+
+# --- what fits ---------------------------------------------------------------------------------
+
+ENGINE_FOR_FORMAT = {"hf": "vllm", "gguf": "llama.cpp", "ollama": "ollama"}
+
+
+@dataclass
+class WhatFitsRow:
+    model: str
+    engine: str
+    layout: str
+    gpus_used: int
+    cells: list[WhatFitsCell]
+
+
+@dataclass
+class WhatFitsTable:
+    contexts: tuple[int, ...]
+    rows: list[WhatFitsRow]
+    models: int
+    elapsed_ms: float
+
+    @property
+    def context_labels(self) -> list[str]:
+        return [f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}" for c in self.contexts]
+
+
+def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
+    """Planner inputs for model variants; each planned with the engine its format implies."""
+    models = []
+    for v in variants:
+        try:
+            arch = v.model_arch
+            gguf = GgufKvFacts.from_dict(v.gguf_kv) if v.gguf_kv else None
+        except (TypeError, ValueError, KeyError):
+            continue  # a variant whose stored facts cannot be read is left out, never a crash
+        models.append(
+            CatalogModel(
+                name=v.name,
+                arch=arch,
+                weights_bytes=v.weights_bytes,  # type: ignore[arg-type]  # None: the planner estimates
+                engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
+                checkpoint_quant=v.quant_method or None,
+                gguf=gguf,
+            )
+        )
+    return models
+
+
+def host_what_fits(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> WhatFitsTable:
+    """Every catalog model x valid layout x a few context lengths on these GPUs (1 query)."""
+    started = time.perf_counter()
+    from deployments.services.planning import gpu_spec
+
+    specs = tuple(gpu_spec(g) for g in sorted(gpus, key=lambda g: g.index))
+    models = catalog_models(ModelVariant.objects.order_by("is_demo", "family", "name"))
+    rows: dict[tuple[str, str, str], WhatFitsRow] = {}
+    if specs:
+        for cell in what_fits(specs, models, contexts=contexts):
+            key = (cell.model, cell.engine, cell.layout)
+            if key not in rows:
+                rows[key] = WhatFitsRow(cell.model, cell.engine, cell.layout, cell.gpus_used, [])
+            rows[key].cells.append(cell)
+    return WhatFitsTable(
+        contexts=tuple(contexts),
+        rows=list(rows.values()),
+        models=len(models),
+        elapsed_ms=(time.perf_counter() - started) * 1000.0,
+    )
+
+
+# --- host page ---------------------------------------------------------------------------------
+
+
+def host_recent_operations(*, host: Host, limit: int = 10) -> list[Operation]:
+    return list(
+        Operation.objects.filter(host=host).select_related("revision", "requested_by").order_by("-created_at")[:limit]
+    )
+
+
+def host_benchmark_runs(*, host: Host, limit: int = 10) -> list[BenchmarkRun]:
+    return list(
+        BenchmarkRun.objects.filter(revision__host=host).select_related("revision").order_by("-created_at")[:limit]
+    )

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from django.urls import path
 
 from . import views
@@ -8,4 +10,8 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("hosts/cards/", views.host_cards_partial, name="host_cards"),
     path("hosts/<slug:name>/", views.host_detail, name="host_detail"),
+    path("hosts/<slug:name>/telemetry/", views.host_telemetry, name="host_telemetry"),
+    path("hosts/<slug:name>/probe/", views.host_probe, name="host_probe"),
+    path("hosts/<slug:name>/stop/", views.host_stop, name="host_stop"),
+    path("operations/<uuid:pk>/widget/", views.operation_widget, name="operation_widget"),
 ]

@@ -1,14 +1,43 @@
+"""Hosts: the live dashboard, a host's page (GPUs, telemetry, what fits, history, actions)
+and the small live widgets those pages poll."""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
-from django.views.decorators.vary import vary_on_headers
+from typing import Any
 
-from controlpanel.roles import VIEWER, role_required
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+
+from controlpanel.roles import OPERATOR, VIEWER, role_required
+from deployments import plots, presenters
+from deployments import selectors as deployment_selectors
+from deployments.models import Operation
+from deployments.services.switch import probe_request, stop_request
+from deployments.views.benchmarks import safe_headline
 
 from . import selectors
 from .models import Host
+
+TELEMETRY_HOURS = 1.0
+HISTORY_ON_PAGE = 10
+
+
+def _is_partial(request: HttpRequest) -> bool:
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.boosted
+
+
+def _one_host(name: str) -> Any:
+    return selectors.host_list().filter(name=name)
+
+
+# --- dashboard -----------------------------------------------------------------------------------
 
 
 @require_GET
@@ -21,17 +50,94 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @role_required(VIEWER)
 @vary_on_headers("HX-Request")
 def host_cards_partial(request: HttpRequest) -> HttpResponse:
+    """The dashboard's cards (the page polls this), or one host's card with ?host=<name>."""
+    name = request.GET.get("host", "").strip()
+    if name:
+        cards = selectors.host_cards(hosts=_one_host(name))
+        if not cards:
+            raise Http404("No such host.")
+        return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
     return render(request, "hardware/_host_cards.html", {"cards": selectors.host_cards()})
 
 
 @require_GET
 @role_required(VIEWER)
+def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
+    """One operation's progress bar; answers 286 (stop polling) once the operation has ended."""
+    try:
+        op = deployment_selectors.operation_get(pk=pk)
+    except Operation.DoesNotExist as exc:
+        raise Http404("No such operation.") from exc
+    response = render(request, "hardware/_operation_widget.html", {"op": op, "host": op.host})
+    if not op.is_active:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+# --- host page -------------------------------------------------------------------------------------
+
+
+def _telemetry(host: Host) -> dict[str, str]:
+    """The four telemetry charts, or nothing when no GPU reported a sample in the window."""
+    series = selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
+    return plots.telemetry_charts(series) if series else {}
+
+
+def _host_context(host: Host, card: Any) -> dict[str, Any]:
+    gpus = [g.gpu for g in card.gpus]
+    runs = selectors.host_benchmark_runs(host=host)
+    return {
+        "host": host,
+        "card": card,
+        "telemetry": _telemetry(host),
+        "telemetry_hours": TELEMETRY_HOURS,
+        "what_fits": selectors.host_what_fits(gpus=gpus),
+        "revisions": list(
+            host.revisions.select_related("model_variant", "author").order_by("-number")[:HISTORY_ON_PAGE]
+        ),
+        "operations": selectors.host_recent_operations(host=host),
+        "benchmarks": [(r, safe_headline(r.results)) for r in runs],
+    }
+
+
+@require_GET
+@role_required(VIEWER)
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    host = get_object_or_404(Host.objects.select_related("active_revision__model_variant"), name=name)
-    cards = selectors.host_cards(hosts=Host.objects.filter(pk=host.pk).select_related("active_revision__model_variant"))
-    revisions = host.revisions.select_related("model_variant", "author").order_by("-number")[:20]
-    return render(
-        request,
-        "hardware/host_detail.html",
-        {"host": host, "card": cards[0], "revisions": revisions},
-    )
+    cards = selectors.host_cards(hosts=_one_host(name))
+    if not cards:
+        raise Http404("No such host.")
+    card = cards[0]
+    return render(request, "hardware/host_detail.html", _host_context(card.host, card))
+
+
+@require_GET
+@role_required(VIEWER)
+def host_telemetry(request: HttpRequest, name: str) -> HttpResponse:
+    """The telemetry charts alone (the host page refreshes them)."""
+    host = get_object_or_404(Host, name=name)
+    context = {"host": host, "telemetry": _telemetry(host), "telemetry_hours": TELEMETRY_HOURS}
+    return render(request, "hardware/_host_telemetry.html", context)
+
+
+def _after_request(request: HttpRequest, host: Host, action: Any, what: str) -> HttpResponse:
+    try:
+        op = action(host=host, actor=request.user)
+    except ValidationError as exc:
+        for message in presenters.validation_messages(exc):
+            messages.error(request, f"Could not {what}: {message}")
+        url = reverse("hardware:host_detail", args=[host.name])
+    else:
+        url = reverse("deployments:operation_detail", args=[op.pk])
+    return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_probe(request: HttpRequest, name: str) -> HttpResponse:
+    return _after_request(request, get_object_or_404(Host, name=name), probe_request, "probe")
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_stop(request: HttpRequest, name: str) -> HttpResponse:
+    return _after_request(request, get_object_or_404(Host, name=name), stop_request, "stop the engine")

@@ -16,11 +16,23 @@ from tests.hardware.factories import GPUFactory, HostFactory
 pytestmark = pytest.mark.django_db
 
 OP = "00000000-0000-0000-0000-000000000001"
+BENCH_OP = "00000000-0000-0000-0000-000000000002"
 # name -> (kwargs, GET role, POST role or None when the URL takes no POST)
 ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "hardware:dashboard": ({}, "viewer", None),
     "hardware:host_cards": ({}, "viewer", None),
     "hardware:host_detail": ({"name": "h1"}, "viewer", None),
+    "hardware:host_telemetry": ({"name": "h1"}, "viewer", None),
+    "hardware:host_probe": ({"name": "h1"}, "viewer", "operator"),
+    "hardware:host_stop": ({"name": "h1"}, "viewer", "operator"),
+    "hardware:operation_widget": ({"pk": OP}, "viewer", None),
+    "deployments:benchmark_list": ({"host": "h1"}, "viewer", None),
+    "deployments:benchmark_new": ({"host": "h1"}, "viewer", "operator"),
+    "deployments:benchmark_progress": ({"pk": BENCH_OP}, "viewer", None),
+    "deployments:benchmark_progress_status": ({"pk": BENCH_OP}, "viewer", None),
+    "deployments:benchmark_detail": ({"pk": 1}, "viewer", None),
+    "deployments:benchmark_export": ({"pk": 1}, "viewer", None),
+    "deployments:benchmark_compare": ({"a": 1, "b": 1}, "viewer", None),
     "deployments:model_list": ({}, "viewer", None),
     "deployments:audit_log": ({}, "viewer", None),
     "deployments:revision_list": ({"host": "h1"}, "viewer", None),
@@ -28,8 +40,20 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "deployments:revision_comment": ({"host": "h1", "number": 1}, "viewer", "viewer"),
     "deployments:operation_detail": ({"pk": OP}, "viewer", None),
     "deployments:operation_status": ({"pk": OP}, "viewer", None),
+    "deployments:revision_new": ({"host": "h1"}, "viewer", "operator"),
+    "deployments:revision_preview": ({"host": "h1"}, "viewer", "viewer"),
+    "deployments:revision_switch": ({"host": "h1", "number": 1}, "viewer", "operator"),
+    "deployments:revision_diff_pick": ({"host": "h1"}, "viewer", None),
+    "deployments:revision_diff": ({"host": "h1", "a": 1, "b": 1}, "viewer", None),
+    "deployments:revision_exports": ({"host": "h1", "number": 1}, "viewer", None),
+    "deployments:ansible_import": ({"host": "h1"}, "viewer", "operator"),
+    "deployments:operation_cancel": ({"pk": OP}, "viewer", "operator"),
+    "deployments:model_import": ({}, "viewer", "operator"),
 }
 OPEN = {"login", "logout"}
+POST_ONLY = {"deployments:revision_comment", "hardware:host_probe", "hardware:host_stop"}
+# Live widgets of a finished operation answer 286 so htmx stops polling.
+STOPPED = {"deployments:operation_status", "hardware:operation_widget", "deployments:benchmark_progress_status"}
 
 
 def _names(resolver: URLResolver, prefix: str = "") -> set[str]:
@@ -63,6 +87,11 @@ def world(catalog, operator):
     from deployments.models import Operation
 
     Operation.objects.create(id=uuid.UUID(OP), kind="probe", host=host, exclusive=False, state="succeeded")
+    from deployments.models import BenchmarkRun
+
+    revision = host.revisions.get(number=1)
+    Operation.objects.create(id=uuid.UUID(BENCH_OP), kind="benchmark", host=host, revision=revision, state="failed")
+    BenchmarkRun.objects.create(id=1, revision=revision, profile_name="q", profile={"name": "q"}, engine="llama.cpp")
     return host
 
 
@@ -81,11 +110,11 @@ def test_viewer_reads_every_page(client, world, viewer, name):
     kwargs, get_role, _ = ACCESS[name]
     client.force_login(viewer)
     response = client.get(reverse(name, kwargs=kwargs))
-    if name == "deployments:revision_comment":
+    if name in POST_ONLY:
         assert response.status_code == 405
     else:
         # A finished operation's status partial answers 286 so htmx stops polling.
-        assert response.status_code == (286 if name == "deployments:operation_status" else 200), name
+        assert response.status_code == (286 if name in STOPPED else 200), name
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post and post != "viewer"))
