@@ -109,6 +109,10 @@ def _size_gpu_split(ctx: Context) -> None:
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
     if a is None or counts is None:
+        # KV sizes are unknown, but weights against the memory budget can still be judged.
+        util = s.mem_util or (vllm_default_util(req.engine_version) if req.engine == "vllm" else
+                              SGLANG_MEM_FRACTION_DEFAULT)
+        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * util)
         return
     stage = bottleneck_stage(arch, counts, s.pp)
     full_layers = stage.full + ((arch.mtp_num_layers or 1) if mtp else 0)
@@ -210,6 +214,7 @@ def _size_layer_split(ctx: Context) -> None:
     assert n_seq is not None
     ctx.max_num_seqs = n_seq
     if layers is None:
+        _weights_only_layer_split(ctx)
         return
     kv = llama_kv(
         layers,
@@ -244,6 +249,26 @@ def _size_layer_split(ctx: Context) -> None:
         ctx.budget_per_gpu = ctx.gpu_memory
         kv_gpu = int((kv.kv_bytes + kv.recurrent_bytes) * frac)
         ctx.pool_per_gpu = kv_gpu
+
+
+def _weights_only_layer_split(ctx: Context) -> None:
+    """Without GGUF layer facts the KV cache is unknown, but the weights still have to fit."""
+    s, req = ctx.settings, ctx.request
+    weights = req.weights_bytes or (req.gguf.file_size if req.gguf else None)
+    n_layer = req.arch.num_layers
+    if weights is None or not ctx.gpus or s.n_gpu_layers == 0:
+        return
+    if s.n_gpu_layers is None or (n_layer and s.n_gpu_layers >= n_layer) or s.n_gpu_layers >= 999:
+        offloaded = 1.0
+    elif n_layer:
+        offloaded = s.n_gpu_layers / n_layer
+    else:
+        return  # a partial offload of an unknown number of layers: nothing to judge
+    share = _layer_shares(ctx.gpus, s)
+    ctx.used = tuple(g for g, part in zip(ctx.gpus, share, strict=False) if part > 0)
+    ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
+    ctx.weights_per_gpu = int(weights * offloaded * max(share, default=0.0))
+    ctx.budget_per_gpu = ctx.gpu_memory
 
 
 def _layer_shares(gpus: tuple[GpuSpec, ...], s: Settings) -> list[float]:

@@ -159,8 +159,8 @@ def _memory(ctx: Context) -> None:
                 "or cpu_offload_gb.",
             )
             return
-        pool = ctx.pool_per_gpu or 0
-        if pool <= 0:
+        pool = ctx.pool_per_gpu
+        if pool is not None and pool <= 0:
             ctx.add(
                 ERROR,
                 F.KV_NO_ROOM,
