@@ -52,13 +52,16 @@ def _flash_attn(value: Any) -> str:
     raise EngineConfigError(f"flash_attn must be on, off or auto, not {value!r}", field="flash_attn")
 
 
-def _gpu_layers(value: Any) -> str:
-    # `-ngl N|auto|all` (older builds: a number only; 99 is the usual "all").
+def _gpu_layers(value: Any) -> int | str:
+    # `-ngl N|auto|all` (older builds: a number only; 99 is the usual "all"). Numbers stay
+    # numbers, so a form and the command line store the same value.
     if isinstance(value, bool):
         raise EngineConfigError("n_gpu_layers must be a number, 'auto' or 'all'", field="n_gpu_layers")
     if isinstance(value, int) and value >= 0:
-        return str(value)
-    if isinstance(value, str) and (value.isdigit() or value in ("auto", "all")):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if value in ("auto", "all"):
         return value
     raise EngineConfigError(
         f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {value!r}", field="n_gpu_layers"
