@@ -89,7 +89,8 @@ def _arch_complete(ctx: Context) -> None:
         ctx.add(
             INFO,
             F.ARCH_INCOMPLETE,
-            f"The model's architecture facts lack {', '.join(missing)}, so KV sizes are unknown.",
+            f"The model's architecture facts lack {', '.join(missing)}, so "
+            + ("the checks that need them were skipped." if ctx.per_token_gpu is not None else "KV sizes are unknown."),
             "Import the model's config.json or GGUF header to fill them in.",
         )
 
