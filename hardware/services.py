@@ -179,7 +179,7 @@ def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
                 power_w=s.get("power_w"),
                 temp_c=s.get("temperature_c"),
                 sm_clock_mhz=s.get("sm_clock_mhz"),
-                mem_clock_mhz=s.get("mem_clock_mhz"),
+                mem_clock_mhz=s.get("memory_clock_mhz"),
                 energy_mj=s.get("energy_mj"),
             )
         )

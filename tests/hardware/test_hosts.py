@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from deployments.models import AuditEvent
 from hardware.models import GPU, GpuSample, GpuType, Host
-from hardware.probes.nvml import probe_host_gpus
+from hardware.probes.nvml import probe_host_gpus, sample_gpus
 from hardware.probes.replay import ReplayNvml
 from hardware.services import host_declare, host_heartbeat, host_probe_record, telemetry_record, telemetry_rollup
 
@@ -102,3 +102,18 @@ def test_host_declare_command(catalog):
         call_command("host", "declare", "other", "--gpu", "Voodoo 2:1", stdout=io.StringIO())
     assert exc.value.returncode == 2
     assert not Host.objects.filter(name="other").exists()
+
+
+def test_recorded_h200_telemetry_is_stored_as_measured(catalog):
+    """Samples the probe read on a real H200 under load (replayed) land in the database unchanged."""
+    host = host_probe_record(name="h200-t", facts={}, inventory=recorded_inventory())
+    replay = ReplayNvml.from_fixture(H200)
+    series = []
+    for _ in range(5):
+        samples = sample_gpus(replay)
+        series.append(samples[0])
+        assert telemetry_record(host=host, samples=[s.to_dict() for s in samples]) == 1
+    stored = list(GpuSample.objects.filter(gpu__host=host).order_by("ts"))
+    assert [s.power_w for s in stored] == [s.power_w for s in series]
+    assert [s.energy_mj for s in stored] == [s.energy_mj for s in series]
+    assert all(s.mem_clock_mhz and s.sm_clock_mhz is not None and s.temp_c is not None for s in stored)
