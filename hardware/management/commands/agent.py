@@ -19,7 +19,7 @@ from django.db import close_old_connections
 
 from controlpanel.celery import app
 from controlpanel.context import change_context
-from deployments.host_ops import _engine_state, launch_spec_for, reconcile, supervisor_for
+from deployments.host_ops import engine_state, launch_spec_for, reconcile, supervisor_for
 from deployments.models import DeploymentRevision
 from deployments.services.operations import operations_mark_lost
 from hardware.agent_probe import local_host_name, probe_local
@@ -85,7 +85,7 @@ class Command(BaseCommand):
         sup = supervisor_for(host.name)
         while True:
             try:
-                state = _engine_state(sup)
+                state = engine_state(sup)
                 host_heartbeat(host=host, engine_state=state, engine_metrics=self._metrics(state))
             except Exception:  # noqa: BLE001 - a heartbeat must survive a database blip
                 log.exception("heartbeat failed")
