@@ -648,3 +648,55 @@ def request_scatter(raw: Sequence[Mapping[str, Any]], levels: Sequence[Mapping[s
 def request_timeline(raw: Sequence[Mapping[str, Any]], levels: Sequence[Mapping[str, Any]]) -> str:
     spans = request_spans(raw, levels)
     return timeline_chart(spans, title="Requests over time", x_label="seconds since the run started")
+
+
+# --- engine metrics ----------------------------------------------------------------------------
+
+
+def engine_charts(rows: Sequence[Mapping[str, Any]], *, gap_s: float = 180.0) -> dict[str, str]:
+    """The engine's own last hour: requests running/waiting, KV cache use, generated tokens/s
+    (from the counter's increase between samples; a counter that drops means a restart)."""
+    running: list[Point] = []
+    waiting: list[Point] = []
+    kv: list[Point] = []
+    rate: list[Point] = []
+    last_t: float | None = None
+    last_count: float | None = None
+    for row in rows:
+        t = _epoch(row["ts"])
+        if last_t is not None and t - last_t > gap_s:
+            for points in (running, waiting, kv, rate):
+                points.append((t, None))
+        running.append((t, _num(row.get("requests_running"))))
+        waiting.append((t, _num(row.get("requests_waiting"))))
+        usage = _num(row.get("kv_cache_usage"))
+        kv.append((t, usage * 100.0 if usage is not None else None))
+        count = _num(row.get("generation_tokens_total"))
+        if count is not None and last_count is not None and last_t is not None and t > last_t and count >= last_count:
+            rate.append((t, (count - last_count) / (t - last_t)))
+        last_t, last_count = t, count if count is not None else last_count
+    empty = "no engine metrics in the last hour"
+    return {
+        "engine_requests": line_chart(
+            [Series("running", running), Series("waiting", waiting, dash=True)],
+            title="Engine requests",
+            y_label="requests",
+            x_time=True,
+            empty_message=empty,
+        ),
+        "engine_kv": line_chart(
+            [Series("KV cache used", kv)],
+            title="KV cache usage (%)",
+            y_label="%",
+            x_time=True,
+            y_max=100.0,
+            empty_message=empty,
+        ),
+        "engine_tokens": line_chart(
+            [Series("generated", rate)],
+            title="Generated tokens/s",
+            y_label="tok/s",
+            x_time=True,
+            empty_message=empty,
+        ),
+    }

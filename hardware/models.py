@@ -133,3 +133,26 @@ class GpuSample(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} at {self.ts:%H:%M:%S}"
+
+
+class EngineSample(models.Model):
+    """The engine's own metrics at one moment (what its /metrics said), for "last hour" plots.
+    `resolution_s` is 0 for raw samples, 60 for one-minute rollups."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="engine_samples")
+    ts = models.DateTimeField()
+    resolution_s = models.PositiveIntegerField(default=0)
+    requests_running = models.FloatField(null=True)
+    requests_waiting = models.FloatField(null=True)
+    kv_cache_usage = models.FloatField(null=True)  # 0..1
+    prefix_cache_hit_rate = models.FloatField(null=True)
+    generation_tokens_total = models.FloatField(null=True)  # a counter
+    prompt_tokens_total = models.FloatField(null=True)  # a counter
+    spec_acceptance_rate = models.FloatField(null=True)
+
+    class Meta:
+        ordering = ["host", "ts"]
+        indexes = [models.Index(fields=["host", "resolution_s", "ts"], name="enginesample_host_res_ts")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} engine at {self.ts:%H:%M:%S}"

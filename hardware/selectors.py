@@ -182,3 +182,15 @@ def host_benchmark_runs(*, host: Host, limit: int = 10) -> list[BenchmarkRun]:
     return list(
         BenchmarkRun.objects.filter(revision__host=host).select_related("revision").order_by("-created_at")[:limit]
     )
+
+
+def engine_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
+    """The last `hours` of the engine's own metrics (raw samples, and rollups where they are gone)."""
+    from .models import EngineSample
+
+    since = timezone.now() - timedelta(hours=hours)
+    return list(
+        EngineSample.objects.filter(host=host, ts__gte=since)
+        .order_by("ts")
+        .values("ts", "requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
+    )

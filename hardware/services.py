@@ -13,8 +13,18 @@ from django.utils.text import slugify
 from controlpanel.roles import ADMIN, ensure_role
 from deployments.services.audit import audit_record
 
-from .models import GPU, GpuSample, GpuType, Host
+from .models import GPU, EngineSample, GpuSample, GpuType, Host
 from .queues import host_queue_name
+
+ENGINE_SAMPLE_FIELDS = (
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "generation_tokens_total",
+    "prompt_tokens_total",
+    "spec_acceptance_rate",
+)
 
 
 @transaction.atomic
@@ -154,12 +164,15 @@ def host_heartbeat(
     *, host: Host, engine_state: dict[str, Any] | None = None, engine_metrics: dict[str, Any] | None = None
 ) -> None:
     """Mark the host's agent alive; not audited (it is not a change anybody made)."""
-    fields: dict[str, Any] = {"last_heartbeat": timezone.now()}
+    now = timezone.now()
+    fields: dict[str, Any] = {"last_heartbeat": now}
     if engine_state is not None:
         fields["engine_state"] = engine_state
     if engine_metrics is not None:
         fields["engine_metrics"] = engine_metrics
     Host.objects.filter(pk=host.pk).update(**fields)
+    if engine_metrics:
+        EngineSample.objects.create(host_id=host.pk, ts=now, **{k: engine_metrics.get(k) for k in ENGINE_SAMPLE_FIELDS})
 
 
 def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
@@ -231,4 +244,24 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
     expired, _ = GpuSample.objects.filter(
         resolution_s=60, ts__lt=now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
     ).delete()
-    return {"rolled_up": len(rows), "deleted_raw": deleted_raw, "expired": expired}
+    engine = _engine_rollup(raw_cutoff, now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D))
+    return {"rolled_up": len(rows), "deleted_raw": deleted_raw, "expired": expired, **engine}
+
+
+def _engine_rollup(raw_cutoff: datetime, expire_before: datetime) -> dict[str, int]:
+    """The same retention for engine metrics: gauges averaged per minute, counters at their maximum."""
+    from django.db.models import Avg, Max
+    from django.db.models.functions import TruncMinute
+
+    old = EngineSample.objects.filter(resolution_s=0, ts__lt=raw_cutoff)
+    counters = {"generation_tokens_total", "prompt_tokens_total"}
+    aggregates = {k: (Max(k) if k in counters else Avg(k)) for k in ENGINE_SAMPLE_FIELDS}
+    buckets = old.annotate(minute=TruncMinute("ts")).values("host_id", "minute").annotate(**aggregates)
+    rows = [
+        EngineSample(host_id=b["host_id"], ts=b["minute"], resolution_s=60, **{k: b[k] for k in ENGINE_SAMPLE_FIELDS})
+        for b in buckets
+    ]
+    EngineSample.objects.bulk_create(rows)
+    deleted, _ = old.delete()
+    expired, _ = EngineSample.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
+    return {"engine_rolled_up": len(rows), "engine_deleted_raw": deleted, "engine_expired": expired}

@@ -78,9 +78,13 @@ def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
 
 
 def _telemetry(host: Host) -> dict[str, str]:
-    """The four telemetry charts, or nothing when no GPU reported a sample in the window."""
+    """GPU telemetry charts and the engine's own metrics for the window (nothing where none reported)."""
     series = selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
-    return plots.telemetry_charts(series) if series else {}
+    charts = plots.telemetry_charts(series) if series else {}
+    engine = selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
+    if engine:
+        charts.update(plots.engine_charts(engine))
+    return charts
 
 
 def _host_context(host: Host, card: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from deployments.models import AuditEvent
-from hardware.models import GPU, GpuSample, GpuType, Host
+from hardware.models import GPU, EngineSample, GpuSample, GpuType, Host
 from hardware.probes.nvml import probe_host_gpus, sample_gpus
 from hardware.probes.replay import ReplayNvml
 from hardware.services import host_declare, host_heartbeat, host_probe_record, telemetry_record, telemetry_rollup
@@ -117,3 +117,31 @@ def test_recorded_h200_telemetry_is_stored_as_measured(catalog):
     assert [s.power_w for s in stored] == [s.power_w for s in series]
     assert [s.energy_mj for s in stored] == [s.energy_mj for s in series]
     assert all(s.mem_clock_mhz and s.sm_clock_mhz is not None and s.temp_c is not None for s in stored)
+
+
+def test_engine_metrics_are_kept_for_the_last_hour_and_rolled_up_later(catalog, settings, client, viewer):
+    host = host_probe_record(name="serving", facts={}, inventory={"available": False, "gpus": []})
+    for i in range(3):
+        host_heartbeat(
+            host=host,
+            engine_state={"running": True},
+            engine_metrics={
+                "requests_running": i,
+                "requests_waiting": 0,
+                "kv_cache_usage": 0.25,
+                "generation_tokens_total": 100.0 * i,
+            },
+        )
+    host_heartbeat(host=host, engine_state={"running": False}, engine_metrics={})  # stopped: nothing to keep
+    assert EngineSample.objects.filter(host=host).count() == 3
+
+    client.force_login(viewer)
+    page = client.get(f"/hosts/{host.name}/").content.decode()
+    assert "Engine requests" in page and "KV cache usage" in page and "Generated tokens/s" in page
+
+    old = timezone.now() - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H + 1)
+    EngineSample.objects.filter(host=host).update(ts=old)
+    result = telemetry_rollup()
+    assert result["engine_deleted_raw"] == 3 and result["engine_rolled_up"] == 1
+    rollup = EngineSample.objects.get(host=host)
+    assert rollup.resolution_s == 60 and rollup.requests_running == 1.0 and rollup.generation_tokens_total == 200.0
