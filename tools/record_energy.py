@@ -49,6 +49,8 @@ def main() -> int:
             meter.start()
             time.sleep(args.seconds)
             readings[name] = asdict(meter.stop())
+            # The raw samples (time, per GPU (energy mJ or None, power W)) for tests to replay.
+            readings[name]["timeline"] = [[t, [list(g) for g in gpus]] for t, gpus in meter._timeline]
     load.wait(timeout=120)
     data = {
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
