@@ -110,8 +110,9 @@ def _size_gpu_split(ctx: Context) -> None:
     counts = ctx.counts
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
-        util = s.mem_util or (vllm_default_util(req.engine_version) if req.engine == "vllm" else
-                              SGLANG_MEM_FRACTION_DEFAULT)
+        util = s.mem_util or (
+            vllm_default_util(req.engine_version) if req.engine == "vllm" else SGLANG_MEM_FRACTION_DEFAULT
+        )
         ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * util)
         return
     stage = bottleneck_stage(arch, counts, s.pp)
