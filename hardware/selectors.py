@@ -37,6 +37,31 @@ class GpuCard:
             return None
         return min(100.0, 100.0 * self.sample.power_w / self.gpu.power_limit_w)
 
+    # Display values, computed once here: the dashboard renders hundreds of GPUs every few
+    # seconds and Django's floatformat/filesizeformat filters dominated its render time.
+    @property
+    def view(self) -> dict[str, str]:
+        s, g = self.sample, self.gpu
+        view = {"memory": _gib(g.memory_bytes)}
+        if s is None:
+            return view
+        mem = self.mem_pct
+        view.update(
+            mem_pct=f"{mem:.0f}" if mem is not None else "–",
+            mem_width=f"{mem or 0:.0f}",
+            mem_used=_gib(s.mem_used_bytes) if s.mem_used_bytes is not None else "",
+            util=f"{s.util_pct:.0f}" if s.util_pct is not None else "–",
+            util_width=f"{s.util_pct or 0:.0f}",
+            power=f"{s.power_w:.0f} W" if s.power_w is not None else "– W",
+            limit=f" / {g.power_limit_w:.0f} W" if g.power_limit_w else "",
+            temp=f"{s.temp_c:.0f} °C" if s.temp_c is not None else "– °C",
+        )
+        return view
+
+
+def _gib(value: float | None) -> str:
+    return "" if value is None else f"{value / 1024**3:.1f} GB"
+
 
 @dataclass
 class HostCard:
