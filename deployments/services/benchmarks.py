@@ -25,10 +25,15 @@ def profile_from_input(
     output_tokens: int | None = None,
     requests: int | None = None,
     request_rate: float | None = None,
+    slos: dict[str, float] | None = None,
 ) -> BenchmarkProfile:
-    """A named profile, or a custom one from explicit numbers; ValidationError on bad input."""
+    """A named profile, or a custom one from explicit numbers; ValidationError on bad input.
+
+    `slos` ({"ttft_ms": 500, "tpot_ms": 50, "e2e_ms": ...}) adds goodput: requests/s that met every one.
+    """
     try:
-        if name and not any(v is not None for v in (concurrency, input_tokens, output_tokens, requests, request_rate)):
+        custom = (concurrency, input_tokens, output_tokens, requests, request_rate)
+        if name and not any(v is not None for v in custom) and not slos:
             return get_profile(name)
         base = get_profile(name) if name else get_profile("quick")
         data = base.to_dict()
@@ -43,6 +48,8 @@ def profile_from_input(
             data["num_requests"] = requests
         if request_rate is not None:
             data["request_rate"] = request_rate
+        if slos:
+            data["slos"] = dict(slos)
         return BenchmarkProfile.from_dict(data)
     except (KeyError, ValueError, TypeError) as exc:
         raise ValidationError({"profile": str(exc).strip("'\"")}) from exc

@@ -68,6 +68,9 @@ class BenchmarkForm(forms.Form):
     input_tokens = forms.IntegerField(required=False, min_value=1, max_value=2_000_000, label="Input tokens")
     output_tokens = forms.IntegerField(required=False, min_value=1, max_value=200_000, label="Output tokens")
     requests = forms.IntegerField(required=False, min_value=1, max_value=10_000, label="Requests per level")
+    ttft_slo_ms = forms.FloatField(required=False, min_value=0.001, label="TTFT SLO (ms)")
+    tpot_slo_ms = forms.FloatField(required=False, min_value=0.001, label="TPOT SLO (ms)")
+    e2e_slo_ms = forms.FloatField(required=False, min_value=0.001, label="End-to-end SLO (ms)")
     revision = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
     def clean_concurrency(self) -> list[int] | None:
@@ -106,8 +109,15 @@ class BenchmarkForm(forms.Form):
         if name == CUSTOM and all(v is None for v in custom.values()):
             self.add_error("concurrency", "A custom profile needs at least one number (levels, tokens or requests).")
             return data
+        slos = {
+            key: data[f"{key.removesuffix('_ms')}_slo_ms"]
+            for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+            if data.get(f"{key.removesuffix('_ms')}_slo_ms") is not None
+        }
         try:
-            data["benchmark_profile"] = profile_from_input(name=None if name == CUSTOM else name, **custom)
+            data["benchmark_profile"] = profile_from_input(
+                name=None if name == CUSTOM else name, slos=slos or None, **custom
+            )
         except ValidationError as exc:
             for message in presenters.validation_messages(exc):
                 text = message.removeprefix("profile: ")

@@ -71,6 +71,9 @@ def test_revision_switch_and_bench_from_the_command_line(lab):
             "24",
             "--requests",
             "4",
+            "--goodput",
+            "ttft:600000",
+            "tpot:600000",
             "--json",
             "--timeout",
             "300",
@@ -83,6 +86,8 @@ def test_revision_switch_and_bench_from_the_command_line(lab):
         assert level["ttft_ms"]["p50"] < level["e2e_ms"]["p50"]
         assert set(level["tpot_ms"]) == {"mean", "p50", "p90", "p99"}
         assert level["output_tokens_per_s"] > 0
+        # Targets every request meets (ten minutes): goodput equals the request rate.
+        assert level["goodput_requests_per_s"] == pytest.approx(level["requests_per_s"])
     assert data["energy_j"] is None  # a CPU-only host: energy unknown, never 0
     run_row = BenchmarkRun.objects.get(pk=data["id"])
     assert run_row.revision == second and run_row.status == "completed"

@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from deployments.benchmarking.profiles import PROFILES
 from deployments.benchmarking.results import RequestRecord, RunResult, build_level
 from deployments.models import AuditEvent, BenchmarkRun, ModelVariant, Operation
 from deployments.services.audit import audit_record
@@ -121,6 +122,16 @@ def test_operator_starts_a_custom_profile(client, operator, served, django_captu
     assert len(callbacks) == 1
 
 
+def test_latency_targets_turn_on_goodput(client, operator, served, django_capture_on_commit_callbacks):
+    client.force_login(operator)
+    data = {"profile": "quick", "ttft_slo_ms": "500", "tpot_slo_ms": "50"}
+    with django_capture_on_commit_callbacks(execute=False):
+        client.post(reverse("deployments:benchmark_new", args=["bench-host"]), data)
+    profile = Operation.objects.get(kind="benchmark").params["profile"]
+    assert profile["slos"] == {"ttft_ms": 500.0, "tpot_ms": 50.0}
+    assert profile["concurrency"] == list(PROFILES["quick"].concurrency)  # the named profile's numbers stay
+
+
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
@@ -132,6 +143,7 @@ def test_operator_starts_a_custom_profile(client, operator, served, django_captu
         ({"profile": "quick", "output_tokens": "lots"}, "output_tokens", "Enter a whole number"),
         ({"profile": "quick", "requests": "-3"}, "requests", "greater than or equal to 1"),
         ({"profile": "no-such"}, "profile", "Select a valid choice"),
+        ({"profile": "quick", "tpot_slo_ms": "-1"}, "tpot_slo_ms", "greater than or equal to"),
     ],
 )
 def test_bad_input_shows_errors_beside_fields_and_writes_nothing(

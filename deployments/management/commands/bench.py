@@ -30,6 +30,13 @@ class Command(BaseCommand):
         parser.add_argument("--input-tokens", type=int, default=None)
         parser.add_argument("--output-tokens", type=int, default=None)
         parser.add_argument("--requests", type=int, default=None, help="requests per level")
+        parser.add_argument(
+            "--goodput",
+            nargs="+",
+            default=None,
+            metavar="KEY:MS",
+            help="latency targets for goodput, as vllm bench serve: ttft:500 tpot:50 e2el:20000",
+        )
         parser.add_argument("--wait", action="store_true")
         parser.add_argument("--timeout", type=float, default=None)
         parser.add_argument("--json", action="store_true", help="print the stored results as JSON (implies --wait)")
@@ -45,6 +52,7 @@ class Command(BaseCommand):
                 input_tokens=o["input_tokens"],
                 output_tokens=o["output_tokens"],
                 requests=o["requests"],
+                slos=_slos(o["goodput"]),
             )
             with change_context("cli"):
                 op = benchmark_request(host=host, profile=profile, actor=get_actor(o["user"]))
@@ -67,6 +75,22 @@ class Command(BaseCommand):
                 )
         if op.state != OperationState.SUCCEEDED:
             raise CommandError(op.error or f"Benchmark {op.state}.", returncode=1)
+
+
+SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "e2e": "e2e_ms"}
+
+
+def _slos(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    slos = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        try:
+            slos[SLO_KEYS[key]] = float(value)
+        except (KeyError, ValueError):
+            raise BadInput(f"--goodput takes KEY:MS with KEY one of ttft, tpot, e2el (got {item!r}).") from None
+    return slos
 
 
 def _f(value: float | None) -> str:
