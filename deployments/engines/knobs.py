@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.engines.base import EngineConfig, EngineConfigError
+from deployments.engines.base import EngineConfig, EngineConfigError, LaunchSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Identifiers such as parser names, dtypes, quantization methods, attention backends.
@@ -196,3 +196,37 @@ def url_host(host: str) -> str:
     if ":" in host and not host.startswith("["):
         return f"[{host}]"
     return host
+
+
+def default_served_name(model: str) -> str:
+    """vLLM's and SGLang's default (and the seed's rule): the model's last path part."""
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def openai_launch_spec(
+    engine: str,
+    config: EngineConfig,
+    *,
+    argv: list[str] | tuple[str, ...],
+    env: dict[str, str],
+    served_name: str,
+    health_path: str = "/health",
+    metrics: bool = True,
+    secrets: tuple[str, ...] = (),
+) -> LaunchSpec:
+    """The LaunchSpec of an OpenAI-compatible server on config.host:config.port (every engine here)."""
+    base = f"http://{url_host(config.host)}:{config.port}"
+    return LaunchSpec(
+        engine=engine,
+        argv=tuple(argv),
+        env=env,
+        cwd=None,
+        host=config.host,
+        port=config.port,
+        served_name=served_name,
+        health_url=f"{base}{health_path}",
+        models_url=f"{base}/v1/models",
+        metrics_url=f"{base}/metrics" if metrics else None,
+        chat_url=f"{base}/v1/chat/completions",
+        secret_values=secrets,
+    )

@@ -19,7 +19,14 @@ from deployments.engines.base import (
     KvCapacity,
     LaunchSpec,
 )
-from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, fmt_number, url_host
+from deployments.engines.knobs import (
+    KnobSpec,
+    base_env,
+    check_common,
+    check_knobs,
+    fmt_number,
+    openai_launch_spec,
+)
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps
 from deployments.engines.versions import (
@@ -208,20 +215,14 @@ class LlamaCppAdapter(ScriptsMixin):
         if config.api_key:
             env["LLAMA_API_KEY"] = config.api_key  # `--api-key` env form (README)
             secrets = (config.api_key,)
-        base = f"http://{url_host(config.host)}:{config.port}"
-        return LaunchSpec(
-            engine=self.name,
-            argv=tuple(argv),
+        return openai_launch_spec(
+            self.name,
+            config,
+            argv=argv,
             env=env,
-            cwd=None,
-            host=config.host,
-            port=config.port,
             served_name=served,
-            health_url=f"{base}/health",
-            models_url=f"{base}/v1/models",
-            metrics_url=f"{base}/metrics" if knobs.get("metrics") else None,
-            chat_url=f"{base}/v1/chat/completions",
-            secret_values=secrets,
+            metrics=bool(knobs.get("metrics")),
+            secrets=secrets,
         )
 
     def parse_metrics(self, text: str) -> EngineMetrics:

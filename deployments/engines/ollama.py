@@ -19,7 +19,7 @@ from deployments.engines.base import (
     KvCapacity,
     LaunchSpec,
 )
-from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, url_host
+from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, openai_launch_spec
 from deployments.engines.scripts import ScriptsMixin
 from deployments.engines.versions import parse_version
 
@@ -93,19 +93,14 @@ class OllamaAdapter(ScriptsMixin):
         env["OLLAMA_HOST"] = f"{config.host}:{config.port}"
         for name, value in knobs.items():
             env[ENV_OF[name]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
-        base = f"http://{url_host(config.host)}:{config.port}"
-        return LaunchSpec(
-            engine=self.name,
+        return openai_launch_spec(
+            self.name,
+            config,
             argv=(config.binary or "ollama", "serve"),
             env=env,
-            cwd=None,
-            host=config.host,
-            port=config.port,
             served_name=config.served_name or config.model,
-            health_url=f"{base}/",  # "Ollama is running"
-            models_url=f"{base}/v1/models",
-            metrics_url=None,
-            chat_url=f"{base}/v1/chat/completions",
+            health_path="/",  # "Ollama is running"
+            metrics=False,  # Ollama has no Prometheus endpoint
         )
 
     def parse_metrics(self, text: str) -> EngineMetrics:

@@ -23,8 +23,9 @@ from deployments.engines.knobs import (
     check_common,
     check_knobs,
     compact_json,
+    default_served_name,
     fmt_number,
-    url_host,
+    openai_launch_spec,
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
@@ -62,10 +63,6 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("chat_template", "str"),
     )
 }
-
-
-def default_served_name(model: str) -> str:
-    return model.rstrip("/").rsplit("/", 1)[-1]
 
 
 class SglangAdapter(PipInstallMixin, ScriptsMixin):
@@ -112,21 +109,15 @@ class SglangAdapter(PipInstallMixin, ScriptsMixin):
         if config.api_key:
             argv += ["--api-key", config.api_key]  # server_args.py has no env form
             secrets = (config.api_key,)
-        base = f"http://{url_host(config.host)}:{config.port}"
-        return LaunchSpec(
-            engine=self.name,
-            argv=tuple(argv),
+        # /health runs a 1-token probe generation by default (http_server.py).
+        return openai_launch_spec(
+            self.name,
+            config,
+            argv=argv,
             env=base_env(config),
-            cwd=None,
-            host=config.host,
-            port=config.port,
             served_name=served,
-            # /health runs a 1-token probe generation by default (http_server.py).
-            health_url=f"{base}/health",
-            models_url=f"{base}/v1/models",
-            metrics_url=f"{base}/metrics" if knobs.get("enable_metrics") else None,
-            chat_url=f"{base}/v1/chat/completions",
-            secret_values=secrets,
+            metrics=bool(knobs.get("enable_metrics")),
+            secrets=secrets,
         )
 
     def parse_metrics(self, text: str) -> EngineMetrics:

@@ -24,8 +24,9 @@ from deployments.engines.knobs import (
     check_common,
     check_knobs,
     compact_json,
+    default_served_name,
     fmt_number,
-    url_host,
+    openai_launch_spec,
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
@@ -106,11 +107,6 @@ _NEGATABLE = {
 }
 
 
-def default_served_name(model: str) -> str:
-    """The seed's rule: `--served-model-name` is the model's last path part."""
-    return model.rstrip("/").rsplit("/", 1)[-1]
-
-
 class VllmAdapter(PipInstallMixin, ScriptsMixin):
     name = "vllm"
     default_port = 8000
@@ -178,21 +174,7 @@ class VllmAdapter(PipInstallMixin, ScriptsMixin):
             # `--api-key` or env VLLM_API_KEY (cli_args.py); env keeps it out of `ps`.
             env["VLLM_API_KEY"] = config.api_key
             secrets = (config.api_key,)
-        base = f"http://{url_host(config.host)}:{config.port}"
-        return LaunchSpec(
-            engine=self.name,
-            argv=tuple(argv),
-            env=env,
-            cwd=None,
-            host=config.host,
-            port=config.port,
-            served_name=served,
-            health_url=f"{base}/health",
-            models_url=f"{base}/v1/models",
-            metrics_url=f"{base}/metrics",
-            chat_url=f"{base}/v1/chat/completions",
-            secret_values=secrets,
-        )
+        return openai_launch_spec(self.name, config, argv=argv, env=env, served_name=served, secrets=secrets)
 
     def parse_metrics(self, text: str) -> EngineMetrics:
         """vllm/v1/metrics/loggers.py names; falls back to the pre-rename names
