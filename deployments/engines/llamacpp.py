@@ -69,7 +69,7 @@ def _gpu_layers(value: Any) -> int | str:
     if isinstance(value, str) and value.isdigit():
         return int(value)
     if value in ("auto", "all"):
-        return value
+        return str(value)
     raise EngineConfigError(
         f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {value!r}", field="n_gpu_layers"
     )

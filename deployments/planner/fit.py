@@ -202,11 +202,12 @@ def _size_layer_split(ctx: Context) -> None:
     if req.engine == "ollama":
         # Ollama: one context per parallel request (docs/faq: memory ~ parallel x ctx); default
         # context from VRAM: <24 GiB 4k, 24-48 GiB 32k, >=48 GiB 256k (engines.md §6).
-        n_seq = s.parallel or 1
+        n_seq: int | None = s.parallel or 1
         per_seq = s.ctx_size or (4096 if total_vram < 24 * GiB else 32768 if total_vram < 48 * GiB else 262144)
         if ctx.native_context:
             per_seq = min(per_seq, ctx.native_context)
-        ctx_size, unified = per_seq * n_seq, False
+        ctx_size: int | None = per_seq * (s.parallel or 1)
+        unified = False
     else:
         auto = s.parallel is None or s.parallel < 0
         n_seq = 4 if auto else s.parallel  # tools/server/server.cpp: auto -> 4 slots, unified KV

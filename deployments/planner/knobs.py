@@ -275,8 +275,9 @@ def _offload(out: dict[str, Any], name: str, value: Any) -> None:
 
 
 def _hf_overrides(out: dict[str, Any], name: str, value: Any) -> None:
-    overrides = _json_obj(name, value) or {}
-    text_cfg = overrides.get("text_config") if isinstance(overrides.get("text_config"), dict) else {}
+    overrides: dict[str, Any] = _json_obj(name, value) or {}
+    nested = overrides.get("text_config")
+    text_cfg: dict[str, Any] = nested if isinstance(nested, dict) else {}
     for source in (overrides, text_cfg):
         rope = source.get("rope_scaling") or source.get("rope_parameters")
         if isinstance(rope, dict) and rope.get("factor") and rope.get("rope_type", rope.get("type")) != "default":

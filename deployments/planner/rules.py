@@ -252,7 +252,7 @@ def _hybrid_block(ctx: Context) -> None:
 
 
 # quant flag -> checkpoint quant_method values it can load (vllm/model_executor/layers/quantization)
-_QUANT_COMPAT = {
+_QUANT_COMPAT: dict[str, set[str | None]] = {
     "awq": {"awq"},
     "awq_marlin": {"awq"},
     "gptq": {"gptq"},

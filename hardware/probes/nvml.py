@@ -152,7 +152,8 @@ class GpuInventory:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (sets become sorted lists, tuples lists)."""
-        return _jsonable(asdict(self))
+        data: dict[str, Any] = _jsonable(asdict(self))
+        return data
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,8 @@ class GpuSample:
     errors: QueryErrors
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        data: dict[str, Any] = _jsonable(asdict(self))
+        return data
 
 
 def cuda_version_string(version: int) -> str:
