@@ -230,3 +230,24 @@ def openai_launch_spec(
         chat_url=f"{base}/v1/chat/completions",
         secret_values=secrets,
     )
+
+
+class CheckedAdapter:
+    """What every adapter checks before anything else: the common fields, the engine version,
+    and each knob against the adapter's table. `_checked` adds the engine's own rules."""
+
+    name: str
+    knobs: Mapping[str, KnobSpec]
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        return self._checked_knobs(config)
+
+    def _checked_knobs(self, config: EngineConfig) -> dict[str, Any]:
+        from deployments.engines.versions import parse_version
+
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        return check_knobs(self.knobs, config.knobs, self.name)

@@ -20,10 +20,9 @@ from deployments.engines.base import (
     LaunchSpec,
 )
 from deployments.engines.knobs import (
+    CheckedAdapter,
     KnobSpec,
     base_env,
-    check_common,
-    check_knobs,
     fmt_number,
     openai_launch_spec,
 )
@@ -155,18 +154,13 @@ def default_served_name(model: str) -> str:
     return name[:-5] if name.lower().endswith(".gguf") else name
 
 
-class LlamaCppAdapter(ScriptsMixin):
+class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
     name = "llama.cpp"
     default_port = 8080
     knobs = KNOBS
 
-    def validate(self, config: EngineConfig) -> None:
-        self._checked(config)
-
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        check_common(config)
-        parse_version(self.name, config.engine_version)
-        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        knobs = self._checked_knobs(config)
         fa = knobs.get("flash_attn")
         # src/llama-context.cpp: a quantized V cache requires flash attention.
         if knobs.get("cache_type_v") in _QUANTIZED_CACHE and fa == "off":

@@ -19,7 +19,7 @@ from deployments.engines.base import (
     KvCapacity,
     LaunchSpec,
 )
-from deployments.engines.knobs import KnobSpec, base_env, check_common, check_knobs, openai_launch_spec
+from deployments.engines.knobs import CheckedAdapter, KnobSpec, base_env, openai_launch_spec
 from deployments.engines.scripts import ScriptsMixin
 from deployments.engines.versions import parse_version
 
@@ -69,18 +69,13 @@ KNOBS: dict[str, KnobSpec] = {
 }
 
 
-class OllamaAdapter(ScriptsMixin):
+class OllamaAdapter(CheckedAdapter, ScriptsMixin):
     name = "ollama"
     default_port = 11434
     knobs = KNOBS
 
-    def validate(self, config: EngineConfig) -> None:
-        self._checked(config)
-
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        check_common(config)
-        parse_version(self.name, config.engine_version)
-        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        knobs = self._checked_knobs(config)
         if knobs.get("kv_cache_type") in ("q8_0", "q4_0") and knobs.get("flash_attention") == "0":
             raise EngineConfigError("a quantized kv_cache_type needs flash attention", field="kv_cache_type")
         if config.api_key:

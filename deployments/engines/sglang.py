@@ -18,10 +18,9 @@ from deployments.engines.base import (
     LaunchSpec,
 )
 from deployments.engines.knobs import (
+    CheckedAdapter,
     KnobSpec,
     base_env,
-    check_common,
-    check_knobs,
     compact_json,
     default_served_name,
     fmt_number,
@@ -29,7 +28,6 @@ from deployments.engines.knobs import (
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
-from deployments.engines.versions import parse_version
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -65,18 +63,13 @@ KNOBS: dict[str, KnobSpec] = {
 }
 
 
-class SglangAdapter(PipInstallMixin, ScriptsMixin):
+class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
     name = "sglang"
     default_port = 30000
     knobs = KNOBS
 
-    def validate(self, config: EngineConfig) -> None:
-        self._checked(config)
-
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        check_common(config)
-        parse_version(self.name, config.engine_version)
-        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        knobs = self._checked_knobs(config)
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
         if spec_knobs and "speculative_algorithm" not in knobs:
             raise EngineConfigError(

@@ -19,10 +19,9 @@ from deployments.engines.base import (
     LaunchSpec,
 )
 from deployments.engines.knobs import (
+    CheckedAdapter,
     KnobSpec,
     base_env,
-    check_common,
-    check_knobs,
     compact_json,
     default_served_name,
     fmt_number,
@@ -30,7 +29,7 @@ from deployments.engines.knobs import (
 )
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
-from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, parse_version
+from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
 
 
 def _max_model_len(value: Any) -> int | str:
@@ -107,18 +106,13 @@ _NEGATABLE = {
 }
 
 
-class VllmAdapter(PipInstallMixin, ScriptsMixin):
+class VllmAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
     name = "vllm"
     default_port = 8000
     knobs = KNOBS
 
-    def validate(self, config: EngineConfig) -> None:
-        self._checked(config)
-
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        check_common(config)
-        parse_version(self.name, config.engine_version)
-        knobs = check_knobs(KNOBS, config.knobs, self.name)
+        knobs = self._checked_knobs(config)
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
             raise EngineConfigError(
                 "enable_auto_tool_choice needs a tool_call_parser (e.g. qwen3_coder, hermes)",
