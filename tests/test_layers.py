@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
     "deployments.arch",
+    "deployments.safety",
     "deployments.planner",
     "deployments.engines.registry",
     "deployments.diffing",
