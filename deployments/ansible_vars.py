@@ -4,27 +4,76 @@
 port, adapter knobs and env, applying the start script's translation rules (e.g.
 `--quantization` only unless "none", `--pipeline-parallel-size` only when > 1), so the
 knobs describe exactly the command the script would run. Secrets (`vllm_api_key`,
-`vllm_hf_token`) are reported by variable name only, never copied. Values holding Jinja
-(`{{ ... }}`) are kept as text, never evaluated. Every variable not understood is kept
-verbatim in `unknown`; understood ones that are not part of a revision (Open WebUI,
-resilience, paths, the other engine) go to `ignored_known`.
+`vllm_hf_token`) are reported by variable name only, never copied. Every variable not
+understood is kept in `unknown`; understood ones that are not part of a revision (Open
+WebUI, resilience, paths, the other engine) go to `ignored_known`.
 
 `render_group_vars(...)` writes a revision back as such a file, preserving the unknown
-and ignored variables passed in. Pure: no Django, no I/O (PyYAML's safe loader/dumper).
+and ignored variables passed in. Pure: no Django, no I/O (PyYAML's pure-Python safe
+loader and dumper).
+
+Hostile input (issue 11). A group_vars text is untrusted: an operator pastes it, and
+whoever later applies our export runs Ansible with it on their controller.
+
+- Parsing (`load_group_vars`). Only plain YAML data: the loader refuses tags that build
+  objects (`!!python/...`, and any local tag but Ansible's `!unsafe`), more than
+  `MAX_ALIASES` alias uses (a group_vars file needs few; an alias bomb needs many),
+  more than `MAX_NODES` nodes or nesting deeper than `MAX_YAML_DEPTH` while composing,
+  and, measured AFTER parsing with aliases expanded, more than `MAX_VALUES` values, more
+  than `MAX_TOTAL_TEXT` characters of text, or nesting deeper than `MAX_DEPTH`. Keys
+  are text (top-level ones valid Ansible variable names), no NUL anywhere, numbers are
+  finite and 64-bit (`.nan`, `.inf`, `1e999` refused). Dates stay text. A refused file
+  raises AnsibleVarsError with one clear sentence.
+
+- Templating. A value "holds a template" when any string in it - nested in lists or
+  mappings, keys included - contains `{{`, `{%` or `{#` (Ansible templates exactly those).
+  The panel never evaluates it, and:
+  * it never becomes a setting: a templated vllm_*/ollama_* variable leaves its knob, env
+    variable, model or port unset (the engine's or role's default applies); its text is
+    kept as inert data in `templated` (the revision's extras), like unknown variables;
+  * the export never writes anything Ansible would evaluate, whatever is stored (old
+    revisions, knobs typed in the UI): every string holding a template is written with
+    Ansible's `!unsafe` tag, which makes Ansible use the text literally and never render
+    it (checked with ansible-core 2.19: a `lookup('pipe', ...)` marked `!unsafe` prints
+    as text and runs nothing, in scalars, list items, nested values and keys). The only
+    exception is a *plain reference* that can run nothing and carries no panel-chosen
+    data flow: the whole string is `{{ name }}` with `name` one of `SAFE_REFERENCES`
+    (the connection user and host names, e.g. the seed's `vllm_user: "{{ ansible_user }}"`),
+    or, for a secret variable only, the conventional vault name of that same secret
+    (`vllm_hf_token: "{{ vault_hf_token }}"`). Filters, calls, lookups, attribute access
+    and any other name are inert. The export lists inert variables in `inert` and in a
+    comment at the top of the file;
+  * the import says so: `warnings` name the variables whose templates were not imported
+    and will be exported inert, and those kept as plain references.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from deployments.safety import MAX_INT, UnsafeValueError, check_json_value
+
 # The seed's start script always exports these (ansible-vars.md).
 VLLM_SCRIPT_ENV = {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 # The Ollama role's fixed settings (ansible-vars.md).
 OLLAMA_ROLE_KNOBS = {"num_parallel": 2, "keep_alive": "30m"}
+
+# Limits on a group_vars text (the seed's file: ~60 variables, no alias, depth 2, 3 KB).
+MAX_TEXT_CHARS = 1_000_000  # before parsing
+MAX_ALIASES = 20  # alias uses (`*name`, merge keys included) while composing
+MAX_NODES = 20_000  # YAML nodes composed, aliases not expanded
+MAX_YAML_DEPTH = 40  # nesting while composing (PyYAML recurses; refuse long before Python's limit)
+MAX_VALUES = 5_000  # after parsing, aliases expanded: containers plus scalars
+MAX_DEPTH = 12  # after parsing
+MAX_TOTAL_TEXT = 1_000_000  # after parsing, aliases expanded: characters in all strings and keys
+MAX_STRING = 100_000  # one string
 
 _PREFIX_IGNORED = ("open_webui_", "resilience_", "nvidia_driver_")
 _IGNORED = {
@@ -51,9 +100,22 @@ _VLLM_SECRETS = {"vllm_api_key": "api_key", "vllm_hf_token": "hf_token"}
 _OLLAMA_VARS = {"ollama_version", "ollama_host", "ollama_port", "ollama_models", "ollama_num_ctx"}
 _ENGINE_VARS = {"inference_engine"}
 
+# Templating (see the module docstring for the policy).
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+# Plain references an export may leave live: connection names, no secrets, nothing chosen by
+# whoever imported the file can flow anywhere else through them.
+SAFE_REFERENCES = frozenset({"ansible_user", "ansible_host", "inventory_hostname", "inventory_hostname_short"})
+# A secret variable may refer to its own vault variable by the conventional names.
+SECRET_REFERENCES = {
+    "vllm_api_key": frozenset({"vault_vllm_api_key", "vault_api_key"}),
+    "vllm_hf_token": frozenset({"vault_vllm_hf_token", "vault_hf_token"}),
+}
+_PLAIN_REFERENCE = re.compile(r"\{\{[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*\}\}")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+
 
 class AnsibleVarsError(ValueError):
-    """The text is not a group_vars mapping."""
+    """The text is not a group_vars mapping this panel accepts (one clear sentence)."""
 
 
 @dataclass(frozen=True)
@@ -76,18 +138,169 @@ class AnsibleImport:
     knobs: dict[str, Any]
     env: dict[str, str]
     secrets: tuple[SecretRef, ...] = ()
-    templated: dict[str, str] = field(default_factory=dict)  # understood, but Jinja: kept as text
+    templated: dict[str, Any] = field(default_factory=dict)  # understood, but Jinja: inert text, no setting
     unknown: dict[str, Any] = field(default_factory=dict)
     ignored_known: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
     def preserved(self) -> dict[str, Any]:
-        """Everything an export must write back untouched."""
+        """Everything an export must write back (templates made inert by the export)."""
         return {**self.ignored_known, **self.unknown, **self.templated}
 
 
+# --- templates -------------------------------------------------------------------------------
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in `value`, keys included (iterative: no recursion limit to hit)."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                stack.append(key)
+                stack.append(sub)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
+def _holds_template(text: str) -> bool:
+    return any(marker in text for marker in TEMPLATE_MARKERS)
+
+
 def is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
+    """Whether Ansible would template anything in `value` (a string, or one nested in a
+    list or mapping, keys included)."""
+    return any(_holds_template(text) for text in _strings(value))
+
+
+def is_plain_reference(text: str, *, variable: str = "") -> bool:
+    """`{{ name }}` and nothing else, with `name` one the export may leave live (policy above)."""
+    match = _PLAIN_REFERENCE.fullmatch(text)
+    if match is None:
+        return False
+    name = match.group(1)
+    return name in SAFE_REFERENCES or name in SECRET_REFERENCES.get(variable, frozenset())
+
+
+def _needs_unsafe(text: str, variable: str) -> bool:
+    return _holds_template(text) and not is_plain_reference(text, variable=variable)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+class _GroupVarsLoader(yaml.SafeLoader):
+    """SafeLoader with budgets while composing: aliases, nodes, depth. Knows `!unsafe`
+    (Ansible's "never template this"), keeps dates as text, refuses every other tag."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._nodes = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise AnsibleVarsError(
+                    f"it uses more than {MAX_ALIASES} YAML aliases (*name); a group_vars file needs few, "
+                    "and this many can expand without limit (an alias bomb)"
+                )
+            return super().compose_node(parent, index)
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise AnsibleVarsError(f"it holds more than {MAX_NODES:,} YAML values")
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise AnsibleVarsError(f"it is nested more than {MAX_YAML_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    raise AnsibleVarsError("a !unsafe value must be text, a list or a mapping")
+
+
+def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if node.tag == "!vault":
+        raise AnsibleVarsError(
+            "it holds a vault-encrypted value (!vault), which the panel cannot read: refer to a vault "
+            'variable instead (e.g. vllm_hf_token: "{{ vault_hf_token }}") or store the secret on the host'
+        )
+    raise AnsibleVarsError(f"it uses the YAML tag {node.tag[:60]!r}, which an import does not accept")
+
+
+def _construct_text(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+_GroupVarsLoader.add_constructor("!unsafe", _construct_unsafe)
+_GroupVarsLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_text)
+for _tag in ("tag:yaml.org,2002:binary", "tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs"):
+    _GroupVarsLoader.add_constructor(_tag, _refuse_tag)
+_GroupVarsLoader.add_constructor(None, _refuse_tag)  # type: ignore[arg-type]
+
+
+def _check_parsed(data: Any) -> None:
+    """Caps measured on the parsed value, aliases expanded (the composer's budget bounds the
+    input; this bounds what a shared anchor expands to)."""
+    try:
+        check_json_value(data, field="group_vars", max_depth=MAX_DEPTH, max_items=MAX_VALUES, max_text=MAX_STRING)
+    except UnsafeValueError as exc:
+        if "too large" in str(exc):
+            raise AnsibleVarsError(f"it holds more than {MAX_VALUES:,} values once YAML aliases are expanded") from None
+        raise AnsibleVarsError(str(exc)) from None
+    total = sum(len(text) for text in _strings(data))  # at most MAX_VALUES strings, checked above
+    if total > MAX_TOTAL_TEXT:
+        raise AnsibleVarsError(
+            f"it holds {total:,} characters of text once YAML aliases are expanded (at most {MAX_TOTAL_TEXT:,})"
+        )
+
+
+def load_group_vars(text: str) -> dict[str, Any]:
+    """The variables of a group_vars text, or AnsibleVarsError (module docstring: the limits)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise AnsibleVarsError(f"it is larger than {MAX_TEXT_CHARS:,} characters")
+    if "\x00" in text:
+        raise AnsibleVarsError("it contains a NUL character")
+    try:
+        data = yaml.load(text, Loader=_GroupVarsLoader)  # noqa: S506 - a SafeLoader subclass
+    except AnsibleVarsError:
+        raise
+    except yaml.YAMLError as exc:
+        raise AnsibleVarsError(f"not valid YAML: {str(exc)[:300]}") from exc
+    except RecursionError as exc:  # belt and braces: the depth budget stops far earlier
+        raise AnsibleVarsError("it is nested too deeply") from exc
+    except (TypeError, ValueError) as exc:  # e.g. a list as a mapping key
+        raise AnsibleVarsError(f"not a plain YAML mapping: {str(exc)[:200]}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise AnsibleVarsError("group_vars must be a mapping of variable names to values")
+    for key in data:
+        if not isinstance(key, str):
+            raise AnsibleVarsError(f"the variable name {str(key)[:60]!r} is not text")
+        if not _VARIABLE_NAME.fullmatch(key):
+            raise AnsibleVarsError(f"{key[:60]!r} is not a valid Ansible variable name")
+    _check_parsed(data)
+    return data
+
+
+# --- parsing ---------------------------------------------------------------------------------
 
 
 def _empty(value: Any) -> bool:
@@ -100,50 +313,93 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-def _number(value: Any) -> Any:
-    """ "0.95" -> 0.95, "4096" -> 4096 (Ansible often quotes numbers); else unchanged."""
+def _number(value: Any, name: str) -> Any:
+    """ "0.95" -> 0.95, "4096" -> 4096 (Ansible often quotes numbers); else unchanged.
+    A number that is not finite or beyond 64 bits is refused, naming the variable."""
     if isinstance(value, str):
         text = value.strip()
         for cast in (int, float):
             try:
-                return cast(text)
-            except ValueError:
+                value = cast(text)
+                break
+            except ValueError:  # includes ints of more than 4,300 digits
                 continue
+        else:
+            return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise AnsibleVarsError(f"{name} must be a finite number, not {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise AnsibleVarsError(f"{name} is out of range")
     return value
 
 
-def _json_or_text(value: Any) -> Any:
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any, name: str) -> str:
+    """A variable that must be one value (text, number or boolean), as text."""
+    if isinstance(value, dict | list | tuple):
+        raise AnsibleVarsError(
+            f"{name} must be a single value, not a {'mapping' if isinstance(value, dict) else 'list'}"
+        )
+    return "" if value is None else str(value)
+
+
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a number JSON allows")
+
+
+def _json_or_text(value: Any, name: str) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value, parse_constant=_refuse_constant)
         except json.JSONDecodeError:
             return value  # the adapter will reject it with a clear message
+        except (ValueError, RecursionError) as exc:
+            raise AnsibleVarsError(f"{name} is not acceptable JSON: {str(exc)[:120]}") from exc
+    try:
+        check_json_value(value, field=name)
+    except UnsafeValueError as exc:
+        raise AnsibleVarsError(str(exc)) from exc
     return value
 
 
-def load_group_vars(text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise AnsibleVarsError(f"not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise AnsibleVarsError("group_vars must be a mapping of variable names to values")
-    return data
+def _template_notes(data: dict[str, Any]) -> list[str]:
+    """What the import did with templates, in words (the policy in the module docstring)."""
+    inert: list[str] = []
+    references: list[str] = []
+    for name, value in data.items():
+        texts = [t for t in _strings(value) if _holds_template(t)]
+        if not texts:
+            continue
+        (inert if any(_needs_unsafe(t, name) for t in texts) else references).append(name)
+    notes = []
+    if inert:
+        notes.append(
+            f"Jinja templates in {', '.join(inert)} were not evaluated and set nothing on this revision; "
+            "their text is kept as inert data, and an export that writes it back marks it !unsafe, so Ansible "
+            "uses it literally and never runs it. Keep such templates in your own inventory, not in the panel."
+        )
+    if references:
+        notes.append(
+            f"{', '.join(references)} refer to another variable ({{{{ name }}}}); kept as such references, "
+            "which run nothing."
+        )
+    return notes
 
 
 def parse_group_vars(text: str) -> AnsibleImport:
     data = load_group_vars(text)
-    engine = str(data.get("inference_engine") or "vllm").strip()
+    engine = _text(data.get("inference_engine") or "vllm", "inference_engine").strip()
     warnings: list[str] = []
     if engine not in ("vllm", "ollama"):
-        warnings.append(f"inference_engine {engine!r} is neither vllm nor ollama; read as vllm")
+        warnings.append(f"inference_engine {engine[:40]!r} is neither vllm nor ollama; read as vllm")
         engine = "vllm"
 
     unknown: dict[str, Any] = {}
     ignored: dict[str, Any] = {}
-    templated: dict[str, str] = {}
+    templated: dict[str, Any] = {}
     for name, value in data.items():
         if name in _ENGINE_VARS or name in _VLLM_SECRETS:
             continue
@@ -160,7 +416,7 @@ def parse_group_vars(text: str) -> AnsibleImport:
 
     for var in _VLLM_SECRETS:
         if is_template(data.get(var)):
-            templated[var] = data[var]  # a vault lookup is a reference, not a value: keep it
+            templated[var] = data[var]  # a vault reference is not a value: kept (inert unless conventional)
     if engine == "vllm" and not _truthy(data.get("vllm_enable_tool_calling")) and "vllm_tool_call_parser" in data:
         ignored["vllm_tool_call_parser"] = data["vllm_tool_call_parser"]  # the script drops it
 
@@ -168,6 +424,7 @@ def parse_group_vars(text: str) -> AnsibleImport:
         return None if name in templated else data.get(name)
 
     result = _parse_vllm(get, data, warnings) if engine == "vllm" else _parse_ollama(get, warnings)
+    warnings.extend(_template_notes(data))
     return AnsibleImport(
         engine=engine,
         secrets=tuple(
@@ -183,18 +440,18 @@ def parse_group_vars(text: str) -> AnsibleImport:
     )
 
 
-def _parse_vllm(get: Any, data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+def _parse_vllm(get: Callable[[str], Any], data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     knobs: dict[str, Any] = {}
-    model = str(get("vllm_model") or "")
+    model = _text(get("vllm_model"), "vllm_model").strip()
     if not model:
         warnings.append("vllm_model is not set (or is a Jinja expression)")
-    port = get("vllm_port")
+    port = _integer(_number(get("vllm_port"), "vllm_port"))
     host = get("vllm_host")
     # The script: --tensor-parallel-size always; --pipeline-parallel-size only when > 1.
     if not _empty(get("vllm_tensor_parallel_size")):
-        knobs["tensor_parallel_size"] = _number(get("vllm_tensor_parallel_size"))
-    pp = _number(get("vllm_pipeline_parallel_size"))
-    if isinstance(pp, int) and pp > 1:
+        knobs["tensor_parallel_size"] = _number(get("vllm_tensor_parallel_size"), "vllm_tensor_parallel_size")
+    pp = _integer(_number(get("vllm_pipeline_parallel_size"), "vllm_pipeline_parallel_size"))
+    if pp is not None and pp > 1:
         knobs["pipeline_parallel_size"] = pp
     for var, knob in (
         ("vllm_max_model_len", "max_model_len"),
@@ -203,17 +460,17 @@ def _parse_vllm(get: Any, data: dict[str, Any], warnings: list[str]) -> dict[str
         ("vllm_max_num_batched_tokens", "max_num_batched_tokens"),  # only when defined
     ):
         if not _empty(get(var)):
-            knobs[knob] = _number(get(var))
+            knobs[knob] = _number(get(var), var)
     if _truthy(get("vllm_enforce_eager")):
         knobs["enforce_eager"] = True
     if _truthy(get("vllm_enable_tool_calling")):
         knobs["enable_auto_tool_choice"] = True
         if not _empty(get("vllm_tool_call_parser")):
-            knobs["tool_call_parser"] = str(get("vllm_tool_call_parser"))
+            knobs["tool_call_parser"] = _text(get("vllm_tool_call_parser"), "vllm_tool_call_parser")
     if not _empty(get("vllm_reasoning_parser")):
-        knobs["reasoning_parser"] = str(get("vllm_reasoning_parser"))
+        knobs["reasoning_parser"] = _text(get("vllm_reasoning_parser"), "vllm_reasoning_parser")
     if not _empty(get("vllm_speculative_config")):
-        knobs["speculative_config"] = _json_or_text(get("vllm_speculative_config"))
+        knobs["speculative_config"] = _json_or_text(get("vllm_speculative_config"), "vllm_speculative_config")
     if _truthy(get("vllm_enable_prefix_caching")):
         knobs["enable_prefix_caching"] = True
     elif "vllm_enable_prefix_caching" in data:
@@ -225,53 +482,54 @@ def _parse_vllm(get: Any, data: dict[str, Any], warnings: list[str]) -> dict[str
         chunked = True  # role default
     if _truthy(chunked):
         knobs["enable_chunked_prefill"] = True
-    quant = get("vllm_quantization")
-    if not _empty(quant) and str(quant).strip() != "none":
-        knobs["quantization"] = str(quant).strip()
-    kv = get("vllm_kv_cache_dtype")
-    if not _empty(kv) and str(kv).strip() != "auto":
-        knobs["kv_cache_dtype"] = str(kv).strip()
+    quant = _text(get("vllm_quantization"), "vllm_quantization").strip()
+    if quant and quant != "none":
+        knobs["quantization"] = quant
+    kv = _text(get("vllm_kv_cache_dtype"), "vllm_kv_cache_dtype").strip()
+    if kv and kv != "auto":
+        knobs["kv_cache_dtype"] = kv
     rope = get("vllm_rope_scaling")
     if not _empty(rope):
-        knobs["hf_overrides"] = {"rope_scaling": _json_or_text(rope)}
-    offload = _number(get("vllm_cpu_offload_gb"))
-    if isinstance(offload, int | float) and offload > 0:
+        knobs["hf_overrides"] = {"rope_scaling": _json_or_text(rope, "vllm_rope_scaling")}
+    offload = _number(get("vllm_cpu_offload_gb"), "vllm_cpu_offload_gb")
+    if isinstance(offload, int | float) and not isinstance(offload, bool) and offload > 0:
         knobs["cpu_offload_gb"] = offload
     if not _empty(get("vllm_attention_backend")):
-        knobs["attention_backend"] = str(get("vllm_attention_backend")).strip()
+        knobs["attention_backend"] = _text(get("vllm_attention_backend"), "vllm_attention_backend").strip()
     env = dict(VLLM_SCRIPT_ENV)
     if not _empty(get("vllm_hf_cache_dir")):
-        env["HF_HOME"] = str(get("vllm_hf_cache_dir"))
+        env["HF_HOME"] = _text(get("vllm_hf_cache_dir"), "vllm_hf_cache_dir")
     warnings.append("the group_vars pin no exact vLLM version; the revision uses the latest known")
     return {
         "engine_version": "",
         "model": model,
         "served_name": model.rstrip("/").rsplit("/", 1)[-1] if model else "",
-        "host": str(host) if host is not None else "0.0.0.0",  # noqa: S104 - role default
-        "port": int(_number(port)) if port is not None and isinstance(_number(port), int) else None,
+        "host": _text(host, "vllm_host") if host is not None else "0.0.0.0",  # noqa: S104 - role default
+        "port": port,
         "knobs": knobs,
         "env": env,
     }
 
 
-def _parse_ollama(get: Any, warnings: list[str]) -> dict[str, Any]:
+def _parse_ollama(get: Callable[[str], Any], warnings: list[str]) -> dict[str, Any]:
     models = get("ollama_models") or []
-    if isinstance(models, str):
+    if isinstance(models, str | int | float):
         models = [models]
-    model = str(models[0]) if models else ""
+    if not isinstance(models, list) or not all(isinstance(m, str | int | float) for m in models):
+        raise AnsibleVarsError("ollama_models must be a list of model tags")
+    model = str(models[0]).strip() if models else ""
     if len(models) > 1:
-        warnings.append(f"ollama_models lists {len(models)} tags; the revision serves the first, {model!r}")
+        warnings.append(f"ollama_models lists {len(models)} tags; the revision serves the first, {model[:80]!r}")
     knobs: dict[str, Any] = dict(OLLAMA_ROLE_KNOBS)
     if not _empty(get("ollama_num_ctx")):
-        knobs["context_length"] = _number(get("ollama_num_ctx"))
-    port = _number(get("ollama_port"))
+        knobs["context_length"] = _number(get("ollama_num_ctx"), "ollama_num_ctx")
     version = get("ollama_version")
     return {
-        "engine_version": "" if _empty(version) else str(version),
+        "engine_version": "" if _empty(version) else _text(version, "ollama_version").strip(),
         "model": model,
         "served_name": model,
-        "host": str(get("ollama_host") or "0.0.0.0"),  # noqa: S104 - role default
-        "port": port if isinstance(port, int) else None,
+        "host": _text(get("ollama_host") or "0.0.0.0", "ollama_host"),  # noqa: S104 - role default
+        "port": _integer(_number(get("ollama_port"), "ollama_port")),
         "knobs": knobs,
         "env": {},
     }
@@ -283,7 +541,44 @@ def _parse_ollama(get: Any, warnings: list[str]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class AnsibleExport:
     text: str
-    not_exported: dict[str, str]  # knob/env name -> why it has no group_vars variable
+    not_exported: dict[str, str]  # knob/env/variable name -> why it is not in the text
+    inert: tuple[str, ...] = ()  # variables holding Jinja text, written marked !unsafe
+
+
+class _Unsafe(str):
+    """Text Ansible must never template: dumped with Ansible's `!unsafe` tag."""
+
+
+class _GroupVarsDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_unsafe(dumper: yaml.SafeDumper, data: _Unsafe) -> yaml.Node:
+    return dumper.represent_scalar("!unsafe", str(data), style="'")
+
+
+_GroupVarsDumper.add_representer(_Unsafe, _represent_unsafe)
+
+
+def _neutralised(value: Any, variable: str) -> tuple[Any, bool]:
+    """`value` with every string Ansible would template (keys included) made `!unsafe`,
+    except plain references the policy allows; and whether anything was."""
+    changed = False
+
+    def walk(item: Any) -> Any:
+        nonlocal changed
+        if isinstance(item, str):
+            if _needs_unsafe(item, variable):
+                changed = True
+                return _Unsafe(item)
+            return item
+        if isinstance(item, dict):
+            return {walk(key): walk(sub) for key, sub in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(sub) for sub in item]
+        return item
+
+    return walk(value), changed
 
 
 _VLLM_VAR_OF = {
@@ -314,7 +609,9 @@ def render_group_vars(
     preserved: dict[str, Any] | None = None,
 ) -> AnsibleExport:
     """A group_vars YAML text for a revision; `preserved` (unknown, ignored and templated
-    variables from an import) is written back verbatim unless the revision sets it."""
+    variables from an import) is written back unless the revision sets it. Every string
+    Ansible would template is written `!unsafe` (listed in `inert`), except the plain
+    references the module docstring allows."""
     env = dict(env or {})
     out: dict[str, Any] = {"inference_engine": engine}
     not_exported: dict[str, str] = {}
@@ -324,16 +621,37 @@ def render_group_vars(
         out.update(_ollama_vars(model, knobs, env, engine_version, host, port, not_exported))
     else:
         raise AnsibleVarsError(f"the Ansible roles run vllm or ollama, not {engine!r}")
-    merged = dict(preserved or {})
+    merged = dict(preserved) if isinstance(preserved, dict) else {}
     for key, value in out.items():
         if value is None and key in merged:
             continue  # e.g. a templated port the revision did not set
         merged[key] = "" if value is None and key in _VLLM_SECRETS else value
     ordered = {k: merged[k] for k in out if k in merged} | {k: v for k, v in merged.items() if k not in out}
-    text = "---\n# Exported by llm-controlpanel from a deployment revision.\n" + yaml.safe_dump(
-        ordered, sort_keys=False, default_flow_style=False, allow_unicode=True
+    # Whatever is stored (old revisions, knobs typed in the UI), nothing leaves templated.
+    safe: dict[str, Any] = {}
+    inert: list[str] = []
+    for key, value in ordered.items():
+        if not isinstance(key, str) or not _VARIABLE_NAME.fullmatch(key):
+            not_exported[str(key)[:60]] = "not a valid Ansible variable name"
+            continue
+        try:
+            check_json_value(value, field=key, max_depth=MAX_DEPTH, max_items=MAX_VALUES, max_text=MAX_STRING)
+        except UnsafeValueError as exc:
+            not_exported[key] = f"not exportable: {exc}"
+            continue
+        safe[key], changed = _neutralised(value, key)
+        if changed:
+            inert.append(key)
+    header = "---\n# Exported by llm-controlpanel from a deployment revision.\n"
+    if inert:
+        header += (
+            "# Values tagged !unsafe hold Jinja text kept as it was imported or typed: Ansible uses\n"
+            "# them literally and never evaluates them. Variables: " + ", ".join(inert) + "\n"
+        )
+    text = header + yaml.dump(
+        safe, Dumper=_GroupVarsDumper, sort_keys=False, default_flow_style=False, allow_unicode=True
     )
-    return AnsibleExport(text=text, not_exported=not_exported)
+    return AnsibleExport(text=text, not_exported=not_exported, inert=tuple(inert))
 
 
 def _vllm_vars(

@@ -61,7 +61,11 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[Model
         format=ModelFormat.OLLAMA if is_ollama else ModelFormat.HF,
         source="Created by an Ansible group_vars import; architecture facts unknown (import its config.json).",
     )
-    variant.full_clean()
+    try:
+        variant.full_clean()
+    except ValidationError as exc:
+        messages = "; ".join(exc.messages)[:300]
+        raise ValidationError({"text": f"The model {model[:80]!r} cannot be added to the catalog: {messages}"}) from exc
     variant.save()
     audit_record(
         action="model.create",
@@ -74,12 +78,14 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[Model
 
 
 def parse_ansible_text(text: str) -> AnsibleImport:
-    if len(text.encode("utf-8", "replace")) > MAX_IMPORT_BYTES:
+    """The parsed group_vars, or a form error on "text" (alias bombs, oversized or deep
+    values, object tags, NUL, NaN: `deployments.ansible_vars` explains the limits)."""
+    if len(text) > MAX_IMPORT_BYTES or len(text.encode("utf-8", "replace")) > MAX_IMPORT_BYTES:
         raise ValidationError({"text": "That file is too large for a group_vars file."})
     try:
         return parse_group_vars(text)
     except AnsibleVarsError as exc:
-        raise ValidationError({"text": f"Not a group_vars file: {exc}"}) from exc
+        raise ValidationError({"text": f"This group_vars file was refused: {exc}."}) from exc
 
 
 @transaction.atomic
@@ -149,19 +155,27 @@ def revision_import_ansible(
 
 
 def revision_export_ansible(revision: DeploymentRevision) -> AnsibleExport:
-    """The revision as a group_vars text, with what an import kept written back verbatim.
+    """The revision as a group_vars text, with what an import kept written back; any Jinja
+    in it (stored by an older import, or typed in a knob) is written `!unsafe`, so Ansible
+    never evaluates it (`AnsibleExport.inert` names those variables).
 
     Raises ValidationError when the engine has no Ansible role (llama.cpp, SGLang)."""
-    kept = (revision.extras or {}).get(EXTRAS_KEY) or {}
-    preserved = {**kept.get("ignored_known", {}), **kept.get("unknown", {}), **kept.get("templated", {})}
+    extras = revision.extras if isinstance(revision.extras, dict) else {}
+    kept = extras.get(EXTRAS_KEY)
+    kept = kept if isinstance(kept, dict) else {}
+    preserved: dict[str, Any] = {}
+    for part in ("ignored_known", "unknown", "templated"):  # stored data is never trusted: see render
+        if isinstance(kept.get(part), dict):
+            preserved.update(kept[part])
+    bind_host = kept.get("bind_host")
     try:
         return render_group_vars(
             engine=revision.engine,
             model=model_reference(revision.model_variant, revision.engine),
-            knobs=revision.knobs,
-            env=revision.env,
+            knobs=revision.knobs if isinstance(revision.knobs, dict) else {},
+            env=revision.env if isinstance(revision.env, dict) else {},
             engine_version=revision.engine_version,
-            host=kept.get("bind_host"),
+            host=bind_host if isinstance(bind_host, str) else None,
             port=revision.port,
             preserved=preserved,
         )

@@ -143,7 +143,10 @@ def test_jinja_in_a_knob_variable_is_kept_as_text_not_evaluated():
         env=imported.env,
         preserved=imported.preserved(),
     )
-    assert "vllm_max_num_seqs: '{{ seqs | int }}'" in exported.text
+    # Issue 11: it used to be written back live, for Ansible to evaluate; now it is inert text
+    # (only plain references such as {{ ansible_user }} stay live; test_ansible_hostile.py).
+    assert "vllm_max_num_seqs: !unsafe '{{ seqs | int }}'" in exported.text
+    assert exported.inert == ("vllm_max_num_seqs",)
 
 
 def test_script_rules_for_optional_flags():

@@ -32,4 +32,6 @@ class Command(BaseCommand):
             raise BadInput("; ".join(exc.messages)) from exc
         for name, why in exported.not_exported.items():
             self.stderr.write(f"not exported: {name} ({why})")
+        for name in exported.inert:
+            self.stderr.write(f"written !unsafe (Ansible will not evaluate its Jinja): {name}")
         self.stdout.write(exported.text, ending="")
