@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from functools import cached_property
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -107,6 +109,18 @@ class DeploymentRevision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host.name} r{self.number}"
+
+    @cached_property
+    def concerns(self) -> list[Any]:
+        """What this revision reaches beyond serving (files it opens, code it runs,
+        admin-only variables), for the revision, diff and switch pages."""
+        from deployments.presenters import concerns_for_revision
+
+        return concerns_for_revision(self)
+
+    @property
+    def needs_admin(self) -> bool:
+        return any(c.admin for c in self.concerns)
 
     def save(self, *args: object, **kwargs: object) -> None:
         if not self._state.adding:

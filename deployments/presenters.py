@@ -58,6 +58,37 @@ def launch_for_revision(revision: DeploymentRevision) -> Launch:
         return Launch(error=f"{exc.field + ': ' if exc.field else ''}{exc}")
 
 
+# --- what reaches beyond serving ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConcernRow:
+    """One thing a revision does beyond serving, as the revision, diff and switch pages show it."""
+
+    field: str
+    kind: str  # "path" | "code" | "privileged"
+    label: str  # "reads files", "runs code", ...
+    message: str
+    admin: bool  # only an admin may create a revision with it
+    outside: bool = False  # a path outside the host's model folders as they are now
+
+
+def concerns_for_revision(revision: DeploymentRevision) -> list[ConcernRow]:
+    """Paths the engine opens, code it runs, admin-only variables; [] when unreadable."""
+    try:
+        concerns = get_adapter(revision.engine).concerns(engine_config_for_revision(revision, resolve_secrets=False))
+    except (EngineConfigError, KeyError, TypeError, ValueError):
+        return []
+    roots = [r.rstrip("/") for r in (revision.host.model_dirs or []) if isinstance(r, str) and r.startswith("/")]
+    rows = []
+    for c in concerns:
+        outside = (
+            c.kind == "path" and c.path.startswith("/") and not any(c.path.startswith(r + "/") for r in roots)
+        )
+        rows.append(ConcernRow(c.field, c.kind, c.label, c.message, c.kind in ("code", "privileged"), outside))
+    return rows
+
+
 # --- planner -----------------------------------------------------------------------------------
 
 

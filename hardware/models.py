@@ -56,6 +56,9 @@ class Host(models.Model):
     engine_metrics = models.JSONField(default=dict, blank=True)
     # Engines the panel installed here: {engine: {version: {"path": ..., "installed_at": ...}}}
     engine_installs = models.JSONField(default=dict, blank=True)
+    # Where engines on this host may open files: reported by its agent (CONTROLPANEL_MODEL_DIRS),
+    # or declared by an admin. A revision's paths must lie under one of them.
+    model_dirs = models.JSONField(default=list, blank=True)
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

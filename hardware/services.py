@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,9 +28,39 @@ ENGINE_SAMPLE_FIELDS = (
 )
 
 
+MAX_GPUS_PER_HOST = 64  # the largest single machines hold 16; NVL72 racks are many hosts
+
+
+def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:
+    """Absolute, normalised folder paths (no `..`, no NUL), at most 32 of them."""
+    if not isinstance(dirs, list | tuple) or len(dirs) > 32:
+        raise ValidationError({field: "Model folders are a list of at most 32 absolute paths."})
+    clean: list[str] = []
+    for item in dirs:
+        text = str(item).strip() if isinstance(item, str) else ""
+        if (
+            not text.startswith("/")
+            or ".." in text.split("/")
+            or "\x00" in text
+            or len(text) > 500
+            or any(c in text for c in "\n\r")
+        ):
+            raise ValidationError({field: f"A model folder must be an absolute path without '..', not {item!r}."})
+        normal = posixpath.normpath(text)
+        if normal not in clean:
+            clean.append(normal)
+    return clean
+
+
 @transaction.atomic
 def host_declare(
-    *, name: str, address: str, gpus: list[tuple[GpuType, int]], is_demo: bool = False, actor: Any
+    *,
+    name: str,
+    address: str,
+    gpus: list[tuple[GpuType, int]],
+    is_demo: bool = False,
+    model_dirs: list[str] | None = None,
+    actor: Any,
 ) -> Host:
     """Record a host and its GPUs by hand, before any agent has probed it."""
     ensure_role(actor, ADMIN)
@@ -38,13 +69,25 @@ def host_declare(
         raise ValidationError({"name": "A host needs a name made of letters, digits or dashes."})
     if Host.objects.filter(name=slug).exists():
         raise ValidationError({"name": f"A host named {slug} already exists."})
-    host = Host(name=slug, address=address or "127.0.0.1", queue=host_queue_name(slug), declared=True, is_demo=is_demo)
+    total = 0
+    for _gpu_type, count in gpus:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValidationError({"gpus": "A GPU count is a whole number, 0 or more."})
+        total += count
+    if total > MAX_GPUS_PER_HOST:
+        raise ValidationError({"gpus": f"A host holds at most {MAX_GPUS_PER_HOST} GPUs; {total} were declared."})
+    host = Host(
+        name=slug,
+        address=address or "127.0.0.1",
+        queue=host_queue_name(slug),
+        declared=True,
+        is_demo=is_demo,
+        model_dirs=clean_model_dirs(model_dirs or []),
+    )
     host.full_clean()
     host.save()
     index = 0
     for gpu_type, count in gpus:
-        if count < 0:
-            raise ValidationError({"gpus": "A GPU count cannot be negative."})
         for _ in range(count):
             GPU.objects.create(
                 host=host,
@@ -111,6 +154,8 @@ def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, 
     ):
         if facts.get(key) not in (None, ""):
             setattr(host, field, facts[key])
+    if "model_dirs" in facts:
+        host.model_dirs = clean_model_dirs(facts["model_dirs"])
     host.driver_version = inventory.get("driver_version") or ""
     host.cuda_version = inventory.get("cuda_driver_version") or ""
     host.nvml_available = bool(inventory.get("available"))

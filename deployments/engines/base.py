@@ -8,7 +8,10 @@ the ORM and never do HTTP themselves (callers inject an `httpx.Client` where nee
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from deployments.engines.policy import Concern
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,12 @@ class InstallStep:
         """The step as one argv list; env is carried by an `env K=V` prefix."""
         prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
         return [*prefix, *self.argv]
+
+
+def shown_value(value: Any) -> str:
+    """A rejected value as an error message shows it: never a 5,000-digit wall of text."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class EngineConfigError(ValueError):
@@ -77,6 +86,10 @@ class LaunchSpec:
     metrics_url: str | None
     chat_url: str  # OpenAI-compatible /v1/chat/completions
     secret_values: tuple[str, ...] = ()  # values to mask wherever argv/env/logs are shown
+    # Files only the engine's user may read (name -> content), for secrets an engine takes
+    # from a file but not from its environment: the host writes them 0600 into its state
+    # folder and replaces each argv element `PRIVATE_FILE + name` with the file's path.
+    private_files: dict[str, str] = field(default_factory=dict)
 
     def masked_argv(self) -> list[str]:
         return [mask_secrets(a, self.secret_values) for a in self.argv]
@@ -86,6 +99,7 @@ class LaunchSpec:
 
 
 MASK = "********"
+PRIVATE_FILE = "@private/"  # argv placeholder prefix for LaunchSpec.private_files
 
 
 def mask_secrets(text: str, secrets: tuple[str, ...] | list[str]) -> str:
@@ -127,6 +141,9 @@ class EngineAdapter(Protocol):
 
     def validate(self, config: EngineConfig) -> None:
         """Raise EngineConfigError for unknown or unsafe knobs before anything runs."""
+
+    def concerns(self, config: EngineConfig) -> list[Concern]:
+        """What the config reaches beyond serving: paths to confine, code that needs an admin."""
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec: ...
 

@@ -14,11 +14,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.engines.base import EngineConfig, EngineConfigError, LaunchSpec
+from deployments.engines.base import EngineConfig, EngineConfigError, LaunchSpec, shown_value
+from deployments.engines.envpolicy import classify_env
+from deployments.engines.policy import Concern, override_concerns, path_concern, source_concern
+from deployments.safety import UnsafeValueError, check_json_value
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Identifiers such as parser names, dtypes, quantization methods, attention backends.
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:/-]*$")
+MAX_TEXT = 4096  # characters in one text knob (a path, a parser name, an inline template)
+INT_MAX = 2**31 - 1  # no engine takes a 64-bit setting; anything above is a typo or an attack
+MAX_CONTEXT = 2**24  # 16M tokens: above every model's native context (the longest is 10M)
+MAX_GPUS = 256  # parallel sizes and GPU indices
 
 
 def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
@@ -29,6 +36,8 @@ def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
         raise EngineConfigError(f"{field} must not start with '-' (it would be read as another flag)", field=field)
     if value == "":
         raise EngineConfigError(f"{field} must not be empty", field=field)
+    if len(value) > MAX_TEXT:
+        raise EngineConfigError(f"{field} is too long (at most {MAX_TEXT} characters)", field=field)
     return value
 
 
@@ -44,6 +53,33 @@ class KnobSpec:
     choices: tuple[str, ...] = ()
     normalise: Callable[[Any], Any] | None = None  # custom check for special knobs
     help: str = ""
+    # What the value can reach beyond serving (policy.py): given the knob's name and its
+    # normalised value, the concerns it raises (a path to confine, code that needs an admin).
+    concerns: Callable[[str, Any], list[Concern]] | None = None
+
+
+def reads_path(what: str) -> Callable[[str, Any], list[Concern]]:
+    """A knob whose value is a file or folder the engine opens."""
+    return lambda name, value: [path_concern(name, str(value), what=what)]
+
+
+def reads_path_or_repo(what: str) -> Callable[[str, Any], list[Concern]]:
+    """A knob naming another model: a repository (code concern) or a path."""
+
+    def concerns(name: str, value: Any) -> list[Concern]:
+        found = source_concern(name, str(value), what=what)
+        return [found] if found else []
+
+    return concerns
+
+
+def runs_code(message: str) -> Callable[[str, Any], list[Concern]]:
+    """A bool knob that makes the engine run code from the model repository when true."""
+    return lambda name, value: [Concern(name, "code", message)] if value is True else []
+
+
+def overrides_config(name: str, value: Any) -> list[Concern]:
+    return override_concerns(name, value) if isinstance(value, Mapping) else []
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -53,36 +89,42 @@ def _as_bool(name: str, value: Any) -> bool:
         return True
     if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
         return False
-    raise EngineConfigError(f"{name} must be true or false, not {value!r}", field=name)
+    raise EngineConfigError(f"{name} must be true or false, not {shown_value(value)}", field=name)
+
+
+def _bound(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def _as_number(spec: KnobSpec, value: Any) -> int | float:
     name = spec.name
     if isinstance(value, bool):
-        raise EngineConfigError(f"{name} must be a number, not {value!r}", field=name)
+        raise EngineConfigError(f"{name} must be a number, not {shown_value(value)}", field=name)
     number: int | float
     if spec.kind == "int":
         if isinstance(value, float) and value.is_integer():
             number = int(value)
         elif isinstance(value, int):
             number = value
-        elif isinstance(value, str) and re.fullmatch(r"\d+", value.strip()):
+        elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
             number = int(value.strip())
         else:
-            raise EngineConfigError(f"{name} must be a whole number, not {value!r}", field=name)
+            raise EngineConfigError(f"{name} must be a whole number, not {shown_value(value)}", field=name)
     else:
         try:
             number = float(value)
         except (TypeError, ValueError):
-            raise EngineConfigError(f"{name} must be a number, not {value!r}", field=name) from None
+            raise EngineConfigError(f"{name} must be a number, not {shown_value(value)}", field=name) from None
         if number != number or number in (float("inf"), float("-inf")):
             raise EngineConfigError(f"{name} must be a finite number", field=name)
     low, high = spec.minimum, spec.maximum
+    if high is None and spec.kind == "int":
+        high = INT_MAX
     if low is not None and (number <= low if spec.exclusive_min else number < low):
-        bound = f"greater than {low:g}" if spec.exclusive_min else f"at least {low:g}"
-        raise EngineConfigError(f"{name} must be {bound}, not {value!r}", field=name)
+        bound = f"greater than {_bound(low)}" if spec.exclusive_min else f"at least {_bound(low)}"
+        raise EngineConfigError(f"{name} must be {bound}, not {shown_value(value)}", field=name)
     if high is not None and number > high:
-        raise EngineConfigError(f"{name} must be at most {high:g}, not {value!r}", field=name)
+        raise EngineConfigError(f"{name} must be at most {_bound(high)}, not {shown_value(value)}", field=name)
     return number
 
 
@@ -91,10 +133,15 @@ def _as_json(name: str, value: Any) -> dict[str, Any]:
         check_text(name, value, allow_dash=False)
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise EngineConfigError(f"{name} is not valid JSON: {exc.msg}", field=name) from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise EngineConfigError(f"{name} is not valid JSON: {msg}", field=name) from None
     if not isinstance(value, dict):
         raise EngineConfigError(f"{name} must be a JSON object", field=name)
+    try:
+        check_json_value(value, field=name, max_depth=6, max_items=500, max_text=MAX_TEXT)
+    except UnsafeValueError as exc:
+        raise EngineConfigError(str(exc), field=name) from None
     return value
 
 
@@ -110,7 +157,7 @@ def normalise_knob(spec: KnobSpec, value: Any) -> Any:
     if spec.kind == "json":
         return _as_json(name, value)
     if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise EngineConfigError(f"{name} must be text, not {value!r}", field=name)
+        raise EngineConfigError(f"{name} must be text, not {shown_value(value)}", field=name)
     text = check_text(name, str(value))
     if spec.kind == "choice" and text not in spec.choices:
         raise EngineConfigError(f"{name} must be one of {', '.join(spec.choices)}; got {text!r}", field=name)
@@ -122,6 +169,8 @@ def normalise_knob(spec: KnobSpec, value: Any) -> Any:
 def check_knobs(specs: Mapping[str, KnobSpec], knobs: Mapping[str, Any], engine: str) -> dict[str, Any]:
     """Validate every knob; unknown names are errors. Returns the normalised knobs."""
     out: dict[str, Any] = {}
+    if len(knobs) > len(specs):
+        raise EngineConfigError(f"{engine} has only {len(specs)} knobs; {len(knobs)} were given", field="knobs")
     for name, value in knobs.items():
         if not isinstance(name, str) or name not in specs:
             close = [k for k in specs if k.replace("_", "") == str(name).replace("_", "").replace("-", "")]
@@ -213,6 +262,7 @@ def openai_launch_spec(
     health_path: str = "/health",
     metrics: bool = True,
     secrets: tuple[str, ...] = (),
+    private_files: dict[str, str] | None = None,
 ) -> LaunchSpec:
     """The LaunchSpec of an OpenAI-compatible server on config.host:config.port (every engine here)."""
     base = f"http://{url_host(config.host)}:{config.port}"
@@ -229,6 +279,7 @@ def openai_launch_spec(
         metrics_url=f"{base}/metrics" if metrics else None,
         chat_url=f"{base}/v1/chat/completions",
         secret_values=secrets,
+        private_files=dict(private_files or {}),
     )
 
 
@@ -250,4 +301,28 @@ class CheckedAdapter:
 
         check_common(config)
         parse_version(self.name, config.engine_version)
+        classify_env(config.env, engine=self.name, engine_version=config.engine_version)
         return check_knobs(self.knobs, config.knobs, self.name)
+
+    def concerns(self, config: EngineConfig) -> list[Concern]:
+        """What this config reaches beyond serving (policy.py), after every check passed:
+        paths to confine to the model folders, code and unknown variables that need an admin."""
+        knobs = self._checked(config)
+        found = self._model_concerns(config)
+        for decision in classify_env(config.env, engine=self.name, engine_version=config.engine_version):
+            field = f"env.{decision.name}"
+            if decision.tier == "admin":
+                found.append(Concern(field, "privileged", f"{decision.note}; only an admin may set it"))
+            elif decision.kind == "path":
+                found.append(path_concern(field, decision.value, what="a cache folder"))
+        for name, value in knobs.items():
+            spec = self.knobs[name]
+            if spec.concerns is not None:
+                found.extend(spec.concerns(name, value))
+        return found
+
+    def _model_concerns(self, config: EngineConfig) -> list[Concern]:
+        from deployments.engines.policy import model_concern
+
+        found = model_concern(config)
+        return [found] if found else []

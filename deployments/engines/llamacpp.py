@@ -8,6 +8,7 @@ versions.py. Long flag names are used so the command reads like the docs.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -18,14 +19,19 @@ from deployments.engines.base import (
     InstallStep,
     KvCapacity,
     LaunchSpec,
+    shown_value,
 )
 from deployments.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
     CheckedAdapter,
     KnobSpec,
     base_env,
     fmt_number,
     openai_launch_spec,
+    reads_path,
 )
+from deployments.engines.policy import Concern, model_concern
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps
 from deployments.engines.versions import (
@@ -55,7 +61,10 @@ def _flash_attn(value: Any) -> str:
         return "off"
     if value in ("auto", "-1", -1):
         return "auto"
-    raise EngineConfigError(f"flash_attn must be on, off or auto, not {value!r}", field="flash_attn")
+    raise EngineConfigError(f"flash_attn must be on, off or auto, not {shown_value(value)}", field="flash_attn")
+
+
+MAX_LAYERS = 10_000  # above any model's layer count; 999 is a common "all"
 
 
 def _gpu_layers(value: Any) -> int | str:
@@ -63,30 +72,36 @@ def _gpu_layers(value: Any) -> int | str:
     # numbers, so a form and the command line store the same value.
     if isinstance(value, bool):
         raise EngineConfigError("n_gpu_layers must be a number, 'auto' or 'all'", field="n_gpu_layers")
-    if isinstance(value, int) and value >= 0:
+    if isinstance(value, int) and 0 <= value <= MAX_LAYERS:
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,5}", value) and int(value) <= MAX_LAYERS:
         return int(value)
     if value in ("auto", "all"):
         return str(value)
     raise EngineConfigError(
-        f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {value!r}", field="n_gpu_layers"
+        f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {shown_value(value)}", field="n_gpu_layers"
     )
 
 
 def _tensor_split(value: Any) -> str:
     # `-ts 3,1`: proportions per GPU.
     parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
-    if not parts:
-        raise EngineConfigError("tensor_split must be proportions like '3,1'", field="tensor_split")
+    if not parts or len(parts) > MAX_GPUS:
+        raise EngineConfigError(
+            f"tensor_split must be proportions like '3,1', one per GPU (at most {MAX_GPUS})", field="tensor_split"
+        )
     numbers: list[str] = []
     for part in parts:
         try:
+            if isinstance(part, bool) or (isinstance(part, str) and len(part) > 32):
+                raise ValueError
             number = float(part)
         except (TypeError, ValueError):
             raise EngineConfigError(f"tensor_split part {part!r} is not a number", field="tensor_split") from None
-        if number < 0:
-            raise EngineConfigError("tensor_split proportions must not be negative", field="tensor_split")
+        if not math.isfinite(number) or number < 0 or number > 1e6:
+            raise EngineConfigError(
+                f"tensor_split proportions must be finite, from 0 to 1e6; got {part!r}", field="tensor_split"
+            )
         numbers.append(fmt_number(number))
     return ",".join(numbers)
 
@@ -94,30 +109,30 @@ def _tensor_split(value: Any) -> str:
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("ctx_size", "int", minimum=0),
-        KnobSpec("parallel", "int", minimum=1),
+        KnobSpec("ctx_size", "int", minimum=0, maximum=MAX_CONTEXT),
+        KnobSpec("parallel", "int", minimum=1, maximum=4096),
         KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers),
         KnobSpec("flash_attn", "str", normalise=_flash_attn),
         KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES),
         KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES),
         KnobSpec("split_mode", "choice", choices=("none", "layer", "row", "tensor")),
         KnobSpec("tensor_split", "str", normalise=_tensor_split),
-        KnobSpec("main_gpu", "int", minimum=0),
-        KnobSpec("mmproj", "str"),
+        KnobSpec("main_gpu", "int", minimum=0, maximum=MAX_GPUS - 1),
+        KnobSpec("mmproj", "str", concerns=reads_path("the projector file")),
         KnobSpec("jinja", "bool"),
         KnobSpec("metrics", "bool"),
         KnobSpec("alias", "str"),
-        KnobSpec("threads", "int", minimum=1),
-        KnobSpec("threads_batch", "int", minimum=1),
-        KnobSpec("batch_size", "int", minimum=1),
-        KnobSpec("ubatch_size", "int", minimum=1),
+        KnobSpec("threads", "int", minimum=1, maximum=4096),
+        KnobSpec("threads_batch", "int", minimum=1, maximum=4096),
+        KnobSpec("batch_size", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT),
         KnobSpec("cont_batching", "bool"),
         KnobSpec("kv_unified", "bool"),
         KnobSpec("no_mmap", "bool"),
-        KnobSpec("chat_template_file", "str"),
+        KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file")),
         # Builds that log `verbosity = 3` by default hide the `llama_kv_cache: size = ...`
         # lines that parse_kv_capacity reads; 4 shows them (recorded, see fixtures).
-        KnobSpec("log_verbosity", "int", minimum=0),
+        KnobSpec("log_verbosity", "int", minimum=0, maximum=10),
     )
 }
 
@@ -177,6 +192,10 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
                 field="alias",
             )
         return knobs
+
+    def _model_concerns(self, config: EngineConfig) -> list[Concern]:
+        found = model_concern(config, file_only=True)  # `--model` is always a GGUF file
+        return [found] if found else []
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec:
         knobs = self._checked(config)

@@ -18,8 +18,10 @@ from deployments.engines.base import (
     InstallStep,
     KvCapacity,
     LaunchSpec,
+    shown_value,
 )
-from deployments.engines.knobs import CheckedAdapter, KnobSpec, base_env, openai_launch_spec
+from deployments.engines.knobs import MAX_CONTEXT, CheckedAdapter, KnobSpec, base_env, openai_launch_spec, reads_path
+from deployments.engines.policy import Concern
 from deployments.engines.scripts import ScriptsMixin
 from deployments.engines.versions import parse_version
 
@@ -27,9 +29,13 @@ from deployments.engines.versions import parse_version
 def _keep_alive(value: Any) -> str:
     # A duration ("30m", "1h"), seconds, a negative value (= forever) or 0 (docs/api.md).
     text = str(value).strip() if not isinstance(value, bool) else ""
-    if re.fullmatch(r"-?\d+(\.\d+)?(ns|us|ms|s|m|h)?", text) or re.fullmatch(r"(\d+(h|m|s))+", text):
+    if len(text) <= 20 and (
+        re.fullmatch(r"-?[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)?", text) or re.fullmatch(r"([0-9]+(h|m|s))+", text)
+    ):
         return text
-    raise EngineConfigError(f"keep_alive must be a duration like 30m or -1, not {value!r}", field="keep_alive")
+    raise EngineConfigError(
+        f"keep_alive must be a duration like 30m or -1, not {shown_value(value)}", field="keep_alive"
+    )
 
 
 def _flash(value: Any) -> str:
@@ -56,14 +62,14 @@ ENV_OF = {
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("context_length", "int", minimum=1),
-        KnobSpec("num_parallel", "int", minimum=1),
+        KnobSpec("context_length", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("num_parallel", "int", minimum=1, maximum=4096),
         KnobSpec("keep_alive", "str", normalise=_keep_alive),
         KnobSpec("kv_cache_type", "choice", choices=("f16", "q8_0", "q4_0")),
         KnobSpec("flash_attention", "str", normalise=_flash),
-        KnobSpec("max_loaded_models", "int", minimum=0),
-        KnobSpec("max_queue", "int", minimum=1),
-        KnobSpec("models", "str"),
+        KnobSpec("max_loaded_models", "int", minimum=0, maximum=1024),
+        KnobSpec("max_queue", "int", minimum=1, maximum=1_000_000),
+        KnobSpec("models", "str", concerns=reads_path("the models folder")),
         KnobSpec("sched_spread", "bool"),
     )
 }
@@ -81,6 +87,9 @@ class OllamaAdapter(CheckedAdapter, ScriptsMixin):
         if config.api_key:
             raise EngineConfigError("Ollama has no API key setting; put a proxy in front", field="api_key")
         return knobs
+
+    def _model_concerns(self, config: EngineConfig) -> list[Concern]:
+        return []  # a tag Ollama looks up in its own store, never a path
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec:
         knobs = self._checked(config)

@@ -6,10 +6,12 @@ flags are plain switches. `/metrics` needs `--enable-metrics`.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from deployments.engines.base import (
+    PRIVATE_FILE,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
@@ -18,6 +20,8 @@ from deployments.engines.base import (
     LaunchSpec,
 )
 from deployments.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
     CheckedAdapter,
     KnobSpec,
     base_env,
@@ -25,40 +29,58 @@ from deployments.engines.knobs import (
     default_served_name,
     fmt_number,
     openai_launch_spec,
+    overrides_config,
+    reads_path_or_repo,
+    runs_code,
 )
+from deployments.engines.policy import Concern, path_concern
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
+from deployments.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
+
+def _chat_template(name: str, value: Any) -> list[Concern]:
+    # A built-in template name (chatml, llama-3-instruct, ...) or a file.
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", text) and not text.endswith((".jinja", ".json")):
+        return []
+    return [path_concern(name, text, what="a chat template file")]
+
+
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tp_size", "int", minimum=1),
-        KnobSpec("dp_size", "int", minimum=1),
-        KnobSpec("pp_size", "int", minimum=1),
-        KnobSpec("ep_size", "int", minimum=1),
+        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS),
         KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True),
-        KnobSpec("context_length", "int", minimum=1),
-        KnobSpec("max_running_requests", "int", minimum=1),
+        KnobSpec("context_length", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576),
         KnobSpec("max_total_tokens", "int", minimum=1),
-        KnobSpec("chunked_prefill_size", "int", minimum=-1),
+        KnobSpec("chunked_prefill_size", "int", minimum=-1, maximum=MAX_CONTEXT),
         KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
         KnobSpec("quantization", "token"),
         KnobSpec("disable_radix_cache", "bool"),
         KnobSpec("tool_call_parser", "token"),
         KnobSpec("reasoning_parser", "token"),
         KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS),
-        KnobSpec("speculative_num_steps", "int", minimum=1),
-        KnobSpec("speculative_eagle_topk", "int", minimum=1),
-        KnobSpec("speculative_num_draft_tokens", "int", minimum=1),
-        KnobSpec("speculative_draft_model_path", "str"),
+        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64),
+        KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64),
+        KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024),
+        KnobSpec("speculative_draft_model_path", "str", concerns=reads_path_or_repo("the draft model")),
         KnobSpec("enable_metrics", "bool"),
-        KnobSpec("trust_remote_code", "bool"),
+        KnobSpec(
+            "trust_remote_code",
+            "bool",
+            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+        ),
         KnobSpec("attention_backend", "token"),
-        KnobSpec("json_model_override_args", "json"),
-        KnobSpec("chat_template", "str"),
+        KnobSpec("json_model_override_args", "json", concerns=overrides_config),
+        KnobSpec("chat_template", "str", concerns=_chat_template),
     )
 }
 
@@ -75,6 +97,12 @@ class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
             raise EngineConfigError(
                 f"{spec_knobs[0]} needs speculative_algorithm (e.g. NEXTN for an MTP head)",
                 field=spec_knobs[0],
+            )
+        if config.api_key and not at_least(self.name, config.engine_version, SGLANG_CONFIG_FILE_SINCE):
+            raise EngineConfigError(
+                f"SGLang before {SGLANG_CONFIG_FILE_SINCE} takes an API key only on its command line, where every "
+                "local user can read it: upgrade, or put an authenticating proxy in front",
+                field="api_key",
             )
         if knobs.get("chunked_prefill_size") == 0:
             raise EngineConfigError(
@@ -99,8 +127,13 @@ class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
             else:
                 argv += [flag, str(value)]
         secrets: tuple[str, ...] = ()
+        private: dict[str, str] = {}
         if config.api_key:
-            argv += ["--api-key", config.api_key]  # server_args.py has no env form
+            # server_args.py has no environment form for --api-key, and on the command line
+            # every local user sees it in `ps`. `--config FILE` (YAML; the command line wins
+            # over it) takes any server argument, so the key goes there, in a 0600 file.
+            private["sglang-secrets.yaml"] = f"api-key: {json.dumps(config.api_key)}\n"
+            argv += ["--config", f"{PRIVATE_FILE}sglang-secrets.yaml"]
             secrets = (config.api_key,)
         # /health runs a 1-token probe generation by default (http_server.py).
         return openai_launch_spec(
@@ -111,6 +144,7 @@ class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
             served_name=served,
             metrics=bool(knobs.get("enable_metrics")),
             secrets=secrets,
+            private_files=private,
         )
 
     def parse_metrics(self, text: str) -> EngineMetrics:

@@ -32,6 +32,11 @@ LLAMACPP_FA_VALUE_SINCE = "b6327"
 # (tscibilia/home-ops#3804, tetherto/qvac#4115).
 LLAMACPP_LOAD_MODE_SINCE = "b10114"
 
+# SGLang: `--config FILE.yaml` (any server argument, the command line wins) arrived with
+# ConfigArgumentMerger (srt/server_args_config_parser.py; docs/advanced_features/
+# server_arguments.md, "To use a configuration file"), in the 0.5.x series.
+SGLANG_CONFIG_FILE_SINCE = "0.5.3"
+
 # Latest versions read for shared/reference/engines.md.
 LATEST_KNOWN = {"vllm": "0.33.0", "sglang": "0.5.23", "llama.cpp": "", "ollama": ""}
 

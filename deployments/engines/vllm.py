@@ -17,8 +17,11 @@ from deployments.engines.base import (
     InstallStep,
     KvCapacity,
     LaunchSpec,
+    shown_value,
 )
 from deployments.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
     CheckedAdapter,
     KnobSpec,
     base_env,
@@ -26,7 +29,10 @@ from deployments.engines.knobs import (
     default_served_name,
     fmt_number,
     openai_launch_spec,
+    overrides_config,
+    runs_code,
 )
+from deployments.engines.policy import Concern, override_concerns, path_concern, source_concern
 from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
@@ -34,24 +40,56 @@ from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_l
 
 def _max_model_len(value: Any) -> int | str:
     # config/model.py: accepts an int, "32k"/"32K"/"1m", or -1/"auto" (largest that fits).
+    # Lower-case k/m are powers of 1000, upper-case K/M powers of 1024 (vllm.utils.human_readable_int).
     if isinstance(value, bool):
         raise EngineConfigError("max_model_len must be a number of tokens", field="max_model_len")
     if isinstance(value, int):
-        if value > 0:
+        if 0 < value <= MAX_CONTEXT:
             return value
         if value == -1:
             return "auto"
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 16:
         text = value.strip()
-        if text.isdigit() and int(text) > 0:
+        if re.fullmatch(r"[0-9]{1,9}", text) and 0 < int(text) <= MAX_CONTEXT:
             return int(text)
-        if text == "auto" or re.fullmatch(r"\d+(\.\d+)?[kKmM]", text):
+        if text == "auto":
             return text
+        m = re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)([kKmM])", text)
+        if m:
+            scale = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}[m.group(2)]
+            if 0 < float(m.group(1)) * scale <= MAX_CONTEXT:
+                return text
     raise EngineConfigError(
-        f"max_model_len must be a positive number of tokens, '32k' or 'auto'; got {value!r}",
+        f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,}, '32k' or 'auto'; "
+        f"got {shown_value(value)}",
         field="max_model_len",
     )
 
+
+def _chat_template(name: str, value: Any) -> list[Concern]:
+    # `--chat-template` is a file path or the template text itself (rendered sandboxed).
+    text = str(value)
+    if "{{" in text or "{%" in text:
+        return []
+    return [path_concern(name, text, what="a chat template file")]
+
+
+def _generation_config(name: str, value: Any) -> list[Concern]:
+    # "auto" (the model's), "vllm" (vLLM's defaults) or a folder holding generation_config.json.
+    return [] if value in ("auto", "vllm") else [path_concern(name, str(value), what="a generation config folder")]
+
+
+def _speculative_config(name: str, value: Any) -> list[Concern]:
+    found: list[Concern] = []
+    for key in ("model", "tokenizer"):
+        if isinstance(value.get(key), str):
+            concern = source_concern(name, value[key], what="a draft model")
+            found += [concern] if concern else []
+    rest = {k: v for k, v in value.items() if k not in ("model", "tokenizer", "method")}
+    return found + override_concerns(name, rest)
+
+
+REMOTE_CODE = "trust_remote_code runs Python code from the model repository"
 
 # CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
@@ -59,38 +97,42 @@ KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tensor_parallel_size", "int", minimum=1),
-        KnobSpec("pipeline_parallel_size", "int", minimum=1),
-        KnobSpec("data_parallel_size", "int", minimum=1),
+        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
         KnobSpec("enable_expert_parallel", "bool"),
         KnobSpec("max_model_len", "str", normalise=_max_model_len),
-        KnobSpec("max_num_seqs", "int", minimum=1),
-        KnobSpec("max_num_batched_tokens", "int", minimum=1),
+        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576),
+        KnobSpec("max_num_batched_tokens", "int", minimum=1, maximum=4 * MAX_CONTEXT),
         KnobSpec("gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True),
-        KnobSpec("kv_cache_memory_bytes", "int", minimum=1),
+        KnobSpec("kv_cache_memory_bytes", "int", minimum=1, maximum=2**50),
         KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
-        KnobSpec("block_size", "int", minimum=1),
+        KnobSpec("block_size", "int", minimum=1, maximum=4096),
         KnobSpec("quantization", "token"),
         KnobSpec("dtype", "token"),
         KnobSpec("enforce_eager", "bool"),
         KnobSpec("enable_prefix_caching", "bool"),
         KnobSpec("enable_chunked_prefill", "bool"),
-        KnobSpec("speculative_config", "json"),
+        KnobSpec("speculative_config", "json", concerns=_speculative_config),
         KnobSpec("enable_auto_tool_choice", "bool"),
         KnobSpec("tool_call_parser", "token"),
         KnobSpec("reasoning_parser", "token"),
-        KnobSpec("cpu_offload_gb", "float", minimum=0),
-        KnobSpec("hf_overrides", "json"),
+        KnobSpec("cpu_offload_gb", "float", minimum=0, maximum=1_000_000),
+        KnobSpec("hf_overrides", "json", concerns=overrides_config),
         KnobSpec("limit_mm_per_prompt", "json"),
         KnobSpec("language_model_only", "bool"),
         KnobSpec("attention_backend", "token"),
-        KnobSpec("trust_remote_code", "bool"),
+        KnobSpec(
+            "trust_remote_code",
+            "bool",
+            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+        ),
         KnobSpec("disable_custom_all_reduce", "bool"),
         KnobSpec("mamba_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
         KnobSpec("mamba_ssm_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
-        KnobSpec("mamba_block_size", "int", minimum=1),
-        KnobSpec("chat_template", "str"),
-        KnobSpec("generation_config", "str"),
+        KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576),
+        KnobSpec("chat_template", "str", concerns=_chat_template),
+        KnobSpec("generation_config", "str", concerns=_generation_config),
     )
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, Operation
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.operations import operation_progress
+from hardware.runtime.confine import confine, model_dirs_from_env, working_folder
 from hardware.runtime.supervisor import Supervisor
 
 from .binaries import resolve_binary
@@ -46,14 +49,26 @@ def supervisor_for(host_name: str) -> Supervisor:
     return Supervisor(state_dir(host_name))
 
 
+def host_model_dirs() -> list[str]:
+    return model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
+
+
 def launch_spec_for(revision: DeploymentRevision) -> LaunchSpec:
+    """The launch of `revision` on this host, with its secrets, confined to this host's model
+    folders (raises PathOutsideModelFolders before anything starts) and run from the first
+    one, so a bare file name is read there."""
     config = engine_config_for_revision(
         revision,
         bind_host=settings.ENGINE_BIND_HOST,
         resolve_secrets=True,
         binary=resolve_binary(revision.engine, revision.engine_version, installs=revision.host.engine_installs),
     )
-    return get_adapter(revision.engine).launch_spec(config)
+    adapter = get_adapter(revision.engine)
+    model_dirs = host_model_dirs()
+    cwd = working_folder(model_dirs)
+    paths = [(c.field, c.path) for c in adapter.concerns(config) if c.kind == "path"]
+    confine(paths, model_dirs, cwd=cwd)
+    return dataclasses.replace(adapter.launch_spec(config), cwd=cwd)
 
 
 def engine_state(sup: Supervisor) -> dict[str, Any]:

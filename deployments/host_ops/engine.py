@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from deployments.choices import OperationState
+from deployments.engines.base import EngineConfigError, LaunchSpec
 from deployments.models import DeploymentRevision, Operation
 from deployments.services.operations import operation_finish
 from deployments.services.revisions import revision_mark_active
@@ -17,8 +18,10 @@ from hardware.services import host_heartbeat
 from .common import Reporter, engine_state, launch_spec_for, supervisor_for
 
 
-def _start(sup: Supervisor, revision: DeploymentRevision, report: Reporter) -> dict[str, Any]:
-    spec = launch_spec_for(revision)
+def _start(
+    sup: Supervisor, revision: DeploymentRevision, report: Reporter, spec: LaunchSpec | None = None
+) -> dict[str, Any]:
+    spec = spec or launch_spec_for(revision)
     result = sup.start(
         spec,
         revision_label=f"r{revision.number}",
@@ -45,10 +48,22 @@ def run_switch(op: Operation) -> None:
     if report.cancel_requested or Operation.objects.filter(pk=op.pk, cancel_requested=True).exists():
         operation_finish(op_id=op.pk, state=OperationState.CANCELLED, error="Cancelled before the engine was touched.")
         return
+    try:
+        spec = launch_spec_for(revision)
+    except (HostRuntimeError, EngineConfigError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        report.log(f"refused before anything was stopped: {reason}")
+        operation_finish(
+            op_id=op.pk,
+            state=OperationState.FAILED,
+            result={"revision": revision.number, "reason": reason, "refused": True, "rolled_back": False},
+            error=f"r{revision.number} was refused on the host ({reason}); the engine was not touched.",
+        )
+        return
     report.log(f"switching {host.name} to r{revision.number}" + (f" from r{previous.number}" if previous else ""))
     try:
         with sup.watchdog_paused(f"switch to r{revision.number}"):
-            started = _start(sup, revision, report.scaled(0.0, 0.9))
+            started = _start(sup, revision, report.scaled(0.0, 0.9), spec)
     except (EngineStartError, HostRuntimeError) as exc:
         tail = list(getattr(exc, "log_tail", []) or [])
         reason = getattr(exc, "reason", None) or str(exc)

@@ -9,45 +9,60 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 
-from controlpanel.roles import OPERATOR, VIEWER, ensure_role
+from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
 from deployments.choices import Engine
+from deployments.engines.base import EngineConfigError
+from deployments.engines.policy import Concern, check_paths_under
+from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant, RevisionComment
+from deployments.runtime_bridge import engine_config_for_values
+from deployments.safety import UnsafeValueError, check_json_value
 
 from .audit import audit_record
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Values of these must live in the secret store, never in a revision.
-SECRET_ENV_NAMES = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "LLAMA_API_KEY", "OPENAI_API_KEY"}
+
+def _field(name: str | None) -> str:
+    """The form field a policy or adapter error belongs beside."""
+    if not name:
+        return "knobs"
+    if name.startswith("env"):
+        return "env"
+    return "model_variant" if name == "model" else name
 
 
-def _validate_env(env: dict[str, Any]) -> dict[str, str]:
-    clean: dict[str, str] = {}
-    for name, value in env.items():
-        if not ENV_NAME.match(str(name)):
-            raise ValidationError({"env": f"{name!r} is not a valid environment variable name."})
-        if name.upper() in SECRET_ENV_NAMES:
-            raise ValidationError({"env": f"{name} is a secret: store it as a host secret and reference it by name."})
-        text = str(value)
-        if "\n" in text or "\x00" in text:
-            raise ValidationError({"env": f"The value of {name} contains a newline or NUL byte."})
-        clean[str(name)] = text
-    return clean
+def _storable(value: Any, field: str) -> Any:
+    try:
+        return check_json_value(value, field=field)
+    except UnsafeValueError as exc:
+        raise ValidationError({field: str(exc)}) from None
 
 
-def validate_engine_knobs(
+def _port(port: Any) -> int:
+    if isinstance(port, str) and re.fullmatch(r"[0-9]{1,5}", port.strip()):
+        port = int(port)
+    if port in (None, "", 0):
+        return 8000
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValidationError({"port": f"A port is a whole number between 1 and 65535, not {port!r}."})
+    return port
+
+
+def revision_concerns(
     *,
+    host: Any,
     engine: str,
     engine_version: str,
     model: ModelVariant,
     knobs: dict[str, Any],
     env: dict[str, str],
-    served_name: str,
-    port: int,
-) -> None:
-    """Ask the engine's adapter whether it would accept these knobs (raises ValidationError)."""
-    from deployments.engines.base import EngineConfigError
-    from deployments.runtime_bridge import engine_config_for_values
+    served_name: str = "",
+    port: int = 8000,
+) -> list[Concern]:
+    """Validate a revision's engine settings and say what reaches beyond serving.
 
+    Raises ValidationError when the adapter or the environment policy refuses something,
+    or when a path lies outside the host's model folders. Returns every concern (paths,
+    code, admin-only variables), so callers can require an admin and show them."""
     try:
         config = engine_config_for_values(
             engine=engine,
@@ -58,11 +73,16 @@ def validate_engine_knobs(
             served_name=served_name,
             port=port,
         )
-        from deployments.engines.registry import get_adapter
-
-        get_adapter(engine).validate(config)
+        concerns = get_adapter(engine).concerns(config)
+        check_paths_under(concerns, host.model_dirs or [], host=host.name)
     except EngineConfigError as exc:
-        raise ValidationError({exc.field or "knobs": str(exc)}) from exc
+        raise ValidationError({_field(exc.field): str(exc)}) from exc
+    return concerns
+
+
+def gated(concerns: list[Concern]) -> list[Concern]:
+    """The concerns only an admin may accept: code that runs, variables nobody vetted."""
+    return [c for c in concerns if c.kind in ("code", "privileged")]
 
 
 @transaction.atomic
@@ -82,7 +102,6 @@ def revision_create(
     api_key_secret: str = "",
     hf_token_secret: str = "",
     extras: dict[str, Any] | None = None,
-    validate_knobs: bool = True,
     actor: Any,
 ) -> DeploymentRevision:
     """Record a new immutable revision for `host`; its parent is `parent` or the host's latest."""
@@ -93,26 +112,40 @@ def revision_create(
         raise ValidationError({"engine": f"Unknown engine {engine!r}; choose one of {', '.join(Engine.values)}."})
     if parent is not None and parent.host_id != host.pk:
         raise ValidationError({"parent": "The parent revision belongs to another host."})
-    knobs = dict(knobs or {})
-    env = _validate_env(dict(env or {}))
-    port = int(port) if port else 8000
-    if not 1 <= port <= 65535:
-        raise ValidationError({"port": "A port is between 1 and 65535."})
+    knobs = _storable(dict(knobs or {}), "knobs")
+    env = _storable(dict(env or {}), "env")
+    extras = _storable(dict(extras or {}), "extras")
+    port = _port(port)
+    for name, text in (
+        ("message", message),
+        ("tag", tag),
+        ("served_name", served_name),
+        ("engine_version", engine_version),
+        ("api_key_secret", api_key_secret),
+        ("hf_token_secret", hf_token_secret),
+    ):
+        _storable(text, name)
     for secret_field, secret_name in (
         ("api_key_secret", api_key_secret),
         ("hf_token_secret", hf_token_secret),
     ):
         if secret_name and not host.secrets.filter(name=secret_name).exists():
             raise ValidationError({secret_field: f"Host {host.name} has no secret named {secret_name!r}."})
-    if validate_knobs:
-        validate_engine_knobs(
-            engine=engine,
-            engine_version=engine_version,
-            model=model_variant,
-            knobs=knobs,
-            env=env,
-            served_name=served_name,
-            port=port,
+    concerns = revision_concerns(
+        host=host,
+        engine=engine,
+        engine_version=engine_version,
+        model=model_variant,
+        knobs=knobs,
+        env=env,
+        served_name=served_name,
+        port=port,
+    )
+    needs_admin = gated(concerns)
+    if needs_admin and actor is not None and not has_role(actor, ADMIN):
+        first = needs_admin[0]
+        raise ValidationError(
+            {_field(first.field): f"{first.message}: only an admin may create a revision that {first.label}."}
         )
 
     # Lock the host row so two writers cannot take the same number.
@@ -145,7 +178,14 @@ def revision_create(
         summary=f"{host.name} r{revision.number}: {revision.message.splitlines()[0][:200]}",
         obj=revision,
         host=host,
-        data={"number": revision.number, "parent": parent.number if parent else None, "tag": revision.tag},
+        data={
+            "number": revision.number,
+            "parent": parent.number if parent else None,
+            "tag": revision.tag,
+            # What an admin accepted by creating it (runs code, unvetted variables), and the
+            # files it opens: recorded with who did it.
+            "concerns": [{"field": c.field, "kind": c.kind, "message": c.message} for c in concerns],
+        },
         actor=actor,
     )
     return revision

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import httpx
 
-from deployments.engines.base import LaunchSpec
+from deployments.engines.base import PRIVATE_FILE, LaunchSpec
 
 from .errors import EngineExitedError, EngineStartError, PortBusyError
 from .logtail import file_size, mask_line, tail_lines
@@ -272,6 +272,23 @@ class Supervisor:
             verify=verify,
         )
 
+    def _with_private_files(self, spec: LaunchSpec) -> list[str]:
+        """Write the spec's private files (0600, in a 0700 folder) and put their paths in argv."""
+        if not spec.private_files:
+            return list(spec.argv)
+        folder = self.state.path / "private"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+        paths: dict[str, str] = {}
+        for name, content in spec.private_files.items():
+            path = folder / Path(name).name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(content)
+            path.chmod(0o600)
+            paths[PRIVATE_FILE + name] = str(path)
+        return [paths.get(a, a) for a in spec.argv]
+
     def _launch(
         self, spec: LaunchSpec, revision_label: str, revision_id: str | None
     ) -> tuple[EngineRecord, subprocess.Popen[bytes]]:
@@ -280,6 +297,7 @@ class Supervisor:
         masked = [mask_line(a, self._secrets) for a in spec.masked_argv()]
         env = {k: v for k, v in os.environ.items() if not _PANEL_ENV.match(k)}
         env.update(spec.env)
+        argv = self._with_private_files(spec)
         header = (
             f"===== {utc_now_iso()} panel: starting {spec.engine} revision {revision_label} "
             f"as {spec.served_name!r} on {spec.host}:{spec.port}\n"
@@ -291,7 +309,7 @@ class Supervisor:
             log.flush()
             try:
                 proc = subprocess.Popen(
-                    list(spec.argv),
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -31,8 +31,13 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
+        from tests.support.llama import gemma_model_path
+
         env = dict(os.environ)
+        # The folders this host's engines may open: the test model's and the test's own.
+        model_dirs = f"{Path(gemma_model_path()).parent}:{self.state_dir.parent}"
         env.update(
+            CONTROLPANEL_MODEL_DIRS=model_dirs,
             DATABASE_URL=test_database_url(),
             CONTROLPANEL_HOST_STATE_DIR=str(self.state_dir),
             CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1",
