@@ -244,15 +244,15 @@ def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     raise AnsibleVarsError(f"it uses the YAML tag {node.tag[:60]!r}, which an import does not accept")
 
 
-def _construct_text(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    return loader.construct_scalar(node)  # type: ignore[arg-type]
+def _construct_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    return loader.construct_scalar(node)
 
 
 _GroupVarsLoader.add_constructor("!unsafe", _construct_unsafe)
 _GroupVarsLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_text)
 for _tag in ("tag:yaml.org,2002:binary", "tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs"):
     _GroupVarsLoader.add_constructor(_tag, _refuse_tag)
-_GroupVarsLoader.add_constructor(None, _refuse_tag)  # type: ignore[arg-type]
+_GroupVarsLoader.add_constructor(None, _refuse_tag)  # any other tag (SafeLoader's fallback)
 
 
 def _check_parsed(data: Any) -> None:

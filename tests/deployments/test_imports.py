@@ -33,6 +33,12 @@ GROUP_VARS = ALL_YML.read_text()
 EXPECTED = json.loads((FIXTURES / "ansible" / "expected_vllm_argv.json").read_text())
 
 
+def _lab():
+    """The seed's host: its HF cache (/opt/vllm/hf-cache) lies under a reported model folder,
+    as the revision path policy requires for HF_HOME."""
+    return HostFactory(name="lab", model_dirs=["/opt/vllm"])
+
+
 def _import(host, operator, **kwargs):
     values = {"text": GROUP_VARS, "message": "the lab's Ansible setup"}
     values.update(kwargs)
@@ -45,7 +51,7 @@ def _argv_env(revision: DeploymentRevision):
 
 
 def test_import_creates_a_revision_keeping_unknown_variables(catalog, operator):
-    host = HostFactory(name="lab")
+    host = _lab()
     result = _import(host, operator, tag="ansible")
     revision = result.revision
     assert revision.number == 1 and revision.tag == "ansible" and revision.author == operator
@@ -62,7 +68,7 @@ def test_import_creates_a_revision_keeping_unknown_variables(catalog, operator):
 
 def test_imported_revision_runs_the_seed_scripts_command_flag_for_flag(catalog, operator):
     """With the script's vLLM (before 0.13), argv and env match the hand-derived command exactly."""
-    host = HostFactory(name="lab")
+    host = _lab()
     revision = _import(host, operator, engine_version="0.12.0").revision
     argv, env = _argv_env(revision)
     assert flag_pairs(argv) == flag_pairs(EXPECTED["argv"])
@@ -71,7 +77,7 @@ def test_imported_revision_runs_the_seed_scripts_command_flag_for_flag(catalog, 
 
 def test_on_the_latest_vllm_the_only_difference_is_the_attention_backend_flag(catalog, operator):
     """NOTES.md / test_ansible_vars: newer vLLM reads --attention-backend, not the env var."""
-    host = HostFactory(name="lab")
+    host = _lab()
     revision = _import(host, operator).revision  # the group_vars pin no version: latest known
     assert revision.engine_version == ""
     argv, env = _argv_env(revision)
@@ -80,7 +86,7 @@ def test_on_the_latest_vllm_the_only_difference_is_the_attention_backend_flag(ca
 
 
 def test_export_writes_back_what_the_import_kept(catalog, operator):
-    host = HostFactory(name="lab")
+    host = _lab()
     revision = _import(host, operator).revision
     exported = revision_export_ansible(revision)
     assert exported.not_exported == {}
@@ -94,7 +100,7 @@ def test_export_writes_back_what_the_import_kept(catalog, operator):
 
 
 def test_an_unknown_model_gets_a_stub_variant_and_a_note(catalog, operator):
-    host = HostFactory(name="lab")
+    host = _lab()
     text = GROUP_VARS.replace("philbert440/Qwen3.8-27B-W4A16-AWQ", "someone/Brand-New-7B")
     result = _import(host, operator, text=text)
     assert result.created_model.name == "Brand-New-7B"
@@ -104,7 +110,7 @@ def test_an_unknown_model_gets_a_stub_variant_and_a_note(catalog, operator):
 
 
 def test_secret_values_are_never_imported(catalog, operator):
-    host = HostFactory(name="lab")
+    host = _lab()
     text = GROUP_VARS.replace('vllm_api_key: ""', 'vllm_api_key: "sk-live-123"')
     result = _import(host, operator, text=text)
     assert "sk-live-123" not in json.dumps(result.revision.extras)
@@ -124,7 +130,7 @@ def test_secret_values_are_never_imported(catalog, operator):
     ],
 )
 def test_bad_group_vars_are_refused_and_write_nothing(catalog, operator, kwargs, field):
-    host = HostFactory(name="lab")
+    host = _lab()
     with pytest.raises(ValidationError) as exc:
         _import(host, operator, **kwargs)
     assert field in exc.value.message_dict
@@ -135,7 +141,7 @@ def test_bad_group_vars_are_refused_and_write_nothing(catalog, operator, kwargs,
 def test_export_of_an_engine_without_an_ansible_role_is_a_validation_error(catalog, operator):
     from deployments.services.revisions import revision_create
 
-    host = HostFactory(name="lab")
+    host = _lab()
     revision = revision_create(
         host=host,
         engine="llama.cpp",
@@ -152,7 +158,7 @@ def test_export_of_an_engine_without_an_ansible_role_is_a_validation_error(catal
 
 
 def test_import_ansible_command_prints_the_new_number(catalog, operator):
-    HostFactory(name="lab")
+    _lab()
     out, err = io.StringIO(), io.StringIO()
     call_command(
         "import_ansible", str(ALL_YML), "--host", "lab", "--message", "from Ansible", "--user", "otto", stdout=out,
@@ -166,7 +172,7 @@ def test_import_ansible_command_prints_the_new_number(catalog, operator):
 
 
 def test_export_ansible_command_prints_the_yaml(catalog, operator):
-    host = HostFactory(name="lab")
+    host = _lab()
     _import(host, operator)
     out = io.StringIO()
     call_command("export_ansible", "--host", "lab", "--revision", "1", stdout=out)
@@ -181,7 +187,7 @@ def test_export_ansible_command_prints_the_yaml(catalog, operator):
 
 
 def test_commands_refuse_bad_input(catalog, operator, tmp_path):
-    HostFactory(name="lab")
+    _lab()
     bad = tmp_path / "bad.yml"
     bad.write_text("- not\n- a mapping\n")
     with pytest.raises(CommandError):
