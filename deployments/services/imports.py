@@ -85,7 +85,7 @@ def parse_ansible_text(text: str) -> AnsibleImport:
     try:
         return parse_group_vars(text)
     except AnsibleVarsError as exc:
-        raise ValidationError({"text": f"This group_vars file was refused: {exc}."}) from exc
+        raise ValidationError({"text": f"Not a group_vars file the panel accepts: {exc}."}) from exc
 
 
 @transaction.atomic

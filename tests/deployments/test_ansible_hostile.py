@@ -415,7 +415,7 @@ def test_a_refused_file_is_a_form_error_and_changes_nothing(catalog, operator, t
     with pytest.raises(ValidationError) as exc:
         _import(host, operator, text)
     assert list(exc.value.message_dict) == ["text"]
-    assert exc.value.message_dict["text"][0].startswith("This group_vars file was refused: ")
+    assert exc.value.message_dict["text"][0].startswith("Not a group_vars file the panel accepts: ")
     assert not DeploymentRevision.objects.exists()
     assert ModelVariant.objects.count() == variants
     assert AuditEvent.objects.count() == events
