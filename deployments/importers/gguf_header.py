@@ -6,17 +6,51 @@ sliding window: `{arch}.attention.sliding_window_pattern` when the file has it (
 per-layer bool list), else llama.cpp's built-in period for the architecture (src/models/gemma3.cpp
 `load_swa_pattern(ml, 6)`; llama-hparams.cpp set_swa_pattern: layer il is SWA when
 il % n < n - 1).
+
+Hostile files: before gguf-py parses anything, `check_gguf_header` walks the header itself with
+bounds (key count, array lengths, string lengths, tensor count, every length within the file), so
+a header declaring billions of entries is refused at once. Every key the importer reads must have
+the GGUF type it expects, and every fact passes the bounds of deployments.arch; anything else is a
+GgufHeaderError naming the key.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments.arch import FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION, ModelArch
+from deployments.arch import (
+    FULL_ATTENTION,
+    INT_FACTS,
+    LINEAR_ATTENTION,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    SLIDING_ATTENTION,
+    ArchFactError,
+    ModelArch,
+    arch_from_facts,
+    check_fact,
+    check_int,
+)
 from deployments.planner.inputs import GgufKvFacts
+
+# Header bounds. Real files: ~40-60 keys, ~1,100 tensors (DeepSeek-V3), arrays up to the vocabulary
+# (262,144 tokens, ~500k merges), chat templates of tens of KB.
+MAX_KV = 4_096
+MAX_TENSORS = 65_536
+MAX_ARRAY = MAX_VOCAB  # elements in one array
+MAX_STRING = 4 * 1024 * 1024  # bytes in one string value
+MAX_KEY = 1_024  # bytes in a key or tensor name
+MAX_DIMS = 4  # GGML_MAX_DIMS
+# GGUFValueType -> fixed size in bytes (8 = STRING and 9 = ARRAY are variable).
+_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _BOOL = 8, 9, 7
+_INTEGER_TYPES = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
 
 # llama.cpp's default SWA period per architecture when the GGUF does not carry a pattern
 # (src/models/<arch>.cpp load_hparams).
@@ -74,120 +108,261 @@ def _per_layer(value: Any, n_layer: int) -> tuple[int, ...]:
     return (int(value),) * n_layer
 
 
+def check_gguf_header(path: Path) -> None:
+    """Walk the header (key/values and tensor infos) with bounds, reading nothing else.
+
+    Raises GgufHeaderError for a count, length or type no real GGUF has, or one that runs past
+    the end of the file. Time is linear in the header's size, and the header is bounded."""
+    try:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            _walk_header(data, path.name)
+    except GgufHeaderError:
+        raise
+    except (OSError, ValueError) as exc:  # an empty file cannot be mapped
+        raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
+
+
+def _walk_header(data: mmap.mmap, name: str) -> None:
+    size = len(data)
+    offset = 0
+
+    def take(fmt: str) -> Any:
+        nonlocal offset
+        width = struct.calcsize(fmt)
+        if offset + width > size:
+            raise GgufHeaderError(f"{name} ends inside its header (truncated)")
+        value = struct.unpack_from(fmt, data, offset)[0]
+        offset += width
+        return value
+
+    def skip(count: int, what: str) -> None:
+        nonlocal offset
+        if count < 0 or offset + count > size:
+            raise GgufHeaderError(f"{name}: {what} runs past the end of the file")
+        offset += count
+
+    def string(most: int, what: str) -> None:
+        length = take("<Q")
+        if length > most:
+            raise GgufHeaderError(f"{name}: {what} is {length:,} bytes long; at most {most:,}")
+        skip(length, what)
+
+    if data[:4] != b"GGUF":
+        raise GgufHeaderError(f"{name} is not a GGUF file (no GGUF magic)")
+    if size < 24:
+        raise GgufHeaderError(f"{name} is too short to be a GGUF file (truncated)")
+    offset = 4
+    version = take("<I")
+    if version not in (2, 3):
+        raise GgufHeaderError(f"{name} is GGUF version {version}; versions 2 and 3 are supported")
+    tensors, kvs = take("<Q"), take("<Q")
+    if kvs > MAX_KV:
+        raise GgufHeaderError(f"{name} declares {kvs:,} metadata keys; at most {MAX_KV:,}")
+    if tensors > MAX_TENSORS:
+        raise GgufHeaderError(f"{name} declares {tensors:,} tensors; at most {MAX_TENSORS:,}")
+    for _ in range(kvs):
+        string(MAX_KEY, "a metadata key")
+        kind = take("<I")
+        if kind in _SCALAR_SIZES:
+            skip(_SCALAR_SIZES[kind], "a value")
+        elif kind == _STRING:
+            string(MAX_STRING, "a string value")
+        elif kind == _ARRAY:
+            item, count = take("<I"), take("<Q")
+            if count > MAX_ARRAY:
+                raise GgufHeaderError(f"{name}: an array of {count:,} values; at most {MAX_ARRAY:,}")
+            if item in _SCALAR_SIZES:
+                skip(_SCALAR_SIZES[item] * count, "an array")
+            elif item == _STRING:
+                if offset + 8 * count > size:
+                    raise GgufHeaderError(f"{name}: an array runs past the end of the file")
+                for _ in range(count):
+                    string(MAX_STRING, "a string in an array")
+            else:
+                raise GgufHeaderError(f"{name}: an array of value type {item}, which GGUF models do not use")
+        else:
+            raise GgufHeaderError(f"{name}: unknown value type {kind}")
+    for _ in range(tensors):
+        string(MAX_KEY, "a tensor name")
+        dims = take("<I")
+        if dims > MAX_DIMS:
+            raise GgufHeaderError(f"{name}: a tensor with {dims} dimensions; at most {MAX_DIMS}")
+        skip(8 * dims + 4 + 8, "a tensor's description")
+
+
 def read_gguf_header(path: str | Path) -> GgufImport:
     """Read one GGUF file's header (tensor data is memory-mapped, not read)."""
     import gguf  # the PyPI gguf package (gguf-py)
 
     path = Path(path)
+    check_gguf_header(path)
     try:
         reader = gguf.GGUFReader(str(path))
-    except (ValueError, OSError) as exc:
+    except Exception as exc:  # hostile bytes reach numpy and gguf-py in many ways; each one is "unreadable"
         raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
+    try:
+        return _read(reader, path)
+    except GgufHeaderError:
+        raise
+    except ArchFactError as exc:
+        raise GgufHeaderError(f"{path.name}: {exc}") from None
+    except (ValueError, ArithmeticError, IndexError, KeyError) as exc:  # e.g. a name that is not UTF-8
+        raise GgufHeaderError(f"{path.name} has a header the importer cannot read: {exc}") from None
 
-    def field(key: str) -> Any:
+
+def _read(reader: Any, path: Path) -> GgufImport:
+    def typed(key: str, want: str) -> Any:
+        """The value of `key` if its GGUF type is what the importer reads there, else an error.
+
+        want: "int", "str", "int|ints" (an integer or a per-layer array of them), "int|bools",
+        "len" (an array's length, its values unread)."""
         item = reader.get_field(key)
-        return item.contents() if item is not None else None
+        if item is None or not item.types:
+            return None
+        main, sub = int(item.types[0]), int(item.types[-1])
+        if main == _ARRAY and want == "len":
+            return len(item.data)
+        if main == _ARRAY:
+            if len(item.data) > MAX_LAYERS:
+                raise GgufHeaderError(f"{path.name}: {key} lists {len(item.data):,} values; at most {MAX_LAYERS:,}")
+            if want == "int|ints" and sub in _INTEGER_TYPES:
+                return [int(v) for v in item.contents()]
+            if want == "int|bools" and sub == _BOOL:
+                return [bool(v) for v in item.contents()]
+        elif want == "str" and main == _STRING:
+            value = item.contents()
+            if len(value) > 1_000 or "\x00" in value:
+                raise GgufHeaderError(f"{path.name}: {key} is not a plausible name")
+            return value
+        elif want in ("int", "int|ints", "int|bools") and main in _INTEGER_TYPES:
+            return int(item.contents())
+        expected = {"int": "an integer", "str": "a string", "len": "an array"}.get(want, "an integer or an array")
+        raise GgufHeaderError(f"{path.name}: {key} must be {expected}")
 
-    arch_name = field("general.architecture")
+    def field(key: str, fact: str | None = None) -> Any:
+        """An integer key; with `fact`, also within that ModelArch fact's bounds (error names the key)."""
+        value = typed(key, "int")
+        if fact is None or value is None:
+            return value
+        if value == 0 and INT_FACTS[fact][0] > 0:
+            return None  # 0 where a fact cannot be 0: the converter's "not set"
+        return check_fact(fact, value, label=key)
+
+    arch_name = typed("general.architecture", "str")
     if not arch_name:
         raise GgufHeaderError(f"{path.name} has no general.architecture")
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", arch_name):
+        raise GgufHeaderError(f"{path.name}: general.architecture {arch_name[:40]!r} is not an architecture name")
     p = f"{arch_name}."
     n_layer = field(p + "block_count")
     if not n_layer:
         raise GgufHeaderError(f"{path.name} has no {p}block_count")
-    n_layer = int(n_layer)
-    n_embd = field(p + "embedding_length")
-    heads_raw = field(p + "attention.head_count")
+    n_layer = check_int(n_layer, least=1, most=MAX_LAYERS, label=p + "block_count")  # before any per-layer list
+    n_embd = field(p + "embedding_length", "hidden_size")
+    heads_raw = typed(p + "attention.head_count", "int|ints")
     heads = _per_layer(heads_raw, n_layer) if heads_raw is not None else (0,) * n_layer
-    kv_raw = field(p + "attention.head_count_kv")
+    kv_raw = typed(p + "attention.head_count_kv", "int|ints")
     kv_heads = _per_layer(kv_raw, n_layer) if kv_raw is not None else heads
+    for label, values in ((p + "attention.head_count", heads), (p + "attention.head_count_kv", kv_heads)):
+        for value in values:
+            check_int(value, least=0, most=MAX_HEADS, label=label)
     n_head = max(heads) if heads else 0
     # llama-model.cpp: key/value length default to n_embd / n_head
-    key_length = field(p + "attention.key_length") or ((n_embd // n_head) if n_embd and n_head else 0)
-    value_length = field(p + "attention.value_length") or key_length
+    key_length = field(p + "attention.key_length", "head_dim") or ((n_embd // n_head) if n_embd and n_head else 0)
+    value_length = field(p + "attention.value_length", "v_head_dim") or key_length
 
     recurrent = [False] * n_layer
     interval = field(p + "full_attention_interval")
     if arch_name in INTERVAL_HYBRIDS and interval:
-        recurrent = [(i + 1) % int(interval) != 0 for i in range(n_layer)]
-    elif isinstance(kv_raw, list) and field(p + "ssm.conv_kernel"):
+        interval = check_int(interval, least=1, most=MAX_LAYERS, label=p + "full_attention_interval")
+        recurrent = [(i + 1) % interval != 0 for i in range(n_layer)]
+    elif isinstance(kv_raw, list) and field(p + "ssm.conv_kernel", "linear_conv_kernel_dim"):
         recurrent = [h == 0 for h in kv_heads]
     kv_heads = tuple(0 if r else h for h, r in zip(kv_heads, recurrent, strict=True))
 
-    n_swa = field(p + "attention.sliding_window")
+    n_swa = field(p + "attention.sliding_window", "sliding_window")
     swa = [False] * n_layer
     if n_swa:
-        pattern = field(p + "attention.sliding_window_pattern")
+        pattern = typed(p + "attention.sliding_window_pattern", "int|bools")
         if isinstance(pattern, list):
-            swa = [bool(v) for v in pattern][:n_layer]
+            swa = ([bool(v) for v in pattern] + [False] * n_layer)[:n_layer]
         else:
-            period = int(pattern) if pattern else DEFAULT_SWA_PERIOD.get(arch_name, 0)
+            label = p + "attention.sliding_window_pattern"
+            period = check_int(pattern, least=0, most=MAX_LAYERS, label=label) if pattern else 0
+            period = period or DEFAULT_SWA_PERIOD.get(arch_name, 0)
             swa = [period == 0 or (i % period < period - 1) for i in range(n_layer)] if period else swa
-    file_size = sum(s.stat().st_size for s in _shard_paths(path))
+    shards = _shard_paths(path)
+    file_size = sum(s.stat().st_size for s in shards)
     file_type = field("general.file_type")
-    facts = GgufKvFacts(
-        architecture=arch_name,
-        n_layer=n_layer,
-        head_count_kv=kv_heads,
-        key_length=int(key_length),
-        value_length=int(value_length),
-        swa_layers=tuple(swa) if any(swa) else (),
-        sliding_window=int(n_swa) if n_swa else None,
-        context_length=field(p + "context_length"),
-        file_type=int(file_type) if file_type is not None else None,
-        file_size=file_size,
-        ssm_conv_kernel=field(p + "ssm.conv_kernel"),
-        ssm_inner_size=field(p + "ssm.inner_size"),
-        ssm_state_size=field(p + "ssm.state_size"),
-        ssm_group_count=field(p + "ssm.group_count"),
-        recurrent_layers=tuple(recurrent) if any(recurrent) else (),
+    if file_type is not None:
+        file_type = check_int(file_type, least=0, most=1_023, label="general.file_type")
+    facts = GgufKvFacts.checked(
+        {
+            "architecture": arch_name,
+            "n_layer": n_layer,
+            "head_count_kv": list(kv_heads),
+            "key_length": key_length,
+            "value_length": value_length,
+            "swa_layers": swa if any(swa) else [],
+            "sliding_window": n_swa or None,
+            "context_length": field(p + "context_length", "native_context"),
+            "file_type": file_type,
+            "file_size": file_size,
+            "ssm_conv_kernel": field(p + "ssm.conv_kernel", "linear_conv_kernel_dim"),
+            "ssm_inner_size": field(p + "ssm.inner_size"),
+            "ssm_state_size": field(p + "ssm.state_size"),
+            "ssm_group_count": field(p + "ssm.group_count"),
+            "recurrent_layers": recurrent if any(recurrent) else [],
+        }
     )
     kinds = tuple(
         LINEAR_ATTENTION if r else SLIDING_ATTENTION if s else FULL_ATTENTION
         for r, s in zip(recurrent, swa, strict=True)
     )
-    tokens = field("tokenizer.ggml.tokens")
-    vocab = field(p + "vocab_size") or (len(tokens) if isinstance(tokens, list) else None)
-    params = sum(int(t.n_elements) for t in reader.tensors) if len(_shard_paths(path)) == 1 else None
+    vocab = field(p + "vocab_size", "vocab_size") or typed("tokenizer.ggml.tokens", "len") or None
+    params = sum(int(t.n_elements) for t in reader.tensors) if len(shards) == 1 else None
     time_step_rank, inner = field(p + "ssm.time_step_rank"), field(p + "ssm.inner_size")
     linear = any(recurrent) and arch_name in INTERVAL_HYBRIDS
     nonzero_kv = [h for h in kv_heads if h]
-    arch = ModelArch(
-        architecture=arch_name,
-        family=field("general.basename") or field("general.name"),
-        params_total=params,
-        num_layers=n_layer,
-        full_attention_layers=kinds.count(FULL_ATTENTION),
-        linear_attention_layers=kinds.count(LINEAR_ATTENTION),
-        sliding_window_layers=kinds.count(SLIDING_ATTENTION),
-        sliding_window=int(n_swa) if n_swa and any(swa) else None,
-        hidden_size=n_embd,
-        intermediate_size=_scalar(field(p + "feed_forward_length")),
-        moe_intermediate_size=field(p + "expert_feed_forward_length"),
-        num_attention_heads=n_head or None,
-        num_kv_heads=max(nonzero_kv) if nonzero_kv else None,
-        head_dim=int(key_length) or None,
-        v_head_dim=int(value_length) if value_length != key_length else None,
-        vocab_size=vocab,
-        num_experts=field(p + "expert_count"),
-        experts_per_token=field(p + "expert_used_count"),
-        native_context=field(p + "context_length"),
-        # Qwen3-Next/3.5 -> GGUF (engines.md §5): group_count = linear key heads, time_step_rank =
-        # linear value heads, state_size = key head dim, inner_size = v_dim x v_heads.
-        linear_num_key_heads=field(p + "ssm.group_count") if linear else None,
-        linear_num_value_heads=time_step_rank if linear else None,
-        linear_key_head_dim=field(p + "ssm.state_size") if linear else None,
-        linear_value_head_dim=(inner // time_step_rank) if linear and inner and time_step_rank else None,
-        linear_conv_kernel_dim=field(p + "ssm.conv_kernel") if linear else None,
-        layer_types=kinds,
+    feed_forward = typed(p + "feed_forward_length", "int|ints")
+    arch = arch_from_facts(
+        {
+            "architecture": arch_name,
+            "family": typed("general.basename", "str") or typed("general.name", "str"),
+            "params_total": params or None,
+            "num_layers": n_layer,
+            "full_attention_layers": kinds.count(FULL_ATTENTION),
+            "linear_attention_layers": kinds.count(LINEAR_ATTENTION),
+            "sliding_window_layers": kinds.count(SLIDING_ATTENTION),
+            "sliding_window": n_swa if n_swa and any(swa) else None,
+            "hidden_size": n_embd,
+            "intermediate_size": _scalar(feed_forward),
+            "moe_intermediate_size": field(p + "expert_feed_forward_length", "moe_intermediate_size"),
+            "num_attention_heads": n_head or None,
+            "num_kv_heads": max(nonzero_kv) if nonzero_kv else None,
+            "head_dim": key_length or None,
+            "v_head_dim": value_length if value_length != key_length else None,
+            "vocab_size": vocab,
+            "num_experts": field(p + "expert_count", "num_experts"),
+            "experts_per_token": field(p + "expert_used_count", "experts_per_token"),
+            "native_context": field(p + "context_length", "native_context"),
+            # Qwen3-Next/3.5 -> GGUF (engines.md §5): group_count = linear key heads, time_step_rank =
+            # linear value heads, state_size = key head dim, inner_size = v_dim x v_heads.
+            "linear_num_key_heads": field(p + "ssm.group_count") if linear else None,
+            "linear_num_value_heads": time_step_rank if linear else None,
+            "linear_key_head_dim": field(p + "ssm.state_size") if linear else None,
+            "linear_value_head_dim": (inner // time_step_rank) if linear and inner and time_step_rank else None,
+            "linear_conv_kernel_dim": field(p + "ssm.conv_kernel", "linear_conv_kernel_dim") if linear else None,
+            "layer_types": list(kinds),
+        }
     )
-    name = field("general.name")
+    name = typed("general.name", "str")
     return GgufImport(
         arch=arch,
         kv=facts,
-        file_type_name=FILE_TYPES.get(int(file_type)) if file_type is not None else None,
+        file_type_name=FILE_TYPES.get(file_type) if file_type is not None else None,
         file_size=file_size,
-        name=str(name) if name else None,
+        name=name or None,
     )
 
 

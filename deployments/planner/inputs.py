@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from deployments.arch import ModelArch
+from deployments.arch import (
+    MAX_CONTEXT,
+    MAX_CONV_KERNEL,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_NAME,
+    MAX_WIDTH,
+    ArchFactError,
+    ModelArch,
+    check_int,
+    check_text,
+)
 from deployments.planner.gpus import GpuSpec
 
 ENGINES = ("vllm", "llama.cpp", "ollama", "sglang")
@@ -54,12 +66,77 @@ class GgufKvFacts:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GgufKvFacts:
-        values = dict(data)
-        for key in ("head_count_kv", "swa_layers", "recurrent_layers"):
-            if key in values:
-                values[key] = tuple(values[key] or ())
+    def checked(cls, data: Mapping[str, Any]) -> GgufKvFacts:
+        """Strict: every fact typed and in range, per-layer lists one entry per layer.
+
+        Raises ArchFactError naming the first bad fact (importers, before anything is stored)."""
+        if not isinstance(data, Mapping):
+            raise ArchFactError("GGUF facts must be an object", fact="gguf_kv")
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ArchFactError(f"{sorted(map(str, unknown))[0]!r} is not a GGUF fact", fact="gguf_kv")
+        values: dict[str, Any] = {}
+        for name in _GGUF_REQUIRED:
+            if data.get(name) is None:
+                raise ArchFactError(f"the GGUF facts lack {name}", fact=name)
+        values["architecture"] = check_text(data["architecture"], most=MAX_NAME, label="architecture")
+        for name, (least, most) in _GGUF_INTS.items():
+            if data.get(name) is not None:
+                values[name] = check_int(data[name], least=least, most=most, label=name)
+        n_layer = values["n_layer"]
+        for name, kind in _GGUF_PER_LAYER.items():
+            raw = data.get(name)
+            if raw is None or (name != "head_count_kv" and raw in ([], ())):
+                continue
+            if not isinstance(raw, list | tuple) or len(raw) != n_layer:
+                raise ArchFactError(f"{name} must list one value for each of the {n_layer:,} layers", fact=name)
+            if kind is bool:
+                if not all(isinstance(v, bool) for v in raw):
+                    raise ArchFactError(f"{name} must list true or false per layer", fact=name)
+                values[name] = tuple(raw)
+            else:
+                values[name] = tuple(check_int(v, least=0, most=MAX_HEADS, label=name) for v in raw)
         return cls(**values)
+
+    @classmethod
+    def from_dict(cls, data: object) -> GgufKvFacts | None:
+        """Lenient: whatever is stored -> the facts that are plausible, bad optional ones dropped;
+        None (unknown: the planner works from the ModelArch) when a required one is unusable.
+        Never raises."""
+        if not isinstance(data, Mapping):
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in list(values):
+            try:
+                cls.checked({**{k: data.get(k) for k in _GGUF_REQUIRED}, name: values[name]})
+            except ArchFactError:
+                if name in _GGUF_REQUIRED:
+                    return None
+                values.pop(name)
+            except (TypeError, ValueError):
+                return None
+        try:
+            return cls.checked(values)
+        except (ArchFactError, TypeError, ValueError):
+            return None
+
+
+_GGUF_REQUIRED = ("architecture", "n_layer", "head_count_kv", "key_length", "value_length")
+_GGUF_INTS: dict[str, tuple[int, int]] = {
+    "n_layer": (1, MAX_LAYERS),
+    "key_length": (0, MAX_HEAD_DIM),
+    "value_length": (0, MAX_HEAD_DIM),
+    "sliding_window": (1, MAX_CONTEXT),
+    "context_length": (1, MAX_CONTEXT),
+    "file_type": (0, 1_023),
+    "file_size": (0, 2**50),  # 1 PiB
+    "ssm_conv_kernel": (1, MAX_CONV_KERNEL),
+    "ssm_inner_size": (1, MAX_WIDTH),
+    "ssm_state_size": (1, MAX_HEAD_DIM),
+    "ssm_group_count": (0, MAX_HEADS),
+}
+_GGUF_PER_LAYER: dict[str, type] = {"head_count_kv": int, "swa_layers": bool, "recurrent_layers": bool}
 
 
 @dataclass(frozen=True)

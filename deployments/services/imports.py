@@ -24,6 +24,7 @@ from deployments.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsEr
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
+from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .audit import audit_record
 from .revisions import revision_create
@@ -185,9 +186,19 @@ def revision_export_ansible(revision: DeploymentRevision) -> AnsibleExport:
 
 # --- model variants ----------------------------------------------------------------------------
 
+MAX_WEIGHTS_BYTES = 2**50  # 1 PiB: far above any checkpoint (a 1T-parameter BF16 model is ~2 TB)
+
+
+def _text_arg(value: str, *, field: str, max_len: int) -> str:
+    """A text argument from a form or the command line: no NUL (PostgreSQL refuses it), bounded."""
+    try:
+        return check_text_value(value or "", field=field, max_len=max_len).strip()
+    except UnsafeValueError as exc:
+        raise ValidationError({field: str(exc)}) from exc
+
 
 def _unique_name(name: str) -> str:
-    name = (name or "").strip()
+    name = _text_arg(name, field="name", max_len=200)
     if not name:
         raise ValidationError({"name": "Give the model a name."})
     if ModelVariant.objects.filter(name=name).exists():
@@ -195,7 +206,24 @@ def _unique_name(name: str) -> str:
     return name
 
 
-def _save_variant(variant: ModelVariant, *, via: str, actor: Any) -> ModelVariant:
+def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
+    """What an importer produced is checked again as stored: strict arch facts, GGUF facts and
+    plain JSON, so nothing implausible is ever saved (pages read it back leniently anyway)."""
+    from deployments.arch import ArchFactError, arch_from_facts
+    from deployments.planner.inputs import GgufKvFacts
+
+    try:
+        for name in ("arch", "gguf_kv", "sampling_presets", "min_engine_versions"):
+            check_json_value(getattr(variant, name), field=name, max_items=20_000)
+        arch_from_facts(variant.arch)
+        if variant.gguf_kv:
+            GgufKvFacts.checked(variant.gguf_kv)
+    except (ArchFactError, UnsafeValueError) as exc:
+        raise ValidationError({error_key: f"The imported facts are not plausible: {exc}"}) from exc
+
+
+def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: Any) -> ModelVariant:
+    _checked_facts(variant, error_key=error_key)
     variant.full_clean()
     variant.save()
     audit_record(
@@ -222,32 +250,49 @@ def model_variant_import_hf_config(
     reasoning_parser: str = "",
     actor: Any,
 ) -> ModelVariant:
-    """A new ModelVariant from a Hugging Face config.json text."""
+    """A new ModelVariant from a Hugging Face config.json text.
+
+    Bad input is a ValidationError on the form field it concerns ("config" for the file's
+    content), and nothing is stored."""
     from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 
     ensure_role(actor, OPERATOR)
     name = _unique_name(name)
+    repo_id = _text_arg(repo_id, field="repo_id", max_len=300)
+    family = _text_arg(family, field="family", max_len=100)
+    generation = _text_arg(generation, field="generation", max_len=100)
+    quantization = _text_arg(quantization, field="quantization", max_len=60)
+    tool_call_parser = _text_arg(tool_call_parser, field="tool_call_parser", max_len=60)
+    reasoning_parser = _text_arg(reasoning_parser, field="reasoning_parser", max_len=60)
+    if weights_bytes is not None and (
+        isinstance(weights_bytes, bool)
+        or not isinstance(weights_bytes, int)
+        or not 0 < weights_bytes <= MAX_WEIGHTS_BYTES
+    ):
+        raise ValidationError({"weights_gib": "The weights' size must be a positive number of GiB, at most 1 PiB."})
+    if not isinstance(text, str):
+        raise ValidationError({"config": "config.json must be text."})
     try:
-        imported = arch_from_hf_config(text)
+        imported = arch_from_hf_config(text)  # bounds the text's size itself
     except HfConfigError as exc:
         raise ValidationError({"config": str(exc)}) from exc
     quant = imported.quant
     variant = ModelVariant(
         name=name,
-        repo_id=repo_id.strip(),
-        family=family.strip() or (imported.arch.family or ""),
-        generation=generation.strip(),
+        repo_id=repo_id,
+        family=family or (imported.arch.family or ""),
+        generation=generation,
         format=ModelFormat.HF,
-        quantization=quantization.strip() or (quant.method or imported.arch.torch_dtype or ""),
+        quantization=quantization or (quant.method or imported.arch.torch_dtype or "")[:60],
         quant_method=quant.method or "",
         quant_bits=quant.bits,
         weights_bytes=weights_bytes,
         arch=imported.arch.to_dict(),
-        tool_call_parser=tool_call_parser.strip(),
-        reasoning_parser=reasoning_parser.strip(),
-        source="Imported from a config.json" + (f" ({repo_id.strip()})" if repo_id.strip() else "") + ".",
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        source="Imported from a config.json" + (f" ({repo_id})" if repo_id else "") + ".",
     )
-    return _save_variant(variant, via="config.json", actor=actor)
+    return _save_variant(variant, via="config.json", error_key="config", actor=actor)
 
 
 @transaction.atomic
@@ -259,11 +304,16 @@ def model_variant_import_gguf(
     generation: str = "",
     actor: Any,
 ) -> ModelVariant:
-    """A new ModelVariant from the header of a GGUF file readable by the panel."""
+    """A new ModelVariant from the header of a GGUF file readable by the panel.
+
+    Bad input (a path, or a header that is malformed or implausible) is a ValidationError on
+    "path" (or the field it concerns), and nothing is stored."""
     from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 
     ensure_role(actor, OPERATOR)
-    text = (path or "").strip()
+    text = _text_arg(path, field="path", max_len=500)
+    family = _text_arg(family, field="family", max_len=100)
+    generation = _text_arg(generation, field="generation", max_len=100)
     if not text:
         raise ValidationError({"path": "Give the path of a .gguf file."})
     file = Path(text)
@@ -279,12 +329,12 @@ def model_variant_import_gguf(
         raise ValidationError({"path": str(exc)}) from exc
     except (OSError, ValueError) as exc:  # a truncated or odd file: never a 500
         raise ValidationError({"path": f"{file.name} could not be read: {exc}"}) from exc
-    name = _unique_name(name or imported.name or file.stem)
+    name = _unique_name(name or (imported.name or "")[:200] or file.stem)
     variant = ModelVariant(
         name=name,
         gguf_file=str(file),
-        family=family.strip() or (imported.arch.family or ""),
-        generation=generation.strip(),
+        family=family or (imported.arch.family or "")[:100],
+        generation=generation,
         format=ModelFormat.GGUF,
         quantization=imported.file_type_name or "",
         weights_bytes=imported.file_size,
@@ -292,4 +342,4 @@ def model_variant_import_gguf(
         gguf_kv=imported.kv.to_dict(),
         source=f"Imported from the GGUF header of {file}.",
     )
-    return _save_variant(variant, via="GGUF header", actor=actor)
+    return _save_variant(variant, via="GGUF header", error_key="path", actor=actor)
