@@ -154,16 +154,15 @@ def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
     """Planner inputs for model variants; each planned with the engine its format implies."""
     models = []
     for v in variants:
-        try:
-            arch = v.model_arch
-            gguf = GgufKvFacts.from_dict(v.gguf_kv) if v.gguf_kv else None
-        except (TypeError, ValueError, KeyError):
-            continue  # a variant whose stored facts cannot be read is left out, never a crash
+        # Stored facts are read leniently: an implausible fact is unknown, never a crash.
+        arch = v.model_arch
+        gguf = GgufKvFacts.from_dict(v.gguf_kv) if v.gguf_kv else None
+        weights = v.weights_bytes if isinstance(v.weights_bytes, int) and 0 < v.weights_bytes <= 2**50 else None
         models.append(
             CatalogModel(
                 name=v.name,
                 arch=arch,
-                weights_bytes=v.weights_bytes,  # type: ignore[arg-type]  # None: the planner estimates
+                weights_bytes=weights,  # type: ignore[arg-type]  # None: the planner estimates
                 engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
                 checkpoint_quant=v.quant_method or None,
                 gguf=gguf,

@@ -72,6 +72,8 @@ def bottleneck_stage(arch: ModelArch, counts: LayerCounts, pp: int) -> LayerCoun
     if pp <= 1:
         return counts
     total = counts.total or (arch.num_layers or 0)
+    if total <= 0:  # layer kinds the planner does not know, and no layer count: nothing to split
+        return counts
     sizes = pp_stage_sizes(total, pp)
     if arch.layer_types and len(arch.layer_types) == total:
         best: LayerCounts | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from deployments.planner import findings as F
 from deployments.planner.findings import Severity
@@ -303,7 +304,8 @@ def _engine_support(ctx: Context) -> None:
             "answers with an immediate EOS.",
             "Use vLLM >= 0.17 or llama.cpp, or a newer SGLang release.",
         )
-    floors = dict(req.min_engine_versions)
+    stored = req.min_engine_versions if isinstance(req.min_engine_versions, Mapping) else {}
+    floors = {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str) and len(v) <= 40}
     if engine == "vllm" and qwen35:
         floors.setdefault("vllm", "0.17")  # seed 002: Qwen3_5 architecture exists from vLLM 0.17
     need = floors.get(engine)
