@@ -42,5 +42,7 @@ class ChangeContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        with change_context("web", request.META.get("REMOTE_ADDR")):
+        from controlpanel.hardening import client_ip
+
+        with change_context("web", client_ip(request)):
             return self.get_response(request)

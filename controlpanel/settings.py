@@ -7,26 +7,46 @@ server. Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+
+from controlpanel.hardening import (
+    DEFAULT_UMASK,
+    parse_proxy_ssl_header,
+    parse_umask,
+    secure_data_dir,
+    write_private,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
+# Files the panel's processes create (SQLite database and journal, secret key, broker messages,
+# engine logs and pid files, static files) are readable by their own user only: 0600 files,
+# 0700 folders. `keep` leaves the inherited umask alone.
+CONTROLPANEL_UMASK = parse_umask(env.str("CONTROLPANEL_UMASK", default=f"{DEFAULT_UMASK:03o}"))
+if CONTROLPANEL_UMASK is not None:
+    os.umask(CONTROLPANEL_UMASK)
+
 DATA_DIR = Path(env.str("CONTROLPANEL_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+# Data made before this (an older panel, another umask) is made private too.
+secure_data_dir(DATA_DIR)
 
 
 def _embedded_secret_key() -> str:
     """A per-installation key kept in the data folder, so a laptop needs no configuration."""
     path = DATA_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        with contextlib.suppress(FileExistsError):  # another process of the panel made it first
+            write_private(path, secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
@@ -34,6 +54,28 @@ SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _embedded_secret_key()
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS (README "Production setup") -------------------------------------------------------
+# DJANGO_HTTPS=true says the panel is reached over HTTPS only (directly or through a TLS proxy):
+# secure cookies, a redirect from http, and HSTS. Each can still be set on its own.
+HTTPS = env.bool("DJANGO_HTTPS", default=False)
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=HTTPS)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=HTTPS)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)
+# Container health checks probe plain http inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=HTTPS)
+# Behind a TLS-terminating proxy that sets (and strips from clients) e.g. X-Forwarded-Proto.
+SECURE_PROXY_SSL_HEADER = parse_proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""))
+# How many reverse proxies you run in front of the panel: the client address (login throttling,
+# the audit log) is then read from X-Forwarded-For as the outermost of them saw it.
+CONTROLPANEL_PROXY_COUNT = env.int("CONTROLPANEL_PROXY_COUNT", default=0)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = env.int("DJANGO_SESSION_COOKIE_AGE", default=14 * 24 * 3600)
+SILENCED_SYSTEM_CHECKS = env.list("DJANGO_SILENCED_SYSTEM_CHECKS", default=[])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -44,6 +86,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "hardware",
     "deployments",
 ]
@@ -60,6 +103,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "controlpanel.middleware.LoginRequiredMiddleware",
     "controlpanel.context.ChangeContextMiddleware",
+    # Last, as django-axes wants: turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlpanel.urls"
@@ -93,9 +138,30 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a sign-in while its user name + address is locked out (django-axes).
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "hardware:dashboard"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Login throttling (django-axes) -----------------------------------------------------------
+# After LOGIN_FAILURE_LIMIT wrong passwords for one user name from one address, that pair is
+# locked out for LOGIN_COOLOFF_MINUTES (a success before then resets the count). Admins unlock
+# on the People page or with `python manage.py axes_reset_username NAME`.
+AXES_ENABLED = env.bool("CONTROLPANEL_LOGIN_THROTTLE", default=True)
+AXES_FAILURE_LIMIT = env.int("CONTROLPANEL_LOGIN_FAILURE_LIMIT", default=5)
+# 0 minutes: locked until an admin unlocks.
+_cooloff_minutes = env.float("CONTROLPANEL_LOGIN_COOLOFF_MINUTES", default=15.0)
+AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes) if _cooloff_minutes > 0 else None
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "controlpanel.people.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "controlpanel.hardening.client_ip"
+# Never kept in the attempt records (passwords never are).
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -178,5 +244,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("DJANGO_LOG_LEVEL", default="INFO")},
     # Readiness polls and metrics scrapes would log every request at INFO.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    # django-axes: its failed-sign-in and lockout warnings stay, its start banner goes.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

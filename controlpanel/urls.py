@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -11,6 +11,13 @@ def healthz(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "accounts/password/",
+        auth_views.PasswordChangeView.as_view(success_url=reverse_lazy("password_change_done")),
+        name="password_change",
+    ),
+    path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("people/", include("controlpanel.people.views")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("", include("hardware.urls")),

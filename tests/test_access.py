@@ -1,6 +1,7 @@
-"""Role enforcement on every URL: anonymous users are sent to the login page, viewers read,
-and only the roles named here may POST. A new URL fails `test_every_url_is_listed` until it
-is added to ACCESS with the role it needs."""
+"""Role enforcement on every URL: anonymous users are sent to the login page, viewers read
+every page whose GET role is viewer, only admins read the admin pages (People), and only the
+roles named here may POST. A new URL fails `test_every_url_is_listed` until it is added to
+ACCESS with the roles it needs."""
 
 from __future__ import annotations
 
@@ -49,9 +50,28 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "deployments:ansible_import": ({"host": "h1"}, "viewer", "operator"),
     "deployments:operation_cancel": ({"pk": OP}, "viewer", "operator"),
     "deployments:model_import": ({}, "viewer", "operator"),
+    "password_change": ({}, "viewer", "viewer"),
+    "password_change_done": ({}, "viewer", None),
+    "people:list": ({}, "admin", None),
+    "people:add": ({}, "admin", "admin"),
+    "people:detail": ({"username": "vera"}, "admin", None),
+    "people:role": ({"username": "vera"}, "admin", "admin"),
+    "people:active": ({"username": "vera"}, "admin", "admin"),
+    "people:password": ({"username": "vera"}, "admin", "admin"),
+    "people:unlock": ({"username": "vera"}, "admin", "admin"),
 }
 OPEN = {"login", "logout"}
-POST_ONLY = {"deployments:revision_comment", "hardware:host_probe", "hardware:host_stop"}
+POST_ONLY = {
+    "deployments:revision_comment",
+    "hardware:host_probe",
+    "hardware:host_stop",
+    "people:role",
+    "people:active",
+    "people:password",
+    "people:unlock",
+}
+VIEWER_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "viewer")
+ADMIN_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "admin" and n not in POST_ONLY)
 # Live widgets of a finished operation answer 286 so htmx stops polling.
 STOPPED = {"deployments:operation_status", "hardware:operation_widget", "deployments:benchmark_progress_status"}
 
@@ -105,7 +125,7 @@ def test_anonymous_is_sent_to_login(client, world, name):
         assert response.url.startswith("/accounts/login/")
 
 
-@pytest.mark.parametrize("name", sorted(ACCESS))
+@pytest.mark.parametrize("name", VIEWER_PAGES)
 def test_viewer_reads_every_page(client, world, viewer, name):
     kwargs, get_role, _ = ACCESS[name]
     client.force_login(viewer)
@@ -121,6 +141,24 @@ def test_viewer_reads_every_page(client, world, viewer, name):
 def test_viewer_cannot_post(client, world, viewer, name):
     kwargs, _, _ = ACCESS[name]
     client.force_login(viewer)
+    assert client.post(reverse(name, kwargs=kwargs)).status_code == 403
+
+
+@pytest.mark.parametrize("name", ADMIN_PAGES)
+def test_admin_pages_are_for_admins_only(client, world, viewer, operator, admin_user, name):
+    kwargs, _, _ = ACCESS[name]
+    url = reverse(name, kwargs=kwargs)
+    for someone in (viewer, operator):
+        client.force_login(someone)
+        assert client.get(url).status_code == 403, (name, someone.username)
+    client.force_login(admin_user)
+    assert client.get(url).status_code == 200, name
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post == "admin"))
+def test_operator_cannot_post_to_admin_urls(client, world, operator, name):
+    kwargs, _, _ = ACCESS[name]
+    client.force_login(operator)
     assert client.post(reverse(name, kwargs=kwargs)).status_code == 403
 
 
