@@ -7,15 +7,17 @@ per-layer bool list), else llama.cpp's built-in period for the architecture (src
 `load_swa_pattern(ml, 6)`; llama-hparams.cpp set_swa_pattern: layer il is SWA when
 il % n < n - 1).
 
-Hostile files: before gguf-py parses anything, `check_gguf_header` walks the header itself with
-bounds (key count, array lengths, string lengths, tensor count, every length within the file), so
-a header declaring billions of entries is refused at once. Every key the importer reads must have
-the GGUF type it expects, and every fact passes the bounds of deployments.arch; anything else is a
-GgufHeaderError naming the key.
+Hostile files: the header is read here, not by gguf-py's GGUFReader (which decodes every array
+element through numpy: ~30 s for a 262k vocabulary on a busy machine). `_scan` walks it with bounds
+(key count, array lengths, string lengths, tensor count, every length within the file), so a header
+declaring billions of entries is refused at once. Every key the importer reads must have the GGUF
+type it expects, and every fact passes the bounds of deployments.arch; anything else is a
+GgufHeaderError naming the key. Little-endian files only (what every converter writes).
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import struct
@@ -49,6 +51,7 @@ MAX_KEY = 1_024  # bytes in a key or tensor name
 MAX_DIMS = 4  # GGML_MAX_DIMS
 # GGUFValueType -> fixed size in bytes (8 = STRING and 9 = ARRAY are variable).
 _SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY, _BOOL = 8, 9, 7
 _INTEGER_TYPES = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
 
@@ -108,21 +111,42 @@ def _per_layer(value: Any, n_layer: int) -> tuple[int, ...]:
     return (int(value),) * n_layer
 
 
+@dataclass(frozen=True)
+class _Field:
+    kind: int  # GGUFValueType
+    item: int | None  # an array's value type
+    value: Any  # scalar, bytes (string), list (short scalar array) or None (long array, unread)
+    count: int = 1  # an array's length
+
+
+@dataclass(frozen=True)
+class _Header:
+    fields: dict[str, _Field]
+    tensor_elements: list[int]
+
+
 def check_gguf_header(path: Path) -> None:
-    """Walk the header (key/values and tensor infos) with bounds, reading nothing else.
+    """Raises GgufHeaderError unless `path` has a GGUF header within the bounds (see `_scan`)."""
+    _scan(path)
+
+
+def _scan(path: Path) -> _Header:
+    """Read the header (key/values and tensor infos) with bounds, and nothing else.
 
     Raises GgufHeaderError for a count, length or type no real GGUF has, or one that runs past
-    the end of the file. Time is linear in the header's size, and the header is bounded."""
+    the end of the file. Time is linear in the header's size, and the header is bounded; long
+    arrays (the vocabulary) are skipped, not decoded. gguf-py's reader is not used: it builds
+    numpy views per array element (~30 s for a 262k vocabulary on a busy machine)."""
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            _walk_header(data, path.name)
+            return _walk_header(data, path.name)
     except GgufHeaderError:
         raise
     except (OSError, ValueError) as exc:  # an empty file cannot be mapped
         raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
 
 
-def _walk_header(data: mmap.mmap, name: str) -> None:
+def _walk_header(data: mmap.mmap, name: str) -> _Header:
     size = len(data)
     offset = 0
 
@@ -141,11 +165,13 @@ def _walk_header(data: mmap.mmap, name: str) -> None:
             raise GgufHeaderError(f"{name}: {what} runs past the end of the file")
         offset += count
 
-    def string(most: int, what: str) -> None:
+    def string(most: int, what: str, keep: bool = False) -> bytes | None:
         length = take("<Q")
         if length > most:
             raise GgufHeaderError(f"{name}: {what} is {length:,} bytes long; at most {most:,}")
+        start = offset
         skip(length, what)
+        return bytes(data[start : start + length]) if keep else None
 
     if data[:4] != b"GGUF":
         raise GgufHeaderError(f"{name} is not a GGUF file (no GGUF magic)")
@@ -154,25 +180,33 @@ def _walk_header(data: mmap.mmap, name: str) -> None:
     offset = 4
     version = take("<I")
     if version not in (2, 3):
-        raise GgufHeaderError(f"{name} is GGUF version {version}; versions 2 and 3 are supported")
+        raise GgufHeaderError(f"{name} is GGUF version {version}; versions 2 and 3 (little-endian) are supported")
     tensors, kvs = take("<Q"), take("<Q")
     if kvs > MAX_KV:
         raise GgufHeaderError(f"{name} declares {kvs:,} metadata keys; at most {MAX_KV:,}")
     if tensors > MAX_TENSORS:
         raise GgufHeaderError(f"{name} declares {tensors:,} tensors; at most {MAX_TENSORS:,}")
+    fields: dict[str, _Field] = {}
     for _ in range(kvs):
-        string(MAX_KEY, "a metadata key")
+        raw_key = string(MAX_KEY, "a metadata key", keep=True) or b""
+        key = raw_key.decode("utf-8", "replace")
+        if key in fields:
+            raise GgufHeaderError(f"{name}: the key {key[:80]!r} appears twice")
         kind = take("<I")
         if kind in _SCALAR_SIZES:
-            skip(_SCALAR_SIZES[kind], "a value")
+            fields[key] = _Field(kind, None, take("<" + _SCALAR_FORMATS[kind]))
         elif kind == _STRING:
-            string(MAX_STRING, "a string value")
+            fields[key] = _Field(kind, None, string(MAX_STRING, "a string value", keep=True))
         elif kind == _ARRAY:
             item, count = take("<I"), take("<Q")
             if count > MAX_ARRAY:
                 raise GgufHeaderError(f"{name}: an array of {count:,} values; at most {MAX_ARRAY:,}")
+            values: Any = None
             if item in _SCALAR_SIZES:
+                start = offset
                 skip(_SCALAR_SIZES[item] * count, "an array")
+                if count <= MAX_LAYERS:
+                    values = list(struct.unpack_from(f"<{count}{_SCALAR_FORMATS[item]}", data, start))
             elif item == _STRING:
                 if offset + 8 * count > size:
                     raise GgufHeaderError(f"{name}: an array runs past the end of the file")
@@ -180,62 +214,65 @@ def _walk_header(data: mmap.mmap, name: str) -> None:
                     string(MAX_STRING, "a string in an array")
             else:
                 raise GgufHeaderError(f"{name}: an array of value type {item}, which GGUF models do not use")
+            fields[key] = _Field(kind, item, values, count)
         else:
             raise GgufHeaderError(f"{name}: unknown value type {kind}")
+    elements: list[int] = []
     for _ in range(tensors):
         string(MAX_KEY, "a tensor name")
         dims = take("<I")
         if dims > MAX_DIMS:
             raise GgufHeaderError(f"{name}: a tensor with {dims} dimensions; at most {MAX_DIMS}")
+        if offset + 8 * dims + 12 > size:
+            raise GgufHeaderError(f"{name}: a tensor's description runs past the end of the file")
+        shape = struct.unpack_from(f"<{dims}Q", data, offset)
         skip(8 * dims + 4 + 8, "a tensor's description")
+        elements.append(math.prod(shape))
+    return _Header(fields, elements)
 
 
 def read_gguf_header(path: str | Path) -> GgufImport:
-    """Read one GGUF file's header (tensor data is memory-mapped, not read)."""
-    import gguf  # the PyPI gguf package (gguf-py)
-
+    """Read one GGUF file's header (tensor data is never read)."""
     path = Path(path)
-    check_gguf_header(path)
+    header = _scan(path)
     try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # hostile bytes reach numpy and gguf-py in many ways; each one is "unreadable"
-        raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
-    try:
-        return _read(reader, path)
+        return _read(header, path)
     except GgufHeaderError:
         raise
     except ArchFactError as exc:
         raise GgufHeaderError(f"{path.name}: {exc}") from None
-    except (ValueError, ArithmeticError, IndexError, KeyError) as exc:  # e.g. a name that is not UTF-8
+    except (ValueError, ArithmeticError, IndexError, KeyError) as exc:
         raise GgufHeaderError(f"{path.name} has a header the importer cannot read: {exc}") from None
 
 
-def _read(reader: Any, path: Path) -> GgufImport:
+def _read(header: _Header, path: Path) -> GgufImport:
     def typed(key: str, want: str) -> Any:
         """The value of `key` if its GGUF type is what the importer reads there, else an error.
 
         want: "int", "str", "int|ints" (an integer or a per-layer array of them), "int|bools",
         "len" (an array's length, its values unread)."""
-        item = reader.get_field(key)
-        if item is None or not item.types:
+        item = header.fields.get(key)
+        if item is None:
             return None
-        main, sub = int(item.types[0]), int(item.types[-1])
-        if main == _ARRAY and want == "len":
-            return len(item.data)
-        if main == _ARRAY:
-            if len(item.data) > MAX_LAYERS:
-                raise GgufHeaderError(f"{path.name}: {key} lists {len(item.data):,} values; at most {MAX_LAYERS:,}")
-            if want == "int|ints" and sub in _INTEGER_TYPES:
-                return [int(v) for v in item.contents()]
-            if want == "int|bools" and sub == _BOOL:
-                return [bool(v) for v in item.contents()]
-        elif want == "str" and main == _STRING:
-            value = item.contents()
+        if item.kind == _ARRAY and want == "len":
+            return item.count
+        if item.kind == _ARRAY:
+            if item.count > MAX_LAYERS:
+                raise GgufHeaderError(f"{path.name}: {key} lists {item.count:,} values; at most {MAX_LAYERS:,}")
+            if want == "int|ints" and item.item in _INTEGER_TYPES:
+                return [int(v) for v in item.value]
+            if want == "int|bools" and item.item == _BOOL:
+                return [bool(v) for v in item.value]
+        elif want == "str" and item.kind == _STRING:
+            try:
+                value = item.value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise GgufHeaderError(f"{path.name}: {key} is not UTF-8 text") from None
             if len(value) > 1_000 or "\x00" in value:
                 raise GgufHeaderError(f"{path.name}: {key} is not a plausible name")
             return value
-        elif want in ("int", "int|ints", "int|bools") and main in _INTEGER_TYPES:
-            return int(item.contents())
+        elif want in ("int", "int|ints", "int|bools") and item.kind in _INTEGER_TYPES:
+            return int(item.value)
         expected = {"int": "an integer", "str": "a string", "len": "an array"}.get(want, "an integer or an array")
         raise GgufHeaderError(f"{path.name}: {key} must be {expected}")
 
@@ -320,7 +357,7 @@ def _read(reader: Any, path: Path) -> GgufImport:
         for r, s in zip(recurrent, swa, strict=True)
     )
     vocab = field(p + "vocab_size", "vocab_size") or typed("tokenizer.ggml.tokens", "len") or None
-    params = sum(int(t.n_elements) for t in reader.tensors) if len(shards) == 1 else None
+    params = sum(header.tensor_elements) if len(shards) == 1 else None
     time_step_rank, inner = field(p + "ssm.time_step_rank"), field(p + "ssm.inner_size")
     linear = any(recurrent) and arch_name in INTERVAL_HYBRIDS
     nonzero_kv = [h for h in kv_heads if h]

@@ -324,3 +324,22 @@ def test_empty_or_garbage_gguf_files_are_refused(tmp_path, operator, content):
         model_variant_import_gguf(path=str(path), actor=operator)
     assert "GGUF" in " ".join(caught.value.message_dict["path"])
     assert _stored() == before
+
+
+def test_the_largest_vocabulary_allowed_is_read_in_seconds_not_minutes(tmp_path):
+    """2**21 tokens (the bound): the header walk skips the strings instead of decoding them."""
+    from deployments.importers.gguf_header import MAX_ARRAY
+
+    tokens = (
+        _key("tokenizer.ggml.tokens")
+        + struct.pack("<IIQ", ARRAY, STRING, MAX_ARRAY)
+        + (b"\1" + b"\0" * 7 + b"a") * MAX_ARRAY
+    )
+    arch = _key("general.architecture") + struct.pack("<IQ", STRING, 5) + b"llama"
+    blocks = _key("llama.block_count") + struct.pack("<II", UINT32, 2)
+    heads = _key("llama.attention.head_count") + struct.pack("<II", UINT32, 2)
+    path = _raw_header(tmp_path / "vocab.gguf", kvs=[arch, blocks, heads, tokens])
+    started = time.perf_counter()
+    header = read_gguf_header(path)
+    assert time.perf_counter() - started < 10.0
+    assert header.arch.vocab_size == MAX_ARRAY and header.arch.num_layers == 2
