@@ -8,15 +8,21 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
+from deployments import presenters
+from deployments.benchmarking.profiles import PROFILES
 from deployments.choices import Engine
 from deployments.engines.base import EngineConfigError
 from deployments.engines.knobs import normalise_knob
 from deployments.engines.registry import get_adapter
 from deployments.models import ModelVariant
+from deployments.safety import UnsafeValueError, check_json_value, check_text_value
+from deployments.services.benchmarks import profile_from_input
 
 # Knobs the panel itself reads (not engine flags): `vision` turns a GGUF's projector off.
 PANEL_KNOBS = {"vision": "bool"}
 TEXT_LIMIT = 20_000
+MAX_WEIGHTS_GIB = 100 * 1024
 
 
 # --- KNOB=VALUE text <-> typed dicts -------------------------------------------------------------
@@ -76,7 +82,28 @@ def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
             typed[key] = normalise_knob(spec, text)
         except EngineConfigError as exc:
             raise ValidationError(str(exc)) from exc
+        except ValueError as exc:  # a number or JSON too odd to read (e.g. 5,000 digits)
+            raise ValidationError(f"{key}: {text[:40]!r} is not a value this knob takes.") from exc
     return typed
+
+
+def check_json_field(form: forms.Form, name: str, value: Any) -> Any:
+    """`check_json_value` on a parsed JSON-ish field; a form error beside it when unsafe."""
+    try:
+        return check_json_value(value, field=name)
+    except UnsafeValueError as exc:
+        form.add_error(name, str(exc))
+        return None
+
+
+def check_upload_text(form: forms.Form, name: str, text: str) -> bool:
+    """An uploaded file's text bypasses CharField's NUL check: run it here."""
+    try:
+        check_text_value(text, field=name, max_len=1_000_000)
+    except UnsafeValueError as exc:
+        form.add_error(name, str(exc))
+        return False
+    return True
 
 
 def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None = None) -> None:
@@ -96,7 +123,7 @@ def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None 
 class RevisionForm(forms.Form):
     """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines."""
 
-    model_variant = forms.ModelChoiceField(queryset=ModelVariant.objects.none(), label="Model")
+    model_variant = StrictModelChoiceField(queryset=ModelVariant.objects.none(), label="Model")
     engine = forms.ChoiceField(choices=Engine.choices)
     engine_version = forms.CharField(max_length=40, required=False, help_text="Empty = the latest known.")
     knobs = forms.CharField(
@@ -110,12 +137,14 @@ class RevisionForm(forms.Form):
         help_text="NAME=VALUE per line. Secrets go in the host's secret store, never here.",
     )
     served_name = forms.CharField(max_length=200, required=False)
-    port = forms.IntegerField(min_value=1, max_value=65535, initial=8000)
+    port = StrictIntegerField(min_value=1, max_value=65535, initial=8000)
     api_key_secret = forms.ChoiceField(required=False, label="API key secret")
     hf_token_secret = forms.ChoiceField(required=False, label="HF token secret")
     tag = forms.CharField(max_length=120, required=False)
-    message = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), help_text="What changed and why.")
-    parent = forms.IntegerField(widget=forms.HiddenInput, required=False)
+    message = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), max_length=TEXT_LIMIT, help_text="What changed and why."
+    )
+    parent = StrictIntegerField(widget=forms.HiddenInput, required=False, min_value=1, max_value=MAX_INT)
 
     def __init__(self, *args: Any, host: Any, preview: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -144,17 +173,26 @@ class RevisionForm(forms.Form):
         }
 
     def clean_env(self) -> dict[str, str]:
-        return parse_lines(self.cleaned_data.get("env") or "", what="environment variables")
+        env = parse_lines(self.cleaned_data.get("env") or "", what="environment variables")
+        try:
+            check_json_value(env, field="env")
+        except UnsafeValueError as exc:
+            raise ValidationError(str(exc)) from exc
+        return env
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         engine = data.get("engine")
-        raw = self.data.get(self.add_prefix("knobs"), "") or ""
-        try:
-            lines = parse_lines(str(raw), what="knobs")
-            data["knobs"] = type_knobs(engine, lines) if engine else {}
-        except ValidationError as exc:
-            self.add_error("knobs", exc)
+        if "knobs" not in self.errors:  # the raw text passed CharField's checks (no NUL)
+            raw = self.data.get(self.add_prefix("knobs"), "") or ""
+            try:
+                lines = parse_lines(str(raw), what="knobs")
+                knobs = type_knobs(engine, lines) if engine else {}
+            except ValidationError as exc:
+                self.add_error("knobs", exc)
+            else:
+                # JSON knobs (speculative_config, hf_overrides, ...) can carry \u0000, NaN, depth.
+                data["knobs"] = check_json_field(self, "knobs", knobs)
         parent_number = data.get("parent")
         data["parent_revision"] = None
         if parent_number:
@@ -165,7 +203,9 @@ class RevisionForm(forms.Form):
 
 
 class CommentForm(forms.Form):
-    body = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Review this revision"}))
+    body = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Review this revision"}), max_length=TEXT_LIMIT
+    )
 
 
 class SwitchForm(forms.Form):
@@ -178,8 +218,114 @@ class SwitchForm(forms.Form):
 
 
 class DiffPickForm(forms.Form):
-    a = forms.IntegerField(min_value=1, label="From revision")
-    b = forms.IntegerField(min_value=1, label="To revision")
+    a = StrictIntegerField(min_value=1, max_value=MAX_INT, label="From revision")
+    b = StrictIntegerField(min_value=1, max_value=MAX_INT, label="To revision")
+
+
+# --- benchmarks --------------------------------------------------------------------------------
+
+CUSTOM = "custom"
+MAX_LEVELS = 16
+MAX_CONCURRENCY = 1024
+MAX_INPUT_TOKENS = 2_000_000
+MAX_OUTPUT_TOKENS = 200_000
+MAX_REQUESTS = 10_000
+MAX_SLO_MS = 3_600_000.0  # an hour: any latency target beyond it measures nothing
+
+# Which form field a profile validation message belongs to.
+_FIELD_WORDS = (
+    ("concurrency", "concurrency"),
+    ("input_tokens", "input_tokens"),
+    ("output_tokens", "output_tokens"),
+    ("num_requests", "requests"),
+    ("served context", "input_tokens"),
+)
+
+
+def parse_levels(text: str) -> list[int] | None:
+    """`1,2,4` -> [1, 2, 4] (ASCII digits, 1..MAX_CONCURRENCY, at most MAX_LEVELS, no repeats);
+    empty -> None; ValidationError otherwise."""
+    text = text.strip()
+    if not text:
+        return None
+    if len(text) > 200:
+        raise ValidationError("Too many concurrency levels.")
+    levels: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            level = parse_int(part, name="level", minimum=0)
+        except ValueError:
+            raise ValidationError(f"{part[:20]!r} is not a whole number; write levels like 1,2,4.") from None
+        if not 1 <= level <= MAX_CONCURRENCY:
+            raise ValidationError(f"Each level must be between 1 and {MAX_CONCURRENCY} streams, got {level}.")
+        levels.append(level)
+    if not levels:
+        raise ValidationError("Give at least one level, e.g. 1,4.")
+    if len(levels) > MAX_LEVELS:
+        raise ValidationError(f"At most {MAX_LEVELS} levels.")
+    if len(set(levels)) != len(levels):
+        raise ValidationError("A level appears twice.")
+    return levels
+
+
+class BenchmarkForm(forms.Form):
+    """A named profile, or custom numbers (which also override a named profile's). The
+    `bench` command validates its arguments through this form too, so the bounds are one."""
+
+    profile = forms.ChoiceField(
+        choices=[(name, f"{name}: {p.description}") for name, p in PROFILES.items()]
+        + [(CUSTOM, "custom: the numbers below")],
+        initial="quick",
+    )
+    concurrency = forms.CharField(
+        required=False,
+        max_length=200,
+        help_text="Streams per level, comma-separated, e.g. 1,2,4,8.",
+        widget=forms.TextInput(attrs={"placeholder": "1,4", "inputmode": "numeric"}),
+    )
+    input_tokens = StrictIntegerField(required=False, min_value=1, max_value=MAX_INPUT_TOKENS, label="Input tokens")
+    output_tokens = StrictIntegerField(required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS, label="Output tokens")
+    requests = StrictIntegerField(required=False, min_value=1, max_value=MAX_REQUESTS, label="Requests per level")
+    ttft_slo_ms = FiniteFloatField(required=False, min_value=0.001, max_value=MAX_SLO_MS, label="TTFT SLO (ms)")
+    tpot_slo_ms = FiniteFloatField(required=False, min_value=0.001, max_value=MAX_SLO_MS, label="TPOT SLO (ms)")
+    e2e_slo_ms = FiniteFloatField(required=False, min_value=0.001, max_value=MAX_SLO_MS, label="End-to-end SLO (ms)")
+    revision = StrictIntegerField(required=False, min_value=1, max_value=MAX_INT, widget=forms.HiddenInput)
+
+    def clean_concurrency(self) -> list[int] | None:
+        return parse_levels(self.cleaned_data.get("concurrency") or "")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        name = data.get("profile")
+        custom = {
+            "concurrency": data.get("concurrency"),
+            "input_tokens": data.get("input_tokens"),
+            "output_tokens": data.get("output_tokens"),
+            "requests": data.get("requests"),
+        }
+        if name == CUSTOM and all(v is None for v in custom.values()):
+            self.add_error("concurrency", "A custom profile needs at least one number (levels, tokens or requests).")
+            return data
+        slos = {
+            key: data[f"{key.removesuffix('_ms')}_slo_ms"]
+            for key in ("ttft_ms", "tpot_ms", "e2e_ms")
+            if data.get(f"{key.removesuffix('_ms')}_slo_ms") is not None
+        }
+        try:
+            profile = profile_from_input(name=None if name == CUSTOM else name, slos=slos or None, **custom)
+        except ValidationError as exc:
+            for message in presenters.validation_messages(exc):
+                text = message.removeprefix("profile: ")
+                field = next((f for word, f in _FIELD_WORDS if word in text), "profile")
+                self.add_error(field, text)
+            return data
+        if check_json_field(self, "profile", profile.to_dict()) is not None:
+            data["benchmark_profile"] = profile
+        return data
 
 
 # --- imports ------------------------------------------------------------------------------------
@@ -197,7 +343,8 @@ class HfConfigImportForm(forms.Form):
     family = forms.CharField(max_length=100, required=False)
     generation = forms.CharField(max_length=100, required=False)
     quantization = forms.CharField(max_length=60, required=False)
-    weights_gib = forms.FloatField(min_value=0, required=False, label="Weights (GiB)")
+    # 100 TiB: fifty times the largest open checkpoint (about 2 TiB for 1T parameters in BF16).
+    weights_gib = FiniteFloatField(min_value=0, max_value=MAX_WEIGHTS_GIB, required=False, label="Weights (GiB)")
     tool_call_parser = forms.CharField(max_length=60, required=False)
     reasoning_parser = forms.CharField(max_length=60, required=False)
 
@@ -213,6 +360,8 @@ class HfConfigImportForm(forms.Form):
                 text = upload.read().decode("utf-8")
             except UnicodeDecodeError:
                 self.add_error("config", "config.json must be UTF-8 text.")
+                return data
+            if not check_upload_text(self, "config", text):
                 return data
         if not text.strip() and "config" not in self.errors:
             self.add_error("config", "Upload a config.json or paste its text.")
@@ -240,7 +389,7 @@ class AnsibleImportForm(forms.Form):
         max_length=40, required=False, help_text="The engine version it runs (group_vars rarely pin one)."
     )
     tag = forms.CharField(max_length=120, required=False)
-    message = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}))
+    message = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=TEXT_LIMIT)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -254,6 +403,8 @@ class AnsibleImportForm(forms.Form):
                 text = upload.read().decode("utf-8")
             except UnicodeDecodeError:
                 self.add_error("file", "The file must be UTF-8 text.")
+                return data
+            if not check_upload_text(self, "file", text):
                 return data
         if not text.strip() and "file" not in self.errors:
             self.add_error("text", "Upload a group_vars file or paste it.")

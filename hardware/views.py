@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
+from controlpanel.params import text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
@@ -51,7 +52,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def host_cards_partial(request: HttpRequest) -> HttpResponse:
     """The dashboard's cards (the page polls this), or one host's card with ?host=<name>."""
-    name = request.GET.get("host", "").strip()
+    name = text_param(request.GET, "host")
     if name:
         cards = selectors.host_cards(hosts=_one_host(name))
         if not cards:

@@ -14,6 +14,7 @@ from django.urls import path
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from controlpanel.params import int_param
 from controlpanel.roles import VIEWER, role_required
 from deployments import selectors
 from deployments.models import AuditEvent
@@ -59,7 +60,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             events = events.filter(created_at__lt=_day_start(data["until"]) + timedelta(days=1))
     elif form.is_bound:
         events = events.none()  # a bad filter shows its error, not everything
-    page = Paginator(events, PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(events, PER_PAGE).get_page(int_param(request.GET, "page", default=1, minimum=1))
     query = request.GET.copy()
     query.pop("page", None)
     return render(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django import forms
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,110 +19,19 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
+from controlpanel.params import MAX_INT, int_param, parse_int, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import plots, presenters
 from deployments.benchmarking.profiles import PROFILES
 from deployments.choices import OperationKind
+from deployments.forms import BenchmarkForm
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
-from deployments.services.benchmarks import (
-    benchmark_compare,
-    benchmark_export,
-    benchmark_request,
-    benchmark_summary,
-    profile_from_input,
-)
+from deployments.services.benchmarks import benchmark_compare, benchmark_export, benchmark_request, benchmark_summary
 from hardware.models import Host
 
 from ._dispatch import by_method, is_partial
 
-CUSTOM = "custom"
-MAX_LEVELS = 16
-MAX_CONCURRENCY = 1024
 RUNS_LISTED = 100
-
-# Which form field a profile validation message belongs to.
-_FIELD_WORDS = (
-    ("concurrency", "concurrency"),
-    ("input_tokens", "input_tokens"),
-    ("output_tokens", "output_tokens"),
-    ("num_requests", "requests"),
-    ("served context", "input_tokens"),
-)
-
-
-class BenchmarkForm(forms.Form):
-    """A named profile, or custom numbers (which also override a named profile's)."""
-
-    profile = forms.ChoiceField(
-        choices=[(name, f"{name}: {p.description}") for name, p in PROFILES.items()]
-        + [(CUSTOM, "custom: the numbers below")],
-        initial="quick",
-    )
-    concurrency = forms.CharField(
-        required=False,
-        max_length=200,
-        help_text="Streams per level, comma-separated, e.g. 1,2,4,8.",
-        widget=forms.TextInput(attrs={"placeholder": "1,4", "inputmode": "numeric"}),
-    )
-    input_tokens = forms.IntegerField(required=False, min_value=1, max_value=2_000_000, label="Input tokens")
-    output_tokens = forms.IntegerField(required=False, min_value=1, max_value=200_000, label="Output tokens")
-    requests = forms.IntegerField(required=False, min_value=1, max_value=10_000, label="Requests per level")
-    ttft_slo_ms = forms.FloatField(required=False, min_value=0.001, label="TTFT SLO (ms)")
-    tpot_slo_ms = forms.FloatField(required=False, min_value=0.001, label="TPOT SLO (ms)")
-    e2e_slo_ms = forms.FloatField(required=False, min_value=0.001, label="End-to-end SLO (ms)")
-    revision = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
-
-    def clean_concurrency(self) -> list[int] | None:
-        text = (self.cleaned_data.get("concurrency") or "").replace(" ", "")
-        if not text:
-            return None
-        levels: list[int] = []
-        for part in text.split(","):
-            if not part:
-                continue
-            if not part.isdigit():
-                raise ValidationError(f"{part!r} is not a whole number; write levels like 1,2,4.")
-            level = int(part)
-            if not 1 <= level <= MAX_CONCURRENCY:
-                raise ValidationError(f"Each level must be between 1 and {MAX_CONCURRENCY} streams, got {level}.")
-            levels.append(level)
-        if not levels:
-            raise ValidationError("Give at least one level, e.g. 1,4.")
-        if len(levels) > MAX_LEVELS:
-            raise ValidationError(f"At most {MAX_LEVELS} levels.")
-        if len(set(levels)) != len(levels):
-            raise ValidationError("A level appears twice.")
-        return levels
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if self.errors:
-            return data
-        name = data.get("profile")
-        custom = {
-            "concurrency": data.get("concurrency"),
-            "input_tokens": data.get("input_tokens"),
-            "output_tokens": data.get("output_tokens"),
-            "requests": data.get("requests"),
-        }
-        if name == CUSTOM and all(v is None for v in custom.values()):
-            self.add_error("concurrency", "A custom profile needs at least one number (levels, tokens or requests).")
-            return data
-        slos = {
-            key: data[f"{key.removesuffix('_ms')}_slo_ms"]
-            for key in ("ttft_ms", "tpot_ms", "e2e_ms")
-            if data.get(f"{key.removesuffix('_ms')}_slo_ms") is not None
-        }
-        try:
-            data["benchmark_profile"] = profile_from_input(
-                name=None if name == CUSTOM else name, slos=slos or None, **custom
-            )
-        except ValidationError as exc:
-            for message in presenters.validation_messages(exc):
-                text = message.removeprefix("profile: ")
-                field = next((f for word, f in _FIELD_WORDS if word in text), "profile")
-                self.add_error(field, text)
-        return data
 
 
 # --- start -------------------------------------------------------------------------------------
@@ -134,10 +42,13 @@ def _host_or_404(name: str) -> Host:
 
 
 def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str, Any]:
-    number = form["revision"].value()
+    try:
+        number = parse_int(str(form["revision"].value() or ""), name="revision", minimum=1)
+    except ValueError:  # absent or malformed (the form says which): the served revision
+        number = None
     revision = None
-    if str(number or "").isdigit():
-        revision = host.revisions.select_related("model_variant").filter(number=int(number)).first()
+    if number is not None:
+        revision = host.revisions.select_related("model_variant").filter(number=number).first()
     return {
         "host": host,
         "form": form,
@@ -153,8 +64,9 @@ def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str
 def benchmark_new_page(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = _host_or_404(host)
     initial: dict[str, Any] = {"profile": "quick"}
-    if request.GET.get("revision", "").isdigit():
-        initial["revision"] = int(request.GET["revision"])
+    number = int_param(request.GET, "revision", minimum=1)
+    if number is not None:
+        initial["revision"] = number
     form = BenchmarkForm(initial=initial)
     return render(request, "deployments/benchmark_new.html", _new_context(host_obj, form, []))
 
@@ -388,16 +300,19 @@ def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
         .order_by("-created_at")[:RUNS_LISTED]
     )
     errors: list[str] = []
-    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    a, b = text_param(request.GET, "a"), text_param(request.GET, "b")
     if a or b:
-        if not (a.isdigit() and b.isdigit()):
+        try:
+            run_a, run_b = (parse_int(v, name=n, minimum=1, maximum=MAX_INT) for n, v in (("A", a), ("B", b)))
+        except ValueError:
             errors.append("Pick two runs to compare (A and B).")
-        elif a == b:
-            errors.append("Pick two different runs.")
-        elif BenchmarkRun.objects.filter(pk__in=[int(a), int(b)]).count() != 2:
-            errors.append("One of those runs does not exist.")
         else:
-            return redirect("deployments:benchmark_compare", a=int(a), b=int(b))
+            if run_a == run_b:
+                errors.append("Pick two different runs.")
+            elif BenchmarkRun.objects.filter(pk__in=[run_a, run_b]).count() != 2:
+                errors.append("One of those runs does not exist.")
+            else:
+                return redirect("deployments:benchmark_compare", a=run_a, b=run_b)
     rows = [(r, safe_headline(r.results)) for r in runs]
     response = render(
         request,

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
+from controlpanel.params import int_param, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import presenters, selectors
 from deployments.choices import Engine
@@ -54,7 +55,7 @@ def _revision_or_404(host: str, number: int) -> DeploymentRevision:
 @role_required(VIEWER)
 def revision_list(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = _host_or_404(host)
-    filters = {k: request.GET.get(k, "").strip() for k in FILTER_KEYS}
+    filters = {k: text_param(request.GET, k) for k in FILTER_KEYS}
     revisions = list(selectors.revision_history(host=host_obj, filters=filters)[:HISTORY_LIMIT])
     authors = (
         get_user_model()
@@ -148,9 +149,9 @@ def _new_context(host: Host, form: RevisionForm, start: DeploymentRevision | Non
 def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = _host_or_404(host)
     start: DeploymentRevision | None = None
-    start_number = request.GET.get("from", "")
-    if start_number.isdigit():
-        start = host_obj.revisions.select_related("model_variant").filter(number=int(start_number)).first()
+    start_number = int_param(request.GET, "from", minimum=1)
+    if start_number is not None:
+        start = host_obj.revisions.select_related("model_variant").filter(number=start_number).first()
     elif host_obj.active_revision_id:
         start = host_obj.active_revision
     if start is None:
