@@ -1,33 +1,160 @@
-"""Shared pieces of the command-line tools: argument parsing and following an operation."""
+"""Shared pieces of the command-line tools: the base command that turns every kind of bad
+input into exit status 2 with one line, argument parsing, and following an operation."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DataError
 
+from controlpanel.params import parse_int
 from deployments.choices import ACTIVE_STATES
 from deployments.models import Operation
+from deployments.safety import UnsafeValueError, check_json_value
 from hardware.models import Host
 
 
 class BadInput(CommandError):
-    """Exit status 2: the arguments are wrong (the message says how)."""
+    """Exit status 2: the arguments are wrong (the message says how), on one line."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, returncode=2)
+        super().__init__(one_line(message), returncode=2)
+
+
+def one_line(text: str, *, limit: int = 2_000) -> str:
+    line = "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def describe(exc: BaseException) -> str:
+    """An input error's message, for one line on stderr."""
+    if isinstance(exc, ValidationError):
+        if hasattr(exc, "error_dict"):
+            return "; ".join(
+                f"{key}: {', '.join(messages)}" if key != "__all__" else ", ".join(messages)
+                for key, messages in exc.message_dict.items()
+            )
+        return "; ".join(exc.messages)
+    if isinstance(exc, PermissionDenied):
+        return f"Permission denied: {exc}" if str(exc) else "Permission denied."
+    if isinstance(exc, DataError):
+        return "A value is out of range for the database; nothing was stored."
+    field = getattr(exc, "field", None)
+    text = str(exc).strip("'\"") or type(exc).__name__
+    return f"{field}: {text}" if field and not text.startswith(str(field)) else text
+
+
+# What a command may meet on bad input: the services' ValidationError and PermissionDenied, the
+# domain core's errors (PlanInputError, EngineConfigError, UnsafeValueError, ... are all
+# ValueErrors), numbers too large to convert, and a value the database refuses (the statement
+# fails and the services' transactions roll back, so nothing is stored).
+INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ValidationError,
+    PermissionDenied,
+    ValueError,
+    OverflowError,
+    DataError,
+)
+
+
+class PanelParser(CommandParser):
+    """Called from code (`call_command`), argparse's refusals carry exit status 2 as well, as
+    they do from a shell."""
+
+    def error(self, message: str) -> Any:
+        if self.called_from_command_line:
+            return super().error(message)
+        raise BadInput(f"Error: {message}")
+
+
+class PanelCommand(BaseCommand):
+    """Base of the panel's commands: any input error ends in exit status 2 and one line on
+    stderr (`CommandError`), never a traceback (`--traceback` still shows where it came from)."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        todo = [parser]
+        while todo:  # the parser and its subcommands' parsers: only `error` differs
+            current = todo.pop()
+            current.__class__ = PanelParser
+            for action in current._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    todo.extend(action.choices.values())
+        return parser
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if "\n" in str(exc):
+                raise CommandError(one_line(str(exc)), returncode=exc.returncode) from exc
+            raise
+        except INPUT_ERRORS as exc:
+            raise BadInput(describe(exc)) from exc
+
+
+MAX_WAIT_S = 7 * 24 * 3600.0  # --timeout: a week is longer than any install, switch or benchmark
+
+
+# --- argument types (argparse rejects what they refuse with exit status 2) ----------------------
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: ASCII digits only, within [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_int(text, name="it", minimum=low, maximum=high)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number within [low, high] (no inf, no nan)."""
+
+    def parse(text: str) -> float:
+        try:
+            number = float(text) if len(text) <= 40 else math.nan
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not math.isfinite(number) or not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must be a finite number from {low:g} to {high:g}, not {text[:40]!r}")
+        return number
+
+    parse.__name__ = "number"
+    return parse
 
 
 def parse_value(text: str) -> Any:
-    """`8192` -> int, `0.95` -> float, `true` -> True, `{"a":1}` -> dict; anything else stays text."""
+    """`8192` -> int, `0.95` -> float, `true` -> True, `{"a":1}` -> dict; anything else stays text.
+
+    `NaN`, `Infinity`, NUL, absurd depth or size are refused (BadInput), as in the web forms."""
     try:
-        return json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError:
-        return text
+        value = text
+    except ValueError as exc:  # a 5,000-digit number, NaN, Infinity
+        why = "a number with more digits than any setting takes" if "digits" in str(exc) else str(exc)
+        raise BadInput(f"{text[:40]!r} is not a value: {why}") from None
+    try:
+        return check_json_value(value, field="value")
+    except UnsafeValueError as exc:
+        raise BadInput(f"{text[:40]!r}: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
 
 
 def parse_pairs(pairs: list[str] | None, *, what: str, typed: bool) -> dict[str, Any]:
@@ -36,7 +163,13 @@ def parse_pairs(pairs: list[str] | None, *, what: str, typed: bool) -> dict[str,
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
             raise BadInput(f"{what} {pair!r} is not NAME=VALUE.")
-        result[name.strip()] = parse_value(value) if typed else value
+        if typed:
+            try:
+                result[name.strip()] = parse_value(value)
+            except BadInput as exc:
+                raise BadInput(f"{what} {name.strip()[:60]}: {exc}") from None
+        else:
+            result[name.strip()] = value
     return result
 
 

@@ -33,12 +33,22 @@ from deployments.planner.memory import (
 )
 from deployments.planner.report import Context, FitReport
 
+# The most GPUs one plan considers, and the largest TP x PP world it sizes. The planner judges
+# one host's GPUs; the largest single NVLink domain sold (GB200 NVL72, 72 GPUs) and the largest
+# multi-node vLLM worlds run in practice (TP 8 x PP 16) fit with room. Past it, every per-GPU
+# loop the rules run (layouts, valid TP sizes, pipeline stages) would grow without bound on a
+# typed number, so a larger count is bad input, not a plan.
+MAX_GPUS = 256
+
 
 def plan(request: PlanRequest) -> FitReport:
     """Judge one deployment. Raises PlanInputError for bad input; never does I/O."""
     if request.engine not in ENGINES:
         raise PlanInputError(f"unknown engine {request.engine!r}; expected one of {', '.join(ENGINES)}", field="engine")
+    if len(request.gpus) > MAX_GPUS:
+        raise PlanInputError(f"at most {MAX_GPUS} GPUs can be planned for, not {len(request.gpus):,}", field="gpus")
     settings = parse_settings(request.engine, request.knobs, request.env)
+    _check_world(settings)
     gpus = _visible_gpus(request)
     ctx = Context(request=request, settings=settings, gpus=gpus, gpus_present=len(request.gpus))
     ctx.counts = layer_counts(request.arch)
@@ -49,6 +59,17 @@ def plan(request: PlanRequest) -> FitReport:
         _size_layer_split(ctx)
     rules.run(ctx)
     return _report(ctx)
+
+
+def _check_world(s: Settings) -> None:
+    for name, size in (("tensor_parallel_size", s.tp), ("pipeline_parallel_size", s.pp)):
+        if size > MAX_GPUS:
+            raise PlanInputError(f"{name} must be at most {MAX_GPUS}, not {size:,}", field=name)
+    if s.tp * s.pp > MAX_GPUS:
+        raise PlanInputError(
+            f"TP={s.tp} x PP={s.pp} is {s.tp * s.pp:,} GPUs; at most {MAX_GPUS} can be planned for",
+            field="tensor_parallel_size",
+        )
 
 
 def spec_is_mtp(settings: Settings) -> bool:

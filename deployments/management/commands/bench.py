@@ -1,35 +1,46 @@
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import OperationState
-from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.forms import MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, MAX_REQUESTS, MAX_SLO_MS, parse_levels
+from deployments.management.cli import (
+    MAX_WAIT_S,
+    BadInput,
+    PanelCommand,
+    bounded_float,
+    bounded_int,
+    follow,
+    get_actor,
+    get_host,
+)
 from deployments.models import BenchmarkRun
 from deployments.services.benchmarks import benchmark_request, benchmark_summary, profile_from_input
 
 
-def _ints(text: str) -> list[int]:
+def _levels(text: str) -> list[int] | None:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BadInput(f"--concurrency takes numbers like 1,2,4 (got {text!r}).") from None
+        return parse_levels(text)
+    except ValidationError as exc:
+        raise BadInput(f"--concurrency: {' '.join(exc.messages)}") from None
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Benchmark a host's active revision through the same path as the UI."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", required=True)
         parser.add_argument("--profile", default=None, help="quick, sweep, single-stream, long-context, ...")
         parser.add_argument("--concurrency", default=None, help="levels, e.g. 1,2,4")
-        parser.add_argument("--input-tokens", type=int, default=None)
-        parser.add_argument("--output-tokens", type=int, default=None)
-        parser.add_argument("--requests", type=int, default=None, help="requests per level")
+        parser.add_argument("--input-tokens", type=bounded_int(1, MAX_INPUT_TOKENS), default=None)
+        parser.add_argument("--output-tokens", type=bounded_int(1, MAX_OUTPUT_TOKENS), default=None)
+        parser.add_argument("--requests", type=bounded_int(1, MAX_REQUESTS), default=None, help="requests per level")
         parser.add_argument(
             "--goodput",
             nargs="+",
@@ -38,7 +49,7 @@ class Command(BaseCommand):
             help="latency targets for goodput, as vllm bench serve: ttft:500 tpot:50 e2el:20000",
         )
         parser.add_argument("--wait", action="store_true")
-        parser.add_argument("--timeout", type=float, default=None)
+        parser.add_argument("--timeout", type=bounded_float(0, MAX_WAIT_S), default=None)
         parser.add_argument("--json", action="store_true", help="print the stored results as JSON (implies --wait)")
         parser.add_argument("--user", default=None)
 
@@ -48,7 +59,7 @@ class Command(BaseCommand):
         try:
             profile = profile_from_input(
                 name=o["profile"],
-                concurrency=_ints(o["concurrency"]) if o["concurrency"] else None,
+                concurrency=_levels(o["concurrency"]) if o["concurrency"] else None,
                 input_tokens=o["input_tokens"],
                 output_tokens=o["output_tokens"],
                 requests=o["requests"],
@@ -87,9 +98,12 @@ def _slos(items: list[str] | None) -> dict[str, float] | None:
     for item in items:
         key, _, value = item.partition(":")
         try:
-            slos[SLO_KEYS[key]] = float(value)
-        except (KeyError, ValueError):
-            raise BadInput(f"--goodput takes KEY:MS with KEY one of ttft, tpot, e2el (got {item!r}).") from None
+            slos[SLO_KEYS[key]] = bounded_float(0.001, MAX_SLO_MS)(value)
+        except (KeyError, ValueError, argparse.ArgumentTypeError):
+            raise BadInput(
+                f"--goodput takes KEY:MS with KEY one of ttft, tpot, e2el and MS from 0.001 to {MAX_SLO_MS:.0f} "
+                f"(got {item[:60]!r})."
+            ) from None
     return slos
 
 

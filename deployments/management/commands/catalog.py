@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
+from deployments.management.cli import PanelCommand
 from deployments.services.catalog import catalog_load
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Manage the starter catalog of GPU types and model variants (`catalog load`)."
 
     def add_arguments(self, parser: CommandParser) -> None:

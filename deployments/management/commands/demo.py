@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
+from deployments.management.cli import PanelCommand
 from deployments.services.demo import demo_load, demo_remove
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Record the seed labs as offline demo hosts (`demo load`) or remove them (`demo remove`)."
 
     def add_arguments(self, parser: CommandParser) -> None:

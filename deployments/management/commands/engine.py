@@ -6,15 +6,15 @@ import json
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import Engine, OperationState
-from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.management.cli import MAX_WAIT_S, BadInput, PanelCommand, bounded_float, follow, get_actor, get_host
 from deployments.services.installs import install_list, install_request
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = (
         "Engines on a host. `install`: queue an install (exit 0 when queued, or with --wait when it "
         "succeeded; 1 when it failed or was cancelled; 2 for bad input). `list`: installed engines and versions."
@@ -38,7 +38,9 @@ class Command(BaseCommand):
             "--wheelhouse", default=None, help="air-gapped hosts: pip installs only from this folder on the host"
         )
         install.add_argument("--wait", action="store_true", help="follow the install log until it ends")
-        install.add_argument("--timeout", type=float, default=None, help="seconds to wait (with --wait)")
+        install.add_argument(
+            "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
+        )
         install.add_argument("--user", default=None, help="act as this user (roles apply)")
         lst = sub.add_parser("list", help="installed engines and versions")
         lst.add_argument("--host", required=True)

@@ -4,10 +4,12 @@ import secrets
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
+
+from deployments.management.cli import PanelCommand
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Create an admin login if none exists and print how to sign in."
 
     def add_arguments(self, parser: CommandParser) -> None:

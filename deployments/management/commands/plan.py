@@ -3,18 +3,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from deployments.management.cli import BadInput, get_host, parse_pairs
+from deployments.management.cli import BadInput, PanelCommand, bounded_float, bounded_int, get_host, parse_pairs
 from deployments.planner import GpuSpec, PlanInputError, PlanRequest, plan
+from deployments.planner.fit import MAX_GPUS
 from deployments.services.planning import gpu_type_specs, host_gpu_specs, model_source
 from hardware.models import GpuType
 
 GIB = 1024**3
+# One GPU's memory: from 1 GiB to 16 TiB (today's largest GPU has 288 GB).
+MIN_GPU_GIB, MAX_GPU_GIB = 1.0, 16_384.0
 ENGINES = ("vllm", "llama.cpp", "ollama", "sglang")
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = (
         "Will this model, with these settings, fit and run on these GPUs? Exit 0 when nothing is an error, "
         "1 when a finding is an error, 2 for bad input."
@@ -24,8 +27,8 @@ class Command(BaseCommand):
         parser.add_argument("--model", required=True, help="catalog name, config.json path or .gguf path")
         parser.add_argument("--host")
         parser.add_argument("--gpu-type", help="catalog GPU type, e.g. 'RTX 3090'")
-        parser.add_argument("--gpu-memory-gib", type=float)
-        parser.add_argument("--gpu-count", type=int)
+        parser.add_argument("--gpu-memory-gib", type=bounded_float(MIN_GPU_GIB, MAX_GPU_GIB))
+        parser.add_argument("--gpu-count", type=bounded_int(1, MAX_GPUS), help=f"1 to {MAX_GPUS}")
         parser.add_argument("--engine", required=True, choices=ENGINES)
         parser.add_argument("--engine-version", default="")
         parser.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")

@@ -3,18 +3,29 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
+from controlpanel.params import MAX_INT
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
-from deployments.management.cli import BadInput, get_actor, get_host, parse_pairs
+from deployments.management.cli import (
+    BadInput,
+    PanelCommand,
+    bounded_int,
+    describe,
+    get_actor,
+    get_host,
+    parse_pairs,
+)
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.revisions import revision_create
 
+NUMBER = bounded_int(1, MAX_INT)  # a revision number
 
-class Command(BaseCommand):
+
+class Command(PanelCommand):
     help = "Revisions: create, list, show, diff."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -27,13 +38,13 @@ class Command(BaseCommand):
         create.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
         create.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
         create.add_argument("--served-name", default=None)
-        create.add_argument("--port", type=int, default=None)
+        create.add_argument("--port", type=bounded_int(1, 65535), default=None)
         create.add_argument("--tag", default="")
         create.add_argument("--message", required=True)
         create.add_argument(
             "--from",
             dest="from_number",
-            type=int,
+            type=NUMBER,
             default=None,
             help="start from revision N's settings (it becomes the parent)",
         )
@@ -42,11 +53,11 @@ class Command(BaseCommand):
         lst.add_argument("--host", required=True)
         show = sub.add_parser("show")
         show.add_argument("--host", required=True)
-        show.add_argument("number", type=int)
+        show.add_argument("number", type=NUMBER)
         diff = sub.add_parser("diff")
         diff.add_argument("--host", required=True)
-        diff.add_argument("a", type=int)
-        diff.add_argument("b", type=int)
+        diff.add_argument("a", type=NUMBER)
+        diff.add_argument("b", type=NUMBER)
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = get_host(options["host"])
@@ -97,7 +108,7 @@ class Command(BaseCommand):
                 actor=get_actor(o["user"]),
             )
         except ValidationError as exc:
-            raise BadInput("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.message_dict.items())) from exc
+            raise BadInput(describe(exc)) from exc
         self.stdout.write(str(revision.number))
 
     def _list(self, host: Any, o: dict[str, Any]) -> None:

@@ -5,14 +5,14 @@ import sys
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import BadInput, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host
 from deployments.services.secrets import secret_set
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = (
         "Host secrets (engine API keys, hub tokens), encrypted at rest and named by revisions: "
         "`secret set --host H NAME` reads the value from a prompt or stdin, never from the command line; "

@@ -3,15 +3,25 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
+from controlpanel.params import MAX_INT
 from deployments.choices import OperationState
-from deployments.management.cli import BadInput, follow, get_actor, get_host
+from deployments.management.cli import (
+    MAX_WAIT_S,
+    BadInput,
+    PanelCommand,
+    bounded_float,
+    bounded_int,
+    follow,
+    get_actor,
+    get_host,
+)
 from deployments.services.switch import PlanRefused, switch_request
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = (
         "Switch a host to a revision. With --wait: exit 0 when it is active and healthy, 3 when it failed "
         "and was rolled back, 4 when it failed and could not roll back, 1 when the planner refused it, "
@@ -20,9 +30,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", required=True)
-        parser.add_argument("--revision", type=int, required=True)
+        parser.add_argument("--revision", type=bounded_int(1, MAX_INT), required=True)
         parser.add_argument("--wait", action="store_true")
-        parser.add_argument("--timeout", type=float, default=None, help="seconds to wait (with --wait)")
+        parser.add_argument(
+            "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
+        )
         parser.add_argument("--override-reason", default="", help="admin: switch despite planner errors")
         parser.add_argument("--user", default=None, help="act as this user (roles apply)")
 

@@ -3,15 +3,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
+from controlpanel.params import parse_int
+from deployments.management.cli import PanelCommand
+from deployments.planner.fit import MAX_GPUS
 from hardware.agent_probe import local_host_name, probe_local
 from hardware.models import GpuType, Host
 from hardware.services import host_declare, host_probe_record
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,12 +46,18 @@ class Command(BaseCommand):
     def _declare(self, o: dict[str, Any]) -> None:
         gpus = []
         for item in o["gpu"]:
-            short, _, count = item.rpartition(":")
+            short, _, count_text = item.rpartition(":")
             gpu_type = GpuType.objects.filter(short_name__iexact=short.strip()).first()
-            if gpu_type is None or not count.isdigit():
+            try:
+                count = parse_int(count_text, name="COUNT", minimum=0, maximum=MAX_GPUS)
+            except ValueError as exc:
+                raise CommandError(f"--gpu {item[:80]!r}: {exc}.", returncode=2) from None
+            if gpu_type is None:
                 known = ", ".join(GpuType.objects.values_list("short_name", flat=True))
-                raise CommandError(f"--gpu {item!r}: use TYPE:COUNT with a catalog type ({known}).", returncode=2)
-            gpus.append((gpu_type, int(count)))
+                raise CommandError(f"--gpu {item[:80]!r}: use TYPE:COUNT with a catalog type ({known}).", returncode=2)
+            gpus.append((gpu_type, count))
+        if sum(count for _, count in gpus) > MAX_GPUS:
+            raise CommandError(f"At most {MAX_GPUS} GPUs on one host.", returncode=2)
         try:
             host = host_declare(name=o["name"], address=o["address"], gpus=gpus, actor=None)
         except ValidationError as exc:
