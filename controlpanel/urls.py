@@ -1,12 +1,23 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.template.loader import render_to_string
 from django.urls import include, path, reverse_lazy
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok", content_type="text/plain")
 
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """400 with the reason when it is one of ours (a bad parameter says which and why)."""
+    from controlpanel.params import BadParameter
+
+    reason = str(exception) if isinstance(exception, BadParameter) else ""
+    return HttpResponseBadRequest(render_to_string("400.html", {"reason": reason}, request=request))
+
+
+handler400 = bad_request
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

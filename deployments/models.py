@@ -12,8 +12,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from .arch import ModelArch
+from .arch import ArchFactError, ModelArch, arch_from_facts
 from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
+from .safety import UnsafeValueError, check_json_value
 
 
 class ImmutableError(RuntimeError):
@@ -50,13 +51,23 @@ class ModelVariant(models.Model):
         return self.name
 
     def clean(self) -> None:
-        try:
-            ModelArch.from_dict(self.arch)
-        except TypeError as exc:
-            raise ValidationError({"arch": f"Unknown architecture fact: {exc}"}) from exc
-        unknown = set(self.arch or {}) - set(ModelArch().to_dict())
+        """Facts typed in the admin or set by any service are held to the importers' rules."""
+        if not isinstance(self.arch, dict):
+            raise ValidationError({"arch": "Architecture facts are a mapping of fact names to values."})
+        unknown = set(self.arch) - set(ModelArch().to_dict())
         if unknown:
-            raise ValidationError({"arch": f"Unknown architecture facts: {', '.join(sorted(unknown))}"})
+            raise ValidationError({"arch": f"Unknown architecture facts: {', '.join(sorted(map(str, unknown)))}"})
+        try:
+            arch_from_facts(self.arch)
+        except ArchFactError as exc:
+            raise ValidationError({"arch": str(exc)}) from exc
+        for name in ("gguf_kv", "sampling_presets", "min_engine_versions"):
+            if not isinstance(getattr(self, name), dict):
+                raise ValidationError({name: "This is a mapping (a JSON object)."})
+            try:
+                check_json_value(getattr(self, name), field=name)
+            except UnsafeValueError as exc:
+                raise ValidationError({name: str(exc)}) from exc
 
     @property
     def model_arch(self) -> ModelArch:
@@ -110,6 +121,16 @@ class DeploymentRevision(models.Model):
     def __str__(self) -> str:
         return f"{self.host.name} r{self.number}"
 
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise ImmutableError("A deployment revision is history: create a new revision instead of editing one.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        if not getattr(self, "_allow_delete", False):
+            raise ImmutableError("A deployment revision is history and cannot be deleted.")
+        return super().delete(*args, **kwargs)
+
     @cached_property
     def concerns(self) -> list[Any]:
         """What this revision reaches beyond serving (files it opens, code it runs,
@@ -121,16 +142,6 @@ class DeploymentRevision(models.Model):
     @property
     def needs_admin(self) -> bool:
         return any(c.admin for c in self.concerns)
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        if not self._state.adding:
-            raise ImmutableError("A deployment revision is history: create a new revision instead of editing one.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
-        if not getattr(self, "_allow_delete", False):
-            raise ImmutableError("A deployment revision is history and cannot be deleted.")
-        return super().delete(*args, **kwargs)
 
     @property
     def label(self) -> str:

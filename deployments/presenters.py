@@ -82,9 +82,7 @@ def concerns_for_revision(revision: DeploymentRevision) -> list[ConcernRow]:
     roots = [r.rstrip("/") for r in (revision.host.model_dirs or []) if isinstance(r, str) and r.startswith("/")]
     rows = []
     for c in concerns:
-        outside = (
-            c.kind == "path" and c.path.startswith("/") and not any(c.path.startswith(r + "/") for r in roots)
-        )
+        outside = c.kind == "path" and c.path.startswith("/") and not any(c.path.startswith(r + "/") for r in roots)
         rows.append(ConcernRow(c.field, c.kind, c.label, c.message, c.kind in ("code", "privileged"), outside))
     return rows
 

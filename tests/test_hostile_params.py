@@ -174,6 +174,9 @@ def test_numeric_query_parameter_is_a_400(as_viewer, world, name, kwargs, param,
     def check(value: str) -> None:
         response = as_viewer.get(reverse(name, kwargs=kwargs), {**extra, param: value})
         assert response.status_code == 400, response.status_code
+        page = response.content.decode()
+        said = "Bad request" in page or "errorlist" in page  # the 400 page, or the form with its error
+        assert said and param in page, "the page says which parameter was wrong"
 
     each_value(check)
 

@@ -7,7 +7,6 @@ Built only when the model changed. Every aspect is a row, unchanged ones include
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from deployments.arch import ModelArch
 from deployments.diffing import fmt
@@ -104,9 +103,9 @@ def quantization(view: RevisionView) -> str:
 
 
 def min_version(view: RevisionView) -> str:
-    versions: Mapping[str, Any] = view.model.get("min_engine_versions") or {}
-    floor = versions.get(view.engine)
-    return f">= {floor}" if floor else "any"
+    versions = view.model.get("min_engine_versions")
+    floor = versions.get(view.engine) if isinstance(versions, Mapping) else None
+    return f">= {floor}" if isinstance(floor, str) and floor else "any"
 
 
 def parser(view: RevisionView, name: str) -> str:

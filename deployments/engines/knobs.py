@@ -133,8 +133,9 @@ def _as_json(name: str, value: Any) -> dict[str, Any]:
         check_text(name, value, allow_dash=False)
         try:
             value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        except (ValueError, RecursionError) as exc:
+            # JSONDecodeError, a number past Python's digit limit, or nesting past the stack.
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "a number or nesting far too large"
             raise EngineConfigError(f"{name} is not valid JSON: {msg}", field=name) from None
     if not isinstance(value, dict):
         raise EngineConfigError(f"{name} must be a JSON object", field=name)

@@ -123,9 +123,7 @@ def check_paths_under(concerns: Iterable[Concern], roots: Iterable[str], *, host
     clean_roots = [posixpath.normpath(r) for r in roots if r and r.startswith("/")]
     for concern in concerns:
         if concern.kind != "path" or not concern.path.startswith("/"):
-            if concern.kind == "path" and not clean_roots:
-                raise _no_roots(concern, host)
-            continue
+            continue  # a bare file name is read inside the host's first model folder
         if not clean_roots:
             raise _no_roots(concern, host)
         if not any(concern.path == r or concern.path.startswith(r.rstrip("/") + "/") for r in clean_roots):

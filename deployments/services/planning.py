@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanRequest, plan
+from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
 from hardware.models import GPU, GpuType
+
+
+def version_floors(stored: Any) -> dict[str, str]:
+    """Minimum engine versions as stored, keeping only text floors (old rows may hold anything)."""
+    if not isinstance(stored, dict):
+        return {}
+    return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str) and len(v) <= 40}
 
 
 def _cc(text: str) -> tuple[int, int] | None:
@@ -30,6 +37,10 @@ def gpu_spec(gpu: GPU) -> GpuSpec:
 
 
 def gpu_type_specs(gpu_type: GpuType, count: int) -> tuple[GpuSpec, ...]:
+    from deployments.planner.fit import MAX_GPUS
+
+    if not 0 <= count <= MAX_GPUS:
+        raise PlanInputError(f"a host has 0 to {MAX_GPUS} GPUs, not {count:,}", field="gpu_count")
     return tuple(
         GpuSpec(
             name=gpu_type.name,
@@ -72,7 +83,7 @@ def plan_request(
         vision=vision,
         recommended_reasoning_parser=model.reasoning_parser or None,
         recommended_tool_parser=model.tool_call_parser or None,
-        min_engine_versions=dict(model.min_engine_versions or {}),
+        min_engine_versions=version_floors(model.min_engine_versions),
     )
 
 
@@ -125,7 +136,7 @@ def model_source(ref: str) -> dict[str, Any]:
             "gguf": GgufKvFacts.from_dict(variant.gguf_kv) if variant.gguf_kv else None,
             "recommended_reasoning_parser": variant.reasoning_parser or None,
             "recommended_tool_parser": variant.tool_call_parser or None,
-            "min_engine_versions": dict(variant.min_engine_versions or {}),
+            "min_engine_versions": version_floors(variant.min_engine_versions),
         }
     path = Path(ref)
     try:

@@ -44,7 +44,7 @@ def test_exports_never_show_a_secret(client, catalog, operator, admin_user, view
 
 
 def test_group_vars_download(client, catalog, operator, viewer):
-    host = HostFactory(name="lab")
+    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
     revision_import_ansible(host=host, text=ALL_YML.read_text(), message="import", actor=operator)
     client.force_login(viewer)
     response = client.get(reverse("deployments:revision_exports", args=["lab", 1]), {"download": "group_vars"})
@@ -54,7 +54,7 @@ def test_group_vars_download(client, catalog, operator, viewer):
 
 
 def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operator, viewer):
-    host = HostFactory(name="lab")
+    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
     revision_create(
         host=host,
         engine="llama.cpp",
@@ -70,7 +70,7 @@ def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operato
 
 
 def test_ansible_import_page_upload_creates_a_revision(client, catalog, operator):
-    HostFactory(name="lab")
+    HostFactory(name="lab", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     url = reverse("deployments:ansible_import", args=["lab"])
     assert "group_vars" in client.get(url).content.decode()
@@ -86,7 +86,7 @@ def test_ansible_import_page_upload_creates_a_revision(client, catalog, operator
 
 
 def test_ansible_import_paste(client, catalog, operator):
-    HostFactory(name="lab")
+    HostFactory(name="lab", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     response = client.post(
         reverse("deployments:ansible_import", args=["lab"]),
@@ -107,7 +107,7 @@ def test_ansible_import_paste(client, catalog, operator):
     ],
 )  # fmt: skip
 def test_ansible_import_errors_beside_the_field(client, catalog, operator, data, field, text):
-    HostFactory(name="lab")
+    HostFactory(name="lab", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     response = client.post(reverse("deployments:ansible_import", args=["lab"]), data)
     assert response.status_code == 200
@@ -117,7 +117,7 @@ def test_ansible_import_errors_beside_the_field(client, catalog, operator, data,
 
 
 def test_viewer_cannot_import(client, catalog, viewer):
-    HostFactory(name="lab")
+    HostFactory(name="lab", model_dirs=["/opt/vllm"])
     client.force_login(viewer)
     response = client.post(reverse("deployments:ansible_import", args=["lab"]), {"text": "x: 1", "message": "m"})
     assert response.status_code == 403

@@ -3,14 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from deployments.management.cli import BadInput, get_host
+from deployments.management.cli import BadInput, PanelCommand, get_host
 from deployments.models import DeploymentRevision
 from deployments.services.imports import revision_export_ansible
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Print a revision as an Ansible group_vars YAML (default: the host's active, else latest, revision)."
 
     def add_arguments(self, parser: CommandParser) -> None:

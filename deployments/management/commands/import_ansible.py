@@ -4,14 +4,14 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import BadInput, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host
 from deployments.services.imports import revision_import_ansible
 
 
-class Command(BaseCommand):
+class Command(PanelCommand):
     help = "Import an Ansible group_vars file as a new revision of a host; prints the revision's number."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -27,7 +27,11 @@ def concerns(engine: str, knobs: dict, *, model: str | None = None, version: str
         ("vllm", {"trust_remote_code": True}, ("trust_remote_code", "code", "")),
         ("vllm", {"hf_overrides": {"auto_map": {"AutoConfig": "x--y.Z"}}}, ("hf_overrides", "code", "")),
         ("vllm", {"hf_overrides": {"text_config": {"_name_or_path": "evil/repo"}}}, ("hf_overrides", "code", "")),
-        ("vllm", {"speculative_config": {"method": "eagle3", "model": "evil/draft"}}, ("speculative_config", "code", "")),
+        (
+            "vllm",
+            {"speculative_config": {"method": "eagle3", "model": "evil/draft"}},
+            ("speculative_config", "code", ""),
+        ),
         ("vllm", {"speculative_config": {"model": "/models/draft"}}, ("speculative_config", "path", "/models/draft")),
         ("sglang", {"trust_remote_code": True}, ("trust_remote_code", "code", "")),
         (
@@ -129,9 +133,7 @@ def test_paths_must_lie_under_the_hosts_model_folders():
 )
 def test_numbers_and_json_that_reach_an_engine_are_in_range(engine, knobs, field):
     with pytest.raises(EngineConfigError) as exc:
-        get_adapter(engine).validate(
-            EngineConfig(engine=engine, engine_version="", model=MODELS[engine], knobs=knobs)
-        )
+        get_adapter(engine).validate(EngineConfig(engine=engine, engine_version="", model=MODELS[engine], knobs=knobs))
     assert exc.value.field == field
     assert len(str(exc.value)) < 300, "the message quotes the value briefly"
 
