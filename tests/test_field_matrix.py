@@ -1,0 +1,327 @@
+"""Every field a user can submit × every role × hostile values (issue 11, "Proof").
+
+`FORMS` lists every URL that accepts a POST, with the role it needs and a valid value for every
+field its forms carry. `test_every_post_url_and_field_is_covered` fails when a URL starts taking
+POSTs, or a page or form class grows a field, that `FORMS` does not list. The matrix then posts,
+for every field, each hostile value (NUL, 5,000 characters, '²', '1e309', 'nan', '-1', nested
+JSON, Jinja, a path escape, markup), the other fields valid:
+- anonymous -> sent to the login page; a role too low -> 403, and no row changed;
+- a role allowed -> never a 500, and a value with markup in it never comes back unescaped.
+Failures are collected and reported together, so one run lists every broken field.
+"""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.contrib.auth.views import PasswordChangeView
+from django.test import Client
+from django.urls import Resolver404, get_resolver, resolve, reverse
+
+from controlpanel.people.forms import PersonCreateForm, RoleForm
+from deployments.forms import (
+    AnsibleImportForm,
+    BenchmarkForm,
+    CommentForm,
+    GgufImportForm,
+    HfConfigImportForm,
+    RevisionForm,
+    SwitchForm,
+)
+from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, RevisionComment
+from tests.test_access import ACCESS, OPEN, _names
+from tests.test_access import world as access_world
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = [
+    "\x00",
+    "a\x00b",
+    "x" * 5000,
+    "²",
+    "1e309",
+    "nan",
+    "-1",
+    '{"a": {"b": [1, {"c": NaN, "d": "\\u0000"}]}, "e": 1e999}',
+    "{{ lookup('pipe','id') }}",
+    "../../etc/passwd",
+    '<script>alert("x")</script>',
+]
+# Extra values for the fields that carry NAME=VALUE lines (knobs reach JSON-typed knobs).
+EXTRA = {
+    "knobs": [
+        'speculative_config={"model": "evil/repo", "num_speculative_tokens": NaN}',
+        'hf_overrides={"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 1}}}}}}}}',
+        "max_model_len=1e309",
+        "max_model_len=" + "9" * 5000,
+        "gpu_memory_utilization=nan",
+        "trust_remote_code=true",
+        'limit_mm_per_prompt={"image": 1e400}',
+    ],
+    "env": [
+        "LD_PRELOAD=/tmp/x.so",
+        "LLAMA_ARG_STATIC_PATH=/",
+        "PATH=/tmp",
+        "CUDA_VISIBLE_DEVICES=\x00",
+        "A=" + "x" * 5000,
+    ],
+}
+# Known bugs, reproduced by the strict-xfail tests below: (url name, field, value) left out of
+# the matrix until fixed (then delete the entry and the xfail mark).
+LOGIN_BUG = (
+    "issue 11: a sign-in with a user name over 255 characters is a 500: django-axes stores the "
+    "attempt in AccessAttempt.username (varchar 255), StringDataRightTruncation"
+)
+KNOWN_BUGS = {("login", "username", "x" * 5000)}
+RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
+
+# url name -> (kwargs, POST role, {field: a valid value}); fields that take a file get text.
+FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
+    "login": ({}, "anonymous", {"username": "nobody-here", "password": "wrong", "next": "/"}),
+    "logout": ({}, "anonymous", {}),
+    "password_change": ({}, "viewer", {"old_password": "pw-vera", "new_password1": "n3w-Pass!x", "new_password2": "x"}),
+    "hardware:host_probe": ({"name": "h1"}, "operator", {}),
+    "hardware:host_stop": ({"name": "h1"}, "operator", {}),
+    "deployments:benchmark_new": (
+        {"host": "h1"},
+        "operator",
+        {
+            "profile": "quick",
+            "concurrency": "1,2",
+            "input_tokens": "128",
+            "output_tokens": "16",
+            "requests": "4",
+            "ttft_slo_ms": "500",
+            "tpot_slo_ms": "50",
+            "e2e_slo_ms": "5000",
+            "revision": "1",
+        },
+    ),
+    "deployments:revision_comment": ({"host": "h1", "number": 1}, "viewer", {"body": "looks good"}),
+    "deployments:revision_new": ({"host": "h1"}, "operator", {}),  # filled in by _revision_fields
+    "deployments:revision_preview": ({"host": "h1"}, "viewer", {}),  # the same form, no message needed
+    "deployments:revision_switch": ({"host": "h1", "number": 1}, "operator", {"override_reason": ""}),
+    "deployments:ansible_import": (
+        {"host": "h1"},
+        "operator",
+        {
+            "file": "",
+            "text": "vllm_model: Qwen/Qwen3-8B\nvllm_max_model_len: 4096\n",
+            "engine_version": "",
+            "tag": "",
+            "message": "from Ansible",
+        },
+    ),
+    "deployments:operation_cancel": ({"pk": "00000000-0000-0000-0000-000000000001"}, "operator", {}),
+    "deployments:model_import": (
+        {},
+        "operator",
+        {
+            "source": "hf",
+            "hf-config": "",
+            "hf-config_text": '{"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4}',
+            "hf-name": "matrix-model",
+            "hf-repo_id": "",
+            "hf-family": "",
+            "hf-generation": "",
+            "hf-quantization": "",
+            "hf-weights_gib": "",
+            "hf-tool_call_parser": "",
+            "hf-reasoning_parser": "",
+            "gguf-path": "/nonexistent/x.gguf",
+            "gguf-name": "",
+            "gguf-family": "",
+            "gguf-generation": "",
+        },
+    ),
+    "people:add": ({}, "admin", {"username": "newbie", "email": "", "role": "viewer"}),
+    "people:role": ({"username": "vera"}, "admin", {"role": "viewer"}),
+    "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
+    "people:password": ({"username": "vera"}, "admin", {}),
+    "people:unlock": ({"username": "vera"}, "admin", {}),
+}
+# The form classes behind each URL (field names with their prefix): a field added to a class
+# must be listed in FORMS even before a template shows it.
+FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
+    "password_change": [(PasswordChangeView.form_class, "")],
+    "deployments:benchmark_new": [(BenchmarkForm, "")],
+    "deployments:revision_comment": [(CommentForm, "")],
+    "deployments:revision_new": [(RevisionForm, "")],
+    "deployments:revision_preview": [(RevisionForm, "")],
+    "deployments:revision_switch": [(SwitchForm, "")],
+    "deployments:ansible_import": [(AnsibleImportForm, "")],
+    "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-")],
+    "people:add": [(PersonCreateForm, "")],
+    "people:role": [(RoleForm, "")],
+}
+REVISION_FIELDS = {
+    "engine": "vllm",
+    "engine_version": "",
+    "knobs": "max_model_len=4096",
+    "env": "",
+    "served_name": "",
+    "port": "8000",
+    "api_key_secret": "",
+    "hf_token_secret": "",
+    "tag": "",
+    "message": "from the matrix",
+    "parent": "",
+}
+
+
+def _fields(name: str) -> dict[str, str]:
+    fields = dict(FORMS[name][2])
+    if name in ("deployments:revision_new", "deployments:revision_preview"):
+        variant = ModelVariant.objects.get(name="Qwen3-32B-AWQ")
+        fields.update(REVISION_FIELDS, model_variant=str(variant.pk))
+    return fields
+
+
+class _Forms(HTMLParser):
+    """Every POST form on a page: (action or hx-post, {field names})."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[tuple[list[str], set[str]]] = []
+        self._open: tuple[list[str], set[str]] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "form" and (a.get("method") or "get").lower() == "post":
+            self._open = ([u for u in (a.get("action") or "", a.get("hx-post") or "") if u], set())
+            self.forms.append(self._open)
+        elif tag in ("input", "select", "textarea", "button") and self._open is not None and a.get("name"):
+            self._open[1].add(a["name"] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._open = None
+
+
+def _clients(world_users: dict[str, User | None]) -> dict[str, Client]:
+    clients = {}
+    for role, user in world_users.items():
+        client = Client(raise_request_exception=False)
+        if user is not None:
+            client.force_login(user)
+        clients[role] = client
+    return clients
+
+
+def _counts() -> tuple[int, ...]:
+    models = (DeploymentRevision, ModelVariant, AuditEvent, RevisionComment, Operation, User)
+    return tuple(m.objects.count() for m in models)
+
+
+world = access_world  # test_access's fixture: host h1 with r1, a finished operation, a benchmark
+
+
+@pytest.fixture
+def people(world, viewer, operator, admin_user):
+    return {"anonymous": None, "viewer": viewer, "operator": operator, "admin": admin_user}
+
+
+def test_every_post_url_and_field_is_covered(people):
+    """A URL that takes POSTs, or a field on a form, that FORMS does not list fails here."""
+    clients = _clients(people)
+    # Which URLs take a POST: a viewer's empty POST is refused with 405 only by GET-only views.
+    takes_post = {"login", "logout"}
+    for name in sorted(_names(get_resolver()) - OPEN):
+        kwargs = ACCESS[name][0]
+        if clients["viewer"].post(reverse(name, kwargs=kwargs)).status_code != 405:
+            takes_post.add(name)
+    assert takes_post == set(FORMS), "POST URLs differ from FORMS"
+
+    missing: list[str] = []
+    for name, classes in FORM_CLASSES.items():
+        for form_class, prefix in classes:
+            for field in form_class.base_fields:
+                if prefix + field not in _fields(name) and not (
+                    name == "deployments:revision_new" and field == "model_variant"
+                ):
+                    missing.append(f"{name}: {prefix}{field} (form class)")
+    # Every POST form on every page an admin can open (and the login page).
+    pages = [reverse(n, kwargs=ACCESS[n][0]) for n in sorted(ACCESS) if ACCESS[n][1] in ("viewer", "admin")]
+    seen: set[str] = set()
+    for url in [*pages, reverse("login")]:
+        client = Client() if url == reverse("login") else clients["admin"]
+        response = client.get(url)
+        if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
+            continue
+        parser = _Forms()
+        parser.feed(response.content.decode())
+        for actions, names in parser.forms:
+            targets = {resolve(a.split("?")[0]).view_name for a in actions if _resolves(a)} or {resolve(url).view_name}
+            for target in targets:
+                seen.add(target)
+                known = set(_fields(target)) if target in FORMS else set()
+                missing += [f"{target}: {n} (on {url})" for n in names - known - {"csrfmiddlewaretoken"}]
+                if target not in FORMS:
+                    missing.append(f"{target}: a POST form on {url} that FORMS does not list")
+    assert not missing, "\n".join(missing)
+    # Shown only while an engine runs / an operation runs / the person is locked out.
+    assert set(FORMS) - seen <= {"hardware:host_stop", "deployments:operation_cancel", "people:unlock"}
+
+
+def _resolves(url: str) -> bool:
+    try:
+        resolve(url.split("?")[0])
+    except Resolver404:
+        return False
+    return True
+
+
+def _unescaped(value: str, body: str) -> bool:
+    return any(ch in value for ch in "<>\"'&") and value in body
+
+
+def test_every_field_every_role_hostile_values(people):
+    clients = _clients(people)
+    failures: list[str] = []
+    for name, (kwargs, post_role, _) in sorted(FORMS.items()):
+        url = reverse(name, kwargs=kwargs)
+        valid = _fields(name)
+        for role in RANK:
+            client = clients[role]
+            if role == "anonymous" and post_role != "anonymous":
+                # Refused before any field is read: one request per field, all values at once.
+                for field in valid or [""]:
+                    for value in HOSTILE if field else [""]:
+                        response = client.post(url, {**valid, field: value} if field else {})
+                        if response.status_code != 302 or not response.url.startswith("/accounts/login/"):
+                            failures.append(f"{name} {field}={value[:20]!r} anonymous: {response.status_code}")
+                continue
+            if RANK[role] < RANK[post_role]:
+                before = _counts()
+                for field in valid or [""]:
+                    for value in HOSTILE if field else [""]:
+                        response = client.post(url, {**valid, field: value} if field else {})
+                        if response.status_code != 403:
+                            failures.append(f"{name} {field}={value[:20]!r} {role}: {response.status_code}, not 403")
+                if _counts() != before:
+                    failures.append(f"{name} {role}: a refused POST changed rows")
+                continue
+            if role != post_role and role != "admin":
+                continue  # between the lowest allowed role and admin nothing new is checked
+            for field in valid:
+                for value in HOSTILE + EXTRA.get(field, []):
+                    if (name, field, value) in KNOWN_BUGS:
+                        continue
+                    response = client.post(url, {**valid, field: value})
+                    status = response.status_code
+                    body = response.content.decode(errors="replace")
+                    if status >= 500:
+                        failures.append(f"{name} {field}={value[:40]!r} {role}: {status}")
+                    elif _unescaped(value, body):
+                        failures.append(f"{name} {field}={value[:40]!r} {role}: shown unescaped")
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
+
+
+@pytest.mark.xfail(strict=True, reason=LOGIN_BUG)
+def test_long_user_name_at_sign_in_is_not_a_500(db):
+    client = Client(raise_request_exception=False)
+    response = client.post(reverse("login"), {"username": "x" * 5000, "password": "x"})
+    assert response.status_code < 500
