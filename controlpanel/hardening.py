@@ -114,3 +114,18 @@ def _valid_ip(text: str) -> str | None:
         return str(ipaddress.ip_address(text))
     except ValueError:
         return None
+
+
+USERNAME_MAX = 150  # django.contrib.auth's User.username
+
+
+def login_username(request: Any, credentials: dict[str, Any] | None = None) -> str:
+    """The user name a sign-in attempt is throttled under (django-axes AXES_USERNAME_CALLABLE).
+
+    What the form sent, made storable: no NUL, at most as long as a real user name can be,
+    so a 5,000-character name is one more failed attempt, not a database error."""
+    raw = (credentials or {}).get("username")
+    if raw is None and request is not None and hasattr(request, "POST"):
+        raw = request.POST.get("username", "")
+    text = str(raw or "").replace("\x00", "")
+    return text[:USERNAME_MAX]

@@ -160,6 +160,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "controlpanel.people.lockout.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "controlpanel.hardening.client_ip"
+AXES_USERNAME_CALLABLE = "controlpanel.hardening.login_username"
 # Never kept in the attempt records (passwords never are).
 AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]
 

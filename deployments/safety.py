@@ -30,6 +30,11 @@ def check_text_value(text: str, *, field: str, max_len: int = MAX_TEXT) -> str:
     """One string: no NUL, not absurdly long."""
     if "\x00" in text:
         raise UnsafeValueError(f"{field} contains a NUL character", field=field)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (from a \ud800 escape or a non-UTF-8 argument)
+            raise UnsafeValueError(f"{field} contains text that is not valid Unicode", field=field) from None
     if len(text) > max_len:
         raise UnsafeValueError(f"{field} is too long ({len(text):,} characters; at most {max_len:,})", field=field)
     return text

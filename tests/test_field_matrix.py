@@ -69,13 +69,9 @@ EXTRA = {
         "A=" + "x" * 5000,
     ],
 }
-# Known bugs, reproduced by the strict-xfail tests below: (url name, field, value) left out of
-# the matrix until fixed (then delete the entry and the xfail mark).
-LOGIN_BUG = (
-    "issue 11: a sign-in with a user name over 255 characters is a 500: django-axes stores the "
-    "attempt in AccessAttempt.username (varchar 255), StringDataRightTruncation"
-)
-KNOWN_BUGS = {("login", "username", "x" * 5000)}
+# Known bugs: (url name, field, value) left out of the matrix until fixed, each with a strict-xfail
+# reproducer. None today (a 5,000-character user name at sign-in was one: django-axes stored it).
+KNOWN_BUGS: set[tuple[str, str, str]] = set()
 RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
 
 # url name -> (kwargs, POST role, {field: a valid value}); fields that take a file get text.
@@ -320,7 +316,6 @@ def test_every_field_every_role_hostile_values(people):
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures)
 
 
-@pytest.mark.xfail(strict=True, reason=LOGIN_BUG)
 def test_long_user_name_at_sign_in_is_not_a_500(db):
     client = Client(raise_request_exception=False)
     response = client.post(reverse("login"), {"username": "x" * 5000, "password": "x"})

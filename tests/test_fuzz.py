@@ -30,8 +30,8 @@ Examples per property (`max_examples`; `--hypothesis-show-statistics` shows each
   test_gguf_import_service                          80  (PostgreSQL; ~6% accepted)
   test_ansible_import_service                      150  (PostgreSQL; ~5% accepted)
   total                                           5750  (about 60 s on two busy cores)
-Two known bugs are kept out of the generated inputs (SURROGATES_FIXED, TENSOR_SPLIT_FIXED) and
-reproduced by strict-xfail tests at the end of the file; fix them, flip the flags, drop the marks.
+Two bugs it found (lone surrogates reaching PostgreSQL, a zero tensor_split share dividing by
+zero in the planner) are fixed; their minimal reproducers stay at the end of the file.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from deployments.ansible_vars import AnsibleVarsError, parse_group_vars
@@ -120,12 +120,9 @@ ODD_TEXT = [
     "evil/repo",
 ]
 # Lone surrogates: json.loads ("\\ud800") and YAML escapes produce them, and so does Python's
-# argv decoding of invalid UTF-8; PostgreSQL refuses them. Known bug (see the xfail tests at the
-# end): left out of the generated inputs until it is fixed, then set this to True.
-SURROGATES_FIXED = False
+# argv decoding of invalid UTF-8; PostgreSQL refuses them, so every text check must.
 SURROGATES = ["\ud800", "x\udfffy", "\udced"]
-if SURROGATES_FIXED:
-    ODD_TEXT += SURROGATES
+ODD_TEXT += SURROGATES
 texts = st.one_of(
     st.text(max_size=20), st.sampled_from(ODD_TEXT), st.builds(lambda n: "x" * n, st.sampled_from([5000, 100_001]))
 )
@@ -431,7 +428,7 @@ def test_hf_config_importer_raises_only_its_error(config):
         st.text(alphabet=st.sampled_from(list('{}[]":,0123456789eE.-+ntrufalsNIy\\u\x00')), max_size=200),
         st.builds(lambda k, v: '{"' + k + '": ' + v + "}", st.sampled_from(HF_KEYS), st.sampled_from(
             ["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000, '"\\u0000"', "[" * 2000 + "]" * 2000]
-            + (['"\\ud800"', '{"quant_method": "\\udfff"}'] if SURROGATES_FIXED else [])
+            + (['"\\ud800"', '{"quant_method": "\\udfff"}'])
         )),
     )
 )  # fmt: skip
@@ -565,7 +562,7 @@ YAML_SCALARS = [
     "!!binary aGVsbG8=", "!custom x", ".nan", ".inf", "-.inf", "1e999", "9" * 5000, "0x7fffffffffffffffff",
     '"\\0"', '"\\x00"', "2024-01-01", "yes", "no", "~", "null", "[]", "{}", "'a\\x00'",
     "&a [1, 2]", "*a", "*undefined", "<<: *a", "|\n  block\n  text", ">-\n  folded", '"\\u202e"', "- -1",
-    *(['"\\ud800"'] if SURROGATES_FIXED else []),
+    *(['"\\ud800"']),
 ]  # fmt: skip
 
 
@@ -689,21 +686,6 @@ def valid_knob_value(spec: Any) -> st.SearchStrategy[Any]:
     return st.sampled_from(["auto", "qwen3", "fp8", "1", "/models/m.gguf", "0,1", "on"])
 
 
-# Known bug (see the xfail test at the end): a llama.cpp tensor_split whose share for the host's
-# GPUs is 0 makes the planner divide by zero on every page that shows the revision.
-TENSOR_SPLIT_FIXED = False
-
-
-def _zero_first_share(knobs: dict[str, Any]) -> bool:
-    split = knobs.get("tensor_split")
-    if not isinstance(split, str):
-        return False
-    try:
-        return float(split.replace("/", ",").split(",")[0]) == 0
-    except ValueError:
-        return False
-
-
 REVISION_FIELDS = [
     "engine",
     "engine_version",
@@ -742,8 +724,6 @@ def test_revision_service(lab, data):
     engine = pick("engine", st.sampled_from(ENGINES), st.sampled_from(["", "vLLM", "bash", "\x00", "llama.cpp "]))
     adapter_engine = engine if engine in ADAPTERS else "vllm"
     knobs = data.draw(service_knobs(adapter_engine, hostile="knobs" in bad))
-    if not TENSOR_SPLIT_FIXED:
-        assume(not _zero_first_share(knobs))
     kwargs = {
         "host": lab["host"],
         "engine": engine,
@@ -865,7 +845,7 @@ def test_ansible_import_service(lab, text, data):
         _get_ok(lab["client"], reverse("deployments:revision_exports", args=[host, revision.number]))
 
 
-# --- known bugs: minimal reproducers (strict xfail; remove the mark when fixed) ------------------
+# --- once-known bugs, kept as reproducers ---------------------------------------------------------
 
 SURROGATE_BUG = (
     "issue 11: a lone surrogate (from a JSON or YAML \\ud800 escape, or a CLI argument that is not "
@@ -873,14 +853,12 @@ SURROGATE_BUG = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=SURROGATE_BUG)
 def test_json_check_refuses_lone_surrogates():
     with pytest.raises(UnsafeValueError):
         check_json_value({"a": "\ud800"}, field="extras")
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason=SURROGATE_BUG)
 @pytest.mark.parametrize("field", ["message", "tag", "served_name", "knob", "extras"])
 def test_revision_service_refuses_lone_surrogates(lab, field):
     values: dict[str, Any] = {"message": "m"}
@@ -898,7 +876,6 @@ def test_revision_service_refuses_lone_surrogates(lab, field):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason=SURROGATE_BUG)
 @pytest.mark.parametrize(
     "text",
     [
@@ -913,7 +890,6 @@ def test_ansible_import_refuses_lone_surrogates(lab, text):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason=SURROGATE_BUG)
 @pytest.mark.parametrize("where", ["quant_method", "name", "repo_id"])
 def test_hf_import_refuses_lone_surrogates(lab, where):
     config = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -927,8 +903,6 @@ def test_hf_import_refuses_lone_surrogates(lab, where):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="issue 11: tensor_split 0,1 on a one-GPU host: ZeroDivisionError in "
-                   "planner/fit.py _layer_shares, so the revision's page answers 500")  # fmt: skip
 def test_zero_tensor_split_share_keeps_the_revision_page_up(lab):
     revision = revision_create(
         host=lab["host"],

@@ -32,6 +32,11 @@ def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
     """Reject text that could break out of an argv element or a rendered script line."""
     if any(ch in value for ch in ("\n", "\r", "\x00")):
         raise EngineConfigError(f"{field} must be a single line", field=field)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no argv or database can carry it
+            raise EngineConfigError(f"{field} contains text that is not valid Unicode", field=field) from None
     if not allow_dash and value.startswith("-"):
         raise EngineConfigError(f"{field} must not start with '-' (it would be read as another flag)", field=field)
     if value == "":

@@ -298,10 +298,14 @@ def _layer_shares(gpus: tuple[GpuSpec, ...], s: Settings) -> list[float]:
     """Fraction of the offloaded layers each GPU holds (-sm layer; -ts, else by memory)."""
     if s.split_mode == "none":
         return [1.0] + [0.0] * (len(gpus) - 1)
-    weights = list(s.tensor_split[: len(gpus)]) if s.tensor_split else [float(g.memory_bytes) for g in gpus]
+    weights = list(s.tensor_split[: len(gpus)]) if s.tensor_split else []
     weights += [0.0] * (len(gpus) - len(weights))
+    if sum(weights) <= 0:
+        # No split given, or no share on this host's GPUs: llama.cpp then splits by device
+        # memory (src/llama-model.cpp: an all-zero tensor_split means "by free memory").
+        weights = [float(g.memory_bytes) for g in gpus]
     total = sum(weights)
-    return [w / total for w in weights]
+    return [w / total for w in weights] if total > 0 else [0.0] * len(gpus)
 
 
 def _report(ctx: Context) -> FitReport:

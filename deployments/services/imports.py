@@ -224,6 +224,12 @@ def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
 
 def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: Any) -> ModelVariant:
     _checked_facts(variant, error_key=error_key)
+    for model_field in variant._meta.concrete_fields:  # every text the import set, e.g. quant_method
+        value = getattr(variant, model_field.attname)
+        if isinstance(value, str):
+            _text_arg(
+                value, field=model_field.name if model_field.name in ("name", "repo_id") else error_key, max_len=100_000
+            )
     variant.full_clean()
     variant.save()
     audit_record(
