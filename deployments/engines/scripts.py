@@ -12,9 +12,26 @@ from __future__ import annotations
 import re
 import shlex
 
-from deployments.engines.base import EngineConfig, EngineConfigError, InstallStep, LaunchSpec
+from deployments.engines.base import PRIVATE_FILE, EngineConfig, EngineConfigError, InstallStep, LaunchSpec
 
 LOG_NAMES = {"vllm": "vllm", "llama.cpp": "llama-server", "ollama": "ollama", "sglang": "sglang"}
+# Where a hand-run script or a unit keeps the files an engine reads its secrets from.
+PRIVATE_DIR = "/etc/llm"
+
+
+def _private_path(name: str) -> str:
+    return f"{PRIVATE_DIR}/{name}"
+
+
+def _shown_argv(spec: LaunchSpec) -> list[str]:
+    """The masked argv with each private-file placeholder replaced by where a person keeps it."""
+    return [_private_path(a[len(PRIVATE_FILE) :]) if a.startswith(PRIVATE_FILE) else a for a in spec.masked_argv()]
+
+
+def _masked_private_files(spec: LaunchSpec) -> dict[str, str]:
+    from deployments.engines.base import mask_secrets
+
+    return {name: mask_secrets(text, spec.secret_values) for name, text in spec.private_files.items()}
 
 
 def _argv_lines(argv: list[str]) -> list[str]:
@@ -50,7 +67,12 @@ def render_start_script(spec: LaunchSpec) -> str:
         out.append(f"export {key}={shlex.quote(value)}")
     if spec.cwd:
         out.append(f"cd {shlex.quote(spec.cwd)}")
-    lines = _argv_lines(spec.masked_argv())
+    if spec.private_files:
+        out += ["# Secrets the engine reads from a file: its command line is visible to every local user.", "umask 077"]
+        out.append(f"mkdir -p {PRIVATE_DIR}")
+        for name, text in sorted(_masked_private_files(spec).items()):
+            out += [f"cat > {shlex.quote(_private_path(name))} <<'PRIVATE'", text.rstrip("\n"), "PRIVATE"]
+    lines = _argv_lines(_shown_argv(spec))
     out.append("exec " + " \\\n    ".join(lines))
     return "\n".join(out) + "\n"
 
@@ -70,6 +92,10 @@ def render_systemd_unit(spec: LaunchSpec, *, user: str = "llm", log_dir: str = "
     """A systemd unit that runs the same argv and env (secrets masked)."""
     log_file = f"{log_dir.rstrip('/')}/{LOG_NAMES.get(spec.engine, 'engine')}.log"
     service = [
+        f"# Before starting: {_private_path(name)} (mode 0600, owned by {user}) holding: {text.strip()}"
+        for name, text in sorted(_masked_private_files(spec).items())
+    ]
+    service += [
         "[Unit]",
         f"Description={spec.engine} inference server ({spec.served_name} on port {spec.port})",
         "After=network-online.target",
@@ -86,7 +112,7 @@ def render_systemd_unit(spec: LaunchSpec, *, user: str = "llm", log_dir: str = "
         env_word = _systemd_quote(f"{key}={value}", always=True).replace("$$", "$")  # no $ expansion here
         service.append(f"Environment={env_word}")
     service += [
-        "ExecStart=" + " ".join(_systemd_quote(a) for a in spec.masked_argv()),
+        "ExecStart=" + " ".join(_systemd_quote(a) for a in _shown_argv(spec)),
         "Restart=on-failure",
         "RestartSec=10",
         "TimeoutStartSec=600",

@@ -163,3 +163,14 @@ def test_other_engines_take_the_key_from_their_environment(engine):
     )
     assert not any("s3cret-key" in a for a in spec.argv)
     assert "s3cret-key" in spec.env.values()
+
+
+def test_sglangs_start_script_and_unit_keep_the_key_file_private_and_masked():
+    config = EngineConfig(engine="sglang", engine_version="0.5.23", model="Qwen/Qwen3-8B", api_key="s3cret-key")
+    adapter = get_adapter("sglang")
+    script, unit = adapter.start_script(config), adapter.systemd_unit(config)
+    assert "s3cret-key" not in script + unit
+    assert "umask 077" in script and "cat > /etc/llm/sglang-secrets.yaml" in script
+    assert "--config /etc/llm/sglang-secrets.yaml" in script
+    assert "@private" not in script + unit
+    assert "/etc/llm/sglang-secrets.yaml (mode 0600" in unit
