@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlpanel.roles import ADMIN, ensure_role
+from deployments.planner.fit import MAX_GPUS
 from deployments.services.audit import audit_record
 
 from .models import GPU, EngineSample, GpuSample, GpuType, Host
@@ -28,7 +29,7 @@ ENGINE_SAMPLE_FIELDS = (
 )
 
 
-MAX_GPUS_PER_HOST = 64  # the largest single machines hold 16; NVL72 racks are many hosts
+MAX_GPUS_PER_HOST = MAX_GPUS  # the planner's bound: one NVLink domain (NVL72) and then some
 
 
 def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:

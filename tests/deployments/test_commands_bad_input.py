@@ -263,6 +263,30 @@ def test_host_declare_bounds_the_total(catalog) -> None:
     refused("host", "declare", "big", "--gpu", "RTX 3090:200", "--gpu", "RTX 3090:100")
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("folder", ["models", "/srv/../etc", "/srv/models\x00"])
+def test_host_declare_refuses_model_folders_that_are_not_plain_absolute_paths(catalog, folder) -> None:
+    refused("host", "declare", "big", "--gpu", "RTX 3090:2", "--model-dir", folder)
+    assert not Host.objects.filter(name="big").exists()
+
+
+@pytest.mark.django_db
+def test_host_declare_records_its_model_folders(catalog) -> None:
+    call_command(
+        "host",
+        "declare",
+        "lab",
+        "--gpu",
+        "RTX 3090:2",
+        "--model-dir",
+        "/srv/models/",
+        "--model-dir",
+        "/data",
+        stdout=io.StringIO(),
+    )
+    assert Host.objects.get(name="lab").model_dirs == ["/srv/models", "/data"]
+
+
 # --- from a real shell: exit status 2, one line, no traceback ------------------------------------------
 
 

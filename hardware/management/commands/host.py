@@ -33,6 +33,13 @@ class Command(PanelCommand):
             metavar="TYPE:COUNT",
             help="catalog GPU type and count, e.g. 'RTX 3090:6' (repeatable)",
         )
+        dec.add_argument(
+            "--model-dir",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a folder its engines may open files in (repeatable); its agent's own list replaces these",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         with change_context("cli"):
@@ -59,7 +66,7 @@ class Command(PanelCommand):
         if sum(count for _, count in gpus) > MAX_GPUS:
             raise CommandError(f"At most {MAX_GPUS} GPUs on one host.", returncode=2)
         try:
-            host = host_declare(name=o["name"], address=o["address"], gpus=gpus, actor=None)
+            host = host_declare(name=o["name"], address=o["address"], gpus=gpus, model_dirs=o["model_dir"], actor=None)
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages), returncode=2) from exc
         self.stdout.write(f"Declared host {host.name} with {host.gpus.count()} GPU(s); queue {host.queue}.")
