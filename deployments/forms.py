@@ -137,7 +137,12 @@ class RevisionForm(forms.Form):
         help_text="NAME=VALUE per line. Secrets go in the host's secret store, never here.",
     )
     served_name = forms.CharField(max_length=200, required=False)
-    port = StrictIntegerField(min_value=1, max_value=65535, initial=8000)
+    port = StrictIntegerField(
+        min_value=1,
+        max_value=65535,
+        initial=8080,
+        help_text="Engine defaults: llama.cpp 8080, vLLM 8001, SGLang 30000, Ollama 11434 (8000 is the panel's own).",
+    )
     api_key_secret = forms.ChoiceField(required=False, label="API key secret")
     hf_token_secret = forms.ChoiceField(required=False, label="HF token secret")
     tag = forms.CharField(max_length=120, required=False)

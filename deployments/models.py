@@ -102,7 +102,7 @@ class DeploymentRevision(models.Model):
     knobs = models.JSONField(default=dict, blank=True)
     env = models.JSONField(default=dict, blank=True)
     served_name = models.CharField(max_length=200, blank=True)
-    port = models.PositiveIntegerField(default=8000)
+    port = models.PositiveIntegerField(default=8080)  # llama.cpp's own; never the panel's 8000
     api_key_secret = models.SlugField(max_length=63, blank=True, help_text="Name of the host secret used as API key.")
     hf_token_secret = models.SlugField(max_length=63, blank=True, help_text="Name of the host secret used as HF token.")
     extras = models.JSONField(default=dict, blank=True)  # e.g. variables an import kept but did not understand

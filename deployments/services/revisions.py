@@ -37,11 +37,27 @@ def _storable(value: Any, field: str) -> Any:
         raise ValidationError({field: str(exc)}) from None
 
 
-def _port(port: Any) -> int:
+# The panel's own web port (scripts/run binds 127.0.0.1:8000): no engine defaults to it, so an
+# engine started with its default never collides with the panel on the same machine.
+PANEL_DEFAULT_PORT = 8000
+
+
+def engine_default_port(engine: str) -> int:
+    """The port a revision of `engine` gets when none is given: the engine's own default
+    (llama.cpp 8080, SGLang 30000, Ollama 11434; vLLM 8001, one above its upstream 8000,
+    which is the panel's own port)."""
+    try:
+        port = get_adapter(engine).default_port
+    except EngineConfigError:
+        return 8080
+    return port + 1 if port == PANEL_DEFAULT_PORT else port
+
+
+def _port(port: Any, engine: str = "") -> int:
     if isinstance(port, str) and re.fullmatch(r"[0-9]{1,5}", port.strip()):
         port = int(port)
     if port in (None, "", 0):
-        return 8000
+        return engine_default_port(engine)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError({"port": f"A port is a whole number between 1 and 65535, not {port!r}."})
     return port
@@ -56,7 +72,7 @@ def revision_concerns(
     knobs: dict[str, Any],
     env: dict[str, str],
     served_name: str = "",
-    port: int = 8000,
+    port: int = 8080,
 ) -> list[Concern]:
     """Validate a revision's engine settings and say what reaches beyond serving.
 
@@ -115,7 +131,7 @@ def revision_create(
     knobs = _storable(dict(knobs or {}), "knobs")
     env = _storable(dict(env or {}), "env")
     extras = _storable(dict(extras or {}), "extras")
-    port = _port(port)
+    port = _port(port, engine)
     for name, text in (
         ("message", message),
         ("tag", tag),

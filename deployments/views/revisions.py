@@ -27,7 +27,7 @@ from deployments.planner import PlanInputError
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.services.operations import HostBusyError
-from deployments.services.revisions import comment_create, revision_create
+from deployments.services.revisions import comment_create, engine_default_port, revision_create
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 
@@ -156,7 +156,12 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
         start = host_obj.active_revision
     if start is None:
         start = host_obj.revisions.select_related("model_variant").order_by("-number").first()
-    initial = RevisionForm.initial_from(start) if start else {"port": 8000}
+    first_engine = Engine.LLAMACPP if host_obj.cpu_only else Engine.VLLM
+    initial = (
+        RevisionForm.initial_from(start)
+        if start
+        else {"engine": first_engine, "port": engine_default_port(first_engine)}
+    )
     form = RevisionForm(host=host_obj, initial=initial)
     return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
 
@@ -227,7 +232,7 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
             knobs=values["knobs"],
             env=values["env"],
             served_name=values["served_name"].strip(),
-            port=values["port"] or 8000,
+            port=values["port"] or engine_default_port(values["engine"]),
             host="0.0.0.0",  # noqa: S104 - what the host agent binds
         )
         spec = get_adapter(values["engine"]).launch_spec(config)
