@@ -120,6 +120,11 @@ def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None 
 # --- revisions ----------------------------------------------------------------------------------
 
 
+# What the live planner does not read: left out of the preview's validation, so an empty
+# message or a half-typed tag never holds the report back.
+PREVIEW_IGNORED = ("message", "tag", "api_key_secret", "hf_token_secret", "parent")
+
+
 class RevisionForm(forms.Form):
     """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines."""
 
@@ -158,8 +163,9 @@ class RevisionForm(forms.Form):
         names = [("", "(none)")] + [(n, n) for n in host.secrets.order_by("name").values_list("name", flat=True)]
         self.fields["api_key_secret"].choices = names
         self.fields["hf_token_secret"].choices = names
-        if preview:  # the live planner reads the settings; a message is not needed yet
-            self.fields["message"].required = False
+        if preview:  # the live planner reads the settings, nothing else: a half-filled form previews
+            for name in PREVIEW_IGNORED:
+                del self.fields[name]
             self.fields["port"].required = False
 
     @classmethod

@@ -183,12 +183,20 @@ class _Forms(HTMLParser):
         super().__init__()
         self.forms: list[tuple[list[str], set[str]]] = []
         self._open: tuple[list[str], set[str]] | None = None
+        self._by_id: dict[str, tuple[list[str], set[str]]] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
         if tag == "form" and (a.get("method") or "get").lower() == "post":
             self._open = ([u for u in (a.get("action") or "", a.get("hx-post") or "") if u], set())
             self.forms.append(self._open)
+            if a.get("id"):
+                self._by_id[a["id"] or ""] = self._open
+        elif tag != "form" and a.get("hx-post") and (a.get("hx-include") or "").startswith("#"):
+            # an element that posts another form's fields (the live planner beside its form)
+            included = self._by_id.get((a.get("hx-include") or "")[1:])
+            if included is not None:
+                included[0].append(a["hx-post"] or "")
         elif tag in ("input", "select", "textarea", "button") and self._open is not None and a.get("name"):
             self._open[1].add(a["name"] or "")
 

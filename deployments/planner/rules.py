@@ -20,6 +20,9 @@ from deployments.planner.versions import version_in, version_lt
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp", "ollama": "Ollama"}
+
+
 def gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB"
 
@@ -65,6 +68,10 @@ def is_old_qwen3(ctx: Context) -> bool:
     }
 
 
+def _engine_name(ctx: Context) -> str:
+    return ENGINE_NAMES.get(ctx.request.engine, ctx.request.engine)
+
+
 def _layout_advice(ctx: Context) -> str:
     n = len(ctx.gpus)
     arch = ctx.request.arch
@@ -99,7 +106,14 @@ def _arch_complete(ctx: Context) -> None:
 def _parallel(ctx: Context) -> None:
     s, arch = ctx.settings, ctx.request.arch
     world = s.tp * s.pp
-    if world > len(ctx.gpus):
+    if world > len(ctx.gpus) and not ctx.request.gpus:
+        ctx.add(
+            ERROR,
+            F.PARALLEL_TOO_MANY_GPUS,
+            f"{_engine_name(ctx)} needs at least one GPU, and this host has none (CPU only).",
+            "Serve a GGUF of the model with llama.cpp, which runs on the CPU, or choose a host with GPUs.",
+        )
+    elif world > len(ctx.gpus):
         ctx.add(
             ERROR,
             F.PARALLEL_TOO_MANY_GPUS,
@@ -194,12 +208,21 @@ def _context(ctx: Context) -> None:
     trained = arch.native_context or (ctx.request.gguf.context_length if ctx.request.gguf else None)
     if s.native_override and not s.rope_factor:
         trained = s.native_override
-    if requested and trained and requested > trained and not s.rope_factor:
+    if requested and trained and requested > trained and not s.rope_factor and not gpu_split:
+        knob = "context_length" if ctx.request.engine == "ollama" else "ctx_size"
+        ctx.add(
+            WARNING,
+            F.CONTEXT_BEYOND_NATIVE,
+            f"Context {requested:,} is beyond the model's native window of {trained:,} tokens: "
+            f"{ctx.request.engine} answers worse past the trained length.",
+            f"Set {knob} to {trained:,} or less.",
+        )
+    elif requested and trained and requested > trained and not s.rope_factor:
         ctx.add(
             ERROR if gpu_split else WARNING,
             F.CONTEXT_BEYOND_NATIVE,
             f"Context {requested:,} is beyond the model's native window of {trained:,} tokens and no rope "
-            "scaling is set: vLLM refuses it, and llama.cpp answers worse past the trained length.",
+            f"scaling is set: {_engine_name(ctx)} refuses it.",
             f"Serve at most {trained:,} tokens, or add rope scaling (hf_overrides "
             '{"rope_scaling": {"rope_type": "yarn", "factor": '
             f'{math.ceil(requested / trained)}, "original_max_position_embeddings": {trained}}}}}).',

@@ -63,6 +63,19 @@ def _port(port: Any, engine: str = "") -> int:
     return port
 
 
+def _tag_free(host: Any, tag: str) -> None:
+    """A tag names one revision per host: say which one holds it, in words (the database's own
+    refusal reads `Constraint "revision_unique_tag_per_host" is violated`)."""
+    tag = (tag or "").strip()
+    if not tag:
+        return
+    holder = DeploymentRevision.objects.filter(host=host, tag=tag).values_list("number", flat=True).first()
+    if holder is not None:
+        raise ValidationError(
+            {"tag": f"Tag `{tag}` is already used by r{holder} on {host.name}; choose another tag or leave it empty."}
+        )
+
+
 def revision_concerns(
     *,
     host: Any,
@@ -164,8 +177,9 @@ def revision_create(
             {_field(first.field): f"{first.message}: only an admin may create a revision that {first.label}."}
         )
 
-    # Lock the host row so two writers cannot take the same number.
+    # Lock the host row so two writers cannot take the same number (or the same tag).
     type(host).objects.select_for_update().filter(pk=host.pk).first()
+    _tag_free(host, tag)
     last = DeploymentRevision.objects.filter(host=host).aggregate(n=Max("number"))["n"] or 0
     if parent is None and last:
         parent = DeploymentRevision.objects.get(host=host, number=last)

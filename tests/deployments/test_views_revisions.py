@@ -263,7 +263,8 @@ def test_new_revision_page_prefills_from_a_revision(client, catalog, operator):
     assert "from r2" in page
     assert "speculative_config={&quot;method&quot;:&quot;mtp&quot;}" in page
     assert 'name="parent" value="2"' in page
-    assert 'hx-trigger="input changed delay:400ms"' in page
+    # the live planner listens from its own element (a trigger on the form waited for the message)
+    assert "input changed delay:400ms from:#revision-form" in page
     assert reverse("deployments:revision_preview", args=["lab"]) in page
 
 

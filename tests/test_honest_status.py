@@ -1,0 +1,133 @@
+"""Honest status and clear errors (issue 12), as a user sees them: the live planner with a
+half-filled form, constraint errors in words, CPU wording, offline hosts, operations, the
+command line, error pages, in-page confirmations, and the diff's like-with-like figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.urls import reverse
+
+from deployments.models import DeploymentRevision, ModelVariant
+from tests.deployments.test_views_revisions import _post_values, add_revision, make_lab
+from tests.hardware.factories import HostFactory
+
+pytestmark = pytest.mark.django_db
+
+TEMPLATES = Path(settings.BASE_DIR) / "templates"
+CSS = Path(settings.BASE_DIR) / "static" / "css" / "panel.css"
+
+
+# --- the live planner with a half-filled form ----------------------------------------------------
+
+
+def test_preview_reports_while_message_tag_and_port_are_empty(client, catalog, operator):
+    make_lab(operator)
+    client.force_login(operator)
+    url = reverse("deployments:revision_preview", args=["lab"])
+    # no message, a tag nobody could store, no port, no parent: the planner still answers
+    data = _post_values(message="", tag="x" * 500, port="", parent="999", api_key_secret="nope")
+    body = client.post(url, data, HTTP_HX_REQUEST="true").content.decode()
+    assert "KV per token" in body and "errorlist" not in body
+
+
+def test_the_planner_listens_from_its_own_element_not_the_validated_form(client, catalog, operator):
+    """htmx checks a form's `required` fields before sending it: a trigger on the form itself
+    waited for the Message field."""
+    make_lab(operator)
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_new", args=["lab"])).content.decode()
+    form_tag = page[page.index('<form method="post" action="/hosts/lab/revisions/new/"') :].split(">", 1)[0]
+    assert "hx-post" not in form_tag and "hx-trigger" not in form_tag
+    planner = page[page.index('id="planner"') :].split(">", 1)[0]
+    assert "from:#revision-form" in planner and 'hx-include="#revision-form"' in planner
+
+
+# --- constraint errors in words, and a layout they cannot break ------------------------------------
+
+
+def test_a_taken_tag_is_a_sentence_beside_the_tag_field(client, catalog, operator):
+    make_lab(operator)  # r1 is tagged "first"
+    client.force_login(operator)
+    response = client.post(reverse("deployments:revision_new", args=["lab"]), _post_values(tag="first"))
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Tag `first` is already used by r1" in body
+    assert "Constraint" not in body and "revision_unique_tag_per_host" not in body
+    assert DeploymentRevision.objects.count() == 1
+
+
+def test_the_service_says_which_revision_holds_a_tag(catalog, operator):
+    host, _ = make_lab(operator)
+    add_revision(host, operator, tag="stable")
+    with pytest.raises(Exception) as caught:
+        add_revision(host, operator, tag="stable")
+    assert "Tag `stable` is already used by r2" in str(caught.value)
+    assert "Constraint" not in str(caught.value)
+    assert add_revision(host, operator, tag="").number == 3  # an empty tag is no tag: never taken
+
+
+def test_a_long_unbroken_error_wraps_instead_of_widening_the_page():
+    css = CSS.read_text()
+    assert "overflow-wrap:anywhere" in css
+    assert "grid-template-columns:minmax(0, 1fr) minmax(0, 1fr)" in css
+
+
+# --- CPU hosts in CPU words ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cpu_host(catalog):
+    host = HostFactory(name="cpu1")  # no GPUs
+    gemma = ModelVariant.objects.create(
+        name="gemma-cpu",
+        format="gguf",
+        gguf_file="/models/gemma.gguf",
+        quantization="Q4_K_M",
+        weights_bytes=253_000_000,
+        arch={
+            "architecture": "gemma3",
+            "num_layers": 18,
+            "num_attention_heads": 4,
+            "num_kv_heads": 1,
+            "head_dim": 256,
+            "hidden_size": 640,
+            "native_context": 32768,
+        },
+    )
+    return host, gemma
+
+
+def _preview(client, host, **values):
+    data = {"engine": "llama.cpp", "engine_version": "", "knobs": "", "env": "", "served_name": "", "port": ""}
+    data.update(values)
+    return client.post(
+        reverse("deployments:revision_preview", args=[host.name]), data, HTTP_HX_REQUEST="true"
+    ).content.decode()
+
+
+def test_cpu_host_planner_speaks_of_the_cpu_not_zero_gpus(client, cpu_host, operator):
+    host, gemma = cpu_host
+    client.force_login(operator)
+    body = _preview(client, host, model_variant=gemma.pk, knobs="ctx_size=4096")
+    assert "CPU only" in body and "of RAM" in body
+    assert "0 of 0 GPU" not in body and "TP 1 × PP 1" not in body and "per GPU" not in body
+
+
+def test_llama_cpp_past_the_native_window_gets_a_llama_cpp_fix(client, cpu_host, operator):
+    host, gemma = cpu_host
+    client.force_login(operator)
+    body = _preview(client, host, model_variant=gemma.pk, knobs="ctx_size=65536")
+    assert "context.beyond_native" in body and "Set ctx_size to 32,768 or less" in body
+    assert "hf_overrides" not in body and "vLLM" not in body
+
+
+def test_vllm_on_a_cpu_host_says_it_needs_a_gpu(client, cpu_host, operator):
+    host, _ = cpu_host
+    client.force_login(operator)
+    qwen = ModelVariant.objects.get(name="Qwen3.8-27B-W4A16-AWQ")
+    body = _preview(client, host, model_variant=qwen.pk, engine="vllm")
+    assert "vLLM needs at least one GPU, and this host has none (CPU only)" in body
+    assert "needs 1 GPUs but the engine sees 0" not in body
