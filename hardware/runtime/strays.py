@@ -5,6 +5,12 @@ matched against the socket links under /proc/<pid>/fd. A holder counts as an inf
 server only if BOTH its command line looks like one (llama-server, vllm, sglang, ollama)
 AND the port answers like one (/health, /v1/models, Ollama's banner). Anything else is
 left alone and reported.
+
+Even an inference server is stopped only when the host's policy says so:
+CONTROLPANEL_STOP_STRAYS=never (the default) leaves every process the panel did not start
+alone and refuses with who holds the port (it may be another panel's engine, mid-benchmark);
+=engines lets a switch stop an inference server it finds on its port, and the operation's
+log names it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,17 @@ import httpx
 from .processes import PROC, read_cmdline, read_stat
 
 _LISTEN = "0A"
+
+STOP_STRAYS_ENV = "CONTROLPANEL_STOP_STRAYS"
+STOP_STRAYS_POLICIES = ("never", "engines")
+
+
+def stop_strays_policy(environ: dict[str, str] | None = None) -> str:
+    """The host's policy for processes the panel did not start: "never" (default) or "engines".
+    An unknown value reads as "never": a typo must not stop someone else's server."""
+    value = (os.environ if environ is None else environ).get(STOP_STRAYS_ENV, "").strip().lower()
+    return value if value in STOP_STRAYS_POLICIES else "never"
+
 
 _ENGINE_CMDLINE = [
     re.compile(r"(^|/)llama-server$"),

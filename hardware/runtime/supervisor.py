@@ -6,10 +6,11 @@ that started it. STATE_DIR/engine.json records it (pid, pgid, start ticks agains
 reuse, revision, served name, port, masked argv), so a new Supervisor on the same folder,
 in a restarted worker or another process, sees and controls the same engine.
 
-One engine per host: `start()` first stops the engine the panel started before, then a
-stray inference server on the configured port (reported in the result); a port held by
-anything that is not clearly an inference server makes it refuse with PortBusyError and
-leave that process alone.
+One engine per host: `start()` first stops the engine the panel started before. A port held
+by anything else makes it refuse with PortBusyError naming the holder and leave it alone,
+unless the host's policy (CONTROLPANEL_STOP_STRAYS=engines, see strays.py) allows stopping
+an inference server the panel did not start: then it is stopped, noted in the engine log and
+reported in the result (and so in the operation's log).
 
     sup = Supervisor(Path("/var/lib/llm-panel"))
     result = sup.start(spec, revision_label="r12", on_progress=report)  # raises on failure
@@ -49,7 +50,7 @@ from .processes import (
 )
 from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_chat, wait_ready
 from .state import EngineRecord, StateDir, utc_now_iso
-from .strays import find_port_holder, listening_inodes
+from .strays import STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
 
 __all__ = [
     "EngineStatus",
@@ -141,8 +142,11 @@ class Supervisor:
         secrets: Iterable[str] = (),
         stop_grace: float = 30.0,
         lock_timeout: float = 60.0,
+        stop_strays: str | None = None,
     ) -> None:
-        """`secrets`: values to mask in log tails (start() adds the spec's own)."""
+        """`secrets`: values to mask in log tails (start() adds the spec's own). `stop_strays`:
+        "never" or "engines" (None: the host's CONTROLPANEL_STOP_STRAYS, default never)."""
+        self.stop_strays = stop_strays if stop_strays in ("never", "engines") else stop_strays_policy()
         self.state = StateDir(state_dir)
         self.stop_grace = stop_grace
         self.lock_timeout = lock_timeout
@@ -193,7 +197,12 @@ class Supervisor:
             stray = self._clear_port(spec, grace)
             if stray is not None:
                 stopped.append(stray)
-                progress("stopping", 0.08, f"stopped a stray engine on port {spec.port} (pid {stray.pid})")
+                progress(
+                    "stopping",
+                    0.08,
+                    f"stopped an inference server the panel did not start, on port {spec.port}: pid {stray.pid} "
+                    f"({shlex.join(stray.cmdline)}), as the host's policy {STOP_STRAYS_ENV}=engines allows",
+                )
 
             progress("launching", 0.1, f"launching {spec.engine} on port {spec.port}")
             record, proc = self._launch(spec, revision_label, revision_id)
@@ -355,7 +364,8 @@ class Supervisor:
         self._note(f"start of revision {record.revision_label} failed")
 
     def _clear_port(self, spec: LaunchSpec, grace: float) -> StoppedProcess | None:
-        """Stop a stray inference server on the port; refuse if the holder is anything else."""
+        """Make the port free of processes the panel did not start: refuse (PortBusyError naming the
+        holder) unless the holder is an inference server and the policy is "engines"."""
         holder = find_port_holder(spec.port, host=spec.host)
         # A process that just died (SIGKILL, crash) keeps its listening socket for a moment
         # while its threads tear down, with no visible owner: give it time to go away.
@@ -382,6 +392,16 @@ class Supervisor:
                 f"not stopping it because {why}. Stop it yourself or choose another port."
                 if holder.pid is not None
                 else f"port {spec.port} is held by a process this user cannot see; stop it or choose another port.",
+            )
+        if self.stop_strays != "engines":
+            raise PortBusyError(
+                spec.port,
+                holder.pid,
+                cmdline,
+                f"port {spec.port} is held by pid {holder.pid} ({shlex.join(cmdline) or '?'}), an inference server "
+                f"this panel did not start (another panel's engine, or one started by hand); not stopping it: the "
+                f"host's policy is {STOP_STRAYS_ENV}=never. Stop it yourself, choose another port, or set "
+                f"{STOP_STRAYS_ENV}=engines on this host.",
             )
         t0 = time.monotonic()
         graceful = terminate_tree(holder.pid, grace=grace)

@@ -172,14 +172,37 @@ def test_starting_a_second_engine_stops_the_first(sup: Supervisor) -> None:
 
 
 @pytest.mark.engine
-def test_a_stray_engine_on_the_port_is_stopped_and_reported(
+def test_a_stray_engine_on_the_port_is_left_alone_by_default(
     sup: Supervisor, bystanders: list[subprocess.Popen[bytes]]
 ) -> None:
+    """It may be another panel's engine, mid-benchmark: the default policy never stops it."""
     port = free_port()
     stray_spec = llama_spec(port, "stray")
     stray = subprocess.Popen(stray_spec.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     bystanders.append(stray)
     wait_ready(stray_spec, timeout=60, process_alive=lambda: stray.poll() is None)
+    assert sup.stop_strays == "never"
+
+    with pytest.raises(PortBusyError) as caught:
+        sup.start(llama_spec(port, "ours"), revision_label="r1", verify=False)
+
+    assert caught.value.pid == stray.pid
+    assert f"pid {stray.pid}" in str(caught.value) and "CONTROLPANEL_STOP_STRAYS=never" in str(caught.value)
+    assert stray.poll() is None
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == "stray"
+
+
+@pytest.mark.engine
+def test_a_stray_engine_on_the_port_is_stopped_and_reported(
+    sup: Supervisor, bystanders: list[subprocess.Popen[bytes]]
+) -> None:
+    """Only where the host's policy allows it (was the default: it stopped another panel's engine)."""
+    port = free_port()
+    stray_spec = llama_spec(port, "stray")
+    stray = subprocess.Popen(stray_spec.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bystanders.append(stray)
+    wait_ready(stray_spec, timeout=60, process_alive=lambda: stray.poll() is None)
+    sup.stop_strays = "engines"  # CONTROLPANEL_STOP_STRAYS=engines
 
     result = sup.start(llama_spec(port, "ours"), revision_label="r1", verify=False)
 
