@@ -8,6 +8,7 @@ exception, so a bad stored value cannot break a page. Secrets are never resolved
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -244,3 +245,60 @@ def validation_messages(exc: ValidationError) -> list[str]:
     if hasattr(exc, "error_dict"):
         return [f"{k}: {m}" if k != "__all__" else m for k, ms in exc.message_dict.items() for m in ms]
     return list(exc.messages)
+
+
+# --- operation logs ----------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    text: str
+    count: int = 1  # consecutive lines of the same pattern folded into this one (the last shown)
+
+
+def fold_log(text: str | None) -> list[LogLine]:
+    """Consecutive lines that differ only in their numbers (`waiting for …/health: connection
+    refused (1.2 s)`, then 2.3 s, …) become one line, the latest, with a count. Display only:
+    the stored log keeps every line."""
+    folded: list[LogLine] = []
+    last_pattern: str | None = None
+    for line in (text or "").splitlines():
+        pattern = _NUMBER.sub("#", line)
+        if folded and pattern == last_pattern and line.strip():
+            folded[-1] = LogLine(text=line, count=folded[-1].count + 1)
+        else:
+            folded.append(LogLine(text=line))
+        last_pattern = pattern
+    return folded
+
+
+@dataclass(frozen=True)
+class OperationOutcome:
+    """The headline of an ended operation, in words: a failed switch that rolled back says so."""
+
+    label: str
+    css: str
+    note: str = ""
+
+
+def operation_outcome(op: Operation) -> OperationOutcome:
+    result = op.result if isinstance(op.result, dict) else {}
+    state = op.get_state_display()
+    if op.state == OperationState.FAILED and result.get("rolled_back"):
+        previous = result.get("previous")
+        numbered = isinstance(previous, int) and not isinstance(previous, bool)
+        back = f"r{previous}" if numbered else "the previous revision"
+        return OperationOutcome(
+            label="Failed, rolled back",
+            css="failed rolled-back",
+            note=f"The switch failed and {back} was started again: it is serving, as before.",
+        )
+    if op.state == OperationState.FAILED and result.get("rollback_failed"):
+        return OperationOutcome(
+            label="Failed, rollback failed",
+            css="failed",
+            note="The switch failed and the previous revision did not come back: the host serves nothing.",
+        )
+    return OperationOutcome(label=str(state), css=str(op.state))

@@ -131,3 +131,63 @@ def test_vllm_on_a_cpu_host_says_it_needs_a_gpu(client, cpu_host, operator):
     body = _preview(client, host, model_variant=qwen.pk, engine="vllm")
     assert "vLLM needs at least one GPU, and this host has none (CPU only)" in body
     assert "needs 1 GPUs but the engine sees 0" not in body
+
+
+# --- operations: Cancel goes when it ends, a rollback is labelled, repeated polls fold ---------------
+
+
+def _switch_op(host, operator, state, **fields):
+    from deployments.models import Operation
+
+    return Operation.objects.create(kind="switch", host=host, state=state, requested_by=operator, **fields)
+
+
+def test_the_status_poll_removes_the_cancel_button_when_the_operation_ends(client, catalog, operator):
+    host, _ = make_lab(operator)
+    op = _switch_op(host, operator, "running", log="starting\n")
+    client.force_login(operator)
+    status_url = reverse("deployments:operation_status", args=[op.pk])
+    running = client.get(status_url, HTTP_HX_REQUEST="true")
+    assert running.status_code == 200 and 'id="op-cancel"' not in running.content.decode()
+    op.state = "succeeded"
+    op.save(update_fields=["state"])
+    ended = client.get(status_url, HTTP_HX_REQUEST="true")
+    body = ended.content.decode()
+    assert ended.status_code == 286  # htmx stops polling
+    assert '<div id="op-cancel" hx-swap-oob="true"></div>' in body  # the Cancel slot is emptied
+    page = client.get(reverse("deployments:operation_detail", args=[op.pk])).content.decode()
+    assert "Cancel…" not in page and reverse("deployments:operation_cancel", args=[op.pk]) not in page
+
+
+def test_a_failed_and_rolled_back_switch_is_labelled_so(client, catalog, operator):
+    host, _ = make_lab(operator)
+    op = _switch_op(
+        host,
+        operator,
+        "failed",
+        error="r2 failed (exit 1); rolled back to r1, which is serving again.",
+        result={"revision": 2, "previous": 1, "rolled_back": True, "rollback_failed": False},
+    )
+    client.force_login(operator)
+    page = client.get(reverse("deployments:operation_detail", args=[op.pk])).content.decode()
+    assert 'class="badge failed rolled-back">Failed, rolled back</span>' in page
+    assert "r1 was started again: it is serving, as before." in page
+    plain = _switch_op(host, operator, "failed", error="boom", result={"rolled_back": False})
+    page = client.get(reverse("deployments:operation_detail", args=[plain.pk])).content.decode()
+    assert "rolled back" not in page and 'class="badge failed">Failed</span>' in page
+
+
+def test_the_log_folds_repeated_health_polls_into_one_line_with_a_count(client, catalog, operator):
+    host, _ = make_lab(operator)
+    polls = "".join(
+        f"[health] waiting for http://127.0.0.1:8080/health: connection refused ({t / 10:.1f} s)\n"
+        for t in range(1, 31)
+    )
+    op = _switch_op(host, operator, "running", log="[launching] launching llama.cpp on port 8080\n" + polls + "ready\n")
+    client.force_login(operator)
+    body = client.get(reverse("deployments:operation_status", args=[op.pk]), HTTP_HX_REQUEST="true").content.decode()
+    assert body.count("waiting for http://127.0.0.1:8080/health") == 1
+    assert "connection refused (3.0 s)" in body and "(×30)" in body  # the latest, with the count
+    assert "launching llama.cpp on port 8080" in body and "ready" in body
+    op.refresh_from_db()
+    assert op.log.count("waiting for") == 30  # display only: the stored log keeps every line

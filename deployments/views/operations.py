@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -24,17 +26,28 @@ def _operation_or_404(pk: str) -> Operation:
         raise Http404("No such operation.") from exc
 
 
+def _status_context(op: Operation, **extra: Any) -> dict[str, Any]:
+    return {
+        "op": op,
+        "outcome": presenters.operation_outcome(op),
+        "log_lines": presenters.fold_log(op.log),
+        **extra,
+    }
+
+
 @require_GET
 @role_required(VIEWER)
 def operation_detail(request: HttpRequest, pk: str) -> HttpResponse:
-    return render(request, "deployments/operation_detail.html", {"op": _operation_or_404(pk)})
+    return render(request, "deployments/operation_detail.html", _status_context(_operation_or_404(pk)))
 
 
 @require_GET
 @role_required(VIEWER)
 def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
     op = _operation_or_404(pk)
-    response = render(request, "deployments/_operation_status.html", {"op": op})
+    # When it has ended, the fragment also empties the Cancel slot (out of band): no Cancel
+    # button stays on a finished operation's page.
+    response = render(request, "deployments/_operation_status.html", _status_context(op, polled=True))
     if not op.is_active:
         return HttpResponseStopPolling(response.content)
     return response
