@@ -8,7 +8,7 @@ Prints, over a few rounds with the real llama-server and the Gemma 3 270M model:
 and the difference (the panel's overhead: queueing, stopping the previous engine, the
 verification completion, bookkeeping).
 
-    python bench/bench_switch.py            # embedded default: SQLite + filesystem broker
+    python bench/bench_switch.py            # embedded default: SQLite + the embedded Redis
     DATABASE_URL=postgres://... CELERY_BROKER_URL=redis://... python bench/bench_switch.py
 
 With no DATABASE_URL it works in a throwaway data folder, so it never touches real data.
@@ -133,7 +133,7 @@ def main() -> None:
             print(f"round {i + 1}: direct {direct[-1]:.2f} s, panel {panel[-1]:.2f} s", flush=True)
 
         d, p = statistics.median(direct), statistics.median(panel)
-        broker = os.environ.get("CELERY_BROKER_URL", "filesystem:// (embedded)")
+        broker = os.environ.get("CELERY_BROKER_URL", "redis+socket:// (embedded)")
         print(f"\nbroker: {broker}")
         print(f"direct launch to ready (median of {ROUNDS}): {d:.2f} s")
         print(f"panel switch request to ready (median):      {p:.2f} s")
@@ -145,4 +145,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import django
+
+    django.setup()
+    from controlpanel.embedded import embedded_redis
+
+    with embedded_redis():  # no CELERY_BROKER_URL: the panel's own Redis, as scripts/run starts it
+        main()

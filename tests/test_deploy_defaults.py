@@ -118,7 +118,7 @@ def test_a_fresh_data_folder_is_private(tmp_path):
     assert _mode(data) == 0o700
     assert _mode(data / "secret_key") == 0o600
     assert _mode(data / "db.sqlite3") == 0o600
-    for folder in ("broker", "broker/queue", "broker/processed", "broker/control", "staticfiles"):
+    for folder in ("redis", "staticfiles"):
         assert _mode(data / folder) == 0o700, folder
 
 

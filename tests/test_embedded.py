@@ -1,0 +1,196 @@
+"""The embedded default as `scripts/run` starts it (`python -m controlpanel.embedded`), with real
+processes: its own Redis on a Unix socket, the panel worker, the agent, gunicorn, and a real
+llama-server. Each test gets a fresh copy of a prepared data folder and a free port, and no
+DATABASE_URL or CELERY_BROKER_URL (so SQLite and the embedded Redis, whatever the suite uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.embedded import EmbeddedPanel, copy_prepared, embedded_env, prepare
+from tests.support.llama import free_port, gemma_model_path
+
+pytestmark = pytest.mark.celery
+STOP_LIMIT_S = 10.0
+
+PROBE = """
+import json, time
+from hardware.models import Host
+from deployments.services.switch import probe_request
+from deployments.tasks import reap_lost_operations
+reap_lost_operations.delay()  # the panel worker's queue
+op = probe_request(host=Host.objects.get(), actor=None)  # the agent's queue
+deadline = time.monotonic() + 30
+while op.state not in ("succeeded", "failed", "lost", "cancelled") and time.monotonic() < deadline:
+    time.sleep(0.1)
+    op.refresh_from_db()
+print(json.dumps({"state": op.state, "error": op.error}))
+"""
+
+SWITCH = """
+import json, time
+from deployments.host_ops import supervisor_for
+from deployments.models import ModelVariant
+from deployments.services.revisions import revision_create
+from deployments.services.switch import switch_request
+from hardware.models import Host
+host = Host.objects.get()
+model = ModelVariant.objects.create(name="gemma-embedded", format="gguf", gguf_file={model!r})
+revision = revision_create(host=host, engine="llama.cpp", model_variant=model, served_name="gemma", port={port},
+    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, message="embedded", actor=None)
+op = switch_request(revision=revision, actor=None)
+deadline = time.monotonic() + 90
+while op.state not in ("succeeded", "failed", "lost", "cancelled") and time.monotonic() < deadline:
+    time.sleep(0.2)
+    op.refresh_from_db()
+print(json.dumps({{"state": op.state, "error": op.error, "pid": supervisor_for(host.name).status().pid}}))
+"""
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _wait(predicate, timeout: float, what: str, panel: EmbeddedPanel) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}:\n{panel.output()}")
+        time.sleep(0.1)
+
+
+def _restarted(panel: EmbeddedPanel, name: str, old_pid: int) -> bool:
+    pid = panel.child_pid(name)
+    return pid is not None and pid != old_pid
+
+
+def _stop_and_check_nothing_left(panel: EmbeddedPanel, sig: int) -> float:
+    before = panel.tree()
+    assert len(before) >= 5, before  # supervisor, redis, worker (+pool, beat), agent, gunicorn (+workers)
+    seconds = panel.stop(sig)
+    left = [(p.pid, p.state(), p.cmdline) for p in before if p.state() is not None]
+    assert not left, f"still there (state Z is a zombie): {left}"
+    assert seconds < STOP_LIMIT_S, (seconds, panel.output())
+    assert panel.proc is not None and panel.proc.returncode == 0, panel.output()
+    return seconds
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("embedded") / "data"
+    prepare(data, embedded_env(data))
+    return data
+
+
+@pytest.fixture
+def panel(template: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[EmbeddedPanel]:
+    data = tmp_path / "data"
+    copy_prepared(template, data)
+    extra = getattr(request, "param", {})
+    embedded = EmbeddedPanel(data, free_port(), extra_env=extra.get("env"), args=extra.get("args", []))
+    embedded.start()
+    try:
+        yield embedded
+    finally:
+        if embedded.proc is not None and embedded.proc.poll() is None:
+            embedded.kill_all()
+
+
+def test_serves_carries_tasks_over_its_own_redis_and_ctrl_c_stops_it(panel: EmbeddedPanel) -> None:
+    panel.wait_healthy()
+    redis_dir = panel.data_dir / "redis"
+    assert _mode(redis_dir) == 0o700 and _mode(redis_dir / "redis.sock") == 0o600
+    assert _mode(redis_dir / "appendonly.aof") == 0o600
+    assert f"Connected to redis+socket://{redis_dir / 'redis.sock'}" in panel.log("worker")
+
+    result = _last_json(panel.django(PROBE))
+    assert result["state"] == "succeeded", result
+    _wait(lambda: "reap_lost_operations" in panel.log("worker"), 10, "the panel worker's task", panel)
+
+    _stop_and_check_nothing_left(panel, signal.SIGINT)
+    assert not (redis_dir / "redis.sock").exists()
+
+
+def test_a_killed_process_is_restarted_loudly_and_tasks_survive_a_redis_crash(panel: EmbeddedPanel) -> None:
+    panel.wait_healthy()
+    worker = panel.child_pid("worker")
+    assert worker is not None
+    os.kill(worker, signal.SIGKILL)
+    _wait(lambda: _restarted(panel, "worker", worker), 15, "the worker's restart", panel)
+    message = f"worker (pid {worker}) was killed by SIGKILL"
+    assert message in (panel.data_dir / "logs" / "embedded.log").read_text()
+    assert message in panel.output() and "restart 1 of 5" in panel.output()
+
+    redis = panel.child_pid("redis")
+    assert redis is not None
+    os.kill(redis, signal.SIGKILL)
+    _wait(lambda: _restarted(panel, "redis", redis), 15, "Redis's restart", panel)
+    # The worker and the agent reconnect to the new Redis on the same socket by themselves.
+    result = _last_json(panel.django(PROBE))
+    assert result["state"] == "succeeded", (result, panel.output())
+
+    _stop_and_check_nothing_left(panel, signal.SIGTERM)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    "panel", [{"env": {"CONTROLPANEL_MODEL_DIRS": str(Path(gemma_model_path()).parent)}}], indirect=True
+)
+def test_term_stops_everything_even_an_engine_orphaned_by_a_killed_agent(panel: EmbeddedPanel) -> None:
+    panel.wait_healthy()
+    port = free_port()
+    result = _last_json(panel.django(SWITCH.format(model=gemma_model_path(), port=port)))
+    assert result["state"] == "succeeded", (result, panel.output())
+    engine = result["pid"]
+    agent = panel.child_pid("agent")
+    assert agent is not None and engine in [p.pid for p in panel.tree()]
+
+    # The agent dies; its engine keeps serving, re-parented to the supervisor (a subreaper).
+    os.kill(agent, signal.SIGKILL)
+    _wait(lambda: _restarted(panel, "agent", agent), 15, "the agent's restart", panel)
+    assert _ppid(engine) == panel.proc.pid
+    _wait(lambda: panel.log("agent").count(" ready.") >= 2, 30, "the new agent", panel)
+
+    seconds = _stop_and_check_nothing_left(panel, signal.SIGTERM)
+    assert "stopped the engine" in panel.output(), panel.output()
+    print(f"stopped with an engine in {seconds:.1f} s")
+
+
+@pytest.mark.parametrize("panel", [{"args": ["--max-restarts", "1", "--window", "60"]}], indirect=True)
+def test_a_process_that_keeps_dying_stops_the_panel_loudly(panel: EmbeddedPanel) -> None:
+    panel.wait_healthy()
+    before = panel.tree()
+    web = panel.child_pid("web")
+    assert web is not None
+    os.kill(web, signal.SIGKILL)
+    _wait(lambda: _restarted(panel, "web", web), 15, "the web server's restart", panel)
+    web = panel.child_pid("web")
+    assert web is not None
+    os.kill(web, signal.SIGKILL)
+    assert panel.proc is not None
+    panel.proc.wait(STOP_LIMIT_S + 2)
+    assert panel.proc.returncode == 1
+    assert "restarted 1 times within 1 min, giving up: stopping the panel" in panel.output()
+    left = [(p.pid, p.state(), p.cmdline) for p in before + panel.tree() if p.state() is not None]
+    assert not left, left
+
+
+def _ppid(pid: int) -> int:
+    from hardware.runtime.processes import read_stat
+
+    stat_ = read_stat(pid)
+    assert stat_ is not None
+    return stat_.ppid
