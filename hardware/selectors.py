@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
+from django.utils.timesince import timesince
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation
@@ -63,11 +64,72 @@ def _gib(value: float | None) -> str:
     return "" if value is None else f"{value / 1024**3:.1f} GB"
 
 
+def offline_reason(host: Host) -> str:
+    """Why a host offers no Switch, Benchmark or Probe now; "" while its agent reports."""
+    if host.is_online:
+        return ""
+    if host.last_heartbeat is None:
+        since = "has never reported"
+    else:
+        since = f"last reported {timesince(host.last_heartbeat)} ago"
+    return (
+        f"{host.name} is offline: its agent {since}. Switch, Benchmark and Probe need the agent "
+        "running on the host; they come back when it reports again."
+    )
+
+
+@dataclass(frozen=True)
+class ServingStatus:
+    """What the host serves, honestly: "Serving" only while the engine runs and is healthy."""
+
+    serving: bool
+    label: str  # the badge beside an active revision that is not serving
+    css: str
+    note: str = ""
+
+
+def serving_status(host: Host) -> ServingStatus:
+    st = host.engine_state if isinstance(host.engine_state, dict) else {}
+    revision = host.active_revision
+    label = f"r{revision.number}" if revision is not None else "the active revision"
+    if not host.is_online:
+        return ServingStatus(False, "unknown", "off", f"{host.name} is offline: whether {label} still runs is unknown.")
+    if not st:
+        return ServingStatus(False, "not reported", "off", "The host has not reported its engine yet.")
+    if not st.get("running"):
+        phase = st.get("phase")
+        return ServingStatus(
+            False,
+            "not serving",
+            "error",
+            f"{label} is the active revision, but its engine is stopped" + (f" ({phase})." if phase else "."),
+        )
+    running_label = st.get("revision_label")
+    if running_label and revision is not None and str(running_label) != f"r{revision.number}":
+        return ServingStatus(
+            False, "not serving", "error", f"The engine runs {running_label}, not the active revision {label}."
+        )
+    health = st.get("health")
+    if health == "healthy" or (health is None and st.get("healthy")):
+        return ServingStatus(True, "serving", "ok")
+    if health == "starting":
+        return ServingStatus(False, "starting", "info", f"{label}'s engine is starting.")
+    return ServingStatus(False, "unhealthy", "error", f"{label}'s engine runs but does not answer its health check.")
+
+
 @dataclass
 class HostCard:
     host: Host
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
+
+    @property
+    def serving(self) -> ServingStatus:
+        return serving_status(self.host)
+
+    @property
+    def offline_reason(self) -> str:
+        return offline_reason(self.host)
 
 
 def host_list() -> QuerySet[Host]:

@@ -191,3 +191,69 @@ def test_the_log_folds_repeated_health_polls_into_one_line_with_a_count(client, 
     assert "launching llama.cpp on port 8080" in body and "ready" in body
     op.refresh_from_db()
     assert op.log.count("waiting for") == 30  # display only: the stored log keeps every line
+
+
+# --- never "Serving" beside a stopped engine; an offline host offers nothing it cannot do -------------
+
+
+def _card(client, host) -> str:
+    page = client.get(reverse("hardware:dashboard")).content.decode()
+    return page[page.index(f'data-host="{host.name}"') :].split("</article>", 1)[0]
+
+
+def test_a_dead_engine_is_not_serving(client, catalog, operator):
+    from django.utils import timezone
+
+    host, _ = make_lab(operator)
+    client.force_login(operator)
+    host.engine_state = {"running": False, "phase": "dead", "engine": "vllm", "revision_label": "r1"}
+    host.last_heartbeat = timezone.now()
+    host.save(update_fields=["engine_state", "last_heartbeat"])
+    card = _card(client, host)
+    assert "Serving" not in card and "Engine stopped (dead)" in card
+    assert "not serving</span> Active revision:" in card
+    assert "r1 is the active revision, but its engine is stopped (dead)." in card
+    host.engine_state = {"running": True, "health": "healthy", "engine": "vllm", "revision_label": "r1"}
+    host.save(update_fields=["engine_state"])
+    card = _card(client, host)
+    assert '<p class="serving">Serving' in card and "not serving" not in card
+
+
+def test_an_offline_host_card_says_so_and_claims_nothing(client, catalog, operator):
+    host, _ = make_lab(operator)
+    host.last_heartbeat = None
+    host.engine_state = {"running": True, "health": "healthy", "engine": "vllm", "revision_label": "r1"}
+    host.save(update_fields=["last_heartbeat", "engine_state"])
+    client.force_login(operator)
+    card = _card(client, host)
+    assert "Serving" not in card and "whether r1 still runs is unknown" in card
+    assert "lab is offline: its agent has never reported. Switch, Benchmark and Probe need the agent" in card
+    assert "(last report)" in card
+
+
+def test_an_offline_host_offers_no_switch_or_benchmark_and_says_why(client, catalog, operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments.models import Operation
+
+    host, _ = make_lab(operator)
+    host.last_heartbeat = timezone.now() - timedelta(hours=3)
+    host.save(update_fields=["last_heartbeat"])
+    client.force_login(operator)
+    why = "lab is offline: its agent last reported 3"
+    detail = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
+    assert why in detail and "Switch lab to r1" not in detail and "Benchmark this revision" not in detail
+    listing = client.get(reverse("deployments:benchmark_list", args=["lab"])).content.decode()
+    assert why in listing and "Benchmark this host…" not in listing
+    new = client.get(reverse("deployments:benchmark_new", args=["lab"])).content.decode()
+    assert why in new and "Start the benchmark" not in new
+    refused = client.post(reverse("deployments:benchmark_new", args=["lab"]), {"profile": "quick"})
+    assert refused.status_code == 400 and why in refused.content.decode()
+    assert not Operation.objects.exists()
+    # back online: the buttons come back
+    host.last_heartbeat = timezone.now()
+    host.save(update_fields=["last_heartbeat"])
+    detail = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
+    assert "Switch lab to r1" in detail and "offline" not in detail

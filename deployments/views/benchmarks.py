@@ -28,6 +28,7 @@ from deployments.forms import BenchmarkForm
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from deployments.services.benchmarks import benchmark_compare, benchmark_export, benchmark_request, benchmark_summary
 from hardware.models import Host
+from hardware.selectors import offline_reason
 
 from ._dispatch import by_method, is_partial
 
@@ -56,6 +57,7 @@ def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str
         "revision": revision or host.active_revision,
         "profiles": PROFILES,
         "field_names": ("concurrency", "input_tokens", "output_tokens", "requests"),
+        "offline_reason": offline_reason(host),
     }
 
 
@@ -84,6 +86,8 @@ def benchmark_start(request: HttpRequest, host: str) -> HttpResponse:
             revision = host_obj.revisions.filter(number=number).first()
             if revision is None:
                 errors.append(f"{host_obj.name} has no revision r{number}.")
+        if not errors and offline_reason(host_obj):  # nobody would run it: say why, queue nothing
+            errors.append(offline_reason(host_obj))
         if not errors:
             try:
                 op = benchmark_request(
@@ -317,7 +321,7 @@ def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
     response = render(
         request,
         "deployments/benchmark_list.html",
-        {"host": host_obj, "rows": rows, "errors": errors, "a": a, "b": b},
+        {"host": host_obj, "rows": rows, "errors": errors, "a": a, "b": b, "offline_reason": offline_reason(host_obj)},
     )
     if errors:
         response.status_code = 400

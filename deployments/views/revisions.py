@@ -82,6 +82,8 @@ def revision_list(request: HttpRequest, host: str) -> HttpResponse:
 
 
 def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra: Any) -> dict[str, Any]:
+    from hardware.selectors import offline_reason
+
     report, report_error = presenters.report_for_revision(revision)
     runs = revision.benchmark_runs.order_by("-created_at")
     return {
@@ -97,6 +99,7 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
         "comment_form": extra.pop("comment_form", None) or CommentForm(),
         "imported": (revision.extras or {}).get("ansible"),
         "exports_url": presenters.url_or_none("deployments:revision_exports", revision.host.name, revision.number),
+        "offline_reason": offline_reason(revision.host),  # no Switch or Benchmark offered, and why
         **extra,
     }
 

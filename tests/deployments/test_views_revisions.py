@@ -20,7 +20,7 @@ BAD_KNOBS = {"tensor_parallel_size": 3}  # 3-way TP on 2 GPUs: the planner refus
 
 def make_lab(operator, *, name: str = "lab", knobs: dict | None = None, gpus: int = 2):
     """A host with two RTX 3090s and r1 (vLLM, Qwen3.8-27B, TP 2) active."""
-    host = HostFactory(name=name)
+    host = HostFactory(name=name, last_heartbeat=timezone.now())  # online: an offline host offers no Switch
     for i in range(gpus):
         GPUFactory(host=host, index=i)
     r1 = revision_create(
