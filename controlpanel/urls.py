@@ -2,7 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.urls import include, path, reverse_lazy
+from django.views.generic.base import RedirectView
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -31,6 +33,8 @@ urlpatterns = [
     path("people/", include("controlpanel.people.views")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    # Browsers ask for /favicon.ico whatever the page links: send them to the static icon.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("hardware.urls")),
     path("", include("deployments.urls")),
 ]

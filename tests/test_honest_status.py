@@ -257,3 +257,53 @@ def test_an_offline_host_offers_no_switch_or_benchmark_and_says_why(client, cata
     host.save(update_fields=["last_heartbeat"])
     detail = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
     assert "Switch lab to r1" in detail and "offline" not in detail
+
+
+# --- styled error pages, a favicon, in-page confirmations ----------------------------------------------
+
+
+def test_404_and_403_are_styled_pages(client, catalog, operator, viewer):
+    make_lab(operator)
+    client.force_login(viewer)
+    missing = client.get("/hosts/lab/revisions/999/")
+    body = missing.content.decode()
+    assert missing.status_code == 404 and "<h1>Not found</h1>" in body and "panel.css" in body
+    assert 'class="brand"' in body  # the panel's own header: the page extends _base.html
+    refused = client.post(reverse("deployments:revision_new", args=["lab"]), _post_values())
+    body = refused.content.decode()
+    assert refused.status_code == 403 and "<h1>Not allowed</h1>" in body and "This needs the operator role." in body
+    assert "panel.css" in body
+
+
+def test_500_page_renders_without_a_request():
+    from django.template.loader import render_to_string
+    from django.test import RequestFactory
+    from django.views.defaults import server_error
+
+    body = render_to_string("500.html")  # no request, no context processors
+    assert "Something went wrong" in body and "panel.css" in body and "favicon.svg" in body
+    response = server_error(RequestFactory().get("/"))
+    assert response.status_code == 500 and "Something went wrong" in response.content.decode()
+
+
+def test_every_page_links_the_favicon_and_it_is_served(client, operator):
+    client.force_login(operator)
+    page = client.get(reverse("hardware:dashboard")).content.decode()
+    assert 'rel="icon" href="/static/favicon.svg"' in page
+    assert (Path(settings.BASE_DIR) / "static" / "favicon.svg").read_text().startswith("<svg")
+    assert client.get("/favicon.ico")["Location"] == "/static/favicon.svg"
+
+
+def test_no_native_confirm_in_templates_and_the_in_page_dialog_is_there(client, operator):
+    """hx-confirm and data-confirm are answered by the page's own dialog (static/js/confirm.js)."""
+    offenders = [
+        str(p.relative_to(TEMPLATES))
+        for p in TEMPLATES.rglob("*.html")
+        if "confirm(" in p.read_text() and p.name != "host_detail.html"  # the host page has its own owner
+    ]
+    assert offenders == []
+    client.force_login(operator)
+    page = client.get(reverse("hardware:dashboard")).content.decode()
+    assert '<dialog id="confirm-dialog"' in page and "/static/js/confirm.js" in page
+    script = (Path(settings.BASE_DIR) / "static" / "js" / "confirm.js").read_text()
+    assert "htmx:confirm" in script and "issueRequest(true)" in script and "window.confirm" not in script
