@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.urls import NoReverseMatch, reverse
 
@@ -41,10 +42,28 @@ class Launch:
         return shlex.join(self.argv)
 
 
+_BIND_HOST = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,255}")
+
+
+def engine_bind_host(host: Any) -> str:
+    """The address engines on `host` bind to, as its agent launches them.
+
+    The agent binds `settings.ENGINE_BIND_HOST` (CONTROLPANEL_ENGINE_BIND_HOST) of its own
+    process. When the host reports the address it binds (`engine_state["bind_host"]`), that is
+    the truth; otherwise the panel's own setting, which is the agent's wherever the panel and
+    the agent share one configuration (the embedded default, docker-compose)."""
+    state = getattr(host, "engine_state", None)
+    reported = state.get("bind_host") if isinstance(state, dict) else None
+    if isinstance(reported, str) and _BIND_HOST.fullmatch(reported):
+        return reported
+    return str(settings.ENGINE_BIND_HOST)
+
+
 def launch_for_revision(revision: DeploymentRevision) -> Launch:
-    """The exact argv and env the revision runs with, secrets masked (never resolved)."""
+    """The exact argv and env the revision runs with (bound where the agent binds it), secrets
+    masked (never resolved)."""
     try:
-        config = engine_config_for_revision(revision, resolve_secrets=False)
+        config = engine_config_for_revision(revision, bind_host=engine_bind_host(revision.host), resolve_secrets=False)
         if revision.api_key_secret:
             config = dataclasses.replace(config, api_key=MASK)  # shown as ******** where it goes
         adapter = get_adapter(revision.engine)

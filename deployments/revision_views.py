@@ -8,7 +8,7 @@ from deployments.diffing import RevisionDiff, RevisionView, diff_revisions
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.presenters import launch_for_revision, report_for_revision
+from deployments.presenters import engine_bind_host, launch_for_revision, report_for_revision
 from deployments.runtime_bridge import engine_config_for_revision
 
 MODEL_FIELDS = (
@@ -41,7 +41,8 @@ def effective_served_name(revision: DeploymentRevision) -> str:
     if revision.served_name:
         return revision.served_name
     try:
-        spec = get_adapter(revision.engine).launch_spec(engine_config_for_revision(revision))
+        config = engine_config_for_revision(revision, bind_host=engine_bind_host(revision.host))
+        spec = get_adapter(revision.engine).launch_spec(config)
     except EngineConfigError:
         return revision.model_variant.name
     return spec.served_name

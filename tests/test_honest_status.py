@@ -307,3 +307,48 @@ def test_no_native_confirm_in_templates_and_the_in_page_dialog_is_there(client, 
     assert '<dialog id="confirm-dialog"' in page and "/static/js/confirm.js" in page
     script = (Path(settings.BASE_DIR) / "static" / "js" / "confirm.js").read_text()
     assert "htmx:confirm" in script and "issueRequest(true)" in script and "window.confirm" not in script
+
+
+# --- the command line shown is the one the agent runs -------------------------------------------------
+
+
+def _llama_host(catalog, operator, **host_fields):
+    host = HostFactory(name="cpu2", model_dirs=["/models"], **host_fields)
+    gemma = ModelVariant.objects.create(name="gemma-bind", format="gguf", gguf_file="/models/g.gguf", arch={})
+    revision_kwargs = {"engine": "llama.cpp", "model_variant": gemma, "served_name": "gemma", "port": 8080}
+    from deployments.services.revisions import revision_create
+
+    return host, revision_create(host=host, message="serve gemma", actor=operator, **revision_kwargs)
+
+
+def test_the_revision_page_shows_the_bind_address_the_agent_uses(client, catalog, operator, settings):
+    from deployments.host_ops.common import launch_spec_for  # what the agent itself runs
+
+    settings.ENGINE_BIND_HOST = "127.0.0.1"
+    host, revision = _llama_host(catalog, operator)
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_detail", args=[host.name, 1])).content.decode()
+    assert "--host 127.0.0.1" in page and "--host 0.0.0.0" not in page
+    try:
+        agent_argv = launch_spec_for(revision).argv
+    except Exception:  # no llama-server or model folder on this machine: the flag is what matters
+        agent_argv = None
+    if agent_argv is not None:
+        assert agent_argv[agent_argv.index("--host") + 1] == "127.0.0.1"
+    preview = client.post(
+        reverse("deployments:revision_preview", args=[host.name]),
+        {"model_variant": revision.model_variant_id, "engine": "llama.cpp", "port": "8080", "served_name": "gemma"},
+    ).content.decode()
+    assert "--host 127.0.0.1" in preview and "--host 0.0.0.0" not in preview
+
+
+def test_a_bind_address_the_host_reports_wins(client, catalog, operator, settings):
+    settings.ENGINE_BIND_HOST = "127.0.0.1"
+    host, _ = _llama_host(catalog, operator, engine_state={"running": False, "bind_host": "0.0.0.0"})
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_detail", args=[host.name, 1])).content.decode()
+    assert "--host 0.0.0.0" in page and "--host 127.0.0.1" not in page
+    host.engine_state = {"bind_host": "0.0.0.0; rm -rf /"}  # garbage is not believed
+    host.save(update_fields=["engine_state"])
+    page = client.get(reverse("deployments:revision_detail", args=[host.name, 1])).content.decode()
+    assert "--host 127.0.0.1" in page and "rm -rf" not in page

@@ -236,7 +236,7 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
             env=values["env"],
             served_name=values["served_name"].strip(),
             port=values["port"] or engine_default_port(values["engine"]),
-            host="0.0.0.0",  # noqa: S104 - what the host agent binds
+            host=presenters.engine_bind_host(host_obj),  # where the host's agent binds engines
         )
         spec = get_adapter(values["engine"]).launch_spec(config)
         context["launch"] = presenters.Launch(argv=spec.masked_argv(), env=spec.masked_env())
