@@ -352,3 +352,49 @@ def test_a_bind_address_the_host_reports_wins(client, catalog, operator, setting
     host.save(update_fields=["engine_state"])
     page = client.get(reverse("deployments:revision_detail", args=[host.name, 1])).content.decode()
     assert "--host 127.0.0.1" in page and "rm -rf" not in page
+
+
+# --- the diff: like-with-like parameters, a new warning is not green -------------------------------------
+
+
+def test_parameter_ratio_compares_total_with_total_and_active_with_active():
+    from deployments.arch import ModelArch
+    from deployments.diffing.model_table import parameter_ratio
+
+    moe = ModelArch(params_total=35_000_000_000, params_active=3_000_000_000, num_experts=256)
+    dense = ModelArch(params_total=27_000_000_000)  # no active count: a dense model's are all active
+    bigger = ModelArch(params_total=32_000_000_000)
+    assert parameter_ratio(moe, dense) == "total -23%, active x9.0"
+    assert parameter_ratio(dense, moe) == "total +30%, active -89%"
+    assert parameter_ratio(dense, bigger) == "+19%"  # dense to dense: one figure
+
+
+def test_a_new_warning_finding_is_not_shown_in_green():
+    from deployments.diffing.planner_delta import finding_rows
+
+    old = {"findings": [{"code": "gone.error", "severity": "error", "message": "was bad"}]}
+    new = {
+        "findings": [
+            {"code": "new.warning", "severity": "warning", "message": "now worse"},
+            {"code": "new.error", "severity": "error", "message": "now broken"},
+        ]
+    }
+    rows = {r.key: r for r in finding_rows(old, new)}
+    assert rows["finding new.warning"].css_class == "diff-added diff-warning"
+    assert rows["finding new.error"].css_class == "diff-added diff-error"
+    assert rows["finding gone.error"].css_class == "diff-removed diff-solved"
+    css = CSS.read_text()
+    assert "tr.diff-warning { background:#fff8c5; }" in css  # yellow, declared after the green diff-added
+
+
+def test_the_diff_page_marks_a_new_warning_as_a_warning(client, catalog, operator):
+    host, _ = make_lab(operator)
+    # r2 serves 3 full-length sequences at most but asks for 64: the planner warns
+    add_revision(host, operator, knobs={**{"tensor_parallel_size": 2, "max_model_len": 262144}, "max_num_seqs": 64})
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_diff", args=["lab", 1, 2])).content.decode()
+    added = [line for line in page.splitlines() if 'class="diff-added' in line and "finding " in line]
+    assert added, "the diff should list a new finding"
+    assert all(
+        "diff-added diff-warning" in line or "diff-added diff-error" in line or "diff-info" in line for line in added
+    )

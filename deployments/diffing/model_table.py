@@ -65,6 +65,25 @@ def parameters(arch: ModelArch) -> str:
     return f"{fmt.params(total)}, all active"
 
 
+def _active(arch: ModelArch) -> float | None:
+    """Active parameters; a dense model's are all of them."""
+    if arch.params_active is not None:
+        return arch.params_active
+    return None if arch.is_moe else arch.params_total
+
+
+def parameter_ratio(old: ModelArch, new: ModelArch) -> str:
+    """Like with like: "total -23%, active x9.0" (never one side's total against the other's
+    active); two dense models read as one figure, "+30%"."""
+    dense = not (old.is_moe or new.is_moe) and _active(old) == old.params_total and _active(new) == new.params_total
+    total = fmt.relative(old.params_total, new.params_total)
+    if dense:
+        return total
+    active = fmt.relative(_active(old), _active(new))
+    parts = [f"total {total}" if total else "", f"active {active}" if active else ""]
+    return ", ".join(p for p in parts if p)
+
+
 def kv_heads(arch: ModelArch) -> str:
     """ "2 KV heads x 10 full-attn layers" (the layers that keep a per-token KV cache)."""
     layers = arch.full_attention_layers
@@ -149,7 +168,7 @@ def model_section(old: RevisionView, new: RevisionView) -> DiffSection:
         ("Model", _model(old), _model(new), ""),
         ("Generation", _generation(old), _generation(new), ""),
         ("Architecture", architecture(a), architecture(b), ""),
-        ("Parameters", parameters(a), parameters(b), fmt.relative(a.params_active, b.params_active)),
+        ("Parameters", parameters(a), parameters(b), parameter_ratio(a, b)),
         ("Layer split", layer_split(a), layer_split(b), ""),
         ("Active KV heads", kv_heads(a), kv_heads(b), ""),
         ("Native context", _ctx(a.native_context), _ctx(b.native_context), ""),

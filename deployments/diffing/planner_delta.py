@@ -52,13 +52,25 @@ def finding_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[DiffRow
     rows = []
     for code in sorted({*a, *b}):
         if code not in b:
-            rows.append(DiffRow(f"finding {code}", _finding(a[code]), fmt.ABSENT, REMOVED))
-        elif code not in a:
-            rows.append(DiffRow(f"finding {code}", fmt.ABSENT, _finding(b[code]), ADDED))
+            tone = "solved" if _rank(a[code]) > 0 else ""
+            rows.append(DiffRow(f"finding {code}", _finding(a[code]), fmt.ABSENT, REMOVED, tone=tone))
+        elif code not in a:  # a new problem is not good news: it reads as its severity, not green
+            tone = str(b[code].get("severity")) if _rank(b[code]) >= 0 else "warning"
+            rows.append(DiffRow(f"finding {code}", fmt.ABSENT, _finding(b[code]), ADDED, tone=tone))
         else:
             same = a[code].get("severity") == b[code].get("severity")
-            rows.append(DiffRow(f"finding {code}", _finding(a[code]), _finding(b[code]), SAME if same else CHANGED))
+            tone = "" if same else ("solved" if _rank(b[code]) < _rank(a[code]) else "worse")
+            rows.append(
+                DiffRow(f"finding {code}", _finding(a[code]), _finding(b[code]), SAME if same else CHANGED, tone=tone)
+            )
     return rows
+
+
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _rank(item: Mapping[str, Any]) -> int:
+    return _SEVERITY_RANK.get(str(item.get("severity")), -1)
 
 
 def planner_section(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> DiffSection | None:

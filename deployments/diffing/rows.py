@@ -25,6 +25,9 @@ class DiffRow:
     kind: ChangeKind
     note: str = ""  # relative change ("x3.2", "+45%") or a short remark
     better: bool | None = None  # for measured numbers: did it improve? None = not a measure
+    # How the change reads, where "added"/"removed" would mislead: a new warning finding is not
+    # good news ("warning", "error", "info"), a solved one is ("solved").
+    tone: str = ""
 
     @property
     def changed(self) -> bool:
@@ -36,11 +39,14 @@ class DiffRow:
 
     @property
     def css_class(self) -> str:
-        return f"diff-{self.kind}"
+        return f"diff-{self.kind} diff-{self.tone}" if self.tone else f"diff-{self.kind}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "old": self.old, "new": self.new, "kind": self.kind, "note": self.note,
-                "better": self.better}  # fmt: skip
+        out = {"key": self.key, "old": self.old, "new": self.new, "kind": self.kind, "note": self.note,
+               "better": self.better}  # fmt: skip
+        if self.tone:
+            out["tone"] = self.tone
+        return out
 
 
 @dataclass(frozen=True)

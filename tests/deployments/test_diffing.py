@@ -158,7 +158,9 @@ def test_model_generation_table_matches_the_seed(aspect, old, new, changed):
 
 def test_model_table_gives_the_seeds_ratios():
     table = diff_revisions(OLD, NEW).section("model")
-    assert table.row("Parameters").note == "x9.0"  # "active parameters went up ~9x (3B -> 27B)"
+    # like with like: total with total (35B -> 27B), active with active (~3B -> 27B, "up ~9x");
+    # a bare "x9.0" beside "35B total" and "27B" read as a total ratio (the bug)
+    assert table.row("Parameters").note == "total -23%, active x9.0"
     assert table.row("Context served").note == "x4.0"  # "the served window quadruples"
 
 
