@@ -110,8 +110,8 @@ def check_text(value: Any, *, most: int, label: str) -> str:
         raise ArchFactError(f"{label} must be text, not {_show(value)}", fact=label)
     if len(value) > most:
         raise ArchFactError(f"{label} is too long ({len(value):,} characters; at most {most})", fact=label)
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ArchFactError(f"{label} contains a control character", fact=label)
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise ArchFactError(f"{label} contains a control character or a lone surrogate", fact=label)
     return value
 
 
