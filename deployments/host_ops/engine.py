@@ -16,6 +16,7 @@ from hardware.runtime.supervisor import Supervisor
 from hardware.services import host_heartbeat
 
 from .common import Reporter, engine_state, launch_spec_for, supervisor_for
+from .preflight import host_preflight
 
 
 def _start(
@@ -58,6 +59,26 @@ def run_switch(op: Operation) -> None:
             state=OperationState.FAILED,
             result={"revision": revision.number, "reason": reason, "refused": True, "rolled_back": False},
             error=f"r{revision.number} was refused on the host ({reason}); the engine was not touched.",
+        )
+        return
+    checks = host_preflight(revision, spec, sup)
+    for check in checks:
+        report.log(f"preflight {check.name}: {check.status}: {check.message}")
+    failed = [c for c in checks if c.failed]
+    if failed:
+        reason = " ".join(c.message for c in failed)
+        report.log(f"refused before anything was stopped: {reason}")
+        operation_finish(
+            op_id=op.pk,
+            state=OperationState.FAILED,
+            result={
+                "revision": revision.number,
+                "reason": reason,
+                "refused": True,
+                "rolled_back": False,
+                "preflight": [c.to_dict() for c in checks],
+            },
+            error=f"r{revision.number} was refused on the host before anything was stopped: {reason}",
         )
         return
     report.log(f"switching {host.name} to r{revision.number}" + (f" from r{previous.number}" if previous else ""))

@@ -27,6 +27,7 @@ from deployments.planner import PlanInputError
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.services.operations import HostBusyError
+from deployments.services.preflight import panel_preflight
 from deployments.services.revisions import comment_create, engine_default_port, revision_create
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
@@ -274,6 +275,7 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
         "changes": changes_between(active, revision) if active and active.pk != revision.pk else None,
         "report": report,
         "report_error": report_error,
+        "preflight": panel_preflight(revision, report),
         "form": form,
         "errors": errors,
     }

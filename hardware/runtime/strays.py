@@ -26,6 +26,10 @@ from .processes import PROC, read_cmdline, read_stat
 _LISTEN = "0A"
 
 STOP_STRAYS_ENV = "CONTROLPANEL_STOP_STRAYS"
+# Set in every engine's environment by the supervisor that starts it (its state folder), so an
+# engine this panel started is known as ours even when its record was lost (a worker killed
+# mid-start), and another panel's engine on the same machine is known as not ours.
+ENGINE_OWNER_ENV = "CONTROLPANEL_ENGINE_OWNER"
 STOP_STRAYS_POLICIES = ("never", "engines")
 
 
@@ -50,6 +54,7 @@ class PortHolder:
     cmdline: tuple[str, ...]
     engine_like_cmdline: bool
     engine_like_endpoint: str | None  # the URL that answered like an engine, if any
+    owner: str | None = None  # ENGINE_OWNER_ENV in its environment: the state folder of the panel that started it
 
     @property
     def is_inference_server(self) -> bool:
@@ -95,6 +100,19 @@ def pids_for_inodes(inodes: set[int]) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def engine_owner(pid: int) -> str | None:
+    """The panel state folder that started `pid` (from its environment), or None."""
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    prefix = ENGINE_OWNER_ENV.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "replace")
+    return None
 
 
 def looks_like_engine_cmdline(cmdline: list[str] | tuple[str, ...]) -> bool:
@@ -148,7 +166,7 @@ def find_port_holder(port: int, *, host: str = "127.0.0.1", probe: bool = True) 
     cmdline = tuple(read_cmdline(pid))
     engine_cmd = looks_like_engine_cmdline(cmdline)
     endpoint = probe_engine_endpoint(host, port) if (probe and engine_cmd) else None
-    return PortHolder(pid, cmdline, engine_cmd, endpoint)
+    return PortHolder(pid, cmdline, engine_cmd, endpoint, engine_owner(pid))
 
 
 def _depth(pid: int, holders: set[int]) -> int:

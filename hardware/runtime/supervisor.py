@@ -50,7 +50,7 @@ from .processes import (
 )
 from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_chat, wait_ready
 from .state import EngineRecord, StateDir, utc_now_iso
-from .strays import STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
+from .strays import ENGINE_OWNER_ENV, STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
 
 __all__ = [
     "EngineStatus",
@@ -156,6 +156,11 @@ class Supervisor:
     def log_path(self) -> Path:
         return self.state.log_file
 
+    @property
+    def owner(self) -> str:
+        """What marks the engines this supervisor starts (ENGINE_OWNER_ENV): its state folder."""
+        return str(self.state.path.resolve())
+
     # start -----------------------------------------------------------------------
     def start(
         self,
@@ -195,7 +200,10 @@ class Supervisor:
                 stopped.append(previous.stopped)
                 progress("stopping", 0.05, f"stopped revision {previous.revision_label or '?'}")
             stray = self._clear_port(spec, grace)
-            if stray is not None:
+            if stray is not None and stray.kind == "panel":
+                stopped.append(stray)
+                progress("stopping", 0.08, f"stopped an engine this panel started (pid {stray.pid}), record lost")
+            elif stray is not None:
                 stopped.append(stray)
                 progress(
                     "stopping",
@@ -306,6 +314,7 @@ class Supervisor:
         masked = [mask_line(a, self._secrets) for a in spec.masked_argv()]
         env = {k: v for k, v in os.environ.items() if not _PANEL_ENV.match(k)}
         env.update(spec.env)
+        env[ENGINE_OWNER_ENV] = self.owner
         argv = self._with_private_files(spec)
         header = (
             f"===== {utc_now_iso()} panel: starting {spec.engine} revision {revision_label} "
@@ -376,6 +385,16 @@ class Supervisor:
         if holder is None:
             return None
         cmdline = [mask_line(a, self._secrets) for a in holder.cmdline]
+        if holder.pid is not None and holder.owner == self.owner:
+            # Ours, though no record names it (a worker killed in the middle of a start).
+            t0 = time.monotonic()
+            graceful = terminate_tree(holder.pid, grace=grace)
+            reap(holder.pid)
+            if not _wait_port_free(spec.port, 10.0):
+                reason = f"port {spec.port} is still held by pid {holder.pid}"
+                raise PortBusyError(spec.port, holder.pid, cmdline, reason)
+            self._note(f"stopped an engine this panel started whose record was lost: pid {holder.pid}")
+            return StoppedProcess(holder.pid, cmdline, "panel", None, graceful, time.monotonic() - t0)
         if holder.pid is None or not holder.is_inference_server:
             why = (
                 "its command line is not an inference server's"

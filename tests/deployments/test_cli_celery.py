@@ -103,7 +103,10 @@ def test_switch_exit_codes(lab):
     lab["rev"]("good", 2048)
     assert "serves r1" in run("switch", "--host", host, "--revision", "1", "--wait", "--timeout", "120")
 
-    missing = ModelVariant.objects.create(name="not-on-disk", format="gguf", gguf_file=str(lab["tmp"] / "none.gguf"))
+    # A file that is there but is no model (a missing one is refused before anything is stopped).
+    garbage = lab["tmp"] / "none.gguf"
+    garbage.write_bytes(b"not a GGUF file\n" * 64)
+    missing = ModelVariant.objects.create(name="not-a-model", format="gguf", gguf_file=str(garbage))
     lab["rev"]("broken", 2048, model=missing)
     with pytest.raises(CommandError) as rolled_back:
         run("switch", "--host", host, "--revision", "2", "--wait", "--timeout", "120")

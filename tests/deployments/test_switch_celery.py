@@ -53,10 +53,13 @@ def test_switch_between_revisions_and_back(lab, operator):
 def test_broken_revision_rolls_back_to_the_previous_one(lab, operator):
     good = lab["rev"]("gemma at 2k", 2048)
     assert wait_done(switch_request(revision=good, actor=operator)).state == OperationState.SUCCEEDED
-    missing = ModelVariant.objects.create(
-        name=f"missing-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file=str(lab["tmp"] / "no-such-model.gguf")
-    )
-    broken = lab["rev"]("a model file that is not there", 2048, model=missing)
+    # Not a missing file: the preflight refuses that before anything is stopped
+    # (tests/deployments/test_switch_preflight.py). A file that is there but is no model passes
+    # the preflight and fails in the engine itself.
+    garbage = lab["tmp"] / "not-a-model.gguf"
+    garbage.write_bytes(b"this is not a GGUF file\n" * 64)
+    missing = ModelVariant.objects.create(name=f"garbage-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file=str(garbage))
+    broken = lab["rev"]("a model file that is not a model", 2048, model=missing)
 
     op = wait_done(switch_request(revision=broken, actor=operator))
 
@@ -107,5 +110,5 @@ def test_killed_worker_leaves_no_lock_and_the_operation_ends_lost(lab, operator)
     if status.running:
         assert host.engine_state["revision_id"] == str(r1.pk)
     again = wait_done(switch_request(revision=r1, actor=operator))
-    assert again.state == OperationState.SUCCEEDED
+    assert again.state == OperationState.SUCCEEDED, again.log + again.error
     assert Host.objects.get(pk=host.pk).active_revision_id == r1.pk

