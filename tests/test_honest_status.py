@@ -398,3 +398,23 @@ def test_the_diff_page_marks_a_new_warning_as_a_warning(client, catalog, operato
     assert all(
         "diff-added diff-warning" in line or "diff-added diff-error" in line or "diff-info" in line for line in added
     )
+
+
+def test_benchmark_log_folds_and_the_dashboard_widget_labels_a_rollback(client, catalog, operator):
+    from django.utils import timezone
+
+    from deployments.models import Operation
+
+    host, _ = make_lab(operator)
+    host.last_heartbeat = timezone.now()
+    host.save(update_fields=["last_heartbeat"])
+    client.force_login(operator)
+    polls = "".join(f"[waiting] engine busy ({n} s)\n" for n in range(12))
+    bench = Operation.objects.create(kind="benchmark", host=host, state="running", requested_by=operator, log=polls)
+    body = client.get(reverse("deployments:benchmark_progress", args=[bench.pk])).content.decode()
+    assert body.count("engine busy") == 1 and "(×12)" in body
+    bench.state = "succeeded"
+    bench.save(update_fields=["state"])
+    _switch_op(host, operator, "failed", result={"rolled_back": True, "previous": 1})
+    widget = client.get(reverse("hardware:operation_widget", args=[Operation.objects.get(kind="switch").pk]))
+    assert "Failed, rolled back" in widget.content.decode()

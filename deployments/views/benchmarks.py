@@ -123,6 +123,11 @@ def _benchmark_op(pk: Any) -> Operation:
     return op
 
 
+def _progress_context(op: Operation, run: BenchmarkRun | None) -> dict[str, Any]:
+    # The log's last lines, repeated polls folded into one line with a count (display only).
+    return {"op": op, "run": run, "log_lines": presenters.fold_log((op.log or "")[-4000:])}
+
+
 def _run_for(op: Operation) -> BenchmarkRun | None:
     return BenchmarkRun.objects.filter(operation=op).first()
 
@@ -134,7 +139,7 @@ def benchmark_progress(request: HttpRequest, pk: str) -> HttpResponse:
     run = _run_for(op)
     if run is not None and not op.is_active:
         return redirect("deployments:benchmark_detail", pk=run.pk)
-    return render(request, "deployments/benchmark_progress.html", {"op": op, "run": run})
+    return render(request, "deployments/benchmark_progress.html", _progress_context(op, run))
 
 
 @require_GET
@@ -145,7 +150,7 @@ def benchmark_progress_status(request: HttpRequest, pk: str) -> HttpResponse:
     run = _run_for(op)
     if not op.is_active and run is not None:
         return HttpResponseClientRedirect(reverse("deployments:benchmark_detail", args=[run.pk]))
-    response = render(request, "deployments/_benchmark_progress.html", {"op": op, "run": run})
+    response = render(request, "deployments/_benchmark_progress.html", _progress_context(op, run))
     if not op.is_active:
         return HttpResponseStopPolling(response.content)
     return response
