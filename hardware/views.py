@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
@@ -18,7 +20,9 @@ from controlpanel.params import text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
+from deployments.choices import Engine
 from deployments.models import Operation
+from deployments.services.installs import install_list, install_offers, install_request
 from deployments.services.switch import probe_request, stop_request
 from deployments.views.benchmarks import safe_headline
 
@@ -88,10 +92,40 @@ def _telemetry(host: Host) -> dict[str, str]:
     return charts
 
 
+class InstallForm(forms.Form):
+    """Install an engine on a host: the engine, an exact version (the page offers a default) and,
+    for a host without the Internet, a folder of wheels on the host."""
+
+    engine = forms.ChoiceField(choices=Engine.choices)
+    version = forms.CharField(max_length=40, required=False)
+    wheelhouse = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="Optional: an absolute folder of wheels on the host, for a host without the Internet.",
+    )
+
+
+def _offline_reason(host: Host) -> str:
+    """Why the host's actions are not offered, or "" when its agent is online."""
+    if host.is_online:
+        return ""
+    if host.last_heartbeat is None:
+        return (
+            f"{host.name} has never reported: start its agent (manage.py agent) to probe, install, benchmark or switch."
+        )
+    return (
+        f"{host.name} is offline: its agent last reported {timesince(host.last_heartbeat)} ago. Probe, install, "
+        f"benchmark, stop and switch need its agent running; they come back when it reports again."
+    )
+
+
 def _host_context(host: Host, card: Any) -> dict[str, Any]:
     gpus = [g.gpu for g in card.gpus]
     runs = selectors.host_benchmark_runs(host=host)
     return {
+        "offline_reason": _offline_reason(host),
+        "installs": install_list(host=host),
+        "offers": install_offers(host=host),
         "host": host,
         "card": card,
         "telemetry": _telemetry(host),
@@ -146,3 +180,29 @@ def host_probe(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(OPERATOR)
 def host_stop(request: HttpRequest, name: str) -> HttpResponse:
     return _after_request(request, get_object_or_404(Host, name=name), stop_request, "stop the engine")
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_install(request: HttpRequest, name: str) -> HttpResponse:
+    """Queue an engine install on the host; its progress and log are on the operation's page."""
+    host = get_object_or_404(Host, name=name)
+    form = InstallForm(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            for error in errors:
+                messages.error(request, f"Could not install: {field}: {error}")
+        url = reverse("hardware:host_detail", args=[host.name])
+        return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
+    values = form.cleaned_data
+
+    def install(*, host: Host, actor: Any) -> Operation:
+        return install_request(
+            host=host,
+            engine=values["engine"],
+            version=values["version"].strip(),
+            wheelhouse=values["wheelhouse"].strip() or None,
+            actor=actor,
+        )
+
+    return _after_request(request, host, install, f"install {values['engine']}")

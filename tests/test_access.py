@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from deployments.models import ModelVariant
 from deployments.services.revisions import revision_create
@@ -26,6 +27,7 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "hardware:host_telemetry": ({"name": "h1"}, "viewer", None),
     "hardware:host_probe": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_stop": ({"name": "h1"}, "viewer", "operator"),
+    "hardware:host_install": ({"name": "h1"}, "viewer", "operator"),
     "hardware:operation_widget": ({"pk": OP}, "viewer", None),
     "deployments:benchmark_list": ({"host": "h1"}, "viewer", None),
     "deployments:benchmark_new": ({"host": "h1"}, "viewer", "operator"),
@@ -65,6 +67,7 @@ POST_ONLY = {
     "deployments:revision_comment",
     "hardware:host_probe",
     "hardware:host_stop",
+    "hardware:host_install",
     "people:role",
     "people:active",
     "people:password",
@@ -94,7 +97,7 @@ def test_every_url_is_listed():
 
 @pytest.fixture
 def world(catalog, operator):
-    host = HostFactory(name="h1")
+    host = HostFactory(name="h1", last_heartbeat=timezone.now())  # online: its page offers every action
     GPUFactory(host=host, index=0)
     revision_create(
         host=host,

@@ -32,6 +32,7 @@ from deployments.forms import (
     SwitchForm,
 )
 from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, RevisionComment
+from hardware.views import InstallForm
 from tests.test_access import ACCESS, OPEN, _names
 from tests.test_access import world as access_world
 
@@ -81,6 +82,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "password_change": ({}, "viewer", {"old_password": "pw-vera", "new_password1": "n3w-Pass!x", "new_password2": "x"}),
     "hardware:host_probe": ({"name": "h1"}, "operator", {}),
     "hardware:host_stop": ({"name": "h1"}, "operator", {}),
+    "hardware:host_install": ({"name": "h1"}, "operator", {"engine": "ollama", "version": "", "wheelhouse": ""}),
     "deployments:benchmark_new": (
         {"host": "h1"},
         "operator",
@@ -144,6 +146,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
 FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "password_change": [(PasswordChangeView.form_class, "")],
     "deployments:benchmark_new": [(BenchmarkForm, "")],
+    "hardware:host_install": [(InstallForm, "")],
     "deployments:revision_comment": [(CommentForm, "")],
     "deployments:revision_new": [(RevisionForm, "")],
     "deployments:revision_preview": [(RevisionForm, "")],

