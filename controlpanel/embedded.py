@@ -58,7 +58,6 @@ TERM_GRACE_S = 2.5
 QUIT_GRACE_S = 1.5
 ENGINE_GRACE_S = 2.0
 REDIS_GRACE_S = 1.0
-STOP_BUDGET_S = 10.0
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -152,7 +151,7 @@ class Panel:
         self.children.append(Child("worker", worker, self.log_dir))
         self.children.append(Child("agent", [py, "manage.py", "agent"], self.log_dir))
         web = [py, "-m", "gunicorn", "controlpanel.wsgi", "-b", bind, "-w", "2", "--threads", "4"]
-        web += ["--graceful-timeout", "3", "--access-logfile", "-"]
+        web += ["--graceful-timeout", "3", "--access-logfile", "-", *_gunicorn_no_control_socket()]
         self.children.append(Child("web", web, self.log_dir))
 
     # output ------------------------------------------------------------------------
@@ -176,14 +175,16 @@ class Panel:
                 fh.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + "\n".join(lines) + "\n")
 
     def write_state(self) -> None:
-        state = {
-            "pid": os.getpid(),
-            "children": {
-                c.name: {"pid": c.pid, "restarts": len(c.restarts), "argv": c.argv[:3]} for c in self.children
-            },
-        }
+        """DATA_DIR/embedded.json: who runs (pid and start time), for tools and the next run."""
+        from hardware.runtime.processes import read_stat
+
+        children = {}
+        for child in self.children:
+            stat = read_stat(child.pid) if child.pid else None
+            ticks = stat.start_ticks if stat else None
+            children[child.name] = {"pid": child.pid, "start_ticks": ticks, "restarts": len(child.restarts)}
         tmp = self.data_dir / ".embedded.json.tmp"
-        tmp.write_text(json.dumps(state, indent=1))
+        tmp.write_text(json.dumps({"pid": os.getpid(), "children": children}, indent=1))
         tmp.replace(self.data_dir / "embedded.json")
 
     # starting ----------------------------------------------------------------------
@@ -203,22 +204,34 @@ class Panel:
             time.sleep(0.02)
         self.loud(f"the embedded Redis did not answer on {self.redis_socket}", child)
 
-    def _take_over_stale_redis(self) -> None:
-        """A Redis left running by a panel that was SIGKILLed answers on our socket: stop it."""
-        if self.embedded_redis and redis_ping(self.redis_socket):
-            self.say(f"panel: stopping a Redis left running on {self.redis_socket} by an earlier run")
-            with contextlib.suppress(OSError):
-                redis_command(self.redis_socket, b"SHUTDOWN")
-            deadline = time.monotonic() + 5
-            while redis_ping(self.redis_socket) and time.monotonic() < deadline:
-                time.sleep(0.05)
+    def _stop_leftovers(self) -> None:
+        """Processes of an earlier run whose supervisor was SIGKILLed (we hold the data folder's
+        lock, so it is gone): stop each one still running under its recorded pid and start time."""
+        from hardware.runtime.processes import group_members, is_alive
+
+        try:
+            previous = json.loads((self.data_dir / "embedded.json").read_text())["children"]
+        except (OSError, ValueError, KeyError):
+            return
+        pgids = [e["pid"] for e in previous.values() if e.get("pid") and is_alive(e["pid"], e.get("start_ticks"))]
+
+        def left() -> list[int]:
+            return [g for g in pgids if group_members(g)]
+
+        for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+            for pgid in left():
+                name = signal.Signals(sig).name
+                self.say(f"panel: {name} to pid {pgid}, left running by an earlier run that was killed")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
+            self._wait(lambda: not left(), grace)
 
     # the loop ----------------------------------------------------------------------
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self._on_stop_signal)
         become_subreaper()
-        self._take_over_stale_redis()
+        self._stop_leftovers()
         for child in self.children:
             self.start(child)
         self.say(f"panel: running at http://{self.bind}/ (Ctrl-C stops everything)")
@@ -395,19 +408,22 @@ def embedded_redis() -> Iterator[None]:
         proc.wait(10)
 
 
-def redis_command(path: Path, command: bytes, timeout: float = 0.5) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        sock.sendall(command + b"\r\n")
-        return sock.recv(64)
-
-
-def redis_ping(path: Path) -> bool:
+def redis_ping(path: Path, timeout: float = 0.5) -> bool:
     try:
-        return redis_command(path, b"PING").startswith(b"+PONG")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def _gunicorn_no_control_socket() -> list[str]:
+    """gunicorn 27 opens a control socket in ~/.gunicorn, shared by every panel of this user."""
+    from gunicorn.config import KNOWN_SETTINGS
+
+    return ["--no-control-socket"] if any(s.name == "control_socket_disable" for s in KNOWN_SETTINGS) else []
 
 
 def become_subreaper() -> None:

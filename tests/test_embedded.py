@@ -194,3 +194,24 @@ def _ppid(pid: int) -> int:
     stat_ = read_stat(pid)
     assert stat_ is not None
     return stat_.ppid
+
+
+def test_a_run_after_a_killed_supervisor_stops_what_that_one_left_running(panel: EmbeddedPanel) -> None:
+    panel.wait_healthy()
+    assert panel.proc is not None
+    left = [p for p in panel.tree() if p.pid != panel.proc.pid]
+    os.kill(panel.proc.pid, signal.SIGKILL)
+    panel.proc.wait(5)
+    assert any(p.state() not in (None, "Z") for p in left)  # in their own sessions, they run on
+
+    again = EmbeddedPanel(panel.data_dir, panel.port).start()  # the same port: the old web server must go
+    try:
+        again.wait_healthy()
+        assert "left running by an earlier run that was killed" in again.out_path.read_text()
+        # Gone (or exited and waiting for this machine's init to reap them: they were orphaned).
+        running = [(p.pid, p.cmdline) for p in left if p.state() not in (None, "Z")]
+        assert not running, running
+        _stop_and_check_nothing_left(again, signal.SIGTERM)
+    finally:
+        if again.proc is not None and again.proc.poll() is None:
+            again.kill_all()

@@ -82,12 +82,15 @@ class EmbeddedPanel:
         self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.out_path = data_dir / "supervisor.out"
+        self._ready_before: dict[str, int] = {}
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> EmbeddedPanel:
+        # The data folder may hold an earlier run's logs: readiness counts only new lines.
+        self._ready_before = {name: self.log(name).count(" ready.") for name in ("worker", "agent")}
         out = open(self.out_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controlpanel.embedded", "--bind", f"127.0.0.1:{self.port}", *self.args],
@@ -112,8 +115,15 @@ class EmbeddedPanel:
         raise AssertionError(f"the embedded panel did not come up:\n{self.output()}")
 
     def _all_up(self) -> bool:
-        logs = {name: self.log(name) for name in ("worker", "agent")}
-        return "panel@" in logs["worker"] and " ready." in logs["worker"] and " ready." in logs["agent"]
+        """This supervisor started everything and the worker and the agent say they are ready."""
+        assert self.proc is not None
+        try:
+            state = self.state()
+        except (OSError, ValueError):
+            return False
+        if state["pid"] != self.proc.pid or not all(c["pid"] for c in state["children"].values()):
+            return False
+        return all(self.log(name).count(" ready.") > before for name, before in self._ready_before.items())
 
     def state(self) -> dict[str, Any]:
         return json.loads((self.data_dir / "embedded.json").read_text())
