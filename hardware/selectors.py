@@ -68,6 +68,8 @@ def offline_reason(host: Host) -> str:
     """Why a host offers no Switch, Benchmark or Probe now; "" while its agent reports."""
     if host.is_online:
         return ""
+    if host.is_demo:
+        return f"{host.name} is a demo host: no agent runs it, so Switch, Benchmark and Probe are not offered."
     if host.last_heartbeat is None:
         since = "has never reported"
     else:
@@ -92,6 +94,8 @@ def serving_status(host: Host) -> ServingStatus:
     st = host.engine_state if isinstance(host.engine_state, dict) else {}
     revision = host.active_revision
     label = f"r{revision.number}" if revision is not None else "the active revision"
+    if host.is_demo and not host.is_online:
+        return ServingStatus(False, "demo", "demo", f"A demo host: nothing runs here; {label} is an example history.")
     if not host.is_online:
         return ServingStatus(False, "unknown", "off", f"{host.name} is offline: whether {label} still runs is unknown.")
     if not st:

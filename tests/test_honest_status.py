@@ -418,3 +418,21 @@ def test_benchmark_log_folds_and_the_dashboard_widget_labels_a_rollback(client, 
     _switch_op(host, operator, "failed", result={"rolled_back": True, "previous": 1})
     widget = client.get(reverse("hardware:operation_widget", args=[Operation.objects.get(kind="switch").pk]))
     assert "Failed, rolled back" in widget.content.decode()
+
+
+def test_a_demo_host_says_it_is_a_demo_not_that_it_serves(client, catalog, operator):
+    host, _ = make_lab(operator)
+    host.is_demo = True
+    host.last_heartbeat = None
+    host.save(update_fields=["is_demo", "last_heartbeat"])
+    client.force_login(operator)
+    card = _card(client, host)
+    assert "Serving" not in card and "A demo host: nothing runs here; r1 is an example history." in card
+    assert "lab is a demo host: no agent runs it, so Switch, Benchmark and Probe are not offered." in card
+
+
+def test_llama_cpp_sequences_are_counted_in_its_own_knob(client, cpu_host, operator):
+    host, gemma = cpu_host
+    client.force_login(operator)
+    body = _preview(client, host, model_variant=gemma.pk, knobs="ctx_size=4096\nparallel=2")
+    assert "(parallel 2)" in body and "max_num_seqs" not in body
