@@ -436,3 +436,13 @@ def test_llama_cpp_sequences_are_counted_in_its_own_knob(client, cpu_host, opera
     client.force_login(operator)
     body = _preview(client, host, model_variant=gemma.pk, knobs="ctx_size=4096\nparallel=2")
     assert "(parallel 2)" in body and "max_num_seqs" not in body
+
+
+def test_a_csrf_failure_is_a_styled_page(operator):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    response = client.post(reverse("deployments:revision_new", args=["nowhere"]), {})
+    body = response.content.decode()
+    assert response.status_code == 403 and "This form expired" in body and "panel.css" in body
