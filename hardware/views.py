@@ -22,7 +22,7 @@ from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
-from deployments.services.installs import install_list, install_offers, install_request
+from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.switch import probe_request, stop_request
 from deployments.views.benchmarks import safe_headline
 
@@ -125,6 +125,7 @@ def _host_context(host: Host, card: Any) -> dict[str, Any]:
     return {
         "offline_reason": _offline_reason(host),
         "installs": install_list(host=host),
+        "carried": install_carried(host=host),
         "offers": install_offers(host=host),
         "host": host,
         "card": card,

@@ -17,7 +17,7 @@ from deployments.services.operations import operation_progress
 from hardware.runtime.confine import confine, model_dirs_from_env, working_folder
 from hardware.runtime.supervisor import Supervisor
 
-from .binaries import resolve_binary
+from .binaries import resolve_binary, worker_llama_build
 
 
 class Reporter:
@@ -86,4 +86,7 @@ def engine_state(sup: Supervisor) -> dict[str, Any]:
         "health": "healthy" if status.healthy else ("starting" if status.phase == "starting" else "unhealthy"),
         "started_at": status.started_at,
         "watchdog_paused": status.watchdog_paused,
+        # Engine builds the host's worker carries itself (not installed by the panel), which a
+        # revision at "latest" runs when nothing is installed: the panel shows them.
+        "carried": {"llama.cpp": build} if (build := worker_llama_build()) else {},
     }

@@ -131,6 +131,21 @@ def install_list(*, host: Host) -> list[dict[str, Any]]:
     return rows
 
 
+def install_carried(*, host: Host) -> list[dict[str, str]]:
+    """Builds the host's worker carries itself (not installed by the panel), as the host last
+    reported them: what a revision at "latest" runs while the panel has installed nothing."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    carried = state.get("carried")
+    if not isinstance(carried, dict):
+        return []
+    recorded = host.engine_installs if isinstance(host.engine_installs, dict) else {}
+    return [
+        {"engine": str(engine), "version": build}
+        for engine, build in sorted(carried.items())
+        if isinstance(build, str) and build and build not in (recorded.get(engine) or {})
+    ]
+
+
 @dataclass(frozen=True)
 class InstallOffer:
     """One engine a host may install from its page: the version offered by default and why."""

