@@ -59,3 +59,22 @@ def test_our_own_engine_whose_record_was_lost_is_still_ours(panels: tuple[Superv
     assert [(s.pid, s.kind) for s in second.stopped] == [(first.pid, "panel")]
     assert httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"] == "second"
     assert "whose record was lost" in "\n".join(ours.log_tail(200))
+
+
+def test_where_the_policy_allows_it_the_progress_log_names_what_was_stopped(
+    panels: tuple[Supervisor, Supervisor],
+) -> None:
+    ours, theirs = panels
+    ours.stop_strays = "engines"  # CONTROLPANEL_STOP_STRAYS=engines on this host
+    port = free_port()
+    started = theirs.start(llama_spec(port, "theirs"), revision_label="r5", verify=False)
+    lines: list[str] = []
+
+    result = ours.start(
+        llama_spec(port, "ours"), revision_label="r1", verify=False, on_progress=lambda s, f, m: lines.append(m)
+    )
+
+    assert [(s.pid, s.kind) for s in result.stopped] == [(started.pid, "stray")]
+    named = [line for line in lines if f"pid {started.pid}" in line]
+    assert named and "did not start" in named[0] and "CONTROLPANEL_STOP_STRAYS=engines" in named[0]
+    assert "llama-server" in named[0]
