@@ -112,6 +112,13 @@ def test_switch_exit_codes(lab):
         run("switch", "--host", host, "--revision", "2", "--wait", "--timeout", "120")
     assert rolled_back.value.returncode == 3
 
+    gone = ModelVariant.objects.create(name="not-on-disk", format="gguf", gguf_file=str(lab["tmp"] / "gone.gguf"))
+    lab["rev"]("weights not there", 2048, model=gone)
+    with pytest.raises(CommandError) as refused:
+        run("switch", "--host", host, "--revision", "3", "--wait", "--timeout", "120")
+    assert refused.value.returncode == 5, "refused on the host before anything was stopped"
+    assert "not touched" in str(refused.value) or "before anything" in str(refused.value)
+
     with pytest.raises(CommandError) as bad:
         run("switch", "--host", host, "--revision", "99")
     assert bad.value.returncode == 2

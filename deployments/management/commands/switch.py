@@ -24,8 +24,8 @@ from deployments.services.switch import PlanRefused, switch_request
 class Command(PanelCommand):
     help = (
         "Switch a host to a revision. With --wait: exit 0 when it is active and healthy, 3 when it failed "
-        "and was rolled back, 4 when it failed and could not roll back, 1 when the planner refused it, "
-        "2 for bad input."
+        "and was rolled back, 4 when it failed and could not roll back, 5 when the host refused it before "
+        "stopping anything (the previous engine still serves), 1 when the planner refused it, 2 for bad input."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -67,4 +67,6 @@ class Command(PanelCommand):
             return
         if op.result.get("rolled_back"):
             raise CommandError(op.error, returncode=3)
+        if op.result.get("refused"):  # the host refused before stopping anything: the old engine serves on
+            raise CommandError(op.error, returncode=5)
         raise CommandError(op.error or f"Switch {op.state}.", returncode=4)
