@@ -86,6 +86,7 @@ def engine_state(sup: Supervisor) -> dict[str, Any]:
         "health": "healthy" if status.healthy else ("starting" if status.phase == "starting" else "unhealthy"),
         "started_at": status.started_at,
         "watchdog_paused": status.watchdog_paused,
+        "bind_host": settings.ENGINE_BIND_HOST,  # so pages show the command line this host really runs
         # Engine builds the host's worker carries itself (not installed by the panel), which a
         # revision at "latest" runs when nothing is installed: the panel shows them.
         "carried": {"llama.cpp": build} if (build := worker_llama_build()) else {},
