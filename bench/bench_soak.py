@@ -167,9 +167,10 @@ class Soak:
                 try:
                     try:
                         status = http.get(path, headers=headers).status_code
-                    except httpx.RemoteProtocolError:
-                        # gunicorn closed the idle keep-alive connection (2 s) as the request left;
-                        # a browser retries such a GET on a new connection, so do we (counted).
+                    except (httpx.RemoteProtocolError, httpx.ReadError):
+                        # gunicorn closed the idle keep-alive connection (2 s) as the request left
+                        # (disconnected, or reset); a browser retries such a GET on a new
+                        # connection, so do we (counted).
                         self.keepalive_retries += 1
                         t0 = time.monotonic()
                         status = http.get(path, headers=headers).status_code
