@@ -38,3 +38,18 @@ def test_list_and_show(catalog):
     with pytest.raises(CommandError) as exc:
         run("revision", "show", "--host", "demo-6x3090", "9")
     assert exc.value.returncode == 2
+
+
+def test_show_prints_the_command_line_the_host_runs(catalog):
+    """The address is the one the host reports its engines bind, as on the revision page (it
+    printed the panel's own 0.0.0.0 default while the process ran --host 127.0.0.1)."""
+    from hardware.models import Host
+
+    demo_load()
+    host = Host.objects.get(name="demo-6x3090")
+    host.engine_state = {**(host.engine_state or {}), "bind_host": "10.1.2.3"}
+    host.save(update_fields=["engine_state"])
+    command = next(
+        line for line in run("revision", "show", "--host", host.name, "1").splitlines() if line.startswith("command:")
+    )
+    assert "--host 10.1.2.3" in command and "0.0.0.0" not in command

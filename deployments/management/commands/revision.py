@@ -7,8 +7,6 @@ from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
 from deployments.management.cli import (
     BadInput,
     PanelCommand,
@@ -19,7 +17,7 @@ from deployments.management.cli import (
     parse_pairs,
 )
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.runtime_bridge import engine_config_for_revision
+from deployments.presenters import launch_for_revision
 from deployments.services.revisions import revision_create
 
 NUMBER = bounded_int(1, MAX_INT)  # a revision number
@@ -135,11 +133,11 @@ class Command(PanelCommand):
             self.stdout.write(f"  {k} = {v}")
         for k, v in sorted(r.env.items()):
             self.stdout.write(f"  env {k}={v}")
-        try:
-            spec = get_adapter(r.engine).launch_spec(engine_config_for_revision(r))
-            self.stdout.write("command: " + " ".join(spec.masked_argv()))
-        except EngineConfigError as exc:
-            self.stdout.write(f"command: cannot be built: {exc}")
+        launch = launch_for_revision(r)  # the argv the host runs (its bind address), secrets masked
+        if launch.error:
+            self.stdout.write(f"command: cannot be built: {launch.error}")
+        else:
+            self.stdout.write("command: " + " ".join(launch.argv))
         self.stdout.write("\n" + r.message)
 
     def _diff(self, host: Any, o: dict[str, Any]) -> None:
