@@ -268,6 +268,7 @@ revision_preview = by_method(get=revision_preview_get, post=revision_preview_pos
 def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list[str]) -> dict[str, Any]:
     report, report_error = presenters.report_for_revision(revision)
     active = revision.host.active_revision
+    preflight = panel_preflight(revision, report)
     return {
         "revision": revision,
         "host": revision.host,
@@ -275,7 +276,8 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
         "changes": changes_between(active, revision) if active and active.pk != revision.pk else None,
         "report": report,
         "report_error": report_error,
-        "preflight": panel_preflight(revision, report),
+        "preflight": preflight,
+        "preflight_problems": [c for c in preflight if c.status == "fail"],
         "form": form,
         "errors": errors,
     }

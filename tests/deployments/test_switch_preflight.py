@@ -75,6 +75,11 @@ def test_the_confirmation_shows_the_checks_and_which_the_host_makes(client, cpu_
     page = client.get(f"/hosts/{cpu_host.name}/revisions/{pinned.number}/switch/").content.decode()
     assert "llama.cpp b6000 is not among the installs the host reported (b7000, b6500)" in page
     assert "problem" in page
+    # A problem the panel already sees is said before the button, which no longer reads "Switch now".
+    assert "The host will refuse this switch as things stand (1 preflight problem above)" in page
+    assert "Try the switch anyway" in page and "Switch now" not in page
+    page = client.get(f"/hosts/{cpu_host.name}/revisions/{latest.number}/switch/").content.decode()
+    assert "Switch now" in page and "will refuse" not in page
 
 
 def test_port_held_by_our_engine_and_memory_as_the_host_reported(cpu_host, operator) -> None:

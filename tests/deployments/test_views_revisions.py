@@ -20,7 +20,11 @@ BAD_KNOBS = {"tensor_parallel_size": 3}  # 3-way TP on 2 GPUs: the planner refus
 
 def make_lab(operator, *, name: str = "lab", knobs: dict | None = None, gpus: int = 2):
     """A host with two RTX 3090s and r1 (vLLM, Qwen3.8-27B, TP 2) active."""
-    host = HostFactory(name=name, last_heartbeat=timezone.now())  # online: an offline host offers no Switch
+    host = HostFactory(  # online (an offline host offers no Switch), with the vLLM build r1 pins installed
+        name=name,
+        last_heartbeat=timezone.now(),
+        engine_installs={"vllm": {"0.17.0": {"path": "/opt/venvs/vllm-0.17.0", "installed_at": "2026-11-30T10:00:00"}}},
+    )
     for i in range(gpus):
         GPUFactory(host=host, index=i)
     r1 = revision_create(
