@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import QuerySet
@@ -51,3 +52,49 @@ def audit_list(*, filters: dict[str, str] | None = None) -> QuerySet[AuditEvent]
     if filters.get("host"):
         qs = qs.filter(host__name=filters["host"])
     return qs
+
+
+@dataclass(frozen=True)
+class FirstStep:
+    title: str
+    done: bool
+    detail: str
+    url: str = ""
+
+
+def first_steps() -> list[FirstStep]:
+    """What a new user does between installing the panel and a served model, each step marked
+    done from what is recorded; empty once a real (not demo) host serves an active revision."""
+    from django.urls import reverse
+
+    from hardware.models import Host
+
+    # Always the same three queries, whatever the answer (the dashboard's query count is pinned).
+    hosts = list(Host.objects.filter(is_demo=False).order_by("name"))
+    revisions = DeploymentRevision.objects.filter(host__is_demo=False).exists()
+    imported = AuditEvent.objects.filter(action="model.import").exists() or revisions
+    if not hosts or any(h.active_revision_id for h in hosts):
+        return []
+    host = hosts[0]
+    folders = " or ".join(host.model_dirs[:2]) if host.model_dirs else "one of the host's model folders"
+    return [
+        FirstStep(
+            "Install an engine",
+            any(h.engine_installs for h in hosts),
+            f"On {host.name}'s page, under Engines: llama.cpp installs with a build that works here.",
+            reverse("hardware:host_detail", args=[host.name]) + "#host-engines",
+        ),
+        FirstStep(
+            "Import a model",
+            imported,
+            f"Put a GGUF file in {folders} and import it by its path (the panel reads its header).",
+            reverse("deployments:model_import"),
+        ),
+        FirstStep(
+            "Record a revision",
+            revisions,
+            "Engine, model and settings, with the planner's report as you type.",
+            reverse("deployments:revision_new", args=[host.name]),
+        ),
+        FirstStep("Switch to it", False, "From the revision's page: preflight, then progress until it serves."),
+    ]

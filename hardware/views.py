@@ -48,7 +48,11 @@ def _one_host(name: str) -> Any:
 @require_GET
 @role_required(VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "hardware/dashboard.html", {"cards": selectors.host_cards()})
+    return render(
+        request,
+        "hardware/dashboard.html",
+        {"cards": selectors.host_cards(), "first_steps": deployment_selectors.first_steps()},
+    )
 
 
 @require_GET

@@ -146,10 +146,13 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     card = page.locator("article[data-host]").first
     expect(card).to_contain_text("online")
     host = card.get_attribute("data-host")
+    steps = page.locator(".first-steps li")
+    expect(steps).to_have_count(4)
+    expect(page.locator(".first-steps li.done")).to_have_count(0)
     snap(page, "first-hour-dashboard")
 
-    # Install llama.cpp from the host page with the version it offers.
-    card.get_by_role("link", name=host, exact=True).click()
+    # Install llama.cpp from the host page (the first step's link) with the version it offers.
+    steps.first.get_by_role("link", name="Install an engine").click()
     expect(page.locator("#host-engines")).to_contain_text("Install an engine")
     install = page.locator("form.install-form", has=page.locator("input[name=engine][value='llama.cpp']"))
     offered = install.locator("input[name=version]").input_value()
@@ -173,6 +176,9 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     _switch_from_revision_page(page, 1)
     _wait_operation(page, "Succeeded")
     assert httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=5).json()["data"][0]["id"] == "gemma"
+    page.get_by_role("link", name="Dashboard").click()
+    expect(page.locator(f'article[data-host="{host}"]')).to_contain_text("r1")
+    expect(page.locator(".first-steps")).to_have_count(0)  # a served model: the guide has done its job
 
     # r2 from r1: a longer context; switch.
     page.goto(f"{base}/hosts/{host}/revisions/1/")
