@@ -132,6 +132,7 @@ SEED2 = "shared/seeds/002 (2 x RTX 5060 Ti lab write-up)"
 MODEL_VARIANTS: list[dict[str, Any]] = [
     {
         "name": "Qwen3.5-27B",
+        "repo_id": "Qwen/Qwen3.5-27B",
         "family": "Qwen3.5",
         "generation": "Qwen3.5",
         "format": "hf",
@@ -156,6 +157,7 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
     },
     {
         "name": "Qwen3.5-35B-A3B",
+        "repo_id": "Qwen/Qwen3.5-35B-A3B",
         "family": "Qwen3.5",
         "generation": "Qwen3.5",
         "format": "hf",
@@ -206,15 +208,17 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
     },
     {
         "name": "Qwen3-32B-AWQ",
+        "repo_id": "Qwen/Qwen3-32B-AWQ",
         "family": "Qwen3",
         "generation": "Qwen3",
         "format": "hf",
         "quantization": "awq-int4",
         "quant_method": "awq",
-        "arch": {"family": "Qwen3", "params_total": 32_000_000_000},
+        "arch": {"family": "Qwen3", "params_total": 32_000_000_000, "native_context": 32768},
         "tool_call_parser": "hermes",
         "source": f"{SEED2}: the lab's first model (git tag vllm_Qwen3-32B-AWQ); the hermes tool parser "
-        "belongs to the older Qwen3 dense generation.",
+        "belongs to the older Qwen3 dense generation. Qwen's official AWQ repository; Qwen3 dense models "
+        "are trained for 32,768 tokens (131,072 only with YaRN rope scaling).",
     },
     {
         "name": "Qwen3.6-35B-A3B-AWQ-4bit",
