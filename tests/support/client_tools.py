@@ -1,0 +1,57 @@
+"""Where the real tools the export tests hand our files to are installed, or why they are not.
+
+`./scripts/test` installs each into its own folder under `.tools/` (git-ignored) from the
+registries: hermes-agent, aider-chat and ansible-core from PyPI, each in its own venv (their
+pins clash with the panel's), opencode from npm (`opencode-ai`, which ships its binary), and
+Debian's systemd for `systemd-analyze`. A tool missing here makes its test skip with the
+reason, so a machine that could not install it still runs everything else.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools"
+
+PYTHON_TOOLS = {"hermes-agent": "hermes-agent", "aider-chat": "aider-chat", "ansible-core": "ansible-core"}
+
+
+def tool_python(name: str) -> Path:
+    """The Python of the venv `.tools/<name>` holding that PyPI tool, or a skip saying so."""
+    python = TOOLS / name / "bin" / "python"
+    marker = TOOLS / name / ".installed"
+    if not python.is_file() or not marker.is_file():
+        pytest.skip(f"{name} is not installed in .tools/{name} (./scripts/test installs it from PyPI; see its log)")
+    return python
+
+
+def tool_bin(name: str, executable: str) -> Path:
+    """An executable of a PyPI tool's venv (e.g. ansible-playbook), or a skip."""
+    exe = tool_python(name).parent / executable
+    if not exe.is_file():
+        pytest.skip(f"{name} in .tools/{name} has no {executable}")
+    return exe
+
+
+def opencode_bin() -> Path:
+    exe = TOOLS / "opencode" / "node_modules" / ".bin" / "opencode"
+    if not exe.exists() or not (TOOLS / "opencode" / ".installed").is_file():
+        pytest.skip("opencode is not installed in .tools/opencode (./scripts/test installs opencode-ai from npm)")
+    return exe
+
+
+def systemd_analyze() -> str:
+    found = shutil.which("systemd-analyze")
+    if found is None:
+        pytest.skip("systemd-analyze is not installed (./scripts/test installs Debian's systemd package)")
+    return found
+
+
+def tool_version(name: str) -> str:
+    """What `.tools/<name>/.installed` recorded (the version installed), for test ids and reports."""
+    marker = TOOLS / name / ".installed"
+    return marker.read_text().strip() if marker.is_file() else ""
