@@ -48,7 +48,8 @@ GEMMA_GGUF = RevisionView(
 
 
 def exports(view: RevisionView, *, key: bool = True, base: str = BASE) -> dict[str, tuple[str, str, str]]:
-    return {e.key: tuple(e.export) for e in all_exports(view, base_url=base, api_key_required=key)}
+    """The configs that could be exported (key -> (filename, content, language))."""
+    return {e.key: tuple(e.export) for e in all_exports(view, base_url=base, api_key_required=key) if e.export}
 
 
 def opencode(view: RevisionView, **kw) -> dict:
@@ -86,7 +87,7 @@ def test_every_export_carries_the_served_name_and_real_context(view, served, con
     assert oc["provider"]["selfhosted"]["models"][served]["limit"]["context"] == context
     assert oc["model"] == f"selfhosted/{served}"
     hermes = yaml.safe_load(out["hermes"][1])
-    assert (hermes["model"]["name"], hermes["model"]["context_length"]) == (served, context)
+    assert (hermes["model"]["default"], hermes["model"]["context_length"]) == (served, context)
     metadata = json.loads(out["aider-metadata"][1])
     assert metadata[f"openai/{served}"]["max_input_tokens"] == context
     settings = yaml.safe_load(out["aider-settings"][1])
@@ -131,18 +132,32 @@ def test_image_input_only_when_the_server_takes_images(view, images):
     assert next(iter(metadata.values())).get("supports_vision", False) is images
 
 
-def test_hermes_yaml_matches_the_seed_hint_and_compresses_late():
+def test_hermes_uses_its_self_hosted_provider_and_compresses_late():
+    """`custom` is Hermes' provider for a self-hosted server: `openai-api` (the seed's hint) is
+    OpenAI's own and reads OPENAI_API_KEY (test_exports_real_tools runs Hermes' resolver)."""
     filename, content, language = hermes_config(client_target(QWEN38, base_url=BASE, api_key_required=False))
     assert (filename, language) == ("config.yaml", "yaml")
     config = yaml.safe_load(content)
     assert config["model"] == {
-        "provider": "openai-api",
-        "api_base": BASE,
+        "provider": "custom",
+        "base_url": BASE,
+        "default": "Qwen3.8-27B-W4A16-AWQ",
         "api_key": "EMPTY",
-        "name": "Qwen3.8-27B-W4A16-AWQ",
         "context_length": 262144,
     }
     assert config["compression"] == {"enabled": True, "threshold": 0.75}
+
+
+def test_aider_sends_the_catalog_sampling_preset_not_temperature_zero():
+    view = replace(
+        QWEN38,
+        model={**QWEN38.model, "sampling_presets": {"thinking": {"temperature": 1.0, "top_p": 0.95, "top_k": 20}}},
+    )
+    settings = yaml.safe_load(exports(view)["aider-settings"][1])[0]
+    assert settings["use_temperature"] == 1.0
+    assert settings["extra_params"] == {"max_tokens": 32768, "top_p": 0.95, "extra_body": {"top_k": 20}}
+    without = yaml.safe_load(exports(QWEN38)["aider-settings"][1])[0]
+    assert without["use_temperature"] is False  # no preset: the server applies the model's own
 
 
 @pytest.mark.parametrize("key_required", [True, False])
@@ -185,14 +200,14 @@ def test_python_snippet_compiles_and_names_the_model():
     assert f"base_url='{BASE}'" in content
 
 
-def test_unknown_context_is_left_out_not_guessed():
+def test_unknown_context_is_refused_with_the_reason_not_guessed_or_left_out():
+    """Left out, opencode never compacts and Hermes guesses: those configs are not exported."""
     view = replace(GEMMA_GGUF, knobs={})  # llama.cpp without ctx_size: -fit picks it at start
-    out = exports(view)
-    model = json.loads(out["opencode"][1])["provider"]["selfhosted"]["models"][GEMMA]
-    assert "limit" not in model
-    hermes = yaml.safe_load(out["hermes"][1])
-    assert "context_length" not in hermes["model"]
-    assert "unknown" in out["hermes"][1]
+    items = {e.key: e for e in all_exports(view, base_url=BASE, api_key_required=True)}
+    for key in ("opencode", "hermes", "aider-metadata"):
+        assert items[key].export is None
+        assert "context" in items[key].error and "unknown" in items[key].error
+    assert items["aider-settings"].export is not None and items["curl"].export is not None
 
 
 def test_a_measured_context_wins_over_knobs():
