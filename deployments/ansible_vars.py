@@ -58,10 +58,19 @@ from typing import Any
 
 import yaml
 
+from deployments.ansible_role import (
+    CACHE_ENV,
+    ROLE_DEFAULTS,
+    ROLE_VLLM_FLOOR,
+    ROLE_VLLM_VERSION,
+    VLLM_ATTENTION_ENV_IGNORED_SINCE,
+    VLLM_SCRIPT_ENV,
+    vllm_role_vars,
+)
+from deployments.engines.base import EngineConfigError
+from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
 from deployments.safety import MAX_INT, UnsafeValueError, check_json_value
 
-# The seed's start script always exports these (ansible-vars.md).
-VLLM_SCRIPT_ENV = {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 # The Ollama role's fixed settings (ansible-vars.md).
 OLLAMA_ROLE_KNOBS = {"num_parallel": 2, "keep_alive": "30m"}
 
@@ -389,7 +398,9 @@ def _template_notes(data: dict[str, Any]) -> list[str]:
     return notes
 
 
-def parse_group_vars(text: str) -> AnsibleImport:
+def parse_group_vars(text: str, *, engine_version: str | None = None) -> AnsibleImport:
+    """The revision a group_vars text describes. `engine_version`: the vLLM it runs; by default
+    the one the role installs (`vllm>=0.17.0`: the newest release, ROLE_VLLM_VERSION)."""
     data = load_group_vars(text)
     engine = _text(data.get("inference_engine") or "vllm", "inference_engine").strip()
     warnings: list[str] = []
@@ -417,13 +428,33 @@ def parse_group_vars(text: str) -> AnsibleImport:
     for var in _VLLM_SECRETS:
         if is_template(data.get(var)):
             templated[var] = data[var]  # a vault reference is not a value: kept (inert unless conventional)
-    if engine == "vllm" and not _truthy(data.get("vllm_enable_tool_calling")) and "vllm_tool_call_parser" in data:
+    tool_calling = data.get("vllm_enable_tool_calling", ROLE_DEFAULTS["vllm_enable_tool_calling"])
+    if engine == "vllm" and not _truthy(tool_calling) and "vllm_tool_call_parser" in data:
         ignored["vllm_tool_call_parser"] = data["vllm_tool_call_parser"]  # the script drops it
 
-    def get(name: str) -> Any:
-        return None if name in templated else data.get(name)
+    defaulted = sorted(n for n in ROLE_DEFAULTS if n not in data and n not in ("vllm_venv_dir", "vllm_api_key"))
 
-    result = _parse_vllm(get, data, warnings) if engine == "vllm" else _parse_ollama(get, warnings)
+    def get(name: str) -> Any:
+        """The value the role's start script uses: the file's, else the role's default (vLLM);
+        None for a template, which sets nothing."""
+        if name in templated:
+            return None
+        if engine == "vllm" and name not in data:
+            return ROLE_DEFAULTS.get(name)
+        return data.get(name)
+
+    if engine == "vllm" and defaulted:
+        warnings.append(
+            "not in the group_vars, so the role's defaults apply (imported as the role runs them): "
+            + ", ".join(f"{n}={ROLE_DEFAULTS[n]!r}" for n in defaulted)
+        )
+
+    if engine == "vllm":
+        result = _parse_vllm(get, data, warnings, engine_version)
+        if "vllm_attention_backend" in result.pop("kept"):
+            ignored["vllm_attention_backend"] = data["vllm_attention_backend"]
+    else:
+        result = _parse_ollama(get, warnings)
     warnings.extend(_template_notes(data))
     return AnsibleImport(
         engine=engine,
@@ -440,8 +471,27 @@ def parse_group_vars(text: str) -> AnsibleImport:
     )
 
 
-def _parse_vllm(get: Callable[[str], Any], data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+def _vllm_version(engine_version: str | None, warnings: list[str]) -> str:
+    if engine_version is not None and engine_version.strip():
+        version = engine_version.strip()
+        try:
+            at_least("vllm", version, ROLE_VLLM_FLOOR)
+        except EngineConfigError as exc:
+            raise AnsibleVarsError(f"the engine version {version[:40]!r} is not a vLLM version: {exc}") from None
+        return version
+    warnings.append(
+        f"the role installs vllm>={ROLE_VLLM_FLOOR} (pip takes the newest release) and keeps it: recorded as "
+        f"{ROLE_VLLM_VERSION}, the newest the panel knows; give the version your host runs if it is older"
+    )
+    return ROLE_VLLM_VERSION
+
+
+def _parse_vllm(
+    get: Callable[[str], Any], data: dict[str, Any], warnings: list[str], engine_version: str | None
+) -> dict[str, Any]:
     knobs: dict[str, Any] = {}
+    kept: list[str] = []  # understood variables that set nothing on this version: written back as they are
+    version = _vllm_version(engine_version, warnings)
     model = _text(get("vllm_model"), "vllm_model").strip()
     if not model:
         warnings.append("vllm_model is not set (or is a Jinja expression)")
@@ -478,8 +528,6 @@ def _parse_vllm(get: Callable[[str], Any], data: dict[str, Any], warnings: list[
             "vllm_enable_prefix_caching is false, but the script then passes no flag: vLLM's own default (on) applies"
         )
     chunked = get("vllm_enable_chunked_prefill")
-    if chunked is None and "vllm_enable_chunked_prefill" not in data:
-        chunked = True  # role default
     if _truthy(chunked):
         knobs["enable_chunked_prefill"] = True
     quant = _text(get("vllm_quantization"), "vllm_quantization").strip()
@@ -494,20 +542,34 @@ def _parse_vllm(get: Callable[[str], Any], data: dict[str, Any], warnings: list[
     offload = _number(get("vllm_cpu_offload_gb"), "vllm_cpu_offload_gb")
     if isinstance(offload, int | float) and not isinstance(offload, bool) and offload > 0:
         knobs["cpu_offload_gb"] = offload
-    if not _empty(get("vllm_attention_backend")):
-        knobs["attention_backend"] = _text(get("vllm_attention_backend"), "vllm_attention_backend").strip()
     env = dict(VLLM_SCRIPT_ENV)
-    if not _empty(get("vllm_hf_cache_dir")):
-        env["HF_HOME"] = _text(get("vllm_hf_cache_dir"), "vllm_hf_cache_dir")
-    warnings.append("the group_vars pin no exact vLLM version; the revision uses the latest known")
+    backend = get("vllm_attention_backend")
+    backend = "" if _empty(backend) else _text(backend, "vllm_attention_backend").strip()
+    if backend and not at_least("vllm", version, VLLM_ATTENTION_BACKEND_FLAG_SINCE):
+        knobs["attention_backend"] = backend  # the adapter exports VLLM_ATTENTION_BACKEND itself
+    elif backend and not at_least("vllm", version, VLLM_ATTENTION_ENV_IGNORED_SINCE):
+        env["VLLM_ATTENTION_BACKEND"] = backend  # deprecated since 0.13, still honoured: as the script sets it
+    elif backend and "vllm_attention_backend" in data:
+        kept.append("vllm_attention_backend")
+        warnings.append(
+            f"vllm_attention_backend ({backend[:40]}) becomes VLLM_ATTENTION_BACKEND in the role's script, which "
+            f"vLLM {version} ignores: the revision selects no attention backend, as the role's vLLM runs; set the "
+            "attention_backend knob (--attention-backend) on a new revision to choose one (the role cannot pass it)"
+        )
+    # The script always sets both caches to vllm_hf_cache_dir (the role's default when unset).
+    cache = get("vllm_hf_cache_dir")
+    if not _empty(cache):
+        for key in CACHE_ENV:
+            env[key] = _text(cache, "vllm_hf_cache_dir")
     return {
-        "engine_version": "",
+        "engine_version": version,
         "model": model,
         "served_name": model.rstrip("/").rsplit("/", 1)[-1] if model else "",
         "host": _text(host, "vllm_host") if host is not None else "0.0.0.0",  # noqa: S104 - role default
         "port": port,
         "knobs": knobs,
         "env": env,
+        "kept": kept,
     }
 
 
@@ -541,8 +603,9 @@ def _parse_ollama(get: Callable[[str], Any], warnings: list[str]) -> dict[str, A
 @dataclass(frozen=True)
 class AnsibleExport:
     text: str
-    not_exported: dict[str, str]  # knob/env/variable name -> why it is not in the text
+    not_exported: dict[str, str]  # knob/env/variable name -> why the role runs something else
     inert: tuple[str, ...] = ()  # variables holding Jinja text, written marked !unsafe
+    defaults: dict[str, str] = field(default_factory=dict)  # variable -> the default written for it
 
 
 class _Unsafe(str):
@@ -581,22 +644,6 @@ def _neutralised(value: Any, variable: str) -> tuple[Any, bool]:
     return walk(value), changed
 
 
-_VLLM_VAR_OF = {
-    "tensor_parallel_size": "vllm_tensor_parallel_size",
-    "pipeline_parallel_size": "vllm_pipeline_parallel_size",
-    "max_model_len": "vllm_max_model_len",
-    "max_num_seqs": "vllm_max_num_seqs",
-    "max_num_batched_tokens": "vllm_max_num_batched_tokens",
-    "enforce_eager": "vllm_enforce_eager",
-    "tool_call_parser": "vllm_tool_call_parser",
-    "reasoning_parser": "vllm_reasoning_parser",
-    "enable_prefix_caching": "vllm_enable_prefix_caching",
-    "enable_chunked_prefill": "vllm_enable_chunked_prefill",
-    "cpu_offload_gb": "vllm_cpu_offload_gb",
-    "attention_backend": "vllm_attention_backend",
-}
-
-
 def render_group_vars(
     *,
     engine: str,
@@ -607,16 +654,40 @@ def render_group_vars(
     host: str | None = None,
     port: int | None = None,
     preserved: dict[str, Any] | None = None,
+    served_name: str = "",
+    binary: str | None = None,
+    native_context: int | None = None,
+    api_key_secret: str = "",
+    hf_token_secret: str = "",
 ) -> AnsibleExport:
     """A group_vars YAML text for a revision; `preserved` (unknown, ignored and templated
     variables from an import) is written back unless the revision sets it. Every string
     Ansible would template is written `!unsafe` (listed in `inert`), except the plain
-    references the module docstring allows."""
+    references the module docstring allows. For vLLM every variable the role's start script
+    reads is written (deployments.ansible_role): `binary` is the executable the revision runs
+    (its venv becomes vllm_venv_dir), `native_context` the model's (vLLM's max-model-len default)."""
     env = dict(env or {})
     out: dict[str, Any] = {"inference_engine": engine}
     not_exported: dict[str, str] = {}
+    defaults: dict[str, str] = {}
     if engine == "vllm":
-        out.update(_vllm_vars(model, knobs, env, host, port, not_exported))
+        role = vllm_role_vars(
+            model=model,
+            knobs=knobs,
+            env=env,
+            engine_version=engine_version,
+            host=host,
+            port=port,
+            served_name=served_name,
+            binary=binary,
+            native_context=native_context,
+            preserved=preserved if isinstance(preserved, dict) else None,
+            api_key_secret=api_key_secret,
+            hf_token_secret=hf_token_secret,
+        )
+        out.update(role.values)
+        not_exported.update(role.not_exported)
+        defaults.update(role.defaults)
     elif engine == "ollama":
         out.update(_ollama_vars(model, knobs, env, engine_version, host, port, not_exported))
     else:
@@ -643,6 +714,10 @@ def render_group_vars(
         if changed:
             inert.append(key)
     header = "---\n# Exported by llm-controlpanel from a deployment revision.\n"
+    for name, why in defaults.items():
+        header += _comment(f"Default written: {name}: {why}")
+    for name, why in not_exported.items():
+        header += _comment(f"Not exported: {name}: {why}")
     if inert:
         header += (
             "# Values tagged !unsafe hold Jinja text kept as it was imported or typed: Ansible uses\n"
@@ -651,62 +726,13 @@ def render_group_vars(
     text = header + yaml.dump(
         safe, Dumper=_GroupVarsDumper, sort_keys=False, default_flow_style=False, allow_unicode=True
     )
-    return AnsibleExport(text=text, not_exported=not_exported, inert=tuple(inert))
+    return AnsibleExport(text=text, not_exported=not_exported, inert=tuple(inert), defaults=defaults)
 
 
-def _vllm_vars(
-    model: str,
-    knobs: dict[str, Any],
-    env: dict[str, str],
-    host: str | None,
-    port: int | None,
-    not_exported: dict[str, str],
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "vllm_model": model,
-        "vllm_host": host,
-        "vllm_port": port,
-        "vllm_quantization": knobs.get("quantization", "none"),
-        "vllm_kv_cache_dtype": knobs.get("kv_cache_dtype", "auto"),
-        "vllm_enable_tool_calling": bool(knobs.get("enable_auto_tool_choice")),
-        "vllm_speculative_config": "",
-        "vllm_rope_scaling": "",
-        "vllm_cpu_offload_gb": 0,
-        "vllm_pipeline_parallel_size": 1,
-        "vllm_reasoning_parser": "",
-        "vllm_enforce_eager": False,
-        "vllm_enable_prefix_caching": False,
-        "vllm_enable_chunked_prefill": False,
-        # Secrets are stored apart from revisions: only a preserved Jinja reference (a vault
-        # lookup) is written back, never a value.
-        "vllm_api_key": None,
-        "vllm_hf_token": None,
-    }
-    for knob, value in knobs.items():
-        if knob in ("quantization", "kv_cache_dtype", "enable_auto_tool_choice"):
-            continue
-        if knob == "gpu_memory_utilization":
-            out["vllm_gpu_memory_utilization"] = str(value)  # the role keeps it a string
-        elif knob == "speculative_config":
-            out["vllm_speculative_config"] = (
-                value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-            )
-        elif knob == "hf_overrides" and isinstance(value, dict) and set(value) == {"rope_scaling"}:
-            rope = value["rope_scaling"]
-            out["vllm_rope_scaling"] = rope if isinstance(rope, str) else json.dumps(rope, separators=(",", ":"))
-        elif knob in _VLLM_VAR_OF:
-            out[_VLLM_VAR_OF[knob]] = value
-        else:
-            not_exported[knob] = "the seed's vLLM role has no variable for this knob"
-    for key, value in env.items():
-        if key == "HF_HOME":
-            out["vllm_hf_cache_dir"] = value
-        elif VLLM_SCRIPT_ENV.get(key) != value:
-            not_exported[key] = (
-                "the start script only exports CUDA_VISIBLE_DEVICES=0,1, NCCL_P2P_DISABLE=1 "
-                "and VLLM_USE_FLASHINFER_SAMPLER=0"
-            )
-    return out
+def _comment(text: str) -> str:
+    """One YAML comment line; no line break or Jinja marker can leave it."""
+    flat = " ".join(str(text).split())
+    return "# " + flat.replace("{", "(").replace("}", ")") + "\n"
 
 
 def _ollama_vars(

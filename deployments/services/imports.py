@@ -78,13 +78,13 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[Model
     return variant, True
 
 
-def parse_ansible_text(text: str) -> AnsibleImport:
+def parse_ansible_text(text: str, *, engine_version: str | None = None) -> AnsibleImport:
     """The parsed group_vars, or a form error on "text" (alias bombs, oversized or deep
     values, object tags, NUL, NaN: `deployments.ansible_vars` explains the limits)."""
     if len(text) > MAX_IMPORT_BYTES or len(text.encode("utf-8", "replace")) > MAX_IMPORT_BYTES:
         raise ValidationError({"text": "That file is too large for a group_vars file."})
     try:
-        return parse_group_vars(text)
+        return parse_group_vars(text, engine_version=engine_version)
     except AnsibleVarsError as exc:
         raise ValidationError({"text": f"Not a group_vars file the panel accepts: {exc}."}) from exc
 
@@ -103,7 +103,7 @@ def revision_import_ansible(
     ensure_role(actor, OPERATOR)
     if not (message or "").strip():
         raise ValidationError({"message": "A revision needs a message saying what changed and why."})
-    parsed = parse_ansible_text(text)
+    parsed = parse_ansible_text(text, engine_version=engine_version)
     variant, created = _find_or_create_variant(parsed=parsed, actor=actor)
     notes = list(parsed.warnings)
     for secret in parsed.secrets:
@@ -123,7 +123,10 @@ def revision_import_ansible(
             "notes": notes,
         }
     }
-    version = parsed.engine_version if engine_version is None else engine_version.strip()
+    # vLLM: the parse records the given version, or the one the role installs; Ollama's file pins its own.
+    version = parsed.engine_version
+    if engine_version is not None and parsed.engine != "vllm":
+        version = engine_version.strip()
     revision = revision_create(
         host=host,
         engine=parsed.engine,
@@ -155,30 +158,56 @@ def revision_import_ansible(
     )
 
 
-def revision_export_ansible(revision: DeploymentRevision) -> AnsibleExport:
-    """The revision as a group_vars text, with what an import kept written back; any Jinja
-    in it (stored by an older import, or typed in a knob) is written `!unsafe`, so Ansible
-    never evaluates it (`AnsibleExport.inert` names those variables).
-
-    Raises ValidationError when the engine has no Ansible role (llama.cpp, SGLang)."""
+def ansible_extras(revision: DeploymentRevision) -> dict[str, Any]:
+    """What an Ansible import kept on the revision ({} for any other revision)."""
     extras = revision.extras if isinstance(revision.extras, dict) else {}
     kept = extras.get(EXTRAS_KEY)
-    kept = kept if isinstance(kept, dict) else {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def export_bind_host(revision: DeploymentRevision) -> str:
+    """Where an exported engine binds: as the Ansible setup it was imported from did, else
+    where the host's agent binds it (the revision page's command). Never empty (the role
+    would render `--host ""`)."""
+    from deployments.presenters import engine_bind_host
+
+    recorded = ansible_extras(revision).get("bind_host")
+    if isinstance(recorded, str) and recorded.strip() and "{" not in recorded:
+        return recorded.strip()
+    return engine_bind_host(revision.host)
+
+
+def revision_export_ansible(revision: DeploymentRevision, *, binary: str | None = None) -> AnsibleExport:
+    """The revision as a group_vars text, with what an import kept written back; any Jinja
+    in it (stored by an older import, or typed in a knob) is written `!unsafe`, so Ansible
+    never evaluates it (`AnsibleExport.inert` names those variables). For vLLM every variable
+    the role's start script reads is written (deployments.ansible_role); `binary` is the
+    executable the revision runs on its host (its venv becomes vllm_venv_dir).
+
+    Raises ValidationError when the engine has no Ansible role (llama.cpp, SGLang)."""
+    kept = ansible_extras(revision)
     preserved: dict[str, Any] = {}
     for part in ("ignored_known", "unknown", "templated"):  # stored data is never trusted: see render
         if isinstance(kept.get(part), dict):
             preserved.update(kept[part])
-    bind_host = kept.get("bind_host")
+    variant = revision.model_variant
+    arch = variant.arch if isinstance(variant.arch, dict) else {}
+    native = arch.get("native_context")
     try:
         return render_group_vars(
             engine=revision.engine,
-            model=model_reference(revision.model_variant, revision.engine),
+            model=model_reference(variant, revision.engine),
             knobs=revision.knobs if isinstance(revision.knobs, dict) else {},
             env=revision.env if isinstance(revision.env, dict) else {},
             engine_version=revision.engine_version,
-            host=bind_host if isinstance(bind_host, str) else None,
+            host=export_bind_host(revision),
             port=revision.port,
             preserved=preserved,
+            served_name=revision.served_name,
+            binary=binary,
+            native_context=native if isinstance(native, int) and not isinstance(native, bool) and native > 0 else None,
+            api_key_secret=revision.api_key_secret,
+            hf_token_secret=revision.hf_token_secret,
         )
     except AnsibleVarsError as exc:
         raise ValidationError(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""Exports of a revision (client configs, Ansible group_vars) and the Ansible import."""
+"""Exports of a revision (client configs, start script, systemd unit, Ansible group_vars) and the Ansible import."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from deployments import presenters, selectors
-from deployments.exports import all_exports, base_url_for, client_target
+from deployments import selectors
+from deployments.exports import NotExportable, client_exports
 from deployments.forms import AnsibleImportForm, apply_error
 from deployments.models import DeploymentRevision
-from deployments.revision_views import revision_view
-from deployments.services.imports import revision_export_ansible, revision_import_ansible
+from deployments.services.exports import revision_client_target, revision_export
+from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
 
 from ._dispatch import by_method
@@ -32,28 +32,34 @@ def _revision_or_404(host: str, number: int) -> DeploymentRevision:
 
 def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]], Any]:
     """The client configs (opencode, Hermes, Aider, curl, openai) with the served name and the
-    context the server really runs with; the API key is only ever a placeholder."""
-    view = revision_view(revision)
-    target = client_target(
-        view,
-        base_url=base_url_for(revision.host.address, revision.port),
-        api_key_required=bool(revision.api_key_secret),
-    )
+    context the server really runs with; the API key is only ever a placeholder. One that
+    cannot tell its client the truth carries why instead of a file."""
+    target = revision_client_target(revision)
     clients = [
         {
             "key": item.key,
             "title": item.title,
-            "filename": item.export.filename,
-            "content": item.export.content,
-            "language": item.export.language,
+            "filename": item.export.filename if item.export else "",
+            "content": item.export.content if item.export else "",
+            "language": item.export.language if item.export else "",
+            "error": item.error,
         }
-        for item in all_exports(
-            view,
-            base_url=base_url_for(revision.host.address, revision.port),
-            api_key_required=bool(revision.api_key_secret),
-        )
+        for item in client_exports(target)
     ]
     return clients, target
+
+
+def _host_exports(revision: DeploymentRevision) -> list[dict[str, str]]:
+    """The start script and the systemd unit, with the executable the host installed."""
+    out = []
+    for key, title in (("start-script", "Start script"), ("systemd", "systemd unit")):
+        try:
+            made = revision_export(revision, key)
+        except NotExportable as exc:
+            out.append({"key": key, "title": title, "filename": "", "content": "", "error": str(exc)})
+        else:
+            out.append({"key": key, "title": title, "filename": made.filename, "content": made.content, "error": ""})
+    return out
 
 
 @require_GET
@@ -65,16 +71,17 @@ def revision_exports(request: HttpRequest, host: str, number: int) -> HttpRespon
         "revision": revision,
         "host": revision.host,
         "clients": clients,
+        "launches": _host_exports(revision),
         "target": target,
         "ansible": None,
         "ansible_error": "",
     }
     try:
-        context["ansible"] = revision_export_ansible(revision)
-    except ValidationError as exc:
-        context["ansible_error"] = "; ".join(presenters.validation_messages(exc))
+        context["ansible"] = revision_export(revision, "ansible")
+    except NotExportable as exc:
+        context["ansible_error"] = str(exc)
     if request.GET.get("download") == "group_vars" and context["ansible"] is not None:
-        response = HttpResponse(context["ansible"].text, content_type="application/yaml; charset=utf-8")
+        response = HttpResponse(context["ansible"].content, content_type="application/yaml; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{revision.host.name}-r{revision.number}-all.yml"'
         return response
     return render(request, "deployments/revision_exports.html", context)

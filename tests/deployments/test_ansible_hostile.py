@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -452,8 +453,10 @@ def test_old_revisions_with_stored_jinja_export_inert(catalog, operator):
     exported = revision_export_ansible(revision)
     assert live_templates(exported.text) == ["{{ ansible_user }}"]
     # vllm_port: the revision's own port (8001) wins over the stored template.
-    assert set(exported.inert) == {"site_cmd", "nested", "vllm_log_dir", "vllm_api_key", "vllm_host"}
+    assert set(exported.inert) == {"site_cmd", "nested", "vllm_log_dir", "vllm_api_key"}
     literal = yaml.load(exported.text, Loader=_UnsafeAware)  # noqa: S506 - a SafeLoader subclass
+    # A stored Jinja bind host never reaches the export: it binds where the engine really binds.
+    assert literal["vllm_host"] == django_settings.ENGINE_BIND_HOST
     assert literal["nested"] == {"list": ["ok", ("unsafe", LOOKUP)], ("unsafe", LOOKUP): "key"}
     assert literal["vllm_port"] == 8001
     assert literal["vllm_api_key"] == ("unsafe", "{{ lookup('pipe', 'cat /root/.ssh/id_rsa') }}")

@@ -33,7 +33,7 @@ def flag_pairs(argv: list[str] | tuple[str, ...]) -> set[tuple[str, str | None]]
 
 
 def launch_from_import(version: str):
-    imported = parse_group_vars(GROUP_VARS)
+    imported = parse_group_vars(GROUP_VARS, engine_version=version)
     config = EngineConfig(
         engine=imported.engine,
         engine_version=version,
@@ -81,13 +81,34 @@ def test_seed_script_and_adapter_agree_flag_for_flag_on_old_vllm():
     assert spec.env == EXPECTED["env"]
 
 
-def test_on_new_vllm_the_only_difference_is_the_attention_backend_flag():
-    # vLLM >= 0.13 reads --attention-backend; the env var is ignored from 0.26 on
-    # (engines.md §1), so the adapter moves it - the script's env var would be lost.
+def test_while_vllm_still_honours_the_attention_variable_the_import_keeps_it():
+    # 0.13 to 0.26: VLLM_ATTENTION_BACKEND is deprecated but honoured, exactly as the script sets it.
     spec = launch_from_import("0.22.0")
-    assert flag_pairs(spec.argv) == flag_pairs(EXPECTED["argv"]) | {("--attention-backend", "TRITON_ATTN")}
-    expected_env = {k: v for k, v in EXPECTED["env"].items() if k != "VLLM_ATTENTION_BACKEND"}
-    assert spec.env == expected_env
+    assert flag_pairs(spec.argv) == flag_pairs(EXPECTED["argv"])
+    assert spec.env == EXPECTED["env"]
+
+
+def test_on_the_vllm_the_role_installs_the_ignored_attention_variable_sets_nothing():
+    # The role installs vllm>=0.17.0, i.e. the newest release, which ignores VLLM_ATTENTION_BACKEND
+    # (gone since 0.26): the revision runs what the role's vLLM runs, and says so.
+    imported = parse_group_vars(GROUP_VARS)
+    assert imported.engine_version == "0.33.0"
+    assert "attention_backend" not in imported.knobs and "VLLM_ATTENTION_BACKEND" not in imported.env
+    assert imported.ignored_known["vllm_attention_backend"] == "TRITON_ATTN"  # written back on export
+    assert any("ignores" in w and "--attention-backend" in w for w in imported.warnings)
+    spec = launch_from_import("0.33.0")
+    assert flag_pairs(spec.argv) == flag_pairs(EXPECTED["argv"])
+    assert spec.env == {k: v for k, v in EXPECTED["env"].items() if k != "VLLM_ATTENTION_BACKEND"}
+
+
+def test_variables_the_group_vars_leave_out_take_the_role_defaults():
+    """The role renders its defaults for what group_vars omit; an import runs the same."""
+    imported = parse_group_vars("inference_engine: vllm\nvllm_model: Qwen/Qwen3-32B-AWQ\n", engine_version="0.22.0")
+    assert imported.knobs["max_model_len"] == 262144 and imported.knobs["max_num_batched_tokens"] == 4096
+    assert imported.env["HF_HOME"] == imported.env["HUGGINGFACE_HUB_CACHE"] == "/opt/vllm/hf_cache"
+    assert imported.env["VLLM_ATTENTION_BACKEND"] == "TRITON_ATTN"
+    assert imported.port == 8001 and imported.host == "0.0.0.0"
+    assert any("role's defaults apply" in w and "vllm_max_model_len=262144" in w for w in imported.warnings)
 
 
 def test_export_round_trips_and_keeps_unknown_and_ignored_variables():
@@ -101,7 +122,8 @@ def test_export_round_trips_and_keeps_unknown_and_ignored_variables():
         port=imported.port,
         preserved=imported.preserved(),
     )
-    assert exported.not_exported == {}
+    # The newest vLLM ignores the role's VLLM_ATTENTION_BACKEND: the only difference, and said.
+    assert list(exported.not_exported) == ["VLLM_ATTENTION_BACKEND"]
     again = parse_group_vars(exported.text)
     assert again.knobs == imported.knobs
     assert again.env == imported.env
@@ -167,7 +189,7 @@ def test_script_rules_for_optional_flags():
     assert knobs["pipeline_parallel_size"] == 2
     assert knobs["cpu_offload_gb"] == 8
     assert "kv_cache_dtype" not in knobs
-    assert "max_num_batched_tokens" not in knobs
+    assert knobs["max_num_batched_tokens"] == 4096  # left out: the role's defaults define it
     assert knobs["hf_overrides"] == {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
     assert knobs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2}
 

@@ -2,16 +2,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 
+from deployments.exports import NotExportable
 from deployments.management.cli import BadInput, PanelCommand, get_host
 from deployments.models import DeploymentRevision
-from deployments.services.imports import revision_export_ansible
+from deployments.services.exports import revision_export
 
 
 class Command(PanelCommand):
-    help = "Print a revision as an Ansible group_vars YAML (default: the host's active, else latest, revision)."
+    help = (
+        "Print a revision as an Ansible group_vars YAML (default: the host's active, else latest, revision); "
+        "the same as `export --to ansible`."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", required=True)
@@ -27,11 +30,9 @@ class Command(PanelCommand):
         if revision is None:
             raise BadInput(f"{host.name} has no revision {options['revision'] or ''}".rstrip() + ".")
         try:
-            exported = revision_export_ansible(revision)
-        except ValidationError as exc:
-            raise BadInput("; ".join(exc.messages)) from exc
-        for name, why in exported.not_exported.items():
-            self.stderr.write(f"not exported: {name} ({why})")
-        for name in exported.inert:
-            self.stderr.write(f"written !unsafe (Ansible will not evaluate its Jinja): {name}")
-        self.stdout.write(exported.text, ending="")
+            exported = revision_export(revision, "ansible")
+        except NotExportable as exc:
+            raise BadInput(str(exc)) from exc
+        for note in exported.notes:
+            self.stderr.write(note)
+        self.stdout.write(exported.content, ending="")

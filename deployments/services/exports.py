@@ -1,0 +1,170 @@
+"""Every export of a revision, for the exports page and `manage.py export`.
+
+One entry point, `revision_export(revision, target)`, returns the file a target runs as it
+is, or raises `NotExportable` with the reason. Targets:
+
+- clients (deployments.exports): opencode, hermes, aider-settings, aider-metadata (and the
+  page's aider-env, curl, python);
+- the host's own launch, as a person would run it: start-script and systemd, with the same
+  argv and environment as the revision's launch and the executable the host has installed
+  for the revision's engine version (Host.engine_installs; systemd finds no bare `vllm`);
+- ansible: the seed role's group_vars (deployments.ansible_role), whose rendered start script
+  runs that same argv and environment, or says in its header what differs and why.
+
+Reads only. Secrets are never resolved: the API key appears masked where it goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from deployments.engines.base import MASK, EngineConfigError, LaunchSpec
+from deployments.engines.registry import get_adapter
+from deployments.engines.scripts import render_start_script, render_systemd_unit
+from deployments.engines.versions import parse_version
+from deployments.exports import (
+    CLIENT_EXPORTS,
+    ClientTarget,
+    NamedExport,
+    NotExportable,
+    base_url_for,
+    client_exports,
+    client_target,
+)
+from deployments.models import DeploymentRevision
+from deployments.revision_views import revision_view
+from deployments.runtime_bridge import engine_config_for_revision
+
+from .imports import ansible_extras, export_bind_host, revision_export_ansible
+
+CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
+HOST_TARGETS = ("start-script", "systemd", "ansible")
+TARGETS = CLIENT_TARGETS + HOST_TARGETS
+# Executables the panel's installs put in their folder (deployments.host_ops.binaries).
+_IN_FOLDER = {"vllm": "bin/vllm", "sglang": "bin/python", "llama.cpp": "build/bin/llama-server"}
+
+
+@dataclass(frozen=True)
+class TargetExport:
+    target: str
+    filename: str
+    content: str
+    notes: tuple[str, ...] = ()  # what the file could not say, and defaults it wrote (one line each)
+
+
+def _version_order(engine: str) -> Any:
+    def order(version: str) -> Any:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return order
+
+
+def revision_binary(revision: DeploymentRevision) -> str | None:
+    """The executable the revision runs on its host: the install of its engine version the host
+    recorded (for "latest", the newest recorded), else the venv an Ansible import named; None
+    when neither is known."""
+    from deployments.services.installs import install_key
+
+    installs = revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {}
+    recorded = installs.get(revision.engine)
+    recorded = recorded if isinstance(recorded, dict) else {}
+    key = install_key(revision.engine_version)
+    candidates = [key] if key in recorded else []
+    if revision.engine_version == "":
+        candidates += [
+            k for k in sorted(recorded, key=_version_order(revision.engine), reverse=True) if k not in candidates
+        ]
+    for candidate in candidates:
+        entry = recorded.get(candidate)
+        if not isinstance(entry, dict):
+            continue
+        binary = entry.get("binary")
+        if isinstance(binary, str) and binary.startswith("/"):
+            return binary
+        folder = entry.get("path")
+        if isinstance(folder, str) and folder.startswith("/") and revision.engine in _IN_FOLDER:
+            return f"{folder.rstrip('/')}/{_IN_FOLDER[revision.engine]}"
+    kept = ansible_extras(revision).get("ignored_known")
+    venv = kept.get("vllm_venv_dir") if isinstance(kept, dict) else None
+    if revision.engine == "vllm" and isinstance(venv, str) and venv.startswith("/") and "{" not in venv:
+        return f"{venv.rstrip('/')}/bin/vllm"
+    return None
+
+
+def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = True) -> LaunchSpec:
+    """The revision's launch with its installed executable and the API key masked.
+
+    NotExportable when the executable is unknown (`need_binary`) or the stored settings do
+    not make a launch."""
+    binary = revision_binary(revision)
+    if need_binary and binary is None:
+        version = revision.engine_version or "latest"
+        raise NotExportable(
+            f"no {revision.engine} {version} install is recorded on {revision.host.name}, so the path of the "
+            "executable is unknown (a unit or script needs it; a bare name is found by no service manager): "
+            "install the engine from the host page first"
+        )
+    try:
+        config = engine_config_for_revision(revision, bind_host=export_bind_host(revision), binary=binary)
+        if revision.api_key_secret:
+            config = dataclasses.replace(config, api_key=MASK)
+        return get_adapter(revision.engine).launch_spec(config)
+    except (EngineConfigError, KeyError) as exc:
+        raise NotExportable(f"the revision's settings do not make a launch: {exc}") from exc
+
+
+def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
+    return client_target(
+        revision_view(revision),
+        base_url=base_url_for(revision.host.address, revision.port),
+        api_key_required=bool(revision.api_key_secret),
+    )
+
+
+def revision_client_exports(revision: DeploymentRevision) -> list[NamedExport]:
+    return client_exports(revision_client_target(revision))
+
+
+def _model_reference_problem(revision: DeploymentRevision) -> str:
+    """Why the engine could not find the revision's model by the name it is given ("" if it can)."""
+    variant = revision.model_variant
+    if revision.engine in ("vllm", "sglang") and not variant.repo_id and variant.format == "hf":
+        return (
+            f"the model {variant.name!r} has no repository id in the catalog, so the engine would look for a "
+            f"hub repository named {variant.name!r}, which does not exist: add its repo id to the catalog"
+        )
+    return ""
+
+
+def revision_export(revision: DeploymentRevision, target: str) -> TargetExport:
+    """The file `target` runs for `revision` (module docstring), or NotExportable."""
+    if target in CLIENT_TARGETS:
+        _title, build = CLIENT_EXPORTS[target]
+        made = build(revision_client_target(revision))
+        return TargetExport(target, made.filename, made.content)
+    if target not in HOST_TARGETS:
+        raise NotExportable(f"unknown export target {target!r} (one of {', '.join(TARGETS)})")
+    problem = _model_reference_problem(revision)
+    if problem:
+        raise NotExportable(problem)
+    if target == "ansible":
+        try:
+            exported = revision_export_ansible(revision, binary=revision_binary(revision))
+        except ValidationError as exc:
+            raise NotExportable("; ".join(exc.messages)) from exc
+        notes = [f"default written: {k} ({why})" for k, why in exported.defaults.items()]
+        notes += [f"not exported: {k} ({why})" for k, why in exported.not_exported.items()]
+        notes += [f"written !unsafe (Ansible will not evaluate its Jinja): {k}" for k in exported.inert]
+        name = f"{revision.host.name}-r{revision.number}-all.yml"
+        return TargetExport(target, name, exported.text, tuple(notes))
+    spec = revision_launch_spec(revision)
+    if target == "start-script":
+        return TargetExport(target, "start.sh", render_start_script(spec))
+    return TargetExport(target, f"{spec.engine.replace('.', '')}.service", render_systemd_unit(spec))
