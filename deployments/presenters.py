@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.urls import NoReverseMatch, reverse
 
 from deployments.choices import OperationKind, OperationState
+from deployments.engine_installs import revision_binary
 from deployments.engines.base import MASK, EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
@@ -60,10 +61,16 @@ def engine_bind_host(host: Any) -> str:
 
 
 def launch_for_revision(revision: DeploymentRevision) -> Launch:
-    """The exact argv and env the revision runs with (bound where the agent binds it), secrets
-    masked (never resolved)."""
+    """The exact argv and env the revision runs with (bound where the agent binds it, with the
+    executable the host recorded installing, else the engine's bare name), secrets masked
+    (never resolved)."""
     try:
-        config = engine_config_for_revision(revision, bind_host=engine_bind_host(revision.host), resolve_secrets=False)
+        config = engine_config_for_revision(
+            revision,
+            bind_host=engine_bind_host(revision.host),
+            resolve_secrets=False,
+            binary=revision_binary(revision),  # the installed executable, as the host runs it
+        )
         if revision.api_key_secret:
             config = dataclasses.replace(config, api_key=MASK)  # shown as ******** where it goes
         adapter = get_adapter(revision.engine)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from deployments.engine_installs import revision_binary
 from deployments.engines.base import MASK, EngineConfigError, LaunchSpec
 from deployments.engines.registry import get_adapter
 from deployments.engines.scripts import render_start_script, render_systemd_unit
-from deployments.engines.versions import parse_version
 from deployments.exports import (
     CLIENT_EXPORTS,
     ClientTarget,
@@ -39,13 +38,11 @@ from deployments.models import DeploymentRevision
 from deployments.revision_views import revision_view
 from deployments.runtime_bridge import engine_config_for_revision
 
-from .imports import ansible_extras, export_bind_host, revision_export_ansible
+from .imports import export_bind_host, revision_export_ansible
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
 HOST_TARGETS = ("start-script", "systemd", "ansible")
 TARGETS = CLIENT_TARGETS + HOST_TARGETS
-# Executables the panel's installs put in their folder (deployments.host_ops.binaries).
-_IN_FOLDER = {"vllm": "bin/vllm", "sglang": "bin/python", "llama.cpp": "build/bin/llama-server"}
 
 
 @dataclass(frozen=True)
@@ -54,48 +51,6 @@ class TargetExport:
     filename: str
     content: str
     notes: tuple[str, ...] = ()  # what the file could not say, and defaults it wrote (one line each)
-
-
-def _version_order(engine: str) -> Any:
-    def order(version: str) -> Any:
-        try:
-            return (1, parse_version(engine, version))
-        except EngineConfigError:
-            return (0, parse_version(engine, ""))
-
-    return order
-
-
-def revision_binary(revision: DeploymentRevision) -> str | None:
-    """The executable the revision runs on its host: the install of its engine version the host
-    recorded (for "latest", the newest recorded), else the venv an Ansible import named; None
-    when neither is known."""
-    from deployments.services.installs import install_key
-
-    installs = revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {}
-    recorded = installs.get(revision.engine)
-    recorded = recorded if isinstance(recorded, dict) else {}
-    key = install_key(revision.engine_version)
-    candidates = [key] if key in recorded else []
-    if revision.engine_version == "":
-        candidates += [
-            k for k in sorted(recorded, key=_version_order(revision.engine), reverse=True) if k not in candidates
-        ]
-    for candidate in candidates:
-        entry = recorded.get(candidate)
-        if not isinstance(entry, dict):
-            continue
-        binary = entry.get("binary")
-        if isinstance(binary, str) and binary.startswith("/"):
-            return binary
-        folder = entry.get("path")
-        if isinstance(folder, str) and folder.startswith("/") and revision.engine in _IN_FOLDER:
-            return f"{folder.rstrip('/')}/{_IN_FOLDER[revision.engine]}"
-    kept = ansible_extras(revision).get("ignored_known")
-    venv = kept.get("vllm_venv_dir") if isinstance(kept, dict) else None
-    if revision.engine == "vllm" and isinstance(venv, str) and venv.startswith("/") and "{" not in venv:
-        return f"{venv.rstrip('/')}/bin/vllm"
-    return None
 
 
 def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = True) -> LaunchSpec:

@@ -26,6 +26,7 @@ from django.core.management.base import CommandError
 from deployments.ansible_vars import parse_group_vars
 from deployments.demo_data import LAB2
 from deployments.models import DeploymentRevision, ModelVariant
+from deployments.presenters import launch_for_revision
 from deployments.services.demo import demo_load
 from deployments.services.exports import revision_binary, revision_export
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
@@ -252,7 +253,12 @@ def test_systemd_accepts_our_unit_and_it_runs_the_installed_executable(catalog, 
     revision = _revision(host, knobs={"max_model_len": 65536, "enforce_eager": True}, env={"NCCL_P2P_DISABLE": "1"})
     with pytest.raises(CommandError, match="no vllm 0.22.0 install is recorded on gpu1"):
         call_command("export", "--host", "gpu1", "--revision", str(revision.number), "--to", "systemd")
+    assert launch_for_revision(revision).argv[0] == "vllm"  # the revision page: nothing installed yet
     _installed(host, "0.22.0", stand_in_venv)
+    host.refresh_from_db()
+    revision.refresh_from_db()
+    # The revision page's command and unit run the installed executable too.
+    assert launch_for_revision(revision).argv[0] == str(stand_in_venv / "bin" / "vllm")
     out = io.StringIO()
     call_command("export", "--host", "gpu1", "--revision", str(revision.number), "--to", "systemd", stdout=out)
     unit = tmp_path / "vllm.service"

@@ -1,0 +1,66 @@
+"""Which executable a revision runs on its host, as far as the panel knows it.
+
+The host records each engine install it makes (Host.engine_installs[engine][version], with
+the executable's path); an Ansible import names the role's venv. Exports and the revision
+page use this, so their command is the one the host runs, never a bare `vllm` that no
+service manager finds. Reads the host row only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.engines.base import EngineConfigError
+from deployments.engines.versions import parse_version
+from deployments.models import DeploymentRevision
+
+# Executables the panel's installs put in their folder (the host agent's install layout).
+_IN_FOLDER = {"vllm": "bin/vllm", "sglang": "bin/python"}
+
+
+def ansible_venv(revision: DeploymentRevision) -> str | None:
+    """The role's venv an Ansible import kept (vllm_venv_dir), when it is a plain path."""
+    extras = revision.extras if isinstance(revision.extras, dict) else {}
+    kept = extras.get("ansible")
+    ignored = kept.get("ignored_known") if isinstance(kept, dict) else None
+    venv = ignored.get("vllm_venv_dir") if isinstance(ignored, dict) else None
+    return venv.rstrip("/") if isinstance(venv, str) and venv.startswith("/") and "{" not in venv else None
+
+
+def _version_order(engine: str) -> Any:
+    def order(version: str) -> Any:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return order
+
+
+def revision_binary(revision: DeploymentRevision) -> str | None:
+    """The executable the revision runs on its host: the install of its engine version the host
+    recorded (for "latest", the newest recorded), else the venv an Ansible import named; None
+    when neither is known."""
+    installs = revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {}
+    recorded = installs.get(revision.engine)
+    recorded = recorded if isinstance(recorded, dict) else {}
+    key = revision.engine_version or "latest"  # services.installs.install_key
+    candidates = [key] if key in recorded else []
+    if revision.engine_version == "":
+        candidates += [
+            k for k in sorted(recorded, key=_version_order(revision.engine), reverse=True) if k not in candidates
+        ]
+    for candidate in candidates:
+        entry = recorded.get(candidate)
+        if not isinstance(entry, dict):
+            continue
+        binary = entry.get("binary")
+        if isinstance(binary, str) and binary.startswith("/"):
+            return binary
+        folder = entry.get("path")
+        if isinstance(folder, str) and folder.startswith("/") and revision.engine in _IN_FOLDER:
+            return f"{folder.rstrip('/')}/{_IN_FOLDER[revision.engine]}"
+    venv = ansible_venv(revision)
+    if revision.engine == "vllm" and venv:
+        return f"{venv}/bin/vllm"
+    return None
