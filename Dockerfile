@@ -9,6 +9,7 @@ COPY pyproject.toml README.md ./
 COPY controlpanel ./controlpanel
 COPY deployments ./deployments
 COPY hardware ./hardware
+COPY hostagent ./hostagent
 RUN pip install --no-cache-dir .
 # .dockerignore keeps .env, data/, .venv/, .git/ and caches out of this copy.
 COPY . .

@@ -148,7 +148,7 @@ class Soak:
     def poll_dashboard(self, password: str) -> None:
         import httpx
 
-        from hardware.agent_probe import local_host_name
+        from hostagent.probe import local_host_name
 
         with httpx.Client(base_url=self.url, timeout=30) as http:
             page = http.get("/accounts/login/").text
@@ -195,8 +195,8 @@ class Soak:
         import httpx
 
         from deployments.engines.registry import get_adapter
-        from deployments.host_ops import resolve_binary
         from deployments.runtime_bridge import engine_config_for_revision
+        from hostagent.binaries import resolve_binary
 
         config = engine_config_for_revision(revision, bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
         spec = get_adapter("llama.cpp").launch_spec(config)
@@ -230,8 +230,8 @@ class Soak:
         from deployments.services.benchmarks import benchmark_request, profile_from_input
         from deployments.services.revisions import revision_create
         from deployments.services.switch import switch_request
-        from hardware.agent_probe import local_host_name
         from hardware.models import Host
+        from hostagent.probe import local_host_name
 
         host = Host.objects.get(name=local_host_name())
         model = ModelVariant.objects.create(

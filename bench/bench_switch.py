@@ -43,12 +43,13 @@ def main() -> None:
 
     from deployments.choices import OperationState
     from deployments.engines.registry import get_adapter
-    from deployments.host_ops import resolve_binary, supervisor_for
     from deployments.models import ModelVariant, Operation
     from deployments.runtime_bridge import engine_config_for_revision
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
     from hardware.models import Host
+    from hostagent.binaries import resolve_binary
+    from hostagent.local import supervisor_for
     from tests.support.llama import free_port, gemma_model_path
 
     call_command("migrate", verbosity=0)

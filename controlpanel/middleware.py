@@ -1,4 +1,5 @@
-"""Login is required everywhere except the login page and static files."""
+"""Login is required everywhere except the login page, static files and the agent API (which
+authenticates each request by its host's token instead)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 
-OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz")
+OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/agent/v1/")
 
 
 class LoginRequiredMiddleware:

@@ -33,6 +33,8 @@ urlpatterns = [
     path("people/", include("controlpanel.people.views")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    # GPU hosts' agents, authenticated by their own host token (deployments.agent_api).
+    path("agent/v1/", include("deployments.agent_api.urls")),
     # Browsers ask for /favicon.ico whatever the page links: send them to the static icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("hardware.urls")),

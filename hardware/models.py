@@ -159,3 +159,30 @@ class EngineSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_id} engine at {self.ts:%H:%M:%S}"
+
+
+class HostCredential(models.Model):
+    """A host agent's credential: a bearer token issued per host, stored only as its SHA-256.
+
+    The token itself is shown once when an admin issues it (`manage.py host token NAME`);
+    issuing a new one revokes the old, and a revoked credential stops working at once.
+    What it may do is the host's own business only (deployments.agent_api checks that).
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="credentials")
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, to tell tokens apart.")
+    digest = models.CharField(max_length=64, unique=True)  # sha256 hex of the whole token
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.host.name} credential {self.prefix}…" + (" (revoked)" if self.revoked_at else "")
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

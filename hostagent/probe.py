@@ -1,4 +1,4 @@
-"""Probe this machine (host facts + NVML) in the shape `host_probe_record` stores.
+"""Probe this machine (host facts + NVML) in the shape the panel's `host_probe_record` stores.
 
 Runs on the GPU host. NVML is imported lazily by the probe; a machine without an NVIDIA
 driver yields an empty inventory and becomes a CPU-only host, not an error.

@@ -40,21 +40,26 @@ def catalog(db: Any) -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Any, catalog: None, operator: User, settings: Any) -> Any:
+def lab(tmp_path: Any, catalog: None, operator: User, settings: Any, live_server: Any) -> Any:
     """A real host agent (Celery worker on its own queue, real Redis) for a fresh host, with a
-    real Gemma 3 270M model variant and a helper that records llama.cpp revisions of it."""
+    real Gemma 3 270M model variant and a helper that records llama.cpp revisions of it.
+
+    The agent runs as a GPU host runs it: no database URL and no secret key, only the broker,
+    the panel's URL (the live server) and the host token an admin issued."""
     import uuid
 
-    from deployments.host_ops import supervisor_for
     from deployments.models import ModelVariant
+    from hardware.credentials import host_token_issue
     from hardware.models import Host
+    from hostagent.local import supervisor_for
     from tests.support.agent import AgentProcess
     from tests.support.llama import free_port, gemma_model_path
 
     name = f"lab-{uuid.uuid4().hex[:8]}"
     state = tmp_path / "state"
     settings.HOST_STATE_DIR = state
-    agent = AgentProcess(name, state, tmp_path / "agent.log").start()
+    _host, token = host_token_issue(name=name, actor=None)
+    agent = AgentProcess(name, state, tmp_path / "agent.log", panel_url=live_server.url, token=token).start()
     world: dict[str, Any] = {"agent": agent, "tmp": tmp_path}
     try:
         agent.wait_registered()

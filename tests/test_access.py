@@ -63,6 +63,20 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "people:unlock": ({"username": "vera"}, "admin", "admin"),
 }
 OPEN = {"login", "logout"}
+# The agent API answers host tokens only (tests/test_agent_api.py checks what each token may do).
+AGENT_API = {
+    "agent_api:hello": {},
+    "agent_api:register": {},
+    "agent_api:probe": {},
+    "agent_api:heartbeat": {},
+    "agent_api:telemetry": {},
+    "agent_api:event": {},
+    "agent_api:launch": {"revision_id": 1},
+    "agent_api:operations": {},
+    "agent_api:begin": {"op_id": OP},
+    "agent_api:progress": {"op_id": OP},
+    "agent_api:finish": {"op_id": OP},
+}
 POST_ONLY = {
     "deployments:revision_comment",
     "hardware:host_probe",
@@ -92,7 +106,20 @@ def _names(resolver: URLResolver, prefix: str = "") -> set[str]:
 
 
 def test_every_url_is_listed():
-    assert _names(get_resolver()) - OPEN == set(ACCESS)
+    assert _names(get_resolver()) - OPEN - set(AGENT_API) == set(ACCESS)
+    assert {n for n in _names(get_resolver()) if n.startswith("agent_api:")} == set(AGENT_API)
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_API))
+def test_the_agent_api_refuses_people_and_strangers(client, world, admin_user, name):
+    """No host token, no answer: not for anonymous requests, not for a signed-in admin."""
+    url = reverse(name, kwargs=AGENT_API[name])
+    for who in (None, admin_user):
+        if who is not None:
+            client.force_login(who)
+        for method in ("get", "post"):
+            response = getattr(client, method)(url)
+            assert response.status_code == 401 and "WWW-Authenticate" in response, (method, who)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ print(json.dumps({"state": op.state, "error": op.error}))
 
 SWITCH = """
 import json, time
-from deployments.host_ops import supervisor_for
+from hostagent.local import supervisor_for
 from deployments.models import ModelVariant
 from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request

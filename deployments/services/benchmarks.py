@@ -13,8 +13,8 @@ from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_comma
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 
+from .dispatch import operation_dispatch
 from .operations import operation_create
-from .switch import _enqueue
 
 
 def profile_from_input(
@@ -75,7 +75,7 @@ def benchmark_request(
         host=host,
         revision=revision,
         params={"profile": profile.to_dict(), "revision": revision.number},
-        enqueue=_enqueue("benchmark_host"),
+        enqueue=operation_dispatch,
         actor=actor,
     )
 

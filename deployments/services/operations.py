@@ -111,12 +111,17 @@ def operation_progress(
     return bool(Operation.objects.filter(pk=op_id, cancel_requested=True).exists())
 
 
-def operation_finish(*, op_id: Any, state: str, result: dict[str, Any] | None = None, error: str = "") -> None:
+def operation_finish(
+    *, op_id: Any, state: str, result: dict[str, Any] | None = None, error: str = "", accept_lost: bool = False
+) -> None:
+    """End an active operation. `accept_lost`: also one marked `lost` (its host's late report)."""
     if state not in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED):
         raise ValueError(f"{state} is not a finishing state")
     with transaction.atomic():
         op = Operation.objects.select_for_update().select_related("host").filter(pk=op_id).first()
-        if op is None or op.state not in ACTIVE_STATES:
+        if op is None:
+            return
+        if op.state not in ACTIVE_STATES and not (accept_lost and op.state == OperationState.LOST):
             return
         op.state = state
         op.finished_at = timezone.now()

@@ -2,36 +2,21 @@
 before anything is sent to it.
 
 The same checks run again on the host, before anything is stopped
-(deployments.host_ops.preflight), and refuse the switch there; this half only shows them on
+(hostagent.preflight), and refuse the switch there; this half only shows them on
 the confirmation page. Each check says whether it passed, failed or is the host's to make.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from deployments.checks import FAIL, HOST, OK, Check
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
 from deployments.models import DeploymentRevision
 
-OK, FAIL, HOST = "ok", "fail", "host"  # HOST: only the host can tell; it checks before stopping anything
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str  # engine | port | weights | memory
-    status: str  # ok | fail | host
-    message: str
-    host_rechecks: bool = True
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight"]
 
 
 def installed_versions(installs: Any, engine: str) -> list[str]:

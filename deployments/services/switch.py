@@ -12,6 +12,7 @@ from deployments.choices import OperationKind
 from deployments.models import DeploymentRevision, Operation
 from deployments.planner import PlanInputError
 
+from .dispatch import operation_dispatch
 from .operations import operation_create
 from .planning import plan_for_revision
 
@@ -22,15 +23,6 @@ class PlanRefused(ValidationError):
     def __init__(self, message: str, report: Any) -> None:
         super().__init__(message)
         self.report = report
-
-
-def _enqueue(task_name: str) -> Any:
-    def send(op: Operation) -> None:
-        from deployments import tasks
-
-        getattr(tasks, task_name).apply_async(kwargs={"op_id": str(op.pk)}, queue=op.host.queue, task_id=str(op.pk))
-
-    return send
 
 
 @transaction.atomic
@@ -77,7 +69,7 @@ def switch_request(
         host=host,
         revision=revision,
         params=params,
-        enqueue=_enqueue("switch_host"),
+        enqueue=operation_dispatch,
         actor=actor,
     )
 
@@ -85,10 +77,10 @@ def switch_request(
 @transaction.atomic
 def stop_request(*, host: Any, actor: Any) -> Operation:
     ensure_role(actor, OPERATOR)
-    return operation_create(kind=OperationKind.STOP, host=host, enqueue=_enqueue("stop_engine"), actor=actor)
+    return operation_create(kind=OperationKind.STOP, host=host, enqueue=operation_dispatch, actor=actor)
 
 
 @transaction.atomic
 def probe_request(*, host: Any, actor: Any) -> Operation:
     ensure_role(actor, OPERATOR)
-    return operation_create(kind=OperationKind.PROBE, host=host, enqueue=_enqueue("probe_host"), actor=actor)
+    return operation_create(kind=OperationKind.PROBE, host=host, enqueue=operation_dispatch, actor=actor)

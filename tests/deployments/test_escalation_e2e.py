@@ -14,10 +14,10 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from deployments.choices import OperationState
-from deployments.host_ops import supervisor_for
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.switch import switch_request
 from hardware.models import Host
+from hostagent.local import supervisor_for
 from tests.deployments.test_switch_celery import served_models, wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]

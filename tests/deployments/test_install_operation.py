@@ -14,12 +14,12 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import CommandError, call_command
 
-from deployments import tasks
+from controlpanel.celery import app
 from deployments.choices import OperationKind, OperationState
-from deployments.host_ops import install_dir, resolve_binary
 from deployments.models import AuditEvent, Operation
 from deployments.services.installs import install_record, install_request
 from hardware.models import Host
+from hostagent.binaries import install_dir, resolve_binary
 from tests.hardware.runtime.test_installs import build_wheel
 
 
@@ -37,7 +37,7 @@ def host(db: Any) -> Host:
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(tasks.install_engine, "apply_async", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: calls.append({"name": name, **kw}))
     return calls
 
 
@@ -59,7 +59,9 @@ def test_install_request_records_an_operation_and_enqueues_it_on_the_hosts_queue
         "cuda": True,  # the host has NVIDIA GPUs
         "wheelhouse": "/srv/wheels",
     }
-    assert sent == [{"kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}]
+    assert sent == [
+        {"name": "agent.install", "kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}
+    ]
     assert AuditEvent.objects.filter(action="operation.install", object_id=str(op.pk), actor=operator).exists()
 
 

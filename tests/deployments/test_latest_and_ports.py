@@ -9,10 +9,10 @@ import pytest
 
 from deployments.choices import Engine
 from deployments.engines.registry import get_adapter
-from deployments.host_ops.binaries import install_dir, resolve_binary, resolve_install, worker_llama_build
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.revisions import PANEL_DEFAULT_PORT, engine_default_port, revision_create
 from hardware.models import Host
+from hostagent.binaries import install_dir, resolve_binary, resolve_install, worker_llama_build
 
 
 def _llama_venv(root: Path, build: str) -> Path:

@@ -11,12 +11,11 @@ import httpx
 import pytest
 
 from deployments.choices import OperationState
-from deployments.host_ops import supervisor_for
 from deployments.models import ModelVariant, Operation
 from deployments.services.operations import HostBusyError
 from deployments.services.switch import switch_request
 from hardware.models import Host
-from tests.support.agent import AgentProcess
+from hostagent.local import supervisor_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -98,7 +97,7 @@ def test_killed_worker_leaves_no_lock_and_the_operation_ends_lost(lab, operator)
 
     # A new worker for the same host: the interrupted operation ends `lost`, the lock is free,
     # and the host's real state is read back from the host itself.
-    agent = AgentProcess(lab["host"].name, lab["agent"].state_dir, lab["tmp"] / "agent2.log").start()
+    agent = lab["agent"].sibling(lab["tmp"] / "agent2.log").start()
     lab["agent"] = agent
     agent.wait_registered()
     op.refresh_from_db()

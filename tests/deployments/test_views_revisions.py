@@ -398,10 +398,10 @@ def test_switch_confirmation_fragment_shows_findings_and_diff(client, catalog, o
 def test_switch_creates_the_operation_and_enqueues_on_commit(
     client, catalog, operator, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from deployments import tasks
+    from controlpanel.celery import app
 
     sent = []
-    monkeypatch.setattr(tasks.switch_host, "apply_async", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
     host, _ = make_lab(operator)
     add_revision(host, operator, knobs={**GOOD_KNOBS, "max_num_seqs": 8})
     client.force_login(operator)
@@ -412,7 +412,9 @@ def test_switch_creates_the_operation_and_enqueues_on_commit(
     assert response["HX-Redirect"] == reverse("deployments:operation_detail", args=[op.pk])
     assert op.revision.number == 2 and op.state == "queued" and op.requested_by == operator
     assert len(callbacks) == 1
-    assert sent == [{"kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}]
+    assert sent == [
+        {"name": "agent.switch", "kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}
+    ]
     assert AuditEvent.objects.filter(action="operation.switch").exists()
 
 
@@ -438,9 +440,9 @@ def test_planner_errors_refuse_an_operator_and_write_nothing(
 def test_admin_overrides_the_planner_with_a_recorded_reason(
     client, catalog, operator, admin_user, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from deployments import tasks
+    from controlpanel.celery import app
 
-    monkeypatch.setattr(tasks.switch_host, "apply_async", lambda **kw: None)
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: None)
     host, _ = make_lab(operator)
     add_revision(host, operator, knobs=BAD_KNOBS, message="three-way")
     client.force_login(admin_user)

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from deployments import tasks
+from controlpanel.celery import app
 from deployments.choices import OperationKind, OperationState
-from deployments.host_ops.binaries import worker_llama_build
 from deployments.models import Operation
 from hardware.models import Host
+from hostagent.binaries import worker_llama_build
 from tests.hardware.runtime.test_installs import build_wheel
 
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(tasks.install_engine, "apply_async", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: calls.append({"name": name, **kw}))
     return calls
 
 
@@ -78,7 +78,9 @@ def test_install_from_the_page_queues_an_operation_and_goes_to_its_log(
     assert response.status_code == 200 and response["HX-Redirect"] == f"/operations/{op.pk}/"
     assert op.params["engine"] == "llama.cpp" and op.params["version"] == worker_llama_build()
     assert op.params["cuda"] is False and op.requested_by == operator
-    assert sent == [{"kwargs": {"op_id": str(op.pk)}, "queue": cpu_host.queue, "task_id": str(op.pk)}]
+    assert sent == [
+        {"name": "agent.install", "kwargs": {"op_id": str(op.pk)}, "queue": cpu_host.queue, "task_id": str(op.pk)}
+    ]
 
 
 def test_a_bad_version_says_why_on_the_host_page_and_queues_nothing(client, cpu_host, operator, sent) -> None:

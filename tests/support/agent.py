@@ -1,5 +1,6 @@
-"""A real host agent (`manage.py agent`) in a subprocess, bound to the test database and the
-real Redis broker, with its own state folder. Used by Celery integration tests."""
+"""A real host agent (`manage.py agent`) in a subprocess, as a GPU host runs it: its
+environment holds the broker URL, the panel's URL and its own host token, and no database URL
+and no secret key. It talks to the panel (the test's live server) over HTTP only."""
 
 from __future__ import annotations
 
@@ -10,46 +11,60 @@ import sys
 import time
 from pathlib import Path
 
-from django.db import connection
-
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def test_database_url() -> str:
-    s = connection.settings_dict
-    user = s.get("USER") or "postgres"
-    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    return f"postgres://{user}{password}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+# What a GPU host must not hold: the panel's database and its key.
+PANEL_ONLY = ("DATABASE_URL", "DJANGO_SECRET_KEY", "SECRETS_ENCRYPTION_KEY", "DJANGO_SETTINGS_MODULE")
 
 
 class AgentProcess:
-    def __init__(self, name: str, state_dir: Path, log_path: Path, *, extra_env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        state_dir: Path,
+        log_path: Path,
+        *,
+        panel_url: str,
+        token: str,
+        extra_env: dict[str, str] | None = None,
+    ):
         self.name = name
         self.state_dir = state_dir
         self.log_path = log_path
+        self.panel_url = panel_url
+        self.token = token
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> AgentProcess:
+    def sibling(self, log_path: Path) -> AgentProcess:
+        """Another agent process for the same host (same token, state folder and panel)."""
+        return AgentProcess(
+            self.name, self.state_dir, log_path, panel_url=self.panel_url, token=self.token, extra_env=self.extra_env
+        )
+
+    def environment(self) -> dict[str, str]:
         from tests.support.llama import gemma_model_path
 
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in PANEL_ONLY}
         # The folders this host's engines may open: the test model's and the test's own.
         model_dirs = f"{Path(gemma_model_path()).parent}:{self.state_dir.parent}"
         env.update(
+            CONTROLPANEL_URL=self.panel_url,
+            CONTROLPANEL_HOST_TOKEN=self.token,
             CONTROLPANEL_MODEL_DIRS=model_dirs,
-            DATABASE_URL=test_database_url(),
             CONTROLPANEL_HOST_STATE_DIR=str(self.state_dir),
             CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1",
             CONTROLPANEL_AGENT_HEARTBEAT_S="1",
             CONTROLPANEL_ENGINE_READY_TIMEOUT_S="60",
             **self.extra_env,
         )
+        return env
+
+    def start(self) -> AgentProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "agent", "--name", self.name, "--no-telemetry", "--loglevel", "INFO"],
             cwd=ROOT,
-            env=env,
+            env=self.environment(),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -69,6 +84,13 @@ class AgentProcess:
                 return
             time.sleep(0.2)
         raise AssertionError(f"agent did not come up:\n{self.log_tail()}")
+
+    def process_environment(self) -> dict[str, str]:
+        """The running agent's environment as the kernel has it (/proc/<pid>/environ)."""
+        assert self.proc is not None
+        raw = Path(f"/proc/{self.proc.pid}/environ").read_bytes()
+        pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
     def kill(self) -> None:
         """SIGKILL the worker only (not the engine it started, which lives in its own session)."""

@@ -9,13 +9,15 @@ from controlpanel.context import change_context
 from controlpanel.params import parse_int
 from deployments.management.cli import PanelCommand
 from deployments.planner.fit import MAX_GPUS
-from hardware.agent_probe import local_host_name, probe_local
 from hardware.models import GpuType, Host
 from hardware.services import host_declare, host_probe_record
 
 
 class Command(PanelCommand):
-    help = "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host."
+    help = (
+        "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host; "
+        "`host token NAME` issues its agent's token (printed once, the old one revoked; `--revoke` only revokes)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -41,12 +43,22 @@ class Command(PanelCommand):
             help="a folder its engines may open files in (repeatable); its agent's own list replaces these",
         )
 
+        tok = sub.add_parser(
+            "token", help="issue the host's agent token (printed once on stdout; earlier tokens are revoked)"
+        )
+        tok.add_argument("name")
+        tok.add_argument("--revoke", action="store_true", help="only revoke the host's tokens, issue none")
+
     def handle(self, *args: Any, **options: Any) -> None:
         with change_context("cli"):
             if options["action"] == "register-local":
+                from hostagent.probe import local_host_name
+
                 self._register(options["name"] or local_host_name(), options["address"])
             elif options["action"] == "declare":
                 self._declare(options)
+            elif options["action"] == "token":
+                self._token(options["name"], revoke=options["revoke"])
             else:
                 self._list()
 
@@ -71,7 +83,31 @@ class Command(PanelCommand):
             raise CommandError("; ".join(exc.messages), returncode=2) from exc
         self.stdout.write(f"Declared host {host.name} with {host.gpus.count()} GPU(s); queue {host.queue}.")
 
+    def _token(self, name: str, *, revoke: bool) -> None:
+        """The token alone on stdout (so `TOKEN=$(manage.py host token NAME)` works), the rest on stderr."""
+        from hardware.credentials import host_token_issue, host_token_revoke
+
+        try:
+            if revoke:
+                host = Host.objects.filter(name=name).first()
+                if host is None:
+                    raise CommandError(f"No host named {name[:80]!r}.", returncode=2)
+                count = host_token_revoke(host=host, actor=None)
+                self.stderr.write(f"Revoked {count} token(s) of {host.name}: its agent is refused from now on.")
+                return
+            host, token = host_token_issue(name=name, actor=None)
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages), returncode=2) from exc
+        self.stderr.write(
+            f"New agent token for {host.name} (queue {host.queue}); earlier tokens are revoked. "
+            "It is shown only now: give it to the host as CONTROLPANEL_HOST_TOKEN or in a 0600 token file."
+        )
+        self.stdout.write(token)
+
     def _register(self, name: str, address: str) -> None:
+        """This machine, probed here (the embedded default, where the panel and the host are one)."""
+        from hostagent.probe import probe_local
+
         facts, inventory = probe_local()
         facts["address"] = address
         host = host_probe_record(name=name, facts=facts, inventory=inventory)

@@ -1,0 +1,111 @@
+"""What a host needs for an operation, as plain JSON: the order an agent receives when it
+begins one, and the launch of one of its own revisions (with that revision's API key, which
+only this host is ever given)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from deployments.models import DeploymentRevision, Operation, Secret
+from deployments.runtime_bridge import engine_config_for_revision
+from hardware.models import Host
+
+
+def served_context(revision: DeploymentRevision) -> int | None:
+    """The context one request can use on the server, from the revision's knobs."""
+    knobs = revision.knobs
+    if revision.engine in ("vllm", "sglang"):
+        value = knobs.get("max_model_len") or knobs.get("context_length")
+        return int(value) if value else revision.model_variant.model_arch.native_context
+    if revision.engine == "llama.cpp":
+        ctx = int(knobs.get("ctx_size") or 0) or None
+        parallel = int(knobs.get("parallel") or 1)
+        return ctx // parallel if ctx and parallel > 1 and not knobs.get("kv_unified") else ctx
+    return None
+
+
+def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
+    """Weights and KV cache bytes a CPU-only host holds in RAM (the planner's figures)."""
+    if not revision.host.cpu_only:
+        return None
+    from deployments.services.planning import plan_for_revision
+    from deployments.services.preflight import memory_need
+
+    try:
+        report: Any = plan_for_revision(revision)
+    except Exception:  # noqa: BLE001 - the planner's refusal is the confirmation page's business
+        report = None
+    weights, kv = memory_need(revision, report)
+    return {"weights": weights, "kv": kv}
+
+
+def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
+    """The launch of `revision`: the engine config (bind address and executable are the host's
+    to choose), its API key resolved, and the facts the host's preflight checks."""
+    error = ""
+    try:
+        config = dataclasses.asdict(engine_config_for_revision(revision, resolve_secrets=True))
+    except (Secret.DoesNotExist, ValidationError) as exc:  # a secret deleted or made under another key
+        missing = f"the secret {revision.api_key_secret} is not set on this host"
+        error = missing if isinstance(exc, Secret.DoesNotExist) else "; ".join(exc.messages)
+        config = dataclasses.asdict(engine_config_for_revision(revision, resolve_secrets=False))
+    for local in ("host", "binary", "gpu_indices"):
+        config.pop(local, None)
+    variant = revision.model_variant
+    return {
+        "id": revision.pk,
+        "number": revision.number,
+        "label": f"r{revision.number}",
+        "engine": revision.engine,
+        "engine_version": revision.engine_version,
+        "config": config,
+        "model": {
+            "gguf_file": variant.gguf_file,
+            "mmproj_file": variant.mmproj_file,
+            "repo_id": variant.repo_id,
+            "weights_bytes": variant.weights_bytes,
+        },
+        "served_context": served_context(revision),
+        "memory_need": _memory_need(revision),
+        "installs": revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {},
+        "error": error,
+    }
+
+
+def host_facts(host: Host) -> dict[str, Any]:
+    return {
+        "name": host.name,
+        "cpu_only": host.cpu_only,
+        "nvml_available": host.nvml_available,
+        "engine_installs": host.engine_installs if isinstance(host.engine_installs, dict) else {},
+        "gpus": [{"index": g.index, "name": g.name} for g in host.gpus.order_by("index")],
+    }
+
+
+def operation_order(op: Operation) -> dict[str, Any]:
+    """Everything the host needs to carry out `op` (one of its own operations)."""
+    host = op.host
+    revision = (
+        DeploymentRevision.objects.select_related("model_variant", "host").get(pk=op.revision_id)
+        if op.revision_id
+        else None
+    )
+    previous = None
+    if op.kind == "switch" and host.active_revision_id:
+        active = DeploymentRevision.objects.select_related("model_variant", "host").get(pk=host.active_revision_id)
+        previous = revision_launch(active)
+    return {
+        "id": str(op.pk),
+        "kind": op.kind,
+        "params": op.params,
+        "host": host_facts(host),
+        "revision": revision_launch(revision) if revision is not None else None,
+        "previous": previous,
+    }
+
+
+def operation_brief(op: Operation) -> dict[str, Any]:
+    return {"id": str(op.pk), "kind": op.kind, "state": op.state, "created_at": op.created_at.isoformat()}

@@ -1,0 +1,173 @@
+"""The agent API's endpoints: one service or selector each, for the token's own host only."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from deployments.choices import ACTIVE_STATES, OperationState
+from deployments.models import DeploymentRevision, Operation
+from deployments.services import host_reports
+from deployments.services.operations import operation_progress
+from hardware.models import Host
+from hardware.services import host_heartbeat, host_probe_record, telemetry_record
+
+from .auth import host_endpoint, problem
+from .orders import operation_brief, operation_order, revision_launch
+
+FINISHING = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
+NOT_YOURS = "No such operation on this host."
+
+
+def _dict(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(f"{key} must be a JSON object.")
+    return value
+
+
+def _list(body: dict[str, Any], key: str) -> list[Any]:
+    value = body.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValidationError(f"{key} must be a JSON list.")
+    return value
+
+
+def _own_operation(host: Host, op_id: UUID) -> Operation | None:
+    return Operation.objects.select_related("host").filter(pk=op_id, host=host).first()
+
+
+def _refused(exc: Exception) -> JsonResponse:
+    message = "; ".join(exc.messages) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+    return problem(400, message[:2000])
+
+
+@host_endpoint(("GET",))
+def hello(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    """Who this token is: the host's name and queue."""
+    return JsonResponse({"host": host.name, "queue": host.queue})
+
+
+@host_endpoint(("POST",))
+def register(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        answer = host_reports.host_register(
+            host=host,
+            facts=_dict(body, "facts"),
+            inventory=_dict(body, "inventory"),
+            engine_state=body.get("engine_state"),
+        )
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        return _refused(exc)
+    return JsonResponse(answer)
+
+
+@host_endpoint(("POST",))
+def probe(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        host = host_probe_record(name=host.name, facts=_dict(body, "facts"), inventory=_dict(body, "inventory"))
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        return _refused(exc)
+    return JsonResponse({"gpus": host.gpus.count(), "mismatches": host.probe_mismatches})
+
+
+@host_endpoint(("POST",))
+def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        state, metrics = _dict(body, "engine_state"), body.get("engine_metrics")
+        host_heartbeat(host=host, engine_state=state, engine_metrics=metrics if isinstance(metrics, dict) else None)
+    except (ValidationError, TypeError, ValueError) as exc:
+        return _refused(exc)
+    return JsonResponse({"ok": True})
+
+
+@host_endpoint(("POST",))
+def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        samples = [s for s in _list(body, "gpu_samples") if isinstance(s, dict) and isinstance(s.get("index"), int)]
+        gpu = telemetry_record(host=host, samples=samples[: host_reports.MAX_SAMPLES])
+        engine = host_reports.engine_samples_record(host=host, samples=_list(body, "engine_samples"))
+    except (ValidationError, TypeError, ValueError, OverflowError) as exc:
+        return _refused(exc)
+    return JsonResponse({"gpu_samples": gpu, "engine_samples": engine})
+
+
+@host_endpoint(("POST",))
+def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        host_reports.watchdog_event_record(host=host, kind=str(body.get("kind")), message=str(body.get("message")))
+    except ValidationError as exc:
+        return _refused(exc)
+    return JsonResponse({"ok": True})
+
+
+@host_endpoint(("GET",))
+def launch(request: HttpRequest, host: Host, body: dict[str, Any], revision_id: int) -> HttpResponse:
+    revision = DeploymentRevision.objects.select_related("host", "model_variant").filter(pk=revision_id, host=host)
+    found = revision.first()
+    if found is None:
+        return problem(404, "No such revision on this host.")
+    return JsonResponse(revision_launch(found))
+
+
+@host_endpoint(("GET",))
+def operations(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    active = Operation.objects.filter(host=host, state__in=ACTIVE_STATES).order_by("created_at")
+    return JsonResponse({"operations": [operation_brief(op) for op in active]})
+
+
+@host_endpoint(("POST",))
+def begin(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
+    if _own_operation(host, op_id) is None:
+        return problem(404, NOT_YOURS)
+    op = host_reports.operation_host_begin(host=host, op_id=op_id, worker=str(body.get("worker") or host.name))
+    if op is None:
+        found = _own_operation(host, op_id)
+        return JsonResponse({"begun": False, "state": found.state if found else "gone"})
+    return JsonResponse({"begun": True, "order": operation_order(op)})
+
+
+@host_endpoint(("POST",))
+def progress(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
+    if _own_operation(host, op_id) is None:
+        return problem(404, NOT_YOURS)
+    stage, fraction, log = body.get("stage"), body.get("progress"), body.get("log")
+    try:
+        cancelled = operation_progress(
+            op_id=op_id,
+            stage=str(stage) if stage is not None else None,
+            progress=float(fraction) if isinstance(fraction, int | float) else None,
+            log=str(log) if log else None,
+        )
+    except (TypeError, ValueError) as exc:
+        return _refused(exc)
+    return JsonResponse({"cancelled": cancelled})
+
+
+@host_endpoint(("POST",))
+def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
+    op = _own_operation(host, op_id)
+    if op is None:
+        return problem(404, NOT_YOURS)
+    state = body.get("state")
+    if state not in FINISHING:
+        return problem(400, f"state must be one of {', '.join(FINISHING)}.")
+    try:
+        recorded = host_reports.operation_host_finish(
+            op=op,
+            state=str(state),
+            result=_dict(body, "result"),
+            error=str(body.get("error") or ""),
+            benchmark=_dict(body, "benchmark") if body.get("benchmark") is not None else None,
+            install=_dict(body, "install") if body.get("install") is not None else None,
+        )
+    except (ValidationError, KeyError, TypeError, ValueError) as exc:
+        return _refused(exc)
+    return JsonResponse({"recorded": recorded})

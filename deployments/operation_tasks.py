@@ -1,0 +1,16 @@
+"""Which Celery task on a host's queue carries out each kind of operation, by name (pure).
+
+The panel sends by name (`app.send_task`, deployments.services.dispatch), so it never imports
+the agent's code; the agent (hostagent.tasks) registers its tasks under these names. A
+message carries only the operation's id: the agent asks the panel what the operation needs.
+"""
+
+from __future__ import annotations
+
+OPERATION_TASKS: dict[str, str] = {
+    "switch": "agent.switch",
+    "stop": "agent.stop",
+    "probe": "agent.probe",
+    "benchmark": "agent.benchmark",
+    "install": "agent.install",
+}

@@ -1,0 +1,148 @@
+"""What a host's agent reports, taken in by the panel: registration, reconciliation, the end
+of an operation with its results, watchdog events, engine samples.
+
+Called by the agent API (deployments.agent_api) for the host whose credential made the
+request; every function here takes that host and touches only its rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from hardware.models import EngineSample, Host
+from hardware.services import ENGINE_SAMPLE_FIELDS, host_heartbeat, host_probe_record
+
+from .audit import audit_record
+from .benchmarks import benchmark_run_record, benchmark_run_start
+from .installs import install_record
+from .operations import operation_begin, operation_finish, operations_mark_lost
+from .revisions import revision_mark_active
+
+WATCHDOG_EVENTS = ("restarted", "restart_failed", "gave_up")
+MAX_SAMPLES = 10_000  # per report; a buffered backlog comes in several
+
+
+def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> dict[str, Any]:
+    """An agent (re)starting: its probe is recorded, operations its previous run left running
+    end `lost` (which frees the host lock), and the host points at the revision that serves."""
+    host = host_probe_record(name=host.name, facts=facts, inventory=inventory)
+    lost = operations_mark_lost(
+        host=host,
+        worker_gone=True,
+        reason="the host's worker stopped in the middle of this operation (it restarted since)",
+    )
+    host_reconcile(host=host, engine_state=engine_state)
+    return {
+        "host": host.name,
+        "queue": host.queue,
+        "gpus": host.gpus.count(),
+        "mismatches": host.probe_mismatches,
+        "lost": [str(op.pk) for op in lost],
+    }
+
+
+def host_reconcile(*, host: Host, engine_state: Any) -> None:
+    """Record what the host really runs; point the host at the revision that serves, when it
+    is one of the host's own and healthy."""
+    state = engine_state if isinstance(engine_state, dict) else {}
+    host_heartbeat(host=host, engine_state=state)
+    rev_id = str(state.get("revision_id") or "")
+    if state.get("running") and state.get("healthy") and rev_id.isdigit() and str(host.active_revision_id) != rev_id:
+        revision = DeploymentRevision.objects.filter(pk=int(rev_id), host=host).first()
+        if revision is not None:
+            revision_mark_active(revision=revision, actor=None, reason="reconciled from the host")
+
+
+def operation_host_begin(*, host: Host, op_id: Any, worker: str) -> Operation | None:
+    """The host's agent starts its queued operation; None when it is not queued any more
+    (a redelivered message must not act twice). A benchmark gets its run row now."""
+    op = operation_begin(op_id=op_id, worker=worker[:200])
+    if op is not None and op.kind == OperationKind.BENCHMARK and op.revision is not None:
+        benchmark_run_start(op=op, gpus=[{"index": g.index, "name": g.name} for g in host.gpus.order_by("index")])
+    return op
+
+
+@transaction.atomic
+def operation_host_finish(
+    *,
+    op: Operation,
+    state: str,
+    result: dict[str, Any],
+    error: str,
+    benchmark: dict[str, Any] | None = None,
+    install: dict[str, Any] | None = None,
+) -> bool:
+    """The host's agent ends its operation, with what it measured or installed, in one
+    transaction. A switch that succeeded points the host at its revision.
+
+    A report that arrives after the panel marked the operation `lost` (the panel was away and
+    the agent kept the report until it came back) still ends it with the host's word; then a
+    successful switch does not move the host's pointer (a later switch may have). Returns
+    False when the operation had already ended otherwise (a report sent twice)."""
+    locked = Operation.objects.select_for_update().select_related("host").get(pk=op.pk)
+    late = locked.state == OperationState.LOST
+    if locked.state not in ACTIVE_STATES and not late:
+        return False
+    result = dict(result)
+    if benchmark is not None and locked.kind == OperationKind.BENCHMARK:
+        run = BenchmarkRun.objects.filter(operation=locked).first()
+        if run is None and locked.revision is not None:
+            run = benchmark_run_start(op=locked, gpus=[])
+        if run is not None:
+            benchmark_run_record(run=run, result=benchmark)
+            result["benchmark_run"] = run.pk
+    if install is not None and locked.kind == OperationKind.INSTALL and state == OperationState.SUCCEEDED:
+        engine = locked.params.get("engine")
+        if install.get("engine") != engine:
+            raise ValidationError(f"This operation installs {engine}, not {install.get('engine')!r}.")
+        install_record(
+            host=locked.host,
+            engine=engine,
+            version=str(install.get("version") or ""),
+            path=str(install.get("path") or ""),
+            binary=str(install.get("binary") or ""),
+            details=install.get("details") if isinstance(install.get("details"), dict) else {},
+            actor=locked.requested_by,
+        )
+    if (
+        locked.kind == OperationKind.SWITCH
+        and state == OperationState.SUCCEEDED
+        and locked.revision is not None
+        and not late
+    ):
+        revision_mark_active(revision=locked.revision, actor=locked.requested_by, reason=f"switch {locked.pk}")
+    if late:
+        result["reported_after_lost"] = True
+    operation_finish(op_id=locked.pk, state=state, result=result, error=error, accept_lost=late)
+    return True
+
+
+def watchdog_event_record(*, host: Host, kind: str, message: str) -> None:
+    if kind not in WATCHDOG_EVENTS:
+        raise ValidationError(f"Unknown watchdog event {kind!r}.")
+    audit_record(action=f"watchdog.{kind}", summary=str(message)[:300], host=host, actor=None)
+
+
+def engine_samples_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
+    """Engine metrics the agent kept while the panel was away, each at the time it was read."""
+    rows = []
+    for sample in samples[:MAX_SAMPLES]:
+        if not isinstance(sample, dict):
+            continue
+        ts = sample.get("ts")
+        when = datetime.fromtimestamp(float(ts), tz=UTC) if isinstance(ts, int | float) else timezone.now()
+        values = {k: _number(sample.get(k)) for k in ENGINE_SAMPLE_FIELDS}
+        rows.append(EngineSample(host_id=host.pk, ts=when, **values))
+    EngineSample.objects.bulk_create(rows)
+    return len(rows)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -1,0 +1,55 @@
+"""The running agent, as its operations see it: which host it is, how it reaches the panel,
+and the engine supervisor. Set once by the agent before its Celery worker starts (the worker
+runs tasks in the agent's own process, one at a time)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from hardware.runtime.supervisor import Supervisor
+
+from .panel import PanelPort
+
+
+@dataclass
+class AgentContext:
+    host: str
+    panel: PanelPort
+    supervisor: Supervisor
+    # Launches of this host's revisions, by revision id, as the panel last sent them (in
+    # memory only: they hold API keys). The heartbeat and the watchdog use the running one's.
+    launches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remember(self, launch: dict[str, Any] | None) -> None:
+        if launch and launch.get("id") is not None:
+            with self.lock:
+                self.launches[str(launch["id"])] = launch
+
+    def launch_of(self, revision_id: str | None) -> dict[str, Any] | None:
+        """The launch of one of this host's revisions: remembered, else asked of the panel."""
+        if not revision_id:
+            return None
+        with self.lock:
+            known = self.launches.get(str(revision_id))
+        if known is not None:
+            return known
+        fetched = self.panel.launch(str(revision_id))
+        self.remember(fetched)
+        return fetched
+
+
+_current: AgentContext | None = None
+
+
+def set_current(context: AgentContext) -> None:
+    global _current
+    _current = context
+
+
+def current() -> AgentContext:
+    if _current is None:
+        raise RuntimeError("No agent runs in this process: start it with `manage.py agent`.")
+    return _current

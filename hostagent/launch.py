@@ -1,0 +1,42 @@
+"""A revision's launch on this host: the panel's plain launch (engine config with its API
+key) made into a LaunchSpec with this host's executable, bind address and model folders."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.conf import settings
+
+from deployments.engines.base import EngineConfig, EngineConfigError, LaunchSpec
+from deployments.engines.registry import get_adapter
+from hardware.runtime.confine import confine, working_folder
+
+from .binaries import resolve_binary
+from .local import host_model_dirs
+
+CONFIG_FIELDS = {"engine", "engine_version", "model", "served_name", "port", "knobs", "env", "api_key"}
+
+
+def launch_spec(launch: dict[str, Any], *, installs: dict[str, Any] | None = None) -> LaunchSpec:
+    """The LaunchSpec of `launch`, confined to this host's model folders (raises
+    PathOutsideModelFolders before anything starts) and run from the first one, so a bare
+    file name is read there. Raises EngineConfigError when the panel could not complete it
+    (a secret it names is not set)."""
+    if launch.get("error"):
+        raise EngineConfigError(str(launch["error"]))
+    values = {k: v for k, v in (launch.get("config") or {}).items() if k in CONFIG_FIELDS}
+    engine = str(values.get("engine") or launch["engine"])
+    version = str(values.get("engine_version") or "")
+    installs = installs if installs is not None else launch.get("installs") or {}
+    config = EngineConfig(
+        **values,
+        host=settings.ENGINE_BIND_HOST,
+        binary=resolve_binary(engine, version, installs=installs),
+    )
+    adapter = get_adapter(engine)
+    model_dirs = host_model_dirs()
+    cwd = working_folder(model_dirs)
+    paths = [(c.field, c.path) for c in adapter.concerns(config) if c.kind == "path"]
+    confine(paths, model_dirs, cwd=cwd)
+    return dataclasses.replace(adapter.launch_spec(config), cwd=cwd)

@@ -1,0 +1,49 @@
+"""This host's own things: its engine supervisor and state folder, its model folders, and
+the engine state it reports. Read from the agent's settings (the host's environment)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from hardware.runtime.confine import model_dirs_from_env
+from hardware.runtime.supervisor import Supervisor
+
+from .binaries import worker_llama_build
+
+
+def state_dir(host_name: str) -> Path:
+    return Path(settings.HOST_STATE_DIR) / host_name
+
+
+def supervisor_for(host_name: str) -> Supervisor:
+    return Supervisor(state_dir(host_name))
+
+
+def host_model_dirs() -> list[str]:
+    return model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
+
+
+def engine_state(sup: Supervisor) -> dict[str, Any]:
+    status = sup.status(probe=True)
+    return {
+        "running": status.running,
+        "phase": status.phase,
+        "engine": status.engine,
+        "revision_id": status.revision_id,
+        "revision_label": status.revision_label,
+        "served_name": status.served_name,
+        "port": status.port,
+        "pid": status.pid,
+        "healthy": status.healthy,
+        "health": "healthy" if status.healthy else ("starting" if status.phase == "starting" else "unhealthy"),
+        "started_at": status.started_at,
+        "watchdog_paused": status.watchdog_paused,
+        "bind_host": settings.ENGINE_BIND_HOST,  # so pages show the command line this host really runs
+        # Engine builds the host's worker carries itself (not installed by the panel), which a
+        # revision at "latest" runs when nothing is installed: the panel shows them.
+        "carried": {"llama.cpp": build} if (build := worker_llama_build()) else {},
+    }

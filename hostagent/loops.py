@@ -1,0 +1,110 @@
+"""The agent's loops beside its Celery worker: heartbeat (engine state and metrics, and the
+outbox sent again once the panel is back), GPU telemetry, and the engine watchdog."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+from .context import AgentContext
+from .launch import launch_spec
+from .local import engine_state
+from .panel import CredentialRefused, PanelAway, PanelError
+
+log = logging.getLogger("controlpanel.agent")
+
+
+def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own metrics in the common shape, when it runs and exposes them."""
+    if not state.get("running") or not state.get("revision_id"):
+        return {}
+    from deployments.engines.registry import get_adapter
+
+    try:
+        launch = ctx.launch_of(state["revision_id"])
+        if launch is None:
+            return {}
+        spec = launch_spec(launch)
+    except Exception:  # noqa: BLE001 - metrics are a nicety; the heartbeat goes on without them
+        return {}
+    if not spec.metrics_url:
+        return {}
+    try:
+        text = httpx.get(spec.metrics_url, timeout=3.0).text
+    except httpx.HTTPError:
+        return {}
+    try:
+        metrics = get_adapter(spec.engine).parse_metrics(text)
+    except ValueError:  # not metrics yet (llama-server answers 503 JSON while it loads)
+        return {}
+    return {k: v for k, v in metrics.__dict__.items() if k != "raw"}
+
+
+def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
+    while True:
+        try:
+            state = engine_state(ctx.supervisor)
+            ctx.panel.heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state))
+            ctx.panel.flush()
+        except CredentialRefused as exc:
+            log.error("heartbeat refused: %s", exc)
+        except (PanelAway, PanelError) as exc:
+            log.warning("heartbeat not delivered: %s", exc)
+        except Exception:  # noqa: BLE001 - a heartbeat must survive anything
+            log.exception("heartbeat failed")
+        if stop.wait(settings.AGENT_HEARTBEAT_S):
+            return
+
+
+def telemetry_loop(ctx: AgentContext, stop: threading.Event) -> None:
+    from hardware.probes.nvml import nvml_session, read_samples
+
+    with nvml_session() as lib:
+        while not stop.wait(settings.TELEMETRY_INTERVAL_S):
+            try:
+                ctx.panel.telemetry(gpu_samples=[s.to_dict() for s in read_samples(lib)])
+            except Exception:  # noqa: BLE001 - kept in the outbox when the panel is away; anything else is logged
+                log.exception("telemetry failed")
+
+
+def start_watchdog(ctx: AgentContext) -> Any:
+    from hardware.runtime.watchdog import Watchdog
+
+    def spec_provider() -> Any:
+        record = ctx.supervisor.status()
+        if not record.revision_id:
+            return None
+        launch = ctx.launch_of(record.revision_id)
+        return launch_spec(launch) if launch is not None else None
+
+    def on_event(event: Any) -> None:
+        if event.kind in ("restarted", "restart_failed", "gave_up"):
+            log.warning("watchdog on %s: %s", ctx.host, event.message)
+            ctx.panel.event(kind=event.kind, message=event.message[:300])
+
+    dog = Watchdog(
+        ctx.supervisor,
+        spec_provider,
+        interval=settings.WATCHDOG_INTERVAL_S,
+        timeout=settings.WATCHDOG_TIMEOUT_S,
+        failure_threshold=settings.WATCHDOG_FAILURES,
+        max_restarts=settings.WATCHDOG_MAX_RESTARTS,
+        window=settings.WATCHDOG_WINDOW_S,
+        on_event=on_event,
+    )
+    dog.start()
+    return dog
+
+
+def start_loops(ctx: AgentContext, *, telemetry: bool) -> tuple[threading.Event, list[threading.Thread]]:
+    stop = threading.Event()
+    threads = [threading.Thread(target=heartbeat_loop, args=(ctx, stop), daemon=True, name="heartbeat")]
+    if telemetry:
+        threads.append(threading.Thread(target=telemetry_loop, args=(ctx, stop), daemon=True, name="telemetry"))
+    for thread in threads:
+        thread.start()
+    return stop, threads

@@ -1,0 +1,80 @@
+"""A benchmark of what the host serves, measured on the host; the figures go to the panel with
+the operation's end and are stored against the revision there."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hostagent.context import AgentContext
+from hostagent.launch import launch_spec
+
+from .common import Reporter
+
+
+def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
+    from deployments.benchmarking.profiles import BenchmarkProfile
+    from hardware.runtime.energy import NullMeter, NvmlEnergyMeter
+    from hardware.runtime.loadgen import Target, run_benchmark_sync
+    from hardware.runtime.readiness import api_key_from_spec
+
+    op_id, launch = order["id"], order["revision"]
+    number = launch["number"]
+    sup = ctx.supervisor
+    status = sup.status()
+    if not status.running or status.revision_id != str(launch["id"]):
+        ctx.panel.finish(
+            op_id,
+            state="failed",
+            error=f"{ctx.host} is not serving r{number} (engine: {status.revision_label or 'stopped'}).",
+        )
+        return
+    profile = BenchmarkProfile.from_dict(order["params"]["profile"])
+    spec = launch_spec(launch, installs=order["host"].get("engine_installs") or {})
+    meter: Any = NullMeter()
+    if order["host"].get("nvml_available"):
+        from hardware.probes.nvml import sample_gpus
+
+        meter = NvmlEnergyMeter(lambda: [(s.energy_mj, s.power_w or 0.0) for s in sample_gpus()])
+    report = Reporter(ctx.panel, op_id)
+    last_check = [0.0, False]
+
+    def cancelled() -> bool:  # at most once a second: the load generator asks often
+        now = time.monotonic()
+        if now - last_check[0] > 1.0:
+            last_check[0] = now
+            last_check[1] = report.cancelled()
+        return bool(last_check[1])
+
+    def progress(done: int, total: int, level: str, message: str) -> None:
+        report(f"level {level}: {done}/{total}", done / total if total else 0.0, message)
+
+    report("preparing", 0.0, f"benchmark '{profile.name}' of r{number} at {spec.chat_url}")
+    result = run_benchmark_sync(
+        Target.from_launch_spec(spec, api_key=api_key_from_spec(spec)),
+        profile,
+        progress=progress,
+        cancel=cancelled,
+        meter=meter,
+        served_context=launch.get("served_context"),
+    )
+    data = result.to_dict()
+    summary = {"status": result.status, "revision": number}
+    if result.status == "completed":
+        ctx.panel.finish(op_id, state="succeeded", result=summary, benchmark=data)
+    elif result.status == "cancelled":
+        ctx.panel.finish(
+            op_id,
+            state="cancelled",
+            result=summary,
+            benchmark=data,
+            error="Cancelled; the results measured so far are kept.",
+        )
+    else:
+        ctx.panel.finish(
+            op_id,
+            state="failed",
+            result=summary,
+            benchmark=data,
+            error=f"{result.reason or result.status}; the partial results are kept.",
+        )

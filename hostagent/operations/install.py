@@ -1,0 +1,148 @@
+"""Engine installs: the adapter's steps into HOST_STATE_DIR/venvs/<engine>-<version>, every
+output line streamed into the operation's log, progress = step/steps, cancel through the
+panel's answer; then the version read back from the venv goes to the panel with the end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from deployments.engines.base import EngineConfigError
+from deployments.engines.registry import get_adapter
+from hostagent.binaries import install_dir, installed_binary
+from hostagent.context import AgentContext
+from hostagent.panel import PanelPort
+
+LATEST = "latest"  # the key an install without a version is recorded under (as the panel's)
+
+
+def install_key(version: str) -> str:
+    return version or LATEST
+
+
+class _LogStream:
+    """Install output into the operation: lines batched at most FLUSH_S apart (one report per
+    pip or compiler line would be thousands), stage "step i/n: ..." with progress (i-1)/n,
+    and each flush answers whether a cancel was asked for."""
+
+    FLUSH_S = 0.5
+
+    def __init__(self, panel: PanelPort, op_id: str) -> None:
+        self.panel = panel
+        self.op_id = op_id
+        self.pending: list[str] = []
+        self.flushed = time.monotonic()
+        self.cancel = False
+        self.stage: str | None = None
+        self.progress = 0.0
+
+    def flush(self) -> None:
+        text = "\n".join(self.pending) if self.pending else None
+        self.pending.clear()
+        self.flushed = time.monotonic()
+        self.cancel = self.panel.progress(self.op_id, stage=self.stage, progress=self.progress, log=text)
+
+    def line(self, p: Any) -> None:  # hardware.runtime.installs.InstallProgress
+        stage = f"step {p.step}/{p.steps}: {p.description}"
+        if stage != self.stage:
+            if self.pending:
+                self.flush()
+            self.stage, self.progress = stage, (p.step - 1) / p.steps
+        self.pending.append(p.line)
+        if time.monotonic() - self.flushed >= self.FLUSH_S:
+            self.flush()
+
+    def cancelled(self) -> bool:
+        if time.monotonic() - self.flushed >= self.FLUSH_S:
+            self.flush()
+        return self.cancel
+
+
+def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
+    from hardware.runtime.installs import install_pinned
+    from hardware.runtime.installs import run_install as run_steps
+
+    op_id, params, panel = order["id"], order["params"], ctx.panel
+    engine, version = params["engine"], params.get("version") or ""
+    source_dir, wheelhouse = params.get("source_dir"), params.get("wheelhouse")
+    adapter = get_adapter(engine)
+    key = install_key(version)
+    target = install_dir(engine, key)
+    try:
+        steps = adapter.install_steps(
+            version,
+            venv_dir=str(target),
+            python=sys.executable,  # the agent's interpreter: a venv of it always has venv and pip
+            wheelhouse=wheelhouse,
+            source_dir=source_dir,
+            cuda=bool(params.get("cuda")),
+        )
+    except EngineConfigError as exc:
+        panel.finish(op_id, state="failed", error=f"This host refuses the install: {exc}")
+        return
+    log_path = Path(settings.HOST_STATE_DIR) / "installs" / f"{engine}-{key}-{op_id}.log"
+    if panel.progress(op_id):
+        panel.finish(op_id, state="cancelled", error="Cancelled before the install started.")
+        return
+
+    stream = _LogStream(panel, op_id)
+    distribution = adapter.install_distribution(source_dir=source_dir)
+    what = f"{engine} {version or '(latest)'}"
+    panel.progress(op_id, stage="installing", progress=0.0, log=f"installing {what} into {target}")
+    if distribution:
+        result = install_pinned(
+            steps,
+            target,
+            distribution,
+            log_path=log_path,
+            expected=lambda found: adapter.version_from_distribution(found) == version,
+            on_line=stream.line,
+            cancelled=stream.cancelled,
+        )
+    else:
+        result = run_steps(steps, log_path=log_path, on_line=stream.line, cancelled=stream.cancelled)
+    stream.flush()
+    summary: dict[str, Any] = {
+        "engine": engine,
+        "version": key,
+        "path": str(source_dir or target),
+        "steps": result.steps,
+        "steps_done": result.steps_done,
+        "seconds": round(result.seconds, 1),
+        "log_path": result.log_path,
+    }
+    if result.cancelled:
+        panel.finish(op_id, state="cancelled", result=summary, error=result.reason)
+        return
+    if not result.ok:
+        tail = "\n".join(result.log_tail[-20:])
+        summary.update(reason=result.reason, log_tail=result.log_tail)
+        panel.finish(
+            op_id,
+            state="failed",
+            result=summary,
+            error=f"Install of {what} failed: {result.reason}\n--- log tail ---\n{tail}",
+        )
+        return
+    installed = adapter.version_from_distribution(result.version) if result.version else version
+    path = str(source_dir or target)
+    binary = installed_binary(engine, path) or ""
+    details: dict[str, Any] = {"package_version": result.version, "distribution": distribution} if distribution else {}
+    if source_dir:
+        details["source_dir"] = source_dir
+    if not binary and engine != "ollama":
+        summary["reason"] = f"the install finished but no {engine} executable was found in {path}"
+        panel.finish(op_id, state="failed", result=summary, error=summary["reason"])
+        return
+    panel.progress(op_id, stage="installed", progress=1.0, log=f"{engine} {installed or '(latest)'} at {path}")
+    summary.update(version=install_key(installed), binary=binary, **details)
+    panel.finish(
+        op_id,
+        state="succeeded",
+        result=summary,
+        install={"engine": engine, "version": installed, "path": path, "binary": binary, "details": details},
+    )

@@ -1,0 +1,146 @@
+"""Switch: preflight, stop, start, verify; on failure stop the new engine and bring the
+previous revision back. The panel points the host at the new revision when it hears the
+switch succeeded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from deployments.engines.base import EngineConfigError, LaunchSpec
+from hardware.runtime.errors import EngineStartError, HostRuntimeError
+from hardware.runtime.supervisor import Supervisor
+from hostagent.context import AgentContext
+from hostagent.launch import launch_spec
+from hostagent.preflight import host_preflight
+
+from .common import Reporter, report_state
+
+
+def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: LaunchSpec) -> dict[str, Any]:
+    result = sup.start(
+        spec,
+        revision_label=launch["label"],
+        revision_id=str(launch["id"]),
+        on_progress=report,
+        ready_timeout=settings.ENGINE_READY_TIMEOUT_S,
+    )
+    return {
+        "pid": result.pid,
+        "seconds": round(result.seconds, 3),
+        "served_name": result.served_name,
+        "stopped": [{"pid": s.pid, "kind": s.kind, "revision": s.revision_label} for s in result.stopped],
+    }
+
+
+def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
+    op_id = order["id"]
+    launch, previous = order["revision"], order.get("previous")
+    installs = order["host"].get("engine_installs") or {}
+    number = launch["number"]
+    sup = ctx.supervisor
+    report = Reporter(ctx.panel, op_id)
+    if report.cancelled():
+        ctx.panel.finish(op_id, state="cancelled", error="Cancelled before the engine was touched.")
+        return
+    try:
+        spec = launch_spec(launch, installs=installs)
+    except (HostRuntimeError, EngineConfigError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        report.log(f"refused before anything was stopped: {reason}")
+        ctx.panel.finish(
+            op_id,
+            state="failed",
+            result={"revision": number, "reason": reason, "refused": True, "rolled_back": False},
+            error=f"r{number} was refused on the host ({reason}); the engine was not touched.",
+        )
+        return
+    checks = host_preflight(launch, spec, sup, installs=installs, cpu_only=bool(order["host"].get("cpu_only")))
+    for check in checks:
+        report.log(f"preflight {check.name}: {check.status}: {check.message}")
+    failed = [c for c in checks if c.failed]
+    if failed:
+        reason = " ".join(c.message for c in failed)
+        report.log(f"refused before anything was stopped: {reason}")
+        ctx.panel.finish(
+            op_id,
+            state="failed",
+            result={
+                "revision": number,
+                "reason": reason,
+                "refused": True,
+                "rolled_back": False,
+                "preflight": [c.to_dict() for c in checks],
+            },
+            error=f"r{number} was refused on the host before anything was stopped: {reason}",
+        )
+        return
+    report.log(f"switching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else ""))
+    try:
+        with sup.watchdog_paused(f"switch to r{number}"):
+            started = _start(sup, launch, report.scaled(0.0, 0.9), spec)
+    except (EngineStartError, HostRuntimeError) as exc:
+        tail = list(getattr(exc, "log_tail", []) or [])
+        reason = getattr(exc, "reason", None) or str(exc)
+        report.log(f"switch failed: {reason}")
+        if tail:
+            report.log("--- engine log tail ---\n" + "\n".join(tail))
+        result: dict[str, Any] = {
+            "revision": number,
+            "previous": previous["number"] if previous else None,
+            "reason": reason,
+            "log_tail": tail,
+            "rolled_back": False,
+        }
+        if previous is None:
+            sup.stop()
+            result["rollback_failed"] = False
+            report_state(ctx)
+            ctx.panel.finish(
+                op_id,
+                state="failed",
+                result=result,
+                error=f"r{number} did not come up ({reason}); there was no previous revision.",
+            )
+        else:
+            _rollback(ctx, order, result, report, reason)
+        return
+    report_state(ctx)
+    ctx.panel.finish(
+        op_id,
+        state="succeeded",
+        result={"revision": number, "previous": previous["number"] if previous else None, **started},
+    )
+
+
+def _rollback(ctx: AgentContext, order: dict[str, Any], result: dict[str, Any], report: Reporter, reason: str) -> None:
+    op_id, number, previous = order["id"], order["revision"]["number"], order["previous"]
+    sup = ctx.supervisor
+    report("rollback", 0.9, f"starting the previous revision r{previous['number']} again")
+    try:
+        spec = launch_spec(previous, installs=order["host"].get("engine_installs") or {})
+        with sup.watchdog_paused(f"rollback to r{previous['number']}"):
+            _start(sup, previous, report.scaled(0.9, 0.1), spec)
+    except (EngineStartError, HostRuntimeError, EngineConfigError) as exc:
+        again = getattr(exc, "reason", None) or str(exc)
+        result.update(rolled_back=False, rollback_failed=True, rollback_reason=again)
+        report.log(f"ROLLBACK FAILED: r{previous['number']} did not come back either: {again}")
+        sup.stop()
+        report_state(ctx)
+        ctx.panel.finish(
+            op_id,
+            state="failed",
+            result=result,
+            error=f"r{number} failed ({reason}) and the previous revision r{previous['number']} did not "
+            f"come back either ({again}). The host serves nothing: act now.",
+        )
+        return
+    result.update(rolled_back=True, rollback_failed=False)
+    report_state(ctx)
+    ctx.panel.finish(
+        op_id,
+        state="failed",
+        result=result,
+        error=f"r{number} failed ({reason}); rolled back to r{previous['number']}, which is serving again.",
+    )

@@ -1,0 +1,257 @@
+"""The one port between this host's agent and the panel, and its HTTP implementation.
+
+`PanelPort` is everything the agent may ask of or tell the panel; `HttpPanel` speaks it to
+the panel's agent API (/agent/v1/, deployments.agent_api) with this host's bearer token.
+The panel answers only for this host: another host's operation or revision is a 404.
+
+When the panel is away (restarting, network), what must not be lost (an operation's end with
+its results, telemetry, watchdog events) goes to an on-disk outbox and is sent again, in
+order, once it answers; progress keeps its log lines for the next report; beginning an
+operation waits for the panel.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from .outbox import Outbox
+
+logger = logging.getLogger("controlpanel.agent")
+API = "/agent/v1/"
+
+
+class PanelError(RuntimeError):
+    """The panel refused a report (4xx): retrying the same thing would not help."""
+
+
+class CredentialRefused(PanelError):
+    """401: this host's token is unknown or revoked."""
+
+
+class PanelAway(RuntimeError):
+    """No answer from the panel (connection refused, timeout, 5xx) after retrying."""
+
+
+class PanelPort(Protocol):
+    def hello(self) -> dict[str, Any]: ...
+
+    def register(
+        self, *, facts: dict[str, Any], inventory: dict[str, Any], engine_state: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    def probe(self, *, facts: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]: ...
+
+    def heartbeat(self, *, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None = None) -> None: ...
+
+    def telemetry(self, *, gpu_samples: list[dict[str, Any]], engine_samples: list[dict[str, Any]] = ...) -> None: ...
+
+    def event(self, *, kind: str, message: str) -> None: ...
+
+    def launch(self, revision_id: str) -> dict[str, Any] | None: ...
+
+    def begin(self, op_id: str, *, worker: str) -> dict[str, Any] | None: ...
+
+    def progress(
+        self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
+    ) -> bool: ...
+
+    def finish(
+        self,
+        op_id: str,
+        *,
+        state: str,
+        result: dict[str, Any] | None = None,
+        error: str = "",
+        benchmark: dict[str, Any] | None = None,
+        install: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def flush(self) -> int: ...
+
+
+class HttpPanel:
+    """PanelPort over HTTP(S) with the host's bearer token."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        outbox_dir: str | Path,
+        timeout: float = 10.0,
+        verify: str | bool = True,
+        transport: httpx.BaseTransport | None = None,
+        report_patience: float = 30.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.report_patience = report_patience
+        self.client = httpx.Client(
+            base_url=self.url + API,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "controlpanel-agent"},
+            timeout=httpx.Timeout(timeout, connect=5.0),
+            verify=verify,
+            transport=transport,
+            follow_redirects=False,
+        )
+        self.outbox = Outbox(outbox_dir)
+        self._pending_log: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    # transport -------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        try:
+            response = self.client.request(method, path, json=body if method == "POST" else None)
+        except httpx.HTTPError as exc:
+            raise PanelAway(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code in (502, 503, 504):
+            raise PanelAway(f"{method} {path}: the panel answered {response.status_code}")
+        if response.status_code == 401:
+            raise CredentialRefused(
+                "the panel refused this host's token (unknown or revoked): ask an admin for a new one"
+            )
+        return response
+
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, patience: float = 0.0
+    ) -> dict[str, Any] | None:
+        """The JSON answer, None for 404 (not this host's). Retries a panel that is away for
+        up to `patience` seconds, then raises PanelAway; raises PanelError on other 4xx."""
+        deadline = time.monotonic() + patience
+        delay = 0.5
+        while True:
+            try:
+                response = self._request(method, path, body)
+            except PanelAway:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if response.status_code == 404:
+                return None
+            if response.status_code >= 400:
+                raise PanelError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+            data = response.json()
+            return data if isinstance(data, dict) else {}
+
+    def _durable(self, path: str, body: dict[str, Any], *, kind: str, patience: float) -> None:
+        """POST now, or keep it in the outbox until the panel is back (after what waits there)."""
+        if len(self.outbox) == 0:
+            try:
+                self._call("POST", path, body, patience=patience)
+                return
+            except PanelAway as exc:
+                logger.warning("panel away (%s): keeping the %s report until it is back", exc, kind)
+            except PanelError as exc:
+                logger.error("the panel refused a %s report: %s", kind, exc)
+                return
+        self.outbox.put(path, body, kind=kind)
+
+    def flush(self) -> int:
+        """Send what the outbox holds; stops at the first report the panel does not take yet."""
+
+        def send(path: str, body: dict[str, Any]) -> bool:
+            try:
+                self._call("POST", path, body)
+            except PanelAway:
+                return False
+            except CredentialRefused:
+                return False
+            except PanelError as exc:  # refused for good: keeping it would block the rest
+                logger.error("the panel refused a kept report %s: %s", path, exc)
+            return True
+
+        return self.outbox.drain(send)
+
+    # the port --------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        """{"host", "queue"}: which host this token is. Waits for a panel that is not up yet."""
+        return self._call("GET", "hello", patience=600.0) or {}
+
+    def register(
+        self, *, facts: dict[str, Any], inventory: dict[str, Any], engine_state: dict[str, Any]
+    ) -> dict[str, Any]:
+        body = {"facts": facts, "inventory": inventory, "engine_state": engine_state}
+        return self._call("POST", "register", body, patience=600.0) or {}
+
+    def probe(self, *, facts: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "probe", {"facts": facts, "inventory": inventory}, patience=60.0) or {}
+
+    def heartbeat(self, *, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None = None) -> None:
+        """Liveness is now or never; the engine's metrics are telemetry and wait if need be."""
+        try:
+            self._call("POST", "heartbeat", {"engine_state": engine_state, "engine_metrics": engine_metrics})
+        except PanelAway:
+            if engine_metrics:
+                self.outbox.put(
+                    "telemetry", {"engine_samples": [{"ts": time.time(), **engine_metrics}]}, kind="telemetry"
+                )
+            raise
+
+    def telemetry(
+        self, *, gpu_samples: list[dict[str, Any]], engine_samples: list[dict[str, Any]] | None = None
+    ) -> None:
+        body = {"gpu_samples": gpu_samples, "engine_samples": engine_samples or []}
+        self._durable("telemetry", body, kind="telemetry", patience=0.0)
+
+    def event(self, *, kind: str, message: str) -> None:
+        self._durable("events", {"kind": kind, "message": message}, kind="event", patience=5.0)
+
+    def launch(self, revision_id: str) -> dict[str, Any] | None:
+        return self._call("GET", f"revisions/{int(revision_id)}/launch", patience=5.0)
+
+    def begin(self, op_id: str, *, worker: str) -> dict[str, Any] | None:
+        """The operation's order once it is marked running; None when it is not this host's or
+        not queued any more. Waits for a panel that is away (up to 10 minutes)."""
+        answer = self._call("POST", f"operations/{op_id}/begin", {"worker": worker}, patience=600.0)
+        if not answer or not answer.get("begun"):
+            return None
+        order = answer.get("order")
+        return order if isinstance(order, dict) else None
+
+    def progress(
+        self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
+    ) -> bool:
+        """Report progress; answers whether a cancel was asked for (False while the panel is
+        away: the log lines are kept for the next report that gets through)."""
+        with self._lock:
+            lines = self._pending_log.pop(op_id, [])
+            if log:
+                lines.append(log)
+        body: dict[str, Any] = {"stage": stage, "progress": progress, "log": "\n".join(lines) or None}
+        try:
+            answer = self._call("POST", f"operations/{op_id}/progress", body, patience=2.0)
+        except (PanelAway, PanelError) as exc:
+            logger.warning("progress of %s not reported: %s", op_id, exc)
+            if lines:
+                with self._lock:
+                    self._pending_log[op_id] = lines + self._pending_log.get(op_id, [])
+            return False
+        return bool(answer and answer.get("cancelled"))
+
+    def finish(
+        self,
+        op_id: str,
+        *,
+        state: str,
+        result: dict[str, Any] | None = None,
+        error: str = "",
+        benchmark: dict[str, Any] | None = None,
+        install: dict[str, Any] | None = None,
+    ) -> None:
+        with self._lock:
+            lines = self._pending_log.pop(op_id, [])
+        if lines:
+            result = {**(result or {}), "log_kept_while_away": "\n".join(lines)[-20000:]}
+        body: dict[str, Any] = {"state": state, "result": result or {}, "error": error}
+        if benchmark is not None:
+            body["benchmark"] = benchmark
+        if install is not None:
+            body["install"] = install
+        self._durable(f"operations/{op_id}/finish", body, kind="finish", patience=self.report_patience)

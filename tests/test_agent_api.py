@@ -1,0 +1,234 @@
+"""A host's credential reaches its own host's business and nothing else.
+
+The agent API (/agent/v1/) is the only door a GPU host has into the panel. These tests hold
+two hosts, each with its own token, and check what host A's token can and cannot do: read and
+end its own operations, get the launch (and API key) of its own revisions; never another
+host's operations, revisions or secrets, never a user, and nothing once it is revoked.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from deployments.choices import OperationKind, OperationState
+from deployments.models import AuditEvent, BenchmarkRun, ModelVariant, Operation
+from deployments.services.operations import operation_create, operations_mark_lost
+from deployments.services.revisions import revision_create
+from deployments.services.secrets import secret_set
+from hardware.credentials import host_token_issue
+from hardware.models import Host, HostCredential
+
+pytestmark = pytest.mark.django_db
+KEY_A, KEY_B = "sk-host-a-0123456789", "sk-host-b-9876543210"
+
+
+class Agent:
+    """A host agent's HTTP view of the panel: every request carries its bearer token."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.client = Client()
+
+    def get(self, path: str) -> Any:
+        return self.client.get(f"/agent/v1/{path}", HTTP_AUTHORIZATION=f"Bearer {self.token}")
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.client.post(
+            f"/agent/v1/{path}",
+            data=json.dumps(body or {}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {self.token}",
+        )
+
+
+@pytest.fixture
+def two_hosts(catalog: None, admin_user: User, operator: User) -> dict[str, Any]:
+    world: dict[str, Any] = {}
+    variant = ModelVariant.objects.get(name="Qwen3.5-27B")
+    for name, key in (("alpha", KEY_A), ("beta", KEY_B)):
+        host, token = host_token_issue(name=name, actor=admin_user)
+        secret_set(host=host, name="api-key", value=key, actor=admin_user)
+        revision = revision_create(
+            host=host,
+            engine="vllm",
+            model_variant=variant,
+            api_key_secret="api-key",
+            message=f"{name} with a key",
+            actor=operator,
+        )
+        op = operation_create(kind=OperationKind.SWITCH, host=host, revision=revision, actor=operator)
+        world[name] = {"host": host, "agent": Agent(token), "revision": revision, "op": op, "token": token}
+    return world
+
+
+def test_host_token_prints_once_stores_only_a_hash_and_revokes_the_old_one(db: Any) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("host", "token", "gpu-box-1", stdout=out, stderr=err)
+    first = out.getvalue().strip()
+    assert first.startswith("cph_") and len(first) > 40 and "\n" not in first
+    assert "shown only now" in err.getvalue()
+    host = Host.objects.get(name="gpu-box-1")  # issuing a token for a new name declares the host
+    stored = HostCredential.objects.get(host=host)
+    assert first not in (stored.digest, stored.prefix) and stored.prefix == first[:12]
+    assert Agent(first).post("heartbeat", {"engine_state": {}}).status_code == 200
+
+    out = io.StringIO()
+    call_command("host", "token", "gpu-box-1", stdout=out, stderr=io.StringIO())
+    second = out.getvalue().strip()
+    assert second != first
+    assert Agent(first).post("heartbeat").status_code == 401  # the old one stopped working
+    assert Agent(second).post("heartbeat").status_code == 200
+
+    call_command("host", "token", "gpu-box-1", "--revoke", stdout=io.StringIO(), stderr=io.StringIO())
+    refused = Agent(second).post("heartbeat")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
+    actions = list(AuditEvent.objects.filter(host=host).values_list("action", flat=True))
+    assert actions.count("host.token.issue") == 2 and "host.token.revoke" in actions
+    assert not any(
+        first in str(e.data) + e.summary or second in str(e.data) + e.summary for e in AuditEvent.objects.all()
+    )
+
+
+def test_no_token_a_wrong_token_or_a_session_gets_nothing(two_hosts: dict[str, Any], admin_user: User) -> None:
+    op = two_hosts["alpha"]["op"]
+    anonymous = Client()
+    assert anonymous.post(f"/agent/v1/operations/{op.pk}/begin").status_code == 401
+    assert Agent("cph_" + "x" * 43).post(f"operations/{op.pk}/begin").status_code == 401
+    assert Agent(two_hosts["alpha"]["token"][:-1]).get("operations").status_code == 401
+    signed_in = Client()
+    signed_in.force_login(admin_user)  # a person's session is not a host credential
+    assert signed_in.post(f"/agent/v1/operations/{op.pk}/begin").status_code == 401
+    op.refresh_from_db()
+    assert op.state == OperationState.QUEUED
+
+
+def test_a_host_reads_and_runs_its_own_operation_with_its_own_key(two_hosts: dict[str, Any]) -> None:
+    alpha = two_hosts["alpha"]
+    listed = alpha["agent"].get("operations").json()["operations"]
+    assert [o["id"] for o in listed] == [str(alpha["op"].pk)]
+
+    begun = alpha["agent"].post(f"operations/{alpha['op'].pk}/begin", {"worker": "agent@alpha"}).json()
+    assert begun["begun"] is True
+    order = begun["order"]
+    assert order["kind"] == "switch" and order["revision"]["id"] == alpha["revision"].pk
+    assert order["revision"]["config"]["api_key"] == KEY_A
+    assert KEY_B not in json.dumps(begun)
+    assert alpha["agent"].post(f"operations/{alpha['op'].pk}/begin").json() == {"begun": False, "state": "running"}
+
+    answer = alpha["agent"].post(f"operations/{alpha['op'].pk}/progress", {"stage": "loading", "progress": 0.5})
+    assert answer.json() == {"cancelled": False}
+    Operation.objects.filter(pk=alpha["op"].pk).update(cancel_requested=True)
+    answer = alpha["agent"].post(f"operations/{alpha['op'].pk}/progress", {"log": "still loading"})
+    assert answer.json() == {"cancelled": True}
+
+    done = alpha["agent"].post(f"operations/{alpha['op'].pk}/finish", {"state": "succeeded", "result": {"revision": 1}})
+    assert done.json() == {"recorded": True}
+    op = Operation.objects.get(pk=alpha["op"].pk)
+    assert op.state == OperationState.SUCCEEDED and "still loading" in op.log
+    assert Host.objects.get(pk=alpha["host"].pk).active_revision_id == alpha["revision"].pk
+    again = alpha["agent"].post(f"operations/{alpha['op'].pk}/finish", {"state": "failed", "error": "x"})
+    assert again.json() == {"recorded": False}
+    assert Operation.objects.get(pk=alpha["op"].pk).state == OperationState.SUCCEEDED
+
+
+def test_another_hosts_operation_revision_and_secret_are_not_there(two_hosts: dict[str, Any]) -> None:
+    """A message forged onto alpha's queue naming beta's operation gets alpha nothing."""
+    alpha, beta = two_hosts["alpha"], two_hosts["beta"]
+    theirs = beta["op"].pk
+    for path in (f"operations/{theirs}/begin", f"operations/{theirs}/progress"):
+        response = alpha["agent"].post(path, {"stage": "hijacked", "log": "forged"})
+        assert response.status_code == 404, path
+        assert KEY_B not in response.content.decode()
+    finish = alpha["agent"].post(f"operations/{theirs}/finish", {"state": "succeeded"})
+    assert finish.status_code == 404
+    op = Operation.objects.get(pk=theirs)
+    assert op.state == OperationState.QUEUED and op.log == "" and op.stage == ""
+    assert Host.objects.get(pk=beta["host"].pk).active_revision_id is None
+
+    assert alpha["agent"].get(f"revisions/{beta['revision'].pk}/launch").status_code == 404
+    own = alpha["agent"].get(f"revisions/{alpha['revision'].pk}/launch").json()
+    assert own["config"]["api_key"] == KEY_A
+    listed = alpha["agent"].get("operations").content.decode()
+    assert str(theirs) not in listed
+
+    # Heartbeats and telemetry land on the token's host whatever the body says.
+    alpha["agent"].post("heartbeat", {"engine_state": {"running": False, "host": "beta"}, "host": "beta"})
+    assert Host.objects.get(pk=beta["host"].pk).last_heartbeat is None
+
+
+def test_a_host_credential_cannot_create_users_or_use_the_pages(two_hosts: dict[str, Any]) -> None:
+    agent = two_hosts["alpha"]["agent"]
+    before = User.objects.count()
+    for path in ("/people/new/", "/admin/auth/user/add/"):
+        response = agent.client.post(
+            path,
+            {"username": "mallory", "password1": "pw-pw-pw-pw-1", "password2": "pw-pw-pw-pw-1", "role": "admin"},
+            HTTP_AUTHORIZATION=f"Bearer {agent.token}",
+        )
+        assert response.status_code in (302, 403), path
+        assert "/accounts/login/" in response.get("Location", "/accounts/login/")
+    assert User.objects.count() == before and not User.objects.filter(username="mallory").exists()
+    page = agent.client.get("/", HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+    assert page.status_code == 302 and "/accounts/login/" in page["Location"]
+
+
+def test_a_revoked_token_stops_at_once(two_hosts: dict[str, Any], admin_user: User) -> None:
+    from hardware.credentials import host_token_revoke
+
+    alpha = two_hosts["alpha"]
+    assert alpha["agent"].get("operations").status_code == 200
+    host_token_revoke(host=alpha["host"], actor=admin_user)
+    for response in (
+        alpha["agent"].get("operations"),
+        alpha["agent"].post(f"operations/{alpha['op'].pk}/begin"),
+        alpha["agent"].get(f"revisions/{alpha['revision'].pk}/launch"),
+        alpha["agent"].post("telemetry", {"gpu_samples": []}),
+    ):
+        assert response.status_code == 401
+    assert Operation.objects.get(pk=alpha["op"].pk).state == OperationState.QUEUED
+
+
+def test_only_an_admin_issues_tokens(db: Any, operator: User) -> None:
+    from django.core.exceptions import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        host_token_issue(name="sneaky", actor=operator)
+    assert not Host.objects.filter(name="sneaky").exists()
+
+
+def test_a_benchmark_reported_after_the_panel_marked_it_lost_is_kept(two_hosts: dict[str, Any], operator: User) -> None:
+    """The panel was away longer than the reaper's patience: the agent's late report still counts."""
+    beta = two_hosts["beta"]
+    agent = beta["agent"]
+    agent.post(f"operations/{beta['op'].pk}/finish", {"state": "cancelled"})  # free beta's host lock
+    from deployments.benchmarking.profiles import BenchmarkProfile  # noqa: F401 - the profile's shape
+
+    Host.objects.filter(pk=beta["host"].pk).update(active_revision=beta["revision"])
+    op = operation_create(
+        kind=OperationKind.BENCHMARK,
+        host=beta["host"],
+        revision=beta["revision"],
+        params={"profile": {"name": "quick"}, "revision": 1},
+        actor=operator,
+    )
+    assert agent.post(f"operations/{op.pk}/begin").json()["begun"] is True
+    Operation.objects.filter(pk=op.pk).update(heartbeat_at=op.created_at.replace(year=2000))
+    assert [o.pk for o in operations_mark_lost(reason="silent")] == [op.pk]
+
+    result = {"status": "completed", "levels": [{"label": "c1", "requests": [{"ttft_ms": 12.0}]}], "energy_j": 3.5}
+    done = agent.post(
+        f"operations/{op.pk}/finish", {"state": "succeeded", "result": {"status": "completed"}, "benchmark": result}
+    )
+    assert done.json() == {"recorded": True}
+    op.refresh_from_db()
+    run = BenchmarkRun.objects.get(operation=op)
+    assert op.state == OperationState.SUCCEEDED and op.result["reported_after_lost"] is True
+    assert op.result["benchmark_run"] == run.pk and run.status == "completed" and run.energy_j == 3.5
+    assert run.raw == [{"level": "c1", "ttft_ms": 12.0}]

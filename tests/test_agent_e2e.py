@@ -1,0 +1,83 @@
+"""A GPU host's agent with no key to the panel, end to end: real agent process (Celery worker
+on its own queue), real Redis, the panel as a real HTTP server (the live server on the real
+PostgreSQL), real llama-server with the real Gemma 3 270M model.
+
+The agent's environment holds the broker URL, the panel's URL and its own host token, and no
+database URL and no secret key; it registers, heartbeats, switches to a revision whose API key
+is a host secret (the engine then refuses requests without it) and benchmarks it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+
+from deployments.choices import OperationState
+from deployments.models import BenchmarkRun
+from deployments.services.benchmarks import benchmark_request, profile_from_input
+from deployments.services.secrets import secret_set
+from deployments.services.switch import switch_request
+from hardware.models import Host
+from tests.deployments.test_switch_celery import wait_done
+
+pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+API_KEY = "sk-e2e-only-the-engine-and-its-host-know-0123"
+
+
+def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secret_and_benchmarks(
+    lab, operator: User, admin_user: User
+) -> None:
+    agent = lab["agent"]
+    env = agent.process_environment()
+    assert "DATABASE_URL" not in env and "DJANGO_SECRET_KEY" not in env
+    assert env["CONTROLPANEL_HOST_TOKEN"].startswith("cph_") and env["CONTROLPANEL_URL"].startswith("http://")
+    assert f"Agent for {lab['host'].name}" in agent.log_tail()
+
+    # Registered from its own probe, and heartbeating.
+    host = Host.objects.get(pk=lab["host"].pk)
+    assert host.last_probe_at is not None and host.model_dirs
+    first = host.last_heartbeat
+    deadline = time.monotonic() + 15
+    while Host.objects.get(pk=host.pk).last_heartbeat == first and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert Host.objects.get(pk=host.pk).last_heartbeat > first
+
+    # A switch whose API key is a host secret: the agent gets it from the panel for this launch.
+    secret_set(host=host, name="engine-key", value=API_KEY, actor=admin_user)
+    from deployments.services.revisions import revision_create
+
+    revision = revision_create(
+        host=host,
+        engine="llama.cpp",
+        model_variant=lab["gemma"],
+        served_name="gemma",
+        port=lab["port"],
+        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0},
+        api_key_secret="engine-key",
+        message="gemma behind an API key",
+        actor=operator,
+    )
+    op = wait_done(switch_request(revision=revision, actor=operator))
+    assert op.state == OperationState.SUCCEEDED, op.log + op.error
+    assert Host.objects.get(pk=host.pk).active_revision_id == revision.pk
+    url = f"http://127.0.0.1:{lab['port']}/v1/models"
+    assert httpx.get(url, timeout=5).status_code == 401  # the engine enforces the key
+    served = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
+    assert served.status_code == 200 and served.json()["data"][0]["id"] == "gemma"
+    assert API_KEY not in op.log + str(op.result)
+
+    # A benchmark through the key, measured on the host, stored on the panel.
+    profile = profile_from_input(name="quick", concurrency=[1], requests=2, input_tokens=32, output_tokens=8)
+    bench = wait_done(benchmark_request(host=Host.objects.get(pk=host.pk), profile=profile, actor=operator), 120)
+    assert bench.state == OperationState.SUCCEEDED, bench.log + bench.error
+    run = BenchmarkRun.objects.get(operation=bench)
+    assert run.status == "completed" and run.results["levels"] and run.raw
+    assert bench.result["benchmark_run"] == run.pk
+
+    # Nothing the agent keeps on disk holds the key (its engine log aside, which it masks).
+    for path in agent.state_dir.rglob("*"):
+        if path.is_file() and not path.name.endswith(".log"):
+            assert API_KEY not in path.read_text(errors="replace"), path
