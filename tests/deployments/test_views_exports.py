@@ -132,3 +132,18 @@ def test_exports_json_is_valid(client, catalog, operator, viewer):
     config = json.loads(opencode["content"])
     assert config["model"] == "selfhosted/qwen"
     assert config["provider"]["selfhosted"]["models"]["qwen"]["limit"]["context"] == 32768
+
+
+def test_exports_page_shows_the_host_launch_or_why_not(client, catalog, operator, viewer):
+    from hardware.models import Host
+
+    make_lab(operator)  # the host recorded installing vLLM 0.17.0 into /opt/venvs/vllm-0.17.0
+    client.force_login(viewer)
+    url = reverse("deployments:revision_exports", args=["lab", 1])
+    page = client.get(url).content.decode()
+    assert "ExecStart=/opt/venvs/vllm-0.17.0/bin/vllm serve philbert440/Qwen3.8-27B-W4A16-AWQ" in page
+    assert "exec /opt/venvs/vllm-0.17.0/bin/vllm serve" in page
+    Host.objects.filter(name="lab").update(engine_installs={})
+    page = client.get(url).content.decode()
+    assert "Not exported: no vllm 0.17.0 install is recorded on lab" in page  # never a bare `vllm` unit
+    assert "ExecStart=" not in page

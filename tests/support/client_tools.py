@@ -17,8 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools"
 
-PYTHON_TOOLS = {"hermes-agent": "hermes-agent", "aider-chat": "aider-chat", "ansible-core": "ansible-core"}
-
 
 def tool_python(name: str) -> Path:
     """The Python of the venv `.tools/<name>` holding that PyPI tool, or a skip saying so."""
@@ -49,9 +47,3 @@ def systemd_analyze() -> str:
     if found is None:
         pytest.skip("systemd-analyze is not installed (./scripts/test installs Debian's systemd package)")
     return found
-
-
-def tool_version(name: str) -> str:
-    """What `.tools/<name>/.installed` recorded (the version installed), for test ids and reports."""
-    marker = TOOLS / name / ".installed"
-    return marker.read_text().strip() if marker.is_file() else ""
