@@ -427,6 +427,10 @@ LLAMA_KNOBS: dict[str, Apply] = {
     "fit": _ignore,
     "no_mmproj": _ignore,
     "verbosity": _ignore,
+    # The adapter's own knobs that change no memory: a revision the adapter accepts must plan
+    # (the H200 run's revisions set log_verbosity 4 to see the llama_kv_cache lines).
+    "log_verbosity": _ignore,
+    "chat_template_file": _ignore,
     **dict.fromkeys(_COMMON_IGNORED, _ignore),
 }
 

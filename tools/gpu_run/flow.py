@@ -149,7 +149,8 @@ def main() -> int:  # noqa: C901 - one script, one flow
     log(f"setup done in {figures['setup_s']} s: {figures['register_local']}")
 
     t = time.monotonic()
-    panel_log = out / "panel.out"
+    panel_log = Path(args.data) / "logs" / "panel.out.log"  # comes back inside logs.tar.gz
+    panel_log.parent.mkdir(parents=True, exist_ok=True)
     panel = subprocess.Popen(
         [sys.executable, "-m", "controlpanel.embedded", "--bind", f"127.0.0.1:{args.port}"],
         cwd=ROOT,
@@ -244,7 +245,8 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     model = model_variant_import_gguf(path=str(Path(args.models) / args.model), name="rand-llama-1b-f16", actor=actor)
     figures["import_s"] = round(time.monotonic() - t, 2)
     gpu = {} if args.cpu else {"n_gpu_layers": "all", "flash_attn": "on"}
-    common = {"metrics": True, **gpu}
+    # log_verbosity 4: this build hides the `llama_kv_cache: size = ...` lines at its default 3
+    common = {"metrics": True, "log_verbosity": 4, **gpu}
     revs = [
         revision_create(
             host=host,
@@ -264,12 +266,19 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
             model_variant=model,
             served_name="rand",
             port=8089,
-            knobs={"ctx_size": 131072, "parallel": 8, "batch_size": 4096, "ubatch_size": 1024, **common},
+            knobs={
+                "ctx_size": 131072,
+                "parallel": 8,
+                "batch_size": 4096,
+                "ubatch_size": 1024,
+                **common,
+                **({} if args.cpu else {"split_mode": "none"}),
+            },
             message="longer context, bigger batch",
             actor=actor,
         ),
     ]
-    engine_log = Path(args.data) / "host" / "engine.log"
+    engine_log = Path(args.data) / "host" / host.name / "engine.log"  # HOST_STATE_DIR/<host>/engine.log
     figures["switches"] = []
     for i, rev in enumerate((revs[0], revs[1], revs[0])):
         offset = engine_log.stat().st_size if engine_log.exists() else 0
@@ -321,7 +330,7 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
 
     host.refresh_from_db()
     profile = profile_from_input(
-        name="gpu-sweep",
+        name="sweep",
         concurrency=[int(c) for c in args.concurrency.split(",")],
         requests=args.requests,
         input_tokens=args.input_tokens,
