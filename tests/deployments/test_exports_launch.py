@@ -294,3 +294,26 @@ def test_the_export_command_prints_each_target_or_one_line_why_not(catalog, stan
     with pytest.raises(CommandError, match="context") as exc:
         call_command("export", "--host", "gpu1", "--revision", str(unknown.number), "--to", "opencode")
     assert exc.value.returncode == 2
+
+
+def test_jinja_kept_from_an_import_stays_text_when_ansible_renders_the_export(
+    catalog, operator, stand_in_venv, tmp_path
+):
+    """Issue 11's `!unsafe`, now with the real tool: a lookup stored by an import reaches the
+    role's template as literal text and runs nothing on the controller."""
+    from tests.hardware.factories import HostFactory
+
+    marker = tmp_path / "lookup-ran"
+    lookup = "{{ lookup('pipe', 'touch " + str(marker) + "') }}"
+    text = GROUP_VARS.replace("vllm_hf_cache_dir: /opt/vllm/hf-cache", f'vllm_hf_cache_dir: "{lookup}"')
+    text += f'site_cmd: "{lookup}"\n'
+    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    revision = revision_import_ansible(
+        host=host, text=text, message="hostile", engine_version="0.12.0", actor=operator
+    ).revision
+    _installed(host, "0.12.0", stand_in_venv)
+    exported = revision_export_ansible(revision, binary=revision_binary(revision))
+    assert {"vllm_hf_cache_dir", "site_cmd"} <= set(exported.inert)
+    script = _render_role({"hostile": exported.text}, tmp_path)["hostile"].read_text()
+    assert not marker.exists()
+    assert f'export HF_HOME="{lookup}"' in script  # literal text, as imported
