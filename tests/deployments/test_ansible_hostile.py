@@ -4,8 +4,9 @@ tags, NUL/NaN, and Jinja that would run on whoever applies our export.
 The export's `!unsafe` tag was checked with the real tool (ansible-core 2.19.14,
 `ansible-playbook -i localhost, -c local`): a `{{ lookup('pipe', 'touch …') }}` value runs
 the command when live, and prints as literal text and runs nothing when tagged `!unsafe`, as
-a scalar, a list item, a nested value and a mapping key. CI has no Ansible, so these tests
-pin the tag on every templated scalar of an export instead.
+a scalar, a list item, a nested value and a mapping key. These tests pin the tag on every
+templated scalar of an export; test_exports_launch.py also renders an export with the real
+ansible-core, which the test command installs.
 """
 
 from __future__ import annotations
