@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import token_views, views
 
 app_name = "hardware"
 
@@ -14,5 +14,6 @@ urlpatterns = [
     path("hosts/<slug:name>/probe/", views.host_probe, name="host_probe"),
     path("hosts/<slug:name>/stop/", views.host_stop, name="host_stop"),
     path("hosts/<slug:name>/install/", views.host_install, name="host_install"),
+    path("hosts/<slug:name>/token/", token_views.host_token, name="host_token"),
     path("operations/<uuid:pk>/widget/", views.operation_widget, name="operation_widget"),
 ]

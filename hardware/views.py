@@ -17,7 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from controlpanel.params import text_param
-from controlpanel.roles import OPERATOR, VIEWER, role_required
+from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
@@ -151,7 +151,12 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
     if not cards:
         raise Http404("No such host.")
     card = cards[0]
-    return render(request, "hardware/host_detail.html", _host_context(card.host, card))
+    context = _host_context(card.host, card)
+    if has_role(request.user, ADMIN) and not card.host.is_demo:  # the agent token's state, for admins only
+        context["credential"] = (
+            card.host.credentials.filter(revoked_at__isnull=True).select_related("created_by").first()
+        )
+    return render(request, "hardware/host_detail.html", context)
 
 
 @require_GET
