@@ -4,7 +4,8 @@ Prints, over a few rounds with the real llama-server and the Gemma 3 270M model:
 - direct: the same argv launched by hand and polled until /health is 200 and /v1/models
   lists the served name;
 - panel: a switch request (service -> broker -> host agent -> stop, start, ready, verify,
-  record) until the Operation row says succeeded;
+  report to the panel's agent API) until the Operation row says succeeded; the agent runs as a
+  GPU host's does (host token, the panel's web server, no database URL);
 and the difference (the panel's overhead: queueing, stopping the previous engine, the
 verification completion, bookkeeping).
 
@@ -47,15 +48,21 @@ def main() -> None:
     from deployments.runtime_bridge import engine_config_for_revision
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
+    from hardware.credentials import host_token_issue
     from hardware.models import Host
     from hostagent.binaries import resolve_binary
     from hostagent.local import supervisor_for
     from tests.support.llama import free_port, gemma_model_path
+    from tests.support.panel import PanelServer
 
     call_command("migrate", verbosity=0)
     call_command("catalog", "load", stdout=open(os.devnull, "w"))  # noqa: SIM115
     name = f"bench-{uuid.uuid4().hex[:6]}"
-    env = dict(os.environ, CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1")
+    web = PanelServer(free_port(), Path(tempfile.mkdtemp(prefix="bench-switch-web-")) / "web.log").start()
+    _host, token = host_token_issue(name=name, actor=None)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SECRET_KEY")}
+    env.update(CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1", CONTROLPANEL_URL=web.url, CONTROLPANEL_HOST_TOKEN=token)
+    env.setdefault("CONTROLPANEL_MODEL_DIRS", str(Path(gemma_model_path()).parent))  # the engine may open the model
     agent = subprocess.Popen(
         [
             sys.executable,
@@ -142,6 +149,7 @@ def main() -> None:
     finally:
         agent.terminate()
         agent.wait(20)
+        web.kill()
         supervisor_for(name).stop(grace=10)
 
 

@@ -36,8 +36,11 @@ class PanelServer:
 
     def start(self, timeout: float = 30.0) -> PanelServer:
         env = dict(os.environ)
-        # The same database and key as the test process (secrets it stored decrypt the same).
-        env.update(DATABASE_URL=test_database_url(), DJANGO_SECRET_KEY=settings.SECRET_KEY)
+        # The same database and key as this process (secrets it stored decrypt the same); SQLite
+        # is the same file already (same data folder).
+        env["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
+        if connection.vendor == "postgresql":
+            env["DATABASE_URL"] = test_database_url()
         env["DJANGO_SETTINGS_MODULE"] = "controlpanel.settings"
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         argv = [sys.executable, "-m", "gunicorn", "controlpanel.wsgi", "-b", f"127.0.0.1:{self.port}"]
