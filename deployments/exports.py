@@ -71,6 +71,7 @@ class ClientTarget:
     reasoning: bool
     engine: str
     max_output: int | None
+    tools: bool = False  # the server turns the model's tool calls into tool_calls
     sampling: dict[str, float] = field(default_factory=dict)  # the catalog's preset for this use
     sampling_preset: str = ""  # its name ("thinking", "non_thinking", ...)
 
@@ -146,6 +147,20 @@ def sampling_preset(model: Any, *, reasoning: bool) -> tuple[str, dict[str, floa
     return (name, values) if values else ("", {})
 
 
+def serves_tool_calls(view: RevisionView) -> bool:
+    """Whether the server parses the model's tool calls into `tool_calls` (else a client's tool
+    request fails, or the call arrives as text): vLLM with enable_auto_tool_choice, SGLang with a
+    tool_call_parser, llama.cpp unless its Jinja templates are off, Ollama always."""
+    knobs = view.knobs
+    if view.engine == "vllm":
+        return bool(knobs.get("enable_auto_tool_choice"))
+    if view.engine == "sglang":
+        return bool(knobs.get("tool_call_parser"))
+    if view.engine == "llama.cpp":
+        return knobs.get("jinja") is not False
+    return view.engine == "ollama"
+
+
 def client_target(
     view: RevisionView, *, base_url: str, api_key_required: bool, max_output: int | None = None
 ) -> ClientTarget:
@@ -162,6 +177,7 @@ def client_target(
         reasoning=reasoning,
         engine=view.engine,
         max_output=max_output or default_max_output(ctx.per_sequence),
+        tools=serves_tool_calls(view),
         sampling=sampling,
         sampling_preset=preset,
     )
@@ -180,17 +196,20 @@ def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", pr
     Without `modalities` opencode treats a custom model as text-only and refuses images,
     so it is set exactly when the server takes images (seed 1). `limit` is always written:
     without it opencode never compacts a conversation (NotExportable when the context is
-    unknown)."""
+    unknown). What the model can do is written either way, never left to opencode's
+    defaults: attachments, reasoning, temperature, and tool calls only where the server
+    parses them."""
     context = target.require_context("opencode")
     model: dict[str, object] = {
         "name": target.served_name,
         "limit": {"context": context, "output": target.max_output or default_max_output(context)},
+        "attachment": target.vision,
+        "reasoning": target.reasoning,
+        "temperature": True,
+        "tool_call": target.tools,
     }
     if target.vision:
-        model["attachment"] = True
         model["modalities"] = {"input": ["text", "image"], "output": ["text"]}
-    if target.reasoning:
-        model["reasoning"] = True
     options: dict[str, str] = {"baseURL": target.base_url}
     if target.api_key_required:
         options["apiKey"] = f"{{env:{API_KEY_ENV}}}"

@@ -221,3 +221,19 @@ def test_a_measured_context_wins_over_knobs():
 )
 def test_base_url_for(address, port, url):
     assert base_url_for(address, port) == url
+
+
+@pytest.mark.parametrize(
+    ("view", "tools"),
+    [
+        (QWEN38, False),  # a parser alone: vLLM still refuses tool_choice "auto"
+        (replace(QWEN38, knobs={**QWEN38.knobs, "enable_auto_tool_choice": True}), True),
+        (replace(QWEN38, engine="sglang"), True),  # SGLang: the parser is the switch
+        (GEMMA_GGUF, True),  # llama.cpp: Jinja templates on
+        (replace(GEMMA_GGUF, knobs={**GEMMA_GGUF.knobs, "jinja": False}), False),
+    ],
+    ids=["vllm-parser-only", "vllm-auto", "sglang", "llama.cpp", "llama.cpp-no-jinja"],
+)
+def test_opencode_is_told_whether_the_server_parses_tool_calls(view, tools):
+    model = next(iter(opencode(view)["provider"]["selfhosted"]["models"].values()))
+    assert model["tool_call"] is tools

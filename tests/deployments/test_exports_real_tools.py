@@ -143,6 +143,8 @@ def test_opencode_loads_our_config_with_its_limits(tmp_path):
     model = provider["models"][SERVED]
     assert model["limit"] == {"context": 262144, "output": 32768}  # opencode compacts by these
     assert model["modalities"] == {"input": ["text", "image"], "output": ["text"]}
+    # What the model can do is stated, never opencode's guess: this server parses no tool calls.
+    assert (model["tool_call"], model["reasoning"], model["attachment"]) == (False, True, True)
 
 
 def test_opencode_lists_the_served_model(tmp_path):
