@@ -21,6 +21,7 @@ from deployments.services.benchmarks import benchmark_request, profile_from_inpu
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
+from hostagent.local import supervisor_for
 from tests.deployments.test_switch_celery import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
@@ -81,3 +82,43 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     for path in agent.state_dir.rglob("*"):
         if path.is_file() and not path.name.endswith(".log"):
             assert API_KEY not in path.read_text(errors="replace"), path
+
+
+def test_a_message_forged_onto_this_hosts_queue_for_another_hosts_operation_does_nothing(
+    lab, operator: User, admin_user: User
+) -> None:
+    """Anyone with the broker can put a message on host.<lab>; the lab's agent asks the panel
+    with its own token, the panel answers 404 for the other host's operation, nothing runs."""
+    from controlpanel.celery import app
+    from deployments.choices import OperationKind
+    from deployments.models import Operation
+    from deployments.services.operations import operation_create
+    from deployments.services.revisions import revision_create
+    from hardware.credentials import host_token_issue
+
+    other, _token = host_token_issue(name=f"other-{lab['host'].name}", actor=admin_user)
+    Host.objects.filter(pk=other.pk).update(model_dirs=Host.objects.get(pk=lab["host"].pk).model_dirs)
+    other.refresh_from_db()
+    secret_set(host=other, name="engine-key", value=API_KEY, actor=admin_user)
+    theirs = revision_create(
+        host=other,
+        engine="llama.cpp",
+        model_variant=lab["gemma"],
+        served_name="gemma",
+        port=lab["port"],
+        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0},
+        api_key_secret="engine-key",
+        message="the other host's revision",
+        actor=operator,
+    )
+    op = operation_create(kind=OperationKind.SWITCH, host=other, revision=theirs, actor=operator)
+    app.send_task("agent.switch", kwargs={"op_id": str(op.pk)}, queue=lab["host"].queue)
+
+    deadline = time.monotonic() + 30
+    while "not this host's" not in lab["agent"].log_tail(200) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "not this host's" in lab["agent"].log_tail(200)
+    op = Operation.objects.get(pk=op.pk)
+    assert op.state == OperationState.QUEUED and op.log == "" and op.worker == ""
+    assert not supervisor_for(lab["host"].name).status().running  # nothing was started for it
+    assert API_KEY not in lab["agent"].log_tail(500)
