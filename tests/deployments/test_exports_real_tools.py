@@ -83,6 +83,8 @@ def _run_python(python: Path, code: str, env: dict[str, str], cwd: Path) -> dict
 
 HERMES_PROBE = """
 import json
+from hermes_cli.env_loader import load_hermes_dotenv
+load_hermes_dotenv()  # as the hermes command does first: ~/.hermes/.env into the environment
 from hermes_cli.config import load_config
 from hermes_cli.runtime_provider import resolve_runtime_provider
 model = load_config()["model"]
@@ -100,8 +102,8 @@ def test_hermes_resolves_our_config_to_the_lab_host_never_to_openai(tmp_path, ke
     (hermes_home / "config.yaml").write_text(hermes_config(target).content)
     # A user who also uses OpenAI has a real key in the environment: it must not reach the lab.
     env = _isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
-    if key_required:
-        env["LLM_API_KEY"] = "sk-lab-key"
+    if key_required:  # kept where the config's comment says: ~/.hermes/.env
+        (hermes_home / ".env").write_text("LLM_API_KEY=sk-lab-key\n")
     seen = _run_python(python, HERMES_PROBE, env, tmp_path)
     assert seen["runtime"] == {
         "provider": "custom",
