@@ -121,6 +121,7 @@ def _render_role(cases: dict[str, str], tmp_path: Path) -> dict[str, Path]:
         "ANSIBLE_HOME": str(work / ".ansible"),
         "ANSIBLE_LOCAL_TEMP": str(work / ".tmp"),
         "ANSIBLE_NOCOLOR": "1",
+        "LC_ALL": "C.UTF-8",  # ansible-core refuses a locale that is not UTF-8
         "ANSIBLE_ROLES_PATH": str(work / "roles"),
     }
     done = subprocess.run(  # noqa: S603 - the real ansible-playbook
