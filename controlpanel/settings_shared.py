@@ -60,7 +60,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Hosts and their agents --------------------------------------------------------------------------
 # Where a host agent keeps engine state (pid file, logs, watchdog pause flag).
-HOST_STATE_DIR = Path(env.str("CONTROLPANEL_HOST_STATE_DIR", default=str(DATA_DIR / "host")))
+HOST_STATE_DIR = Path(env.str("CONTROLPANEL_HOST_STATE_DIR", default=str(DATA_DIR / "host"))).absolute()
 # A host whose agent has not heartbeated for this long is shown offline.
 HOST_OFFLINE_AFTER_S = env.int("CONTROLPANEL_HOST_OFFLINE_AFTER_S", default=90)
 AGENT_HEARTBEAT_S = env.int("CONTROLPANEL_AGENT_HEARTBEAT_S", default=15)

@@ -232,3 +232,29 @@ def test_a_benchmark_reported_after_the_panel_marked_it_lost_is_kept(two_hosts: 
     assert op.state == OperationState.SUCCEEDED and op.result["reported_after_lost"] is True
     assert op.result["benchmark_run"] == run.pk and run.status == "completed" and run.energy_j == 3.5
     assert run.raw == [{"level": "c1", "ttft_ms": 12.0}]
+
+
+def test_oversized_reports_and_install_paths_that_are_no_paths_are_refused(
+    two_hosts: dict[str, Any], operator: User
+) -> None:
+    alpha = two_hosts["alpha"]
+    agent = alpha["agent"]
+    huge = agent.post("heartbeat", {"engine_state": {"note": "x" * (2 * 1024 * 1024)}})
+    assert huge.status_code == 400 and Host.objects.get(pk=alpha["host"].pk).engine_state == {}
+
+    agent.post(f"operations/{alpha['op'].pk}/finish", {"state": "cancelled"})  # free the host lock
+    op = operation_create(kind=OperationKind.INSTALL, host=alpha["host"], params={"engine": "vllm"}, actor=operator)
+    assert agent.post(f"operations/{op.pk}/begin").json()["begun"] is True
+    for bad in ({"path": "venvs/vllm"}, {"path": "/opt/vllm", "binary": "/opt/vllm/bin/vllm\nExecStartPre=/bin/sh"}):
+        refused = agent.post(
+            f"operations/{op.pk}/finish",
+            {"state": "succeeded", "install": {"engine": "vllm", "version": "0.22.0", **bad}},
+        )
+        assert refused.status_code == 400 and "absolute path" in refused.json()["error"]
+    assert Operation.objects.get(pk=op.pk).state == OperationState.RUNNING
+    assert Host.objects.get(pk=alpha["host"].pk).engine_installs == {}
+    good = {"engine": "vllm", "version": "0.22.0", "path": "/opt/vllm", "binary": "/opt/vllm/bin/vllm"}
+    assert agent.post(f"operations/{op.pk}/finish", {"state": "succeeded", "install": good}).json() == {
+        "recorded": True
+    }
+    assert Host.objects.get(pk=alpha["host"].pk).engine_installs["vllm"]["0.22.0"]["binary"] == "/opt/vllm/bin/vllm"

@@ -19,7 +19,8 @@ from controlpanel.hardening import client_ip
 from hardware.credentials import host_for_token
 from hardware.models import Host
 
-MAX_BODY = 32 * 1024 * 1024  # a benchmark's raw per-request timings can be a few MB
+MAX_BODY = 32 * 1024 * 1024  # an operation's end: a benchmark's raw per-request timings can be a few MB
+SMALL_BODY = 1024 * 1024  # heartbeats, registration, progress, events
 
 AgentView = Callable[..., HttpResponse]
 
@@ -33,17 +34,17 @@ def _bearer(request: HttpRequest) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-def _body(request: HttpRequest) -> dict[str, Any] | None:
+def _body(request: HttpRequest, limit: int) -> dict[str, Any] | None:
     if request.method != "POST":
         return {}
     try:
         length = int(request.headers.get("Content-Length") or 0)
     except ValueError:
         return None
-    if length > MAX_BODY:
+    if length > limit:
         return None
-    raw = request.read(MAX_BODY + 1)
-    if len(raw) > MAX_BODY:
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
         return None
     try:
         data = json.loads(raw or b"{}")
@@ -52,8 +53,9 @@ def _body(request: HttpRequest) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def host_endpoint(methods: tuple[str, ...]) -> Callable[[AgentView], AgentView]:
-    """The view gets (request, host, body, **url kwargs); host is the token's host."""
+def host_endpoint(methods: tuple[str, ...], *, max_body: int = SMALL_BODY) -> Callable[[AgentView], AgentView]:
+    """The view gets (request, host, body, **url kwargs); host is the token's host. A body
+    over `max_body` bytes is refused before it is parsed."""
 
     def decorator(view: AgentView) -> AgentView:
         @csrf_exempt
@@ -67,9 +69,9 @@ def host_endpoint(methods: tuple[str, ...]) -> Callable[[AgentView], AgentView]:
                 return response
             if request.method not in methods:
                 return problem(405, f"Use {' or '.join(methods)}.")
-            body = _body(request)
+            body = _body(request, max_body)
             if body is None:
-                return problem(400, f"The body must be a JSON object of at most {MAX_BODY} bytes.")
+                return problem(400, f"The body must be a JSON object of at most {max_body} bytes.")
             with change_context("agent", client_ip(request)):
                 return view(request, host, body, *args, **kwargs)
 

@@ -15,7 +15,7 @@ from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_heartbeat, host_probe_record, telemetry_record
 
-from .auth import host_endpoint, problem
+from .auth import MAX_BODY, host_endpoint, problem
 from .orders import operation_brief, operation_order, revision_launch
 
 FINISHING = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
@@ -88,7 +88,7 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
     return JsonResponse({"ok": True})
 
 
-@host_endpoint(("POST",))
+@host_endpoint(("POST",), max_body=MAX_BODY)
 def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
         samples = [s for s in _list(body, "gpu_samples") if isinstance(s, dict) and isinstance(s.get("index"), int)]
@@ -151,7 +151,7 @@ def progress(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID
     return JsonResponse({"cancelled": cancelled})
 
 
-@host_endpoint(("POST",))
+@host_endpoint(("POST",), max_body=MAX_BODY)
 def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
     op = _own_operation(host, op_id)
     if op is None:

@@ -106,8 +106,8 @@ def operation_host_finish(
             host=locked.host,
             engine=engine,
             version=str(install.get("version") or ""),
-            path=str(install.get("path") or ""),
-            binary=str(install.get("binary") or ""),
+            path=_host_path(install.get("path"), "path"),
+            binary=_host_path(install.get("binary"), "binary") if install.get("binary") else "",
             details=install.get("details") if isinstance(install.get("details"), dict) else {},
             actor=locked.requested_by,
         )
@@ -122,6 +122,14 @@ def operation_host_finish(
         result["reported_after_lost"] = True
     operation_finish(op_id=locked.pk, state=state, result=result, error=error, accept_lost=late)
     return True
+
+
+def _host_path(value: Any, field: str) -> str:
+    """A path the host reports (pages, scripts and units show and run it): absolute, one line."""
+    text = value if isinstance(value, str) else ""
+    if not text.startswith("/") or len(text) > 1000 or any(c in text for c in "\x00\n\r"):
+        raise ValidationError({field: f"The host reported an install {field} that is not an absolute path."})
+    return text
 
 
 def watchdog_event_record(*, host: Host, kind: str, message: str) -> None:
