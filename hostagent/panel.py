@@ -148,6 +148,8 @@ class HttpPanel:
                 return
             except PanelAway as exc:
                 logger.warning("panel away (%s): keeping the %s report until it is back", exc, kind)
+            except CredentialRefused as exc:  # kept: an agent restarted with a new token sends it
+                logger.error("%s: keeping the %s report", exc, kind)
             except PanelError as exc:
                 logger.error("the panel refused a %s report: %s", kind, exc)
                 return
