@@ -133,6 +133,10 @@ def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, 
     host, created = Host.objects.select_for_update().get_or_create(
         name=slug, defaults={"queue": host_queue_name(slug), "address": facts.get("address") or "127.0.0.1"}
     )
+    if not created and host.last_probe_at is None and not host.declared and facts.get("address"):
+        # Its first probe: a host an admin issued a token for before its agent ran takes the
+        # address the agent reports, as a host its agent created does (a declared one keeps its own).
+        host.address = str(facts["address"])[:255]
     measured = inventory.get("gpus", [])
     mismatches: list[str] = []
     declared = list(host.gpus.filter(declared=True).order_by("index"))

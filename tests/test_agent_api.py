@@ -258,3 +258,15 @@ def test_oversized_reports_and_install_paths_that_are_no_paths_are_refused(
         "recorded": True
     }
     assert Host.objects.get(pk=alpha["host"].pk).engine_installs["vllm"]["0.22.0"]["binary"] == "/opt/vllm/bin/vllm"
+
+
+def test_a_host_made_by_issuing_its_token_takes_the_address_its_agent_reports(db: Any) -> None:
+    host, token = host_token_issue(name="far-box", actor=None)
+    assert host.address == "127.0.0.1"
+    facts = {"address": "far-box.lan", "cpu_model": "EPYC", "model_dirs": ["/srv/models"]}
+    answer = Agent(token).post("register", {"facts": facts, "inventory": {"gpus": []}, "engine_state": {}})
+    assert answer.status_code == 200 and answer.json()["host"] == "far-box"
+    host.refresh_from_db()
+    assert host.address == "far-box.lan" and host.model_dirs == ["/srv/models"] and host.last_probe_at
+    Agent(token).post("register", {"facts": {"address": "elsewhere"}, "inventory": {"gpus": []}})
+    assert Host.objects.get(pk=host.pk).address == "far-box.lan"  # later probes keep it
