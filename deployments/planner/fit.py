@@ -268,7 +268,9 @@ def _size_layer_split(ctx: Context) -> None:
     if weights is not None:
         ctx.weights_per_gpu = int(weights * frac)
     if ctx.used:
-        ctx.overheads = llama_overheads(arch, ubatch=s.ubatch_size, on_gpu=True)
+        ctx.overheads = llama_overheads(
+            arch, ubatch=s.ubatch_size, on_gpu=True, compute_capabilities=[g.compute_capability for g in ctx.used]
+        )
         ctx.budget_per_gpu = ctx.gpu_memory
         kv_gpu = int((kv.kv_bytes + kv.recurrent_bytes) * frac)
         ctx.pool_per_gpu = kv_gpu

@@ -14,6 +14,7 @@ llama.cpp: fixed buffers: model + KV + compute buffer (sched_reserve) + CUDA con
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from deployments.arch import ModelArch
@@ -124,8 +125,11 @@ def sglang_overheads(*, world: int) -> Overheads:
 
 # ---- llama.cpp / Ollama ----------------------------------------------------------------------
 # CUDA context + cuBLAS handles per GPU that runs layers (measured ~300-400 MiB on consumer
-# cards; not logged by llama.cpp itself).
+# cards). llama.cpp's exit breakdown calls it "unaccounted": on an H200 (compute capability 9.0,
+# 132 SMs, CUDA 13) one llama-server held 698 MiB beyond its buffers, NVML's per-process figure
+# 3266 MiB against 2576 MiB of model + KV + compute buffers (tests/fixtures/gpu/h200).
 LLAMA_CUDA_CONTEXT = 350 * MiB
+LLAMA_CUDA_CONTEXT_HOPPER = 700 * MiB
 # sched_reserve compute buffer: logits for one ubatch (fp32 vocab) plus graph scratch of a few
 # hidden-wide tensors; a real log shows "CUDA0 compute buffer size = 126.77 MiB"
 # (llama.cpp#28378, quoted in a notes file in the code index).
@@ -133,12 +137,21 @@ LLAMA_COMPUTE_BYTES_PER_VOCAB = 4
 LLAMA_COMPUTE_BYTES_PER_HIDDEN = 4 * 8
 
 
-def llama_overheads(arch: ModelArch, *, ubatch: int, on_gpu: bool) -> Overheads:
+def llama_cuda_context(compute_capabilities: Sequence[tuple[int, int] | None] = ()) -> int:
+    """The CUDA context of one llama.cpp process on the largest of these GPUs (Hopper: measured)."""
+    if any(cc is not None and cc[0] == 9 for cc in compute_capabilities):
+        return LLAMA_CUDA_CONTEXT_HOPPER
+    return LLAMA_CUDA_CONTEXT
+
+
+def llama_overheads(
+    arch: ModelArch, *, ubatch: int, on_gpu: bool, compute_capabilities: Sequence[tuple[int, int] | None] = ()
+) -> Overheads:
     if not on_gpu:
         return Overheads()
     compute = ubatch * ((arch.vocab_size or 128_000) * LLAMA_COMPUTE_BYTES_PER_VOCAB // 4)
     compute += ubatch * (arch.hidden_size or 4096) * LLAMA_COMPUTE_BYTES_PER_HIDDEN
-    return Overheads(non_torch=LLAMA_CUDA_CONTEXT, compute_buffer=compute)
+    return Overheads(non_torch=llama_cuda_context(compute_capabilities), compute_buffer=compute)
 
 
 def mtp_head_bytes(arch: ModelArch, *, dtype_bytes: int = 2) -> int | None:

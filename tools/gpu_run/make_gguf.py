@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -52,7 +53,9 @@ def vocab(size: int) -> tuple[list[bytes], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write(out: Path, shape: str, seed: int) -> dict[str, object]:
+def write(out: Path, shape: str, seed: int, *, sparse: bool = False) -> dict[str, object]:
+    """Write the GGUF. `sparse`: the same header and tensor table, the data left as a hole of the
+    same size (a file of the real size that takes no disk: what tests import)."""
     import gguf
 
     hidden, layers, ffn, heads, kv_heads, n_vocab = SHAPES[shape]
@@ -86,28 +89,46 @@ def write(out: Path, shape: str, seed: int) -> dict[str, object]:
 
     params = 0
 
-    def add(name: str, data: np.ndarray) -> None:
-        nonlocal params
-        params += data.size
-        w.add_tensor(name, data)
+    data_bytes = 0
+    align = 32  # GGUF's default alignment
 
-    add("token_embd.weight", rand(n_vocab, hidden))
+    def add(name: str, dims: tuple[int, ...], norm: bool = False) -> None:
+        nonlocal params, data_bytes
+        dtype = np.float32 if norm else np.float16
+        count = int(np.prod(dims))
+        params += count
+        nbytes = count * np.dtype(dtype).itemsize
+        data_bytes += (nbytes + align - 1) // align * align
+        if sparse:
+            w.add_tensor_info(name, dims, np.dtype(dtype), nbytes)
+        elif norm:
+            w.add_tensor(name, np.ones(dims, dtype=np.float32))
+        else:
+            w.add_tensor(name, rand(*dims))
+
+    add("token_embd.weight", (n_vocab, hidden))
     for i in range(layers):
-        add(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
-        add(f"blk.{i}.attn_q.weight", rand(hidden, hidden))
-        add(f"blk.{i}.attn_k.weight", rand(kv_heads * head_dim, hidden))
-        add(f"blk.{i}.attn_v.weight", rand(kv_heads * head_dim, hidden))
-        add(f"blk.{i}.attn_output.weight", rand(hidden, hidden))
-        add(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
-        add(f"blk.{i}.ffn_gate.weight", rand(ffn, hidden))
-        add(f"blk.{i}.ffn_up.weight", rand(ffn, hidden))
-        add(f"blk.{i}.ffn_down.weight", rand(hidden, ffn))
-    add("output_norm.weight", np.ones(hidden, dtype=np.float32))
-    add("output.weight", rand(n_vocab, hidden))
+        add(f"blk.{i}.attn_norm.weight", (hidden,), norm=True)
+        add(f"blk.{i}.attn_q.weight", (hidden, hidden))
+        add(f"blk.{i}.attn_k.weight", (kv_heads * head_dim, hidden))
+        add(f"blk.{i}.attn_v.weight", (kv_heads * head_dim, hidden))
+        add(f"blk.{i}.attn_output.weight", (hidden, hidden))
+        add(f"blk.{i}.ffn_norm.weight", (hidden,), norm=True)
+        add(f"blk.{i}.ffn_gate.weight", (ffn, hidden))
+        add(f"blk.{i}.ffn_up.weight", (ffn, hidden))
+        add(f"blk.{i}.ffn_down.weight", (hidden, ffn))
+    add("output_norm.weight", (hidden,), norm=True)
+    add("output.weight", (n_vocab, hidden))
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    if sparse:
+        w.write_ti_data_to_file()
+        w.close()
+        header = out.stat().st_size
+        os.truncate(out, (header + align - 1) // align * align + data_bytes)
+    else:
+        w.write_tensors_to_file()
+        w.close()
     return {
         "path": str(out),
         "bytes": out.stat().st_size,
@@ -124,10 +145,11 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--sparse", action="store_true", help="header and tensor table only, data a hole")
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    facts = write(out, "tiny" if args.tiny else "default", args.seed)
+    facts = write(out, "tiny" if args.tiny else "default", args.seed, sparse=args.sparse)
     print(json.dumps(facts))
     out.with_suffix(".json").write_text(json.dumps(facts, indent=1))
     return 0

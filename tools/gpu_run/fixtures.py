@@ -1,0 +1,69 @@
+"""Copy what the H200 run brought back (run's files under /work/.device/N) into
+tests/fixtures/gpu/h200/, trimmed to what the replay tests read (no per-request raw timings).
+
+    python3 tools/gpu_run/fixtures.py --build /work/.device/1 --flow /work/.device/2 --sweep /work/.device/3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+DEST = Path(__file__).resolve().parent.parent.parent / "tests" / "fixtures" / "gpu" / "h200"
+
+
+def trimmed_flow(path: Path) -> dict[str, object]:
+    flow = json.loads(path.read_text())
+    export = (flow.get("benchmark") or {}).get("export")
+    if export:
+        # per-request records stay (the energy maths counts their tokens); inter-token gaps go
+        for record in export.get("raw") or []:
+            record.pop("itl_ms", None)
+    return flow
+
+
+def nvml_fixture(live: Path, recorded_with: dict[str, object]) -> dict[str, object]:
+    """The run's RecordingNvml sessions in the layout of tests/fixtures/nvml (ReplayNvml.from_fixture)."""
+    data = json.loads(live.read_text())
+    known = json.loads((DEST.parent.parent / "nvml" / "h200_x1.json").read_text())
+    return {
+        "format": data["format"],
+        "metadata": recorded_with,
+        # pynvml's function table: the same nvidia-ml-py (13.615.71) as tests/fixtures/nvml/h200_x1.json
+        "nvml": known["nvml"],
+        "sessions": data["sessions"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", required=True)
+    parser.add_argument("--flow", required=True)
+    parser.add_argument("--sweep", required=True)
+    args = parser.parse_args()
+    DEST.mkdir(parents=True, exist_ok=True)
+    build, flow, sweep = Path(args.build), Path(args.flow), Path(args.sweep)
+    for name in ("build.json", "install.log", "machine.txt", "gguf.txt"):
+        shutil.copyfile(build / name, DEST / name)
+    meta = {
+        "recorded_at": json.loads((flow / "flow.json").read_text())["started"],
+        "machine_kind": "nvidia-h200",
+        "nvidia_ml_py": "13.615.71",
+        "command": "tools/gpu_run/flow.py (see README.md): hardware.probes.nvml.read_samples through RecordingNvml",
+    }
+    (DEST / "nvml_live.json").write_text(json.dumps(nvml_fixture(flow / "nvml_live.json", meta)))
+    shutil.copyfile(flow / "engine_startup_r1_0.log", DEST / "engine_startup_r1.log")
+    shutil.copyfile(flow / "engine_startup_r2_1.log", DEST / "engine_startup_r2.log")
+    shutil.copyfile(flow / "metrics_r1_idle.txt", DEST / "metrics_r1_idle.txt")
+    shutil.copyfile(flow / "metrics_r1_after_bench.txt", DEST / "metrics_r1_after_bench.txt")
+    (DEST / "flow.json").write_text(json.dumps(trimmed_flow(flow / "flow.json"), indent=1))
+    (DEST / "flow_sweep.json").write_text(json.dumps(trimmed_flow(sweep / "flow.json"), indent=1))
+    for path in sorted(DEST.iterdir()):
+        print(f"{path.stat().st_size:>9} {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
