@@ -150,9 +150,15 @@ def per_second(count: float, duration_s: float) -> float | None:
 # --- engine metrics (Prometheus text is parsed by the caller's function) ---------------
 
 
+_COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+
 def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """after - before for every series present in both scrapes."""
-    return {k: after[k] - before[k] for k in after if k in before}
+    """after - before for every counter present in both scrapes.
+
+    Gauges are left out: the difference of two readings of a rate or a level means nothing (the
+    H200 run's delta read `llamacpp:predicted_tokens_seconds: -447.9`, a "negative tokens/s")."""
+    return {k: after[k] - before[k] for k in after if k in before and k.split("{", 1)[0].endswith(_COUNTER_SUFFIXES)}
 
 
 def _sum_series(values: Mapping[str, float], suffix: str) -> float | None:

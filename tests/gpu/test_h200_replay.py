@@ -254,3 +254,21 @@ def test_the_recorded_figures_hold_together():
     assert [lv["concurrency"] for lv in levels] == [1, 2, 4, 8, 16]
     assert decode == sorted(decode) and decode[0] > 500  # aggregate decode grows with concurrency
     assert all(lv["failed"] == 0 for lv in levels)
+
+
+def test_the_benchmarks_engine_delta_counts_counters_not_gauges():
+    """The run's own export held `llamacpp:predicted_tokens_seconds: -447.9` (after - before of a
+    rate gauge): a "negative tokens/s" in the benchmark's engine figures. Counters only now."""
+    from deployments.benchmarking import stats
+
+    recorded = FLOW["benchmark"]["export"]["results"]["engine_metrics_delta"]
+    assert recorded["llamacpp:predicted_tokens_seconds"] < 0  # what the old delta said
+    before = stats.parse_prometheus_samples((FIXTURES / "metrics_r1_idle.txt").read_text())
+    after = stats.parse_prometheus_samples((FIXTURES / "metrics_r1_after_bench.txt").read_text())
+    delta = stats.metrics_delta(before, after)
+    assert "llamacpp:predicted_tokens_seconds" not in delta and "llamacpp:requests_processing" not in delta
+    assert all(v >= 0 for v in delta.values())
+    generated = sum(
+        lv["completed"] * lv["output_tokens_mean"] for lv in FLOW["benchmark"]["export"]["results"]["levels"]
+    )
+    assert delta["llamacpp:tokens_predicted_total"] >= generated
