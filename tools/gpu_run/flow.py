@@ -119,6 +119,7 @@ def main() -> int:  # noqa: C901 - one script, one flow
     parser.add_argument("--input-tokens", type=int, default=512)
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--partial", action="store_true", help="then switch to r3: 8 layers on the GPU, -fa off")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -279,8 +280,25 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         ),
     ]
     engine_log = Path(args.data) / "host" / host.name / "engine.log"  # HOST_STATE_DIR/<host>/engine.log
+    if args.partial:
+        # 8 of 16 layers on the GPU, flash attention off: the planner's partial offload on a real GPU
+        revs.append(
+            revision_create(
+                host=host,
+                engine="llama.cpp",
+                engine_version="b11434",
+                model_variant=model,
+                served_name="rand",
+                port=8089,
+                knobs={"ctx_size": 8192, "parallel": 4, "metrics": True, "log_verbosity": 4}
+                | ({} if args.cpu else {"n_gpu_layers": 8, "flash_attn": "off"}),
+                message="half the layers on the GPU, flash attention off",
+                actor=actor,
+            )
+        )
     figures["switches"] = []
-    for i, rev in enumerate((revs[0], revs[1], revs[0])):
+
+    def switch_to(i: int, rev: Any) -> bool:
         offset = engine_log.stat().st_size if engine_log.exists() else 0
         t = time.monotonic()
         op = wait(switch_request(revision=rev, actor=actor))
@@ -325,7 +343,10 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         }
         figures["switches"].append(entry)
         log(f"switch {i + 1} to r{rev.number}: {op.state} in {took:.1f} s; kv {kv.tokens} tokens {kv.bytes} B")
-        if op.state != "succeeded":
+        return op.state == "succeeded"
+
+    for i, rev in enumerate((revs[0], revs[1], revs[0])):
+        if not switch_to(i, rev):
             return
 
     host.refresh_from_db()
@@ -369,6 +390,8 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         .values("ts", "util_pct", "mem_used_bytes", "power_w", "temp_c", "sm_clock_mhz", "mem_clock_mhz", "energy_mj")
     )
     figures["telemetry_rows_total"] = GpuSample.objects.count()
+    if args.partial:
+        switch_to(3, revs[2])
 
 
 if __name__ == "__main__":
