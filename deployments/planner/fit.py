@@ -250,7 +250,13 @@ def _size_layer_split(ctx: Context) -> None:
         swa_full=s.swa_full,
     )
     n_layer = len(layers.kv_widths)
-    offloaded = n_layer if s.n_gpu_layers is None else min(s.n_gpu_layers, n_layer)
+    # llama.cpp counts the output layer as one of -ngl's layers and offloads from the end
+    # (llama-model.cpp: i_gpu_start = n_layer + 1 - ngl): -ngl N <= n_layer puts N - 1 blocks
+    # and the output on the GPU (the H200 run: -ngl 8 of 16 -> "offloaded 8/17", KV 7/16 on CUDA0).
+    ngl = s.n_gpu_layers
+    offloaded = n_layer if ngl is None or ngl > n_layer else max(0, ngl - 1)
+    # Weights follow llama.cpp's own count, the output layer as one of n_layer + 1 ("8/17").
+    weights_frac = 1.0 if ngl is None or ngl > n_layer else min(ngl, n_layer + 1) / (n_layer + 1)
     share = _layer_shares(ctx.gpus, s) if offloaded and ctx.gpus else []
     ctx.used = tuple(g for g, part in zip(ctx.gpus, share, strict=False) if part > 0)
     frac = (offloaded / n_layer if n_layer else 0.0) * max(share, default=0.0)
@@ -266,10 +272,14 @@ def _size_layer_split(ctx: Context) -> None:
     ctx.block = 256
     weights = req.weights_bytes or (req.gguf.file_size if req.gguf else None)
     if weights is not None:
-        ctx.weights_per_gpu = int(weights * frac)
+        ctx.weights_per_gpu = int(weights * weights_frac * max(share, default=0.0))
     if ctx.used:
         ctx.overheads = llama_overheads(
-            arch, ubatch=s.ubatch_size, on_gpu=True, compute_capabilities=[g.compute_capability for g in ctx.used]
+            arch,
+            ubatch=s.ubatch_size,
+            on_gpu=True,
+            compute_capabilities=[g.compute_capability for g in ctx.used],
+            kq_context=kv.n_ctx_seq if s.flash_attn == "off" else 0,
         )
         ctx.budget_per_gpu = ctx.gpu_memory
         kv_gpu = int((kv.kv_bytes + kv.recurrent_bytes) * frac)

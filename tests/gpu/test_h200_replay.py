@@ -26,6 +26,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200"
 NVML = load_fixture(FIXTURES / "nvml_live.json")
 FLOW = json.loads((FIXTURES / "flow.json").read_text())
 SWEEP = json.loads((FIXTURES / "flow_sweep.json").read_text())
+PARTIAL = json.loads((FIXTURES / "flow_partial.json").read_text())  # a later run: r3 = -ngl 8, -fa off
 ADAPTER = LlamaCppAdapter()
 
 
@@ -33,11 +34,11 @@ def startup(revision: int) -> str:
     return (FIXTURES / f"engine_startup_r{revision}.log").read_text()
 
 
-def replayed(session: str) -> list[list[Any]]:
+def replayed(session: str, fixture: dict[str, Any] = NVML) -> list[list[Any]]:
     """The session's samples as the probe reads them again from the recorded NVML answers."""
-    recorded = NVML["sessions"][session]["result"]
+    recorded = fixture["sessions"][session]["result"]
     rounds = recorded if isinstance(recorded[0], dict) and "gpus" in recorded[0] else [{"gpus": recorded}]
-    with nvml_session(ReplayNvml.from_fixture(NVML, [session])) as lib:
+    with nvml_session(ReplayNvml.from_fixture(fixture, [session])) as lib:
         return [read_samples(lib, clock=lambda r=r: r["gpus"][0]["timestamp"]) for r in rounds]
 
 
@@ -144,8 +145,7 @@ def h200_revisions(tmp_path, settings, db):
     admin = get_user_model().objects.create_superuser("gpu-admin", password="x")  # noqa: S106
     model = model_variant_import_gguf(path=str(tmp_path / "rand-llama-1b-f16.gguf"), actor=admin)
     revisions = []
-    for switch in (0, 1):
-        rec = FLOW["switches"][switch]
+    for rec in (FLOW["switches"][0], FLOW["switches"][1], PARTIAL["switches"][3]):
         revisions.append(
             revision_create(
                 host=gpu.host,
@@ -166,7 +166,7 @@ def h200_revisions(tmp_path, settings, db):
 def test_planner_kv_size_equals_the_cuda_builds_llama_kv_cache_lines(h200_revisions):
     from deployments.services.planning import plan_for_revision
 
-    for revision, number in zip(h200_revisions, (1, 2), strict=True):
+    for revision, number in zip(h200_revisions, (1, 2, 3), strict=True):
         report = plan_for_revision(revision)  # log_verbosity 4 plans (it refused the switch before)
         kv = ADAPTER.parse_kv_capacity(startup(number))
         (cache,) = kv.details["caches"]
@@ -183,7 +183,7 @@ def test_gpu_memory_per_process_is_what_the_planner_predicts_or_a_little_less(h2
     planner predicted 217 MiB (r1) and 250 MiB (r2) less than the H200 process held."""
     from deployments.services.planning import plan_for_revision
 
-    for revision, session, switch in zip(h200_revisions, ("serving_r1_0", "serving_r2_1"), (0, 1), strict=True):
+    for revision, session, switch in zip(h200_revisions[:2], ("serving_r1_0", "serving_r2_1"), (0, 1), strict=True):
         ((gpu,),) = replayed(session)
         (process,) = gpu.processes or ()
         assert process.pid == engine_pid(switch)
@@ -215,7 +215,7 @@ def test_the_cuda_builds_context_is_what_llama_cpp_calls_unaccounted():
 def test_the_argv_the_panel_builds_is_what_ran_and_the_engine_did_what_it_says(h200_revisions):
     from deployments.runtime_bridge import engine_config_for_revision
 
-    for revision, number in zip(h200_revisions, (1, 2), strict=True):
+    for revision, number in zip(h200_revisions[:2], (1, 2), strict=True):
         log = startup(number)
         ran = shlex.split(log.split("===== argv: ", 1)[1].splitlines()[0])
         config = engine_config_for_revision(revision, bind_host="127.0.0.1", binary=ran[0])
@@ -272,3 +272,29 @@ def test_the_benchmarks_engine_delta_counts_counters_not_gauges():
         lv["completed"] * lv["output_tokens_mean"] for lv in FLOW["benchmark"]["export"]["results"]["levels"]
     )
     assert delta["llamacpp:tokens_predicted_total"] >= generated
+
+
+@pytest.mark.django_db
+def test_partial_offload_plans_what_llama_cpp_put_on_the_gpu(h200_revisions):
+    """-ngl 8 of 16 blocks, -fa off, on the H200: llama.cpp counts the output layer as one of the
+    8 ("offloaded 8/17"), so 7 blocks' KV went to CUDA0 (112 MiB; the planner said 8/16 = 128),
+    and the attention scores of -fa off grew the compute buffer to 117 MiB (the planner said 48)."""
+    from deployments.services.planning import plan_for_revision
+
+    r3 = h200_revisions[2]
+    log = startup(3)
+    ran = shlex.split(log.split("===== argv: ", 1)[1].splitlines()[0])
+    assert ran[ran.index("--n-gpu-layers") + 1] == "8" and ran[ran.index("--flash-attn") + 1] == "off"
+    assert "offloaded 8/17 layers to GPU" in log
+    cuda_kv = float(re.search(r"CUDA0 KV buffer size =\s+([\d.]+) MiB", log).group(1))  # type: ignore[union-attr]
+    cuda_compute = float(re.search(r"CUDA0 compute buffer size =\s+([\d.]+) MiB", log).group(1))  # type: ignore[union-attr]
+    report = plan_for_revision(r3)
+    assert report.kv_cache_bytes == ADAPTER.parse_kv_capacity(log).bytes  # 256 MiB, CPU and GPU together
+    assert report.kv_pool_bytes_per_gpu == cuda_kv * MiB  # 112 MiB
+    assert report.overheads_per_gpu["compute_buffer"] == pytest.approx(cuda_compute * MiB, rel=0.1)
+    nvml = load_fixture(FIXTURES / "nvml_live_partial.json")
+    ((gpu,),) = replayed("serving_r3_3", nvml)
+    (process,) = gpu.processes or ()
+    assert process.pid == int(PARTIAL["switches"][3]["result"]["pid"])
+    predicted = report.weights_bytes_per_gpu + report.kv_pool_bytes_per_gpu + report.overheads_per_gpu["total"]
+    assert process.used_memory_bytes <= predicted <= process.used_memory_bytes * 1.06

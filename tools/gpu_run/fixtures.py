@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 DEST = Path(__file__).resolve().parent.parent.parent / "tests" / "fixtures" / "gpu" / "h200"
@@ -42,6 +43,7 @@ def main() -> int:
     parser.add_argument("--build", required=True)
     parser.add_argument("--flow", required=True)
     parser.add_argument("--sweep", required=True)
+    parser.add_argument("--partial", help="a run of flow.py --partial (r3: -ngl 8, -fa off)")
     args = parser.parse_args()
     DEST.mkdir(parents=True, exist_ok=True)
     build, flow, sweep = Path(args.build), Path(args.flow), Path(args.sweep)
@@ -60,6 +62,23 @@ def main() -> int:
     shutil.copyfile(flow / "metrics_r1_after_bench.txt", DEST / "metrics_r1_after_bench.txt")
     (DEST / "flow.json").write_text(json.dumps(trimmed_flow(flow / "flow.json"), indent=1))
     (DEST / "flow_sweep.json").write_text(json.dumps(trimmed_flow(sweep / "flow.json"), indent=1))
+    if args.partial:
+        partial = Path(args.partial)
+        (DEST / "flow_partial.json").write_text(json.dumps(trimmed_flow(partial / "flow.json"), indent=1))
+        with tarfile.open(partial / "logs.tar.gz") as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith("/engine.log"))
+            engine_log = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+        # the fourth engine start: r3
+        (DEST / "engine_startup_r3.log").write_text("===== argv: " + engine_log.split("===== argv: ")[4])
+        meta = {
+            "recorded_at": json.loads((partial / "flow.json").read_text())["started"],
+            "machine_kind": "nvidia-h200",
+            "nvidia_ml_py": "13.615.71",
+            "command": "tools/gpu_run/flow.py --partial: the read 1 s after the switch to r3",
+        }
+        live = nvml_fixture(partial / "nvml_live.json", meta)
+        live["sessions"] = {k: v for k, v in live["sessions"].items() if k in ("inventory", "serving_r3_3")}  # type: ignore[attr-defined]
+        (DEST / "nvml_live_partial.json").write_text(json.dumps(live))
     for path in sorted(DEST.iterdir()):
         print(f"{path.stat().st_size:>9} {path.name}")
     return 0
