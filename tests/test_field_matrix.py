@@ -32,7 +32,7 @@ from deployments.forms import (
     SwitchForm,
 )
 from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, RevisionComment
-from hardware.views import InstallForm
+from deployments.views.hosts import InstallForm
 from tests.test_access import ACCESS, AGENT_API, OPEN, _names
 from tests.test_access import world as access_world
 

@@ -1,5 +1,9 @@
 """Hosts: the live dashboard, a host's page (GPUs, telemetry, what fits, history, actions)
-and the small live widgets those pages poll."""
+and the small live widgets those pages poll.
+
+They put hosts beside their revisions and operations, so they live here, above `hardware`;
+their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in
+`templates/hardware/`."""
 
 from __future__ import annotations
 
@@ -22,12 +26,12 @@ from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
+from deployments.selectors import hosts as selectors
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.switch import probe_request, stop_request
 from deployments.views.benchmarks import safe_headline
-
-from . import selectors
-from .models import Host
+from hardware import selectors as hardware_selectors
+from hardware.models import Host
 
 TELEMETRY_HOURS = 1.0
 HISTORY_ON_PAGE = 10
@@ -88,9 +92,9 @@ def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
 
 def _telemetry(host: Host) -> dict[str, str]:
     """GPU telemetry charts and the engine's own metrics for the window (nothing where none reported)."""
-    series = selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
+    series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
     charts = plots.telemetry_charts(series) if series else {}
-    engine = selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
+    engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
     if engine:
         charts.update(plots.engine_charts(engine))
     return charts

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployments.models import AuditEvent, ModelVariant, Operation
+from deployments.selectors import hosts as host_selectors
 from deployments.services.revisions import revision_create
 from hardware import selectors
 from hardware.models import GpuSample, Host
@@ -228,7 +229,7 @@ def test_host_page_query_count_is_fixed(client, viewer, catalog, django_assert_n
 def test_what_fits_renders_fast_on_eight_gpus(catalog):
     host = make_host("eight", 8, samples=0)
     started = time.perf_counter()
-    table = selectors.host_what_fits(gpus=list(host.gpus.all()))
+    table = host_selectors.host_what_fits(gpus=list(host.gpus.all()))
     elapsed = time.perf_counter() - started
     assert len(table.rows) > 20
     assert elapsed < 1.5, f"what fits took {elapsed:.3f}s"

@@ -1,4 +1,5 @@
-"""Reads for revisions, operations, models and the audit log."""
+"""Reads for revisions, operations, models and the audit log; `hosts` holds the reads that put
+hosts beside their revisions and operations (dashboard cards, serving status, what fits)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from .models import AuditEvent, DeploymentRevision, ModelVariant, Operation
+from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation
 
 
 def revision_history(*, host: Any, filters: dict[str, str] | None = None) -> QuerySet[DeploymentRevision]:

@@ -1,8 +1,13 @@
+"""The host pages' URLs. They keep their `hardware:` names (templates and tests reverse them),
+though the views that put hosts beside revisions and operations live in `deployments.views.hosts`;
+the agent-token view is `hardware`'s own."""
+
 from __future__ import annotations
 
 from django.urls import path
 
-from . import token_views, views
+from deployments.views import hosts as views
+from hardware import token_views
 
 app_name = "hardware"
 

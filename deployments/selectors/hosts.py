@@ -1,0 +1,231 @@
+"""Reads that put hosts beside their revisions and operations: the dashboard's host cards, what
+a host serves, what fits on its GPUs, its recent operations and benchmarks. They own
+select_related/prefetch_related, so pages issue a fixed number of queries whatever the number
+of hosts. (Reads of hosts alone, telemetry and why a host is offline, are `hardware.selectors`.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+
+from deployments.choices import ACTIVE_STATES
+from deployments.models import BenchmarkRun, ModelVariant, Operation
+from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
+from deployments.planner.whatfits import DEFAULT_CONTEXTS
+from hardware.models import GPU, GpuSample, Host
+from hardware.selectors import offline_reason
+
+
+@dataclass
+class GpuCard:
+    gpu: GPU
+    sample: GpuSample | None
+
+    @property
+    def mem_pct(self) -> float | None:
+        if self.sample is None or self.sample.mem_used_bytes is None or not self.gpu.memory_bytes:
+            return None
+        return 100.0 * self.sample.mem_used_bytes / self.gpu.memory_bytes
+
+    @property
+    def power_pct(self) -> float | None:
+        if self.sample is None or self.sample.power_w is None or not self.gpu.power_limit_w:
+            return None
+        return min(100.0, 100.0 * self.sample.power_w / self.gpu.power_limit_w)
+
+    # Display values, computed once here: the dashboard renders hundreds of GPUs every few
+    # seconds and Django's floatformat/filesizeformat filters dominated its render time.
+    @property
+    def view(self) -> dict[str, str]:
+        s, g = self.sample, self.gpu
+        view = {"memory": _gib(g.memory_bytes)}
+        if s is None:
+            return view
+        mem = self.mem_pct
+        view.update(
+            mem_pct=f"{mem:.0f}" if mem is not None else "–",
+            mem_width=f"{mem or 0:.0f}",
+            mem_used=_gib(s.mem_used_bytes) if s.mem_used_bytes is not None else "",
+            util=f"{s.util_pct:.0f}" if s.util_pct is not None else "–",
+            util_width=f"{s.util_pct or 0:.0f}",
+            power=f"{s.power_w:.0f} W" if s.power_w is not None else "– W",
+            limit=f" / {g.power_limit_w:.0f} W" if g.power_limit_w else "",
+            temp=f"{s.temp_c:.0f} °C" if s.temp_c is not None else "– °C",
+        )
+        return view
+
+
+def _gib(value: float | None) -> str:
+    return "" if value is None else f"{value / 1024**3:.1f} GB"
+
+
+@dataclass(frozen=True)
+class ServingStatus:
+    """What the host serves, honestly: "Serving" only while the engine runs and is healthy."""
+
+    serving: bool
+    label: str  # the badge beside an active revision that is not serving
+    css: str
+    note: str = ""
+
+
+def serving_status(host: Host) -> ServingStatus:
+    st = host.engine_state if isinstance(host.engine_state, dict) else {}
+    revision = host.active_revision
+    label = f"r{revision.number}" if revision is not None else "the active revision"
+    if host.is_demo and not host.is_online:
+        return ServingStatus(False, "demo", "demo", f"A demo host: nothing runs here; {label} is an example history.")
+    if not host.is_online:
+        return ServingStatus(False, "unknown", "off", f"{host.name} is offline: whether {label} still runs is unknown.")
+    if not st:
+        return ServingStatus(False, "not reported", "off", "The host has not reported its engine yet.")
+    if not st.get("running"):
+        phase = st.get("phase")
+        return ServingStatus(
+            False,
+            "not serving",
+            "error",
+            f"{label} is the active revision, but its engine is stopped" + (f" ({phase})." if phase else "."),
+        )
+    running_label = st.get("revision_label")
+    if running_label and revision is not None and str(running_label) != f"r{revision.number}":
+        return ServingStatus(
+            False, "not serving", "error", f"The engine runs {running_label}, not the active revision {label}."
+        )
+    health = st.get("health")
+    if health == "healthy" or (health is None and st.get("healthy")):
+        return ServingStatus(True, "serving", "ok")
+    if health == "starting":
+        return ServingStatus(False, "starting", "info", f"{label}'s engine is starting.")
+    return ServingStatus(False, "unhealthy", "error", f"{label}'s engine runs but does not answer its health check.")
+
+
+@dataclass
+class HostCard:
+    host: Host
+    gpus: list[GpuCard] = field(default_factory=list)
+    operation: Operation | None = None
+
+    @property
+    def serving(self) -> ServingStatus:
+        return serving_status(self.host)
+
+    @property
+    def offline_reason(self) -> str:
+        return offline_reason(self.host)
+
+
+def host_list() -> QuerySet[Host]:
+    return Host.objects.select_related("active_revision__model_variant").order_by("is_demo", "name")
+
+
+def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
+    """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries."""
+    latest = GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1]
+    gpu_qs = GPU.objects.select_related("gpu_type").annotate(latest_sample_id=Subquery(latest)).order_by("index")
+    hosts_list = list((hosts if hosts is not None else host_list()).prefetch_related(Prefetch("gpus", queryset=gpu_qs)))
+    sample_ids = [g.latest_sample_id for h in hosts_list for g in h.gpus.all() if g.latest_sample_id]
+    samples = {s.pk: s for s in GpuSample.objects.filter(pk__in=sample_ids)} if sample_ids else {}
+    ops: dict[int, Operation] = {}
+    active = Operation.objects.filter(host__in=[h.pk for h in hosts_list], state__in=ACTIVE_STATES)
+    for op in active.select_related("revision").order_by("created_at"):
+        ops.setdefault(op.host_id, op)
+    return [
+        HostCard(
+            host=h,
+            gpus=[GpuCard(gpu=g, sample=samples.get(g.latest_sample_id)) for g in h.gpus.all()],
+            operation=ops.get(h.pk),
+        )
+        for h in hosts_list
+    ]
+
+
+def host_get(*, name: str) -> Host:
+    return Host.objects.select_related("active_revision__model_variant").get(name=name)
+
+
+# --- what fits ---------------------------------------------------------------------------------
+
+ENGINE_FOR_FORMAT = {"hf": "vllm", "gguf": "llama.cpp", "ollama": "ollama"}
+
+
+@dataclass
+class WhatFitsRow:
+    model: str
+    engine: str
+    layout: str
+    gpus_used: int
+    cells: list[WhatFitsCell]
+
+
+@dataclass
+class WhatFitsTable:
+    contexts: tuple[int, ...]
+    rows: list[WhatFitsRow]
+    models: int
+    elapsed_ms: float
+
+    @property
+    def context_labels(self) -> list[str]:
+        return [f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}" for c in self.contexts]
+
+
+def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
+    """Planner inputs for model variants; each planned with the engine its format implies."""
+    models = []
+    for v in variants:
+        # Stored facts are read leniently: an implausible fact is unknown, never a crash.
+        arch = v.model_arch
+        gguf = GgufKvFacts.from_dict(v.gguf_kv) if v.gguf_kv else None
+        weights = v.weights_bytes if isinstance(v.weights_bytes, int) and 0 < v.weights_bytes <= 2**50 else None
+        models.append(
+            CatalogModel(
+                name=v.name,
+                arch=arch,
+                weights_bytes=weights,  # type: ignore[arg-type]  # None: the planner estimates
+                engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
+                checkpoint_quant=v.quant_method or None,
+                gguf=gguf,
+            )
+        )
+    return models
+
+
+def host_what_fits(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> WhatFitsTable:
+    """Every catalog model x valid layout x a few context lengths on these GPUs (1 query)."""
+    started = time.perf_counter()
+    from deployments.services.planning import gpu_spec
+
+    specs = tuple(gpu_spec(g) for g in sorted(gpus, key=lambda g: g.index))
+    models = catalog_models(ModelVariant.objects.order_by("is_demo", "family", "name"))
+    rows: dict[tuple[str, str, str], WhatFitsRow] = {}
+    if specs:
+        for cell in what_fits(specs, models, contexts=contexts):
+            key = (cell.model, cell.engine, cell.layout)
+            if key not in rows:
+                rows[key] = WhatFitsRow(cell.model, cell.engine, cell.layout, cell.gpus_used, [])
+            rows[key].cells.append(cell)
+    return WhatFitsTable(
+        contexts=tuple(contexts),
+        rows=list(rows.values()),
+        models=len(models),
+        elapsed_ms=(time.perf_counter() - started) * 1000.0,
+    )
+
+
+# --- host page ---------------------------------------------------------------------------------
+
+
+def host_recent_operations(*, host: Host, limit: int = 10) -> list[Operation]:
+    return list(
+        Operation.objects.filter(host=host).select_related("revision", "requested_by").order_by("-created_at")[:limit]
+    )
+
+
+def host_benchmark_runs(*, host: Host, limit: int = 10) -> list[BenchmarkRun]:
+    return list(
+        BenchmarkRun.objects.filter(revision__host=host).select_related("revision").order_by("-created_at")[:limit]
+    )
