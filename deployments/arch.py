@@ -77,7 +77,7 @@ TEXT_FACTS: dict[str, int] = {
     "mamba_ssm_dtype": MAX_DTYPE,
     "torch_dtype": MAX_DTYPE,
 }
-BOOL_FACTS = frozenset({"has_vision", "has_mtp"})
+BOOL_FACTS = frozenset({"has_vision", "has_mtp", "tie_word_embeddings"})
 
 
 class ArchFactError(ValueError):
@@ -221,6 +221,7 @@ class ModelArch:
     has_vision: bool | None = None
     has_mtp: bool | None = None
     mtp_num_layers: int | None = None
+    tie_word_embeddings: bool | None = None  # the output layer reuses the embedding (no lm_head weights)
     layer_types: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:

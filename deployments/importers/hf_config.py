@@ -137,6 +137,26 @@ def _quant(config: Mapping[str, Any], text: Mapping[str, Any]) -> QuantFacts:
     )
 
 
+# model_type prefixes whose transformers config class ties the embeddings unless told otherwise
+# (Gemma*Config: tie_word_embeddings=True; Llama, Qwen2/3, Mistral, DeepSeek default to False).
+_TIED_BY_DEFAULT = ("gemma",)
+
+
+def _tied(config: Mapping[str, Any], text: Mapping[str, Any]) -> bool | None:
+    """tie_word_embeddings as the config states it (text config first), else the config class's
+    default for the model type; None when neither is known."""
+    for source in (text, config):
+        value = source.get("tie_word_embeddings")
+        if value is not None:
+            if not isinstance(value, bool):
+                raise HfConfigError(f"config.json: tie_word_embeddings must be true or false, not {value!r}"[:200])
+            return value
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    if model_type.startswith(_TIED_BY_DEFAULT):
+        return True
+    return None
+
+
 def _layer_types(text: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
     """Layer kinds; `num_layers` is already bounded, so building the tuple is cheap."""
     raw = text.get("layer_types")
@@ -262,6 +282,7 @@ def _arch_from_hf_config(config: Mapping[str, Any]) -> HfImport:
         "has_vision": "vision_config" in config,
         "has_mtp": bool(mtp_layers) if mtp_layers is not None else None,
         "mtp_num_layers": mtp_layers or None,
+        "tie_word_embeddings": _tied(config, text),
         "layer_types": list(layer_types),
     }
     arch = arch_from_facts(facts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from deployments.arch import ModelArch
@@ -32,6 +33,7 @@ from deployments.planner.memory import (
     vllm_overheads,
 )
 from deployments.planner.report import Context, FitReport
+from deployments.planner.weights import estimate_weights
 
 # The most GPUs one plan considers, and the largest TP x PP world it sizes. The planner judges
 # one host's GPUs; the largest single NVLink domain sold (GB200 NVL72, 72 GPUs) and the largest
@@ -50,7 +52,20 @@ def plan(request: PlanRequest) -> FitReport:
     settings = parse_settings(request.engine, request.knobs, request.env)
     _check_world(settings)
     gpus = _visible_gpus(request)
+    estimate = None
+    if request.weights_bytes is None and not (request.gguf and request.gguf.file_size):
+        estimate = estimate_weights(
+            request.arch,
+            quant_method=request.checkpoint_quant,
+            bits=request.quant_bits,
+            group_size=request.quant_group_size,
+            quantization=request.quantization,
+            gguf_file_type=request.gguf.file_type if request.gguf else None,
+        )
+        if estimate is not None:
+            request = dataclasses.replace(request, weights_bytes=estimate.bytes)
     ctx = Context(request=request, settings=settings, gpus=gpus, gpus_present=len(request.gpus))
+    ctx.weights_estimate = estimate
     ctx.counts = layer_counts(request.arch)
     ctx.vision_on = _vision_on(request, settings)
     if request.engine in GPU_SPLIT_ENGINES:
@@ -343,6 +358,7 @@ def _report(ctx: Context) -> FitReport:
         block_size=ctx.block if ctx.per_token_gpu is not None else None,
         overheads_per_gpu=ctx.overheads.to_dict() if ctx.used else {},
         findings=tuple(sorted(ctx.findings, key=lambda f: ("error", "warning", "info").index(f.severity))),
+        weights_estimate=ctx.weights_estimate.to_dict() if ctx.weights_estimate else None,
     )
 
 

@@ -152,6 +152,8 @@ class PlanRequest:
     weights_bytes: int | None = None  # checkpoint weights on disk (GGUF: file size)
     checkpoint_quant: str | None = None  # quantization_config.quant_method, e.g. "compressed-tensors"
     quant_bits: int | None = None
+    quant_group_size: int | None = None  # AWQ/GPTQ group size (-1: per channel)
+    quantization: str | None = None  # the catalog's label: "bf16", "Q4_K_M", "awq-int4"
     gguf: GgufKvFacts | None = None
     vision: bool | None = None  # image input wanted; None = the model's default
     recommended_reasoning_parser: str | None = None

@@ -36,6 +36,8 @@ class FitReport:
     block_size: int | None
     overheads_per_gpu: dict[str, int] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    # Set when no checkpoint size was known and the weights were estimated from the architecture.
+    weights_estimate: dict[str, Any] | None = None
 
     @property
     def has_errors(self) -> bool:
@@ -74,6 +76,7 @@ class FitReport:
             "overheads_per_gpu": dict(self.overheads_per_gpu),
             "findings": [f.to_dict() for f in self.findings],
             "has_errors": self.has_errors,
+            "weights_estimate": dict(self.weights_estimate) if self.weights_estimate else None,
         }
 
 
@@ -106,6 +109,7 @@ class Context:
     pool_tokens: int | None = None
     kv_cache_bytes: int | None = None
     vision_on: bool = False
+    weights_estimate: Any = None  # planner.weights.WeightsEstimate when the weights were estimated
     findings: list[Finding] = field(default_factory=list)
 
     def add(self, severity: Severity, code: str, message: str, fix: str = "") -> None:

@@ -29,6 +29,7 @@ def gib(n: float) -> str:
 
 def run(ctx: Context) -> None:
     _arch_complete(ctx)
+    _weights_known(ctx)
     if ctx.request.engine in GPU_SPLIT_ENGINES:
         _parallel(ctx)
         _quantization(ctx)
@@ -100,6 +101,30 @@ def _arch_complete(ctx: Context) -> None:
             f"The model's architecture facts lack {', '.join(missing)}, so "
             + ("the checks that need them were skipped." if ctx.per_token_gpu is not None else "KV sizes are unknown."),
             "Import the model's config.json or GGUF header to fill them in.",
+        )
+
+
+def _weights_known(ctx: Context) -> None:
+    """The planner says when it judges on estimated weights, and when it cannot judge them at all."""
+    req = ctx.request
+    estimate = ctx.weights_estimate
+    if estimate is not None:
+        active = estimate.params.active
+        moe = f" ({active / 1e9:.1f}B active per token)" if active < estimate.params.total else ""
+        ctx.add(
+            WARNING,
+            F.WEIGHTS_ESTIMATED,
+            f"The weights are estimated at {gib(estimate.bytes)} from the architecture: {estimate.basis}{moe}; "
+            "no checkpoint size is known, so the memory figures rest on that estimate.",
+            "Import the model by its repository id (the safetensors index or GGUF file gives the real size).",
+        )
+    elif req.weights_bytes is None and not (req.gguf and req.gguf.file_size):
+        ctx.add(
+            WARNING,
+            F.WEIGHTS_UNKNOWN,
+            "The weights' size is unknown and the architecture facts do not give a parameter count, so whether "
+            "the model fits the GPUs is not judged.",
+            "Import the model by its repository id, or from its config.json with the weights' size.",
         )
 
 

@@ -79,6 +79,7 @@ def plan_request(
         weights_bytes=model.weights_bytes,
         checkpoint_quant=model.quant_method or None,
         quant_bits=model.quant_bits,
+        quantization=model.quantization or None,
         gguf=GgufKvFacts.from_dict(model.gguf_kv) if model.gguf_kv else None,
         vision=vision,
         recommended_reasoning_parser=model.reasoning_parser or None,
@@ -133,6 +134,7 @@ def model_source(ref: str) -> dict[str, Any]:
             "weights_bytes": variant.weights_bytes,
             "checkpoint_quant": variant.quant_method or None,
             "quant_bits": variant.quant_bits,
+            "quantization": variant.quantization or None,
             "gguf": GgufKvFacts.from_dict(variant.gguf_kv) if variant.gguf_kv else None,
             "recommended_reasoning_parser": variant.reasoning_parser or None,
             "recommended_tool_parser": variant.tool_call_parser or None,
@@ -145,14 +147,12 @@ def model_source(ref: str) -> dict[str, Any]:
             return {"arch": imported.arch, "weights_bytes": imported.file_size, "gguf": imported.kv}
         if path.suffix == ".json" or path.is_dir():
             hf = load_hf_config(path / "config.json" if path.is_dir() else path)
-            weights = None
-            if hf.arch.params_total and hf.quant.bits:
-                weights = hf.arch.params_total * hf.quant.bits // 8
-            return {
+            return {  # no size: the planner estimates the weights from the architecture and says so
                 "arch": hf.arch,
-                "weights_bytes": weights,
+                "weights_bytes": None,
                 "checkpoint_quant": hf.quant.method,
                 "quant_bits": hf.quant.bits,
+                "quant_group_size": hf.quant.group_size,
             }
     except (OSError, GgufHeaderError, HfConfigError) as exc:
         raise PlanInputError(f"Cannot read {ref}: {exc}", field="model") from exc
