@@ -86,6 +86,11 @@ class GgufHeaderError(ValueError):
     """The file is not a GGUF model the importer understands."""
 
 
+class GgufTruncated(GgufHeaderError):
+    """The header runs past the end of the bytes read: for a whole file, a truncated file; for
+    the first bytes of a remote file (read by HTTP ranges), a sign to read more."""
+
+
 @dataclass(frozen=True)
 class GgufImport:
     arch: ModelArch
@@ -146,7 +151,7 @@ def _scan(path: Path) -> _Header:
         raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
 
 
-def _walk_header(data: mmap.mmap, name: str) -> _Header:
+def _walk_header(data: mmap.mmap | bytes, name: str) -> _Header:
     size = len(data)
     offset = 0
 
@@ -154,15 +159,17 @@ def _walk_header(data: mmap.mmap, name: str) -> _Header:
         nonlocal offset
         width = struct.calcsize(fmt)
         if offset + width > size:
-            raise GgufHeaderError(f"{name} ends inside its header (truncated)")
+            raise GgufTruncated(f"{name} ends inside its header (truncated)")
         value = struct.unpack_from(fmt, data, offset)[0]
         offset += width
         return value
 
     def skip(count: int, what: str) -> None:
         nonlocal offset
-        if count < 0 or offset + count > size:
-            raise GgufHeaderError(f"{name}: {what} runs past the end of the file")
+        if count < 0:
+            raise GgufHeaderError(f"{name}: {what} has a negative length")
+        if offset + count > size:
+            raise GgufTruncated(f"{name}: {what} runs past the end of the file")
         offset += count
 
     def string(most: int, what: str, keep: bool = False) -> bytes | None:
@@ -176,7 +183,7 @@ def _walk_header(data: mmap.mmap, name: str) -> _Header:
     if data[:4] != b"GGUF":
         raise GgufHeaderError(f"{name} is not a GGUF file (no GGUF magic)")
     if size < 24:
-        raise GgufHeaderError(f"{name} is too short to be a GGUF file (truncated)")
+        raise GgufTruncated(f"{name} is too short to be a GGUF file (truncated)")
     offset = 4
     version = take("<I")
     if version not in (2, 3):
@@ -209,7 +216,7 @@ def _walk_header(data: mmap.mmap, name: str) -> _Header:
                     values = list(struct.unpack_from(f"<{count}{_SCALAR_FORMATS[item]}", data, start))
             elif item == _STRING:
                 if offset + 8 * count > size:
-                    raise GgufHeaderError(f"{name}: an array runs past the end of the file")
+                    raise GgufTruncated(f"{name}: an array runs past the end of the file")
                 for _ in range(count):
                     string(MAX_STRING, "a string in an array")
             else:
@@ -224,7 +231,7 @@ def _walk_header(data: mmap.mmap, name: str) -> _Header:
         if dims > MAX_DIMS:
             raise GgufHeaderError(f"{name}: a tensor with {dims} dimensions; at most {MAX_DIMS}")
         if offset + 8 * dims + 12 > size:
-            raise GgufHeaderError(f"{name}: a tensor's description runs past the end of the file")
+            raise GgufTruncated(f"{name}: a tensor's description runs past the end of the file")
         shape = struct.unpack_from(f"<{dims}Q", data, offset)
         skip(8 * dims + 4 + 8, "a tensor's description")
         elements.append(math.prod(shape))
@@ -235,17 +242,31 @@ def read_gguf_header(path: str | Path) -> GgufImport:
     """Read one GGUF file's header (tensor data is never read)."""
     path = Path(path)
     header = _scan(path)
+    shards = _shard_paths(path)
+    return _checked_read(header, path.name, sum(s.stat().st_size for s in shards), single=len(shards) == 1)
+
+
+def read_gguf_header_bytes(data: bytes, *, name: str, file_size: int, shards: int = 1) -> GgufImport:
+    """The same from the first bytes of a GGUF file (read by HTTP ranges: the tensor data is never
+    fetched). `file_size`: the whole model's bytes (all shards). Raises GgufTruncated when `data`
+    ends inside the header (read more), GgufHeaderError for a file the importer refuses."""
+    if not data.startswith(b"GGUF") and len(data) >= 4:
+        raise GgufHeaderError(f"{name} is not a GGUF file (no GGUF magic)")
+    return _checked_read(_walk_header(data, name), name, file_size, single=shards == 1)
+
+
+def _checked_read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufImport:
     try:
-        return _read(header, path)
+        return _read(header, name, file_size, single=single)
     except GgufHeaderError:
         raise
     except ArchFactError as exc:
-        raise GgufHeaderError(f"{path.name}: {exc}") from None
+        raise GgufHeaderError(f"{name}: {exc}") from None
     except (ValueError, ArithmeticError, IndexError, KeyError) as exc:
-        raise GgufHeaderError(f"{path.name} has a header the importer cannot read: {exc}") from None
+        raise GgufHeaderError(f"{name} has a header the importer cannot read: {exc}") from None
 
 
-def _read(header: _Header, path: Path) -> GgufImport:
+def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufImport:
     def typed(key: str, want: str) -> Any:
         """The value of `key` if its GGUF type is what the importer reads there, else an error.
 
@@ -258,7 +279,7 @@ def _read(header: _Header, path: Path) -> GgufImport:
             return item.count
         if item.kind == _ARRAY:
             if item.count > MAX_LAYERS:
-                raise GgufHeaderError(f"{path.name}: {key} lists {item.count:,} values; at most {MAX_LAYERS:,}")
+                raise GgufHeaderError(f"{name}: {key} lists {item.count:,} values; at most {MAX_LAYERS:,}")
             if want == "int|ints" and item.item in _INTEGER_TYPES:
                 return [int(v) for v in item.value]
             if want == "int|bools" and item.item == _BOOL:
@@ -267,14 +288,14 @@ def _read(header: _Header, path: Path) -> GgufImport:
             try:
                 value = item.value.decode("utf-8")
             except UnicodeDecodeError:
-                raise GgufHeaderError(f"{path.name}: {key} is not UTF-8 text") from None
+                raise GgufHeaderError(f"{name}: {key} is not UTF-8 text") from None
             if len(value) > 1_000 or "\x00" in value:
-                raise GgufHeaderError(f"{path.name}: {key} is not a plausible name")
+                raise GgufHeaderError(f"{name}: {key} is not a plausible name")
             return value
         elif want in ("int", "int|ints", "int|bools") and item.kind in _INTEGER_TYPES:
             return int(item.value)
         expected = {"int": "an integer", "str": "a string", "len": "an array"}.get(want, "an integer or an array")
-        raise GgufHeaderError(f"{path.name}: {key} must be {expected}")
+        raise GgufHeaderError(f"{name}: {key} must be {expected}")
 
     def field(key: str, fact: str | None = None) -> Any:
         """An integer key; with `fact`, also within that ModelArch fact's bounds (error names the key)."""
@@ -287,13 +308,13 @@ def _read(header: _Header, path: Path) -> GgufImport:
 
     arch_name = typed("general.architecture", "str")
     if not arch_name:
-        raise GgufHeaderError(f"{path.name} has no general.architecture")
+        raise GgufHeaderError(f"{name} has no general.architecture")
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", arch_name):
-        raise GgufHeaderError(f"{path.name}: general.architecture {arch_name[:40]!r} is not an architecture name")
+        raise GgufHeaderError(f"{name}: general.architecture {arch_name[:40]!r} is not an architecture name")
     p = f"{arch_name}."
     n_layer = field(p + "block_count")
     if not n_layer:
-        raise GgufHeaderError(f"{path.name} has no {p}block_count")
+        raise GgufHeaderError(f"{name} has no {p}block_count")
     n_layer = check_int(n_layer, least=1, most=MAX_LAYERS, label=p + "block_count")  # before any per-layer list
     n_embd = field(p + "embedding_length", "hidden_size")
     heads_raw = typed(p + "attention.head_count", "int|ints")
@@ -328,8 +349,6 @@ def _read(header: _Header, path: Path) -> GgufImport:
             period = check_int(pattern, least=0, most=MAX_LAYERS, label=label) if pattern else 0
             period = period or DEFAULT_SWA_PERIOD.get(arch_name, 0)
             swa = [period == 0 or (i % period < period - 1) for i in range(n_layer)] if period else swa
-    shards = _shard_paths(path)
-    file_size = sum(s.stat().st_size for s in shards)
     file_type = field("general.file_type")
     if file_type is not None:
         file_type = check_int(file_type, least=0, most=1_023, label="general.file_type")
@@ -357,7 +376,7 @@ def _read(header: _Header, path: Path) -> GgufImport:
         for r, s in zip(recurrent, swa, strict=True)
     )
     vocab = field(p + "vocab_size", "vocab_size") or typed("tokenizer.ggml.tokens", "len") or None
-    params = sum(header.tensor_elements) if len(shards) == 1 else None
+    params = sum(header.tensor_elements) if single else None
     time_step_rank, inner = field(p + "ssm.time_step_rank"), field(p + "ssm.inner_size")
     linear = any(recurrent) and arch_name in INTERVAL_HYBRIDS
     nonzero_kv = [h for h in kv_heads if h]
