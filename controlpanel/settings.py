@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "axes",
     "hardware",
     "deployments",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -195,4 +196,11 @@ STORAGES = {
 CELERY_BEAT_SCHEDULE = {
     "reap-lost-operations": {"task": "deployments.tasks.reap_lost_operations", "schedule": 30.0},
     "rollup-telemetry": {"task": "hardware.tasks.rollup_telemetry", "schedule": 300.0},
+    "check-host-presence": {"task": "notifications.tasks.check_host_presence", "schedule": 30.0},
 }
+
+# --- Notifications (notifications app) --------------------------------------------------------------
+# Where people reach the panel: links in notifications are made absolute with it.
+CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default="http://127.0.0.1:8000")
+# The panel worker's queue that sends them (a slow channel waits there, never in a request).
+NOTIFICATIONS_QUEUE = env.str("CONTROLPANEL_NOTIFICATIONS_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)

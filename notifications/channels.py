@@ -1,0 +1,204 @@
+"""Sending through Apprise (one library for Slack, Discord, Matrix, ntfy, e-mail, webhooks).
+
+A channel URL holds credentials, so nothing that leaves this module carries it: Apprise's
+log lines are captured (not passed on to the worker's log) and every fragment of the URL
+that could be a secret is masked out of the error that is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import apprise
+from apprise.logger import LOGGER_NAME
+
+# Services that post to a chat, a push service, a mailbox or an HTTP endpoint. Apprise's
+# desktop and system notifiers (windows://, dbus://, macosx://, syslog://) would act on the
+# panel's own machine and are left out.
+SCHEMES: dict[str, str] = {
+    "json": "JSON webhook",
+    "jsons": "JSON webhook (HTTPS)",
+    "form": "form webhook",
+    "forms": "form webhook (HTTPS)",
+    "slack": "Slack",
+    "discord": "Discord",
+    "matrix": "Matrix",
+    "matrixs": "Matrix (HTTPS)",
+    "ntfy": "ntfy",
+    "ntfys": "ntfy (HTTPS)",
+    "mailto": "e-mail",
+    "mailtos": "e-mail (TLS)",
+    "msteams": "Microsoft Teams",
+    "tgram": "Telegram",
+    "gotify": "Gotify",
+    "gotifys": "Gotify (HTTPS)",
+    "mmost": "Mattermost",
+    "mmosts": "Mattermost (HTTPS)",
+    "pover": "Pushover",
+}
+MAX_URL = 2000
+MAX_ERROR = 1000
+MASK = "•••"
+
+
+class ChannelUrlError(ValueError):
+    """A URL Apprise cannot use, or of a scheme the panel does not send to. The message never
+    repeats the URL."""
+
+
+@dataclass(frozen=True)
+class ChannelInfo:
+    scheme: str
+    service: str
+
+
+@dataclass(frozen=True)
+class SendResult:
+    delivered: bool
+    error: str
+    seconds: float
+
+
+class _ThreadRecords(logging.Handler):
+    """Keeps the records this thread emits (other threads' sends are theirs)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.thread = threading.get_ident()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.records.append(record)
+
+
+_capturing = 0
+_capture_lock = threading.Lock()
+_saved: tuple[int, bool] = (logging.NOTSET, True)
+
+
+@contextlib.contextmanager
+def _apprise_log() -> Iterator[_ThreadRecords]:
+    """Apprise's own log while it works, kept here and off the process's handlers (its debug
+    lines name URLs and payloads). Threads of one worker may send at once: the first to start
+    turns Apprise's logger to DEBUG and off the process's handlers, the last to end restores it."""
+    global _capturing, _saved
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = _ThreadRecords()
+    with _capture_lock:
+        if _capturing == 0:
+            _saved = (logger.level, logger.propagate)
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        _capturing += 1
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        with _capture_lock:
+            logger.removeHandler(handler)
+            _capturing -= 1
+            if _capturing == 0:
+                logger.setLevel(_saved[0])
+                logger.propagate = _saved[1]
+
+
+def secret_fragments(url: str) -> list[str]:
+    """Every part of `url` that may be a credential: the whole URL, user and password, host
+    (Slack's and Discord's tokens sit there), path segments, query values. Longest first."""
+    parts = {url}
+    with contextlib.suppress(ValueError):
+        split = urlsplit(url)
+        netloc = split.netloc.rsplit("@", 1)
+        if len(netloc) == 2:
+            user, _, password = netloc[0].partition(":")
+            parts |= {user, password, unquote(user), unquote(password)}
+        host = split.hostname or ""
+        # A host name or address is where it goes, not a secret; a "host" without a dot is a
+        # token in Apprise's URLs (slack://TokenA/..., discord://webhook_id/..., ntfy://topic).
+        if host and "." not in host and ":" not in host and host != "localhost":
+            parts.add(host)
+        parts |= {seg for seg in split.path.split("/")} | {unquote(seg) for seg in split.path.split("/")}
+        parts |= {v for _, v in parse_qsl(split.query, keep_blank_values=True)}
+    # Short fragments ("a", "80") would mask ordinary words; tokens and passwords are longer.
+    return sorted((p for p in parts if len(p) >= 4), key=len, reverse=True)
+
+
+_ANY_URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://\S+", re.IGNORECASE)
+
+
+def mask(text: str, url: str) -> str:
+    """`text` without any fragment of `url` that may be a secret, and without any URL at all
+    (Apprise's "privacy" form still shows a token's first and last characters)."""
+    for fragment in secret_fragments(url):
+        text = text.replace(fragment, MASK)
+    return _ANY_URL.sub(lambda m: f"{m.group(1)}://{MASK}", text)
+
+
+def _scheme(url: str) -> str:
+    match = re.match(r"^([a-z][a-z0-9+.-]*)://", url.strip(), re.IGNORECASE)
+    return match.group(1).lower() if match else ""
+
+
+def _clean(lines: list[str], url: str) -> str:
+    text = " / ".join(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    return mask(text, url)[:MAX_ERROR]
+
+
+def _plugin(url: str) -> tuple[object | None, list[logging.LogRecord]]:
+    with _apprise_log() as log:
+        plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    return plugin, log.records
+
+
+def channel_check(url: str) -> ChannelInfo:
+    """What the URL sends to; ChannelUrlError (never repeating the URL) when it cannot be used."""
+    url = url.strip()
+    if not url:
+        raise ChannelUrlError("A channel needs an Apprise URL.")
+    if len(url) > MAX_URL or any(c in url for c in "\x00\r\n"):
+        raise ChannelUrlError(f"A channel URL is one line of at most {MAX_URL} characters.")
+    scheme = _scheme(url)
+    if scheme not in SCHEMES:
+        known = ", ".join(f"{s}://" for s in SCHEMES)
+        raise ChannelUrlError(f"The panel sends to these kinds of URL only: {known}.")
+    plugin, records = _plugin(url)
+    if plugin is None:
+        why = _clean([r.getMessage() for r in records if r.levelno >= logging.WARNING], url)
+        raise ChannelUrlError(f"Apprise cannot use this {scheme}:// URL" + (f": {why}" if why else "."))
+    return ChannelInfo(scheme=scheme, service=str(getattr(plugin, "service_name", "") or SCHEMES[scheme]))
+
+
+def channel_send(url: str, *, title: str, body: str) -> SendResult:
+    """Send one message, in this thread; the error is Apprise's account of the failure
+    (timeouts, refused connections, HTTP statuses, SMTP replies), masked."""
+    started = time.monotonic()
+    try:
+        channel_check(url)
+    except ChannelUrlError as exc:
+        return SendResult(False, str(exc), time.monotonic() - started)
+    with _apprise_log() as log:
+        plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+        try:
+            delivered = bool(plugin is not None and plugin.notify(body=body, title=title))
+        except Exception as exc:  # a plugin's own bug must not look like a delivery
+            log.records.append(logging.makeLogRecord({"msg": f"{type(exc).__name__}: {exc}", "levelno": 40}))
+            delivered = False
+    seconds = time.monotonic() - started
+    if delivered:
+        return SendResult(True, "", seconds)
+    # The warnings say what failed; the debug lines about exceptions say why (timeouts, refusals).
+    lines = [
+        r.getMessage()
+        for r in log.records
+        if r.levelno >= logging.WARNING or "exception" in r.getMessage().lower() or "error" in r.getMessage().lower()
+    ]
+    lines = [line for line in lines if not line.startswith(("JSON Payload", "Response Details"))]
+    return SendResult(False, _clean(lines, url) or "Apprise reported a failure without saying why.", seconds)

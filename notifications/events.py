@@ -1,0 +1,186 @@
+"""What happened, as a notification event: built where the panel records it (an operation's
+end, a watchdog report, a host's presence changing, a benchmark recorded), handed to
+`notifications.services.notify`. Reads the rows it is given; writes nothing."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec
+
+from django.urls import NoReverseMatch, reverse
+
+from .choices import EventKind
+from .regression import Comparison, compare
+
+ERROR_LINE = 500  # characters of an error kept in a message
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+
+
+def never_raises(build: Callable[P, Event | None]) -> Callable[P, Event | None]:
+    """An event builder runs inside the operation that raised it: whatever goes wrong in it
+    (a row in a shape nobody expected) is logged and costs the notification, never the operation."""
+
+    @functools.wraps(build)
+    def safe(*args: P.args, **kwargs: P.kwargs) -> Event | None:
+        try:
+            return build(*args, **kwargs)
+        except Exception:
+            log.exception("the %s notification event could not be built", build.__name__)
+            return None
+
+    return safe
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # EventKind
+    summary: str  # what happened, one sentence
+    host_id: int | None = None
+    host_name: str = ""
+    revision: str = ""  # "r5"
+    error: str = ""  # the error line
+    link_path: str = ""  # the panel page to look at, made absolute with CONTROLPANEL_URL
+    details: tuple[str, ...] = ()
+    comparisons: tuple[Comparison, ...] = field(default=())  # benchmark figures, for the rules' thresholds
+
+
+def _path(view: str, **kwargs: Any) -> str:
+    try:
+        return reverse(view, kwargs=kwargs)
+    except NoReverseMatch:  # a page that moved: the message still says what happened
+        return ""
+
+
+def error_line(text: str) -> str:
+    """The first non-empty line of an error, shortened."""
+    line = next((part.strip() for part in (text or "").splitlines() if part.strip()), "")
+    return line if len(line) <= ERROR_LINE else line[: ERROR_LINE - 1] + "…"
+
+
+def _rev(number: Any) -> str:
+    return f"r{number}" if isinstance(number, int) and not isinstance(number, bool) else ""
+
+
+@never_raises
+def operation_event(op: Any) -> Event | None:
+    """A switch that failed (rolled back, or its rollback failed too), an install or a
+    download that failed; None for every other end of an operation."""
+    if op.state not in ("failed", "lost"):
+        return None
+    lost = " (lost: the host's worker stopped in the middle of it)" if op.state == "lost" else ""
+    result = op.result if isinstance(op.result, dict) else {}
+    params = op.params if isinstance(op.params, dict) else {}
+    host = op.host
+    revision = _rev(params.get("revision")) or _rev(result.get("revision"))
+    previous = _rev(result.get("previous")) or _rev(params.get("previous"))
+    common: dict[str, Any] = {
+        "host_id": host.pk,
+        "host_name": host.name,
+        "revision": revision,
+        "error": error_line(op.error),
+        "link_path": _path("deployments:operation_detail", pk=op.pk),
+    }
+    target = f" to {revision}" if revision else ""
+    if op.kind == "switch":
+        if result.get("rollback_failed"):
+            return Event(
+                kind=EventKind.ROLLBACK_FAILED,
+                summary=f"Switch of {host.name}{target} failed and the rollback to "
+                f"{previous or 'the previous revision'} failed too: the host serves nothing.",
+                **common,
+            )
+        if result.get("rolled_back"):
+            return Event(
+                kind=EventKind.SWITCH_ROLLED_BACK,
+                summary=f"Switch of {host.name}{target} failed; rolled back to {previous or 'the previous revision'}.",
+                **common,
+            )
+        refused = " (refused on the host before anything was stopped)" if result.get("refused") else lost
+        return Event(kind=EventKind.SWITCH_FAILED, summary=f"Switch of {host.name}{target} failed{refused}.", **common)
+    if op.kind == "rollback":
+        return Event(kind=EventKind.ROLLBACK_FAILED, summary=f"Rollback of {host.name}{target} failed{lost}.", **common)
+    if op.kind == "install":
+        what = " ".join(str(p) for p in (params.get("engine"), params.get("version")) if p)
+        summary = f"Install of {what or 'an engine'} on {host.name} failed{lost}."
+        return Event(kind=EventKind.INSTALL_FAILED, summary=summary, **common)
+    if op.kind == "download":
+        what = str(params.get("repo_id") or params.get("file") or params.get("model") or "a model")
+        summary = f"Download of {what} to {host.name} failed{lost}."
+        return Event(kind=EventKind.DOWNLOAD_FAILED, summary=summary, **common)
+    return None
+
+
+WATCHDOG = {
+    "restarted": (EventKind.WATCHDOG_RESTARTED, "The watchdog restarted the engine on {host}."),
+    "restart_failed": (EventKind.WATCHDOG_RESTART_FAILED, "The watchdog could not restart the engine on {host}."),
+    "gave_up": (EventKind.WATCHDOG_GAVE_UP, "The watchdog on {host} gave up restarting the engine."),
+}
+
+
+@never_raises
+def watchdog_event(host: Any, kind: str, message: str) -> Event | None:
+    if kind not in WATCHDOG:
+        return None
+    event_kind, summary = WATCHDOG[kind]
+    revision = getattr(host, "active_revision", None)
+    active = _rev(revision.number) if revision else ""
+    return Event(
+        kind=event_kind,
+        summary=summary.format(host=host.name),
+        host_id=host.pk,
+        host_name=host.name,
+        revision=active,
+        error=error_line(message),
+        link_path=_path("hardware:host_detail", name=host.name),
+    )
+
+
+def presence_event(host: Any, *, online: bool, reason: str = "") -> Event:
+    if online:
+        return Event(
+            kind=EventKind.HOST_ONLINE,
+            summary=f"{host.name} is back: its agent reports again.",
+            host_id=host.pk,
+            host_name=host.name,
+            link_path=_path("hardware:host_detail", name=host.name),
+        )
+    return Event(
+        kind=EventKind.HOST_OFFLINE,
+        summary=f"{host.name} went offline.",
+        host_id=host.pk,
+        host_name=host.name,
+        error=error_line(reason),
+        link_path=_path("hardware:host_detail", name=host.name),
+    )
+
+
+@never_raises
+def benchmark_event(run: Any) -> Event | None:
+    """A completed run beside the previous revision's run on the same profile; the rules
+    decide, each with its own thresholds, whether that is a regression."""
+    from .selectors import previous_benchmark_run
+
+    if run.status != "completed":
+        return None
+    previous = previous_benchmark_run(run)
+    if previous is None:
+        return None
+    comparisons = tuple(compare(previous.results or {}, run.results or {}))
+    if not comparisons:
+        return None
+    revision, before = run.revision, previous.revision
+    host = revision.host
+    return Event(
+        kind=EventKind.BENCHMARK_REGRESSED,
+        summary=f"Benchmark '{run.profile_name}' of {host.name} r{revision.number} is slower than r{before.number}'s.",
+        host_id=host.pk,
+        host_name=host.name,
+        revision=f"r{revision.number}",
+        link_path=_path("deployments:benchmark_compare", a=previous.pk, b=run.pk),
+        details=(f"Compared with run #{previous.pk} of r{before.number} ({previous.created_at:%Y-%m-%d %H:%M} UTC).",),
+        comparisons=comparisons,
+    )

@@ -1,0 +1,423 @@
+"""Notifications: admins' channels and rules, `notify(event)` for the places that record what
+happened, and the delivery a Celery task on the panel's queue carries out.
+
+`notify` does nothing until the caller's transaction commits; then it matches the rules,
+records one Delivery per channel and queues it. Sending happens in the panel's worker, so a
+slow or failing channel never holds up the operation that raised the event.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from controlpanel.roles import ADMIN, ensure_role
+from deployments.services.audit import audit_record
+from hardware.models import Host
+
+from .choices import RULE_EVENTS, DeliveryState, EventKind
+from .events import Event, presence_event
+from .messages import Message, absolute, render
+from .models import Channel, Delivery, HostPresence, Rule
+from .regression import BY_KEY
+from .secrets import UndecryptableError, url_decrypt, url_encrypt
+
+log = logging.getLogger(__name__)
+RULE_EVENT_VALUES = {value for value, _ in RULE_EVENTS}
+
+
+# --- channels and rules (admins) ---------------------------------------------------------------
+
+
+def _url_info(url: str) -> Any:
+    from .channels import ChannelUrlError, channel_check  # Apprise loads only where it is used
+
+    try:
+        return channel_check(url)
+    except ChannelUrlError as exc:
+        raise ValidationError({"url": str(exc)}) from exc
+
+
+def _name(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > 80 or any(ord(c) < 32 for c in name):
+        raise ValidationError({"name": "A channel needs a name of one line, at most 80 characters."})
+    return name
+
+
+@transaction.atomic
+def channel_create(*, name: str, url: str, enabled: bool = True, actor: Any) -> Channel:
+    ensure_role(actor, ADMIN)
+    name = _name(name)
+    if Channel.objects.filter(name=name).exists():
+        raise ValidationError({"name": f"There is already a channel named {name}."})
+    info = _url_info(url)
+    channel = Channel(
+        name=name,
+        scheme=info.scheme,
+        service=info.service,
+        url_ciphertext=url_encrypt(url.strip()),
+        enabled=enabled,
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    channel.full_clean()
+    channel.save()
+    audit_record(
+        action="notification.channel.create",
+        summary=f"notification channel {name} ({info.service})",
+        obj=channel,
+        data={"service": info.service, "scheme": info.scheme, "enabled": enabled},
+        actor=actor,
+    )
+    return channel
+
+
+@transaction.atomic
+def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool, actor: Any) -> Channel:
+    """Rename, enable or disable; a new URL replaces the stored one (blank keeps it)."""
+    ensure_role(actor, ADMIN)
+    name = _name(name)
+    if Channel.objects.filter(name=name).exclude(pk=channel.pk).exists():
+        raise ValidationError({"name": f"There is already a channel named {name}."})
+    changed = [f for f, new in (("name", name), ("enabled", enabled)) if getattr(channel, f) != new]
+    channel.name, channel.enabled = name, enabled
+    if url.strip():
+        info = _url_info(url)
+        channel.scheme, channel.service = info.scheme, info.service
+        channel.url_ciphertext = url_encrypt(url.strip())
+        changed.append("url")
+    channel.updated_at = timezone.now()
+    channel.full_clean()
+    channel.save()
+    audit_record(
+        action="notification.channel.update",
+        summary=f"notification channel {name}: {', '.join(changed) or 'nothing'} changed",
+        obj=channel,
+        # "url" says the URL was replaced, never what it was or is.
+        data={"changed": changed, "service": channel.service, "enabled": enabled},
+        actor=actor,
+    )
+    return channel
+
+
+@transaction.atomic
+def channel_delete(*, channel: Channel, actor: Any) -> None:
+    ensure_role(actor, ADMIN)
+    audit_record(
+        action="notification.channel.delete",
+        summary=f"notification channel {channel.name} ({channel.service}) deleted",
+        obj=channel,
+        data={"service": channel.service, "rules": channel.rules.count()},
+        actor=actor,
+    )
+    channel.delete()
+
+
+def _rule_input(events: list[str], thresholds: dict[str, Any]) -> tuple[list[str], dict[str, float]]:
+    chosen = [e for e in dict.fromkeys(events or [])]
+    unknown = [e for e in chosen if e not in RULE_EVENT_VALUES]
+    if unknown or not chosen:
+        raise ValidationError({"events": "Choose one or more of the events listed."})
+    clean: dict[str, float] = {}
+    for key, value in (thresholds or {}).items():
+        if value in (None, ""):
+            continue
+        if key not in BY_KEY:
+            raise ValidationError({"thresholds": f"Unknown benchmark metric {key!r}."})
+        number = float(value)
+        if not 0 < number <= 1000:
+            raise ValidationError({f"threshold_{key}": "A limit is a percentage above 0 and at most 1000."})
+        clean[key] = number
+    if EventKind.BENCHMARK_REGRESSED in chosen and not clean:
+        raise ValidationError({"thresholds": "A rule for benchmark regressions needs a limit for at least one metric."})
+    return chosen, clean
+
+
+def _rule_summary(rule: Rule) -> dict[str, Any]:
+    return {
+        "channel": rule.channel.name,
+        "host": rule.host.name if rule.host else None,
+        "events": rule.events,
+        "thresholds": rule.thresholds,
+        "enabled": rule.enabled,
+    }
+
+
+@transaction.atomic
+def rule_create(
+    *,
+    channel: Channel,
+    host: Host | None,
+    events: list[str],
+    thresholds: dict[str, Any] | None = None,
+    enabled: bool = True,
+    actor: Any,
+) -> Rule:
+    ensure_role(actor, ADMIN)
+    chosen, clean = _rule_input(events, thresholds or {})
+    rule = Rule(
+        channel=channel,
+        host=host,
+        events=chosen,
+        thresholds=clean,
+        enabled=enabled,
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    rule.full_clean()
+    rule.save()
+    where = host.name if host else "every host"
+    audit_record(
+        action="notification.rule.create",
+        summary=f"notify {channel.name} of {len(chosen)} event(s) on {where}",
+        obj=rule,
+        host=host,
+        data=_rule_summary(rule),
+        actor=actor,
+    )
+    return rule
+
+
+@transaction.atomic
+def rule_update(
+    *,
+    rule: Rule,
+    channel: Channel,
+    host: Host | None,
+    events: list[str],
+    thresholds: dict[str, Any] | None = None,
+    enabled: bool,
+    actor: Any,
+) -> Rule:
+    ensure_role(actor, ADMIN)
+    chosen, clean = _rule_input(events, thresholds or {})
+    before = _rule_summary(rule)
+    rule.channel, rule.host, rule.events, rule.thresholds, rule.enabled = channel, host, chosen, clean, enabled
+    rule.full_clean()
+    rule.save()
+    after = _rule_summary(rule)
+    audit_record(
+        action="notification.rule.update",
+        summary=f"notification rule to {channel.name} changed",
+        obj=rule,
+        host=host,
+        data={"before": before, "after": after},
+        actor=actor,
+    )
+    return rule
+
+
+@transaction.atomic
+def rule_delete(*, rule: Rule, actor: Any) -> None:
+    ensure_role(actor, ADMIN)
+    audit_record(
+        action="notification.rule.delete",
+        summary=f"notification rule to {rule.channel.name} deleted",
+        obj=rule,
+        host=rule.host,
+        data=_rule_summary(rule),
+        actor=actor,
+    )
+    rule.delete()
+
+
+# --- raising events -----------------------------------------------------------------------------
+
+
+def notify(event: Event | None) -> None:
+    """Hand an event to the matching rules once the caller's transaction commits (at once
+    outside one). Never raises into the caller: a notification is not worth an operation."""
+    if event is None:
+        return
+    transaction.on_commit(partial(_dispatch_safely, event), robust=True)
+
+
+def _dispatch_safely(event: Event) -> None:
+    try:
+        notifications_dispatch(event=event)
+    except Exception:
+        log.exception("notification %s for %s could not be dispatched", event.kind, event.host_name or "-")
+
+
+def matching_rules(*, event: Event) -> list[Rule]:
+    """Enabled rules of enabled channels that watch this event, on its host or on every host;
+    a host's own rules first, then the global ones, each in the order they were made."""
+    rules = (
+        Rule.objects.filter(enabled=True, channel__enabled=True)
+        .filter(Q(host__isnull=True) | Q(host_id=event.host_id))
+        .select_related("channel")
+        .order_by(F("host_id").asc(nulls_last=True), "created_at")
+    )
+    return [r for r in rules if isinstance(r.events, list) and event.kind in r.events]
+
+
+def notifications_dispatch(*, event: Event) -> list[Delivery]:
+    """One Delivery per channel (the first matching rule of a channel decides its message),
+    each queued for the panel's worker."""
+    now = timezone.now()
+    deliveries = []
+    seen: set[Any] = set()
+    for rule in matching_rules(event=event):
+        if rule.channel_id in seen:
+            continue
+        message = render(event, thresholds=rule.thresholds or {}, when=now)
+        if message is None:
+            continue
+        seen.add(rule.channel_id)
+        deliveries.append(
+            _delivery(
+                channel=rule.channel,
+                rule=rule,
+                kind=event.kind,
+                host_id=event.host_id,
+                host_name=event.host_name,
+                msg=message,
+            )
+        )
+    for delivery in deliveries:
+        _enqueue(delivery)
+    return deliveries
+
+
+def _delivery(
+    *,
+    channel: Channel,
+    rule: Rule | None,
+    kind: str,
+    msg: Message,
+    host_id: int | None = None,
+    host_name: str = "",
+    actor: Any = None,
+) -> Delivery:
+    return Delivery.objects.create(
+        channel=channel,
+        channel_name=channel.name,
+        rule=rule,
+        event=kind,
+        host_id=host_id,
+        host_name=host_name,
+        title=msg.title,
+        body=msg.body,
+        link=msg.link,
+        requested_by=actor if getattr(actor, "pk", None) else None,
+    )
+
+
+def _enqueue(delivery: Delivery) -> None:
+    from .tasks import deliver_notification as deliver_notification_task
+
+    try:
+        deliver_notification_task.apply_async(
+            kwargs={"delivery_id": str(delivery.pk)},
+            queue=settings.NOTIFICATIONS_QUEUE,
+            task_id=str(delivery.pk),
+            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
+        )
+    except Exception as exc:  # the broker is away: the delivery says so, the caller goes on
+        _finish(delivery.pk, delivered=False, error=f"Could not be queued for sending: {type(exc).__name__}: {exc}")
+
+
+def channel_test_send(*, channel: Channel, actor: Any) -> Delivery:
+    """A test message to one channel (enabled or not), recorded like any other delivery."""
+    ensure_role(actor, ADMIN)
+    who = getattr(actor, "username", "") or "the panel"
+    msg = Message(
+        title=f"Test from the LLM control panel ({channel.name})",
+        body=(
+            f"A test message to the channel {channel.name}, sent by {who}. "
+            "If you read this, the panel can reach you here.\n"
+            f"Details: {absolute('/notifications/')}\nAt: {timezone.now():%Y-%m-%d %H:%M:%S} UTC"
+        ),
+        link=absolute("/notifications/"),
+    )
+    with transaction.atomic():
+        delivery = _delivery(channel=channel, rule=None, kind=EventKind.TEST, msg=msg, actor=actor)
+        audit_record(
+            action="notification.test",
+            summary=f"test message to notification channel {channel.name}",
+            obj=channel,
+            data={"delivery": str(delivery.pk)},
+            actor=actor,
+        )
+        transaction.on_commit(partial(_enqueue, delivery), robust=True)
+    return delivery
+
+
+# --- delivering (the panel's worker) --------------------------------------------------------------
+
+
+def _finish(pk: Any, *, delivered: bool, error: str = "", seconds: float | None = None) -> None:
+    Delivery.objects.filter(pk=pk).update(
+        state=DeliveryState.DELIVERED if delivered else DeliveryState.FAILED,
+        error=error[:2000],
+        seconds=seconds,
+        finished_at=timezone.now(),
+    )
+
+
+def delivery_send(*, delivery_id: Any) -> str:
+    """Send one recorded delivery; records delivered, or failed with the channel's error.
+    A delivery already taken (a message delivered twice) is left alone."""
+    if not Delivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING).update(state=DeliveryState.SENDING):
+        return "skipped"
+    delivery = Delivery.objects.select_related("channel").get(pk=delivery_id)
+    if delivery.channel is None:
+        _finish(delivery.pk, delivered=False, error="The channel was deleted before the message was sent.")
+        return DeliveryState.FAILED
+    try:
+        url = url_decrypt(delivery.channel.url_ciphertext)
+    except UndecryptableError as exc:
+        _finish(delivery.pk, delivered=False, error=str(exc))
+        return DeliveryState.FAILED
+    from .channels import channel_send
+
+    result = channel_send(url, title=delivery.title, body=delivery.body)
+    _finish(delivery.pk, delivered=result.delivered, error=result.error, seconds=round(result.seconds, 3))
+    if not result.delivered:
+        log.warning("notification to channel %s failed: %s", delivery.channel_name, result.error)
+    return DeliveryState.DELIVERED if result.delivered else DeliveryState.FAILED
+
+
+# --- hosts going offline and coming back ---------------------------------------------------------
+
+
+def hosts_presence_check() -> list[Event]:
+    """Beat: compare each host's presence (Host.is_online, as every page decides it) with
+    what the last check saw, and raise host.offline / host.online on a change. A host seen
+    for the first time is only recorded; demo hosts and hosts that never reported are left out."""
+    from hardware.selectors import offline_reason
+
+    events: list[Event] = []
+    known = {p.host_id: p for p in HostPresence.objects.all()}
+    for host in Host.objects.filter(is_demo=False, last_heartbeat__isnull=False):
+        online = host.is_online
+        seen = known.get(host.pk)
+        if seen is None:
+            HostPresence.objects.get_or_create(host=host, defaults={"online": online})
+            continue
+        if seen.online == online:
+            continue
+        with transaction.atomic():
+            # Only the check that flips the row raises the event (two beats never send it twice).
+            if not HostPresence.objects.filter(pk=host.pk, online=seen.online).update(
+                online=online, changed_at=timezone.now()
+            ):
+                continue
+            reason = "" if online else offline_reason(host)
+            audit_record(
+                action="host.online" if online else "host.offline",
+                summary=f"{host.name} is back" if online else f"{host.name} went offline",
+                obj=host,
+                host=host,
+                actor=None,
+            )
+            event = presence_event(host, online=online, reason=reason)
+            notify(event)
+            events.append(event)
+    return events
