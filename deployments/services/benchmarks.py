@@ -12,6 +12,8 @@ from controlpanel.roles import OPERATOR, ensure_role
 from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from notifications.events import benchmark_event
+from notifications.services import notify
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
@@ -113,6 +115,7 @@ def benchmark_run_record(*, run: BenchmarkRun, result: dict[str, Any]) -> Benchm
     run.energy_j = result.get("energy_j")
     run.finished_at = timezone.now()
     run.save(update_fields=["results", "raw", "status", "energy_j", "finished_at"])
+    notify(benchmark_event(run))  # slower than the previous revision's run: the rules' thresholds decide
     return run
 
 

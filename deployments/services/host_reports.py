@@ -18,6 +18,8 @@ from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from hardware.models import EngineSample, Host
 from hardware.services import ENGINE_SAMPLE_FIELDS, host_heartbeat, host_probe_record
+from notifications.events import watchdog_event
+from notifications.services import notify
 
 from .audit import audit_record
 from .benchmarks import benchmark_run_record, benchmark_run_start
@@ -136,6 +138,7 @@ def watchdog_event_record(*, host: Host, kind: str, message: str) -> None:
     if kind not in WATCHDOG_EVENTS:
         raise ValidationError(f"Unknown watchdog event {kind!r}.")
     audit_record(action=f"watchdog.{kind}", summary=str(message)[:300], host=host, actor=None)
+    notify(watchdog_event(host, kind, str(message)))
 
 
 def engine_samples_record(*, host: Host, samples: list[dict[str, Any]]) -> int:

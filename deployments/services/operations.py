@@ -20,6 +20,8 @@ from django.utils import timezone
 from controlpanel.roles import OPERATOR, ensure_role
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import DeploymentRevision, Operation
+from notifications.events import operation_event
+from notifications.services import notify
 
 from .audit import audit_record
 
@@ -138,6 +140,7 @@ def operation_finish(
             data={"operation": str(op.pk), "result": _audit_safe(op.result)},
             actor=None,
         )
+        notify(operation_event(op))  # a failed switch, install or download; sent after commit
 
 
 def _audit_safe(result: dict[str, Any]) -> dict[str, Any]:
@@ -190,5 +193,6 @@ def operations_mark_lost(*, host: Any = None, worker_gone: bool = False, reason:
                 host=op.host,
                 actor=None,
             )
+            notify(operation_event(op))
             lost.append(op)
     return lost
