@@ -31,6 +31,7 @@ urlpatterns = [
     ),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("people/", include("controlpanel.people.views")),
+    path("notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     # GPU hosts' agents, authenticated by their own host token (deployments.agent_api).

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.django_db
 
 OP = "00000000-0000-0000-0000-000000000001"
 BENCH_OP = "00000000-0000-0000-0000-000000000002"
+CHANNEL = "00000000-0000-0000-0000-0000000000c1"
+RULE = "00000000-0000-0000-0000-0000000000a1"
 # name -> (kwargs, GET role, POST role or None when the URL takes no POST)
 ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "hardware:dashboard": ({}, "viewer", None),
@@ -62,6 +64,15 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "people:active": ({"username": "vera"}, "admin", "admin"),
     "people:password": ({"username": "vera"}, "admin", "admin"),
     "people:unlock": ({"username": "vera"}, "admin", "admin"),
+    "notifications:index": ({}, "admin", None),
+    "notifications:deliveries": ({}, "admin", None),
+    "notifications:channel_new": ({}, "admin", "admin"),
+    "notifications:channel_edit": ({"pk": CHANNEL}, "admin", "admin"),
+    "notifications:channel_delete": ({"pk": CHANNEL}, "admin", "admin"),
+    "notifications:channel_test": ({"pk": CHANNEL}, "admin", "admin"),
+    "notifications:rule_new": ({}, "admin", "admin"),
+    "notifications:rule_edit": ({"pk": RULE}, "admin", "admin"),
+    "notifications:rule_delete": ({"pk": RULE}, "admin", "admin"),
 }
 OPEN = {"login", "logout"}
 # The agent API answers host tokens only (tests/test_agent_api.py checks what each token may do).
@@ -88,6 +99,9 @@ POST_ONLY = {
     "people:active",
     "people:password",
     "people:unlock",
+    "notifications:channel_delete",
+    "notifications:channel_test",
+    "notifications:rule_delete",
 }
 VIEWER_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "viewer")
 ADMIN_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "admin" and n not in POST_ONLY)
@@ -144,6 +158,17 @@ def world(catalog, operator):
     revision = host.revisions.get(number=1)
     Operation.objects.create(id=uuid.UUID(BENCH_OP), kind="benchmark", host=host, revision=revision, state="failed")
     BenchmarkRun.objects.create(id=1, revision=revision, profile_name="q", profile={"name": "q"}, engine="llama.cpp")
+    from notifications.models import Channel, Rule
+    from notifications.secrets import url_encrypt
+
+    channel = Channel.objects.create(
+        id=uuid.UUID(CHANNEL),
+        name="ops",
+        scheme="json",
+        service="JSON",
+        url_ciphertext=url_encrypt("json://127.0.0.1:9/"),
+    )
+    Rule.objects.create(id=uuid.UUID(RULE), channel=channel, host=host, events=["switch.failed"])
     return host
 
 

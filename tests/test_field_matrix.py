@@ -33,7 +33,8 @@ from deployments.forms import (
 )
 from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.views.hosts import InstallForm
-from tests.test_access import ACCESS, AGENT_API, OPEN, _names
+from notifications.forms import ChannelForm, RuleForm
+from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, RULE, _names
 from tests.test_access import world as access_world
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +75,21 @@ EXTRA = {
 # reproducer. None today (a 5,000-character user name at sign-in was one: django-axes stored it).
 KNOWN_BUGS: set[tuple[str, str, str]] = set()
 RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
+# A notification rule: benchmark regressions on h1 to the world's channel, with a limit per metric.
+NOTIFICATION_RULE = {
+    "channel": "00000000-0000-0000-0000-0000000000c1",
+    "host": "h1",
+    "events": "benchmark.regressed",
+    "enabled": "on",
+    "threshold_decode_tok_s": "10",
+    "threshold_output_tok_s": "",
+    "threshold_requests_s": "",
+    "threshold_ttft_p50": "20",
+    "threshold_ttft_p99": "",
+    "threshold_tpot_p50": "",
+    "threshold_e2e_p90": "",
+    "threshold_joules_per_token": "",
+}
 
 # url name -> (kwargs, POST role, {field: a valid value}); fields that take a file get text.
 FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
@@ -141,6 +157,13 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
     "people:password": ({"username": "vera"}, "admin", {}),
     "people:unlock": ({"username": "vera"}, "admin", {}),
+    "notifications:channel_new": ({}, "admin", {"name": "matrix", "url": "json://127.0.0.1:9/", "enabled": "on"}),
+    "notifications:channel_edit": ({"pk": CHANNEL}, "admin", {"name": "ops", "url": "", "enabled": "on"}),
+    "notifications:channel_delete": ({"pk": CHANNEL}, "admin", {}),
+    "notifications:channel_test": ({"pk": CHANNEL}, "admin", {}),
+    "notifications:rule_new": ({}, "admin", NOTIFICATION_RULE),
+    "notifications:rule_edit": ({"pk": RULE}, "admin", NOTIFICATION_RULE),
+    "notifications:rule_delete": ({"pk": RULE}, "admin", {}),
 }
 # The form classes behind each URL (field names with their prefix): a field added to a class
 # must be listed in FORMS even before a template shows it.
@@ -156,6 +179,10 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-")],
     "people:add": [(PersonCreateForm, "")],
     "people:role": [(RoleForm, "")],
+    "notifications:channel_new": [(ChannelForm, "")],
+    "notifications:channel_edit": [(ChannelForm, "")],
+    "notifications:rule_new": [(RuleForm, "")],
+    "notifications:rule_edit": [(RuleForm, "")],
 }
 REVISION_FIELDS = {
     "engine": "vllm",
