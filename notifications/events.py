@@ -108,7 +108,8 @@ def operation_event(op: Any) -> Event | None:
         summary = f"Install of {what or 'an engine'} on {host.name} failed{lost}."
         return Event(kind=EventKind.INSTALL_FAILED, summary=summary, **common)
     if op.kind == "download":
-        what = str(params.get("repo_id") or params.get("file") or params.get("model") or "a model")
+        tag = f"ollama {params['tag']}" if params.get("tag") else ""
+        what = str(params.get("repo_id") or tag or "a model")
         summary = f"Download of {what} to {host.name} failed{lost}."
         return Event(kind=EventKind.DOWNLOAD_FAILED, summary=summary, **common)
     return None

@@ -57,6 +57,11 @@ class Rule(models.Model):
     def __str__(self) -> str:
         return f"{', '.join(self.events)} on {self.host.name if self.host else 'every host'} -> {self.channel.name}"
 
+    @property
+    def event_labels(self) -> list[str]:
+        labels = dict(EventKind.choices)
+        return [labels.get(e, e) for e in self.events if isinstance(e, str)] if isinstance(self.events, list) else []
+
 
 class Delivery(models.Model):
     """One notification sent (or tried) to one channel."""

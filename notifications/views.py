@@ -15,7 +15,7 @@ from controlpanel.roles import ADMIN, role_required
 from deployments.views._dispatch import by_method
 
 from . import selectors, services
-from .choices import DeliveryState, EventKind
+from .choices import DeliveryState
 from .forms import ChannelForm, RuleForm
 from .models import Channel, Rule
 
@@ -31,7 +31,7 @@ def _apply_error(form: Any, exc: ValidationError) -> None:
 def _deliveries_context() -> dict[str, Any]:
     deliveries = selectors.delivery_list()
     busy = any(d.state in (DeliveryState.PENDING, DeliveryState.SENDING) for d in deliveries)
-    return {"deliveries": deliveries, "busy": busy, "event_labels": dict(EventKind.choices)}
+    return {"deliveries": deliveries, "busy": busy}
 
 
 @require_GET
@@ -40,7 +40,6 @@ def index(request: HttpRequest) -> HttpResponse:
     context = {
         "channels": selectors.channel_list(),
         "rules": selectors.rule_list(),
-        "event_labels": dict(EventKind.choices),
         **_deliveries_context(),
     }
     return render(request, "notifications/index.html", context)

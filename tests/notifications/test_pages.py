@@ -126,3 +126,65 @@ def test_an_operation_in_a_shape_nobody_expected_costs_the_notification_not_the_
 
     assert operation_event(Odd()) is None
     assert "could not be built" in caplog.text
+
+
+class _Host:
+    pk, name = 7, "gpu-box-1"
+
+
+class _Op:
+    """An operation as the agent API leaves it at its end (the fields operation_event reads)."""
+
+    def __init__(self, kind: str, state: str, result: dict, params: dict, error: str = "boom\nsecond line") -> None:
+        self.pk, self.host = "00000000-0000-0000-0000-00000000000f", _Host()
+        self.kind, self.state, self.result, self.params, self.error = kind, state, result, params, error
+
+
+@pytest.mark.parametrize(
+    ("op", "kind", "summary"),
+    [
+        (
+            _Op("switch", "failed", {"refused": True, "rolled_back": False}, {"revision": 3}),
+            "switch.failed",
+            "Switch of gpu-box-1 to r3 failed (refused on the host before anything was stopped).",
+        ),
+        (
+            _Op("switch", "failed", {"rolled_back": True}, {"revision": 3, "previous": 2}),
+            "switch.rolled_back",
+            "Switch of gpu-box-1 to r3 failed; rolled back to r2.",
+        ),
+        (
+            _Op("switch", "failed", {"rolled_back": False, "rollback_failed": True, "previous": 2}, {"revision": 3}),
+            "switch.rollback_failed",
+            "Switch of gpu-box-1 to r3 failed and the rollback to r2 failed too: the host serves nothing.",
+        ),
+        (
+            _Op("install", "lost", {}, {"engine": "vllm", "version": "0.22.0"}),
+            "install.failed",
+            "Install of vllm 0.22.0 on gpu-box-1 failed (lost: the host's worker stopped in the middle of it).",
+        ),
+        (
+            _Op("download", "failed", {}, {"repo_id": "unsloth/Qwen3-8B-GGUF"}),
+            "download.failed",
+            "Download of unsloth/Qwen3-8B-GGUF to gpu-box-1 failed.",
+        ),
+    ],
+)
+def test_what_each_end_of_an_operation_raises(op, kind, summary):
+    event = operation_event(op)
+    assert event is not None
+    assert (event.kind, event.summary, event.error) == (kind, summary, "boom")
+    assert event.link_path == f"/operations/{op.pk}/"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        _Op("switch", "succeeded", {}, {"revision": 3}),
+        _Op("switch", "cancelled", {}, {"revision": 3}),
+        _Op("benchmark", "failed", {}, {}),
+        _Op("probe", "failed", {}, {}),
+    ],
+)
+def test_other_ends_raise_nothing(op):
+    assert operation_event(op) is None
