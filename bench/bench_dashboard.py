@@ -56,7 +56,7 @@ def main() -> None:
     from django.urls import reverse
     from django.utils import timezone
 
-    from deployments.models import DeploymentRevision, ModelVariant, Operation
+    from deployments.models import Deployment, DeploymentRevision, ModelVariant, Operation
     from deployments.services.catalog import catalog_load
     from hardware.models import GPU, GpuSample, Host
 
@@ -88,9 +88,7 @@ def main() -> None:
         ]
     )
     by_host = {r.host_id: r for r in DeploymentRevision.objects.filter(host__in=hosts)}
-    for h in hosts:
-        h.active_revision = by_host[h.pk]
-    Host.objects.bulk_update(hosts, ["active_revision"])
+    Deployment.objects.bulk_create([Deployment(host=h, active_revision=by_host[h.pk]) for h in hosts])
     Operation.objects.bulk_create(
         [
             Operation(kind="switch", host=h, revision=by_host[h.pk], state="running" if i % 10 else "queued")

@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "axes",
+    "core",
     "hardware",
     "deployments",
     "notifications",

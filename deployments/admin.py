@@ -5,7 +5,17 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import AuditEvent, BenchmarkRun, DeploymentRevision, ModelVariant, Operation, RevisionComment
+from hardware.admin import HostAdmin as HardwareHostAdmin
+from hardware.models import Host
+
+from .models import (
+    BenchmarkRun,
+    DeploymentRevision,
+    ModelVariant,
+    Operation,
+    RevisionComment,
+    active_revision_of,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -37,12 +47,6 @@ class DeploymentRevisionAdmin(ReadOnlyAdmin):
     search_fields = ("message", "tag", "model_variant__name")
 
 
-@admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "actor", "action", "summary", "source", "remote_addr")
-    list_filter = ("action", "source")
-
-
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "kind", "host", "revision", "state", "stage", "progress")
@@ -63,3 +67,18 @@ class RevisionCommentAdmin(ReadOnlyAdmin):
 class ModelVariantAdmin(admin.ModelAdmin):
     list_display = ("name", "family", "format", "quantization", "weights_bytes")
     search_fields = ("name", "repo_id", "family")
+
+
+# Hosts with what they serve (a `Deployment` row, which hardware's own admin cannot know of).
+admin.site.unregister(Host)
+
+
+@admin.register(Host)
+class HostAdmin(HardwareHostAdmin):
+    list_display = ("name", "address", "queue", "last_heartbeat", "active_revision", "is_demo")
+    readonly_fields = ("active_revision", *HardwareHostAdmin.readonly_fields)
+    list_select_related = ("deployment__active_revision__host",)
+
+    @admin.display(description="active revision")
+    def active_revision(self, host: Host) -> DeploymentRevision | None:
+        return active_revision_of(host)

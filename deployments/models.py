@@ -1,4 +1,12 @@
-"""Model variants, immutable deployment revisions, operations, benchmarks, secrets, audit."""
+"""Model variants, immutable deployment revisions, what each host serves, operations, benchmarks,
+secrets.
+
+`Operation` and its host lock (the unique constraint below) stay here rather than in `core`: an
+operation points at the revision it switches to or benchmarks, and a `BenchmarkRun` at its
+operation, so moving it down would take revisions with it or leave a foreign key pointing up.
+Nothing below `deployments` needs operations: hosts (`hardware`) and the audit trail (`core`) never
+name one, and the agent sees them only through the agent API, by id.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +20,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.errors import ImmutableError
+from hardware.models import Host
+
 from .arch import ArchFactError, ModelArch, arch_from_facts
 from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
 from .safety import UnsafeValueError, check_json_value
-
-
-class ImmutableError(RuntimeError):
-    """Raised when code tries to change a row that is history."""
 
 
 class ModelVariant(models.Model):
@@ -148,6 +155,34 @@ class DeploymentRevision(models.Model):
         return f"r{self.number}" + (f" ({self.tag})" if self.tag else "")
 
 
+class Deployment(models.Model):
+    """What a host serves: the revision its last successful switch applied, the one mutable
+    pointer of a host's history. One row per host that was ever switched; a host without a row
+    serves nothing. It lives here rather than on `hardware.Host`, so hardware knows nothing of
+    revisions (the column was `hardware_host.active_revision_id` until hardware's 0006)."""
+
+    host = models.OneToOneField("hardware.Host", primary_key=True, on_delete=models.CASCADE, related_name="deployment")
+    active_revision = models.ForeignKey(
+        DeploymentRevision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.host_id} serves {self.active_revision_id or 'nothing'}"
+
+
+def active_revision_of(host: Host) -> DeploymentRevision | None:
+    """The revision `host` serves, or None (no query when the host was read with
+    `select_related("deployment__active_revision")`)."""
+    deployment = getattr(host, "deployment", None)  # a missing row raises an AttributeError
+    return deployment.active_revision if deployment is not None else None
+
+
+def active_revision_id_of(host: Host) -> int | None:
+    """The id of the revision `host` serves, or None (no query after `select_related("deployment")`)."""
+    deployment = getattr(host, "deployment", None)
+    return deployment.active_revision_id if deployment is not None else None
+
+
 class RevisionComment(models.Model):
     revision = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="comments")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
@@ -234,27 +269,3 @@ class BenchmarkRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile_name} on revision {self.revision_id} ({self.status})"
-
-
-class AuditEvent(models.Model):
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    action = models.CharField(max_length=60)  # "revision.create", "switch.request", ...
-    object_type = models.CharField(max_length=60, blank=True)
-    object_id = models.CharField(max_length=64, blank=True)
-    host = models.ForeignKey("hardware.Host", null=True, blank=True, on_delete=models.SET_NULL)
-    summary = models.CharField(max_length=300, blank=True)
-    data = models.JSONField(default=dict, blank=True)
-    source = models.CharField(max_length=20, default="web")  # web, cli, agent, system
-    remote_addr = models.GenericIPAddressField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M} {self.action}: {self.summary}"
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        if not self._state.adding:
-            raise ImmutableError("Audit events are never edited.")
-        super().save(*args, **kwargs)

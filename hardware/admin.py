@@ -15,6 +15,6 @@ class GPUInline(admin.TabularInline):
 
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
-    list_display = ("name", "address", "queue", "last_heartbeat", "active_revision", "is_demo")
-    readonly_fields = ("active_revision", "engine_state", "last_heartbeat", "last_probe_at")
+    list_display = ("name", "address", "queue", "last_heartbeat", "is_demo")
+    readonly_fields = ("engine_state", "last_heartbeat", "last_probe_at")
     inlines = [GPUInline]

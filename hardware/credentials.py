@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlpanel.roles import ADMIN, ensure_role
-from deployments.services.audit import audit_record
+from core.audit import audit_record
 
 from .models import Host, HostCredential
 from .queues import host_queue_name

@@ -1,4 +1,5 @@
-"""Hosts, their GPUs, the GPU catalog and telemetry samples."""
+"""Hosts, their GPUs, the GPU catalog, telemetry samples and host credentials. Nothing here knows
+of revisions or operations: what a host serves is `deployments.Deployment`."""
 
 from __future__ import annotations
 
@@ -49,9 +50,6 @@ class Host(models.Model):
     probe_mismatches = models.JSONField(default=list, blank=True)
     last_probe_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
-    active_revision = models.ForeignKey(
-        "deployments.DeploymentRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     engine_state = models.JSONField(default=dict, blank=True)  # as last reported by the host itself
     engine_metrics = models.JSONField(default=dict, blank=True)
     # Engines the panel installed here: {engine: {version: {"path": ..., "installed_at": ...}}}
@@ -166,7 +164,7 @@ class HostCredential(models.Model):
 
     The token itself is shown once when an admin issues it (`manage.py host token NAME`);
     issuing a new one revokes the old, and a revoked credential stops working at once.
-    What it may do is the host's own business only (deployments.agent_api checks that).
+    What it may do is the host's own business only (the agent API checks that).
     """
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="credentials")

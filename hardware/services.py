@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from controlpanel.roles import ADMIN, ensure_role
-from deployments.planner.fit import MAX_GPUS
-from deployments.services.audit import audit_record
+from core.audit import audit_record
+from core.limits import MAX_GPUS
 
 from .models import GPU, EngineSample, GpuSample, GpuType, Host
 from .queues import host_queue_name
@@ -29,7 +29,7 @@ ENGINE_SAMPLE_FIELDS = (
 )
 
 
-MAX_GPUS_PER_HOST = MAX_GPUS  # the planner's bound: one NVLink domain (NVL72) and then some
+MAX_GPUS_PER_HOST = MAX_GPUS  # the planner's bound too: one NVLink domain (NVL72) and then some
 
 
 def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:

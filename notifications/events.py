@@ -12,6 +12,8 @@ from typing import Any, ParamSpec
 
 from django.urls import NoReverseMatch, reverse
 
+from deployments.models import active_revision_of
+
 from .choices import EventKind
 from .regression import Comparison, compare
 
@@ -127,7 +129,7 @@ def watchdog_event(host: Any, kind: str, message: str) -> Event | None:
     if kind not in WATCHDOG:
         return None
     event_kind, summary = WATCHDOG[kind]
-    revision = getattr(host, "active_revision", None)
+    revision = active_revision_of(host)
     active = _rev(revision.number) if revision else ""
     return Event(
         kind=event_kind,

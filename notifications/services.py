@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
-from deployments.services.audit import audit_record
+from core.audit import audit_record
 from hardware.models import Host
 
 from .choices import RULE_EVENTS, DeliveryState, EventKind

@@ -17,8 +17,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
-from deployments.models import AuditEvent, BenchmarkRun, ModelVariant, Operation
+from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_id_of
 from deployments.services.operations import operation_create, operations_mark_lost
 from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
@@ -132,7 +133,7 @@ def test_a_host_reads_and_runs_its_own_operation_with_its_own_key(two_hosts: dic
     assert done.json() == {"recorded": True}
     op = Operation.objects.get(pk=alpha["op"].pk)
     assert op.state == OperationState.SUCCEEDED and "still loading" in op.log
-    assert Host.objects.get(pk=alpha["host"].pk).active_revision_id == alpha["revision"].pk
+    assert active_revision_id_of(Host.objects.get(pk=alpha["host"].pk)) == alpha["revision"].pk
     again = alpha["agent"].post(f"operations/{alpha['op'].pk}/finish", {"state": "failed", "error": "x"})
     assert again.json() == {"recorded": False}
     assert Operation.objects.get(pk=alpha["op"].pk).state == OperationState.SUCCEEDED
@@ -150,7 +151,7 @@ def test_another_hosts_operation_revision_and_secret_are_not_there(two_hosts: di
     assert finish.status_code == 404
     op = Operation.objects.get(pk=theirs)
     assert op.state == OperationState.QUEUED and op.log == "" and op.stage == ""
-    assert Host.objects.get(pk=beta["host"].pk).active_revision_id is None
+    assert active_revision_id_of(Host.objects.get(pk=beta["host"].pk)) is None
 
     assert alpha["agent"].get(f"revisions/{beta['revision'].pk}/launch").status_code == 404
     own = alpha["agent"].get(f"revisions/{alpha['revision'].pk}/launch").json()
@@ -210,7 +211,7 @@ def test_a_benchmark_reported_after_the_panel_marked_it_lost_is_kept(two_hosts: 
     agent.post(f"operations/{beta['op'].pk}/finish", {"state": "cancelled"})  # free beta's host lock
     from deployments.benchmarking.profiles import BenchmarkProfile  # noqa: F401 - the profile's shape
 
-    Host.objects.filter(pk=beta["host"].pk).update(active_revision=beta["revision"])
+    Deployment.objects.create(host=beta["host"], active_revision=beta["revision"])
     op = operation_create(
         kind=OperationKind.BENCHMARK,
         host=beta["host"],

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from deployments.choices import OperationState
-from deployments.models import BenchmarkRun
+from deployments.models import BenchmarkRun, active_revision_id_of
 from deployments.services.benchmarks import benchmark_request, profile_from_input
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
@@ -63,7 +63,7 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     )
     op = wait_done(switch_request(revision=revision, actor=operator))
     assert op.state == OperationState.SUCCEEDED, op.log + op.error
-    assert Host.objects.get(pk=host.pk).active_revision_id == revision.pk
+    assert active_revision_id_of(Host.objects.get(pk=host.pk)) == revision.pk
     url = f"http://127.0.0.1:{lab['port']}/v1/models"
     assert httpx.get(url, timeout=5).status_code == 401  # the engine enforces the key
     served = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)

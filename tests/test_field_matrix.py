@@ -22,6 +22,7 @@ from django.test import Client
 from django.urls import Resolver404, get_resolver, resolve, reverse
 
 from controlpanel.people.forms import PersonCreateForm, RoleForm
+from core.models import AuditEvent
 from deployments.forms import (
     AnsibleImportForm,
     BenchmarkForm,
@@ -31,7 +32,7 @@ from deployments.forms import (
     RevisionForm,
     SwitchForm,
 )
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, RevisionComment
+from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.views.hosts import InstallForm
 from notifications.forms import ChannelForm, RuleForm
 from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, RULE, _names

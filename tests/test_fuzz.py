@@ -55,6 +55,7 @@ from django.urls import reverse
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from core.models import AuditEvent
 from deployments.ansible_vars import AnsibleVarsError, parse_group_vars
 from deployments.engines.base import EngineConfig, EngineConfigError
 from deployments.engines.envpolicy import ALLOWED, REFUSED, classify_env
@@ -62,7 +63,7 @@ from deployments.engines.knobs import normalise_knob
 from deployments.engines.registry import ADAPTERS, get_adapter
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.safety import UnsafeValueError, check_json_value
 from deployments.services.imports import (
     model_variant_import_gguf,

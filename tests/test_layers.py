@@ -118,22 +118,14 @@ PACKAGES = ("controlpanel", "deployments", "hardware", "hostagent")
 # importing the package itself, its re-exports, do not count.)
 KNOWN_CIRCLES = [
     {"deployments.engines.base", "deployments.engines.policy"},
-    {
-        "deployments.planner.fit",
-        "deployments.planner.gpus",
-        "deployments.planner.inputs",
-        "deployments.planner.knobs",
-        "deployments.planner.kv",
-        "deployments.planner.report",
-        "deployments.planner.rules",
-    },
+    {"deployments.planner.gpus", "deployments.planner.inputs"},
+    {"deployments.planner.fit", "deployments.planner.rules"},
     # DeploymentRevision.concerns imports the presenters, which read revisions.
     {
         "deployments.engine_installs",
         "deployments.models",
         "deployments.presenters",
         "deployments.runtime_bridge",
-        "deployments.services.audit",
         "deployments.services.planning",
         "deployments.services.secrets",
     },

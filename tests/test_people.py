@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from controlpanel.people import services
 from controlpanel.roles import user_role
-from deployments.models import AuditEvent
+from core.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, OPERATOR, ROLES, VIEWER, ensure_role
-from deployments.services.audit import audit_record
+from core.audit import audit_record
 
 GENERATED_PASSWORD_BYTES = 15  # 20 URL-safe characters
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from deployments.models import DeploymentRevision, Operation, Secret
+from deployments.models import DeploymentRevision, Operation, Secret, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_revision
 from hardware.models import Host
 
@@ -94,8 +94,9 @@ def operation_order(op: Operation) -> dict[str, Any]:
         else None
     )
     previous = None
-    if op.kind == "switch" and host.active_revision_id:
-        active = DeploymentRevision.objects.select_related("model_variant", "host").get(pk=host.active_revision_id)
+    active_id = active_revision_id_of(host)
+    if op.kind == "switch" and active_id:
+        active = DeploymentRevision.objects.select_related("model_variant", "host").get(pk=active_id)
         previous = revision_launch(active)
     return {
         "id": str(op.pk),

@@ -175,7 +175,7 @@ def parse_pairs(pairs: list[str] | None, *, what: str, typed: bool) -> dict[str,
 
 def get_host(name: str) -> Host:
     try:
-        return Host.objects.select_related("active_revision").get(name=name)
+        return Host.objects.select_related("deployment__active_revision").get(name=name)
     except Host.DoesNotExist:
         known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
         raise BadInput(f"No host named {name!r} (known: {known}).") from None

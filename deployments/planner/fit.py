@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from core.limits import MAX_GPUS
 from deployments.arch import ModelArch
 from deployments.planner import rules
 from deployments.planner.gpus import GpuSpec
@@ -35,12 +36,8 @@ from deployments.planner.memory import (
 from deployments.planner.report import Context, FitReport
 from deployments.planner.weights import estimate_weights
 
-# The most GPUs one plan considers, and the largest TP x PP world it sizes. The planner judges
-# one host's GPUs; the largest single NVLink domain sold (GB200 NVL72, 72 GPUs) and the largest
-# multi-node vLLM worlds run in practice (TP 8 x PP 16) fit with room. Past it, every per-GPU
-# loop the rules run (layouts, valid TP sizes, pipeline stages) would grow without bound on a
-# typed number, so a larger count is bad input, not a plan.
-MAX_GPUS = 256
+# The most GPUs one plan considers, and the largest TP x PP world it sizes: `core.limits.MAX_GPUS`,
+# the bound a host's declared GPUs obey too.
 
 
 def plan(request: PlanRequest) -> FitReport:

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation
+from core.models import AuditEvent
+from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_id_of
 
 
 def revision_history(*, host: Any, filters: dict[str, str] | None = None) -> QuerySet[DeploymentRevision]:
@@ -30,7 +31,7 @@ def revision_history(*, host: Any, filters: dict[str, str] | None = None) -> Que
 
 
 def revision_get(*, host_name: str, number: int) -> DeploymentRevision:
-    return DeploymentRevision.objects.select_related("host", "model_variant", "author", "parent").get(
+    return DeploymentRevision.objects.select_related("host__deployment", "model_variant", "author", "parent").get(
         host__name=host_name, number=number
     )
 
@@ -71,10 +72,10 @@ def first_steps() -> list[FirstStep]:
     from hardware.models import Host
 
     # Always the same three queries, whatever the answer (the dashboard's query count is pinned).
-    hosts = list(Host.objects.filter(is_demo=False).order_by("name"))
+    hosts = list(Host.objects.filter(is_demo=False).select_related("deployment").order_by("name"))
     revisions = DeploymentRevision.objects.filter(host__is_demo=False).exists()
     imported = AuditEvent.objects.filter(action="model.import").exists() or revisions
-    if not hosts or any(h.active_revision_id for h in hosts):
+    if not hosts or any(active_revision_id_of(h) for h in hosts):
         return []
     host = hosts[0]
     folders = " or ".join(host.model_dirs[:2]) if host.model_dirs else "one of the host's model folders"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from deployments.choices import ACTIVE_STATES
-from deployments.models import BenchmarkRun, ModelVariant, Operation
+from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
 from deployments.planner.whatfits import DEFAULT_CONTEXTS
 from hardware.models import GPU, GpuSample, Host
@@ -74,7 +74,7 @@ class ServingStatus:
 
 def serving_status(host: Host) -> ServingStatus:
     st = host.engine_state if isinstance(host.engine_state, dict) else {}
-    revision = host.active_revision
+    revision = active_revision_of(host)
     label = f"r{revision.number}" if revision is not None else "the active revision"
     if host.is_demo and not host.is_online:
         return ServingStatus(False, "demo", "demo", f"A demo host: nothing runs here; {label} is an example history.")
@@ -119,7 +119,7 @@ class HostCard:
 
 
 def host_list() -> QuerySet[Host]:
-    return Host.objects.select_related("active_revision__model_variant").order_by("is_demo", "name")
+    return Host.objects.select_related("deployment__active_revision__model_variant").order_by("is_demo", "name")
 
 
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
@@ -144,7 +144,7 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
 
 
 def host_get(*, name: str) -> Host:
-    return Host.objects.select_related("active_revision__model_variant").get(name=name)
+    return Host.objects.select_related("deployment__active_revision__model_variant").get(name=name)
 
 
 # --- what fits ---------------------------------------------------------------------------------

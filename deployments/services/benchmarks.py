@@ -11,7 +11,7 @@ from django.utils import timezone
 from controlpanel.roles import OPERATOR, ensure_role
 from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 from deployments.choices import OperationKind
-from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
 from notifications.events import benchmark_event
 from notifications.services import notify
 
@@ -63,11 +63,12 @@ def benchmark_request(
 ) -> Operation:
     """Benchmark what the host serves (its active revision). Runs on the host's own queue."""
     ensure_role(actor, OPERATOR)
-    revision = revision or host.active_revision
+    active = active_revision_of(host)
+    revision = revision or active
     if revision is None:
         raise ValidationError(f"{host.name} serves no revision yet: switch to one before benchmarking.")
-    if revision.pk != host.active_revision_id:
-        serving = f"r{host.active_revision.number}" if host.active_revision else "nothing"
+    if active is None or revision.pk != active.pk:
+        serving = f"r{active.number}" if active else "nothing"
         raise ValidationError(
             f"r{revision.number} is not what {host.name} serves ({serving}): switch to it first, so the numbers "
             "belong to the revision they are stored under."

@@ -6,11 +6,10 @@ from typing import Any
 
 from django.db import transaction
 
+from core.audit import audit_record
 from deployments.catalog_data import GPU_TYPES, MODEL_VARIANTS
 from deployments.models import ModelVariant
 from hardware.models import GpuType
-
-from .audit import audit_record
 
 
 @transaction.atomic

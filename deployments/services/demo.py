@@ -6,12 +6,12 @@ from typing import Any
 
 from django.db import transaction
 
+from core.audit import audit_record
 from deployments.demo_data import DEMO_HOSTS
-from deployments.models import ModelVariant
+from deployments.models import Deployment, ModelVariant
 from hardware.models import GpuType, Host
 from hardware.services import host_declare
 
-from .audit import audit_record
 from .catalog import catalog_load
 from .revisions import revision_create, revision_mark_active
 
@@ -50,7 +50,7 @@ def demo_load(*, actor: Any = None) -> list[Host]:
 def demo_remove(*, actor: Any = None) -> int:
     hosts = list(Host.objects.filter(is_demo=True))
     for host in hosts:
-        Host.objects.filter(pk=host.pk).update(active_revision=None)
+        Deployment.objects.filter(host=host).update(active_revision=None)
         host.operations.all().delete()
         host.delete()
     if hosts:

@@ -14,14 +14,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
-from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_id_of
 from hardware.models import EngineSample, Host
 from hardware.services import ENGINE_SAMPLE_FIELDS, host_heartbeat, host_probe_record
 from notifications.events import watchdog_event
 from notifications.services import notify
 
-from .audit import audit_record
 from .benchmarks import benchmark_run_record, benchmark_run_start
 from .installs import install_record
 from .operations import operation_begin, operation_finish, operations_mark_lost
@@ -56,7 +56,12 @@ def host_reconcile(*, host: Host, engine_state: Any) -> None:
     state = engine_state if isinstance(engine_state, dict) else {}
     host_heartbeat(host=host, engine_state=state)
     rev_id = str(state.get("revision_id") or "")
-    if state.get("running") and state.get("healthy") and rev_id.isdigit() and str(host.active_revision_id) != rev_id:
+    if (
+        state.get("running")
+        and state.get("healthy")
+        and rev_id.isdigit()
+        and str(active_revision_id_of(host)) != rev_id
+    ):
         revision = DeploymentRevision.objects.filter(pk=int(rev_id), host=host).first()
         if revision is not None:
             revision_mark_active(revision=revision, actor=None, reason="reconciled from the host")

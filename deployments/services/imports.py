@@ -20,13 +20,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
+from core.audit import audit_record
 from deployments.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
 from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 
-from .audit import audit_record
 from .revisions import revision_create
 
 EXTRAS_KEY = "ansible"

@@ -19,13 +19,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
+from core.audit import audit_record
 from deployments.choices import Engine, OperationKind
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.models import Operation
 from hardware.models import Host
 
-from .audit import audit_record
 from .dispatch import operation_dispatch
 from .operations import operation_create
 

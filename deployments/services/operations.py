@@ -18,12 +18,11 @@ from django.db.models.functions import Concat, Right
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
+from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import DeploymentRevision, Operation
 from notifications.events import operation_event
 from notifications.services import notify
-
-from .audit import audit_record
 
 LOG_LIMIT = 200_000  # characters of log kept per operation (the tail)
 # A running operation whose worker has not touched it for this long is `lost`.

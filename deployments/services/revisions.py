@@ -10,15 +10,14 @@ from django.db import transaction
 from django.db.models import Max
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
+from core.audit import audit_record
 from deployments.choices import Engine
 from deployments.engines.base import EngineConfigError
 from deployments.engines.policy import Concern, check_paths_under
 from deployments.engines.registry import get_adapter
-from deployments.models import DeploymentRevision, ModelVariant, RevisionComment
+from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.safety import UnsafeValueError, check_json_value
-
-from .audit import audit_record
 
 
 def _field(name: str | None) -> str:
@@ -243,9 +242,10 @@ def comment_create(*, revision: DeploymentRevision, body: str, actor: Any) -> Re
 def revision_mark_active(*, revision: DeploymentRevision, actor: Any, reason: str = "switch") -> None:
     """Point the host at `revision`: only a successful switch (or a demo import) does this."""
     host = revision.host
-    previous = host.active_revision_id
-    type(host).objects.filter(pk=host.pk).update(active_revision=revision)
-    host.active_revision = revision
+    previous = active_revision_id_of(host)
+    deployment = Deployment(host=host, active_revision=revision)
+    deployment.save()  # an UPDATE of the host's row, or its INSERT the first time
+    host.deployment = deployment
     audit_record(
         action="host.activate",
         summary=f"{host.name} now serves r{revision.number} ({reason})",

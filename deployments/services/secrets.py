@@ -17,9 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
+from core.audit import audit_record
 from deployments.models import Secret
-
-from .audit import audit_record
 
 
 def _fernet() -> Fernet:

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from deployments.choices import OperationKind
-from deployments.models import DeploymentRevision, Operation
+from deployments.models import DeploymentRevision, Operation, active_revision_of
 from deployments.planner import PlanInputError
 
 from .dispatch import operation_dispatch
@@ -54,9 +54,10 @@ def switch_request(
             raise ValidationError("Only an admin may override the planner.")
     elif override:
         override = ""  # nothing to override
+    previous = active_revision_of(host)
     params: dict[str, Any] = {
         "revision": revision.number,
-        "previous": host.active_revision.number if host.active_revision else None,
+        "previous": previous.number if previous else None,
         "planner": {
             "errors": [f.code for f in errors],
             "warnings": [f.code for f in report.findings if f.severity == "warning"],

@@ -16,8 +16,8 @@ from django.views.decorators.http import require_GET
 
 from controlpanel.params import int_param
 from controlpanel.roles import VIEWER, role_required
+from core.models import AuditEvent
 from deployments import selectors
-from deployments.models import AuditEvent
 from hardware.models import Host
 
 PER_PAGE = 50

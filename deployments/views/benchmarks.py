@@ -25,7 +25,7 @@ from deployments import plots, presenters
 from deployments.benchmarking.profiles import PROFILES
 from deployments.choices import OperationKind
 from deployments.forms import BenchmarkForm
-from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
 from deployments.services.benchmarks import benchmark_compare, benchmark_export, benchmark_request, benchmark_summary
 from hardware.models import Host
 from hardware.selectors import offline_reason
@@ -39,7 +39,7 @@ RUNS_LISTED = 100
 
 
 def _host_or_404(name: str) -> Host:
-    return get_object_or_404(Host.objects.select_related("active_revision__model_variant"), name=name)
+    return get_object_or_404(Host.objects.select_related("deployment__active_revision__model_variant"), name=name)
 
 
 def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str
         "host": host,
         "form": form,
         "errors": errors,
-        "revision": revision or host.active_revision,
+        "revision": revision or active_revision_of(host),
         "profiles": PROFILES,
         "field_names": ("concurrency", "input_tokens", "output_tokens", "requests"),
         "offline_reason": offline_reason(host),

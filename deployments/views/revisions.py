@@ -22,7 +22,7 @@ from deployments.choices import Engine
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
-from deployments.models import DeploymentRevision
+from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
 from deployments.planner import PlanInputError
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
@@ -39,7 +39,7 @@ HISTORY_LIMIT = 200
 
 
 def _host_or_404(name: str) -> Host:
-    return get_object_or_404(Host.objects.select_related("active_revision"), name=name)
+    return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)
 
 
 def _revision_or_404(host: str, number: int) -> DeploymentRevision:
@@ -90,7 +90,7 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
     return {
         "revision": revision,
         "host": revision.host,
-        "is_active": revision.host.active_revision_id == revision.pk,
+        "is_active": active_revision_id_of(revision.host) == revision.pk,
         "launch": presenters.launch_for_revision(revision),
         "report": report,
         "report_error": report_error,
@@ -156,8 +156,8 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
     start_number = int_param(request.GET, "from", minimum=1)
     if start_number is not None:
         start = host_obj.revisions.select_related("model_variant").filter(number=start_number).first()
-    elif host_obj.active_revision_id:
-        start = host_obj.active_revision
+    elif active_revision_id_of(host_obj):
+        start = active_revision_of(host_obj)
     if start is None:
         start = host_obj.revisions.select_related("model_variant").order_by("-number").first()
     first_engine = Engine.LLAMACPP if host_obj.cpu_only else Engine.VLLM
@@ -267,7 +267,7 @@ revision_preview = by_method(get=revision_preview_get, post=revision_preview_pos
 
 def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list[str]) -> dict[str, Any]:
     report, report_error = presenters.report_for_revision(revision)
-    active = revision.host.active_revision
+    active = active_revision_of(revision.host)
     preflight = panel_preflight(revision, report)
     return {
         "revision": revision,

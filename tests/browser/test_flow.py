@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from django.urls import NoReverseMatch, reverse
 
+from deployments.models import active_revision_of
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.engine,
@@ -126,7 +128,7 @@ def test_revision_switch_diff_and_benchmark_in_the_browser(live_server, lab, pag
     expect(page.locator("#op-status progress")).to_be_visible()
     expect(page.locator("#op-status .badge")).to_have_text("Succeeded", timeout=120_000)
     host.refresh_from_db()
-    assert host.active_revision == second
+    assert active_revision_of(host) == second
 
     # The diff between the two revisions.
     page.goto(base + reverse("deployments:revision_diff", args=[host.name, 1, 2]))

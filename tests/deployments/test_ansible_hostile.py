@@ -27,6 +27,7 @@ from django.core.management.base import CommandError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.models import AuditEvent
 from deployments.ansible_vars import (
     MAX_ALIASES,
     AnsibleVarsError,
@@ -36,7 +37,7 @@ from deployments.ansible_vars import (
     parse_group_vars,
     render_group_vars,
 )
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
 from tests.hardware.factories import HostFactory
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant, Operation, Secret
+from core.models import AuditEvent
+from deployments.models import DeploymentRevision, ModelVariant, Operation, Secret
 from deployments.services.revisions import revision_create
 from hardware.models import GPU, Host
 from tests.hardware.factories import GPUFactory, HostFactory

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.models import DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant, active_revision_of
 from deployments.services.demo import demo_load, demo_remove
 from hardware.models import Host
 from tests.hardware.factories import HostFactory
@@ -24,7 +24,7 @@ def test_demo_records_both_seed_labs_with_their_histories_and_removes_only_them(
     ]
     assert history[0].knobs["tensor_parallel_size"] == 4
     assert [r.parent for r in history] == [None, history[0], history[1]]
-    assert lab1.active_revision == history[-1]
+    assert active_revision_of(lab1) == history[-1]
 
     lab2 = Host.objects.get(name="demo-2x5060ti")
     tags = list(lab2.revisions.order_by("number").values_list("tag", flat=True))

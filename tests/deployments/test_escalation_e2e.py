@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from deployments.choices import OperationState
-from deployments.models import DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
@@ -86,6 +86,6 @@ def test_a_symlink_out_of_the_model_folder_is_refused_by_the_host_and_the_engine
     assert "outside this host's model folders" in op.error and "not touched" in op.error
     status = supervisor_for(lab["host"].name).status()
     assert status.running and status.pid == pid, "the serving engine was never stopped"
-    assert Host.objects.get(pk=lab["host"].pk).active_revision_id == good.pk
+    assert active_revision_id_of(Host.objects.get(pk=lab["host"].pk)) == good.pk
     assert served_models(lab["port"]) == ["gemma"]
     assert httpx.get(f"http://127.0.0.1:{lab['port']}/health", timeout=5).status_code == 200

@@ -13,10 +13,11 @@ import gguf
 import pytest
 from django.core.exceptions import ValidationError
 
+from core.models import AuditEvent
 from deployments.arch import MAX_CONTEXT, MAX_LAYERS, ModelArch
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
-from deployments.models import AuditEvent, ModelVariant
+from deployments.models import ModelVariant
 from deployments.services.imports import model_variant_import_gguf, model_variant_import_hf_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"

@@ -12,9 +12,10 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from core.models import AuditEvent
 from deployments.ansible_vars import parse_group_vars
 from deployments.engines.registry import get_adapter
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.imports import (
     model_variant_import_gguf,

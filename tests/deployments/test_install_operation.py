@@ -15,8 +15,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import CommandError, call_command
 
 from controlpanel.celery import app
+from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
-from deployments.models import AuditEvent, Operation
+from deployments.models import Operation
 from deployments.services.installs import install_record, install_request
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary

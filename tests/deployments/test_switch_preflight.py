@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from deployments.choices import OperationState
-from deployments.models import ModelVariant, Operation
+from deployments.models import ModelVariant, Operation, active_revision_id_of
 from deployments.services.imports import model_variant_import_gguf
 from deployments.services.preflight import panel_preflight
 from deployments.services.revisions import revision_create
@@ -216,7 +216,7 @@ def test_the_host_refuses_before_stopping_anything(lab, operator, tmp_path: Path
     # Nothing was stopped: the same engine process serves r1 all along.
     assert engine_pid(host) == pid
     assert serving(port) == ["gemma"]
-    assert Host.objects.get(pk=host.pk).active_revision_id == good.pk
+    assert active_revision_id_of(Host.objects.get(pk=host.pk)) == good.pk
     checks = {c["name"]: c["status"] for c in op.result["preflight"]}
     assert checks == {"engine": "ok", "port": "ok", "weights": "ok", "memory": "fail"}
 

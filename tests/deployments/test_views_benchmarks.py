@@ -10,10 +10,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from core.audit import audit_record
+from core.models import AuditEvent
 from deployments.benchmarking.profiles import PROFILES
 from deployments.benchmarking.results import RequestRecord, RunResult, build_level
-from deployments.models import AuditEvent, BenchmarkRun, ModelVariant, Operation
-from deployments.services.audit import audit_record
+from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_of
 from deployments.services.benchmarks import benchmark_run_record
 from deployments.services.revisions import revision_create
 from hardware.models import Host
@@ -42,8 +43,7 @@ def served(catalog):
     r2 = revision_create(
         host=host, engine="llama.cpp", model_variant=variant, knobs={"ctx_size": 8192}, message="two", actor=None
     )
-    host.active_revision = r2
-    host.save()
+    Deployment.objects.create(host=host, active_revision=r2)
     return host
 
 
@@ -104,7 +104,7 @@ def test_operator_starts_a_named_profile(client, operator, served, django_captur
     op = Operation.objects.get(kind="benchmark")
     assert response.status_code == 302
     assert response.url == reverse("deployments:benchmark_progress", args=[op.pk])
-    assert op.revision == served.active_revision and op.requested_by == operator and op.state == "queued"
+    assert op.revision == active_revision_of(served) and op.requested_by == operator and op.state == "queued"
     assert op.params["profile"]["name"] == "sweep" and op.params["profile"]["concurrency"] == [1, 2, 4, 8]
     assert len(callbacks) == 1
     assert AuditEvent.objects.filter(action="operation.benchmark", actor=operator).exists()
@@ -200,7 +200,7 @@ def test_progress_polls_then_sends_the_browser_to_the_results(client, viewer, se
     op = Operation.objects.create(
         kind="benchmark",
         host=served,
-        revision=served.active_revision,
+        revision=active_revision_of(served),
         state="running",
         progress=0.3,
         stage="level c=1: 2/8",
@@ -212,7 +212,7 @@ def test_progress_polls_then_sends_the_browser_to_the_results(client, viewer, se
     assert live.status_code == 200 and b'value="0.3"' in live.content
 
     run = BenchmarkRun.objects.create(
-        revision=served.active_revision, operation=op, profile_name="quick", engine="llama.cpp"
+        revision=active_revision_of(served), operation=op, profile_name="quick", engine="llama.cpp"
     )
     # the run page of a run still measuring shows the progress bar
     detail = client.get(reverse("deployments:benchmark_detail", args=[run.pk]))
@@ -231,7 +231,7 @@ def test_progress_of_a_failed_benchmark_stops_polling_with_the_error(client, vie
     op = Operation.objects.create(
         kind="benchmark",
         host=served,
-        revision=served.active_revision,
+        revision=active_revision_of(served),
         state="failed",
         error="bench-host is not serving r2",
     )
@@ -245,7 +245,7 @@ def test_progress_of_a_failed_benchmark_stops_polling_with_the_error(client, vie
 
 
 def test_results_page_with_plots_energy_and_commands(client, viewer, served):
-    run = record_run(served.active_revision)
+    run = record_run(active_revision_of(served))
     client.force_login(viewer)
     response = client.get(reverse("deployments:benchmark_detail", args=[run.pk]))
     assert response.status_code == 200
@@ -263,15 +263,15 @@ def test_results_page_with_plots_energy_and_commands(client, viewer, served):
 
 
 def test_results_without_energy_say_unknown(client, viewer, served):
-    run = record_run(served.active_revision, energy_j=None)
+    run = record_run(active_revision_of(served), energy_j=None)
     client.force_login(viewer)
     assert b"energy unknown" in client.get(reverse("deployments:benchmark_detail", args=[run.pk])).content
 
 
 def test_broken_stored_results_do_not_break_the_page(client, viewer, served):
-    op = Operation.objects.create(kind="benchmark", host=served, revision=served.active_revision, state="failed")
+    op = Operation.objects.create(kind="benchmark", host=served, revision=active_revision_of(served), state="failed")
     run = BenchmarkRun.objects.create(
-        revision=served.active_revision,
+        revision=active_revision_of(served),
         operation=op,
         profile_name="odd",
         profile={"name": "odd", "concurrency": "x"},
@@ -290,7 +290,7 @@ def test_broken_stored_results_do_not_break_the_page(client, viewer, served):
 
 
 def test_export_is_a_json_download(client, viewer, served):
-    run = record_run(served.active_revision)
+    run = record_run(active_revision_of(served))
     client.force_login(viewer)
     response = client.get(reverse("deployments:benchmark_export", args=[run.pk]))
     assert response["Content-Type"] == "application/json"
@@ -305,7 +305,7 @@ def test_export_is_a_json_download(client, viewer, served):
 
 def test_compare_two_runs(client, viewer, served):
     old = record_run(served.revisions.get(number=1), speed=1.0)
-    new = record_run(served.active_revision, speed=2.0)
+    new = record_run(active_revision_of(served), speed=2.0)
     client.force_login(viewer)
     response = client.get(reverse("deployments:benchmark_compare", args=[old.pk, new.pk]))
     assert response.status_code == 200
@@ -323,7 +323,7 @@ def test_compare_two_runs(client, viewer, served):
 
 def test_host_runs_list_picks_two_to_compare(client, viewer, served):
     a = record_run(served.revisions.get(number=1))
-    b = record_run(served.active_revision)
+    b = record_run(active_revision_of(served))
     client.force_login(viewer)
     url = reverse("deployments:benchmark_list", args=["bench-host"])
     page = client.get(url)

@@ -9,7 +9,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from core.models import AuditEvent
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.imports import revision_import_ansible
 from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set

@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.models import AuditEvent, ModelVariant, Operation
+from core.models import AuditEvent
+from deployments.models import Deployment, ModelVariant, Operation
 from deployments.selectors import hosts as host_selectors
 from deployments.services.revisions import revision_create
 from hardware import selectors
@@ -81,8 +82,8 @@ def test_dashboard_query_count_does_not_grow_with_hosts(client, viewer, catalog,
     for n in range(18):
         host = make_host(f"big-{n}", 8, online=n % 3 != 0)
         rev = revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
+        Deployment.objects.create(host=host, active_revision=rev)
         Host.objects.filter(pk=host.pk).update(
-            active_revision=rev,
             engine_state={"running": True, "health": "healthy"},
             engine_metrics={"requests_running": 2, "requests_waiting": 1, "kv_cache_usage": 0.5},
         )
@@ -98,8 +99,8 @@ def test_dashboard_shows_engine_metrics_gpu_bars_and_operation(client, viewer, c
     host = make_host("gpu-a", 2)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
     rev = revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
+    Deployment.objects.create(host=host, active_revision=rev)
     Host.objects.filter(pk=host.pk).update(
-        active_revision=rev,
         engine_state={"running": True, "health": "healthy", "engine": "vllm", "revision_label": "r1", "port": 8000},
         engine_metrics={"requests_running": 3, "requests_waiting": 7, "kv_cache_usage": 0.42},
     )
@@ -168,7 +169,7 @@ def gpu_host(catalog):
         revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message=f"rev {i}", actor=None)
         for i in range(3)
     ]
-    host.active_revision = revs[-1]
+    Deployment.objects.create(host=host, active_revision=revs[-1])
     host.engine_state = {"running": True, "health": "healthy"}
     host.save()
     return host
@@ -218,7 +219,7 @@ def test_host_page_query_count_is_fixed(client, viewer, catalog, django_assert_n
     for host, n in ((small, 1), (big, 12)):
         for i in range(n):
             rev = revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message=f"{i}", actor=None)
-        Host.objects.filter(pk=host.pk).update(active_revision=rev)
+        Deployment.objects.create(host=host, active_revision=rev)
         Operation.objects.create(kind="probe", host=host, exclusive=False, state="succeeded")
     client.force_login(viewer)
     baseline = queries_for(client, reverse("hardware:host_detail", args=["small"]))

@@ -8,7 +8,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from deployments.models import AuditEvent, ModelVariant
+from core.models import AuditEvent
+from deployments.models import ModelVariant
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from deployments.models import AuditEvent, Operation
+from core.models import AuditEvent
+from deployments.models import Operation
 from tests.deployments.test_views_revisions import make_lab
 
 pytestmark = pytest.mark.django_db

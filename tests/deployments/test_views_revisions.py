@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.models import AuditEvent, BenchmarkRun, DeploymentRevision, ModelVariant, Operation, RevisionComment
+from core.models import AuditEvent
+from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.services.revisions import revision_create, revision_mark_active
 from deployments.services.secrets import secret_set
 from tests.hardware.factories import GPUFactory, HostFactory

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from deployments.models import AuditEvent
+from core.models import AuditEvent
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db

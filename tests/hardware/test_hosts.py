@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from deployments.models import AuditEvent
+from core.models import AuditEvent
 from hardware.models import GPU, EngineSample, GpuSample, GpuType, Host
 from hardware.probes.nvml import probe_host_gpus, sample_gpus
 from hardware.probes.replay import ReplayNvml

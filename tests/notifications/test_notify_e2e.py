@@ -19,8 +19,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from core.models import AuditEvent
 from deployments.choices import OperationKind
-from deployments.models import AuditEvent, ModelVariant
+from deployments.models import ModelVariant
 from deployments.services.operations import operation_create
 from deployments.services.revisions import revision_create
 from hardware.credentials import host_token_issue

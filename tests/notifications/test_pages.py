@@ -8,7 +8,7 @@ import json
 import pytest
 from django.test import Client
 
-from deployments.models import AuditEvent
+from core.models import AuditEvent
 from notifications.choices import DeliveryState
 from notifications.events import operation_event
 from notifications.models import Channel, Delivery, Rule

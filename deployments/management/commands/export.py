@@ -6,7 +6,7 @@ from django.core.management.base import CommandParser
 
 from deployments.exports import NotExportable
 from deployments.management.cli import BadInput, PanelCommand, get_host
-from deployments.models import DeploymentRevision
+from deployments.models import DeploymentRevision, active_revision_of
 from deployments.services.exports import TARGETS, revision_export
 
 
@@ -29,7 +29,7 @@ class Command(PanelCommand):
         if options["revision"] is not None:
             revision = qs.filter(number=options["revision"]).first()
         else:
-            revision = host.active_revision or qs.order_by("-number").first()
+            revision = active_revision_of(host) or qs.order_by("-number").first()
         if revision is None:
             raise BadInput(f"{host.name} has no revision {options['revision'] or ''}".rstrip() + ".")
         try:

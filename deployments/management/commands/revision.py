@@ -16,7 +16,7 @@ from deployments.management.cli import (
     get_host,
     parse_pairs,
 )
-from deployments.models import DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
 from deployments.services.revisions import revision_create
 
@@ -111,8 +111,9 @@ class Command(PanelCommand):
 
     def _list(self, host: Any, o: dict[str, Any]) -> None:
         rows = DeploymentRevision.objects.filter(host=host).select_related("model_variant", "author")
+        active_id = active_revision_id_of(host)
         for r in rows.order_by("number"):
-            active = "*" if host.active_revision_id == r.pk else " "
+            active = "*" if active_id == r.pk else " "
             who = r.author.username if r.author else "-"
             first = r.message.splitlines()[0][:60]
             self.stdout.write(
@@ -123,7 +124,9 @@ class Command(PanelCommand):
     def _show(self, host: Any, o: dict[str, Any]) -> None:
         r = self._revision(host, o["number"])
         self.stdout.write(
-            f"r{r.number}" + (f" ({r.tag})" if r.tag else "") + (" [active]" if host.active_revision_id == r.pk else "")
+            f"r{r.number}"
+            + (f" ({r.tag})" if r.tag else "")
+            + (" [active]" if active_revision_id_of(host) == r.pk else "")
         )
         self.stdout.write(f"parent:  {'r' + str(r.parent.number) if r.parent else '-'}")
         self.stdout.write(f"author:  {r.author.username if r.author else '-'}   created {r.created_at:%Y-%m-%d %H:%M}")

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from deployments.models import AuditEvent, DeploymentRevision, ImmutableError, ModelVariant
+from core.models import AuditEvent
+from deployments.models import DeploymentRevision, ImmutableError, ModelVariant
 from deployments.services.revisions import revision_create
 from tests.hardware.factories import HostFactory
 

@@ -10,7 +10,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from deployments.models import AuditEvent, DeploymentRevision, ModelVariant
+from core.models import AuditEvent
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.revisions import revision_create
 from tests.hardware.factories import HostFactory
 

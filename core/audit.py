@@ -1,22 +1,26 @@
-"""The audit trail: one row per state-changing action, written in the caller's transaction."""
+"""The audit trail's one writer: a row per state-changing action, in the caller's transaction."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import models
+
 from controlpanel.context import current_context
-from deployments.models import AuditEvent
+
+from .models import AuditEvent
 
 
 def audit_record(
     *,
     action: str,
     summary: str,
-    obj: Any = None,
-    host: Any = None,
+    obj: models.Model | None = None,
+    host: models.Model | None = None,
     data: dict[str, Any] | None = None,
     actor: Any,
 ) -> AuditEvent:
+    """`host` is a `hardware.Host` (typed as a model: core imports nothing above it)."""
     ctx = current_context()
     event = AuditEvent(
         actor=actor if getattr(actor, "pk", None) else None,

@@ -8,6 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 from controlpanel.context import change_context
 from controlpanel.params import parse_int
 from deployments.management.cli import PanelCommand
+from deployments.models import active_revision_of
 from deployments.planner.fit import MAX_GPUS
 from hardware.models import GpuType, Host
 from hardware.services import host_declare, host_probe_record
@@ -118,12 +119,12 @@ class Command(PanelCommand):
             self.stdout.write(self.style.WARNING(f"  mismatch: {m}"))
 
     def _list(self) -> None:
-        hosts = Host.objects.select_related("active_revision__model_variant").prefetch_related("gpus")
+        hosts = Host.objects.select_related("deployment__active_revision__model_variant").prefetch_related("gpus")
         if not hosts:
             raise CommandError("No hosts yet.")
         self.stdout.write(f"{'NAME':<20} {'ONLINE':<7} {'ENGINE':<16} {'ACTIVE':<8} GPUS")
         for h in hosts:
-            rev = h.active_revision
+            rev = active_revision_of(h)
             engine = f"{rev.engine} {rev.engine_version}".strip() if rev else "-"
             gpus = ", ".join(g.name for g in h.gpus.all()) or "none"
             active = f"r{rev.number}" if rev else "-"
