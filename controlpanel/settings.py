@@ -148,6 +148,11 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web server and the workers share the file: wait for the lock instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+# Keep a connection per web thread and worker between requests (a DATABASE_URL's own
+# ?conn_max_age= wins): opening one per request cost more CPU than an agent's telemetry report
+# (bench/bench_ingest.py). Health checks drop a connection the database closed meanwhile.
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DJANGO_CONN_MAX_AGE", default=60))
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -8,13 +8,14 @@ presented token belongs to, or None (unknown, revoked, malformed).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -81,18 +82,47 @@ def host_token_revoke(*, host: Host, actor: Any) -> int:
 
 
 def host_for_token(token: str) -> Host | None:
-    """The host whose active credential `token` is, or None."""
+    """The host whose active credential `token` is, or None.
+
+    Every agent request asks this, so it is one plain query whose row becomes the Host through
+    the backend's own converters (the ORM's compiling of the same join cost more CPU than the
+    rest of a telemetry report; bench/bench_ingest.py)."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
-    credential = (
-        HostCredential.objects.select_related("host").filter(digest=_digest(token), revoked_at__isnull=True).first()
-    )
-    if credential is None:
+    sql, fields, converters = _token_query()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_digest(token)])
+        row = cursor.fetchone()
+    if row is None:
         return None
+    values = list(row)
+    for i, expression, functions in converters:
+        for convert in functions:
+            values[i] = convert(values[i], expression, connection)
+    credential_id, used = values[0], values[1]
     now = timezone.now()
-    if credential.last_used_at is None or now - credential.last_used_at > USED_RESOLUTION:
-        HostCredential.objects.filter(pk=credential.pk).update(last_used_at=now)
-    return credential.host
+    if used is None or now - used > USED_RESOLUTION:
+        HostCredential.objects.filter(pk=credential_id).update(last_used_at=now)
+    return Host.from_db(connection.alias, fields, values[2:])
+
+
+@functools.cache
+def _token_query() -> tuple[str, list[str], list[tuple[int, Any, list[Any]]]]:
+    """The SELECT of a credential's id, its last use and every column of its host; the host's
+    field names; and per column, the converters the ORM would apply (SQLite's datetimes)."""
+    q = connection.ops.quote_name
+    selected = [HostCredential._meta.pk.get_col("c"), HostCredential._meta.get_field("last_used_at").get_col("c")]
+    selected += [f.get_col("h") for f in Host._meta.concrete_fields]
+    converters = []
+    for i, col in enumerate(selected):
+        functions = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if functions:
+            converters.append((i, col, functions))
+    columns = ", ".join(f"{q(col.alias)}.{q(col.target.column)}" for col in selected)
+    joined = f"{q(HostCredential._meta.db_table)} c JOIN {q(Host._meta.db_table)} h ON h.{q('id')} = c.{q('host_id')}"
+    # Names come from the models; the digest is a parameter.
+    sql = f"SELECT {columns} FROM {joined} WHERE c.{q('digest')} = %s AND c.{q('revoked_at')} IS NULL"  # noqa: S608
+    return sql, [f.attname for f in Host._meta.concrete_fields], converters
 
 
 def host_credentials(*, host: Host) -> list[HostCredential]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import posixpath
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from core.limits import MAX_GPUS
 
 from .models import GPU, EngineSample, GpuSample, GpuType, Host
 from .queues import host_queue_name
+from .telemetry_sql import Row, insert_gpu_samples
 
 ENGINE_SAMPLE_FIELDS = (
     "requests_running",
@@ -225,29 +227,50 @@ def host_heartbeat(
         EngineSample.objects.create(host_id=host.pk, ts=now, **{k: engine_metrics.get(k) for k in ENGINE_SAMPLE_FIELDS})
 
 
+MAX_GPU_INDEX = 32767  # GPU.index is a PositiveSmallIntegerField
+
+
 def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
-    """Store one round of GPU samples (`GpuSample.to_dict()` from the NVML probe) in one INSERT."""
-    gpus = {g.index: g.pk for g in host.gpus.all()}
-    rows = []
+    """Store one report of GPU samples (`GpuSample.to_dict()` from the NVML probe), matched to
+    the host's own GPUs by index, in one INSERT (hardware.telemetry_sql); returns how many were
+    stored. A value that is not a number raises ValueError or TypeError before anything is written."""
+    now = timezone.now()
+    rows: list[Row] = []
     for s in samples:
-        gpu_id = gpus.get(s["index"])
-        if gpu_id is None:
-            continue
+        index = s["index"]
+        if not isinstance(index, int) or not 0 <= index <= MAX_GPU_INDEX:
+            continue  # no GPU of any host has it
         rows.append(
-            GpuSample(
-                gpu_id=gpu_id,
-                ts=datetime.fromtimestamp(s["timestamp"], tz=UTC) if s.get("timestamp") else timezone.now(),
-                util_pct=s.get("utilization_gpu_percent"),
-                mem_used_bytes=s.get("memory_used_bytes"),
-                power_w=s.get("power_w"),
-                temp_c=s.get("temperature_c"),
-                sm_clock_mhz=s.get("sm_clock_mhz"),
-                mem_clock_mhz=s.get("memory_clock_mhz"),
-                energy_mj=s.get("energy_mj"),
+            (
+                index,
+                datetime.fromtimestamp(s["timestamp"], tz=UTC) if s.get("timestamp") else now,
+                _float(s.get("utilization_gpu_percent")),
+                _bigint(s.get("memory_used_bytes")),
+                _float(s.get("power_w")),
+                _float(s.get("temperature_c")),
+                _float(s.get("sm_clock_mhz")),
+                _float(s.get("memory_clock_mhz")),
+                _bigint(s.get("energy_mj")),
             )
         )
-    GpuSample.objects.bulk_create(rows)
-    return len(rows)
+    return insert_gpu_samples(host_id=host.pk, rows=rows)
+
+
+def _float(value: Any) -> float | None:
+    """A reading as a float; NaN or infinity is no reading (None)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _bigint(value: Any) -> int | None:
+    if value is None:
+        return None
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise ValueError(f"{number} is out of range for a 64-bit counter.")
+    return number
 
 
 @transaction.atomic
