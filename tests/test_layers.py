@@ -113,13 +113,12 @@ def test_every_operation_kind_the_panel_sends_is_a_task_the_agent_runs():
 
 
 # --- import circles --------------------------------------------------------------------------
-PACKAGES = ("controlpanel", "deployments", "hardware", "hostagent")
+PACKAGES = ("controlpanel", "core", "hardware", "deployments", "notifications", "api", "hostagent")
 # Circles that exist today, to be taken apart; a new one fails. (A package's submodules
 # importing the package itself, its re-exports, do not count.)
 KNOWN_CIRCLES = [
-    {"deployments.engines.base", "deployments.engines.policy"},
-    {"deployments.planner.gpus", "deployments.planner.inputs"},
-    {"deployments.planner.fit", "deployments.planner.rules"},
+    # notify() queues the delivery task, whose module reads the services back (notifications, #16).
+    {"notifications.services", "notifications.tasks"},
     # DeploymentRevision.concerns imports the presenters, which read revisions.
     {
         "deployments.engine_installs",
@@ -223,3 +222,49 @@ def test_no_new_import_circle_and_none_through_the_agent_or_the_operation_servic
     }
     assert not involved & untangled
     assert not {m for m in involved if m.startswith(("hostagent", "deployments.agent_api"))}
+
+
+# --- apps by dependency: core at the bottom, hardware on it, deployments on top --------------
+# The host runtime (hardware.runtime, hardware.probes) is the agent's code that runs next to the
+# engine; it may read the pure domain core (deployments.engines, deployments.benchmarking), so it
+# is not part of the panel's `hardware` app in what follows.
+HOST_RUNTIME = ("hardware.runtime", "hardware.probes")
+
+
+def _imports_of(prefix: str, graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {
+        module: targets
+        for module, targets in graph.items()
+        if (module == prefix or module.startswith(prefix + ".")) and not module.startswith(HOST_RUNTIME)
+    }
+
+
+def _reaching(graph: dict[str, set[str]], prefix: str, into: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in _imports_of(prefix, graph).items()
+        for target in targets
+        if target.split(".")[0] in into
+    )
+
+
+def test_core_imports_no_app_above_it():
+    assert _reaching(_import_graph(), "core", ("hardware", "deployments", "notifications", "api", "hostagent")) == []
+
+
+def test_hardware_knows_nothing_of_revisions_or_operations():
+    """Hosts, GPUs, samples, credentials, their services, selectors, admin and tasks: no import of
+    deployments (nor of what sits on it), at module level or inside a function."""
+    graph = _import_graph()
+    assert {"hardware.models", "hardware.services", "hardware.selectors", "hardware.credentials"} <= set(graph)
+    assert _reaching(graph, "hardware", ("deployments", "notifications", "api", "hostagent")) == []
+
+
+def test_hardware_models_name_no_model_of_deployments():
+    """Not even by a lazy "app.Model" reference: the pointer to what a host serves is deployments'."""
+    from django.apps import apps
+
+    for model in apps.get_app_config("hardware").get_models():
+        for field in model._meta.get_fields():
+            if field.is_relation and field.concrete:
+                assert field.related_model._meta.app_label != "deployments", f"{model.__name__}.{field.name}"

@@ -8,10 +8,22 @@ the ORM and never do HTTP themselves (callers inject an `httpx.Client` where nee
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from deployments.engines.policy import Concern
+# What a revision reaches beyond serving (deployments.engines.policy finds them).
+Kind = Literal["path", "code", "privileged"]
+
+
+@dataclass(frozen=True)
+class Concern:
+    field: str  # the knob ("mmproj"), "model", or "env.NAME"
+    kind: Kind
+    message: str
+    path: str = ""  # for kind "path": the value as the engine will see it
+
+    @property
+    def label(self) -> str:
+        return {"path": "reads files", "code": "runs code", "privileged": "sets an admin-only variable"}[self.kind]
 
 
 @dataclass(frozen=True)

@@ -23,29 +23,17 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from deployments.engines.base import Concern as Concern  # re-exported: adapters import it here
 from deployments.engines.base import EngineConfig, EngineConfigError, shown_value
+from deployments.engines.base import Kind as Kind
 
-Kind = Literal["path", "code", "privileged"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _BARE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:@-]{0,254}$")
 # hf_overrides / json_model_override_args keys that make transformers import code or read
 # another repository's config.
 _CODE_KEYS = {"auto_map", "trust_remote_code", "_name_or_path", "name_or_path", "custom_pipelines"}
-
-
-@dataclass(frozen=True)
-class Concern:
-    field: str  # the knob ("mmproj"), "model", or "env.NAME"
-    kind: Kind
-    message: str
-    path: str = ""  # for kind "path": the value as the engine will see it
-
-    @property
-    def label(self) -> str:
-        return {"path": "reads files", "code": "runs code", "privileged": "sets an admin-only variable"}[self.kind]
 
 
 def is_repo_id(value: str) -> bool:

@@ -10,7 +10,7 @@ from deployments.arch import ModelArch
 from deployments.planner import rules
 from deployments.planner.gpus import GpuSpec
 from deployments.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
-from deployments.planner.knobs import Settings, parse_settings
+from deployments.planner.knobs import Settings, parse_settings, spec_is_mtp
 from deployments.planner.kv import (
     TORCH_DTYPE_BYTES,
     attn_bytes_per_token_layer,
@@ -82,11 +82,6 @@ def _check_world(s: Settings) -> None:
             f"TP={s.tp} x PP={s.pp} is {s.tp * s.pp:,} GPUs; at most {MAX_GPUS} can be planned for",
             field="tensor_parallel_size",
         )
-
-
-def spec_is_mtp(settings: Settings) -> bool:
-    method = settings.spec_method or ""
-    return method == "mtp" or method.endswith("_mtp")
 
 
 def _visible_gpus(request: PlanRequest) -> tuple[GpuSpec, ...]:

@@ -81,7 +81,7 @@ def catalog_gpu(name: str) -> GpuSpec:
 def catalog_host(name: str, count: int) -> tuple[GpuSpec, ...]:
     """`count` GPUs of one catalog type, indexed 0..count-1 (PlanInputError past MAX_GPUS)."""
     from core.limits import MAX_GPUS
-    from deployments.planner.inputs import PlanInputError
+    from deployments.planner.errors import PlanInputError
 
     if not 0 <= count <= MAX_GPUS:
         raise PlanInputError(f"a host has 0 to {MAX_GPUS} GPUs, not {count:,}", field="gpu_count")

@@ -19,22 +19,12 @@ from deployments.arch import (
     check_int,
     check_text,
 )
+from deployments.planner.errors import PlanInputError as PlanInputError  # re-exported: callers import it here
 from deployments.planner.gpus import GpuSpec
 
 ENGINES = ("vllm", "llama.cpp", "ollama", "sglang")
 GPU_SPLIT_ENGINES = ("vllm", "sglang")  # tensor/pipeline parallel engines
 LAYER_SPLIT_ENGINES = ("llama.cpp", "ollama")  # GGUF engines that split layers over GPUs
-
-
-class PlanInputError(ValueError):
-    """Bad input to the planner (unknown knob, bad value, unknown engine). CLI exit code 2.
-
-    `field` names the knob or input so a form can show the message beside it.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)

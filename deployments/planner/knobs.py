@@ -487,3 +487,8 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
         out.setdefault("kv_bytes_v", LLAMA_CACHE_TYPES["f16"])
         out.setdefault("kv_dtype", "f16/f16")
     return Settings(**out)
+
+
+def spec_is_mtp(settings: Settings) -> bool:
+    method = settings.spec_method or ""
+    return method == "mtp" or method.endswith("_mtp")

@@ -469,7 +469,7 @@ def _llama_cache_types(ctx: Context) -> None:
 
 
 def _mtp(ctx: Context) -> None:
-    from deployments.planner.fit import spec_is_mtp  # local: fit imports rules
+    from deployments.planner.knobs import spec_is_mtp
 
     s, arch = ctx.settings, ctx.request.arch
     if ctx.request.engine not in GPU_SPLIT_ENGINES:
