@@ -10,9 +10,10 @@ from django.db.models import QuerySet
 
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_id_of
+from hardware.models import Host
 
 
-def revision_history(*, host: Any, filters: dict[str, str] | None = None) -> QuerySet[DeploymentRevision]:
+def revision_history(*, host: Host, filters: dict[str, str] | None = None) -> QuerySet[DeploymentRevision]:
     qs = (
         DeploymentRevision.objects.filter(host=host)
         .select_related("model_variant", "author", "parent")

@@ -12,6 +12,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
+from hardware.models import Host
 from notifications.events import benchmark_event
 from notifications.services import notify
 
@@ -59,7 +60,7 @@ def profile_from_input(
 
 @transaction.atomic
 def benchmark_request(
-    *, host: Any, profile: BenchmarkProfile, actor: Any, revision: DeploymentRevision | None = None
+    *, host: Host, profile: BenchmarkProfile, actor: Any, revision: DeploymentRevision | None = None
 ) -> Operation:
     """Benchmark what the host serves (its active revision). Runs on the host's own queue."""
     ensure_role(actor, OPERATOR)

@@ -26,6 +26,7 @@ from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
 from deployments.safety import UnsafeValueError, check_json_value, check_text_value
+from hardware.models import Host
 
 from .revisions import revision_create
 
@@ -92,7 +93,7 @@ def parse_ansible_text(text: str, *, engine_version: str | None = None) -> Ansib
 @transaction.atomic
 def revision_import_ansible(
     *,
-    host: Any,
+    host: Host,
     text: str,
     message: str,
     tag: str = "",

@@ -21,6 +21,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import DeploymentRevision, Operation
+from hardware.models import Host
 from notifications.events import operation_event
 from notifications.services import notify
 
@@ -33,7 +34,7 @@ class HostBusyError(ValidationError):
     """Another exclusive operation is queued or running on the host."""
 
 
-def _busy_message(host: Any) -> str:
+def _busy_message(host: Host) -> str:
     current = Operation.objects.filter(host=host, exclusive=True, state__in=ACTIVE_STATES).first()
     if current is None:
         return f"{host.name} is busy."
@@ -47,7 +48,7 @@ def _busy_message(host: Any) -> str:
 def operation_create(
     *,
     kind: str,
-    host: Any,
+    host: Host,
     revision: DeploymentRevision | None = None,
     params: dict[str, Any] | None = None,
     enqueue: Callable[[Operation], None] | None = None,
@@ -167,7 +168,7 @@ def operation_cancel(*, op: Operation, actor: Any) -> Operation:
     return op
 
 
-def operations_mark_lost(*, host: Any = None, worker_gone: bool = False, reason: str) -> list[Operation]:
+def operations_mark_lost(*, host: Host | None = None, worker_gone: bool = False, reason: str) -> list[Operation]:
     """Running operations whose worker is gone become `lost`, which frees the host lock.
 
     `worker_gone=True` (an agent starting up on `host`) marks every running operation of the

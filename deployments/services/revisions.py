@@ -18,6 +18,7 @@ from deployments.engines.registry import get_adapter
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.safety import UnsafeValueError, check_json_value
+from hardware.models import Host
 
 
 def _field(name: str | None) -> str:
@@ -62,7 +63,7 @@ def _port(port: Any, engine: str = "") -> int:
     return port
 
 
-def _tag_free(host: Any, tag: str) -> None:
+def _tag_free(host: Host, tag: str) -> None:
     """A tag names one revision per host: say which one holds it, in words (the database's own
     refusal reads `Constraint "revision_unique_tag_per_host" is violated`)."""
     tag = (tag or "").strip()
@@ -77,7 +78,7 @@ def _tag_free(host: Any, tag: str) -> None:
 
 def revision_concerns(
     *,
-    host: Any,
+    host: Host,
     engine: str,
     engine_version: str,
     model: ModelVariant,
@@ -116,7 +117,7 @@ def gated(concerns: list[Concern]) -> list[Concern]:
 @transaction.atomic
 def revision_create(
     *,
-    host: Any,
+    host: Host,
     engine: str,
     model_variant: ModelVariant,
     message: str,

@@ -19,6 +19,7 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
 from deployments.models import Secret
+from hardware.models import Host
 
 
 def _fernet() -> Fernet:
@@ -28,7 +29,7 @@ def _fernet() -> Fernet:
 
 
 @transaction.atomic
-def secret_set(*, host: Any, name: str, value: str, actor: Any) -> Secret:
+def secret_set(*, host: Host, name: str, value: str, actor: Any) -> Secret:
     ensure_role(actor, ADMIN)
     if not value:
         raise ValidationError({"value": "A secret needs a value."})
@@ -46,7 +47,7 @@ def secret_set(*, host: Any, name: str, value: str, actor: Any) -> Secret:
     return secret
 
 
-def secret_reveal(*, host: Any, name: str) -> str:
+def secret_reveal(*, host: Host, name: str) -> str:
     """The plain value, for the host agent building a launch. Never render or log it."""
     secret = Secret.objects.get(host=host, name=name)
     try:

@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -42,7 +43,7 @@ def _is_partial(request: HttpRequest) -> bool:
     return bool(htmx) and not htmx.boosted
 
 
-def _one_host(name: str) -> Any:
+def _one_host(name: str) -> QuerySet[Host]:
     return selectors.host_list().filter(name=name)
 
 
@@ -127,7 +128,7 @@ def _offline_reason(host: Host) -> str:
     )
 
 
-def _host_context(host: Host, card: Any) -> dict[str, Any]:
+def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
     gpus = [g.gpu for g in card.gpus]
     runs = selectors.host_benchmark_runs(host=host)
     return {

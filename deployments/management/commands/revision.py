@@ -19,6 +19,7 @@ from deployments.management.cli import (
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
 from deployments.services.revisions import revision_create
+from hardware.models import Host
 
 NUMBER = bounded_int(1, MAX_INT)  # a revision number
 
@@ -62,7 +63,7 @@ class Command(PanelCommand):
         with change_context("cli"):
             getattr(self, f"_{options['action']}")(host, options)
 
-    def _revision(self, host: Any, number: int) -> DeploymentRevision:
+    def _revision(self, host: Host, number: int) -> DeploymentRevision:
         revision = (
             DeploymentRevision.objects.select_related("model_variant", "author", "parent", "host")
             .filter(host=host, number=number)
@@ -72,7 +73,7 @@ class Command(PanelCommand):
             raise BadInput(f"{host.name} has no revision r{number}.")
         return revision
 
-    def _create(self, host: Any, o: dict[str, Any]) -> None:
+    def _create(self, host: Host, o: dict[str, Any]) -> None:
         base = self._revision(host, o["from_number"]) if o["from_number"] else None
         engine = o["engine"] or (base.engine if base else None)
         model_name = o["model"] or (base.model_variant.name if base else None)
@@ -109,7 +110,7 @@ class Command(PanelCommand):
             raise BadInput(describe(exc)) from exc
         self.stdout.write(str(revision.number))
 
-    def _list(self, host: Any, o: dict[str, Any]) -> None:
+    def _list(self, host: Host, o: dict[str, Any]) -> None:
         rows = DeploymentRevision.objects.filter(host=host).select_related("model_variant", "author")
         active_id = active_revision_id_of(host)
         for r in rows.order_by("number"):
@@ -121,7 +122,7 @@ class Command(PanelCommand):
                 f"{r.model_variant.name[:32]:<32} {who:<10} {r.created_at:%Y-%m-%d} {first}"
             )
 
-    def _show(self, host: Any, o: dict[str, Any]) -> None:
+    def _show(self, host: Host, o: dict[str, Any]) -> None:
         r = self._revision(host, o["number"])
         self.stdout.write(
             f"r{r.number}"
@@ -143,7 +144,7 @@ class Command(PanelCommand):
             self.stdout.write("command: " + " ".join(launch.argv))
         self.stdout.write("\n" + r.message)
 
-    def _diff(self, host: Any, o: dict[str, Any]) -> None:
+    def _diff(self, host: Host, o: dict[str, Any]) -> None:
         from deployments.diffing import render_text
         from deployments.revision_views import changes_between
 
