@@ -121,7 +121,7 @@ def channel_delete(*, channel: Channel, actor: Any) -> None:
 
 
 def _rule_input(events: list[str], thresholds: dict[str, Any]) -> tuple[list[str], dict[str, float]]:
-    chosen = [e for e in dict.fromkeys(events or [])]
+    chosen = list(dict.fromkeys(events or []))
     unknown = [e for e in chosen if e not in RULE_EVENT_VALUES]
     if unknown or not chosen:
         raise ValidationError({"events": "Choose one or more of the events listed."})
@@ -131,8 +131,11 @@ def _rule_input(events: list[str], thresholds: dict[str, Any]) -> tuple[list[str
             continue
         if key not in BY_KEY:
             raise ValidationError({"thresholds": f"Unknown benchmark metric {key!r}."})
-        number = float(value)
-        if not 0 < number <= 1000:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if not 0 < number <= 1000:  # also refuses nan and inf
             raise ValidationError({f"threshold_{key}": "A limit is a percentage above 0 and at most 1000."})
         clean[key] = number
     if EventKind.BENCHMARK_REGRESSED in chosen and not clean:

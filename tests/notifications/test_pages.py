@@ -188,3 +188,27 @@ def test_what_each_end_of_an_operation_raises(op, kind, summary):
 )
 def test_other_ends_raise_nothing(op):
     assert operation_event(op) is None
+
+
+@pytest.mark.parametrize(
+    ("events", "thresholds", "field"),
+    [
+        ([], {}, "events"),
+        (["switch.failed", "no.such.event"], {}, "events"),
+        (["test"], {}, "events"),  # a test message is sent from the page, never by a rule
+        (["benchmark.regressed"], {"ttft_p50": "fast"}, "threshold_ttft_p50"),
+        (["benchmark.regressed"], {"ttft_p50": float("inf")}, "threshold_ttft_p50"),
+        (["benchmark.regressed"], {"decode_tok_s": float("nan")}, "threshold_decode_tok_s"),
+        (["benchmark.regressed"], {"no_such_metric": 5}, "thresholds"),
+    ],
+)
+def test_a_rule_the_service_refuses_says_which_field_and_stores_nothing(admin_user, events, thresholds, field):
+    from django.core.exceptions import ValidationError
+
+    from notifications.services import channel_create, rule_create
+
+    channel = channel_create(name="ops", url="json://127.0.0.1:9/", actor=admin_user)
+    with pytest.raises(ValidationError) as refused:
+        rule_create(channel=channel, host=None, events=events, thresholds=thresholds, actor=admin_user)
+    assert field in refused.value.message_dict
+    assert not Rule.objects.exists()
