@@ -31,6 +31,7 @@ from .secrets import UndecryptableError, url_decrypt, url_encrypt
 
 log = logging.getLogger(__name__)
 RULE_EVENT_VALUES = {value for value, _ in RULE_EVENTS}
+DELIVER_TASK = "notifications.tasks.deliver_notification"  # notifications.tasks registers it
 
 
 # --- channels and rules (admins) ---------------------------------------------------------------
@@ -313,10 +314,13 @@ def _delivery(
 
 
 def _enqueue(delivery: Delivery) -> None:
-    from .tasks import deliver_notification as deliver_notification_task
+    """Sent by task name, as operations are (deployments.services.dispatch): the task module
+    reads this one, never the other way round."""
+    from controlpanel.celery import app
 
     try:
-        deliver_notification_task.apply_async(
+        app.send_task(
+            DELIVER_TASK,
             kwargs={"delivery_id": str(delivery.pk)},
             queue=settings.NOTIFICATIONS_QUEUE,
             task_id=str(delivery.pk),

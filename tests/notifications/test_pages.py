@@ -212,3 +212,10 @@ def test_a_rule_the_service_refuses_says_which_field_and_stores_nothing(admin_us
         rule_create(channel=channel, host=None, events=events, thresholds=thresholds, actor=admin_user)
     assert field in refused.value.message_dict
     assert not Rule.objects.exists()
+
+
+def test_deliveries_are_sent_by_the_name_the_task_is_registered_under():
+    from notifications.services import DELIVER_TASK
+    from notifications.tasks import deliver_notification
+
+    assert deliver_notification.name == DELIVER_TASK
