@@ -58,6 +58,19 @@ class Rule(models.Model):
         return f"{', '.join(self.events)} on {self.host.name if self.host else 'every host'} -> {self.channel.name}"
 
     @property
+    def threshold_labels(self) -> list[str]:
+        """The benchmark limits as people read them: "TTFT p50 +20 %", "decode tok/s ... -10 %"."""
+        from .regression import BY_KEY
+
+        limits = self.thresholds if isinstance(self.thresholds, dict) else {}
+        out = []
+        for key, value in limits.items():
+            metric = BY_KEY.get(key)
+            if metric is not None and isinstance(value, int | float):
+                out.append(f"{metric.label} {'-' if metric.higher_is_better else '+'}{value:g} %")
+        return out
+
+    @property
     def event_labels(self) -> list[str]:
         labels = dict(EventKind.choices)
         return [labels.get(e, e) for e in self.events if isinstance(e, str)] if isinstance(self.events, list) else []

@@ -98,7 +98,7 @@ def test_rules_per_host_or_global_with_benchmark_limits(admin_client):
     edit = admin_client.get(f"/notifications/rules/{global_rule.pk}/").content.decode()
     assert 'name="threshold_ttft_p50" value="25.0"' in edit
     page = admin_client.get("/notifications/").content.decode()
-    assert "every host" in page and "ttft_p50 25.0 %" in page
+    assert "every host" in page and "TTFT p50 +25 %" in page
     assert AuditEvent.objects.filter(action="notification.rule.create").count() == 2
 
 
