@@ -45,10 +45,12 @@ class PanelWorker:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log_tail()
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the panel worker exited:\n{self.log_tail()}")
             if " ready." in self.log_tail():
                 return self
             time.sleep(0.2)
+        self.stop()  # not left running behind a failed test
         raise AssertionError(f"the panel worker did not come up:\n{self.log_tail()}")
 
     def stop(self) -> None:
