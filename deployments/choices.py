@@ -22,6 +22,8 @@ class OperationKind(models.TextChoices):
     ROLLBACK = "rollback", "Rollback"
     BENCHMARK = "benchmark", "Benchmark"
     PROBE = "probe", "Probe"
+    DOWNLOAD = "download", "Download model"
+    MODEL_DELETE = "model_delete", "Delete model files"
 
 
 # Kinds that own the host's GPUs while they run: at most one at a time per host.

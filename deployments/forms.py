@@ -421,3 +421,52 @@ class AnsibleImportForm(forms.Form):
             self.add_error("text", "Upload a group_vars file or paste it.")
         data["text"] = text
         return data
+
+
+# --- models from Hugging Face ------------------------------------------------------------------
+
+
+def _token_choices() -> list[tuple[str, str]]:
+    from deployments.models import Secret
+
+    secrets = Secret.objects.select_related("host").order_by("host__name", "name")
+    return [("", "(none: a public repository)")] + [
+        (f"{s.host.name}/{s.name}", f"{s.host.name} / {s.name}") for s in secrets[:500]
+    ]
+
+
+class HubImportForm(forms.Form):
+    repo_id = forms.CharField(
+        max_length=300, label="Repository", help_text="owner/name on Hugging Face (HF_ENDPOINT for a mirror)."
+    )
+    revision = forms.CharField(max_length=200, required=False, help_text="Branch, tag or commit; empty = main.")
+    file = forms.CharField(
+        max_length=300, required=False, label="GGUF file", help_text="For a repository of GGUF quants: the one to use."
+    )
+    name = forms.CharField(max_length=200, required=False, help_text="Empty = from the repository.")
+    token = forms.ChoiceField(
+        required=False, label="Token", help_text="A host secret holding a Hugging Face token, for gated repositories."
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["token"].choices = _token_choices()
+
+
+class ModelDownloadForm(forms.Form):
+    model = forms.ModelChoiceField(queryset=None, label="Model")  # type: ignore[arg-type]
+    token_secret = forms.ChoiceField(required=False, label="Token", help_text="This host's secret holding a token.")
+
+    def __init__(self, *args: Any, host: Any, **kwargs: Any) -> None:
+        from deployments.choices import ModelFormat
+        from deployments.models import ModelVariant
+
+        super().__init__(*args, **kwargs)
+        hub = ModelVariant.objects.exclude(revision="").exclude(hub_files=[])
+        ollama = ModelVariant.objects.filter(format=ModelFormat.OLLAMA)
+        field = self.fields["model"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = (hub | ollama).exclude(copies__host=host).order_by("name")
+        self.fields["token_secret"].choices = [("", "(none)")] + [
+            (s.name, s.name) for s in host.secrets.order_by("name")
+        ]

@@ -31,6 +31,10 @@ from .safety import UnsafeValueError, check_json_value
 class ModelVariant(models.Model):
     name = models.CharField(max_length=200, unique=True)  # e.g. "Qwen3.8-27B-W4A16-AWQ"
     repo_id = models.CharField(max_length=300, blank=True)  # "philbert440/Qwen3.8-27B-W4A16-AWQ"
+    # The repository's commit the facts were read at (an import by repository id); downloads fetch it.
+    revision = models.CharField(max_length=64, blank=True)
+    # The files a download fetches, as the hub listed them: [{"name", "size", "sha256", "blob_id"}].
+    hub_files = models.JSONField(default=list, blank=True)
     gguf_file = models.CharField(max_length=500, blank=True)  # a path on the host, or a file name
     family = models.CharField(max_length=100, blank=True)  # "Qwen3.5"
     generation = models.CharField(max_length=100, blank=True)  # "Qwen3.8"
@@ -41,6 +45,7 @@ class ModelVariant(models.Model):
     arch = models.JSONField(default=dict, blank=True)  # ModelArch.to_dict(); unknown facts are null
     gguf_kv = models.JSONField(default=dict, blank=True)  # planner.GgufKvFacts.to_dict() from a GGUF header
     quant_bits = models.PositiveSmallIntegerField(null=True, blank=True)
+    quant_group_size = models.IntegerField(null=True, blank=True)  # -1: per channel (GPTQ)
     tool_call_parser = models.CharField(max_length=60, blank=True)
     reasoning_parser = models.CharField(max_length=60, blank=True)
     thinking = models.BooleanField(null=True, blank=True)
@@ -68,6 +73,12 @@ class ModelVariant(models.Model):
             arch_from_facts(self.arch)
         except ArchFactError as exc:
             raise ValidationError({"arch": str(exc)}) from exc
+        if not isinstance(self.hub_files, list) or not all(isinstance(f, dict) for f in self.hub_files):
+            raise ValidationError({"hub_files": "The hub's files are a list of objects."})
+        try:
+            check_json_value(self.hub_files, field="hub_files", max_items=100_000)
+        except UnsafeValueError as exc:
+            raise ValidationError({"hub_files": str(exc)}) from exc
         for name in ("gguf_kv", "sampling_presets", "min_engine_versions"):
             if not isinstance(getattr(self, name), dict):
                 raise ValidationError({name: "This is a mapping (a JSON object)."})
@@ -79,6 +90,55 @@ class ModelVariant(models.Model):
     @property
     def model_arch(self) -> ModelArch:
         return ModelArch.from_dict(self.arch)
+
+    @cached_property
+    def weights_estimate(self) -> Any:
+        """The planner's estimate of the weights when no size is known (planner.weights), else None;
+        whatever is stored, never an exception."""
+        from deployments.planner.weights import estimate_weights
+
+        if self.weights_bytes:
+            return None
+        kv = self.gguf_kv if isinstance(self.gguf_kv, dict) else {}
+        file_type = kv.get("file_type") if isinstance(kv.get("file_type"), int) else None
+        try:
+            return estimate_weights(
+                self.model_arch,
+                quant_method=self.quant_method or None,
+                bits=self.quant_bits,
+                group_size=self.quant_group_size,
+                quantization=self.quantization or None,
+                gguf_file_type=file_type,
+            )
+        except (ValueError, ArithmeticError, TypeError):
+            return None
+
+
+class HostModel(models.Model):
+    """A catalog model's weights on one host's disk, as that host's agent reported them after a
+    download it checked against the hub's checksums."""
+
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="models_on_disk")
+    model_variant = models.ForeignKey(ModelVariant, on_delete=models.CASCADE, related_name="copies")
+    path = models.CharField(max_length=1000)  # what the engine opens: the GGUF file, the folder, ollama:<tag>
+    repo_id = models.CharField(max_length=300, blank=True)
+    revision = models.CharField(max_length=64, blank=True)
+    size_bytes = models.BigIntegerField(default=0)
+    files = models.JSONField(default=list, blank=True)  # [{"name", "size", "sha256"}] as checked on disk
+    verified = models.BooleanField(default=False)  # every file's checksum matched the hub's
+    operation = models.ForeignKey(
+        "Operation", null=True, blank=True, on_delete=models.SET_NULL, related_name="downloaded_models"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["host", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "model_variant"], name="hostmodel_one_copy_per_variant_per_host")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_variant_id} on {self.host_id} at {self.path}"
 
 
 class Secret(models.Model):

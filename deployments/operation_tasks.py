@@ -13,4 +13,6 @@ OPERATION_TASKS: dict[str, str] = {
     "probe": "agent.probe",
     "benchmark": "agent.benchmark",
     "install": "agent.install",
+    "download": "agent.download",
+    "model_delete": "agent.model_delete",
 }

@@ -1,4 +1,4 @@
-from .views import audit, benchmarks, diff, exports, models, operations, revisions
+from .views import audit, benchmarks, diff, exports, host_models, models, operations, revisions
 
 app_name = "deployments"
 
@@ -6,6 +6,7 @@ urlpatterns = [
     *revisions.urlpatterns,
     *operations.urlpatterns,
     *models.urlpatterns,
+    *host_models.urlpatterns,
     *audit.urlpatterns,
     *benchmarks.urlpatterns,
     *diff.urlpatterns,

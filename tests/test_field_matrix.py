@@ -29,6 +29,7 @@ from deployments.forms import (
     CommentForm,
     GgufImportForm,
     HfConfigImportForm,
+    HubImportForm,
     RevisionForm,
     SwitchForm,
 )
@@ -150,8 +151,16 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
             "gguf-name": "",
             "gguf-family": "",
             "gguf-generation": "",
+            "hub-repo_id": "",
+            "hub-revision": "",
+            "hub-file": "",
+            "hub-name": "",
+            "hub-token": "",
         },
     ),
+    # A download to a host (the page's form, and the switch page's "download it first").
+    "deployments:host_models": ({"host": "h1"}, "operator", {"model": "", "token_secret": ""}),
+    "deployments:host_model_delete": ({"host": "h1", "pk": 1}, "operator", {}),
     "hardware:host_token": ({"name": "h1"}, "admin", {"action": "issue"}),
     "people:add": ({}, "admin", {"username": "newbie", "email": "", "role": "viewer"}),
     "people:role": ({"username": "vera"}, "admin", {"role": "viewer"}),
@@ -177,7 +186,7 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:revision_preview": [(RevisionForm, "")],
     "deployments:revision_switch": [(SwitchForm, "")],
     "deployments:ansible_import": [(AnsibleImportForm, "")],
-    "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-")],
+    "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-"), (HubImportForm, "hub-")],
     "people:add": [(PersonCreateForm, "")],
     "people:role": [(RoleForm, "")],
     "notifications:channel_new": [(ChannelForm, "")],
@@ -299,7 +308,13 @@ def test_every_post_url_and_field_is_covered(people):
                     missing.append(f"{target}: a POST form on {url} that FORMS does not list")
     assert not missing, "\n".join(missing)
     # Shown only while an engine runs / an operation runs / the person is locked out.
-    assert set(FORMS) - seen <= {"hardware:host_stop", "deployments:operation_cancel", "people:unlock"}
+    # (and the delete button of a model downloaded to a host: the matrix's host has none).
+    assert set(FORMS) - seen <= {
+        "hardware:host_stop",
+        "deployments:operation_cancel",
+        "people:unlock",
+        "deployments:host_model_delete",
+    }
 
 
 def _resolves(url: str) -> bool:

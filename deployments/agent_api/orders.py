@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from deployments.models import DeploymentRevision, Operation, Secret, active_revision_id_of
+from deployments.models import DeploymentRevision, HostModel, Operation, Secret, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_revision
 from hardware.models import Host
 
@@ -55,6 +55,18 @@ def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
     for local in ("host", "binary", "gpu_indices"):
         config.pop(local, None)
     variant = revision.model_variant
+    model = {
+        "gguf_file": variant.gguf_file,
+        "mmproj_file": variant.mmproj_file,
+        "repo_id": variant.repo_id,
+        "weights_bytes": variant.weights_bytes,
+    }
+    copy = HostModel.objects.filter(host=revision.host, model_variant=variant).first()
+    if copy is not None and copy.path.startswith("/") and revision.engine != "ollama":
+        # The copy a download put on this host's disk: the engine opens it, not the hub's name.
+        config["model"] = copy.path
+        model.update(gguf_file=copy.path if variant.format == "gguf" else "", repo_id=copy.path)
+        model["weights_bytes"] = variant.weights_bytes if variant.format == "gguf" else None
     return {
         "id": revision.pk,
         "number": revision.number,
@@ -62,12 +74,7 @@ def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
         "engine": revision.engine,
         "engine_version": revision.engine_version,
         "config": config,
-        "model": {
-            "gguf_file": variant.gguf_file,
-            "mmproj_file": variant.mmproj_file,
-            "repo_id": variant.repo_id,
-            "weights_bytes": variant.weights_bytes,
-        },
+        "model": model,
         "served_context": served_context(revision),
         "memory_need": _memory_need(revision),
         "installs": revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {},
@@ -98,7 +105,7 @@ def operation_order(op: Operation) -> dict[str, Any]:
     if op.kind == "switch" and active_id:
         active = DeploymentRevision.objects.select_related("model_variant", "host").get(pk=active_id)
         previous = revision_launch(active)
-    return {
+    order: dict[str, Any] = {
         "id": str(op.pk),
         "kind": op.kind,
         "params": op.params,
@@ -106,6 +113,16 @@ def operation_order(op: Operation) -> dict[str, Any]:
         "revision": revision_launch(revision) if revision is not None else None,
         "previous": previous,
     }
+    secret = op.params.get("token_secret") if op.kind == "download" else None
+    if secret:
+        # A gated repository's token, for this host's own download only (never stored in clear).
+        from deployments.services.secrets import secret_reveal
+
+        try:
+            order["hub_token"] = secret_reveal(host=host, name=str(secret))
+        except (Secret.DoesNotExist, ValidationError):
+            order["hub_token"] = None
+    return order
 
 
 def operation_brief(op: Operation) -> dict[str, Any]:

@@ -118,6 +118,17 @@ def operation_host_finish(
             details=install.get("details") if isinstance(install.get("details"), dict) else {},
             actor=locked.requested_by,
         )
+    if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:
+        from .host_models import host_model_record
+
+        report = result.get("download")
+        if not isinstance(report, dict):
+            raise ValidationError("A finished download reports what it put on the disk.")
+        result["host_model"] = host_model_record(op=locked, report=report).pk
+    if locked.kind == OperationKind.MODEL_DELETE and state == OperationState.SUCCEEDED:
+        from .host_models import host_model_forget
+
+        host_model_forget(op=locked)
     if (
         locked.kind == OperationKind.SWITCH
         and state == OperationState.SUCCEEDED

@@ -95,6 +95,28 @@ def port_check(revision: DeploymentRevision) -> Check:
 
 def weights_check(revision: DeploymentRevision) -> Check:
     variant = revision.model_variant
+    if variant.revision and variant.hub_files and revision.engine != "ollama":
+        from .host_models import download_active, host_model_of
+
+        copy = host_model_of(host=revision.host, variant=variant)
+        if copy is not None:
+            return Check(
+                "weights",
+                OK,
+                f"{variant.repo_id}@{variant.revision[:12]} is on the host at {copy.path} "
+                f"({copy.size_bytes:,} bytes, checksums matched the hub's); the host checks it is still there.",
+            )
+        running = download_active(host=revision.host, variant=variant)
+        if running is not None:
+            return Check(
+                "weights", FAIL, f"{variant.name} is being downloaded to the host ({running.stage or running.state})."
+            )
+        return Check(
+            "weights",
+            FAIL,
+            f"{variant.repo_id}@{variant.revision[:12]} is not on {revision.host.name}: download it first "
+            f"(the engine would otherwise fetch it itself while the old one is stopped).",
+        )
     where = variant.gguf_file or variant.repo_id or "?"
     if variant.weights_bytes:
         size = f"{variant.weights_bytes:,} bytes as imported"

@@ -25,6 +25,25 @@ class PlanRefused(ValidationError):
         self.report = report
 
 
+class WeightsMissing(ValidationError):
+    """The revision's model came from a hub repository and its files are not on the host yet."""
+
+
+def _weights_on_host(revision: DeploymentRevision) -> None:
+    """A model imported by repository id is downloaded first, as its own operation, so the switch
+    never stops the serving engine to wait for (or fail on) a download."""
+    from .host_models import download_active, downloadable, host_model_of
+
+    variant = revision.model_variant
+    if revision.engine == "ollama" or downloadable(variant) or variant.format == "ollama":
+        return
+    if host_model_of(host=revision.host, variant=variant) is not None:
+        return
+    running = download_active(host=revision.host, variant=variant)
+    state = f" (its download is {running.state}: wait for it)" if running else ": download it to the host first"
+    raise WeightsMissing(f"{variant.name} is not on {revision.host.name}'s disk{state}.")
+
+
 @transaction.atomic
 def switch_request(
     *,
@@ -40,6 +59,7 @@ def switch_request(
     """
     ensure_role(actor, OPERATOR)
     host = revision.host
+    _weights_on_host(revision)
     try:
         report = plan_for_revision(revision)
     except PlanInputError as exc:

@@ -1,4 +1,5 @@
-"""Model catalog: browse it, import a variant from a config.json or a GGUF header."""
+"""Model catalog: browse it, import a variant from a Hugging Face repository, a config.json or a
+GGUF header."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import selectors
-from deployments.forms import GgufImportForm, HfConfigImportForm, apply_error
+from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm, apply_error
+from deployments.services.hub_imports import model_variant_import_hub
 from deployments.services.imports import model_variant_import_gguf, model_variant_import_hf_config
 
 from ._dispatch import by_method
@@ -25,8 +27,39 @@ def model_list(request: HttpRequest) -> HttpResponse:
     return render(request, "deployments/model_list.html", {"models": selectors.model_list()})
 
 
-def _import_page(request: HttpRequest, *, hf: HfConfigImportForm, gguf: GgufImportForm) -> HttpResponse:
-    return render(request, "deployments/model_import.html", {"hf_form": hf, "gguf_form": gguf})
+def _import_page(
+    request: HttpRequest, *, hf: HfConfigImportForm, gguf: GgufImportForm, hub: HubImportForm | None = None
+) -> HttpResponse:
+    context = {"hf_form": hf, "gguf_form": gguf, "hub_form": hub or HubImportForm(prefix="hub")}
+    return render(request, "deployments/model_import.html", context)
+
+
+def _import_hub(request: HttpRequest, form: HubImportForm) -> Any:
+    """The variant read from the hub, or None with the form's errors set."""
+    from hardware.models import Host
+
+    if not form.is_valid():
+        return None
+    data = form.cleaned_data
+    host, secret = None, ""
+    if data["token"]:
+        host_name, _, secret = data["token"].partition("/")
+        host = Host.objects.filter(name=host_name).first()
+    try:
+        return model_variant_import_hub(
+            repo_id=data["repo_id"],
+            revision=data["revision"],
+            gguf_file=data["file"],
+            name=data["name"],
+            token_host=host,
+            token_secret=secret,
+            actor=request.user,
+        )
+    except ValidationError as exc:
+        if hasattr(exc, "error_dict"):  # the service names the secret; the form calls it the token
+            exc = ValidationError({("token" if k == "token_secret" else k): v for k, v in exc.error_dict.items()})
+        apply_error(form, exc, fallback="repo_id")
+    return None
 
 
 @require_GET
@@ -42,7 +75,11 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
     gguf = GgufImportForm(prefix="gguf")
     source = request.POST.get("source")
     variant: Any = None
-    if source == "gguf":
+    hub = HubImportForm(prefix="hub")
+    if source == "hub":
+        hub = HubImportForm(request.POST, prefix="hub")
+        variant = _import_hub(request, hub)
+    elif source == "gguf":
         gguf = GgufImportForm(request.POST, prefix="gguf")
         if gguf.is_valid():
             try:
@@ -75,7 +112,7 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
             except ValidationError as exc:
                 apply_error(hf, exc, fallback="config")
     if variant is None:
-        return _import_page(request, hf=hf, gguf=gguf)
+        return _import_page(request, hf=hf, gguf=gguf, hub=hub)
     messages.success(request, f"Imported {variant.name} into the catalog.")
     return redirect("deployments:model_list")
 

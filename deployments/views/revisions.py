@@ -269,7 +269,17 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
     report, report_error = presenters.report_for_revision(revision)
     active = active_revision_of(revision.host)
     preflight = panel_preflight(revision, report)
+    from deployments.services.host_models import download_active, downloadable, host_model_of
+
+    variant = revision.model_variant
+    weights_missing = (
+        variant.format != "ollama"
+        and not downloadable(variant)
+        and host_model_of(host=revision.host, variant=variant) is None
+        and download_active(host=revision.host, variant=variant) is None
+    )
     return {
+        "weights_missing": weights_missing,
         "revision": revision,
         "host": revision.host,
         "active": active,

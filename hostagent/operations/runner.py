@@ -12,7 +12,7 @@ from typing import Any
 
 from hostagent.context import AgentContext
 
-from . import benchmark, install, probe, stop, switch
+from . import benchmark, download, install, probe, stop, switch
 
 log = logging.getLogger("controlpanel.agent")
 OP_HEARTBEAT_S = 10.0
@@ -24,6 +24,8 @@ HANDLERS: dict[str, Handler] = {
     "probe": probe.run_probe,
     "benchmark": benchmark.run_benchmark,
     "install": install.run_install,
+    "download": download.run_download,
+    "model_delete": download.run_model_delete,
 }
 
 

@@ -16,9 +16,9 @@ http_get; hf_api.py model_info; utils/_http.py hf_raise_for_status):
   has no access), `RepoNotFound` (401), `RevisionNotFound` (404), `EntryNotFound` (404).
 
 Faults a test can ask for: cut a file's body after N bytes (once), serve a file's bytes corrupted
-(its headers still name the true sha256). Every request is logged (method, path, Range, whether
-it carried a token) for assertions. Files can be bytes or a path on disk (the 250 MB test GGUF is
-served from the file, by ranges, never read whole).
+(its headers still name the true sha256), a slow CDN (`rate`, bytes per second). Every request is
+logged (method, path, Range, whether it carried a token) for assertions. Files can be bytes or a
+path on disk (the 250 MB test GGUF is served from the file, by ranges, never read whole).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import json
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -107,6 +108,7 @@ class FakeHub:
         self.tokens: dict[str, set[str]] = {}  # token -> repo ids it may read ("*" = all)
         self.cut_after: dict[str, int] = {}  # sha256 -> bytes of body to send before cutting (once)
         self.corrupt: set[str] = set()  # sha256 of files served with a flipped byte
+        self.rate: float | None = None  # bytes per second of CDN bodies (None: as fast as it goes)
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
@@ -379,5 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 position += len(chunk)
+                if cdn and self.fake.rate:
+                    time.sleep(len(chunk) / self.fake.rate)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True

@@ -1,0 +1,154 @@
+"""Import a model into the catalog by its Hugging Face repository id.
+
+The hub is read first, outside any transaction (deployments.importers.hub: model info, config,
+safetensors index, generation config, or a GGUF header by HTTP ranges); the variant is then
+checked and stored with its audit row. The entry records the repository and the commit it was
+read at, and the files a download fetches, with their sizes and checksums.
+
+A gated repository needs a token: the name of a host secret (deployments.services.secrets),
+revealed for the hub call only, never stored on the variant or written to a log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from controlpanel.roles import OPERATOR, ensure_role
+from deployments.choices import ModelFormat
+from deployments.models import ModelVariant, Secret
+
+from .imports import _save_variant, _text_arg, _unique_name
+
+# HubError.field -> the form field (and command option) it concerns.
+FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token": "token_secret"}
+
+
+def hub_token(*, host: Any, secret: str) -> str | None:
+    """The token a host secret holds, or None when no secret is named."""
+    from .secrets import secret_reveal
+
+    secret = (secret or "").strip()
+    if not secret:
+        return None
+    if host is None:
+        raise ValidationError({"token_secret": "Choose the host whose secret holds the Hugging Face token."})
+    try:
+        return secret_reveal(host=host, name=secret)
+    except Secret.DoesNotExist:
+        raise ValidationError({"token_secret": f"{host.name} has no secret named {secret[:63]!r}."}) from None
+
+
+def _name_for(model: Any, given: str) -> str:
+    if given.strip():
+        return _unique_name(given)
+    base = model.repo_id.rsplit("/", 1)[-1]
+    if model.gguf_file:
+        stem = model.gguf_file.rsplit("/", 1)[-1][: -len(".gguf")]
+        stem = stem.split("-00001-of-")[0]
+        base = stem if base.lower().replace("-gguf", "") in stem.lower() or not base else f"{base}/{stem}"
+    name = base[:200]
+    if ModelVariant.objects.filter(name=name).exists():
+        name = f"{name}@{model.revision[:7]}"[:200]
+    return _unique_name(name)
+
+
+def model_variant_import_hub(
+    *,
+    repo_id: str,
+    revision: str = "",
+    gguf_file: str = "",
+    name: str = "",
+    family: str = "",
+    generation: str = "",
+    token_host: Any = None,
+    token_secret: str = "",
+    actor: Any,
+) -> ModelVariant:
+    """A new ModelVariant read from the hub (HF_ENDPOINT honoured). Raises ValidationError keyed
+    by repo_id, revision, file, token_secret or name; nothing is stored then."""
+    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
+    from deployments.importers.hub import HubError, hub_read
+
+    ensure_role(actor, OPERATOR)
+    repo_id = _text_arg(repo_id, field="repo_id", max_len=300)
+    revision = _text_arg(revision, field="revision", max_len=200)
+    gguf_file = _text_arg(gguf_file, field="file", max_len=300)
+    family = _text_arg(family, field="family", max_len=100)
+    generation = _text_arg(generation, field="generation", max_len=100)
+    name = _text_arg(name, field="name", max_len=200)
+    if not repo_id:
+        raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
+    token = hub_token(host=token_host, secret=token_secret)
+    try:
+        model = hub_read(repo_id, revision=revision, gguf_file=gguf_file, token=token)
+    except HubError as exc:
+        raise ValidationError({FIELDS.get(exc.field, "repo_id"): str(exc)}) from exc
+    existing = ModelVariant.objects.filter(
+        repo_id=model.repo_id, revision=model.revision, gguf_file=model.gguf_file or ""
+    ).first()
+    if existing is not None:
+        raise ValidationError(
+            {"repo_id": f"The catalog already has {model.repo_id} at {model.revision[:12]} as {existing.name!r}."}
+        )
+    files = [f.to_dict() for f in model.needed_files()]
+    where = f"{model.repo_id}@{model.revision}"
+    with transaction.atomic():
+        if model.gguf is not None:
+            imported = model.gguf
+            variant = ModelVariant(
+                name=_name_for(model, name),
+                repo_id=model.repo_id,
+                revision=model.revision,
+                gguf_file=model.gguf_file or "",
+                hub_files=files,
+                family=family or (imported.arch.family or "")[:100],
+                generation=generation,
+                format=ModelFormat.GGUF,
+                quantization=imported.file_type_name or "",
+                weights_bytes=imported.file_size or None,
+                arch=imported.arch.to_dict(),
+                gguf_kv=imported.kv.to_dict(),
+                source=(
+                    f"Read from the hub: {where}, GGUF header of {model.gguf_file} (HTTP ranges); "
+                    f"weights: the file size the hub lists."
+                ),
+            )
+            return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
+        try:
+            hf = arch_from_hf_config(model.config_text or "")
+        except HfConfigError as exc:
+            raise ValidationError({"repo_id": f"{model.repo_id}: {exc}"}) from exc
+        quant = hf.quant
+        presets = {"generation_config": model.generation_config} if model.generation_config else {}
+        weights_note = (
+            "weights: the safetensors index's total_size / the safetensors files' sizes"
+            if model.index_total_size
+            else "weights: unknown (no safetensors index): the planner estimates them from the architecture"
+        )
+        variant = ModelVariant(
+            name=_name_for(model, name),
+            repo_id=model.repo_id,
+            revision=model.revision,
+            hub_files=files,
+            family=family or (hf.arch.family or ""),
+            generation=generation,
+            format=ModelFormat.HF,
+            quantization=(quant.method or hf.arch.torch_dtype or "")[:60],
+            quant_method=quant.method or "",
+            quant_bits=quant.bits,
+            quant_group_size=quant.group_size,
+            weights_bytes=model.index_total_size,
+            arch=hf.arch.to_dict(),
+            sampling_presets=presets,
+            source=(
+                f"Read from the hub: {where} (config.json"
+                + (", generation_config.json" if presets else "")
+                + f"); {weights_note}."
+            ),
+        )
+        if hf.arch.params_total is None and model.safetensors_params:
+            variant.arch = {**variant.arch, "params_total": model.safetensors_params}
+        return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
