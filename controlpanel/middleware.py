@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 
-OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/agent/v1/")
+OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/api/v1/", "/agent/v1/")
 
 
 class LoginRequiredMiddleware:

@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "hardware",
     "deployments",
     "notifications",
+    "api",
 ]
 
 MIDDLEWARE = [

@@ -34,6 +34,9 @@ urlpatterns = [
     path("notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    # The automation API (personal tokens) and the page that manages those tokens.
+    path("api/v1/", include("api.urls")),
+    path("account/tokens/", include("api.views")),
     # GPU hosts' agents, authenticated by their own host token (deployments.agent_api).
     path("agent/v1/", include("deployments.agent_api.urls")),
     # Browsers ask for /favicon.ico whatever the page links: send them to the static icon.

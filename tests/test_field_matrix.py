@@ -36,7 +36,7 @@ from deployments.forms import (
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.views.hosts import InstallForm
 from notifications.forms import ChannelForm, RuleForm
-from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, RULE, _names
+from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, RULE, _names, token_api
 from tests.test_access import world as access_world
 
 pytestmark = pytest.mark.django_db
@@ -174,6 +174,8 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "notifications:rule_new": ({}, "admin", NOTIFICATION_RULE),
     "notifications:rule_edit": ({"pk": RULE}, "admin", NOTIFICATION_RULE),
     "notifications:rule_delete": ({"pk": RULE}, "admin", {}),
+    "api_tokens:new": ({}, "viewer", {"name": "ci job"}),
+    "api_tokens:revoke": ({}, "viewer", {"token": "1"}),
 }
 # The form classes behind each URL (field names with their prefix): a field added to a class
 # must be listed in FORMS even before a template shows it.
@@ -274,7 +276,8 @@ def test_every_post_url_and_field_is_covered(people):
     clients = _clients(people)
     # Which URLs take a POST: a viewer's empty POST is refused with 405 only by GET-only views.
     takes_post = {"login", "logout"}
-    for name in sorted(_names(get_resolver()) - OPEN - set(AGENT_API)):  # host tokens only: test_agent_api.py
+    names = _names(get_resolver())
+    for name in sorted(names - OPEN - set(AGENT_API) - token_api(names)):  # token APIs: test_agent_api, test_api
         kwargs = ACCESS[name][0]
         if clients["viewer"].post(reverse(name, kwargs=kwargs)).status_code != 405:
             takes_post.add(name)
@@ -309,11 +312,13 @@ def test_every_post_url_and_field_is_covered(people):
     assert not missing, "\n".join(missing)
     # Shown only while an engine runs / an operation runs / the person is locked out.
     # (and the delete button of a model downloaded to a host: the matrix's host has none).
+    # ... and the revoke button of an API token (the matrix's admin has none).
     assert set(FORMS) - seen <= {
         "hardware:host_stop",
         "deployments:operation_cancel",
         "people:unlock",
         "deployments:host_model_delete",
+        "api_tokens:revoke",
     }
 
 

@@ -1,0 +1,122 @@
+"""The automation API (`/api/v1/`, OpenAPI at `/api/v1/openapi.json`), built with django-ninja,
+which derives the schema from the endpoints' type hints.
+
+Every request carries a personal token (`Authorization: Bearer cpat_…`) and acts with its user's
+role; the endpoints call the same services as the pages, with the same checks and audit events.
+No token or a bad one: 401. A role too low: 403. Bad input: 400 with field errors. A refusal
+the request cannot fix as sent (host busy, planner errors): 409. Unknown objects: 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError
+from ninja.errors import ValidationError as SchemaError
+from ninja.security import HttpBearer
+
+from deployments.services.operations import HostBusyError
+from deployments.services.switch import PlanRefused
+
+from .tokens import token_authenticate
+
+
+class TokenAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = token_authenticate(token)
+        if user is not None:
+            request.user = user  # the audit context and the services see who acts
+        return user
+
+
+api = NinjaAPI(
+    title="LLM control panel API",
+    version="1",
+    description=(
+        "Hosts, models, revisions, switches, operations and benchmarks. Authenticate with a personal token "
+        "(`Authorization: Bearer cpat_...`, created on the Tokens page or with `manage.py token create`); "
+        "it acts with its user's role (viewer reads, operator switches and benchmarks, admin overrides)."
+    ),
+    auth=TokenAuth(),
+    urls_namespace="api",
+    docs_url="/docs",
+)
+
+
+def _field_errors(exc: ValidationError) -> dict[str, list[str]]:
+    if hasattr(exc, "error_dict"):
+        return {field: [str(m) for e in errors for m in e.messages] for field, errors in exc.error_dict.items()}
+    return {"__all__": [str(m) for m in exc.messages]}
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = api.create_response(
+        request, {"detail": "A valid API token is required (Authorization: Bearer …)."}, status=401
+    )
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc) or "Your role does not allow this."}, status=403)
+
+
+@api.exception_handler(PlanRefused)
+def _plan_refused(request: HttpRequest, exc: PlanRefused) -> HttpResponse:
+    findings = [
+        {"severity": f.severity, "code": f.code, "message": f.message}
+        for f in getattr(exc.report, "findings", ())
+        if f.severity == "error"
+    ]
+    body = {"detail": " ".join(exc.messages), "findings": findings}
+    return api.create_response(request, body, status=409)
+
+
+@api.exception_handler(HostBusyError)
+def _busy(request: HttpRequest, exc: HostBusyError) -> HttpResponse:
+    return api.create_response(request, {"detail": " ".join(exc.messages)}, status=409)
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = _field_errors(exc)
+    detail = "; ".join(f"{k}: {' '.join(v)}" if k != "__all__" else " ".join(v) for k, v in errors.items())
+    return api.create_response(request, {"detail": detail, "errors": errors}, status=400)
+
+
+@api.exception_handler(SchemaError)
+def _bad_body(request: HttpRequest, exc: SchemaError) -> HttpResponse:
+    errors: dict[str, list[str]] = {}
+    for e in exc.errors:
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "payload", "query", "path")]
+        errors.setdefault(".".join(loc) or "__all__", []).append(str(e.get("msg", "invalid")))
+    detail = "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items())
+    return api.create_response(request, {"detail": detail, "errors": errors}, status=400)
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc) or "Not found."}, status=404)
+
+
+@api.exception_handler(ObjectDoesNotExist)
+def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return api.create_response(request, {"detail": "Not found."}, status=404)
+
+
+def _register() -> None:
+    from .endpoints import benchmarks, hosts, models, operations, revisions
+
+    api.add_router("/hosts/", hosts.router)
+    api.add_router("/hosts/", revisions.router)
+    api.add_router("/hosts/", benchmarks.host_router)
+    api.add_router("/benchmarks/", benchmarks.router)
+    api.add_router("/models/", models.router)
+    api.add_router("/operations/", operations.router)
+
+
+_register()

@@ -1,0 +1,29 @@
+"""One module per resource; each endpoint checks the role, calls a service or a selector, and
+returns plain data (api/serialize.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest
+
+from controlpanel.roles import ensure_role
+from hardware.models import Host
+
+
+def actor(request: HttpRequest, role: str) -> Any:
+    """The token's user, once it holds `role` (403 otherwise)."""
+    user = getattr(request, "auth", None)
+    if user is None:  # never: the token auth ran first; refuse rather than act as the system
+        from django.core.exceptions import PermissionDenied
+
+        raise PermissionDenied("No user behind this request.")
+    ensure_role(user, role)
+    return user
+
+
+def host_or_404(name: str) -> Host:
+    try:
+        return Host.objects.select_related("deployment__active_revision").get(name=name)
+    except (Host.DoesNotExist, ValueError):
+        raise Http404(f"No host named {name[:80]!r}.") from None

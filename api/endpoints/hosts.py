@@ -1,0 +1,50 @@
+"""Hosts with their GPUs, live state and running operation; the switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router, Status
+
+from api.schemas import Error, HostList, HostOut, OperationOut, SwitchIn
+from api.serialize import host_dict, operation_dict
+from controlpanel.roles import OPERATOR, VIEWER
+from deployments.models import DeploymentRevision
+from deployments.selectors import hosts as selectors
+from deployments.services.switch import switch_request
+
+from . import actor, host_or_404
+
+router = Router(tags=["hosts"])
+
+
+@router.get("", response=HostList, summary="The hosts, with GPUs, live state and the running operation")
+def host_list(request: HttpRequest) -> dict[str, Any]:
+    actor(request, VIEWER)
+    items = [host_dict(card) for card in selectors.host_cards()]
+    return {"items": items, "count": len(items)}
+
+
+@router.get("{name}/", response={200: HostOut, 404: Error}, summary="One host")
+def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
+    actor(request, VIEWER)
+    host = host_or_404(name)
+    return host_dict(selectors.host_cards(hosts=type(host).objects.filter(pk=host.pk))[0])
+
+
+@router.post(
+    "{name}/switch/",
+    response={202: OperationOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    summary="Switch the host to one of its revisions; answers with the operation to follow",
+)
+def host_switch(request: HttpRequest, name: str, payload: SwitchIn) -> Status:
+    user = actor(request, OPERATOR)
+    host = host_or_404(name)
+    revision = DeploymentRevision.objects.select_related("host").filter(host=host, number=payload.revision).first()
+    if revision is None:
+        from django.core.exceptions import ValidationError
+
+        raise ValidationError({"revision": f"{host.name} has no revision r{payload.revision}."})
+    op = switch_request(revision=revision, override_reason=payload.override_reason, actor=user)
+    return Status(202, operation_dict(op))

@@ -1,0 +1,143 @@
+"""A host's revisions: list, show, create (from a parent, as the CLI's --from does), diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest
+from ninja import Router, Status
+
+from api.schemas import DiffOut, Error, ExportOut, ExportTarget, RevisionIn, RevisionList, RevisionOut
+from api.serialize import revision_dict
+from controlpanel.roles import OPERATOR, VIEWER
+from deployments.exports import NotExportable
+from deployments.models import DeploymentRevision, ModelVariant
+from deployments.revision_views import changes_between
+from deployments.services.exports import revision_export
+from deployments.services.revisions import revision_create
+from hardware.models import Host
+
+from . import actor, host_or_404
+
+router = Router(tags=["revisions"])
+
+
+def _revision(host: Host, number: int) -> DeploymentRevision:
+    revision = (
+        DeploymentRevision.objects.select_related(
+            "host__deployment__active_revision", "model_variant", "author", "parent"
+        )
+        .filter(host=host, number=number)
+        .first()
+    )
+    if revision is None:
+        raise Http404(f"{host.name} has no revision r{number}.")
+    return revision
+
+
+@router.get("{name}/revisions/", response={200: RevisionList, 404: Error}, summary="A host's revisions, newest first")
+def revision_list(request: HttpRequest, name: str) -> dict[str, Any]:
+    actor(request, VIEWER)
+    host = host_or_404(name)
+    rows = DeploymentRevision.objects.filter(host=host).select_related("host", "model_variant", "author", "parent")
+    items = [revision_dict(r, with_argv=False) for r in rows.order_by("-number")]
+    return {"items": items, "count": len(items)}
+
+
+@router.get("{name}/revisions/{number}/", response={200: RevisionOut, 404: Error}, summary="One revision")
+def revision_get(request: HttpRequest, name: str, number: int) -> dict[str, Any]:
+    actor(request, VIEWER)
+    return revision_dict(_revision(host_or_404(name), number))
+
+
+@router.post(
+    "{name}/revisions/",
+    response={201: RevisionOut, 400: Error, 403: Error, 404: Error},
+    summary="Record a new revision, from a parent (default: the newest) with changes",
+)
+def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status:
+    user = actor(request, OPERATOR)
+    host = host_or_404(name)
+    if payload.parent is not None:
+        base: DeploymentRevision | None = DeploymentRevision.objects.filter(host=host, number=payload.parent).first()
+        if base is None:
+            raise ValidationError({"parent": f"{host.name} has no revision r{payload.parent}."})
+    else:
+        base = DeploymentRevision.objects.filter(host=host).order_by("-number").first()
+    engine = payload.engine or (base.engine if base else None)
+    model_name = payload.model or (base.model_variant.name if base else None)
+    if not engine or not model_name:
+        raise ValidationError({"engine": "engine and model are needed for a host's first revision."})
+    model = ModelVariant.objects.filter(name=model_name).first()
+    if model is None:
+        raise ValidationError({"model": f"No model {model_name[:80]!r} in the catalog (GET /api/v1/models/)."})
+    same_engine = base is not None and base.engine == engine
+    knobs = dict(payload.knobs) if payload.knobs is not None else (dict(base.knobs) if same_engine and base else {})
+    for key, value in (payload.set or {}).items():
+        if value is None:
+            knobs.pop(key, None)
+        else:
+            knobs[key] = value
+    version = payload.engine_version
+    if version is None:
+        version = base.engine_version if same_engine and base else ""
+    revision = revision_create(
+        host=host,
+        engine=engine,
+        engine_version=version,
+        model_variant=model,
+        knobs=knobs,
+        env=dict(payload.env) if payload.env is not None else (dict(base.env) if base else {}),
+        served_name=payload.served_name if payload.served_name is not None else (base.served_name if base else ""),
+        port=payload.port if payload.port is not None else (base.port if base else None),
+        tag=payload.tag,
+        message=payload.message,
+        parent=base,
+        api_key_secret=payload.api_key_secret
+        if payload.api_key_secret is not None
+        else (base.api_key_secret if base else ""),
+        hf_token_secret=(
+            payload.hf_token_secret if payload.hf_token_secret is not None else (base.hf_token_secret if base else "")
+        ),
+        actor=user,
+    )
+    return Status(201, revision_dict(_revision(host, revision.number)))
+
+
+@router.get("{name}/revisions/{a}/diff/{b}/", response={200: DiffOut, 404: Error}, summary="What changed from ra to rb")
+def revision_diff(request: HttpRequest, name: str, a: int, b: int) -> dict[str, Any]:
+    actor(request, VIEWER)
+    host = host_or_404(name)
+    diff = changes_between(_revision(host, a), _revision(host, b))
+    return {
+        "old": diff.old_label,
+        "new": diff.new_label,
+        "model_changed": diff.model_changed,
+        "sections": [
+            {
+                "key": s.key,
+                "title": s.title,
+                "rows": [
+                    {"key": r.key, "old": r.old, "new": r.new, "kind": str(r.kind), "note": r.note} for r in s.rows
+                ],
+            }
+            for s in diff.sections
+        ],
+    }
+
+
+@router.get(
+    "{name}/revisions/{number}/exports/{target}/",
+    response={200: ExportOut, 404: Error, 409: Error},
+    summary="One export of a revision, exactly as its target runs it (a client config, the host's launch, group_vars)",
+)
+def revision_export_get(request: HttpRequest, name: str, number: int, target: ExportTarget) -> Status:
+    actor(request, VIEWER)
+    revision = _revision(host_or_404(name), number)
+    try:
+        made = revision_export(revision, target)
+    except NotExportable as exc:
+        return Status(409, {"detail": f"r{number} of {name} cannot be exported to {target}: {exc}"})
+    body = {"target": made.target, "filename": made.filename, "content": made.content, "notes": list(made.notes)}
+    return Status(200, body)

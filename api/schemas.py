@@ -1,0 +1,198 @@
+"""The API's bodies, as django-ninja (pydantic) schemas: what goes into the OpenAPI document."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Field, Schema
+
+
+class Error(Schema):
+    detail: str
+    errors: dict[str, list[str]] | None = None
+
+
+class GpuOut(Schema):
+    index: int
+    name: str
+    memory_bytes: int
+    util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sampled_at: datetime | None = None
+
+
+class OperationOut(Schema):
+    id: str
+    kind: str
+    host: str
+    revision: int | None
+    state: str
+    ended: bool
+    outcome: str = Field(description="In words: 'Succeeded', 'Failed, rolled back', ...")
+    stage: str
+    progress: float
+    error: str
+    result: dict[str, Any]
+    requested_by: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    url: str
+    benchmark: int | None = Field(None, description="A benchmark operation's run, once it has started.")
+
+
+class OperationLog(Schema):
+    id: str
+    state: str
+    log: str
+
+
+class HostOut(Schema):
+    name: str
+    address: str
+    queue: str
+    online: bool
+    offline_reason: str
+    cpu_only: bool
+    demo: bool
+    last_heartbeat: datetime | None
+    active_revision: int | None
+    serving: bool
+    serving_status: str
+    engine_state: dict[str, Any]
+    engine_metrics: dict[str, Any]
+    gpus: list[GpuOut]
+    operation: OperationOut | None
+
+
+class HostList(Schema):
+    items: list[HostOut]
+    count: int
+
+
+class ModelOut(Schema):
+    name: str
+    repo_id: str
+    gguf_file: str
+    family: str
+    generation: str
+    format: str
+    quantization: str
+    weights_bytes: int | None
+    arch: dict[str, Any]
+    demo: bool
+
+
+class ModelList(Schema):
+    items: list[ModelOut]
+    count: int
+
+
+class RevisionOut(Schema):
+    host: str
+    number: int
+    parent: int | None
+    engine: str
+    engine_version: str
+    model: str
+    knobs: dict[str, Any]
+    env: dict[str, Any]
+    served_name: str
+    port: int | None
+    api_key_secret: str | None = Field(None, description="The secret's name, never its value.")
+    hf_token_secret: str | None = None
+    tag: str
+    message: str
+    author: str | None
+    created_at: datetime
+    active: bool
+    argv: list[str] = Field(description="The command line the host runs, secrets masked.")
+
+
+class RevisionList(Schema):
+    items: list[RevisionOut]
+    count: int
+
+
+class RevisionIn(Schema):
+    engine: str | None = Field(None, description="Default: the parent's engine.")
+    engine_version: str | None = None
+    model: str | None = Field(None, description="A model's name from /models/. Default: the parent's.")
+    knobs: dict[str, Any] | None = Field(None, description="Replaces the parent's knobs when given.")
+    set: dict[str, Any] | None = Field(None, description="Knobs changed from the parent's (null removes one).")
+    env: dict[str, str] | None = None
+    served_name: str | None = None
+    port: int | None = None
+    api_key_secret: str | None = None
+    hf_token_secret: str | None = None
+    tag: str = ""
+    message: str
+    parent: int | None = Field(None, description="Start from this revision (default: the newest).")
+
+
+class DiffRowOut(Schema):
+    key: str
+    old: str
+    new: str
+    kind: str
+    note: str
+
+
+class DiffSectionOut(Schema):
+    key: str
+    title: str
+    rows: list[DiffRowOut]
+
+
+class DiffOut(Schema):
+    old: str
+    new: str
+    model_changed: bool
+    sections: list[DiffSectionOut]
+
+
+class SwitchIn(Schema):
+    revision: int
+    override_reason: str = Field("", description="Admins only: switch despite planner errors, with a reason.")
+
+
+class BenchmarkIn(Schema):
+    profile: str | None = Field(None, description="A named profile (quick, standard, ...) or none for custom.")
+    concurrency: list[int] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    requests: int | None = None
+    request_rate: float | None = None
+    slos: dict[str, float] | None = Field(None, description='Goodput SLOs, e.g. {"ttft_ms": 500, "tpot_ms": 50}.')
+
+
+class BenchmarkOut(Schema):
+    id: int
+    host: str
+    revision: int
+    profile: dict[str, Any]
+    status: str
+    created_at: datetime
+    summary: dict[str, Any]
+    results: dict[str, Any]
+
+
+class BenchmarkCompareOut(Schema):
+    a: int
+    b: int
+    rows: list[dict[str, Any]]
+
+
+ExportTarget = Literal[
+    "opencode", "hermes", "aider-settings", "aider-metadata", "start-script", "systemd", "ansible"
+]  # deployments.services.exports.TARGETS (a test keeps them equal)
+
+
+class ExportOut(Schema):
+    target: str
+    filename: str
+    content: str
+    notes: list[str] = Field(default_factory=list, description="What the file could not say, one line each.")

@@ -1,0 +1,338 @@
+"""The automation API (/api/v1/) against real PostgreSQL and Redis: every endpoint x role
+(no token, a revoked token, viewer, operator, admin), bad input as 400 with field errors, the
+OpenAPI document validated by openapi-spec-validator, and what the calls change (revisions,
+operations, audit events) as a user of the pages would see it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from api.models import ApiToken
+from api.tokens import token_create, token_revoke
+from core.models import AuditEvent
+from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, Operation
+from deployments.services.revisions import revision_create, revision_mark_active
+from hardware.models import Host
+from tests.hardware.factories import GPUFactory, HostFactory
+
+pytestmark = pytest.mark.django_db
+
+QWEN = "Qwen3.8-27B-W4A16-AWQ"
+KNOBS = {"tensor_parallel_size": 2, "max_model_len": 32768, "gpu_memory_utilization": 0.9}
+
+
+@pytest.fixture
+def world(catalog: None, operator: User) -> dict[str, Any]:
+    """A host with two GPUs, r1 active and r2 recorded, and a finished benchmark on r1."""
+    host = HostFactory(
+        name="lab",
+        last_heartbeat=timezone.now(),
+        nvml_available=True,
+        engine_installs={"vllm": {"0.17.0": {"path": "/opt/venvs/vllm-0.17.0"}}},
+    )
+    for i in range(2):
+        GPUFactory(host=host, index=i, name="NVIDIA GeForce RTX 3090", memory_bytes=24 << 30)
+    model = ModelVariant.objects.get(name=QWEN)
+    r1 = revision_create(
+        host=host,
+        engine="vllm",
+        engine_version="0.17.0",
+        model_variant=model,
+        knobs=KNOBS,
+        message="first",
+        served_name="qwen",
+        port=8001,
+        actor=operator,
+    )
+    revision_mark_active(revision=r1, actor=operator)
+    revision_create(
+        host=host,
+        engine="vllm",
+        engine_version="0.17.0",
+        model_variant=model,
+        knobs={**KNOBS, "max_model_len": 16384},
+        message="second",
+        served_name="qwen",
+        port=8001,
+        actor=operator,
+    )
+    runs = [
+        BenchmarkRun.objects.create(
+            revision=r1,
+            profile_name="quick",
+            profile={"name": "quick"},
+            engine="vllm",
+            status="completed",
+            results={"levels": [{"label": "c=1", "output_tokens_per_s": tps, "ttft_ms": {"p50": 50.0}}]},
+        )
+        for tps in (100.0, 80.0)
+    ]
+    return {"host": host, "runs": runs}
+
+
+def _token(user: User | None) -> str:
+    return token_create(user=user, name="test", actor=user).secret if user else ""
+
+
+def call(client: Any, method: str, path: str, token: str = "", body: Any = None) -> Any:
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    kwargs: dict[str, Any] = {}
+    if body is not None:
+        kwargs = {"data": json.dumps(body) if not isinstance(body, str) else body, "content_type": "application/json"}
+    return getattr(client, method.lower())(path, **kwargs, **headers)
+
+
+# (method, path, body, lowest role, status for that role)
+ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
+    ("GET", "/api/v1/hosts/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/", None, "viewer", 200),
+    ("GET", "/api/v1/models/", None, "viewer", 200),
+    ("GET", f"/api/v1/models/{QWEN}/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/revisions/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/revisions/2/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/revisions/1/diff/2/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/revisions/2/exports/systemd/", None, "viewer", 200),
+    ("POST", "/api/v1/hosts/lab/revisions/", {"set": {"max_model_len": 8192}, "message": "api"}, "operator", 201),
+    ("POST", "/api/v1/hosts/lab/switch/", {"revision": 2}, "operator", 202),
+    ("POST", "/api/v1/hosts/lab/benchmarks/", {"profile": "quick"}, "operator", 202),
+    ("GET", "/api/v1/hosts/lab/benchmarks/", None, "viewer", 200),
+    ("GET", "/api/v1/benchmarks/{run}/", None, "viewer", 200),
+    ("GET", "/api/v1/benchmarks/compare/{run}/{run2}/", None, "viewer", 200),
+    ("GET", "/api/v1/operations/{op}/", None, "viewer", 200),
+    ("GET", "/api/v1/operations/{op}/log/", None, "viewer", 200),
+    ("POST", "/api/v1/operations/{op}/cancel/", None, "operator", 202),
+]
+RANK = {"viewer": 1, "operator": 2, "admin": 3}
+
+
+def _fill(path: str, world: dict[str, Any], op: Operation) -> str:
+    return path.format(run=world["runs"][0].pk, run2=world["runs"][1].pk, op=op.pk)
+
+
+@pytest.mark.parametrize("method,path,body,lowest,ok", ENDPOINTS, ids=[f"{m} {p}" for m, p, *_ in ENDPOINTS])
+@pytest.mark.parametrize("role", ["none", "revoked", "viewer", "operator", "admin"])
+def test_every_endpoint_by_role(client, world, viewer, operator, admin_user, method, path, body, lowest, ok, role):
+    users = {"viewer": viewer, "operator": operator, "admin": admin_user}
+    op = Operation.objects.create(kind="probe", host=world["host"], state="running", exclusive=False)
+    token = ""
+    if role == "revoked":
+        new = token_create(user=admin_user, name="old", actor=admin_user)
+        token_revoke(token=new.token, actor=admin_user)
+        token = new.secret
+    elif role in users:
+        token = _token(users[role])
+    before = (DeploymentRevision.objects.count(), Operation.objects.count(), AuditEvent.objects.count())
+    response = call(client, method, _fill(path, world, op), token, body)
+    assert response["Content-Type"].startswith("application/json"), response.content[:200]
+    if role in ("none", "revoked"):
+        assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+    elif RANK[role] < RANK[lowest]:
+        assert response.status_code == 403, response.content
+        assert (DeploymentRevision.objects.count(), Operation.objects.count()) == before[:2]
+    else:
+        assert response.status_code == ok, response.content
+    if response.status_code >= 400:
+        assert response.json()["detail"]
+
+
+def test_the_openapi_document_validates_and_lists_every_endpoint(client):
+    from openapi_spec_validator import validate
+
+    response = client.get("/api/v1/openapi.json")
+    assert response.status_code == 200  # readable without a token, so clients can generate code
+    spec = response.json()
+    validate(spec)
+    paths = spec["paths"]
+    covered: set[tuple[str, str]] = set()
+    for method, path, *_ in ENDPOINTS:
+        template = (
+            path.replace(f"/{QWEN}/", "/{name}/")
+            .replace("/lab/", "/{name}/")
+            .replace("/revisions/2/", "/revisions/{number}/")
+            .replace("/revisions/1/diff/2/", "/revisions/{a}/diff/{b}/")
+            .replace("/exports/systemd/", "/exports/{target}/")
+            .replace("/{run}/{run2}/", "/{a}/{b}/")
+            .replace("/{run}/", "/{run_id}/")
+            .replace("/{op}/", "/{op_id}/")
+        )
+        assert method.lower() in paths[template], (method, template, sorted(paths))
+        covered.add((method.lower(), template))
+    # ... and the table above covers every operation the document describes.
+    described = {(m, "/api/v1" + p if not p.startswith("/api/v1") else p) for p, ops in paths.items() for m in ops}
+    assert described - covered == set()
+    assert spec["components"]["securitySchemes"]["TokenAuth"]["scheme"] == "bearer"
+
+
+def test_hosts_list_shows_gpus_live_state_and_the_active_revision(client, world, viewer):
+    body = call(client, "GET", "/api/v1/hosts/", _token(viewer)).json()
+    assert body["count"] == 1 and isinstance(body["items"], list)
+    lab = body["items"][0]
+    assert lab["name"] == "lab" and lab["online"] is True and lab["active_revision"] == 1
+    assert [g["name"] for g in lab["gpus"]] == ["NVIDIA GeForce RTX 3090"] * 2
+    assert lab["serving"] is False and lab["serving_status"] == "not reported"
+
+
+def test_switch_answers_202_with_the_operation_and_records_who_asked(client, world, operator):
+    response = call(client, "POST", "/api/v1/hosts/lab/switch/", _token(operator), {"revision": 2})
+    assert response.status_code == 202
+    op = response.json()
+    assert op["kind"] == "switch" and op["revision"] == 2 and op["state"] == "queued" and not op["ended"]
+    assert op["requested_by"] == "otto" and op["url"] == f"/operations/{op['id']}/"
+    event = AuditEvent.objects.filter(action="operation.switch").latest("pk")
+    assert event.actor == operator
+    # The host is locked while it runs: a second request is a conflict, not a 500.
+    again = call(client, "POST", "/api/v1/hosts/lab/switch/", _token(operator), {"revision": 1})
+    assert again.status_code == 409 and "busy" in again.json()["detail"].lower() or "switch" in again.json()["detail"]
+    followed = call(client, "GET", f"/api/v1/operations/{op['id']}/", _token(operator)).json()
+    assert followed["id"] == op["id"] and followed["outcome"] == "Queued"
+
+
+def test_a_revision_from_the_api_is_the_parent_with_changes(client, world, operator):
+    token = _token(operator)
+    response = call(
+        client,
+        "POST",
+        "/api/v1/hosts/lab/revisions/",
+        token,
+        {
+            "parent": 1,
+            "set": {"max_model_len": 8192, "gpu_memory_utilization": None},
+            "message": "shorter",
+            "tag": "ci",
+        },
+    )
+    assert response.status_code == 201, response.content
+    rev = response.json()
+    assert rev["number"] == 3 and rev["parent"] == 1 and rev["tag"] == "ci" and rev["author"] == "otto"
+    assert rev["knobs"] == {"tensor_parallel_size": 2, "max_model_len": 8192}
+    assert "--max-model-len" in rev["argv"] and "8192" in rev["argv"]
+    diff = call(client, "GET", "/api/v1/hosts/lab/revisions/1/diff/3/", token).json()
+    rows = {r["key"]: r for s in diff["sections"] for r in s["rows"]}
+    assert rows["max_model_len"]["old"] == "32768" and rows["max_model_len"]["new"] == "8192"
+
+
+@pytest.mark.parametrize(
+    "method,path,body,field",
+    [
+        ("POST", "/api/v1/hosts/lab/switch/", {"revision": 99}, "revision"),
+        ("POST", "/api/v1/hosts/lab/switch/", {"revision": "two"}, "revision"),
+        ("POST", "/api/v1/hosts/lab/switch/", {}, "revision"),
+        ("POST", "/api/v1/hosts/lab/switch/", "{not json", None),
+        ("POST", "/api/v1/hosts/lab/switch/", [1, 2], None),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"set": {"max_model_len": 8192}}, "message"),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"set": {"max_model_len": 1e23}, "message": "m"}, "knobs"),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"set": {"no_such_knob": 1}, "message": "m"}, "no_such_knob"),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"env": {"LD_PRELOAD": "/tmp/x.so"}, "message": "m"}, "env"),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"model": "nope", "message": "m"}, "model"),
+        ("POST", "/api/v1/hosts/lab/revisions/", {"parent": 42, "message": "m"}, "parent"),
+        ("POST", "/api/v1/hosts/lab/benchmarks/", {"concurrency": [0]}, "profile"),
+        ("POST", "/api/v1/hosts/lab/benchmarks/", {"profile": "no-such-profile"}, "profile"),
+        ("POST", "/api/v1/hosts/lab/benchmarks/", {"concurrency": "1,2"}, "concurrency"),
+    ],
+)
+def test_bad_input_is_a_400_with_field_errors_and_changes_nothing(client, world, operator, method, path, body, field):
+    token = _token(operator)
+    before = (DeploymentRevision.objects.count(), Operation.objects.count())
+    response = call(client, method, path, token, body)
+    assert response.status_code == 400, response.content
+    data = response.json()
+    assert data["detail"]
+    if field:
+        assert field in data["errors"], data
+    assert (DeploymentRevision.objects.count(), Operation.objects.count()) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/hosts/nope/",
+        "/api/v1/hosts/nope/revisions/",
+        "/api/v1/hosts/lab/revisions/9/",
+        "/api/v1/hosts/lab/revisions/1/diff/9/",
+        "/api/v1/models/nope/",
+        "/api/v1/benchmarks/999999/",
+        "/api/v1/operations/not-a-uuid/",
+        "/api/v1/operations/00000000-0000-0000-0000-000000000000/",
+        "/api/v1/no-such-thing/",
+    ],
+)
+def test_unknown_objects_are_404_in_json(client, world, viewer, path):
+    response = call(client, "GET", path, _token(viewer))
+    assert response.status_code == 404
+    assert response.json()["detail"]
+
+
+def test_planner_errors_refuse_a_switch_with_the_findings_and_only_an_admin_overrides(
+    client, world, operator, admin_user
+):
+    host: Host = world["host"]
+    bad = revision_create(
+        host=host,
+        engine="vllm",
+        engine_version="0.17.0",
+        model_variant=ModelVariant.objects.get(name=QWEN),
+        knobs={**KNOBS, "tensor_parallel_size": 3},
+        message="tp 3 on 2 gpus",
+        actor=operator,
+    )
+    refused = call(client, "POST", "/api/v1/hosts/lab/switch/", _token(operator), {"revision": bad.number})
+    assert refused.status_code == 409
+    assert refused.json()["findings"] and all(f["severity"] == "error" for f in refused.json()["findings"])
+    by_operator = call(
+        client, "POST", "/api/v1/hosts/lab/switch/", _token(operator), {"revision": bad.number, "override_reason": "x"}
+    )
+    assert by_operator.status_code == 400 and "admin" in by_operator.json()["detail"]
+    assert not Operation.objects.filter(kind="switch").exists()
+    by_admin = call(
+        client,
+        "POST",
+        "/api/v1/hosts/lab/switch/",
+        _token(admin_user),
+        {"revision": bad.number, "override_reason": "lab test"},
+    )
+    assert by_admin.status_code == 202
+
+
+def test_a_token_is_stored_as_a_hash_acts_with_its_users_current_role_and_records_its_use(client, world, operator):
+    new = token_create(user=operator, name="ci", actor=operator)
+    stored = ApiToken.objects.get(pk=new.token.pk)
+    assert new.secret.startswith("cpat_") and new.secret not in (stored.digest, stored.prefix)
+    assert stored.last_used_at is None
+    assert call(client, "GET", "/api/v1/hosts/", new.secret).status_code == 200
+    stored.refresh_from_db()
+    assert stored.last_used_at is not None
+    operator.groups.clear()  # the role taken away takes the token's rights with it
+    operator = User.objects.get(pk=operator.pk)
+    assert call(client, "GET", "/api/v1/hosts/", new.secret).status_code == 403
+    assert call(client, "GET", "/api/v1/hosts/", new.secret[:-1] + "x").status_code == 401
+
+
+def test_session_cookies_do_not_authenticate_the_api(client, world, operator):
+    """A signed-in browser is not a script: no token, no API (and so no CSRF hole)."""
+    client.force_login(operator)
+    assert client.post("/api/v1/hosts/lab/switch/", {"revision": 2}, content_type="application/json").status_code == 401
+
+
+def test_exports_are_the_files_the_pages_and_the_command_give(client, world, viewer):
+    from typing import get_args
+
+    from api.schemas import ExportTarget
+    from deployments.services.exports import TARGETS, revision_export
+
+    assert set(get_args(ExportTarget)) == set(TARGETS)
+    token = _token(viewer)
+    revision = world["host"].revisions.get(number=2)
+    for target in ("systemd", "start-script", "opencode", "hermes"):
+        body = call(client, "GET", f"/api/v1/hosts/lab/revisions/2/exports/{target}/", token).json()
+        made = revision_export(revision, target)
+        assert (body["filename"], body["content"]) == (made.filename, made.content)
+    unit = call(client, "GET", "/api/v1/hosts/lab/revisions/2/exports/systemd/", token).json()["content"]
+    assert "/opt/venvs/vllm-0.17.0/bin/vllm" in unit and "--max-model-len 16384" in unit
+    # A target that does not exist is a 400 naming the choices; one the revision cannot go to is a 409 saying why.
+    bad = call(client, "GET", "/api/v1/hosts/lab/revisions/2/exports/kubernetes/", token)
+    assert bad.status_code == 400 and "target" in bad.json()["errors"]
