@@ -161,3 +161,37 @@ def test_the_catalog_shows_an_estimate_as_an_estimate(hub, client, viewer):
     client.force_login(viewer)
     page = client.get(reverse("deployments:model_list")).content.decode()
     assert "(estimated)" in page and "79.4B parameters at 16 bits" in page
+
+
+def test_the_switch_page_offers_the_download_first(hub, client, operator):
+    from deployments.models import Operation
+    from deployments.services.revisions import revision_create
+
+    assert run("import", "unsloth/gemma-3-270m-it-GGUF")[0] == 0
+    variant = ModelVariant.objects.get(repo_id="unsloth/gemma-3-270m-it-GGUF")
+    host = HostFactory(name="box", model_dirs=["/srv/models"])
+    revision = revision_create(
+        host=host,
+        engine="llama.cpp",
+        model_variant=variant,
+        knobs={"ctx_size": 2048, "n_gpu_layers": 0},
+        message="from the hub",
+        actor=operator,
+    )
+    client.force_login(operator)
+    url = reverse("deployments:revision_switch", args=[host.name, revision.number])
+    page = client.get(url).content.decode()
+    assert "is not on box&#x27;s disk" in page or "is not on box's disk" in page
+    assert f'name="model" value="{variant.pk}"' in page
+    refused = client.post(url, {"override_reason": ""})
+    assert "download it to the host first" in refused.content.decode()
+    assert not Operation.objects.filter(kind="switch").exists()
+    started = client.post(
+        reverse("deployments:host_models", args=[host.name]), {"model": variant.pk, "token_secret": ""}
+    )
+    op = Operation.objects.get(kind="download", host=host)
+    assert started.status_code == 302 and started.url == reverse("deployments:operation_detail", args=[op.pk])
+    assert op.params["files"] == variant.hub_files and op.params["revision"] == variant.revision
+    assert not op.exclusive  # the engine keeps serving while the files arrive
+    again = client.post(reverse("deployments:host_models", args=[host.name]), {"model": variant.pk, "token_secret": ""})
+    assert again.status_code == 200 and "already being downloaded" in again.content.decode()
