@@ -198,18 +198,6 @@ class DeploymentRevision(models.Model):
             raise ImmutableError("A deployment revision is history and cannot be deleted.")
         return super().delete(*args, **kwargs)
 
-    @cached_property
-    def concerns(self) -> list[Any]:
-        """What this revision reaches beyond serving (files it opens, code it runs,
-        admin-only variables), for the revision, diff and switch pages."""
-        from deployments.presenters import concerns_for_revision
-
-        return concerns_for_revision(self)
-
-    @property
-    def needs_admin(self) -> bool:
-        return any(c.admin for c in self.concerns)
-
     @property
     def label(self) -> str:
         return f"r{self.number}" + (f" ({self.tag})" if self.tag else "")

@@ -13,6 +13,7 @@ from django.urls import reverse
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.revisions import revision_create
+from deployments.templatetags.revision_concerns import needs_admin, revision_concerns
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +66,7 @@ def test_an_admin_may_and_the_audit_records_what_was_accepted(host, awq, admin_u
     kinds = {(c["field"], c["kind"]) for c in event.data["concerns"]}
     assert kinds == {("trust_remote_code", "code"), ("env.HF_ENDPOINT", "privileged")}
     assert event.actor == admin_user
-    assert revision.needs_admin
+    assert needs_admin(revision_concerns(revision))
 
 
 @pytest.mark.parametrize(
@@ -96,8 +97,8 @@ def test_a_host_without_model_folders_opens_no_absolute_path(catalog, operator):
 
 def test_files_inside_the_model_folders_are_an_operators_business(host, operator):
     revision = llama(host, operator, "/srv/models/q.gguf", knobs={"ctx_size": 4096, "mmproj": "/srv/models/mm.gguf"})
-    assert [c.kind for c in revision.concerns] == ["path", "path"]
-    assert not revision.needs_admin
+    assert [c.kind for c in revision_concerns(revision)] == ["path", "path"]
+    assert not needs_admin(revision_concerns(revision))
 
 
 @pytest.mark.parametrize(
