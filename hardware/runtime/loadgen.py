@@ -1,9 +1,14 @@
-"""The benchmark load generator: async httpx, streaming, on the GPU host. No ORM, no Django.
+"""The benchmark load generator: async, streaming, on the GPU host. No ORM, no Django.
 
 `run_benchmark(target, profile, ...)` measures a running OpenAI-compatible server the way
 `vllm bench serve` does (maths in `deployments.benchmarking.stats`) and returns a
 `RunResult`. It reports its own CPU time so a run can tell when the client, not the engine,
 was the bottleneck.
+
+The timed requests go through aiohttp, as `vllm bench serve` sends them: an engine writes
+one chunk per token, and httpx spent about 180 us of CPU per chunk (its connection pool looks
+at every connection on each event) against aiohttp's 26 us (bench/bench_loadgen.py). The
+untimed preparation (context, tokenizer probes) uses httpx.
 
 Callbacks (`progress`, `cancel`) run off the event loop, so a slow one (a database write,
 a broker round trip) never delays the timestamps of streamed chunks.
@@ -21,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 
 from deployments.benchmarking import stats
@@ -41,6 +47,7 @@ CancelCheck = Callable[[], bool] | threading.Event | asyncio.Event
 ParseMetrics = Callable[[str], Mapping[str, float]]
 
 CHAT_PATH = "/v1/chat/completions"
+JSON_HEADERS = {"Content-Type": "application/json"}
 DEATH_ERRORS = 3  # consecutive connection failures that mean the engine is gone (no health URL)
 
 
@@ -231,16 +238,17 @@ class LoadGenerator:
 
     # -- engine health ----------------------------------------------------------------------
 
-    async def _healthy(self, client: httpx.AsyncClient) -> tuple[bool, str]:
+    async def _healthy(self, client: aiohttp.ClientSession) -> tuple[bool, str]:
         if not self.target.health_url:
             return True, ""
         try:
-            resp = await client.get(self.target.health_url, timeout=5.0)
-        except httpx.HTTPError as exc:
+            async with client.get(self.target.health_url, timeout=aiohttp.ClientTimeout(total=5.0)) as resp:
+                await resp.read()
+                return resp.status == 200, f"health {resp.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
             return False, f"{type(exc).__name__}: {exc}"
-        return resp.status_code == 200, f"health {resp.status_code}"
 
-    async def _on_engine_error(self, client: httpx.AsyncClient, state: _RunState, error: str) -> None:
+    async def _on_engine_error(self, client: aiohttp.ClientSession, state: _RunState, error: str) -> None:
         state.consecutive_errors += 1
         if self.target.health_url:
             for attempt in range(2):
@@ -256,11 +264,11 @@ class LoadGenerator:
     # -- one request --------------------------------------------------------------------------
 
     async def _one(
-        self, client: httpx.AsyncClient, prompt: Prompt, output_tokens: int, level_start: float
+        self, client: aiohttp.ClientSession, prompt: Prompt, output_tokens: int, level_start: float
     ) -> tuple[RequestRecord, bool]:
         """One streamed request -> (record, engine_trouble): trouble = a connection failure,
         a 5xx or a timeout, after which the engine's health is checked."""
-        body = request_body(self.target.model, prompt.text, output_tokens)
+        payload = json.dumps(request_body(self.target.model, prompt.text, output_tokens)).encode()
         for attempt in range(2):
             start = time.perf_counter()
             timer = stats.StreamTimer(start=start)
@@ -268,20 +276,20 @@ class LoadGenerator:
             trouble = answered = False
             try:
                 async with asyncio.timeout(self.profile.timeout_s):
-                    async with client.stream("POST", self.target.chat_url, json=body) as resp:
+                    async with client.post(self.target.chat_url, data=payload, headers=JSON_HEADERS) as resp:
                         answered = True
-                        if resp.status_code != 200:
-                            text = (await resp.aread()).decode(errors="replace")[:300]
-                            error = f"HTTP {resp.status_code}: {text}"
-                            trouble = resp.status_code >= 500
+                        if resp.status != 200:
+                            text = (await resp.read()).decode(errors="replace")[:300]
+                            error = f"HTTP {resp.status}: {text}"
+                            trouble = resp.status >= 500
                         else:
                             error = await _read_sse(resp, timer)
             except TimeoutError:
                 error, trouble = f"timed out after {self.profile.timeout_s} s", True
-            except httpx.HTTPError as exc:
+            except aiohttp.ClientError as exc:
                 error = f"{type(exc).__name__}: {exc or 'connection closed'}"
-                trouble = isinstance(exc, httpx.TransportError)
-                if attempt == 0 and not answered and isinstance(exc, httpx.RemoteProtocolError):
+                trouble = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError)
+                if attempt == 0 and not answered and _stale_socket(exc):
                     continue  # a pooled socket the server had just closed: nothing was processed
             except json.JSONDecodeError as exc:
                 error = f"bad stream chunk: {exc}"
@@ -305,7 +313,7 @@ class LoadGenerator:
 
     async def _run_request(
         self,
-        client: httpx.AsyncClient,
+        client: aiohttp.ClientSession,
         state: _RunState,
         prompt: Prompt,
         label: str,
@@ -328,7 +336,7 @@ class LoadGenerator:
 
     async def _run_level(
         self,
-        client: httpx.AsyncClient,
+        client: aiohttp.ClientSession,
         state: _RunState,
         prompts: list[Prompt],
         *,
@@ -377,14 +385,14 @@ class LoadGenerator:
 
     # -- the run -----------------------------------------------------------------------------
 
-    async def _scrape(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+    async def _scrape(self, client: aiohttp.ClientSession) -> dict[str, float] | None:
         if not self.target.metrics_url:
             return None
         try:
-            resp = await client.get(self.target.metrics_url, timeout=10.0)
-            resp.raise_for_status()
-            return dict(self.parse_metrics(resp.text))
-        except (httpx.HTTPError, ValueError):
+            async with client.get(self.target.metrics_url, timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+                resp.raise_for_status()
+                return dict(self.parse_metrics(await resp.text(errors="replace")))
+        except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
 
     async def run(self) -> RunResult:
@@ -405,12 +413,10 @@ class LoadGenerator:
             concurrency = max(profile.concurrency)
         # Idle connections expire before the server's own keep-alive timeout (llama.cpp's
         # cpp-httplib: 5 s), so a request rarely lands on a socket the server just closed.
-        limits = httpx.Limits(
-            max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4, keepalive_expiry=2.0
-        )
-        timeout = httpx.Timeout(profile.timeout_s, connect=10.0)
+        connector = aiohttp.TCPConnector(limit=concurrency + 4, keepalive_timeout=2.0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)  # each request has its own deadline
         try:
-            async with httpx.AsyncClient(headers=self._headers, limits=limits, timeout=timeout) as client:
+            async with aiohttp.ClientSession(headers=self._headers, connector=connector, timeout=timeout) as client:
                 await self._measure(client, state, profile, prompts, result)
         finally:
             self._callbacks.shutdown(wait=True)
@@ -418,7 +424,7 @@ class LoadGenerator:
 
     async def _measure(
         self,
-        client: httpx.AsyncClient,
+        client: aiohttp.ClientSession,
         state: _RunState,
         profile: BenchmarkProfile,
         prompts: list[Prompt],
@@ -485,14 +491,21 @@ class LoadGenerator:
         self._report(state, "", f"run {result.status}" + (f": {result.reason}" if result.reason else ""))
 
 
-async def _read_sse(resp: httpx.Response, timer: stats.StreamTimer) -> str | None:
+def _stale_socket(exc: aiohttp.ClientError) -> bool:
+    """A kept-alive connection the server closed (disconnected or reset), not a refused connect."""
+    return isinstance(exc, aiohttp.ServerDisconnectedError) or (
+        isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
+    )
+
+
+async def _read_sse(resp: aiohttp.ClientResponse, timer: stats.StreamTimer) -> str | None:
     """Feed every `data:` event to `timer` with its arrival time; an error event -> message.
 
-    Splits raw bytes itself (cheaper than httpx's text and line decoders); events that
-    arrive in one read share that read's timestamp, which is when the client saw them.
+    Splits raw bytes itself (cheaper than a text and line decoder); events that arrive in
+    one read share that read's timestamp, which is when the client saw them.
     """
     buf = b""
-    async for data in resp.aiter_bytes():
+    async for data in resp.content.iter_any():
         now = time.perf_counter()
         buf += data
         *lines, buf = buf.split(b"\n")
