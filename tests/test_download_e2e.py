@@ -198,16 +198,26 @@ def test_cancel_resume_and_delete_through_the_agent(hub, agent, monkeypatch, ope
 def test_an_ollama_model_is_pulled_through_ollamas_api(agent, ollama, operator):
     """No Ollama server can be installed here: tests/support/fake_ollama.py answers its documented
     pull stream. The agent's progress and the recorded copy come from that stream."""
-    from deployments.models import ModelVariant
+    import io
+
+    from django.core.management import call_command
+
+    from deployments.models import ModelVariant, Operation
 
     host = Host.objects.get(name=agent.name)
     tag = ModelVariant.objects.create(name="qwen3:0.6b", format="ollama")
-    op = wait_done(download_request(host=host, variant=tag, actor=operator), 60)
+    out = io.StringIO()
+    call_command("model", "download", "--host", host.name, "qwen3:0.6b", "--wait", "--timeout", "60", stdout=out)
+    assert "Download model of qwen3:0.6b done: ollama:qwen3:0.6b" in out.getvalue()
+    op = Operation.objects.get(kind="download", host=host)
     assert op.state == OperationState.SUCCEEDED, op.log + op.error
     assert ollama.pulls == [{"model": "qwen3:0.6b", "stream": True}]
     assert "[ollama] success" in op.log and "pulling" in op.log
     copy = HostModel.objects.get(host=host, model_variant=tag)
     assert copy.path == "ollama:qwen3:0.6b" and copy.size_bytes == 522_653_696 + 1_542 + 11_338 + 490
+    listed = io.StringIO()
+    call_command("model", "list", "--host", host.name, stdout=listed)
+    assert listed.getvalue().startswith("qwen3:0.6b\t522,667,066 bytes\tollama:qwen3:0.6b\tno revision")
 
     missing = ModelVariant.objects.create(name="no-such:model", format="ollama")
     failed = wait_done(download_request(host=host, variant=missing, actor=operator), 60)

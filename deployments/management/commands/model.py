@@ -2,17 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import PanelCommand, get_actor, get_host
+from deployments.choices import OperationState
+from deployments.management.cli import MAX_WAIT_S, BadInput, PanelCommand, bounded_float, follow, get_actor, get_host
+from deployments.models import HostModel, ModelVariant
 
 
 class Command(PanelCommand):
     help = (
         "Catalog models from Hugging Face: `model import REPO_ID [--revision R] [--file NAME.gguf] "
         "[--token-secret HOST/NAME]` reads the repository's config.json, safetensors index and generation "
-        "config, or a GGUF file's header by HTTP ranges (no weights are downloaded). HF_ENDPOINT is honoured."
+        "config, or a GGUF file's header by HTTP ranges (no weights are downloaded). HF_ENDPOINT is honoured. "
+        "`model download --host H NAME [--token-secret S] [--wait]`: the files to the host's disk, as an "
+        "operation on its queue (exit 1 when it failed or was cancelled). `model list --host H`: what is on its "
+        "disk. `model delete --host H NAME [--wait]`: refused while a revision in use needs it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -26,9 +31,66 @@ class Command(PanelCommand):
             "--token-secret", default="", help="HOST/NAME: the host secret holding a token, for gated repositories"
         )
         imp.add_argument("--user", default=None)
+        down = sub.add_parser("download", help="download a catalog model's files to a host")
+        down.add_argument("--host", required=True)
+        down.add_argument("model", help="the catalog name")
+        down.add_argument("--token-secret", default="", help="the host's secret holding a token (gated repositories)")
+        remove = sub.add_parser("delete", help="delete a downloaded model from a host's disk")
+        remove.add_argument("--host", required=True)
+        remove.add_argument("model", help="the catalog name")
+        for cmd in (down, remove):
+            cmd.add_argument("--wait", action="store_true", help="follow the operation's log until it ends")
+            cmd.add_argument("--timeout", type=bounded_float(0, MAX_WAIT_S), default=None)
+            cmd.add_argument("--user", default=None)
+        lst = sub.add_parser("list", help="models on a host's disk")
+        lst.add_argument("--host", required=True)
 
     def handle(self, *args: Any, **o: Any) -> None:
-        from deployments.management.cli import BadInput
+        if o["action"] == "import":
+            self._import(o)
+        elif o["action"] == "list":
+            self._list(o)
+        else:
+            self._operate(o)
+
+    def _list(self, o: dict[str, Any]) -> None:
+        from deployments.services.host_models import host_model_list
+
+        host = get_host(o["host"])
+        for row in host_model_list(host=host):
+            revisions = ", ".join(f"r{r.number}" for r in row.revisions) or "no revision"
+            kept = f"; kept: {row.delete_refusal}" if row.delete_refusal else ""
+            self.stdout.write(
+                f"{row.copy.model_variant.name}\t{row.copy.size_bytes:,} bytes\t{row.copy.path}\t{revisions}{kept}"
+            )
+
+    def _operate(self, o: dict[str, Any]) -> None:
+        from deployments.services.host_models import download_request, host_model_delete_request
+
+        host = get_host(o["host"])
+        variant = ModelVariant.objects.filter(name=o["model"]).first()
+        if variant is None:
+            raise BadInput(f"No catalog model named {o['model']!r}.")
+        with change_context("cli"):
+            if o["action"] == "download":
+                op = download_request(
+                    host=host, variant=variant, token_secret=o["token_secret"], actor=get_actor(o["user"])
+                )
+            else:
+                copy = HostModel.objects.filter(host=host, model_variant=variant).first()
+                if copy is None:
+                    raise BadInput(f"{variant.name} is not on {host.name}'s disk (as far as the panel knows).")
+                op = host_model_delete_request(copy=copy, actor=get_actor(o["user"]))
+        self.stdout.write(f"{op.get_kind_display()} of {variant.name} on {host.name} queued as operation {op.pk}.")
+        if not o["wait"]:
+            return
+        op = follow(op, timeout=o["timeout"], write=self.stdout.write)
+        if op.state != OperationState.SUCCEEDED:
+            raise CommandError(op.error or f"{op.get_kind_display()} {op.state}.", returncode=1)
+        where = op.result.get("path") or op.result.get("deleted") or ""
+        self.stdout.write(self.style.SUCCESS(f"{op.get_kind_display()} of {variant.name} done: {where}"))
+
+    def _import(self, o: dict[str, Any]) -> None:
         from deployments.services.hub_imports import model_variant_import_hub
 
         host, secret = None, ""
