@@ -26,6 +26,7 @@ from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from deployments.planner import PlanInputError
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.planning import plan_for_revision, plan_for_values
+from hardware.models import Host
 
 # --- launch ------------------------------------------------------------------------------------
 
@@ -46,7 +47,7 @@ class Launch:
 _BIND_HOST = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,255}")
 
 
-def engine_bind_host(host: Any) -> str:
+def engine_bind_host(host: Host) -> str:
     """The address engines on `host` bind to, as its agent launches them.
 
     The agent binds `settings.ENGINE_BIND_HOST` (CONTROLPANEL_ENGINE_BIND_HOST) of its own

@@ -6,7 +6,7 @@ from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
-from hardware.models import GPU, GpuType
+from hardware.models import GPU, GpuType, Host
 
 
 def version_floors(stored: Any) -> dict[str, str]:
@@ -54,7 +54,7 @@ def gpu_type_specs(gpu_type: GpuType, count: int) -> tuple[GpuSpec, ...]:
     )
 
 
-def host_gpu_specs(host: Any) -> tuple[GpuSpec, ...]:
+def host_gpu_specs(host: Host) -> tuple[GpuSpec, ...]:
     return tuple(gpu_spec(g) for g in host.gpus.select_related("gpu_type").order_by("index"))
 
 
@@ -91,7 +91,7 @@ def plan_request(
 
 def plan_for_values(
     *,
-    host: Any,
+    host: Host,
     model: ModelVariant,
     engine: str,
     engine_version: str = "",

@@ -15,6 +15,7 @@ from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
 from deployments.models import DeploymentRevision
+from hardware.models import Host
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight"]
 
@@ -41,7 +42,7 @@ def install_key(engine: str, version: str) -> str:
         return (version or "").strip() or "latest"
 
 
-def carried_build(host: Any, engine: str) -> str:
+def carried_build(host: Host, engine: str) -> str:
     """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
     state = host.engine_state if isinstance(host.engine_state, dict) else {}
     carried = state.get("carried")

@@ -11,6 +11,7 @@ from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from deployments.choices import OperationKind
 from deployments.models import DeploymentRevision, Operation, active_revision_of
 from deployments.planner import PlanInputError
+from hardware.models import Host
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
@@ -96,12 +97,12 @@ def switch_request(
 
 
 @transaction.atomic
-def stop_request(*, host: Any, actor: Any) -> Operation:
+def stop_request(*, host: Host, actor: Any) -> Operation:
     ensure_role(actor, OPERATOR)
     return operation_create(kind=OperationKind.STOP, host=host, enqueue=operation_dispatch, actor=actor)
 
 
 @transaction.atomic
-def probe_request(*, host: Any, actor: Any) -> Operation:
+def probe_request(*, host: Host, actor: Any) -> Operation:
     ensure_role(actor, OPERATOR)
     return operation_create(kind=OperationKind.PROBE, host=host, enqueue=operation_dispatch, actor=actor)
