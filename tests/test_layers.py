@@ -244,3 +244,38 @@ def test_hardware_models_name_no_model_of_deployments():
         for field in model._meta.get_fields():
             if field.is_relation and field.concrete:
                 assert field.related_model._meta.app_label != "deployments", f"{model.__name__}.{field.name}"
+
+
+# The agent's side: hostagent and the host runtime it drives read only the pure domain core of
+# deployments and nothing of the panel's database side (models, services, selectors, credentials).
+PURE_CORE = (
+    "deployments.arch",
+    "deployments.safety",
+    "deployments.planner",
+    "deployments.engines",
+    "deployments.diffing",
+    "deployments.benchmarking",
+    "deployments.exports",
+    "deployments.ansible_vars",
+    "deployments.checks",
+    "deployments.operation_tasks",
+    "core.limits",
+    "core.errors",
+)
+# The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)
+# and `manage.py host register-local` probe that machine with the agent's own probe. Nowhere else
+# does the panel's side run host code.
+PANEL_RUNS_HOST_CODE = {
+    "controlpanel.embedded -> hostagent.probe",
+    "deployments.management.commands.host -> hostagent.probe",
+}
+
+
+def test_the_agent_reads_only_the_pure_core_and_the_panel_never_the_agent():
+    graph = _import_graph()
+    agent = [m for m in graph if m.startswith(("hostagent",) + HOST_RUNTIME)]
+    reads = {f"{m} -> {t}" for m in agent for t in graph[m] if t.split(".")[0] in ("core", "hardware", "deployments")}
+    assert sorted(r for r in reads if not r.split(" -> ")[1].startswith(PURE_CORE + HOST_RUNTIME)) == []
+    panel = [m for m in graph if not m.startswith(("hostagent",) + HOST_RUNTIME)]
+    runs = {f"{m} -> {t}" for m in panel for t in graph[m] if t.startswith("hostagent")}
+    assert runs <= PANEL_RUNS_HOST_CODE
