@@ -6,8 +6,12 @@ Prints, over a few rounds with the real llama-server and the Gemma 3 270M model:
 - panel: a switch request (service -> broker -> host agent -> stop, start, ready, verify,
   report to the panel's agent API) until the Operation row says succeeded; the agent runs as a
   GPU host's does (host token, the panel's web server, no database URL);
-and the difference (the panel's overhead: queueing, stopping the previous engine, the
-verification completion, bookkeeping).
+and the difference (the panel's overhead), with where the panel's seconds went (medians):
+the request (service, row, enqueue), queueing until the agent has begun it, the agent's
+preflight and reports, stopping the previous engine, launch to ready (the engine's own load,
+as the direct launch measures it, plus polling granularity), the verification completion,
+the rest of the start, the state report, the finish reaching the panel, and this script
+seeing it.
 
     python bench/bench_switch.py            # embedded default: SQLite + the embedded Redis
     DATABASE_URL=postgres://... CELERY_BROKER_URL=redis://... python bench/bench_switch.py
@@ -41,6 +45,7 @@ def main() -> None:
     django.setup()
     import httpx
     from django.core.management import call_command
+    from django.utils import timezone
 
     from deployments.choices import OperationState
     from deployments.engines.registry import get_adapter
@@ -106,6 +111,7 @@ def main() -> None:
         ]
 
         direct, panel = [], []
+        parts: dict[str, list[float]] = {}
         for i in range(ROUNDS):
             revision = revisions[i % 2]
             supervisor_for(name).stop(grace=10)
@@ -132,12 +138,25 @@ def main() -> None:
 
             t0 = time.perf_counter()
             op = switch_request(revision=revision, actor=None)
+            requested = time.perf_counter() - t0
             while op.state not in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.LOST):
                 time.sleep(0.02)
                 op = Operation.objects.get(pk=op.pk)
             panel.append(time.perf_counter() - t0)
+            seen = timezone.now()
             if op.state != OperationState.SUCCEEDED:
                 raise SystemExit(f"switch failed: {op.error}")
+            timing = op.result.get("timing") or {}
+            agent_s = sum(float(v) for v in timing.values())
+            assert op.started_at and op.finished_at
+            for part, value in (
+                ("request (service, row, enqueue)", requested),
+                ("queued until the agent began", (op.started_at - op.created_at).total_seconds() - requested),
+                *((k, float(v)) for k, v in timing.items()),
+                ("begin/finish round trips, rest", (op.finished_at - op.started_at).total_seconds() - agent_s),
+                ("finished -> seen here (20 ms polls)", (seen - op.finished_at).total_seconds()),
+            ):
+                parts.setdefault(part, []).append(value)
             print(f"round {i + 1}: direct {direct[-1]:.2f} s, panel {panel[-1]:.2f} s", flush=True)
 
         d, p = statistics.median(direct), statistics.median(panel)
@@ -146,6 +165,9 @@ def main() -> None:
         print(f"direct launch to ready (median of {ROUNDS}): {d:.2f} s")
         print(f"panel switch request to ready (median):      {p:.2f} s")
         print(f"panel overhead:                              {p - d:+.2f} s")
+        print("where the panel's seconds went (medians; ready_s is the engine's own load):")
+        for part, values in parts.items():
+            print(f"  {part:<40} {statistics.median(values):6.3f} s")
     finally:
         agent.terminate()
         agent.wait(20)

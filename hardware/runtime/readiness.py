@@ -25,7 +25,8 @@ ProgressCallback = Callable[[str, float, str], None]
 
 LogTail = Callable[[], list[str]]
 
-POLL_INTERVAL = 0.15
+POLL_INTERVAL = 0.05  # a probe on loopback costs the engine next to nothing; a coarser poll costs the switch
+REPORT_EVERY = 1.0  # seconds between progress reports while nothing changes (each is a line in the log)
 PROBE_TIMEOUT = httpx.Timeout(2.0, connect=0.5)
 
 
@@ -96,11 +97,18 @@ def wait_ready(
     health_seconds: float | None = None
     last = "no answer yet"
     polls = 0
+    reported: tuple[str, float] = ("", 0.0)  # what was last reported (stage and answer) and when
 
-    def progress(stage: str, message: str) -> None:
-        if on_progress is not None:
-            elapsed = time.monotonic() - started
-            on_progress(stage, min(elapsed / timeout, 0.99) if timeout > 0 else 0.0, message)
+    def progress(stage: str, message: str, answer: str = "") -> None:
+        """Report a new stage or answer at once, the same one again at most every REPORT_EVERY s."""
+        nonlocal reported
+        now = time.monotonic()
+        key = f"{stage}\n{answer}"
+        if on_progress is None or (key == reported[0] and now - reported[1] < REPORT_EVERY):
+            return
+        reported = (key, now)
+        elapsed = now - started
+        on_progress(stage, min(elapsed / timeout, 0.99) if timeout > 0 else 0.0, message)
 
     with _client(client, PROBE_TIMEOUT) as http:
         while True:
@@ -116,14 +124,14 @@ def wait_ready(
                 last = _probe_health(http, spec)
                 if last == "200":
                     health_seconds = time.monotonic() - started
-                    progress("models", f"health OK after {health_seconds:.1f} s; checking /v1/models")
+                    progress("models", f"health OK after {health_seconds:.1f} s; checking /v1/models", "health OK")
                     continue
-                progress("health", f"waiting for {spec.health_url}: {last} ({elapsed:.1f} s)")
+                progress("health", f"waiting for {spec.health_url}: {last} ({elapsed:.1f} s)", last)
             else:
                 ids, status = _probe_models(http, spec, api_key)
                 if spec.served_name in ids or (not spec.served_name and ids):
                     seconds = time.monotonic() - started
-                    progress("models", f"ready after {seconds:.1f} s, serving {', '.join(ids)}")
+                    progress("models", f"ready after {seconds:.1f} s, serving {', '.join(ids)}", "ready")
                     return ReadyResult(seconds, health_seconds, ids, polls)
                 last = status
                 if status.startswith(("401", "403")):
@@ -131,7 +139,7 @@ def wait_ready(
                         f"{spec.models_url} refused us ({status}): the API key is missing or wrong",
                         tail(),
                     )
-                progress("models", f"waiting for {spec.served_name!r} in /v1/models: {status}")
+                progress("models", f"waiting for {spec.served_name!r} in /v1/models: {status}", status)
             if time.monotonic() >= deadline:
                 reason = (
                     f"the engine was not ready after {timeout:.0f} s (last probe: {last})"
@@ -181,7 +189,7 @@ def verify_chat(
     spec: LaunchSpec,
     *,
     client: httpx.Client | None = None,
-    max_tokens: int = 8,
+    max_tokens: int = 1,  # one token proves the model answers; each more is a decode step on the switch's clock
     timeout: float = 60.0,
     prompt: str = "Say hello in one word.",
     api_key: str | None = None,

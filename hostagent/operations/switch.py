@@ -4,6 +4,7 @@ switch succeeded."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from .common import Reporter, report_state
 
 
 def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: LaunchSpec) -> dict[str, Any]:
+    """Stop, start, wait until ready, verify; the answer carries where the seconds went."""
     result = sup.start(
         spec,
         revision_label=launch["label"],
@@ -26,11 +28,19 @@ def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: Laun
         on_progress=report,
         ready_timeout=settings.ENGINE_READY_TIMEOUT_S,
     )
+    stop_s = sum(s.seconds for s in result.stopped)
+    verify_s = result.chat.seconds if result.chat is not None else 0.0
     return {
         "pid": result.pid,
         "seconds": round(result.seconds, 3),
         "served_name": result.served_name,
         "stopped": [{"pid": s.pid, "kind": s.kind, "revision": s.revision_label} for s in result.stopped],
+        "timing": {
+            "stop_s": round(stop_s, 3),
+            "ready_s": round(result.ready.seconds, 3),  # launched -> health 200 and the name listed
+            "verify_s": round(verify_s, 3),
+            "start_other_s": round(result.seconds - stop_s - result.ready.seconds - verify_s, 3),
+        },
     }
 
 
@@ -40,6 +50,7 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
     installs = order["host"].get("engine_installs") or {}
     number = launch["number"]
     sup = ctx.supervisor
+    began = time.monotonic()
     report = Reporter(ctx.panel, op_id)
     if report.cancelled():
         ctx.panel.finish(op_id, state="cancelled", error="Cancelled before the engine was touched.")
@@ -57,12 +68,11 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
         )
         return
     checks = host_preflight(launch, spec, sup, installs=installs, cpu_only=bool(order["host"].get("cpu_only")))
-    for check in checks:
-        report.log(f"preflight {check.name}: {check.status}: {check.message}")
+    said = "\n".join(f"preflight {check.name}: {check.status}: {check.message}" for check in checks)
     failed = [c for c in checks if c.failed]
     if failed:
         reason = " ".join(c.message for c in failed)
-        report.log(f"refused before anything was stopped: {reason}")
+        report.log(f"{said}\nrefused before anything was stopped: {reason}")
         ctx.panel.finish(
             op_id,
             state="failed",
@@ -76,10 +86,14 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
             error=f"r{number} was refused on the host before anything was stopped: {reason}",
         )
         return
-    report.log(f"switching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else ""))
+    before_start = time.monotonic() - began
     try:
-        with sup.watchdog_paused(f"switch to r{number}"):
-            started = _start(sup, launch, report.scaled(0.0, 0.9), spec)
+        # Nothing below waits for the panel's answer: the reports go from their own thread.
+        with sup.watchdog_paused(f"switch to r{number}"), report.in_background() as background:
+            background.log(
+                f"{said}\nswitching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else "")
+            )
+            started = _start(sup, launch, background.scaled(0.0, 0.9), spec)
     except (EngineStartError, HostRuntimeError) as exc:
         tail = list(getattr(exc, "log_tail", []) or [])
         reason = getattr(exc, "reason", None) or str(exc)
@@ -106,11 +120,17 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
         else:
             _rollback(ctx, order, result, report, reason)
         return
+    reported = time.monotonic()
     report_state(ctx)
+    timing = {
+        "preflight_s": round(before_start, 3),  # begun -> the supervisor's start: checks, reports
+        **started["timing"],
+        "state_report_s": round(time.monotonic() - reported, 3),
+    }
     ctx.panel.finish(
         op_id,
         state="succeeded",
-        result={"revision": number, "previous": previous["number"] if previous else None, **started},
+        result={"revision": number, "previous": previous["number"] if previous else None, **started, "timing": timing},
     )
 
 
