@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.test_flow import ARGS, CHROMIUM, snap
+from tests.browser.chromium import snap
 from tests.support.embedded import ROOT, EmbeddedPanel
 from tests.support.llama import free_port, gemma_model_path
 
@@ -67,24 +67,6 @@ def panel(tmp_path: Path) -> Iterator[ScriptsRun]:
     finally:
         if started.proc is not None and started.proc.poll() is None:
             started.kill_all()
-
-
-@pytest.fixture
-def page() -> Iterator[Any]:
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Chromium is not installed (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(30_000)
-        pg = context.new_page()
-        try:
-            yield pg
-        finally:
-            context.close()
-            browser.close()
 
 
 def _wait_operation(page: Any, expected: str) -> None:

@@ -5,16 +5,14 @@ diff between two revisions, start a benchmark and see its plots."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.urls import NoReverseMatch, reverse
 
 from deployments.models import active_revision_of
+from tests.browser.chromium import snap
 
 pytestmark = [
     pytest.mark.browser,
@@ -22,45 +20,6 @@ pytestmark = [
     pytest.mark.celery,
     pytest.mark.django_db(transaction=True),
 ]
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    if not shutil.which(CHROMIUM):
-        pytest.skip("Chromium is not installed (apt-get install -y chromium)")
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the test makes
-    # between browser steps are plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        context.set_default_timeout(20_000)
-        pg = context.new_page()
-        try:
-            yield pg
-        finally:
-            context.close()
-            browser.close()
-
-
-def snap(page: Any, name: str) -> None:
-    """Full-page screenshots into $BROWSER_SCREENSHOTS when set (for looking at the pages)."""
-    folder = os.environ.get("BROWSER_SCREENSHOTS")
-    if folder:
-        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
 
 
 def gemma_with_header_facts(gemma: Any) -> None:
