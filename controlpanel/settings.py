@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from controlpanel.hardening import parse_proxy_ssl_header, write_private
 from controlpanel.settings_shared import (  # noqa: F401 - settings the agent shares
+    AGENT_ENGINE_LOG_S,
     AGENT_HEARTBEAT_S,
     BASE_DIR,
     CELERY_ACCEPT_CONTENT,
@@ -211,3 +212,8 @@ CELERY_BEAT_SCHEDULE = {
 CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default="http://127.0.0.1:8000")
 # The panel worker's queue that sends them (a slow channel waits there, never in a request).
 NOTIFICATIONS_QUEUE = env.str("CONTROLPANEL_NOTIFICATIONS_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
+
+# --- Engine logs the agents send (deployments.EngineLogRun) ------------------------------------------
+# Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).
+ENGINE_LOG_RUNS_KEPT = env.int("CONTROLPANEL_ENGINE_LOG_RUNS_KEPT", default=20)
+ENGINE_LOG_RUN_BYTES = env.int("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", default=512 * 1024)

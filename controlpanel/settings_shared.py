@@ -65,6 +65,8 @@ HOST_STATE_DIR = Path(env.str("CONTROLPANEL_HOST_STATE_DIR", default=str(DATA_DI
 HOST_OFFLINE_AFTER_S = env.int("CONTROLPANEL_HOST_OFFLINE_AFTER_S", default=90)
 AGENT_HEARTBEAT_S = env.int("CONTROLPANEL_AGENT_HEARTBEAT_S", default=15)
 TELEMETRY_INTERVAL_S = env.int("CONTROLPANEL_TELEMETRY_INTERVAL_S", default=10)
+# How often the agent sends the engine's new log lines to the panel (the host page follows them).
+AGENT_ENGINE_LOG_S = env.float("CONTROLPANEL_AGENT_ENGINE_LOG_S", default=1.0)
 # Raw telemetry kept at full rate; older samples are rolled up to one per minute.
 TELEMETRY_RAW_RETENTION_H = env.int("CONTROLPANEL_TELEMETRY_RAW_RETENTION_H", default=24)
 TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_D", default=30)

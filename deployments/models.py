@@ -317,3 +317,30 @@ class BenchmarkRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile_name} on revision {self.revision_id} ({self.status})"
+
+
+class EngineLogRun(models.Model):
+    """One start of a host's engine (a switch's launch or a watchdog restart) and its log as the
+    host's agent sent it: masked on the host, whole lines, the last ENGINE_LOG_RUN_BYTES kept.
+
+    `received` is how far into the host's log file the panel has it (the agent resumes there);
+    `lines` counts every line ever received, so followers ask for the lines after a number."""
+
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="engine_log_runs")
+    key = models.CharField(max_length=80)  # the agent's name for the start: its time and pid
+    revision = models.ForeignKey(DeploymentRevision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    revision_label = models.CharField(max_length=80, blank=True)
+    engine = models.CharField(max_length=20, blank=True)
+    started_at = models.DateTimeField()
+    text = models.TextField(blank=True)
+    received = models.BigIntegerField(default=0)
+    lines = models.IntegerField(default=0)
+    dropped_lines = models.IntegerField(default=0)  # cut from the start to stay within the limit
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        constraints = [models.UniqueConstraint(fields=["host", "key"], name="engine_log_run_once_per_start")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} engine log from {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -1,5 +1,6 @@
 """The agent's loops beside its Celery worker: heartbeat (engine state and metrics, and the
-outbox sent again once the panel is back), GPU telemetry, and the engine watchdog."""
+outbox sent again once the panel is back), GPU telemetry, the engine's log as it grows, and the
+engine watchdog."""
 
 from __future__ import annotations
 
@@ -71,6 +72,17 @@ def telemetry_loop(ctx: AgentContext, stop: threading.Event) -> None:
                 log.exception("telemetry failed")
 
 
+def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
+    from .enginelog import EngineLogShipper
+
+    shipper = EngineLogShipper(ctx.supervisor, ctx.panel)
+    while not stop.wait(settings.AGENT_ENGINE_LOG_S):
+        try:
+            shipper.tick()
+        except Exception:  # noqa: BLE001 - the log is a view; the loop survives anything
+            log.exception("engine log not sent")
+
+
 def start_watchdog(ctx: AgentContext) -> Any:
     from hardware.runtime.watchdog import Watchdog
 
@@ -102,7 +114,10 @@ def start_watchdog(ctx: AgentContext) -> Any:
 
 def start_loops(ctx: AgentContext, *, telemetry: bool) -> tuple[threading.Event, list[threading.Thread]]:
     stop = threading.Event()
-    threads = [threading.Thread(target=heartbeat_loop, args=(ctx, stop), daemon=True, name="heartbeat")]
+    threads = [
+        threading.Thread(target=heartbeat_loop, args=(ctx, stop), daemon=True, name="heartbeat"),
+        threading.Thread(target=engine_log_loop, args=(ctx, stop), daemon=True, name="engine-log"),
+    ]
     if telemetry:
         threads.append(threading.Thread(target=telemetry_loop, args=(ctx, stop), daemon=True, name="telemetry"))
     for thread in threads:

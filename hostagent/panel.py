@@ -53,6 +53,8 @@ class PanelPort(Protocol):
 
     def event(self, *, kind: str, message: str) -> None: ...
 
+    def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None: ...
+
     def launch(self, revision_id: str) -> dict[str, Any] | None: ...
 
     def begin(self, op_id: str, *, worker: str) -> dict[str, Any] | None: ...
@@ -204,6 +206,11 @@ class HttpPanel:
 
     def event(self, *, kind: str, message: str) -> None:
         self._durable("events", {"kind": kind, "message": message}, kind="event", patience=5.0)
+
+    def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None:
+        """Lines of the engine's log (bytes offset..end of the host's file, one run); the answer's
+        `received` is the byte the panel has up to. Not kept when the panel is away: the file is."""
+        return self._call("POST", "engine-log", {"run": run, "offset": offset, "end": end, "lines": lines})
 
     def launch(self, revision_id: str) -> dict[str, Any] | None:
         return self._call("GET", f"revisions/{int(revision_id)}/launch", patience=5.0)

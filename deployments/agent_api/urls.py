@@ -11,6 +11,7 @@ urlpatterns = [
     path("heartbeat", views.heartbeat, name="heartbeat"),
     path("telemetry", views.telemetry, name="telemetry"),
     path("events", views.event, name="event"),
+    path("engine-log", views.engine_log, name="engine_log"),
     path("revisions/<int:revision_id>/launch", views.launch, name="launch"),
     path("operations", views.operations, name="operations"),
     path("operations/<uuid:op_id>/begin", views.begin, name="begin"),

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from deployments.choices import ACTIVE_STATES, OperationState
 from deployments.models import DeploymentRevision, Operation
 from deployments.services import host_reports
+from deployments.services.engine_logs import engine_log_append
 from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_heartbeat, host_probe_record, telemetry_record
@@ -106,6 +107,18 @@ def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespons
     except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
+
+
+@host_endpoint(("POST",), max_body=4 * 1024 * 1024)  # 256 KiB of log a report, JSON-escaped
+def engine_log(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    """Lines of the engine's log; answers how far into the host's file the panel has it."""
+    try:
+        run = engine_log_append(
+            host=host, run=body.get("run"), offset=body.get("offset"), end=body.get("end"), lines=body.get("lines")
+        )
+    except ValidationError as exc:
+        return _refused(exc)
+    return JsonResponse({"received": run.received})
 
 
 @host_endpoint(("GET",))

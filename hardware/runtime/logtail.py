@@ -84,3 +84,31 @@ def file_size(path: str | os.PathLike[str]) -> int:
         return Path(path).stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def read_lines(
+    path: str | os.PathLike[str], offset: int, *, max_bytes: int = 256 * 1024, secrets: Iterable[str] = ()
+) -> tuple[list[str], int]:
+    """The whole lines of `path` from byte `offset` (at most about `max_bytes`), masked, and the
+    offset just after the last one: a partial last line waits for its newline, unless it is
+    longer than a log line may be. A missing file, or one shorter than `offset`, gives nothing."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return [], offset
+    with fh:
+        if fh.seek(0, os.SEEK_END) <= offset:
+            return [], offset
+        fh.seek(offset)
+        data = fh.read(max_bytes)
+    cut = data.rfind(b"\n") + 1
+    if cut == 0:
+        if len(data) < _MAX_LINE:
+            return [], offset
+        cut = len(data)
+    text = data[:cut].decode("utf-8", "replace").replace("\r\n", "\n")
+    parts = text.split("\n")
+    if parts and parts[-1] == "":
+        parts.pop()
+    secrets = list(secrets)
+    return [mask_line(line[:_MAX_LINE], secrets) for line in parts], offset + cut

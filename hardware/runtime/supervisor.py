@@ -38,7 +38,7 @@ import httpx
 from deployments.engines.base import PRIVATE_FILE, LaunchSpec
 
 from .errors import EngineExitedError, EngineStartError, PortBusyError
-from .logtail import file_size, mask_line, tail_lines
+from .logtail import file_size, mask_line, read_lines, tail_lines
 from .processes import (
     group_members,
     is_alive,
@@ -509,6 +509,11 @@ class Supervisor:
     def log_tail(self, lines: int = 200) -> list[str]:
         """The engine log's last `lines` lines, secrets masked (bounded memory)."""
         return tail_lines(self.log_path, lines, secrets=self._secrets)
+
+    def log_since(self, offset: int, *, max_bytes: int = 256 * 1024) -> tuple[list[str], int]:
+        """The engine log's whole lines from byte `offset`, secrets masked, and where the next
+        read starts (the agent ships the log to the panel with it)."""
+        return read_lines(self.log_path, offset, max_bytes=max_bytes, secrets=self._secrets)
 
     # watchdog pauses -------------------------------------------------------------
     def pause_watchdog(self, reason: str = "paused by an operator") -> None:

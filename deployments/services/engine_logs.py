@@ -1,0 +1,139 @@
+"""Engine logs as hosts' agents send them (hostagent/enginelog.py): one row per engine start,
+lines appended in order, bounded per start and per host; and the lines a page shows."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from deployments.models import DeploymentRevision, EngineLogRun
+from hardware.models import Host
+
+MAX_LINES_PER_REPORT = 10_000
+MAX_LINE = 4096
+# What "warnings and errors only" keeps: vLLM/SGLang levels, llama.cpp's, Python tracebacks, CUDA.
+PROBLEM = re.compile(
+    r"\b(WARN(ING)?|ERROR|CRITICAL|FATAL|Traceback|Exception|error|failed|out of memory|OOM|abort(ed)?)\b"
+    r"|^[WE] |\bE\d{4} ",
+    re.IGNORECASE,
+)
+
+
+def _clean(line: Any) -> str:
+    if not isinstance(line, str):
+        raise ValidationError("lines must be strings.")
+    # PostgreSQL text holds no NUL; a lone surrogate cannot be stored either.
+    return line[:MAX_LINE].replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _run_for(host: Host, run: dict[str, Any]) -> EngineLogRun:
+    key = run.get("key")
+    if not isinstance(key, str) or not key or len(key) > 80:
+        raise ValidationError("run.key must be a string of 1 to 80 characters.")
+    found = EngineLogRun.objects.select_for_update().filter(host=host, key=key).first()
+    if found is not None:
+        return found
+    started = parse_datetime(str(run.get("started_at") or "")) or timezone.now()
+    if timezone.is_naive(started):
+        started = timezone.make_aware(started)
+    revision = None
+    revision_id = run.get("revision_id")
+    if isinstance(revision_id, (str, int)) and str(revision_id).isdigit():
+        revision = DeploymentRevision.objects.filter(pk=int(revision_id), host=host).first()  # its own only
+    created = EngineLogRun.objects.create(
+        host=host,
+        key=key,
+        revision=revision,
+        revision_label=str(run.get("revision_label") or "")[:80],
+        engine=str(run.get("engine") or "")[:20],
+        started_at=started,
+    )
+    keep = settings.ENGINE_LOG_RUNS_KEPT
+    old = EngineLogRun.objects.filter(host=host).order_by("-started_at", "-pk").values_list("pk", flat=True)[keep:]
+    EngineLogRun.objects.filter(pk__in=list(old)).delete()
+    return created
+
+
+@transaction.atomic
+def engine_log_append(*, host: Host, run: Any, offset: Any, end: Any, lines: Any) -> EngineLogRun:
+    """Append a report of `lines` (bytes offset..end of the host's log) to its run.
+
+    A report that starts before what the panel has is a resend (a lost answer, a restarted
+    agent): nothing is stored, and the run's `received` tells the agent where to resume. One
+    that starts after it notes the gap. ValidationError on a malformed report."""
+    if not isinstance(run, dict):
+        raise ValidationError("run must be a JSON object.")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in (offset, end)):
+        raise ValidationError("offset and end must be byte positions.")
+    if end < offset:
+        raise ValidationError("end must not be before offset.")
+    if not isinstance(lines, list) or len(lines) > MAX_LINES_PER_REPORT:
+        raise ValidationError(f"lines must be a list of at most {MAX_LINES_PER_REPORT} strings.")
+    cleaned = [_clean(line) for line in lines]
+    record = _run_for(host, run)
+    if record.lines and offset < record.received:
+        return record
+    if record.lines and offset > record.received:
+        cleaned.insert(0, f"[… {offset - record.received} bytes of the engine's log were not received …]")
+    if not cleaned:
+        return record
+    text = record.text + "".join(line + "\n" for line in cleaned)
+    dropped = 0
+    limit = settings.ENGINE_LOG_RUN_BYTES
+    if len(text) > limit:
+        cut = text.find("\n", len(text) - limit) + 1
+        dropped = text.count("\n", 0, cut)
+        text = text[cut:]
+    record.text = text
+    record.lines += len(cleaned)
+    record.dropped_lines += dropped
+    record.received = end
+    record.save(update_fields=["text", "lines", "dropped_lines", "received", "updated_at"])
+    return record
+
+
+@dataclass(frozen=True)
+class LogLine:
+    number: int
+    text: str
+    problem: bool
+
+
+def engine_log_lines(run: EngineLogRun, *, after: int = 0, problems_only: bool = False, last: int = 0) -> list[LogLine]:
+    """The run's kept lines numbered from its first line ever, those after `after`; with `last`,
+    only the last that many (after filtering)."""
+    kept = run.text.split("\n")
+    if kept and kept[-1] == "":
+        kept.pop()
+    first = run.lines - len(kept) + 1
+    out = []
+    for i, text in enumerate(kept):
+        number = first + i
+        if number <= after:
+            continue
+        problem = bool(PROBLEM.search(text))
+        if problems_only and not problem:
+            continue
+        out.append(LogLine(number, text, problem))
+    return out[-last:] if last else out
+
+
+def engine_log_runs(host: Host) -> list[EngineLogRun]:
+    """The host's kept runs, newest first, without their text."""
+    return list(
+        EngineLogRun.objects.filter(host=host)
+        .defer("text")
+        .select_related("revision")
+        .order_by("-started_at", "-pk")[: settings.ENGINE_LOG_RUNS_KEPT]
+    )
+
+
+def latest_run(host: Host) -> EngineLogRun | None:
+    return EngineLogRun.objects.filter(host=host).order_by("-started_at", "-pk").first()
