@@ -48,9 +48,10 @@ def test_switch_benchmark_compare_and_fail_on_a_regression(lab, live_server, ope
     token = token_create(user=operator, name="ci", actor=operator).secret
     name = host.name
 
-    # No run on r1 yet: the script benchmarks r1 first, switches, benchmarks r2 and compares (this
-    # busy 2-core box measures with wide noise, so the pass path allows a wide drop).
-    done = _run(live_server, token, "--host", name, "--revision", "2", "--max-drop", "0.95")
+    # No run on r1 yet: the script benchmarks r1 first, switches, benchmarks r2 and compares. On a
+    # busy 2-core box TTFT alone can move several-fold between two runs of the same model, so the
+    # pass path allows any change (the failing path below is made certain another way).
+    done = _run(live_server, token, "--host", name, "--revision", "2", "--max-drop", "100")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"switching {name} from r1 to r2" in done.stdout
     assert "output tok/s" in done.stdout and "no slower than r1" in done.stdout
