@@ -25,6 +25,11 @@ def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.set_default_timeout(30_000)
         pg = context.new_page()
+        # The panel never uses the browser's own dialogs (static/js/confirm.js): any that shows up
+        # is recorded, and dismissed, for the tests that check there are none.
+        native: list[str] = []
+        pg.on("dialog", lambda d: (native.append(d.message), d.dismiss()))
+        pg.native_dialogs = native
         try:
             yield pg
         finally:
