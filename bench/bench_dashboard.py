@@ -4,17 +4,21 @@ Creates 100 hosts with 8 GPUs each, a day of telemetry (one-minute rollups, as t
 task leaves them, for the day before the last hour; raw 10 s samples for the last hour), an
 active revision and engine metrics on every host and a running operation on some; then
 requests the dashboard's live partial (what the page polls every 5 s) through Django's test
-Client, signed in, N times, and prints the median and p95 server time and the queries per
-request. It also times one host page (telemetry plots and the what-fits table).
+Client, signed in, N times, and prints the median and p95 server time, the bytes and the
+queries per request: once as a page's first poll (every card), then as the page polls (naming
+the cards it shows, static/js/host_cards.js) with nothing changed, and with CHANGED hosts
+changed before each poll (a new telemetry round on each of their GPUs). It also times one
+host page (telemetry plots and the what-fits table).
 
     python bench/bench_dashboard.py                 # embedded default: SQLite in a throwaway folder
     DATABASE_URL=postgres://... python bench/bench_dashboard.py   # cleans up its hosts afterwards
-    N=100 HOSTS=100 GPUS=8 HOURS=24 python bench/bench_dashboard.py
+    N=100 HOSTS=100 GPUS=8 HOURS=24 CHANGED=5 python bench/bench_dashboard.py
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -34,6 +38,7 @@ N = int(os.environ.get("N", "50"))
 HOSTS = int(os.environ.get("HOSTS", "100"))
 GPUS = int(os.environ.get("GPUS", "8"))
 HOURS = int(os.environ.get("HOURS", "24"))
+CHANGED = int(os.environ.get("CHANGED", "5"))
 RAW_STEP_S = 10
 
 
@@ -161,13 +166,61 @@ def main() -> None:
         return times, queries
 
     cards_url = reverse("hardware:host_cards")
+    Host.objects.filter(pk__in=[h.pk for i, h in enumerate(hosts) if i % 10]).update(last_heartbeat=timezone.now())
     times, queries = measure(cards_url, N, HTTP_HX_REQUEST="true")
-    size = len(client.get(cards_url, HTTP_HX_REQUEST="true").content)
+    full = client.get(cards_url, HTTP_HX_REQUEST="true").content.decode()
     print(
-        f"dashboard partial ({len(hosts)} hosts x {GPUS} GPUs, {size / 1024:.0f} KiB): "
+        f"dashboard partial, every card ({len(hosts)} hosts x {GPUS} GPUs, {len(full) / 1024:.0f} KiB): "
         f"median {statistics.median(times):.1f} ms, p95 {_percentile(times, 0.95):.1f} ms, "
         f"queries/request {sorted(set(queries))} (SQL median {statistics.median(sql_ms):.1f} ms) over {N} requests"
     )
+    listed = re.search(r'data-hosts="([^"]+)"', full)
+    if listed is None:
+        return  # a panel whose page does not name its cards: nothing more to measure
+    shown = dict(re.findall(r'data-host="([^"]+)" data-v="([^"]+)"', full))
+    raw_gpus = [g for g in gpus if g.host_id in {h.pk for h in hosts}]
+    by_host_gpus: dict[int, list[GPU]] = {}
+    for g in raw_gpus:
+        by_host_gpus.setdefault(g.host_id, []).append(g)
+
+    online = [h.pk for i, h in enumerate(hosts) if i % 10]
+
+    def polls(n: int, changed: int) -> None:
+        times, sizes, queries, sent = [], [], [], []
+        sql_ms.clear()
+        for i in range(n):
+            Host.objects.filter(pk__in=online).update(last_heartbeat=timezone.now())  # their agents' heartbeats
+            for h in hosts[(i * changed) % len(hosts) :][:changed]:  # a new telemetry round on their GPUs
+                GpuSample.objects.bulk_create(
+                    [
+                        GpuSample(gpu=g, ts=timezone.now(), util_pct=i % 100, mem_used_bytes=20 * 1024**3, power_w=300)
+                        for g in by_host_gpus[h.pk]
+                    ]
+                )
+            url = f"{cards_url}?hosts={listed.group(1)}&have={'.'.join(shown.values())}"
+            with CaptureQueriesContext(connection) as ctx:
+                t0 = time.perf_counter()
+                response = client.get(url, HTTP_HX_REQUEST="true")
+                times.append((time.perf_counter() - t0) * 1000.0)
+            assert response.status_code == 200, response.status_code
+            body = response.content.decode()
+            got = dict(re.findall(r'data-host="([^"]+)" data-v="([^"]+)"', body))
+            # The changed hosts' cards, and an offline host's whenever its "last heartbeat ... ago" moved.
+            assert changed <= len(got) <= changed + len(hosts) - len(online), f"{len(got)} sent, {changed} changed"
+            shown.update(got)
+            sent.append(len(got))
+            sizes.append(len(response.content))
+            queries.append(len(ctx.captured_queries))
+            sql_ms.append(sum(float(q["time"]) for q in ctx.captured_queries) * 1000.0)
+        print(
+            f"dashboard poll, {changed} of {len(hosts)} hosts changed: {max(sizes) / 1024:.1f} KiB at most "
+            f"({max(sent)} cards), "
+            f"median {statistics.median(times):.1f} ms, p95 {_percentile(times, 0.95):.1f} ms, "
+            f"queries/request {sorted(set(queries))} (SQL median {statistics.median(sql_ms):.1f} ms) over {n} polls"
+        )
+
+    polls(N, 0)
+    polls(N, CHANGED)
     host_url = reverse("hardware:host_detail", args=[hosts[1].name])
     n_host = max(5, N // 5)
     times, queries = measure(host_url, n_host)

@@ -5,11 +5,15 @@ of hosts. (Reads of hosts alone, telemetry and why a host is offline, are `hardw
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
+from functools import cached_property
+from typing import Any
 
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Model, OuterRef, Prefetch, QuerySet, Subquery
+from django.utils.timesince import timesince
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
@@ -103,6 +107,14 @@ def serving_status(host: Host) -> ServingStatus:
     return ServingStatus(False, "unhealthy", "error", f"{label}'s engine runs but does not answer its health check.")
 
 
+def _row(obj: Model | None, *, leave: str = "") -> tuple[Any, ...]:
+    """Every value read of a row (not the deferred ones, nor `leave`), for a fingerprint."""
+    if obj is None:
+        return ()
+    skip = obj.get_deferred_fields() | {leave}
+    return tuple(getattr(obj, f.attname) for f in obj._meta.concrete_fields if f.attname not in skip)
+
+
 @dataclass
 class HostCard:
     host: Host
@@ -117,18 +129,75 @@ class HostCard:
     def offline_reason(self) -> str:
         return offline_reason(self.host)
 
+    @cached_property
+    def version(self) -> str:
+        """A fingerprint of everything the card shows: every value read of the host (but its
+        heartbeat's time, which moves every few seconds and shows only as "online", or how long
+        ago while offline), its active revision, what a card shows of its GPUs (CARD_GPU), which
+        sample is their latest, and its running operation. Equal fingerprints render the same
+        card; the dashboard sends only cards whose fingerprint the browser does not have."""
+        host = self.host
+        revision = active_revision_of(host)
+        op = self.operation
+        parts = (
+            _row(host, leave="last_heartbeat"),
+            host.is_online,
+            "" if host.is_online or host.last_heartbeat is None else timesince(host.last_heartbeat),
+            self.offline_reason,
+            astuple(self.serving),
+            _row(revision),
+            revision.model_variant.name if revision is not None else "",
+            tuple(
+                (g.gpu.pk, *(getattr(g.gpu, f) for f in CARD_GPU), g.sample.pk if g.sample is not None else None)
+                for g in self.gpus
+            ),
+            _row(op),
+            op.revision.number if op is not None and op.revision is not None else None,
+        )
+        return hashlib.blake2b(repr(parts).encode(), digest_size=5).hexdigest()
+
 
 def host_list() -> QuerySet[Host]:
     return Host.objects.select_related("deployment__active_revision__model_variant").order_by("is_demo", "name")
 
 
+# What no card shows, left unread on the dashboard: decoding these JSON columns for a hundred
+# hosts (the model's whole architecture and GGUF header, eight GPUs' peer tables) took most of
+# its poll's time (bench/bench_dashboard.py); of GPUs and samples it reads only what a card
+# shows. A template that starts showing anything else adds a query per card or GPU, which
+# tests/deployments/test_dashboard_polls.py counts.
+CARD_UNREAD = (
+    "probe_mismatches",
+    "engine_installs",
+    "model_dirs",
+    *(f"deployment__active_revision__{f}" for f in ("knobs", "env", "extras", "message")),
+    *(
+        f"deployment__active_revision__model_variant__{f}"
+        for f in ("hub_files", "arch", "gguf_kv", "sampling_presets", "min_engine_versions", "source")
+    ),
+)
+
+CARD_GPU = ("host_id", "index", "name", "memory_bytes", "power_limit_w")  # what a card shows of a GPU
+CARD_SAMPLE = ("gpu_id", "util_pct", "mem_used_bytes", "power_w", "temp_c")  # and of its latest sample
+
+
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
-    """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries."""
+    """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries.
+    Without `hosts`: every host, as the dashboard shows them (leaving CARD_UNREAD unread)."""
     latest = GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1]
-    gpu_qs = GPU.objects.select_related("gpu_type").annotate(latest_sample_id=Subquery(latest)).order_by("index")
-    hosts_list = list((hosts if hosts is not None else host_list()).prefetch_related(Prefetch("gpus", queryset=gpu_qs)))
-    sample_ids = [g.latest_sample_id for h in hosts_list for g in h.gpus.all() if g.latest_sample_id]
-    samples = {s.pk: s for s in GpuSample.objects.filter(pk__in=sample_ids)} if sample_ids else {}
+    gpu_qs = GPU.objects.annotate(latest_sample_id=Subquery(latest)).order_by("index")
+    sample_qs = GpuSample.objects.all()
+    gpus: dict[int, list[GPU]] = {}
+    if hosts is None:  # the dashboard: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
+        hosts_list = list(host_list().defer(*CARD_UNREAD))
+        for gpu in gpu_qs.only(*CARD_GPU).filter(host_id__in=[h.pk for h in hosts_list]):
+            gpus.setdefault(gpu.host_id, []).append(gpu)
+        sample_qs = sample_qs.only(*CARD_SAMPLE)
+    else:
+        hosts_list = list(hosts.prefetch_related(Prefetch("gpus", queryset=gpu_qs.select_related("gpu_type"))))
+        gpus = {h.pk: list(h.gpus.all()) for h in hosts_list}
+    sample_ids = [g.latest_sample_id for listed in gpus.values() for g in listed if g.latest_sample_id]
+    samples = {s.pk: s for s in sample_qs.filter(pk__in=sample_ids)} if sample_ids else {}
     ops: dict[int, Operation] = {}
     active = Operation.objects.filter(host__in=[h.pk for h in hosts_list], state__in=ACTIVE_STATES)
     for op in active.select_related("revision").order_by("created_at"):
@@ -136,7 +205,7 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     return [
         HostCard(
             host=h,
-            gpus=[GpuCard(gpu=g, sample=samples.get(g.latest_sample_id)) for g in h.gpus.all()],
+            gpus=[GpuCard(gpu=g, sample=samples.get(g.latest_sample_id)) for g in gpus.get(h.pk, [])],
             operation=ops.get(h.pk),
         )
         for h in hosts_list

@@ -30,6 +30,7 @@ from deployments.models import Operation
 from deployments.selectors import hosts as selectors
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.switch import probe_request, stop_request
+from deployments.views import host_cards
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
@@ -53,10 +54,16 @@ def _one_host(name: str) -> QuerySet[Host]:
 @require_GET
 @role_required(VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
+    cards = selectors.host_cards()
     return render(
         request,
         "hardware/dashboard.html",
-        {"cards": selectors.host_cards(), "first_steps": deployment_selectors.first_steps()},
+        {
+            "cards": cards,
+            "rendered": host_cards.rendered_cards(cards),
+            "hosts_version": host_cards.hosts_version(cards),
+            "first_steps": deployment_selectors.first_steps(),
+        },
     )
 
 
@@ -64,14 +71,24 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @role_required(VIEWER)
 @vary_on_headers("HX-Request")
 def host_cards_partial(request: HttpRequest) -> HttpResponse:
-    """The dashboard's cards (the page polls this), or one host's card with ?host=<name>."""
+    """The dashboard's cards (the page polls this: only the cards that changed since what it
+    shows, deployments.views.host_cards), or one host's card with ?host=<name>."""
     name = text_param(request.GET, "host")
     if name:
         cards = selectors.host_cards(hosts=_one_host(name))
         if not cards:
             raise Http404("No such host.")
         return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
-    return render(request, "hardware/_host_cards.html", {"cards": selectors.host_cards()})
+    cards = selectors.host_cards()
+    changed = host_cards.changed_cards(request, cards)
+    if changed is not None:
+        return host_cards.changed_cards_response(changed)
+    context = {
+        "cards": cards,
+        "rendered": host_cards.rendered_cards(cards),
+        "hosts_version": host_cards.hosts_version(cards),
+    }
+    return render(request, "hardware/_host_cards.html", context)
 
 
 @require_GET

@@ -1,0 +1,53 @@
+"""The dashboard stays live in a real browser while it polls only for what changed: a host's
+new state reaches its card within a poll or two, and the cards that did not change are left
+alone (the same DOM nodes, not re-rendered). The page fixture is tests/browser/conftest.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from hardware.models import GPU, GpuSample, Host
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_card_changes_live_and_the_others_are_left_alone(live_server: Any, page: Any, viewer: User) -> None:
+    from playwright.sync_api import expect
+
+    now = timezone.now()
+    hosts = [
+        Host.objects.create(
+            name=f"box-{i}",
+            queue=f"host.box-{i}",
+            nvml_available=True,
+            last_heartbeat=now,
+            engine_state={"running": True, "health": "healthy", "engine": "vllm", "revision_label": "r1"},
+            engine_metrics={"requests_running": 1, "requests_waiting": 0},
+        )
+        for i in range(3)
+    ]
+    gpus = [GPU.objects.create(host=h, index=0, name="NVIDIA H200", memory_bytes=141 * 1024**3) for h in hosts]
+    GpuSample.objects.bulk_create([GpuSample(gpu=g, ts=now, util_pct=10, power_w=100) for g in gpus])
+
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "vera")
+    page.fill("input[name=password]", "pw-vera")
+    page.click("button[type=submit]")
+    card = page.locator('article[data-host="box-1"]')
+    expect(card).to_contain_text("util 10%")
+    page.evaluate("document.getElementById('host-card-box-0').dataset.mark = 'untouched'")
+    with page.expect_response(lambda r: "/hosts/cards/" in r.url and "have=" in r.url, timeout=15_000) as quiet:
+        pass
+    assert quiet.value.status == 200 and quiet.value.body() == b""  # nothing changed: nothing sent
+
+    Host.objects.filter(pk__in=[h.pk for h in hosts]).update(last_heartbeat=timezone.now())
+    GpuSample.objects.create(gpu=gpus[1], ts=timezone.now(), util_pct=88, power_w=650)
+    Host.objects.filter(pk=hosts[1].pk).update(engine_metrics={"requests_running": 7, "requests_waiting": 2})
+    expect(card).to_contain_text("util 88%", timeout=15_000)
+    expect(card).to_contain_text("running 7")
+    assert page.evaluate("document.getElementById('host-card-box-0').dataset.mark") == "untouched"
+    assert page.locator("article[data-host]").count() == 3
