@@ -4,7 +4,7 @@ what the host's agent sent (deployments.services.engine_logs); no path is ever r
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET
@@ -24,9 +24,14 @@ def _follow_url(host: Host, run: EngineLogRun | None, after: int, problems: bool
     return f"{reverse('deployments:engine_log_follow', args=[host.name])}?{query}"
 
 
-def _choices(request: HttpRequest, host: Host) -> tuple[EngineLogRun | None, bool]:
+def _choices(request: HttpRequest, host: Host, *, following: bool = False) -> tuple[EngineLogRun | None, bool]:
+    """The run asked for (else the newest) and the filter. A follower whose run was dropped by
+    the retention limit (many newer starts while the page stayed open) gets None: it then goes
+    on with the newest start, from its first line."""
     pk = int_param(request.GET, "run")
-    run = get_object_or_404(EngineLogRun, pk=pk, host=host) if pk else latest_run(host)
+    run = EngineLogRun.objects.filter(pk=pk, host=host).first() if pk else latest_run(host)
+    if pk and run is None and not following:
+        raise Http404("No such engine start on this host (only the last ones are kept).")
     return run, bool(int_param(request.GET, "problems", default=0, maximum=1))
 
 
@@ -57,7 +62,7 @@ def engine_log_follow(request: HttpRequest, name: str) -> HttpResponse:
     `after` appended out of band, and the next poller; a newer start is followed once the
     lines of the one before are all shown."""
     host = get_object_or_404(Host, name=name)
-    run, problems = _choices(request, host)
+    run, problems = _choices(request, host, following=True)
     after = int_param(request.GET, "after")
     if after is None:
         lines = engine_log_lines(run, problems_only=problems, last=BOX_LINES) if run else []

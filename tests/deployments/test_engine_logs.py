@@ -165,4 +165,7 @@ def test_the_page_and_the_follower_show_new_lines_filter_and_move_to_the_next_st
     text = only.content.decode()
     assert "special_eos_id" in text and "main: loading model" not in text
     assert client.get(f"/hosts/{host.name}/engine-log/?run=999999").status_code == 404
+    # A follower whose start was dropped (the retention limit) goes on with the newest, from line 1.
+    gone = client.get(f"/hosts/{host.name}/engine-log/follow/?run=999999&after=40&problems=0").content.decode()
+    assert "main: loading model r2" in gone and f"run={newest.pk}" in gone
     assert client.get(f"/hosts/{host.name}/engine-log/follow/?after=x").status_code == 400
