@@ -108,7 +108,10 @@ class LogLine:
 
 def engine_log_lines(run: EngineLogRun, *, after: int = 0, problems_only: bool = False, last: int = 0) -> list[LogLine]:
     """The run's kept lines numbered from its first line ever, those after `after`; with `last`,
-    only the last that many (after filtering)."""
+    only the last that many (after filtering). Nothing after `after`: no text is read (a deferred
+    text stays unloaded, so an idle follower's poll costs no 512 KiB read)."""
+    if after >= run.lines:
+        return []
     kept = run.text.split("\n")
     if kept and kept[-1] == "":
         kept.pop()
@@ -136,4 +139,5 @@ def engine_log_runs(host: Host) -> list[EngineLogRun]:
 
 
 def latest_run(host: Host) -> EngineLogRun | None:
-    return EngineLogRun.objects.filter(host=host).order_by("-started_at", "-pk").first()
+    """The host's newest start; its text is loaded only when read."""
+    return EngineLogRun.objects.filter(host=host).defer("text").order_by("-started_at", "-pk").first()

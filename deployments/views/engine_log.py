@@ -29,7 +29,7 @@ def _choices(request: HttpRequest, host: Host, *, following: bool = False) -> tu
     the retention limit (many newer starts while the page stayed open) gets None: it then goes
     on with the newest start, from its first line."""
     pk = int_param(request.GET, "run")
-    run = EngineLogRun.objects.filter(pk=pk, host=host).first() if pk else latest_run(host)
+    run = EngineLogRun.objects.filter(pk=pk, host=host).defer("text").first() if pk else latest_run(host)
     if pk and run is None and not following:
         raise Http404("No such engine start on this host (only the last ones are kept).")
     return run, bool(int_param(request.GET, "problems", default=0, maximum=1))

@@ -169,3 +169,18 @@ def test_the_page_and_the_follower_show_new_lines_filter_and_move_to_the_next_st
     gone = client.get(f"/hosts/{host.name}/engine-log/follow/?run=999999&after=40&problems=0").content.decode()
     assert "main: loading model r2" in gone and f"run={newest.pk}" in gone
     assert client.get(f"/hosts/{host.name}/engine-log/follow/?after=x").status_code == 400
+
+
+def test_an_idle_followers_poll_does_not_read_the_log_text(client, host_token, viewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    host, token = host_token
+    send(client, token, RUN, 0, ["x" * 4000] * 100)
+    run = EngineLogRun.objects.get(host=host)
+    client.force_login(viewer)
+    with CaptureQueriesContext(connection) as queries:
+        idle = client.get(f"/hosts/{host.name}/engine-log/follow/?run={run.pk}&after={run.lines}&problems=0")
+    assert "log-line" not in idle.content.decode()
+    log_reads = [q["sql"] for q in queries.captured_queries if "enginelogrun" in q["sql"]]
+    assert log_reads and not any('"text"' in sql for sql in log_reads), log_reads
