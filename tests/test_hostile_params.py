@@ -166,6 +166,11 @@ QUERY_INTS = [
     ("deployments:benchmark_list", {"host": "h1"}, "a", {"b": "1"}),
     ("deployments:benchmark_list", {"host": "h1"}, "b", {"a": "1"}),
     ("deployments:audit_log", {}, "page", {}),
+    # (engine_log?run=N of a start that does not exist is a 404: tests/deployments/test_engine_logs.py)
+    ("deployments:engine_log", {"name": "h1"}, "problems", {}),
+    ("deployments:engine_log_follow", {"name": "h1"}, "run", {"after": "0"}),
+    ("deployments:engine_log_follow", {"name": "h1"}, "after", {}),
+    ("deployments:engine_log_follow", {"name": "h1"}, "problems", {"after": "0"}),
 ]
 
 
