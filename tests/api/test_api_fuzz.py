@@ -1,0 +1,72 @@
+"""Property fuzz of the API's bodies (hypothesis): any JSON, and the known fields with hostile
+values, sent to every endpoint that takes a body. Never a 500, always a JSON answer, and a
+refusal (4xx) changes nothing: no revision, operation or benchmark run appears."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.tokens import token_create
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from tests.api.test_api import world  # noqa: F401 - the fixture: host "lab" with r1 active and r2
+
+BODY_ENDPOINTS = ["hosts/lab/revisions/", "hosts/lab/switch/", "hosts/lab/benchmarks/"]
+FIELDS = {
+    "hosts/lab/revisions/": ["parent", "engine", "model", "knobs", "set", "env", "port", "served_name", "message"],
+    "hosts/lab/switch/": ["revision", "override_reason"],
+    "hosts/lab/benchmarks/": ["profile", "concurrency", "input_tokens", "output_tokens", "requests", "slos"],
+}
+TOKENS: dict[int, str] = {}
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(["\x00", "\ud800", "1e309", "NaN", "../../etc/passwd", "x" * 5000, "{{ 7*7 }}"]),
+)
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+)
+
+
+def _dumps(value: Any) -> str:
+    # Non-finite floats and lone surrogates as a careless client would send them.
+    return json.dumps(value, allow_nan=True, ensure_ascii=True)
+
+
+@settings(
+    database=None,
+    deadline=None,
+    max_examples=150,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, world, operator, data):  # noqa: F811
+    endpoint = data.draw(st.sampled_from(BODY_ENDPOINTS))
+    body = data.draw(
+        st.one_of(
+            json_values,
+            st.dictionaries(st.sampled_from(FIELDS[endpoint]), json_values, max_size=4),
+        )
+    )
+    if operator.pk not in TOKENS:  # one token for the whole test (a user may hold 20)
+        TOKENS[operator.pk] = token_create(user=operator, name="fuzz", actor=operator).secret
+    token = TOKENS[operator.pk]
+    before = (DeploymentRevision.objects.count(), Operation.objects.count(), BenchmarkRun.objects.count())
+    response = client.post(
+        f"/api/v1/{endpoint}",
+        data=_dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code < 500, (endpoint, body, response.content[:300])
+    assert response["Content-Type"].startswith("application/json")
+    if response.status_code >= 400:
+        assert response.json()["detail"]
+        after = (DeploymentRevision.objects.count(), Operation.objects.count(), BenchmarkRun.objects.count())
+        assert after == before, (endpoint, body)
