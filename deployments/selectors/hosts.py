@@ -5,20 +5,28 @@ of hosts. (Reads of hosts alone, telemetry and why a host is offline, are `hardw
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
-from django.db.models import Model, OuterRef, Prefetch, QuerySet, Subquery
-from django.utils.timesince import timesince
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
 from deployments.planner.whatfits import DEFAULT_CONTEXTS
+from deployments.selectors.card_index import (
+    GPU_FIELDS,
+    HOST_FIELDS,
+    OP_FIELDS,
+    REVISION_FIELDS,
+    CardIndex,
+    fingerprint,
+    values_of,
+)
 from hardware.models import GPU, GpuSample, Host
 from hardware.selectors import offline_reason
 
@@ -107,19 +115,12 @@ def serving_status(host: Host) -> ServingStatus:
     return ServingStatus(False, "unhealthy", "error", f"{label}'s engine runs but does not answer its health check.")
 
 
-def _row(obj: Model | None, *, leave: str = "") -> tuple[Any, ...]:
-    """Every value read of a row (not the deferred ones, nor `leave`), for a fingerprint."""
-    if obj is None:
-        return ()
-    skip = obj.get_deferred_fields() | {leave}
-    return tuple(getattr(obj, f.attname) for f in obj._meta.concrete_fields if f.attname not in skip)
-
-
 @dataclass
 class HostCard:
     host: Host
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
+    known_version: str = ""  # the fingerprint read with the rows (card_index), when it was
 
     @property
     def serving(self) -> ServingStatus:
@@ -131,30 +132,23 @@ class HostCard:
 
     @cached_property
     def version(self) -> str:
-        """A fingerprint of everything the card shows: every value read of the host (but its
-        heartbeat's time, which moves every few seconds and shows only as "online", or how long
-        ago while offline), its active revision, what a card shows of its GPUs (CARD_GPU), which
-        sample is their latest, and its running operation. Equal fingerprints render the same
-        card; the dashboard sends only cards whose fingerprint the browser does not have."""
-        host = self.host
+        """A fingerprint of everything the card shows (deployments.selectors.card_index): equal
+        fingerprints render the same card; the dashboard sends only cards whose fingerprint the
+        browser does not have."""
+        if self.known_version:
+            return self.known_version
+        host, op = self.host, self.operation
         revision = active_revision_of(host)
-        op = self.operation
-        parts = (
-            _row(host, leave="last_heartbeat"),
-            host.is_online,
-            "" if host.is_online or host.last_heartbeat is None else timesince(host.last_heartbeat),
-            self.offline_reason,
-            astuple(self.serving),
-            _row(revision),
+        return fingerprint(
+            values_of(host, HOST_FIELDS),
+            host.last_heartbeat,
+            values_of(revision, REVISION_FIELDS),
             revision.model_variant.name if revision is not None else "",
-            tuple(
-                (g.gpu.pk, *(getattr(g.gpu, f) for f in CARD_GPU), g.sample.pk if g.sample is not None else None)
-                for g in self.gpus
-            ),
-            _row(op),
+            [(*values_of(g.gpu, GPU_FIELDS), g.sample.pk if g.sample is not None else None) for g in self.gpus],
+            values_of(op, OP_FIELDS),
             op.revision.number if op is not None and op.revision is not None else None,
+            timezone.now(),
         )
-        return hashlib.blake2b(repr(parts).encode(), digest_size=5).hexdigest()
 
 
 def host_list() -> QuerySet[Host]:
@@ -177,8 +171,8 @@ CARD_UNREAD = (
     ),
 )
 
-CARD_GPU = ("host_id", "index", "name", "memory_bytes", "power_limit_w")  # what a card shows of a GPU
-CARD_SAMPLE = ("gpu_id", "util_pct", "mem_used_bytes", "power_w", "temp_c")  # and of its latest sample
+
+CARD_SAMPLE = ("gpu_id", "util_pct", "mem_used_bytes", "power_w", "temp_c")  # what a card shows of a sample
 
 
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
@@ -190,7 +184,7 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     gpus: dict[int, list[GPU]] = {}
     if hosts is None:  # the dashboard: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
         hosts_list = list(host_list().defer(*CARD_UNREAD))
-        for gpu in gpu_qs.only(*CARD_GPU).filter(host_id__in=[h.pk for h in hosts_list]):
+        for gpu in gpu_qs.only(*GPU_FIELDS).filter(host_id__in=[h.pk for h in hosts_list]):
             gpus.setdefault(gpu.host_id, []).append(gpu)
         sample_qs = sample_qs.only(*CARD_SAMPLE)
     else:
@@ -210,6 +204,30 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
         )
         for h in hosts_list
     ]
+
+
+def index_cards(index: CardIndex, host_ids: Sequence[int]) -> list[HostCard]:
+    """The cards of these hosts, in this order, built on the rows `card_index` read: 2 queries
+    (the hosts with their revisions, the GPUs' latest samples), none for no hosts."""
+    if not host_ids:
+        return []
+    hosts = {h.pk: h for h in host_list().defer(*CARD_UNREAD).filter(pk__in=host_ids)}
+    wanted = [row for host_id in host_ids for row in index.gpus.get(host_id, ())]
+    latest = [row[-1] for row in wanted if row[-1] is not None]
+    samples = {s.pk: s for s in GpuSample.objects.only(*CARD_SAMPLE).filter(pk__in=latest)} if latest else {}
+    gpu_names = [f.attname for f in GPU._meta.concrete_fields if f.attname in GPU_FIELDS]
+    cards = []
+    for host_id in host_ids:
+        if host_id not in hosts:
+            continue  # gone since the index was read
+        gpus = []
+        for row in index.gpus.get(host_id, ()):
+            known = dict(zip(GPU_FIELDS, row, strict=False))
+            gpu = GPU.from_db(DEFAULT_DB_ALIAS, gpu_names, [known[name] for name in gpu_names])
+            gpus.append(GpuCard(gpu=gpu, sample=samples.get(row[-1])))
+        card = HostCard(hosts[host_id], gpus, index.operations.get(host_id), index.versions[host_id])
+        cards.append(card)
+    return cards
 
 
 def host_get(*, name: str) -> Host:

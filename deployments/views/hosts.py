@@ -28,6 +28,7 @@ from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
+from deployments.selectors.card_index import card_index
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.switch import probe_request, stop_request
 from deployments.views import host_cards
@@ -54,14 +55,13 @@ def _one_host(name: str) -> QuerySet[Host]:
 @require_GET
 @role_required(VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
-    cards = selectors.host_cards()
+    index = card_index()
     return render(
         request,
         "hardware/dashboard.html",
         {
-            "cards": cards,
-            "rendered": host_cards.rendered_cards(cards),
-            "hosts_version": host_cards.hosts_version(cards),
+            "rendered": host_cards.rendered_cards(index),
+            "hosts_version": host_cards.hosts_version(index),
             "first_steps": deployment_selectors.first_steps(),
         },
     )
@@ -79,15 +79,11 @@ def host_cards_partial(request: HttpRequest) -> HttpResponse:
         if not cards:
             raise Http404("No such host.")
         return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
-    cards = selectors.host_cards()
-    changed = host_cards.changed_cards(request, cards)
+    index = card_index()
+    changed = host_cards.changed_hosts(request, index)
     if changed is not None:
-        return host_cards.changed_cards_response(changed)
-    context = {
-        "cards": cards,
-        "rendered": host_cards.rendered_cards(cards),
-        "hosts_version": host_cards.hosts_version(cards),
-    }
+        return host_cards.changed_cards_response(index, changed)
+    context = {"rendered": host_cards.rendered_cards(index), "hosts_version": host_cards.hosts_version(index)}
     return render(request, "hardware/_host_cards.html", context)
 
 

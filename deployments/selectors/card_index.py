@@ -1,0 +1,132 @@
+"""The dashboard's card fingerprints, read as plain rows: which cards changed is known before
+any card is built.
+
+A card's fingerprint covers exactly what its template shows (the fields below, whether the
+host is online, and how long ago it last reported while offline) and which telemetry sample is
+each GPU's latest (samples are never edited, so a new sample is a new id). `HostCard.version`
+computes the same fingerprint from built objects; tests/deployments/test_card_index.py checks
+that both agree and that a field left out here changes nothing a card shows.
+
+The dashboard's poll reads three small queries of tuples here (hosts with their active
+revision, GPUs with their latest sample's id, running operations) and builds model objects
+only for the cards it has to render: at a hundred hosts that turned ~2,000 model objects per
+poll into a handful (bench/bench_dashboard.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Model, OuterRef, Subquery
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from deployments.choices import ACTIVE_STATES
+from deployments.models import Operation
+from hardware.models import GPU, GpuSample, Host
+
+# What a card shows, and so what its fingerprint covers.
+HOST_FIELDS = (
+    "id",
+    "name",
+    "address",
+    "queue",
+    "is_demo",
+    "declared",
+    "nvml_available",
+    "engine_state",
+    "engine_metrics",
+)
+REVISION_FIELDS = ("id", "number", "engine", "engine_version", "served_name", "model_variant_id")
+GPU_FIELDS = ("id", "host_id", "index", "name", "memory_bytes", "power_limit_w")
+OP_FIELDS = ("id", "host_id", "kind", "state", "stage", "progress", "error", "result", "created_at", "revision_id")
+_REV = "deployment__active_revision__"
+
+
+def online_at(last_heartbeat: datetime | None, now: datetime) -> bool:
+    """Host.is_online, for a given moment."""
+    return last_heartbeat is not None and now - last_heartbeat < timedelta(seconds=settings.HOST_OFFLINE_AFTER_S)
+
+
+def fingerprint(
+    host: Sequence[Any],
+    last_heartbeat: datetime | None,
+    revision: Sequence[Any],
+    variant_name: str,
+    gpus: Iterable[Sequence[Any]],
+    op: Sequence[Any],
+    op_revision_number: int | None,
+    now: datetime,
+) -> str:
+    """Ten hex digits over what a card shows: the values of HOST_FIELDS, REVISION_FIELDS (empty
+    without an active revision), GPU_FIELDS plus each GPU's latest sample id, and the first
+    running operation's OP_FIELDS (with "rolled back" read from its result)."""
+    online = online_at(last_heartbeat, now)
+    ago = "" if online or last_heartbeat is None else timesince(last_heartbeat, now)
+    if op:
+        result = op[OP_FIELDS.index("result")]
+        rolled_back = bool(result.get("rolled_back")) if isinstance(result, dict) else False
+        op = (*(v for f, v in zip(OP_FIELDS, op, strict=True) if f != "result"), rolled_back)
+    parts = (tuple(host), online, ago, tuple(revision), variant_name, tuple(map(tuple, gpus)), op, op_revision_number)
+    return hashlib.blake2b(repr(parts).encode(), digest_size=5).hexdigest()
+
+
+def values_of(obj: Model | None, fields: Sequence[str]) -> tuple[Any, ...]:
+    return () if obj is None else tuple(getattr(obj, f) for f in fields)
+
+
+def _latest_sample() -> Subquery:
+    return Subquery(GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1])
+
+
+@dataclass
+class CardIndex:
+    """Every host's card fingerprint, in the dashboard's order, and the rows read for them."""
+
+    versions: dict[int, str] = field(default_factory=dict)  # host id -> fingerprint
+    names: dict[int, str] = field(default_factory=dict)
+    gpus: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)  # GPU_FIELDS + latest sample id
+    operations: dict[int, Operation] = field(default_factory=dict)
+
+
+def card_index() -> CardIndex:
+    """Three queries of plain rows: hosts (with the active revision and its model's name), GPUs
+    with their latest raw sample's id, and the running operations (the first per host)."""
+    now = timezone.now()
+    index = CardIndex()
+    gpu_rows = GPU.objects.annotate(latest_sample_id=_latest_sample()).order_by("host_id", "index")
+    for row in gpu_rows.values_list(*GPU_FIELDS, "latest_sample_id"):
+        index.gpus.setdefault(row[1], []).append(row)
+    ops = (
+        Operation.objects.filter(state__in=ACTIVE_STATES)
+        .select_related("revision")
+        .only(*OP_FIELDS, "revision__number", "revision__host_id")
+        .order_by("created_at")
+    )
+    for op in ops:
+        index.operations.setdefault(op.host_id, op)
+    hosts = Host.objects.order_by("is_demo", "name").values_list(
+        *HOST_FIELDS, "last_heartbeat", *(_REV + f for f in REVISION_FIELDS), _REV + "model_variant__name"
+    )
+    split = len(HOST_FIELDS)
+    for row in hosts:
+        host_id = row[0]
+        revision = row[split + 1 : -1] if row[split + 1] is not None else ()
+        op = index.operations.get(host_id)
+        index.names[host_id] = row[1]
+        index.versions[host_id] = fingerprint(
+            row[:split],
+            row[split],
+            revision,
+            row[-1] or "" if revision else "",
+            index.gpus.get(host_id, ()),
+            values_of(op, OP_FIELDS),
+            op.revision.number if op is not None and op.revision is not None else None,
+            now,
+        )
+    return index
