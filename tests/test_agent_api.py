@@ -271,3 +271,23 @@ def test_a_host_made_by_issuing_its_token_takes_the_address_its_agent_reports(db
     assert host.address == "far-box.lan" and host.model_dirs == ["/srv/models"] and host.last_probe_at
     Agent(token).post("register", {"facts": {"address": "elsewhere"}, "inventory": {"gpus": []}})
     assert Host.objects.get(pk=host.pk).address == "far-box.lan"  # later probes keep it
+
+
+def test_agent_requests_skip_the_browsers_machinery_but_not_its_guards(
+    two_hosts: dict[str, Any], admin_user: User, settings: Any
+) -> None:
+    """deployments.agent_api.middleware: an agent request ends before sessions and the sign-in
+    wall, so it never gets a cookie or a sign-in redirect; the Host check, the HTTPS redirect and
+    Django's 404 still apply."""
+    agent = two_hosts["alpha"]["agent"]
+    signed_in = Client()
+    signed_in.force_login(admin_user)
+    answer = signed_in.get("/agent/v1/hello", HTTP_AUTHORIZATION=f"Bearer {two_hosts['alpha']['token']}")
+    assert answer.status_code == 200 and answer.json()["host"] == "alpha"
+    assert not answer.cookies and "Cookie" not in answer.get("Vary", "")
+    assert agent.get("no-such-endpoint").status_code == 404
+    strict = Client(raise_request_exception=False)
+    assert strict.get("/agent/v1/hello", HTTP_HOST="evil.example").status_code == 400
+    settings.SECURE_SSL_REDIRECT = True  # read when a handler loads its middleware: a new client
+    redirected = Client().get("/agent/v1/hello", HTTP_AUTHORIZATION=f"Bearer {two_hosts['alpha']['token']}")
+    assert redirected.status_code == 301 and redirected["Location"].startswith("https://")
