@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from hardware.runtime.local_http import engine_get
+
 from .context import AgentContext
 from .launch import launch_spec
 from .local import engine_state
@@ -35,7 +37,7 @@ def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
     if not spec.metrics_url:
         return {}
     try:
-        text = httpx.get(spec.metrics_url, timeout=3.0).text
+        text = engine_get(spec.metrics_url, timeout=3.0).text
     except httpx.HTTPError:
         return {}
     try:

@@ -19,6 +19,7 @@ import httpx
 from deployments.engines.base import LaunchSpec, mask_secrets
 
 from .errors import EngineExitedError, EngineNotReadyError, EngineVerifyError
+from .local_http import engine_client
 
 ProgressCallback = Callable[[str, float, str], None]
 """on_progress(stage, fraction 0..1, message): stages "health", "models", "verify"."""
@@ -69,7 +70,7 @@ def _client(client: httpx.Client | None, timeout: httpx.Timeout | float) -> Iter
     if client is not None:
         yield client
         return
-    with httpx.Client(timeout=timeout) as own:
+    with engine_client(timeout) as own:
         yield own
 
 

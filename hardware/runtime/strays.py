@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from .local_http import engine_client
 from .processes import PROC, read_cmdline, read_stat
 
 _LISTEN = "0A"
@@ -124,7 +125,7 @@ def looks_like_engine_cmdline(cmdline: list[str] | tuple[str, ...]) -> bool:
 def probe_engine_endpoint(host: str, port: int, *, timeout: float = 2.0) -> str | None:
     """The URL that answered like an inference server, or None."""
     base = f"http://{_connect_host(host)}:{port}"
-    with httpx.Client(timeout=timeout) as client:
+    with engine_client(timeout) as client:
         for path in ("/health", "/v1/models", "/"):
             try:
                 response = client.get(base + path)

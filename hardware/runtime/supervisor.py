@@ -38,6 +38,7 @@ import httpx
 from deployments.engines.base import PRIVATE_FILE, LaunchSpec
 
 from .errors import EngineExitedError, EngineStartError, PortBusyError
+from .local_http import engine_get
 from .logtail import file_size, mask_line, read_lines, tail_lines
 from .processes import (
     group_members,
@@ -478,7 +479,7 @@ class Supervisor:
         healthy = None
         if probe and alive:
             try:
-                healthy = httpx.get(record.health_url, timeout=2.0).status_code == 200
+                healthy = engine_get(record.health_url, timeout=2.0).status_code == 200
             except httpx.HTTPError:
                 healthy = False
         uptime = None

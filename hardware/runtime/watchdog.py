@@ -32,6 +32,7 @@ import httpx
 from deployments.engines.base import LaunchSpec
 
 from .errors import HostRuntimeError
+from .local_http import engine_client
 from .processes import is_alive
 from .readiness import api_key_from_spec
 from .state import EngineRecord, read_json, write_json
@@ -237,7 +238,7 @@ class Watchdog:
         if not alive:
             return f"the engine process (pid {record.pid}) is gone"
         try:
-            with httpx.Client(timeout=self.timeout) as http:
+            with engine_client(self.timeout) as http:
                 health = http.get(record.health_url)
                 if health.status_code != 200:
                     return f"{record.health_url} answered {health.status_code}"
