@@ -7,8 +7,8 @@ requests the dashboard's live partial (what the page polls every 5 s) through Dj
 Client, signed in, N times, and prints the median and p95 server time, the bytes and the
 queries per request: once as a page's first poll (every card), then as the page polls (naming
 the cards it shows, static/js/host_cards.js) with nothing changed, and with CHANGED hosts
-changed before each poll (a new telemetry round on each of their GPUs). It also times one
-host page (telemetry plots and the what-fits table).
+changed before each poll (a new telemetry round on each of their GPUs), as cards and as the
+table view's rows. It also times one host page (telemetry plots and the what-fits table).
 
     python bench/bench_dashboard.py                 # embedded default: SQLite in a throwaway folder
     DATABASE_URL=postgres://... python bench/bench_dashboard.py   # cleans up its hosts afterwards
@@ -185,7 +185,7 @@ def main() -> None:
 
     online = [h.pk for i, h in enumerate(hosts) if i % 10]
 
-    def polls(n: int, changed: int) -> None:
+    def polls(n: int, changed: int, view: str = "cards") -> None:
         times, sizes, queries, sent = [], [], [], []
         sql_ms.clear()
         for i in range(n):
@@ -197,7 +197,8 @@ def main() -> None:
                         for g in by_host_gpus[h.pk]
                     ]
                 )
-            url = f"{cards_url}?hosts={listed.group(1)}&have={'.'.join(shown.values())}"
+            table = "view=table&" if view == "table" else ""
+            url = f"{cards_url}?{table}hosts={listed.group(1)}&have={'.'.join(shown.values())}"
             with CaptureQueriesContext(connection) as ctx:
                 t0 = time.perf_counter()
                 response = client.get(url, HTTP_HX_REQUEST="true")
@@ -213,14 +214,15 @@ def main() -> None:
             queries.append(len(ctx.captured_queries))
             sql_ms.append(sum(float(q["time"]) for q in ctx.captured_queries) * 1000.0)
         print(
-            f"dashboard poll, {changed} of {len(hosts)} hosts changed: {max(sizes) / 1024:.1f} KiB at most "
-            f"({max(sent)} cards), "
+            f"dashboard poll ({view}), {changed} of {len(hosts)} hosts changed: {max(sizes) / 1024:.1f} KiB at most "
+            f"({max(sent)} {'rows' if view == 'table' else 'cards'}), "
             f"median {statistics.median(times):.1f} ms, p95 {_percentile(times, 0.95):.1f} ms, "
             f"queries/request {sorted(set(queries))} (SQL median {statistics.median(sql_ms):.1f} ms) over {n} polls"
         )
 
     polls(N, 0)
     polls(N, CHANGED)
+    polls(N, CHANGED, view="table")  # the same fingerprints: the page's rows are its cards' hosts
     host_url = reverse("hardware:host_detail", args=[hosts[1].name])
     n_host = max(5, N // 5)
     times, queries = measure(host_url, n_host)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
@@ -129,6 +130,37 @@ class HostCard:
     @property
     def offline_reason(self) -> str:
         return offline_reason(self.host)
+
+    @cached_property
+    def gpu_summary(self) -> dict[str, Any]:
+        """The dashboard table's GPU columns: which GPUs, mean utilisation, memory used of
+        all, power drawn, the hottest; each with a number to sort by ("" and -1: unknown)."""
+        gpus = self.gpus
+        if not gpus:
+            return {}
+        names = sorted({g.gpu.name.removeprefix("NVIDIA ") for g in gpus})
+        samples = [g.sample for g in gpus if g.sample is not None]
+        utils = [s.util_pct for s in samples if s.util_pct is not None]
+        used = [s.mem_used_bytes for s in samples if s.mem_used_bytes is not None]
+        power = [s.power_w for s in samples if s.power_w is not None]
+        temps = [s.temp_c for s in samples if s.temp_c is not None]
+        total = sum(g.gpu.memory_bytes or 0 for g in gpus)
+        util = sum(utils) / len(utils) if utils else None
+        mem_pct = 100.0 * sum(used) / total if used and total else None
+        return {
+            "label": f"{len(gpus)}× {names[0]}" if len(names) == 1 else f"{len(gpus)} GPUs: {', '.join(names)}",
+            "count": len(gpus),
+            "util": f"{util:.0f}%" if util is not None else "–",
+            "util_sort": round(util, 1) if util is not None else -1,
+            "util_width": f"{util or 0:.0f}",
+            "memory": f"{sum(used) / 1024**3:.0f} / {total / 1024**3:.0f} GB" if used else "–",
+            "mem_sort": round(mem_pct, 1) if mem_pct is not None else -1,
+            "mem_width": f"{mem_pct or 0:.0f}",
+            "power": f"{sum(power):.0f} W" if power else "–",
+            "power_sort": round(sum(power)) if power else -1,
+            "temp": f"{max(temps):.0f} °C" if temps else "–",
+            "temp_sort": round(max(temps)) if temps else -1,
+        }
 
     @cached_property
     def version(self) -> str:

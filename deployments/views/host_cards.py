@@ -26,6 +26,8 @@ from deployments.selectors.card_index import CardIndex
 from deployments.selectors.hosts import index_cards
 
 CARD_TEMPLATE = "hardware/_host_card.html"
+ROW_TEMPLATE = "hardware/_host_row.html"  # the table view's row: the same data, the same fingerprint
+VIEWS = {"cards": (CARD_TEMPLATE, "hardware/_host_cards.html"), "table": (ROW_TEMPLATE, "hardware/_host_table.html")}
 CACHE_SECONDS = 600
 MAX_HAVE = 5000  # fingerprints a poll may name
 _VERSION = re.compile(r"^[0-9a-f]{10}$")
@@ -34,7 +36,8 @@ _VERSION = re.compile(r"^[0-9a-f]{10}$")
 @functools.cache
 def _templates_version() -> str:
     """The card templates' own text: a changed template never serves an old rendering."""
-    sources = [get_template(name).template.source for name in (CARD_TEMPLATE, "hardware/_operation_widget.html")]
+    names = (CARD_TEMPLATE, ROW_TEMPLATE, "hardware/_operation_widget.html")
+    sources = [get_template(name).template.source for name in names]
     return hashlib.blake2b("\0".join(sources).encode(), digest_size=5).hexdigest()
 
 
@@ -43,15 +46,24 @@ def hosts_version(index: CardIndex) -> str:
     return hashlib.blake2b(",".join(index.names.values()).encode(), digest_size=5).hexdigest()
 
 
-def rendered_cards(index: CardIndex, host_ids: list[int] | None = None, *, oob: bool = False) -> list[SafeString]:
-    """Each card's HTML (every host's, or these hosts'), from the cache where its fingerprint
-    was rendered before; only the others are built and rendered."""
+def dashboard_view(request: HttpRequest) -> str:
+    """ "table" (a row per host) or "cards", as the page asks with ?view=."""
+    return "table" if request.GET.get("view") == "table" else "cards"
+
+
+def rendered_cards(
+    index: CardIndex, host_ids: list[int] | None = None, *, oob: bool = False, view: str = "cards"
+) -> list[SafeString]:
+    """Each card's (or table row's) HTML, every host's or these hosts', from the cache where its
+    fingerprint was rendered before; only the others are built and rendered."""
+    template = VIEWS[view][0]
     ids = list(index.versions) if host_ids is None else host_ids
-    keys = {host_id: f"hostcard:{_templates_version()}:{index.versions[host_id]}:{int(oob)}" for host_id in ids}
+    prefix = f"host{view}:{_templates_version()}"
+    keys = {host_id: f"{prefix}:{index.versions[host_id]}:{int(oob)}" for host_id in ids}
     found = cache.get_many(list(keys.values()))
     fresh: dict[str, str] = {}
     for card in index_cards(index, [host_id for host_id, key in keys.items() if key not in found]):
-        fresh[keys[card.host.pk]] = render_to_string(CARD_TEMPLATE, {"card": card, "oob": oob})
+        fresh[keys[card.host.pk]] = render_to_string(template, {"card": card, "oob": oob})
     if fresh:
         cache.set_many(fresh, CACHE_SECONDS)
     html = (found.get(key) or fresh.get(key) for key in keys.values())
@@ -69,8 +81,8 @@ def changed_hosts(request: HttpRequest, index: CardIndex) -> list[int] | None:
     return [host_id for host_id, version in index.versions.items() if version not in shown]
 
 
-def changed_cards_response(index: CardIndex, host_ids: list[int]) -> HttpResponse:
-    """Only the changed cards, each swapped in by its id; the poller's own content stays."""
-    response = HttpResponse("".join(rendered_cards(index, host_ids, oob=True)))
+def changed_cards_response(index: CardIndex, host_ids: list[int], view: str = "cards") -> HttpResponse:
+    """Only the changed cards (or rows), each swapped in by its id; the poller's own content stays."""
+    response = HttpResponse("".join(rendered_cards(index, host_ids, oob=True, view=view)))
     response["HX-Reswap"] = "none"
     return response

@@ -56,11 +56,14 @@ def _one_host(name: str) -> QuerySet[Host]:
 @role_required(VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
     index = card_index()
+    view = host_cards.dashboard_view(request)
     return render(
         request,
         "hardware/dashboard.html",
         {
-            "rendered": host_cards.rendered_cards(index),
+            "view": view,
+            "list_template": host_cards.VIEWS[view][1],
+            "rendered": host_cards.rendered_cards(index, view=view),
             "hosts_version": host_cards.hosts_version(index),
             "first_steps": deployment_selectors.first_steps(),
         },
@@ -71,8 +74,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @role_required(VIEWER)
 @vary_on_headers("HX-Request")
 def host_cards_partial(request: HttpRequest) -> HttpResponse:
-    """The dashboard's cards (the page polls this: only the cards that changed since what it
-    shows, deployments.views.host_cards), or one host's card with ?host=<name>."""
+    """The dashboard's cards, or its table's rows with ?view=table (the page polls this: only
+    those that changed since what it shows, deployments.views.host_cards), or one host's card
+    with ?host=<name>."""
     name = text_param(request.GET, "host")
     if name:
         cards = selectors.host_cards(hosts=_one_host(name))
@@ -80,11 +84,15 @@ def host_cards_partial(request: HttpRequest) -> HttpResponse:
             raise Http404("No such host.")
         return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
     index = card_index()
+    view = host_cards.dashboard_view(request)
     changed = host_cards.changed_hosts(request, index)
     if changed is not None:
-        return host_cards.changed_cards_response(index, changed)
-    context = {"rendered": host_cards.rendered_cards(index), "hosts_version": host_cards.hosts_version(index)}
-    return render(request, "hardware/_host_cards.html", context)
+        return host_cards.changed_cards_response(index, changed, view)
+    context = {
+        "rendered": host_cards.rendered_cards(index, view=view),
+        "hosts_version": host_cards.hosts_version(index),
+    }
+    return render(request, host_cards.VIEWS[view][1], context)
 
 
 @require_GET

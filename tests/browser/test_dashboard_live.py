@@ -51,3 +51,49 @@ def test_a_card_changes_live_and_the_others_are_left_alone(live_server: Any, pag
     expect(card).to_contain_text("running 7")
     assert page.evaluate("document.getElementById('host-card-box-0').dataset.mark") == "untouched"
     assert page.locator("article[data-host]").count() == 3
+
+
+def test_the_table_view_updates_rows_live_and_keeps_its_sort(live_server: Any, page: Any, viewer: User) -> None:
+    """A row per host: a click on "Util" sorts the rows, a new telemetry round reaches its row
+    within a poll or two in place, and the order chosen survives the page's reload."""
+    from playwright.sync_api import expect
+
+    now = timezone.now()
+    hosts = [
+        Host.objects.create(name=f"rack-{i}", queue=f"host.rack-{i}", nvml_available=True, last_heartbeat=now)
+        for i in range(3)
+    ]
+    gpus = [
+        GPU.objects.create(host=h, index=i, name="NVIDIA H200", memory_bytes=141 * 1024**3)
+        for h in hosts
+        for i in (0, 1)
+    ]
+    util = {"rack-0": 30, "rack-1": 90, "rack-2": 60}
+    GpuSample.objects.bulk_create([GpuSample(gpu=g, ts=now, util_pct=util[g.host.name], temp_c=50) for g in gpus])
+
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "vera")
+    page.fill("input[name=password]", "pw-vera")
+    page.click("button[type=submit]")
+    page.click("text=table")
+    rows = page.locator("table.hosts-table tbody tr[data-host]")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#host-row-rack-0")).to_contain_text("2× H200")
+    expect(page.locator("#host-row-rack-1")).to_contain_text("90%")
+
+    page.click("table.hosts-table th:has-text('Util')")
+    page.click("table.hosts-table th:has-text('Util')")  # again: highest first
+    assert [rows.nth(i).get_attribute("data-host") for i in range(3)] == ["rack-1", "rack-2", "rack-0"]
+
+    page.evaluate("document.getElementById('host-row-rack-2').dataset.mark = 'untouched'")
+    Host.objects.update(last_heartbeat=timezone.now())
+    GpuSample.objects.bulk_create([GpuSample(gpu=g, ts=timezone.now(), util_pct=5, temp_c=91) for g in gpus[:2]])
+    row = page.locator("#host-row-rack-0")
+    expect(row).to_contain_text("5%", timeout=15_000)
+    expect(row).to_contain_text("91 °C")
+    assert page.evaluate("document.getElementById('host-row-rack-2').dataset.mark") == "untouched"
+    assert rows.nth(2).get_attribute("data-host") == "rack-0"  # swapped in where it was
+
+    page.reload()
+    expect(rows).to_have_count(3)
+    assert [rows.nth(i).get_attribute("data-host") for i in range(3)] == ["rack-1", "rack-2", "rack-0"]

@@ -89,8 +89,12 @@ def _other(field: models.Field, value: Any) -> Any:
 
 
 def _render_all() -> dict[str, str]:
+    """Every host's card and table row."""
     return {
-        c.host.name: render_to_string("hardware/_host_card.html", {"card": c})
+        c.host.name: "".join(
+            render_to_string(template, {"card": c})
+            for template in ("hardware/_host_card.html", "hardware/_host_row.html")
+        )
         for c in host_cards(hosts=Host.objects.all())
     }
 

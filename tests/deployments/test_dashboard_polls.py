@@ -129,3 +129,24 @@ def test_a_poll_naming_garbage_gets_every_card(client: Client, viewer: Any, flee
     for query in ("?hosts=x&have=zz", "?hosts=&have=", "?have=" + "a" * 100_000):
         response = client.get(url + query, HTTP_HX_REQUEST="true")
         assert response.status_code == 200 and response.content.count(b"data-v=") == HOSTS
+
+
+def test_the_table_view_polls_the_same_way_a_row_per_host(client: Client, viewer: Any, fleet: list[Host]) -> None:
+    client.force_login(viewer)
+    page = client.get(reverse("hardware:dashboard") + "?view=table").content.decode()
+    rows = dict(CARD.findall(page))
+    assert len(rows) == HOSTS and page.count('<tr id="host-row-') == HOSTS and "<article" not in page
+    assert f'hx-get="{reverse("hardware:host_cards")}?view=table"' in page  # the poll asks for rows
+    assert "8× H200" in page and "util 40%" not in page  # the table's own columns, not the cards'
+
+    listed = re.search(r'data-hosts="([^"]+)"', page)
+    assert listed is not None
+    url = f"{reverse('hardware:host_cards')}?view=table&hosts={listed.group(1)}&have={'.'.join(rows.values())}"
+    assert client.get(url, HTTP_HX_REQUEST="true").content == b""
+    new_round([g for h in fleet[:5] for g in h.gpus.all()], util=97.0)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert sorted(dict(CARD.findall(body))) == [h.name for h in fleet[:5]]
+    assert body.count('<tr id="host-row-') == 5 and body.count('hx-swap-oob="true"') == 5 and "97%" in body
+    assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 8
