@@ -121,7 +121,6 @@ class HostCard:
     host: Host
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
-    known_version: str = ""  # the fingerprint read with the rows (card_index), when it was
 
     @property
     def serving(self) -> ServingStatus:
@@ -134,7 +133,7 @@ class HostCard:
     @cached_property
     def gpu_summary(self) -> dict[str, Any]:
         """The dashboard table's GPU columns: which GPUs, mean utilisation, memory used of
-        all, power drawn, the hottest; each with a number to sort by ("" and -1: unknown)."""
+        all, power drawn, the hottest; each with a number to sort by ("–" and -1: unknown)."""
         gpus = self.gpus
         if not gpus:
             return {}
@@ -167,8 +166,6 @@ class HostCard:
         """A fingerprint of everything the card shows (deployments.selectors.card_index): equal
         fingerprints render the same card; the dashboard sends only cards whose fingerprint the
         browser does not have."""
-        if self.known_version:
-            return self.known_version
         host, op = self.host, self.operation
         revision = active_revision_of(host)
         return fingerprint(
@@ -257,8 +254,7 @@ def index_cards(index: CardIndex, host_ids: Sequence[int]) -> list[HostCard]:
             known = dict(zip(GPU_FIELDS, row, strict=False))
             gpu = GPU.from_db(DEFAULT_DB_ALIAS, gpu_names, [known[name] for name in gpu_names])
             gpus.append(GpuCard(gpu=gpu, sample=samples.get(row[-1])))
-        card = HostCard(hosts[host_id], gpus, index.operations.get(host_id), index.versions[host_id])
-        cards.append(card)
+        cards.append(HostCard(hosts[host_id], gpus, index.operations.get(host_id)))
     return cards
 
 

@@ -61,13 +61,17 @@ def rendered_cards(
     prefix = f"host{view}:{_templates_version()}"
     keys = {host_id: f"{prefix}:{index.versions[host_id]}:{int(oob)}" for host_id in ids}
     found = cache.get_many(list(keys.values()))
+    html = {host_id: found[key] for host_id, key in keys.items() if key in found}
     fresh: dict[str, str] = {}
     for card in index_cards(index, [host_id for host_id, key in keys.items() if key not in found]):
-        fresh[keys[card.host.pk]] = render_to_string(template, {"card": card, "oob": oob})
+        # Filed under the fingerprint of what was rendered: a host that changed since the rows
+        # were read never leaves newer HTML under its older fingerprint.
+        html[card.host.pk] = fresh[f"{prefix}:{card.version}:{int(oob)}"] = render_to_string(
+            template, {"card": card, "oob": oob}
+        )
     if fresh:
         cache.set_many(fresh, CACHE_SECONDS)
-    html = (found.get(key) or fresh.get(key) for key in keys.values())
-    return [mark_safe(text) for text in html if text]  # noqa: S308 - our own template's output
+    return [mark_safe(html[host_id]) for host_id in ids if host_id in html]  # noqa: S308 - our own template's output
 
 
 def changed_hosts(request: HttpRequest, index: CardIndex) -> list[int] | None:
