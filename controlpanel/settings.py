@@ -207,6 +207,8 @@ CELERY_BEAT_SCHEDULE = {
     "reap-lost-operations": {"task": "deployments.tasks.reap_lost_operations", "schedule": 30.0},
     "rollup-telemetry": {"task": "hardware.tasks.rollup_telemetry", "schedule": 300.0},
     "check-host-presence": {"task": "notifications.tasks.check_host_presence", "schedule": 30.0},
+    "retry-notifications": {"task": "notifications.tasks.retry_notifications", "schedule": 30.0},
+    "prune-notifications": {"task": "notifications.tasks.prune_notifications", "schedule": 3600.0},
 }
 
 # --- Notifications (notifications app) --------------------------------------------------------------
@@ -214,6 +216,11 @@ CELERY_BEAT_SCHEDULE = {
 CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default="http://127.0.0.1:8000")
 # The panel worker's queue that sends them (a slow channel waits there, never in a request).
 NOTIFICATIONS_QUEUE = env.str("CONTROLPANEL_NOTIFICATIONS_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
+# A delivery the channel refused (or that could not be queued) is sent again after each of these
+# waits, in seconds; then it stays failed. A test message is never sent again by itself.
+NOTIFICATIONS_RETRY_S = env.list("CONTROLPANEL_NOTIFICATIONS_RETRY_S", cast=int, default=[60, 300, 1800])
+# Deliveries older than this many days are deleted (the audit log keeps what people did).
+NOTIFICATIONS_KEPT_DAYS = env.int("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", default=90)
 
 # --- Engine logs the agents send (deployments.EngineLogRun) ------------------------------------------
 # Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).

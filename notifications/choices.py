@@ -23,5 +23,6 @@ RULE_EVENTS = [(value, label) for value, label in EventKind.choices if value != 
 class DeliveryState(models.TextChoices):
     PENDING = "pending", "Pending"
     SENDING = "sending", "Sending"
+    RETRY = "retry", "Failed, will retry"  # sent again at Delivery.retry_at (services.deliveries_retry)
     DELIVERED = "delivered", "Delivered"
     FAILED = "failed", "Failed"

@@ -95,6 +95,8 @@ class Delivery(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True)  # how long the channel took to answer (or fail)
+    attempts = models.PositiveSmallIntegerField(default=0)  # sends tried so far
+    retry_at = models.DateTimeField(null=True, blank=True, db_index=True)  # when a RETRY is sent again
 
     class Meta:
         ordering = ["-created_at"]

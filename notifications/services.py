@@ -9,6 +9,7 @@ slow or failing channel never holds up the operation that raised the event.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -326,8 +327,11 @@ def _enqueue(delivery: Delivery) -> None:
             task_id=str(delivery.pk),
             retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
         )
-    except Exception as exc:  # the broker is away: the delivery says so, the caller goes on
-        _finish(delivery.pk, delivered=False, error=f"Could not be queued for sending: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # the broker is away: the delivery says so (and is tried again), the caller goes on
+        error = f"Could not be queued for sending: {type(exc).__name__}: {exc}"
+        Delivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+        if not _retry_later(delivery, error):
+            _finish(delivery.pk, delivered=False, error=error)
 
 
 def channel_test_send(*, channel: Channel, actor: Any) -> Delivery:
@@ -363,15 +367,61 @@ def _finish(pk: Any, *, delivered: bool, error: str = "", seconds: float | None 
     Delivery.objects.filter(pk=pk).update(
         state=DeliveryState.DELIVERED if delivered else DeliveryState.FAILED,
         error=error[:2000],
+        retry_at=None,
         seconds=seconds,
         finished_at=timezone.now(),
     )
 
 
+def _retry_later(delivery: Delivery, error: str) -> bool:
+    """Mark a failed delivery to be sent again after the next wait of NOTIFICATIONS_RETRY_S;
+    False when it has had them all, or is a test message (the person sending it watches)."""
+    waits = list(settings.NOTIFICATIONS_RETRY_S)
+    attempts = Delivery.objects.filter(pk=delivery.pk).values_list("attempts", flat=True).first() or 0
+    if delivery.event == EventKind.TEST or not 0 < attempts <= len(waits):
+        return False
+    wait = waits[attempts - 1]
+    return bool(
+        Delivery.objects.filter(pk=delivery.pk, state__in=(DeliveryState.PENDING, DeliveryState.SENDING)).update(
+            state=DeliveryState.RETRY,
+            error=error[:2000],
+            retry_at=timezone.now() + timedelta(seconds=wait),
+            finished_at=timezone.now(),
+        )
+    )
+
+
+def deliveries_retry(*, now: Any = None) -> int:
+    """Beat: queue again the deliveries whose retry is due; returns how many."""
+    now = now or timezone.now()
+    due = list(Delivery.objects.filter(state=DeliveryState.RETRY, retry_at__lte=now).order_by("retry_at")[:500])
+    queued = 0
+    for delivery in due:
+        # Only the check that takes the row queues it (two beats never send it twice).
+        if Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.RETRY).update(
+            state=DeliveryState.PENDING, retry_at=None
+        ):
+            _enqueue(delivery)
+            queued += 1
+    return queued
+
+
+def deliveries_prune(*, now: Any = None) -> int:
+    """Beat: delete deliveries older than NOTIFICATIONS_KEPT_DAYS (but those still to be sent)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.NOTIFICATIONS_KEPT_DAYS)
+    old = Delivery.objects.filter(created_at__lt=cutoff, state__in=(DeliveryState.DELIVERED, DeliveryState.FAILED))
+    deleted, _ = old.delete()
+    return deleted
+
+
 def delivery_send(*, delivery_id: Any) -> str:
-    """Send one recorded delivery; records delivered, or failed with the channel's error.
-    A delivery already taken (a message delivered twice) is left alone."""
-    if not Delivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING).update(state=DeliveryState.SENDING):
+    """Send one recorded delivery; records delivered, or the channel's error: failed, or to be
+    sent again later (NOTIFICATIONS_RETRY_S). A delivery already taken (a message delivered
+    twice) is left alone."""
+    taken = Delivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING).update(
+        state=DeliveryState.SENDING, attempts=F("attempts") + 1
+    )
+    if not taken:
         return "skipped"
     delivery = Delivery.objects.select_related("channel").get(pk=delivery_id)
     if delivery.channel is None:
@@ -385,9 +435,12 @@ def delivery_send(*, delivery_id: Any) -> str:
     from .channels import channel_send
 
     result = channel_send(url, title=delivery.title, body=delivery.body)
-    _finish(delivery.pk, delivered=result.delivered, error=result.error, seconds=round(result.seconds, 3))
     if not result.delivered:
         log.warning("notification to channel %s failed: %s", delivery.channel_name, result.error)
+        if _retry_later(delivery, result.error):
+            Delivery.objects.filter(pk=delivery.pk).update(seconds=round(result.seconds, 3))
+            return DeliveryState.RETRY
+    _finish(delivery.pk, delivered=result.delivered, error=result.error, seconds=round(result.seconds, 3))
     return DeliveryState.DELIVERED if result.delivered else DeliveryState.FAILED
 
 

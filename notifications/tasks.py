@@ -19,3 +19,19 @@ def check_host_presence() -> int:
     from .services import hosts_presence_check
 
     return len(hosts_presence_check())
+
+
+@shared_task(ignore_result=True)
+def retry_notifications() -> int:
+    """Beat: send again the deliveries whose retry is due."""
+    from .services import deliveries_retry
+
+    return deliveries_retry()
+
+
+@shared_task(ignore_result=True)
+def prune_notifications() -> int:
+    """Beat: forget deliveries older than NOTIFICATIONS_KEPT_DAYS."""
+    from .services import deliveries_prune
+
+    return deliveries_prune()

@@ -161,7 +161,8 @@ def test_a_switch_that_rolled_back_reaches_a_json_webhook_with_what_where_and_a_
 
 def test_a_channel_that_never_answers_does_not_slow_the_operations_end(lab, capsys):
     """The finish call stays fast with a channel whose receiver never answers (5 s read
-    timeout); the deliveries are recorded failed with the timeout, seconds later, by the worker."""
+    timeout); the deliveries are recorded failed with the timeout, seconds later, by the worker,
+    each to be sent again after the first wait of NOTIFICATIONS_RETRY_S."""
     _switch(lab, result=ROLLED_BACK, error=ROLLED_BACK_ERROR)  # warm-up; no rule yet: nothing to send
     no_channel = sorted(_switch(lab, result=ROLLED_BACK, error=ROLLED_BACK_ERROR)[1] for _ in range(3))
     with SilentReceiver() as silent:
@@ -172,12 +173,13 @@ def test_a_channel_that_never_answers_does_not_slow_the_operations_end(lab, caps
         with_silent = sorted(_switch(lab, result=ROLLED_BACK, error=ROLLED_BACK_ERROR)[1] for _ in range(3))
 
         def three_failed() -> list[Delivery] | None:
-            rows = list(Delivery.objects.filter(channel=channel, state="failed"))
+            rows = list(Delivery.objects.filter(channel=channel, state="retry"))
             return rows if len(rows) == 3 else None
 
-        done = wait_for(three_failed, 90, "three failed deliveries")
+        done = wait_for(three_failed, 90, "three failed deliveries, to be retried")
     assert max(with_silent) < 2.5, f"finish calls took {with_silent} s"  # well under the channel's 5 s
     assert all("Read timed out" in d.error and d.seconds is not None and d.seconds >= 4.9 for d in done)
+    assert all(d.attempts == 1 and d.retry_at is not None and d.retry_at > d.finished_at for d in done)
     with capsys.disabled():
         print(
             f"\nagent API finish of a failed switch (median of 3): {no_channel[1] * 1000:.0f} ms with no channel, "

@@ -23,9 +23,11 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class WebhookReceiver:
-    """Takes POSTs, keeps (path, headers, JSON body), answers 200 (or `status`)."""
+    """Takes POSTs, keeps (path, headers, JSON body), answers 200 (or `status`, which a test
+    may change while it runs)."""
 
     def __init__(self, status: int = 200) -> None:
+        self.status = status
         self.received: list[dict[str, Any]] = []
         receiver = self
 
@@ -35,7 +37,7 @@ class WebhookReceiver:
                 receiver.received.append(
                     {"path": self.path, "headers": dict(self.headers), "json": json.loads(raw or b"null")}
                 )
-                self.send_response(status)
+                self.send_response(receiver.status)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
