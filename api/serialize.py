@@ -47,6 +47,8 @@ def operation_dict(op: Operation) -> dict[str, Any]:
 def _benchmark_id(op: Operation) -> int | None:
     if op.kind != "benchmark":
         return None
+    if hasattr(op, "benchmark_run_pk"):  # read with the operation (deployments.selectors.hosts.host_cards)
+        return op.benchmark_run_pk
     return BenchmarkRun.objects.filter(operation=op).values_list("pk", flat=True).first()
 
 

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import F, OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
@@ -223,8 +223,13 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     samples = {s.pk: s for s in sample_qs.filter(pk__in=sample_ids)} if sample_ids else {}
     ops: dict[int, Operation] = {}
     active = Operation.objects.filter(host__in=[h.pk for h in hosts_list], state__in=ACTIVE_STATES)
-    for op in active.select_related("revision").order_by("created_at"):
+    # benchmark_run_pk: the API's host list names a running benchmark's run (api.serialize)
+    ops_read = active.select_related("revision", "requested_by").annotate(benchmark_run_pk=F("benchmarkrun__id"))
+    for op in ops_read.order_by("created_at"):
         ops.setdefault(op.host_id, op)
+    for h in hosts_list:
+        if h.pk in ops:
+            ops[h.pk].host = h  # the host is at hand: its operation's pages and API name it
     return [
         HostCard(
             host=h,

@@ -336,3 +336,38 @@ def test_exports_are_the_files_the_pages_and_the_command_give(client, world, vie
     # A target that does not exist is a 400 naming the choices; one the revision cannot go to is a 409 saying why.
     bad = call(client, "GET", "/api/v1/hosts/lab/revisions/2/exports/kubernetes/", token)
     assert bad.status_code == 400 and "target" in bad.json()["errors"]
+
+
+def test_the_host_list_names_running_benchmarks_in_a_fixed_number_of_queries(client: Any, viewer: User) -> None:
+    """GET /api/v1/hosts/ with a benchmark running on every host: each host's operation names
+    its run, and the queries do not grow with the hosts."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, Operation
+    from hardware.models import Host
+
+    variant = ModelVariant.objects.create(name="bench-model", format="gguf", gguf_file="m.gguf")
+    token = _token(viewer)
+
+    def add_hosts(names: list[str]) -> None:
+        for name in names:
+            host = Host.objects.create(name=name, queue=f"host.{name}")
+            revision = DeploymentRevision.objects.create(
+                host=host, number=1, engine="llama.cpp", model_variant=variant, message="m"
+            )
+            op = Operation.objects.create(kind="benchmark", host=host, revision=revision, state="running")
+            BenchmarkRun.objects.create(revision=revision, operation=op, profile_name="quick", engine="llama.cpp")
+
+    counts = []
+    call(client, "GET", "/api/v1/hosts/", token)  # the token's first use is recorded once
+    for names in (["b-0", "b-1"], ["b-2", "b-3", "b-4", "b-5"]):
+        add_hosts(names)
+        with CaptureQueriesContext(connection) as queries:
+            listed = call(client, "GET", "/api/v1/hosts/", token)
+        assert listed.status_code == 200
+        counts.append(len(queries.captured_queries))
+    runs = {r.operation.host.name: r.pk for r in BenchmarkRun.objects.select_related("operation__host")}
+    items = listed.json()["items"] if isinstance(listed.json(), dict) else listed.json()
+    assert {h["name"]: h["operation"]["benchmark"] for h in items} == runs
+    assert counts[0] == counts[1], counts
