@@ -159,6 +159,16 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DJANGO_CONN_MAX_AGE", d
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# The dashboard's rendered host cards and table rows (deployments.views.host_cards), per web
+# process: each host has up to four (card, row, each whole or as a swap). Django's default of
+# 300 entries would cull them at a hundred hosts and render them again on the next poll.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "OPTIONS": {"MAX_ENTRIES": env.int("CONTROLPANEL_CARD_CACHE_ENTRIES", default=8000)},
+    }
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

@@ -150,3 +150,19 @@ def test_the_table_view_polls_the_same_way_a_row_per_host(client: Client, viewer
     assert sorted(dict(CARD.findall(body))) == [h.name for h in fleet[:5]]
     assert body.count('<tr id="host-row-') == 5 and body.count('hx-swap-oob="true"') == 5 and "97%" in body
     assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 8
+
+
+def test_every_card_and_row_of_a_hundred_hosts_stays_rendered(client: Client, viewer: Any, fleet: list[Host]) -> None:
+    """Both views, whole and as swaps: 400 renderings, all kept (Django's default cache would
+    cull a third of them at 300 and render them again on the next poll)."""
+    client.force_login(viewer)
+    url = reverse("hardware:host_cards")
+    for view in ("", "view=table&"):
+        page = client.get(f"{url}?{view}", HTTP_HX_REQUEST="true").content.decode()
+        listed = re.search(r'data-hosts="([^"]+)"', page)
+        assert listed is not None
+        client.get(f"{url}?{view}hosts={listed.group(1)}&have=", HTTP_HX_REQUEST="true")  # every one as a swap
+    for view in ("", "view=table&"):
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(f"{url}?{view}", HTTP_HX_REQUEST="true").status_code == 200
+        assert len(queries.captured_queries) == 6, f"{view or 'cards'}: some were rendered again"
