@@ -116,6 +116,9 @@ def serving_status(host: Host) -> ServingStatus:
     return ServingStatus(False, "unhealthy", "error", f"{label}'s engine runs but does not answer its health check.")
 
 
+HOT_C = 85.0  # a GPU this hot (or hotter) needs a look: most throttle a few degrees above
+
+
 @dataclass
 class HostCard:
     host: Host
@@ -129,6 +132,23 @@ class HostCard:
     @property
     def offline_reason(self) -> str:
         return offline_reason(self.host)
+
+    @cached_property
+    def attention(self) -> str:
+        """Why a person should look at this host now, or "": its agent is away, its active
+        revision is not serving, or a GPU runs at HOT_C or more. The dashboard's "needs
+        attention" filter shows only these."""
+        host = self.host
+        if host.is_demo:
+            return ""
+        if not host.is_online:
+            return "offline"
+        if active_revision_of(host) is not None and not self.serving.serving and self.serving.label != "starting":
+            return self.serving.label
+        temps = [g.sample.temp_c for g in self.gpus if g.sample is not None and g.sample.temp_c is not None]
+        if temps and max(temps) >= HOT_C:
+            return f"GPU at {max(temps):.0f} °C"
+        return ""
 
     @cached_property
     def gpu_summary(self) -> dict[str, Any]:

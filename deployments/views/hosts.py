@@ -66,6 +66,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "rendered": host_cards.rendered_cards(index, view=view),
             "hosts_version": host_cards.hosts_version(index),
             "first_steps": deployment_selectors.first_steps(),
+            "hot_c": selectors.HOT_C,
         },
     )
 

@@ -55,8 +55,36 @@
     sortTable(saved);
   });
 
+  // "Only hosts that need attention": hosts whose data-attention names a reason (the panel
+  // decides it: HostCard.attention); the others are hidden by CSS, so a card or row swapped in
+  // later shows or hides by itself. The count follows every swap.
+  var ATTENTION_KEY = "controlpanel.hosts.attention";
+
+  function showAttention() {
+    var box = document.getElementById("attention-only");
+    var list = document.getElementById("host-cards");
+    if (!box || !list) { return; }
+    list.classList.toggle("attention-only", box.checked);
+    var count = document.getElementById("attention-count");
+    if (count) { count.textContent = String(list.querySelectorAll("[data-v]:not([data-attention=''])").length); }
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.id === "attention-only") {
+      sessionStorage.setItem(ATTENTION_KEY, event.target.checked ? "1" : "");
+      showAttention();
+    }
+  });
+
+  document.addEventListener("htmx:afterSettle", showAttention);
+  document.addEventListener("htmx:oobAfterSwap", showAttention);
   document.addEventListener("htmx:afterSwap", function (event) {
     if (event.detail.target && event.detail.target.id === "host-cards") { sortTable(savedSort()); }
   });
-  document.addEventListener("DOMContentLoaded", function () { sortTable(savedSort()); });
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("attention-only");
+    if (box) { box.checked = sessionStorage.getItem(ATTENTION_KEY) === "1"; }
+    showAttention();
+    sortTable(savedSort());
+  });
 })();

@@ -4,6 +4,7 @@ alone (the same DOM nodes, not re-rendered). The page fixture is tests/browser/c
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -97,3 +98,39 @@ def test_the_table_view_updates_rows_live_and_keeps_its_sort(live_server: Any, p
     page.reload()
     expect(rows).to_have_count(3)
     assert [rows.nth(i).get_attribute("data-host") for i in range(3)] == ["rack-1", "rack-2", "rack-0"]
+
+
+def test_only_hosts_that_need_attention_and_one_that_starts_to(live_server: Any, page: Any, viewer: User) -> None:
+    """The filter hides the hosts that are fine, in both views; a host that goes offline while
+    the page watches appears by itself, and the count follows."""
+    from playwright.sync_api import expect
+
+    now = timezone.now()
+    fine = Host.objects.create(name="fine", queue="host.fine", nvml_available=True, last_heartbeat=now)
+    Host.objects.create(name="away", queue="host.away", last_heartbeat=now - timedelta(hours=2))
+    hot = Host.objects.create(name="hot", queue="host.hot", nvml_available=True, last_heartbeat=now)
+    for host, temp in ((fine, 60.0), (hot, 91.0)):
+        gpu = GPU.objects.create(host=host, index=0, name="NVIDIA H200", memory_bytes=141 * 1024**3)
+        GpuSample.objects.create(gpu=gpu, ts=now, util_pct=50, temp_c=temp)
+
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "vera")
+    page.fill("input[name=password]", "pw-vera")
+    page.click("button[type=submit]")
+    page.check("#attention-only")
+    expect(page.locator("#attention-count")).to_have_text("2")
+    expect(page.locator('article[data-host="fine"]')).to_be_hidden()
+    expect(page.locator('article[data-host="away"]')).to_be_visible()
+    expect(page.locator('article[data-host="hot"]')).to_be_visible()
+
+    page.click("text=table")  # the choice is kept for the tab, and applies to the rows
+    expect(page.locator("#attention-only")).to_be_checked()
+    expect(page.locator("#host-row-fine")).to_be_hidden()
+    expect(page.locator("#host-row-hot")).to_be_visible()
+
+    Host.objects.filter(pk=hot.pk).update(last_heartbeat=timezone.now())
+    Host.objects.filter(pk=fine.pk).update(last_heartbeat=timezone.now() - timedelta(hours=1))
+    expect(page.locator("#host-row-fine")).to_be_visible(timeout=15_000)
+    expect(page.locator("#attention-count")).to_have_text("3")
+    page.uncheck("#attention-only")
+    expect(page.locator("table.hosts-table tbody tr[data-host]:visible")).to_have_count(3)

@@ -118,3 +118,14 @@ def test_a_field_the_fingerprint_leaves_out_changes_nothing_a_card_shows(
         for obj in model.objects.all():
             model.objects.filter(pk=obj.pk).update(**{f.attname: _other(f, getattr(obj, f.attname))})
         assert _render_all() == shown, f"{model.__name__}.{f.name} shows on a card: add it to the fingerprint"
+
+
+def test_which_hosts_need_attention_and_why(fleet: list[Host]) -> None:
+    Host.objects.filter(name="bare").update(engine_state={"running": False})  # no revision: nothing to serve
+    serving = Host.objects.get(name="serving")
+    reasons = {c.host.name: c.attention for c in host_cards()}
+    assert reasons == {"serving": "", "offline": "offline", "demo": "", "never": "offline", "bare": ""}
+    Host.objects.filter(pk=serving.pk).update(engine_state={"running": False, "phase": "crashed"})
+    GpuSample.objects.create(gpu=GPU.objects.get(host=fleet[4], index=0), ts=timezone.now(), temp_c=88)
+    reasons = {c.host.name: c.attention for c in host_cards()}
+    assert reasons["serving"] == "not serving" and reasons["bare"] == "GPU at 88 °C"
