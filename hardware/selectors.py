@@ -22,7 +22,8 @@ def offline_reason(host: Host) -> str:
     if host.last_heartbeat is None:
         since = "has never reported"
     else:
-        since = f"last reported {timesince(host.last_heartbeat)} ago"
+        # One unit ("3 hours"): the dashboard's cards say it, and would change every minute with two.
+        since = f"last reported {timesince(host.last_heartbeat, depth=1)} ago"
     return (
         f"{host.name} is offline: its agent {since}. Switch, Benchmark and Probe need the agent "
         "running on the host; they come back when it reports again."

@@ -67,7 +67,7 @@ def fingerprint(
     without an active revision), GPU_FIELDS plus each GPU's latest sample id, and the first
     running operation's OP_FIELDS (with "rolled back" read from its result)."""
     online = online_at(last_heartbeat, now)
-    ago = "" if online or last_heartbeat is None else timesince(last_heartbeat, now)
+    ago = "" if online or last_heartbeat is None else timesince(last_heartbeat, now, depth=1)
     if op:
         result = op[OP_FIELDS.index("result")]
         rolled_back = bool(result.get("rolled_back")) if isinstance(result, dict) else False

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import F, OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
+from django.utils.timesince import timesince
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
@@ -132,6 +133,13 @@ class HostCard:
     @property
     def offline_reason(self) -> str:
         return offline_reason(self.host)
+
+    @property
+    def offline_since(self) -> str:
+        """How long ago the host last reported, in one unit ("2 hours", "5 minutes"): the card
+        of a host that is away changes when this does, once a minute at most."""
+        last = self.host.last_heartbeat
+        return timesince(last, depth=1) if last is not None else ""
 
     @cached_property
     def attention(self) -> str:

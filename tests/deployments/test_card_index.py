@@ -129,3 +129,19 @@ def test_which_hosts_need_attention_and_why(fleet: list[Host]) -> None:
     GpuSample.objects.create(gpu=GPU.objects.get(host=fleet[4], index=0), ts=timezone.now(), temp_c=88)
     reasons = {c.host.name: c.attention for c in host_cards()}
     assert reasons["serving"] == "not serving" and reasons["bare"] == "GPU at 88 °C"
+
+
+def test_a_card_of_a_host_long_away_does_not_change_every_minute() -> None:
+    """The card says how long ago in one unit: after hours away it changes hourly, not each
+    minute (at a hundred hosts, every away host's card was sent again every minute)."""
+    from deployments.selectors.card_index import fingerprint
+
+    now = timezone.now()
+
+    def at(last: Any, when: Any) -> str:
+        return fingerprint((1, "h"), last, (), "", [], (), None, when)
+
+    hours_ago, minutes_ago = now - timedelta(hours=3, minutes=10), now - timedelta(minutes=5)
+    assert at(hours_ago, now) == at(hours_ago, now + timedelta(minutes=1))
+    assert at(hours_ago, now) != at(hours_ago, now + timedelta(hours=1))
+    assert at(minutes_ago, now) != at(minutes_ago, now + timedelta(minutes=1))
