@@ -427,6 +427,9 @@ def delivery_send(*, delivery_id: Any) -> str:
     if delivery.channel is None:
         _finish(delivery.pk, delivered=False, error="The channel was deleted before the message was sent.")
         return DeliveryState.FAILED
+    if delivery.attempts > 1 and not delivery.channel.enabled:  # a retry; a test message may go to a disabled one
+        _finish(delivery.pk, delivered=False, error="The channel was disabled before the message was sent again.")
+        return DeliveryState.FAILED
     try:
         url = url_decrypt(delivery.channel.url_ciphertext)
     except UndecryptableError as exc:

@@ -108,3 +108,15 @@ def test_old_deliveries_are_pruned_but_not_those_still_to_be_sent(admin_user: An
     assert deliveries_prune() == 2
     left = set(Delivery.objects.values_list("pk", flat=True))
     assert left == {delivery.pk, rows[DeliveryState.RETRY], rows[DeliveryState.PENDING]}
+
+
+def test_a_channel_disabled_meanwhile_gets_no_retry(admin_user: Any, hook: Any) -> None:
+    from notifications.services import channel_update
+
+    delivery = _offline_delivery(admin_user, hook.port)
+    assert delivery_send(delivery_id=delivery.pk) == DeliveryState.RETRY
+    channel_update(channel=delivery.channel, name="ops", enabled=False, actor=admin_user)
+    assert deliveries_retry(now=timezone.now() + timedelta(hours=1)) == 1
+    assert delivery_send(delivery_id=delivery.pk) == DeliveryState.FAILED
+    delivery.refresh_from_db()
+    assert "disabled before the message was sent again" in delivery.error and len(hook.received) == 1
