@@ -3,7 +3,7 @@ of revisions or operations: what a host serves is `deployments.Deployment`."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -31,6 +31,11 @@ class GpuType(models.Model):
 
     def __str__(self) -> str:
         return self.short_name
+
+
+def online_at(last_heartbeat: datetime | None, now: datetime) -> bool:
+    """Whether a host whose agent last reported at `last_heartbeat` counts as online at `now`."""
+    return last_heartbeat is not None and now - last_heartbeat < timedelta(seconds=settings.HOST_OFFLINE_AFTER_S)
 
 
 class Host(models.Model):
@@ -73,9 +78,7 @@ class Host(models.Model):
 
     @property
     def is_online(self) -> bool:
-        if self.last_heartbeat is None:
-            return False
-        return timezone.now() - self.last_heartbeat < timedelta(seconds=settings.HOST_OFFLINE_AFTER_S)
+        return online_at(self.last_heartbeat, timezone.now())
 
     @property
     def cpu_only(self) -> bool:

@@ -4,13 +4,19 @@ hosts beside revisions and operations, the dashboard's cards among them, are
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 from django.utils.timesince import timesince
 
 from .models import EngineSample, GpuSample, Host
+
+
+def reported_ago(last_heartbeat: datetime, now: datetime | None = None) -> str:
+    """How long ago an agent last reported, in one unit ("3 hours", "5 minutes"): a host's card
+    says it, and would change every minute with two."""
+    return timesince(last_heartbeat, now, depth=1)
 
 
 def offline_reason(host: Host) -> str:
@@ -22,8 +28,7 @@ def offline_reason(host: Host) -> str:
     if host.last_heartbeat is None:
         since = "has never reported"
     else:
-        # One unit ("3 hours"): the dashboard's cards say it, and would change every minute with two.
-        since = f"last reported {timesince(host.last_heartbeat, depth=1)} ago"
+        since = f"last reported {reported_ago(host.last_heartbeat)} ago"
     return (
         f"{host.name} is offline: its agent {since}. Switch, Benchmark and Probe need the agent "
         "running on the host; they come back when it reports again."

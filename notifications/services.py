@@ -329,7 +329,8 @@ def _enqueue(delivery: Delivery) -> None:
         )
     except Exception as exc:  # the broker is away: the delivery says so (and is tried again), the caller goes on
         error = f"Could not be queued for sending: {type(exc).__name__}: {exc}"
-        Delivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+        delivery.attempts += 1  # a try that did not get as far as the channel
+        Delivery.objects.filter(pk=delivery.pk).update(attempts=delivery.attempts)
         if not _retry_later(delivery, error):
             _finish(delivery.pk, delivered=False, error=error)
 
@@ -374,13 +375,13 @@ def _finish(pk: Any, *, delivered: bool, error: str = "", seconds: float | None 
 
 
 def _retry_later(delivery: Delivery, error: str) -> bool:
-    """Mark a failed delivery to be sent again after the next wait of NOTIFICATIONS_RETRY_S;
-    False when it has had them all, or is a test message (the person sending it watches)."""
+    """Mark a failed delivery (`attempts` as now stored) to be sent again after the next wait of
+    NOTIFICATIONS_RETRY_S; False when it has had them all, or is a test message (the person
+    sending it watches)."""
     waits = list(settings.NOTIFICATIONS_RETRY_S)
-    attempts = Delivery.objects.filter(pk=delivery.pk).values_list("attempts", flat=True).first() or 0
-    if delivery.event == EventKind.TEST or not 0 < attempts <= len(waits):
+    if delivery.event == EventKind.TEST or not 0 < delivery.attempts <= len(waits):
         return False
-    wait = waits[attempts - 1]
+    wait = waits[delivery.attempts - 1]
     return bool(
         Delivery.objects.filter(pk=delivery.pk, state__in=(DeliveryState.PENDING, DeliveryState.SENDING)).update(
             state=DeliveryState.RETRY,

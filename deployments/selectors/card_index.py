@@ -18,17 +18,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Model, OuterRef, Subquery
 from django.utils import timezone
-from django.utils.timesince import timesince
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import Operation
-from hardware.models import GPU, GpuSample, Host
+from hardware.models import GPU, GpuSample, Host, online_at
+from hardware.selectors import reported_ago
 
 # What a card shows, and so what its fingerprint covers.
 HOST_FIELDS = (
@@ -48,11 +47,6 @@ OP_FIELDS = ("id", "host_id", "kind", "state", "stage", "progress", "error", "re
 _REV = "deployment__active_revision__"
 
 
-def online_at(last_heartbeat: datetime | None, now: datetime) -> bool:
-    """Host.is_online, for a given moment."""
-    return last_heartbeat is not None and now - last_heartbeat < timedelta(seconds=settings.HOST_OFFLINE_AFTER_S)
-
-
 def fingerprint(
     host: Sequence[Any],
     last_heartbeat: datetime | None,
@@ -67,7 +61,7 @@ def fingerprint(
     without an active revision), GPU_FIELDS plus each GPU's latest sample id, and the first
     running operation's OP_FIELDS (with "rolled back" read from its result)."""
     online = online_at(last_heartbeat, now)
-    ago = "" if online or last_heartbeat is None else timesince(last_heartbeat, now, depth=1)
+    ago = "" if online or last_heartbeat is None else reported_ago(last_heartbeat, now)
     if op:
         result = op[OP_FIELDS.index("result")]
         rolled_back = bool(result.get("rolled_back")) if isinstance(result, dict) else False
@@ -80,7 +74,8 @@ def values_of(obj: Model | None, fields: Sequence[str]) -> tuple[Any, ...]:
     return () if obj is None else tuple(getattr(obj, f) for f in fields)
 
 
-def _latest_sample() -> Subquery:
+def latest_sample_id() -> Subquery:
+    """A GPU's latest raw sample's id, for `.annotate(latest_sample_id=...)` on GPUs."""
     return Subquery(GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1])
 
 
@@ -99,7 +94,7 @@ def card_index() -> CardIndex:
     with their latest raw sample's id, and the running operations (the first per host)."""
     now = timezone.now()
     index = CardIndex()
-    gpu_rows = GPU.objects.annotate(latest_sample_id=_latest_sample()).order_by("host_id", "index")
+    gpu_rows = GPU.objects.annotate(latest_sample_id=latest_sample_id()).order_by("host_id", "index")
     for row in gpu_rows.values_list(*GPU_FIELDS, "latest_sample_id"):
         index.gpus.setdefault(row[1], []).append(row)
     ops = (

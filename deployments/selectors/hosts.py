@@ -12,9 +12,8 @@ from functools import cached_property
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import F, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import F, Prefetch, QuerySet
 from django.utils import timezone
-from django.utils.timesince import timesince
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
@@ -27,10 +26,11 @@ from deployments.selectors.card_index import (
     REVISION_FIELDS,
     CardIndex,
     fingerprint,
+    latest_sample_id,
     values_of,
 )
 from hardware.models import GPU, GpuSample, Host
-from hardware.selectors import offline_reason
+from hardware.selectors import offline_reason, reported_ago
 
 
 @dataclass
@@ -139,7 +139,7 @@ class HostCard:
         """How long ago the host last reported, in one unit ("2 hours", "5 minutes"): the card
         of a host that is away changes when this does, once a minute at most."""
         last = self.host.last_heartbeat
-        return timesince(last, depth=1) if last is not None else ""
+        return reported_ago(last) if last is not None else ""
 
     @cached_property
     def attention(self) -> str:
@@ -153,10 +153,8 @@ class HostCard:
             return "offline"
         if active_revision_of(host) is not None and not self.serving.serving and self.serving.label != "starting":
             return self.serving.label
-        temps = [g.sample.temp_c for g in self.gpus if g.sample is not None and g.sample.temp_c is not None]
-        if temps and max(temps) >= HOT_C:
-            return f"GPU at {max(temps):.0f} °C"
-        return ""
+        hottest = self.gpu_summary.get("temp_sort", -1)  # as the card and the table show it
+        return f"GPU at {hottest} °C" if hottest >= HOT_C else ""
 
     @cached_property
     def gpu_summary(self) -> dict[str, Any]:
@@ -234,12 +232,12 @@ CARD_SAMPLE = ("gpu_id", "util_pct", "mem_used_bytes", "power_w", "temp_c")  # w
 
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries.
-    Without `hosts`: every host, as the dashboard shows them (leaving CARD_UNREAD unread)."""
-    latest = GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1]
-    gpu_qs = GPU.objects.annotate(latest_sample_id=Subquery(latest)).order_by("index")
+    Without `hosts`: every host (the API's list), leaving CARD_UNREAD unread. (The dashboard reads
+    its cards through card_index and index_cards.)"""
+    gpu_qs = GPU.objects.annotate(latest_sample_id=latest_sample_id()).order_by("index")
     sample_qs = GpuSample.objects.all()
     gpus: dict[int, list[GPU]] = {}
-    if hosts is None:  # the dashboard: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
+    if hosts is None:  # every host: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
         hosts_list = list(host_list().defer(*CARD_UNREAD))
         for gpu in gpu_qs.only(*GPU_FIELDS).filter(host_id__in=[h.pk for h in hosts_list]):
             gpus.setdefault(gpu.host_id, []).append(gpu)
