@@ -14,6 +14,8 @@ import contextlib
 import secrets
 from datetime import timedelta
 
+from django.core.exceptions import ImproperlyConfigured
+
 from controlpanel.hardening import parse_proxy_ssl_header, write_private
 from controlpanel.settings_shared import (  # noqa: F401 - settings the agent shares
     AGENT_ENGINE_LOG_S,
@@ -53,6 +55,7 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     WATCHDOG_TIMEOUT_S,
     WATCHDOG_WINDOW_S,
     env,
+    env_number,
 )
 
 
@@ -165,7 +168,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-        "OPTIONS": {"MAX_ENTRIES": env.int("CONTROLPANEL_CARD_CACHE_ENTRIES", default=8000)},
+        "OPTIONS": {"MAX_ENTRIES": env_number("CONTROLPANEL_CARD_CACHE_ENTRIES", 8000, 300, 1_000_000)},
     }
 }
 
@@ -228,11 +231,17 @@ CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default="http://127.0.0.1:8000")
 NOTIFICATIONS_QUEUE = env.str("CONTROLPANEL_NOTIFICATIONS_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
 # A delivery the channel refused (or that could not be queued) is sent again after each of these
 # waits, in seconds; then it stays failed. A test message is never sent again by itself.
-NOTIFICATIONS_RETRY_S = env.list("CONTROLPANEL_NOTIFICATIONS_RETRY_S", cast=int, default=[60, 300, 1800])
+NOTIFICATIONS_RETRY_S = env.list("CONTROLPANEL_NOTIFICATIONS_RETRY_S", default=["60", "300", "1800"])
+if len(NOTIFICATIONS_RETRY_S) > 10 or not all(w.isdigit() and 1 <= int(w) <= 86_400 for w in NOTIFICATIONS_RETRY_S):
+    raise ImproperlyConfigured(
+        "CONTROLPANEL_NOTIFICATIONS_RETRY_S must list at most 10 waits of 1 to 86400 seconds, comma-separated, "
+        f"not {','.join(NOTIFICATIONS_RETRY_S)!r}."
+    )
+NOTIFICATIONS_RETRY_S = [int(w) for w in NOTIFICATIONS_RETRY_S]
 # Deliveries older than this many days are deleted (the audit log keeps what people did).
-NOTIFICATIONS_KEPT_DAYS = env.int("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", default=90)
+NOTIFICATIONS_KEPT_DAYS = env_number("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", 90, 1, 36_500)
 
 # --- Engine logs the agents send (deployments.EngineLogRun) ------------------------------------------
 # Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).
-ENGINE_LOG_RUNS_KEPT = env.int("CONTROLPANEL_ENGINE_LOG_RUNS_KEPT", default=20)
-ENGINE_LOG_RUN_BYTES = env.int("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", default=512 * 1024)
+ENGINE_LOG_RUNS_KEPT = env_number("CONTROLPANEL_ENGINE_LOG_RUNS_KEPT", 20, 1, 1000)
+ENGINE_LOG_RUN_BYTES = env_number("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", 512 * 1024, 4096, 64 * 1024 * 1024)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.hardening import DEFAULT_UMASK, parse_umask, secure_data_dir
 
@@ -16,6 +18,20 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+
+def env_number(name: str, default: float, low: float, high: float, *, cast: type = int) -> Any:
+    """A number from the environment within [low, high]; anything else stops the start, naming
+    the variable and its range (a typo must not become a zero wait or a deleted history)."""
+    raw = env.str(name, default=str(default))
+    try:
+        value = cast(raw)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise ImproperlyConfigured(f"{name} must be a number from {low:,} to {high:,}, not {raw!r}.")
+    return value
+
 
 # Files the panel's processes create (SQLite database and journal, secret key, broker messages,
 # engine logs and pid files, static files) are readable by their own user only: 0600 files,
@@ -66,7 +82,7 @@ HOST_OFFLINE_AFTER_S = env.int("CONTROLPANEL_HOST_OFFLINE_AFTER_S", default=90)
 AGENT_HEARTBEAT_S = env.int("CONTROLPANEL_AGENT_HEARTBEAT_S", default=15)
 TELEMETRY_INTERVAL_S = env.int("CONTROLPANEL_TELEMETRY_INTERVAL_S", default=10)
 # How often the agent sends the engine's new log lines to the panel (the host page follows them).
-AGENT_ENGINE_LOG_S = env.float("CONTROLPANEL_AGENT_ENGINE_LOG_S", default=1.0)
+AGENT_ENGINE_LOG_S = env_number("CONTROLPANEL_AGENT_ENGINE_LOG_S", 1.0, 0.1, 60, cast=float)
 # Raw telemetry kept at full rate; older samples are rolled up to one per minute.
 TELEMETRY_RAW_RETENTION_H = env.int("CONTROLPANEL_TELEMETRY_RAW_RETENTION_H", default=24)
 TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_D", default=30)

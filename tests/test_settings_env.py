@@ -45,3 +45,26 @@ def test_environment_selects_postgres_and_redis(tmp_path):
     assert found["db"] == "django.db.backends.postgresql"
     assert found["name"] == "panel"
     assert found["broker"] == "redis://127.0.0.1:6379/3"
+
+
+def test_a_setting_out_of_its_range_stops_the_start_naming_it(tmp_path):
+    """Numbers this panel reads from the environment are checked against their range: a typo
+    never becomes a zero wait, a deleted history or an unbounded cache."""
+    for variable, value, said in (
+        ("CONTROLPANEL_NOTIFICATIONS_RETRY_S", "60,-5", "at most 10 waits of 1 to 86400 seconds"),
+        ("CONTROLPANEL_NOTIFICATIONS_RETRY_S", ",".join(["60"] * 11), "at most 10 waits"),
+        ("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", "0", "from 1 to 36,500"),
+        ("CONTROLPANEL_CARD_CACHE_ENTRIES", "lots", "from 300 to 1,000,000"),
+        ("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", "1e99", "from 4,096 to"),
+        ("CONTROLPANEL_AGENT_ENGINE_LOG_S", "nan", "from 0.1 to 60"),
+    ):
+        clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+        clean.update(
+            {variable: value, "CONTROLPANEL_DATA_DIR": str(tmp_path)}, DJANGO_SETTINGS_MODULE="controlpanel.settings"
+        )
+        out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=clean, capture_output=True, text=True)
+        assert out.returncode != 0 and f"{variable} must" in out.stderr and said in out.stderr, (
+            variable,
+            out.stderr[-300:],
+        )
+    assert _settings_under({"CONTROLPANEL_DATA_DIR": str(tmp_path), "CONTROLPANEL_NOTIFICATIONS_RETRY_S": ""})
