@@ -3,6 +3,7 @@ lines appended in order, bounded per start and per host; and the lines a page sh
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from controlpanel.params import parse_int
+from deployments.choices import Engine
 from deployments.models import DeploymentRevision, EngineLogRun
 from hardware.models import Host
 
@@ -20,7 +23,7 @@ MAX_LINES_PER_REPORT = 10_000
 MAX_LINE = 4096
 # What "warnings and errors only" keeps: vLLM/SGLang levels, llama.cpp's, Python tracebacks, CUDA.
 PROBLEM = re.compile(
-    r"\b(WARN(ING)?|ERROR|CRITICAL|FATAL|Traceback|Exception|error|failed|out of memory|OOM|abort(ed)?)\b"
+    r"\b(WARN(ING)?|ERROR|CRITICAL|FATAL|Traceback|Exception|failed|out of memory|OOM|abort(ed)?)\b"
     r"|^[WE] |\bE\d{4} ",
     re.IGNORECASE,
 )
@@ -40,23 +43,29 @@ def _run_for(host: Host, run: dict[str, Any]) -> EngineLogRun:
     found = EngineLogRun.objects.select_for_update().filter(host=host, key=key).first()
     if found is not None:
         return found
-    started = parse_datetime(str(run.get("started_at") or "")) or timezone.now()
+    try:
+        started = parse_datetime(str(run.get("started_at") or "")) or timezone.now()
+    except ValueError as exc:  # well formed but no such time (month 13)
+        raise ValidationError("run.started_at must be an ISO 8601 time.") from exc
     if timezone.is_naive(started):
         started = timezone.make_aware(started)
     revision = None
-    revision_id = run.get("revision_id")
-    if isinstance(revision_id, (str, int)) and str(revision_id).isdigit():
-        revision = DeploymentRevision.objects.filter(pk=int(revision_id), host=host).first()  # its own only
+    with contextlib.suppress(ValueError):  # not a revision id: the run is kept without the link
+        revision_id = parse_int(str(run.get("revision_id")), name="run.revision_id", minimum=1)
+        revision = DeploymentRevision.objects.filter(pk=revision_id, host=host).first()  # its own only
+    engine = run.get("engine")
     created = EngineLogRun.objects.create(
         host=host,
         key=key,
         revision=revision,
         revision_label=str(run.get("revision_label") or "")[:80],
-        engine=str(run.get("engine") or "")[:20],
+        engine=engine if engine in Engine.values else "",
         started_at=started,
     )
+    # The newest are the last received: a host's clock that stepped back must not get its
+    # current start deleted as the oldest.
     keep = settings.ENGINE_LOG_RUNS_KEPT
-    old = EngineLogRun.objects.filter(host=host).order_by("-started_at", "-pk").values_list("pk", flat=True)[keep:]
+    old = EngineLogRun.objects.filter(host=host).order_by("-pk").values_list("pk", flat=True)[keep:]
     EngineLogRun.objects.filter(pk__in=list(old)).delete()
     return created
 
@@ -112,6 +121,8 @@ def engine_log_lines(run: EngineLogRun, *, after: int = 0, problems_only: bool =
     text stays unloaded, so an idle follower's poll costs no 512 KiB read)."""
     if after >= run.lines:
         return []
+    if "text" in run.get_deferred_fields():  # the text and its count as of one moment, not two
+        run.refresh_from_db(fields=["text", "lines", "dropped_lines"])
     kept = run.text.split("\n")
     if kept and kept[-1] == "":
         kept.pop()
@@ -134,10 +145,10 @@ def engine_log_runs(host: Host) -> list[EngineLogRun]:
         EngineLogRun.objects.filter(host=host)
         .defer("text")
         .select_related("revision")
-        .order_by("-started_at", "-pk")[: settings.ENGINE_LOG_RUNS_KEPT]
+        .order_by("-pk")[: settings.ENGINE_LOG_RUNS_KEPT]
     )
 
 
 def latest_run(host: Host) -> EngineLogRun | None:
     """The host's newest start; its text is loaded only when read."""
-    return EngineLogRun.objects.filter(host=host).defer("text").order_by("-started_at", "-pk").first()
+    return EngineLogRun.objects.filter(host=host).defer("text").order_by("-pk").first()

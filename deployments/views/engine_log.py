@@ -41,12 +41,12 @@ def engine_log_page(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
     run, problems = _choices(request, host)
     lines = engine_log_lines(run, problems_only=problems, last=PAGE_LINES) if run else []
-    newest = latest_run(host)
-    following = run is not None and newest is not None and run.pk == newest.pk
+    runs = engine_log_runs(host)
+    following = run is not None and bool(runs) and run.pk == runs[0].pk
     context = {
         "host": host,
         "run": run,
-        "runs": engine_log_runs(host),
+        "runs": runs,
         "lines": lines,
         "problems": problems,
         "follow_url": _follow_url(host, run, run.lines if run else 0, problems) if following or not run else "",

@@ -184,3 +184,24 @@ def test_an_idle_followers_poll_does_not_read_the_log_text(client, host_token, v
     assert "log-line" not in idle.content.decode()
     log_reads = [q["sql"] for q in queries.captured_queries if "enginelogrun" in q["sql"]]
     assert log_reads and not any('"text"' in sql for sql in log_reads), log_reads
+
+
+def test_odd_run_facts_are_refused_or_left_out_never_a_500(client, host_token, settings):
+    """An impossible start time is refused (and nothing kept); a revision id that is no id and an
+    engine that is none of ours are left out; a host whose clock stepped back keeps its current
+    start (the newest received), not the ones with later times."""
+    host, token = host_token
+    bad_time = send(client, token, {**RUN, "key": "k-time", "started_at": "2026-13-45T00:00:00"}, 0, ["x"])
+    assert bad_time.status_code == 400 and "started_at" in bad_time.json()["error"]
+    odd = {**RUN, "key": "k-odd", "revision_id": "²", "engine": "<script>"}
+    assert send(client, token, odd, 0, ["line"]).status_code == 200
+    huge = {**RUN, "key": "k-huge", "revision_id": str(2**80)}
+    assert send(client, token, huge, 0, ["line"]).status_code == 200
+    kept = {r.key: r for r in EngineLogRun.objects.filter(host=host)}
+    assert set(kept) == {"k-odd", "k-huge"} and kept["k-odd"].engine == "" and kept["k-odd"].revision_id is None
+
+    settings.ENGINE_LOG_RUNS_KEPT = 2
+    back = {**RUN, "key": "k-back", "started_at": "2020-01-01T00:00:00+00:00"}
+    assert send(client, token, back, 0, ["after the clock stepped back"]).status_code == 200
+    assert send(client, token, back, 29, ["and on"]).status_code == 200
+    assert set(EngineLogRun.objects.filter(host=host).values_list("key", flat=True)) == {"k-huge", "k-back"}
