@@ -32,7 +32,6 @@ class _Sender:
         self.panel = panel
         self.op_id = op_id
         self.queue: queue.Queue[Report | None] = queue.Queue()
-        self.cancel_requested = False
         self.thread = threading.Thread(target=self._run, daemon=True, name=f"report-{op_id[:8]}")
         self.thread.start()
 
@@ -58,9 +57,7 @@ class _Sender:
                 if more[2]:
                     lines.append(more[2])
             try:
-                self.cancel_requested = self.panel.progress(
-                    self.op_id, stage=stage, progress=fraction, log="\n".join(lines) or None
-                )
+                self.panel.progress(self.op_id, stage=stage, progress=fraction, log="\n".join(lines) or None)
             except Exception:  # noqa: BLE001 - a report must never end the operation
                 log.exception("progress of %s not reported", self.op_id)
             if closing:
@@ -88,7 +85,6 @@ class Reporter:
         self.start = start
         self.span = span
         self.sender = sender
-        self.cancel_requested = False
 
     def __call__(self, stage: str, fraction: float, message: str) -> None:
         self._send(stage, self.start + self.span * fraction, f"[{stage}] {message}")
@@ -99,14 +95,12 @@ class Reporter:
     def _send(self, stage: str | None, fraction: float | None, line: str | None) -> None:
         if self.sender is not None:
             self.sender.queue.put((stage, fraction, line))
-            self.cancel_requested = self.sender.cancel_requested  # as last answered
             return
-        self.cancel_requested = self.panel.progress(self.op_id, stage=stage, progress=fraction, log=line)
+        self.panel.progress(self.op_id, stage=stage, progress=fraction, log=line)
 
     def cancelled(self) -> bool:
         """Ask the panel now (an empty report also keeps the operation alive)."""
-        self.cancel_requested = self.panel.progress(self.op_id)
-        return self.cancel_requested
+        return self.panel.progress(self.op_id)
 
     def scaled(self, start: float, span: float) -> Reporter:
         return Reporter(self.panel, self.op_id, start=start, span=span, sender=self.sender)
