@@ -41,6 +41,7 @@ from deployments.benchmarking.workload import (
     poisson_offsets,
 )
 from hardware.runtime.energy import EnergyMeter, NullMeter
+from hardware.runtime.local_http import engine_client
 
 Progress = Callable[[int, int, str, str], None]  # (done, total, level label, message)
 CancelCheck = Callable[[], bool] | threading.Event | asyncio.Event
@@ -136,7 +137,9 @@ class LoadGenerator:
     # -- preparation (synchronous, before anything is timed) ----------------------------
 
     def _sync_client(self) -> httpx.Client:
-        return httpx.Client(headers=self._headers, timeout=httpx.Timeout(self.profile.timeout_s, connect=10.0))
+        client = engine_client(httpx.Timeout(self.profile.timeout_s, connect=10.0))
+        client.headers.update(self._headers)
+        return client
 
     def discover_context(self, client: httpx.Client) -> int | None:
         """Served context per request: llama.cpp /props (per-slot n_ctx), else vLLM's
