@@ -24,7 +24,7 @@ MAX_LINE = 4096
 # What "warnings and errors only" keeps: vLLM/SGLang levels, llama.cpp's, Python tracebacks, CUDA.
 PROBLEM = re.compile(
     r"\b(WARN(ING)?|ERROR|CRITICAL|FATAL|Traceback|Exception|failed|out of memory|OOM|abort(ed)?)\b"
-    r"|^[WE] |\bE\d{4} ",
+    r"|(?-i:^[WE] |\bE\d{4} )",  # llama.cpp's level letters: capitals only
     re.IGNORECASE,
 )
 
