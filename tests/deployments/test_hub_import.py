@@ -195,3 +195,4 @@ def test_the_switch_page_offers_the_download_first(hub, client, operator):
     assert not op.exclusive  # the engine keeps serving while the files arrive
     again = client.post(reverse("deployments:host_models", args=[host.name]), {"model": variant.pk, "token_secret": ""})
     assert again.status_code == 200 and "already being downloaded" in again.content.decode()
+    assert Operation.objects.filter(kind="download", host=host).count() == 1
