@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from core.secrets_mask import MASK, is_secret_name
 from deployments.diffing import fmt
 from deployments.diffing.rows import DiffRow, DiffSection, kind_of
-from deployments.diffing.view import MASK, is_secret_name
 
 COMMAND = "(command)"
 SWITCH = "on"  # a flag given without a value

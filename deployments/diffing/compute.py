@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from core.secrets_mask import MASK, is_secret_name
 from deployments.diffing import fmt
 from deployments.diffing.argv import argv_section
 from deployments.diffing.benchmarks import benchmark_sections
 from deployments.diffing.model_table import model_changed, model_section
 from deployments.diffing.planner_delta import planner_section
 from deployments.diffing.rows import CHANGED, DiffSection, RevisionDiff, compare_row, mapping_rows
-from deployments.diffing.view import MASK, RevisionView, is_secret_name
+from deployments.diffing.view import RevisionView
 
 # Knobs that change what the logs say, not what is served (cf. NetBox's ObjectChange.diff()
 # leaving out `created` and `last_updated`).
