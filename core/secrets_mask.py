@@ -178,7 +178,7 @@ def _secret_spans(scheme: str, body: str) -> tuple[list[tuple[int, int]], list[t
     if at > 0:  # user:password@ (or token@): never shown, whatever the scheme
         masked.append((0, at))
         colon = head.find(":", 0, at)
-        alone += [(0, colon), (colon + 1, at)] if colon >= 0 else [(0, at)]
+        alone.append((colon + 1, at))  # the password (or a token standing alone), not a user name
     if service is not None or (scheme not in _PLAIN_SCHEMES):
         # An Apprise service (or a scheme nobody here knows): its path is masked whole, and its
         # host too unless every template that matches the URL says that a host stands there.

@@ -235,3 +235,15 @@ def test_known_values_are_masked_and_an_environment_by_name_and_value() -> None:
     masked = mask_env(env)
     assert masked["VLLM_API_KEY"] == MASK and "ProxyPass1" not in masked["HTTPS_PROXY"]
     assert masked["MAX_TOKENS"] == "5" and masked["EMPTY_KEY"] == ""
+
+
+def test_a_revision_diff_shows_no_password_from_an_env_value_or_a_flag() -> None:
+    from deployments.diffing import RevisionView, diff_revisions, parse_argv, render_text
+
+    old = RevisionView(number=1, env={"HTTPS_PROXY": "http://lab:OldPass1@proxy.lab:3128"})
+    new = RevisionView(number=2, env={"HTTPS_PROXY": "http://lab:NewPass2@proxy.lab:3128"})
+    text = render_text(diff_revisions(old, new))
+    assert "HTTPS_PROXY" in text and "proxy.lab:3128" in text
+    assert "OldPass1" not in text and "NewPass2" not in text
+    flags = parse_argv(["vllm", "serve", "m", "--hf-endpoint", "https://ci:MirrorPass3@mirror.lab/hf"])
+    assert flags["--hf-endpoint"] == f"https://{MASK}@mirror.lab/hf"
