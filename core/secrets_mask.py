@@ -3,22 +3,24 @@ or shows goes through `mask_text` (or `mask_env` for an environment) before it i
 
 It masks, in this order:
 - the secret values the caller knows (an engine's API key, a channel's URL and its parts);
-- every URL in the text, by what the URL is: for each scheme Apprise knows, the parts its own
-  plugin metadata marks secret (a token marked `private`, or named like a key, token, password,
-  secret, webhook or signature), matched against each of the service's URL templates, case kept
-  (a Telegram bot token `123:ABC` is a token, not a host and a port); a URL of such a scheme in a
-  shape no template describes is masked whole. Any other URL loses its `user:password@` and
-  the values of secret-looking query keys; an http(s) URL that Apprise reads as a service's own
-  form (`https://discord.com/api/webhooks/<id>/<token>`, `https://hooks.slack.com/services/...`)
-  loses that service's secret parts. The secret parts of a URL are masked wherever else they
-  appear in the same text too (an HTTP library's error repeats the path alone);
+- every URL in the text, by what the URL is. A scheme Apprise knows: its `user:password@`, its
+  whole path, the query arguments its plugin metadata marks secret (or names like a key, token,
+  password, secret, webhook or signature), and its host unless every one of the service's URL
+  templates that matches says a host stands there (a Telegram bot token `123:ABC` is a token, not
+  a host and a port; a shape no template describes is masked whole); what is left keeps its case.
+  Any other URL loses its `user:password@` and the values of secret-looking query keys; an
+  http(s) URL that Apprise reads as a service's own form
+  (`https://discord.com/api/webhooks/<id>/<token>`, `https://hooks.slack.com/services/...`) loses
+  that service's secret parts; a scheme nobody here knows is masked whole. The secret parts of a
+  URL are masked wherever else they appear in the same text too (an HTTP library's error repeats
+  the path alone);
 - the usual shapes without a URL: `Authorization:` and `Bearer` values, `--api-key VALUE`,
   `token=` / `api_key:` / `password=` pairs, Hugging Face, OpenAI-style, Slack, GitHub and the
   panel's own tokens (`cpat_`, `cph_`), Telegram bot tokens, Discord and Slack webhook paths, JWTs.
 
-Pure: no Django, no I/O. Apprise is imported lazily, the first time a text holds a URL, so a line
-without one costs a few regular expressions; without Apprise installed, a URL of any scheme but
-http(s) is masked whole.
+Pure: no Django, no I/O. Apprise is imported lazily, the first time a text holds a URL it may
+describe (about a second, once per process), so a log line without one costs a few regular
+expressions; without Apprise installed, a URL of any scheme but the plain ones is masked whole.
 """
 
 from __future__ import annotations
