@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
+    "core.secrets_mask",
     "deployments.arch",
     "deployments.safety",
     "deployments.planner",
@@ -261,6 +262,7 @@ PURE_CORE = (
     "deployments.operation_tasks",
     "core.limits",
     "core.errors",
+    "core.secrets_mask",
 )
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)
 # and `manage.py host register-local` probe that machine with the agent's own probe. Nowhere else
