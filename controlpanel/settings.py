@@ -11,6 +11,7 @@ on settings_agent, with no database and no key of the panel's.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import secrets
 from datetime import timedelta
 
@@ -248,6 +249,18 @@ if len(NOTIFICATIONS_RETRY_S) > 10 or not all(w.isdigit() and 1 <= int(w) <= 86_
 NOTIFICATIONS_RETRY_S = [int(w) for w in NOTIFICATIONS_RETRY_S]
 # Deliveries older than this many days are deleted (the audit log keeps what people did).
 NOTIFICATIONS_KEPT_DAYS = env_number("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", 90, 1, 36_500)
+# Channels may send to public addresses only, and to these internal networks (loopback, private,
+# link-local...), comma-separated CIDRs or addresses, e.g. 10.0.5.0/24,192.168.1.10/32.
+try:
+    NOTIFICATIONS_ALLOWED_NETWORKS = [
+        str(ipaddress.ip_network(n.strip(), strict=False))
+        for n in env.list("CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS", default=[])
+        if n.strip()
+    ]
+except ValueError as _exc:
+    raise ImproperlyConfigured(
+        f"CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS lists networks such as 10.0.5.0/24 or addresses: {_exc}"
+    ) from _exc
 
 # --- Engine logs the agents send (deployments.EngineLogRun) ------------------------------------------
 # Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).

@@ -18,8 +18,13 @@ from dataclasses import dataclass
 
 import apprise
 from apprise.logger import LOGGER_NAME
+from django.conf import settings
 
 from core.secrets_mask import mask_text
+
+from .addresses import AddressRefused, IPNetwork, guarded, networks_parse, resolve_checked
+
+server_log = logging.getLogger(__name__)
 
 # Services that post to a chat, a push service, a mailbox or an HTTP endpoint. Apprise's
 # desktop and system notifiers (windows://, dbus://, macosx://, syslog://) would act on the
@@ -47,6 +52,17 @@ SCHEMES: dict[str, str] = {
 }
 MAX_URL = 2000
 MAX_ERROR = 1000
+# Services that send only to their own public host, whatever the URL says (its "host" is a token
+# or a team name): no address of the user's choosing to check. Every other scheme sends to the
+# host in its URL (e-mail: to its SMTP host), which must be public or in an allowed network.
+FIXED_HOST = frozenset({"slack", "discord", "msteams", "tgram", "pover"})
+# What a send that failed on the way (refused, timed out, unreachable, reset, not speaking HTTP,
+# an SMTP dialogue that broke off) stores and shows, whatever the port's state: the difference
+# would let whoever reads it map the network. The panel's log has the details.
+UNREACHABLE = (
+    "Not delivered: the channel's server could not be reached or did not take the message "
+    "(the panel's log has the details)."
+)
 
 
 class ChannelUrlError(ValueError):
@@ -127,8 +143,40 @@ def _plugin(url: str) -> tuple[object | None, list[logging.LogRecord]]:
     return plugin, log.records
 
 
+def allowed_networks() -> list[IPNetwork]:
+    """The internal networks channels may send to (NOTIFICATIONS_ALLOWED_NETWORKS)."""
+    return networks_parse(getattr(settings, "NOTIFICATIONS_ALLOWED_NETWORKS", []))
+
+
+def destination_hosts(scheme: str, plugin: object) -> list[str]:
+    """The hosts of the user's choosing that `plugin` (Apprise's own reading of the URL) will
+    connect to: the URL's host, an e-mail's SMTP host; none for a service's fixed public host
+    (ntfy's and Matrix's hosted modes included)."""
+    if scheme in FIXED_HOST:
+        return []
+    mode = str(getattr(plugin, "mode", "") or "")
+    if (scheme.startswith("ntfy") and mode == "cloud") or (scheme.startswith("matrix") and mode == "t2bot"):
+        return []
+    host = getattr(plugin, "smtp_host", None) or getattr(plugin, "host", None)
+    return [str(host)] if host else []
+
+
+def _destinations_check(scheme: str, plugin: object) -> None:
+    """AddressRefused when a host the plugin sends to resolves to an address not allowed now. A name
+    that does not resolve is let through: nothing can be sent to it, and each send checks again."""
+    allowed = allowed_networks()
+    for host in destination_hosts(scheme, plugin):
+        try:
+            resolve_checked(host, None, allowed)
+        except AddressRefused:
+            raise
+        except (OSError, UnicodeError, ValueError):
+            continue
+
+
 def channel_check(url: str) -> ChannelInfo:
-    """What the URL sends to; ChannelUrlError (never repeating the URL) when it cannot be used."""
+    """What the URL sends to; ChannelUrlError (never repeating the URL) when it cannot be used,
+    including when its host resolves to an address channels may not send to (see addresses)."""
     url = url.strip()
     if not url:
         raise ChannelUrlError("A channel needs an Apprise URL.")
@@ -142,18 +190,25 @@ def channel_check(url: str) -> ChannelInfo:
     if plugin is None:
         why = _clean([r.getMessage() for r in records if r.levelno >= logging.WARNING], url)
         raise ChannelUrlError(f"Apprise cannot use this {scheme}:// URL" + (f": {why}" if why else "."))
+    try:
+        _destinations_check(scheme, plugin)
+    except AddressRefused as exc:
+        raise ChannelUrlError(str(exc)) from None
     return ChannelInfo(scheme=scheme, service=str(getattr(plugin, "service_name", "") or SCHEMES[scheme]))
 
 
 def channel_send(url: str, *, title: str, body: str) -> SendResult:
-    """Send one message, in this thread; the error is Apprise's account of the failure
-    (timeouts, refused connections, HTTP statuses, SMTP replies), masked."""
+    """Send one message, in this thread. The URL is checked again first (its host may resolve
+    elsewhere since it was saved) and every connection the send makes is held to the allowed
+    addresses as it is made (addresses.guarded). The error kept is Apprise's account when the
+    channel answered (an HTTP status), masked; one sentence for any failure on the way
+    (UNREACHABLE), with the details, masked, in the panel's log."""
     started = time.monotonic()
     try:
-        channel_check(url)
+        scheme = channel_check(url).scheme
     except ChannelUrlError as exc:
         return SendResult(False, str(exc), time.monotonic() - started)
-    with _apprise_log() as log:
+    with _apprise_log() as log, guarded(allowed_networks()) as guard:
         plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
         try:
             delivered = bool(plugin is not None and plugin.notify(body=body, title=title))
@@ -170,4 +225,10 @@ def channel_send(url: str, *, title: str, body: str) -> SendResult:
         if r.levelno >= logging.WARNING or "exception" in r.getMessage().lower() or "error" in r.getMessage().lower()
     ]
     lines = [line for line in lines if not line.startswith(("JSON Payload", "Response Details"))]
-    return SendResult(False, _clean(lines, url) or "Apprise reported a failure without saying why.", seconds)
+    account = _clean(lines, url) or "Apprise reported a failure without saying why."
+    if guard.refused:
+        return SendResult(False, guard.refused, seconds)
+    if not guard.answered:
+        server_log.warning("a %s:// notification failed on the way: %s", scheme, account)
+        return SendResult(False, UNREACHABLE, seconds)
+    return SendResult(False, account, seconds)

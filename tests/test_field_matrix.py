@@ -167,7 +167,11 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
     "people:password": ({"username": "vera"}, "admin", {}),
     "people:unlock": ({"username": "vera"}, "admin", {}),
-    "notifications:channel_new": ({}, "admin", {"name": "matrix", "url": "json://127.0.0.1:9/", "enabled": "on"}),
+    "notifications:channel_new": (
+        {},
+        "admin",
+        {"name": "matrix", "url": "jsons://hooks.lab.example/panel", "enabled": "on"},
+    ),
     "notifications:channel_edit": ({"pk": CHANNEL}, "admin", {"name": "ops", "url": "", "enabled": "on"}),
     "notifications:channel_delete": ({"pk": CHANNEL}, "admin", {}),
     "notifications:channel_test": ({"pk": CHANNEL}, "admin", {}),

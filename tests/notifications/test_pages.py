@@ -207,7 +207,7 @@ def test_a_rule_the_service_refuses_says_which_field_and_stores_nothing(admin_us
 
     from notifications.services import channel_create, rule_create
 
-    channel = channel_create(name="ops", url="json://127.0.0.1:9/", actor=admin_user)
+    channel = channel_create(name="ops", url="jsons://hooks.lab.example/panel", actor=admin_user)
     with pytest.raises(ValidationError) as refused:
         rule_create(channel=channel, host=None, events=events, thresholds=thresholds, actor=admin_user)
     assert field in refused.value.message_dict

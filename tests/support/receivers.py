@@ -24,10 +24,12 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 class WebhookReceiver:
     """Takes POSTs, keeps (path, headers, JSON body), answers 200 (or `status`, which a test
-    may change while it runs)."""
+    may change while it runs; with `location`, a redirect there). Listens on `host` (any of
+    127.0.0.0/8 on Linux)."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, *, host: str = "127.0.0.1", location: str = "") -> None:
         self.status = status
+        self.location = location
         self.received: list[dict[str, Any]] = []
         receiver = self
 
@@ -38,12 +40,14 @@ class WebhookReceiver:
                     {"path": self.path, "headers": dict(self.headers), "json": json.loads(raw or b"null")}
                 )
                 self.send_response(receiver.status)
+                if receiver.location:
+                    self.send_header("Location", receiver.location)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
