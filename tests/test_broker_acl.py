@@ -25,6 +25,7 @@ from celery import Celery
 from django.conf import settings
 from django.core.management import call_command
 
+from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
 from deployments.operation_tasks import OPERATION_TASKS
@@ -73,6 +74,8 @@ def test_a_hosts_broker_user_reaches_its_own_queue_only(broker: PrivateRedis) ->
     assert admin.execute_command(*gpu2["setuser"]) == "OK"
     password = gpu1["url"].split(":")[2].split("@")[0]
     assert password not in gpu1["acl_line"] + " ".join(gpu1["setuser"]) + gpu1["stderr"]  # its hash only
+    issued = AuditEvent.objects.filter(action="host.broker_user.issue", host__name="gpu1").get()
+    assert password not in str(issued.data) + issued.summary
 
     # What the panel keeps there: its own queue, its pending messages, the other host's queue.
     admin.lpush(settings.CELERY_TASK_DEFAULT_QUEUE, "panel-task")

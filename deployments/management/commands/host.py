@@ -126,37 +126,27 @@ class Command(PanelCommand):
         ACL lines hold its SHA-256); how to use them on stderr."""
         from django.conf import settings
 
-        from controlpanel.broker import (
-            acl_setuser_argv,
-            broker_url_for,
-            new_broker_password,
-            users_acl_line,
-            without_credentials,
-        )
+        from controlpanel.broker import without_credentials
+        from hardware.credentials import host_broker_user_issue
 
-        host = Host.objects.filter(name=name).first()
-        if host is None:
-            raise CommandError(f"No host named {name[:80]!r}: declare it first (`host declare NAME`).", returncode=2)
         base = url or without_credentials(settings.CELERY_BROKER_URL)
-        password = new_broker_password()
         try:
-            host_url = broker_url_for(base, host.queue, password)
-        except ValueError as exc:
-            raise CommandError(
-                f"{exc} (the panel's broker is {without_credentials(base)[:200]}; pass --url).", returncode=2
-            ) from None
+            host, user = host_broker_user_issue(name=name, broker_url=base, actor=None)
+        except ValidationError as exc:
+            hint = " Pass --url: the broker as the host reaches it." if "url" in exc.message_dict and not url else ""
+            raise CommandError("; ".join(exc.messages) + hint, returncode=2) from exc
         self.stderr.write(
-            f"Broker user {host.queue} for {host.name}: it may consume its queue {host.queue} and nothing else. "
+            f"Broker user {user.name} for {host.name}: it may consume its queue {host.queue} and nothing else. "
             "Add the users.acl line to the file your Redis loads (--aclfile) and run `ACL LOAD`, or run the "
             "ACL SETUSER line (then `ACL SAVE` with an aclfile); a new line replaces the user's old password. "
             "Give the host the URL as CELERY_BROKER_URL: it is shown only now."
         )
         self.stdout.write("# users.acl")
-        self.stdout.write(users_acl_line(host.queue, password))
+        self.stdout.write(user.acl_line)
         self.stdout.write("# redis-cli (quoted for a shell and for redis-cli's prompt alike)")
-        self.stdout.write(shlex.join(acl_setuser_argv(host.queue, password)))
+        self.stdout.write(shlex.join(user.setuser))
         self.stdout.write(f"# CELERY_BROKER_URL of {host.name}")
-        self.stdout.write(host_url)
+        self.stdout.write(user.url)
 
     def _register(self, name: str, address: str) -> None:
         """This machine, probed here (the embedded default, where the panel and the host are one)."""
