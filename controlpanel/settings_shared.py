@@ -58,8 +58,10 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=EMBEDDED_BROKER)
 if CELERY_BROKER_URL == EMBEDDED_BROKER:
     EMBEDDED_REDIS_DIR.mkdir(mode=0o700, exist_ok=True)
 # Redis redelivers unacknowledged tasks after the visibility timeout: keep it above the
-# longest task (an engine install or a long benchmark) so nothing runs twice.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+# longest task (an engine install or a long benchmark) so nothing runs twice. One priority step:
+# a queue is one Redis list under its own name, so a host's broker user (controlpanel.broker)
+# is allowed exactly its queue's key. A host's agent adds its own unacked-message keys.
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 6 * 3600, "priority_steps": [0]}
 # The UI reads Operation rows, never a result backend.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
@@ -71,7 +73,15 @@ CELERY_TASK_SOFT_TIME_LIMIT = 5 * 3600
 CELERY_TASK_TIME_LIMIT = 5 * 3600 + 300
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
-CELERY_WORKER_SEND_TASK_EVENTS = True
+# No worker takes orders over the broker: remote control (`celery control shutdown`, revoke,
+# inspect, ping) is off, and so are worker events, gossip (its elections make a worker send
+# a task an event names), mingle and event heartbeats (controlpanel.celery.Consumer), whatever
+# a worker's command line says. Anyone holding a broker URL (every GPU host) could otherwise
+# stop the panel's worker. Nothing here uses them: the panel follows work through Operation
+# rows, and a cancel reaches an agent through the panel's answer to its progress report.
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_WORKER_CONSUMER = "controlpanel.celery:Consumer"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Hosts and their agents --------------------------------------------------------------------------

@@ -4,6 +4,10 @@ Only the SHA-256 of a token is stored (a token is 256 random bits, so a fast has
 nothing to brute-force). `host_token_issue` returns the token once and revokes every earlier
 one of the host; `host_token_revoke` revokes them all; `host_for_token` answers which host a
 presented token belongs to, or None (unknown, revoked, malformed).
+
+A host's broker credential (`host_broker_user_issue`) is a Redis user that reaches the host's
+own queue only (controlpanel.broker): the panel keeps nothing of it; it is shown once, and
+issuing it again gives a new password.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +24,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from controlpanel.broker import (
+    acl_setuser_argv,
+    broker_url_for,
+    new_broker_password,
+    users_acl_line,
+    without_credentials,
+)
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
 
@@ -131,3 +143,44 @@ def host_credentials(*, host: Host) -> list[HostCredential]:
 
 def _user(actor: Any) -> Any:
     return actor if getattr(actor, "pk", None) else None
+
+
+@dataclass(frozen=True)
+class BrokerUser:
+    """A host's Redis user: its users.acl line and ACL SETUSER arguments (the password as its
+    SHA-256), and the broker URL the host uses (the only place the password is)."""
+
+    name: str
+    acl_line: str
+    setuser: list[str]
+    url: str
+
+
+def host_broker_user_issue(*, name: str, broker_url: str, actor: Any) -> tuple[Host, BrokerUser]:
+    """A new Redis user for host `name`'s agent with a new password, shown once. `broker_url`
+    is the broker as the host reaches it (redis:// or rediss://; its credentials are dropped)."""
+    ensure_role(actor, ADMIN)
+    host = Host.objects.filter(name=name).first()
+    if host is None:
+        raise ValidationError({"name": f"No host named {name[:80]!r}: declare it first (`host declare NAME`)."})
+    if host.is_demo:
+        raise ValidationError({"name": f"{host.name} is a demo host: no agent runs it."})
+    password = new_broker_password()
+    try:
+        user = BrokerUser(
+            name=host.queue,
+            acl_line=users_acl_line(host.queue, password),
+            setuser=acl_setuser_argv(host.queue, password),
+            url=broker_url_for(broker_url, host.queue, password),
+        )
+    except ValueError as exc:
+        raise ValidationError({"url": f"{exc} (not {without_credentials(broker_url)[:200]})."}) from None
+    audit_record(
+        action="host.broker_user.issue",
+        summary=f"new broker user {host.queue} for {host.name}",
+        obj=host,
+        host=host,
+        data={"user": host.queue},
+        actor=actor,
+    )
+    return host, user

@@ -84,6 +84,7 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         + (f", {len(lost)} interrupted operation(s) marked lost" if lost else ""),
         flush=True,
     )
+    use_own_broker_keys(app, who["queue"])
     stop, _threads = start_loops(ctx, telemetry=telemetry and answer["nvml"])
     dog = start_watchdog(ctx) if watchdog else None
     try:
@@ -102,6 +103,14 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         stop.set()
         if dog is not None:
             dog.stop(timeout=5)
+
+
+def use_own_broker_keys(app: Any, queue: str) -> None:
+    """This host's unacknowledged messages under keys of its own (controlpanel.broker), the only
+    ones its broker user may touch besides its queue: before the worker first connects."""
+    from controlpanel.broker import host_unacked_keys
+
+    app.conf.broker_transport_options = {**app.conf.broker_transport_options, **host_unacked_keys(queue)}
 
 
 def _verify() -> str | bool:

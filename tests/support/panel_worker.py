@@ -17,9 +17,15 @@ from tests.support.panel import ROOT, test_database_url
 
 class PanelWorker:
     def __init__(
-        self, queue: str, log_path: Path, concurrency: int = 2, extra_env: dict[str, str] | None = None
+        self,
+        queue: str,
+        log_path: Path,
+        concurrency: int = 2,
+        extra_env: dict[str, str] | None = None,
+        flags: tuple[str, ...] = ("--without-heartbeat", "--without-gossip", "--without-mingle"),
     ) -> None:
         self.queue = queue
+        self.flags = flags  # () starts it as docker-compose does
         self.extra_env = extra_env or {}
         self.log_path = log_path
         self.concurrency = concurrency
@@ -36,7 +42,7 @@ class PanelWorker:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         argv = [sys.executable, "-m", "celery", "-A", "controlpanel", "worker", "-Q", self.queue, "-l", "INFO"]
         self.proc = subprocess.Popen(
-            [*argv, "-c", str(self.concurrency), "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            [*argv, "-c", str(self.concurrency), *self.flags],
             cwd=ROOT,
             env=env,
             stdout=log,

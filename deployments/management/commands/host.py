@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -17,7 +18,8 @@ from hardware.services import host_declare, host_probe_record
 class Command(PanelCommand):
     help = (
         "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host; "
-        "`host token NAME` issues its agent's token (printed once, the old one revoked; `--revoke` only revokes)."
+        "`host token NAME` issues its agent's token (printed once, the old one revoked; `--revoke` only revokes); "
+        "`host broker-user NAME [--url URL]` prints a Redis user for its agent that reaches its own queue only."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -49,6 +51,18 @@ class Command(PanelCommand):
         )
         tok.add_argument("name")
         tok.add_argument("--revoke", action="store_true", help="only revoke the host's tokens, issue none")
+        bro = sub.add_parser(
+            "broker-user",
+            help="print a Redis ACL user for the host's agent (its own queue only) with a new password, "
+            "and the broker URL it uses (printed once)",
+        )
+        bro.add_argument("name")
+        bro.add_argument(
+            "--url",
+            default=None,
+            help="the broker as the host reaches it, e.g. redis://panel.lab.example:6379/0 "
+            "(default: the panel's CELERY_BROKER_URL, credentials left out)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         with change_context("cli"):
@@ -60,6 +74,8 @@ class Command(PanelCommand):
                 self._declare(options)
             elif options["action"] == "token":
                 self._token(options["name"], revoke=options["revoke"])
+            elif options["action"] == "broker-user":
+                self._broker_user(options["name"], options["url"])
             else:
                 self._list()
 
@@ -104,6 +120,33 @@ class Command(PanelCommand):
             "It is shown only now: give it to the host as CONTROLPANEL_HOST_TOKEN or in a 0600 token file."
         )
         self.stdout.write(token)
+
+    def _broker_user(self, name: str, url: str | None) -> None:
+        """The ACL lines and the host's broker URL on stdout (the password is in the URL only: the
+        ACL lines hold its SHA-256); how to use them on stderr."""
+        from django.conf import settings
+
+        from controlpanel.broker import without_credentials
+        from hardware.credentials import host_broker_user_issue
+
+        base = url or without_credentials(settings.CELERY_BROKER_URL)
+        try:
+            host, user = host_broker_user_issue(name=name, broker_url=base, actor=None)
+        except ValidationError as exc:
+            hint = " Pass --url: the broker as the host reaches it." if "url" in exc.message_dict and not url else ""
+            raise CommandError("; ".join(exc.messages) + hint, returncode=2) from exc
+        self.stderr.write(
+            f"Broker user {user.name} for {host.name}: it may consume its queue {host.queue} and nothing else. "
+            "Add the users.acl line to the file your Redis loads (--aclfile) and run `ACL LOAD`, or run the "
+            "ACL SETUSER line (then `ACL SAVE` with an aclfile); a new line replaces the user's old password. "
+            "Give the host the URL as CELERY_BROKER_URL: it is shown only now."
+        )
+        self.stdout.write("# users.acl")
+        self.stdout.write(user.acl_line)
+        self.stdout.write("# redis-cli (quoted for a shell and for redis-cli's prompt alike)")
+        self.stdout.write(shlex.join(user.setuser))
+        self.stdout.write(f"# CELERY_BROKER_URL of {host.name}")
+        self.stdout.write(user.url)
 
     def _register(self, name: str, address: str) -> None:
         """This machine, probed here (the embedded default, where the panel and the host are one)."""
