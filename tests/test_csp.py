@@ -128,6 +128,15 @@ def test_every_page_and_fragment_carries_the_strict_policy_and_needs_nothing_it_
     assert 'class="w37"' in table
 
 
+def test_a_bar_past_full_or_below_empty_is_drawn_full_or_empty(client: Client, world, viewer):
+    """A host may report more memory used than its GPU has (or garbage): the bar stays in its track."""
+    gpu = world.gpus.get()
+    GpuSample.objects.create(gpu=gpu, ts=timezone.now(), util_pct=-5, mem_used_bytes=gpu.memory_bytes * 3)
+    client.force_login(viewer)
+    cards = client.get(reverse("hardware:dashboard")).content.decode()
+    assert 'class="w100"' in cards and 'class="w0"' in cards
+
+
 def test_pages_outside_the_table_carry_it_too(client: Client, admin_user):
     """Sign-in, a 404 and the API's own answers: the header is on every response, not only pages."""
     for response in (
