@@ -33,6 +33,19 @@ document.addEventListener("securitypolicyviolation", function (e) {
 """
 
 
+def without_planned_aborts(messages: list[str]) -> list[str]:
+    """The planner drops its request in flight when the form changes again (hx-sync="this:replace"),
+    and htmx logs every abort as an error: htmx:afterRequest then htmx:sendAbort. Those pairs are
+    by design; any other message is reported."""
+    kept: list[str] = []
+    for message in messages:
+        if message.startswith("error: htmx:sendAbort,") and kept and kept[-1].startswith("error: htmx:afterRequest,"):
+            kept.pop()
+        else:
+            kept.append(message)
+    return kept
+
+
 @pytest.fixture
 def lab(catalog: None, admin_user: User) -> Host:
     """An online host with two GPUs and their telemetry, two revisions (r2 served), two finished
@@ -96,7 +109,12 @@ def test_every_main_page_works_under_the_policy_with_nothing_reported(live_serve
         page.wait_for_load_state("networkidle")
         violations = page.evaluate("window.__csp")
         assert violations == [], (where, violations)
-        assert console == [] and errors == [] and elsewhere == [], (where, console, errors, elsewhere)
+        assert without_planned_aborts(console) == [] and errors == [] and elsewhere == [], (
+            where,
+            console,
+            errors,
+            elsewhere,
+        )
 
     page.goto(f"{base}/accounts/login/")
     page.fill("input[name=username]", "ada")
