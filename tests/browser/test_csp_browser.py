@@ -141,7 +141,8 @@ def test_every_main_page_works_under_the_policy_with_nothing_reported(live_serve
 
     visit(reverse("hardware:host_detail", args=["rig"]))
     expect(page.locator("#telemetry svg.chart").first).to_be_visible()
-    nothing_reported("host page")
+    visit(reverse("deployments:engine_log", args=["rig"]))
+    nothing_reported("host page, engine log")
 
     visit(reverse("deployments:revision_detail", args=["rig", 2]))
     expect(page.locator("main")).to_contain_text("ctx_size")
