@@ -61,15 +61,21 @@ class GpuCard:
         mem = self.mem_pct
         view.update(
             mem_pct=f"{mem:.0f}" if mem is not None else "–",
-            mem_width=f"{mem or 0:.0f}",
+            mem_width=bar_width(mem),
             mem_used=_gib(s.mem_used_bytes) if s.mem_used_bytes is not None else "",
             util=f"{s.util_pct:.0f}" if s.util_pct is not None else "–",
-            util_width=f"{s.util_pct or 0:.0f}",
+            util_width=bar_width(s.util_pct),
             power=f"{s.power_w:.0f} W" if s.power_w is not None else "– W",
             limit=f" / {g.power_limit_w:.0f} W" if g.power_limit_w else "",
             temp=f"{s.temp_c:.0f} °C" if s.temp_c is not None else "– °C",
         )
         return view
+
+
+def bar_width(pct: float | None) -> str:
+    """A bar's filled share as a whole percentage 0-100: the bar's class (`w37`, static/css/panel.css)
+    sets its width, as the Content-Security-Policy allows no inline style attributes."""
+    return f"{min(100.0, max(0.0, pct or 0.0)):.0f}"
 
 
 def _gib(value: float | None) -> str:
@@ -177,10 +183,10 @@ class HostCard:
             "count": len(gpus),
             "util": f"{util:.0f}%" if util is not None else "–",
             "util_sort": round(util, 1) if util is not None else -1,
-            "util_width": f"{util or 0:.0f}",
+            "util_width": bar_width(util),
             "memory": f"{sum(used) / 1024**3:.0f} / {total / 1024**3:.0f} GB" if used else "–",
             "mem_sort": round(mem_pct, 1) if mem_pct is not None else -1,
-            "mem_width": f"{mem_pct or 0:.0f}",
+            "mem_width": bar_width(mem_pct),
             "power": f"{sum(power):.0f} W" if power else "–",
             "power_sort": round(sum(power)) if power else -1,
             "temp": f"{max(temps):.0f} °C" if temps else "–",
