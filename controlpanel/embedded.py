@@ -11,7 +11,8 @@ this order, each in its own session so only this process signals them:
 2. `worker` - the panel's Celery worker with beat (queue `default`).
 3. `agent` - this host's agent (`manage.py agent`), which starts and stops the engine. It runs
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
-   kept in memory only), the panel's URL, no database URL and no secret key.
+   kept in memory only and written to the agent's standard input, never its environment, which
+   its processes could read in /proc), the panel's URL, no database URL and no secret key.
 4. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
@@ -78,6 +79,7 @@ class Child:
     restart_due: float | None = None
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     env: dict[str, str] | None = None  # its own environment (the agent's holds no database URL)
+    stdin_data: bytes | None = None  # written to its standard input at each start (the agent's token)
 
     @property
     def pid(self) -> int | None:
@@ -88,11 +90,16 @@ class Child:
             self.argv,
             cwd=ROOT,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if self.stdin_data is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: Ctrl-C reaches us only
         )
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):  # it died at once: its exit is noted and it restarts
+                self.proc.stdin.write(self.stdin_data or b"")
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         self.started_at = time.monotonic()
         self.restart_due = None
         assert self.proc.stdout is not None
@@ -195,16 +202,18 @@ class Panel:
     # starting ----------------------------------------------------------------------
     def start(self, child: Child) -> None:
         if child.name == "agent" and child.env is None:
-            child.env = self.agent_env()
+            child.env, token = self.agent_env()
+            child.stdin_data = token.encode() + b"\n"
         child.start(child.env or self.env, self.say)
         if child.name == "redis":
             self._wait_redis(child)
         self.write_state()
 
-    def agent_env(self) -> dict[str, str]:
-        """The local agent's environment, as a GPU host's: the broker, the panel's URL and a host
-        token issued now (the earlier one revoked; kept in memory only), and neither the
-        database URL nor the secret key."""
+    def agent_env(self) -> tuple[dict[str, str], str]:
+        """The local agent's environment, as a GPU host's: the broker and the panel's URL, neither
+        the database URL nor the secret key; and a host token issued now (the earlier one revoked),
+        which goes to the agent's standard input (CONTROLPANEL_HOST_TOKEN_FILE=-), not its
+        environment: /proc/<pid>/environ keeps what a process was started with."""
         from hostagent.probe import local_host_name
 
         issued = subprocess.run(
@@ -219,11 +228,12 @@ class Panel:
         token = issued.stdout.strip().splitlines()[-1] if issued.returncode == 0 and issued.stdout.strip() else ""
         if not token:
             self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
-        env = {k: v for k, v in self.env.items() if k not in ("DATABASE_URL", "DJANGO_SECRET_KEY")}
+        panel_only = ("DATABASE_URL", "DJANGO_SECRET_KEY", "CONTROLPANEL_HOST_TOKEN")
+        env = {k: v for k, v in self.env.items() if k not in panel_only}
         host, _, port = self.bind.rpartition(":")
         host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]") else host  # noqa: S104 - reach a wildcard bind on loopback
-        env.update(CONTROLPANEL_URL=f"http://{host}:{port}", CONTROLPANEL_HOST_TOKEN=token)
-        return env
+        env.update(CONTROLPANEL_URL=f"http://{host}:{port}", CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
+        return env, token
 
     def _wait_redis(self, child: Child) -> None:
         deadline = time.monotonic() + REDIS_READY_TIMEOUT_S

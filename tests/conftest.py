@@ -40,12 +40,15 @@ def catalog(db: Any) -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Any, catalog: None, operator: User, settings: Any, live_server: Any) -> Any:
+def lab(
+    tmp_path: Any, catalog: None, operator: User, settings: Any, live_server: Any, request: pytest.FixtureRequest
+) -> Any:
     """A real host agent (Celery worker on its own queue, real Redis) for a fresh host, with a
     real Gemma 3 270M model variant and a helper that records llama.cpp revisions of it.
 
     The agent runs as a GPU host runs it: no database URL and no secret key, only the broker,
-    the panel's URL (the live server) and the host token an admin issued."""
+    the panel's URL (the live server) and the host token an admin issued. Parametrize it
+    indirectly with a dict to add variables to the agent's environment."""
     import uuid
 
     from deployments.models import ModelVariant
@@ -59,7 +62,11 @@ def lab(tmp_path: Any, catalog: None, operator: User, settings: Any, live_server
     state = tmp_path / "state"
     settings.HOST_STATE_DIR = state
     _host, token = host_token_issue(name=name, actor=None)
-    agent = AgentProcess(name, state, tmp_path / "agent.log", panel_url=live_server.url, token=token).start()
+    extra_env = getattr(request, "param", None)
+    agent = AgentProcess(
+        name, state, tmp_path / "agent.log", panel_url=live_server.url, token=token, extra_env=extra_env
+    )
+    agent.start()
     world: dict[str, Any] = {"agent": agent, "tmp": tmp_path}
     try:
         agent.wait_registered()

@@ -145,6 +145,29 @@ def test_a_killed_process_is_restarted_loudly_and_tasks_survive_a_redis_crash(pa
     _stop_and_check_nothing_left(panel, signal.SIGTERM)
 
 
+def _environ(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def test_the_agent_gets_its_token_on_standard_input_never_in_its_environment(panel: EmbeddedPanel) -> None:
+    """/proc/<pid>/environ keeps the environment a process was started with, and the engines
+    the agent starts run as the same user: a token handed over there could be read by them."""
+    panel.wait_healthy()
+    agent = panel.child_pid("agent")
+    assert agent is not None
+    assert b"cph_" not in _environ(agent) and b"CONTROLPANEL_HOST_TOKEN=" not in _environ(agent)
+
+    # A restarted agent is handed the token again the same way, and works.
+    os.kill(agent, signal.SIGKILL)
+    _wait(lambda: _restarted(panel, "agent", agent), 15, "the agent's restart", panel)
+    _wait(lambda: panel.log("agent").count(" ready.") >= 2, 30, "the new agent", panel)
+    again = panel.child_pid("agent")
+    assert again is not None and b"cph_" not in _environ(again)
+    result = _last_json(panel.django(PROBE))
+    assert result["state"] == "succeeded", (result, panel.output())
+    _stop_and_check_nothing_left(panel, signal.SIGTERM)
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize(
     "panel", [{"env": {"CONTROLPANEL_MODEL_DIRS": str(Path(gemma_model_path()).parent)}}], indirect=True
@@ -157,6 +180,7 @@ def test_term_stops_everything_even_an_engine_orphaned_by_a_killed_agent(panel: 
     engine = result["pid"]
     agent = panel.child_pid("agent")
     assert agent is not None and engine in [p.pid for p in panel.tree()]
+    assert b"cph_" not in _environ(engine)  # the agent's token never reaches its engine
 
     # The agent dies; its engine keeps serving, re-parented to the supervisor (a subreaper).
     os.kill(agent, signal.SIGKILL)

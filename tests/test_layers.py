@@ -32,6 +32,7 @@ RUNTIME = [
     "hardware.runtime.supervisor",
     "hardware.runtime.watchdog",
     "hardware.runtime.installs",
+    "hardware.runtime.childenv",
     "hardware.runtime.loadgen",
     "hardware.runtime.energy",
     "hardware.probes.nvml",

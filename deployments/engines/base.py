@@ -38,7 +38,7 @@ class InstallStep:
 
     argv: tuple[str, ...]
     description: str
-    env: dict[str, str] = field(default_factory=dict)  # on top of the worker's environment
+    env: dict[str, str] = field(default_factory=dict)  # on top of the host's allowlist (envpolicy.inherited_env)
     cwd: str | None = None
     note: str = ""  # why this step is the way it is; written to the install log
     timeout: float | None = None  # seconds; None = no limit
@@ -90,7 +90,7 @@ class LaunchSpec:
 
     engine: str
     argv: tuple[str, ...]
-    env: dict[str, str]  # only the variables the engine needs on top of the host's env
+    env: dict[str, str]  # only the variables the engine needs on top of the host's allowlist (inherited_env)
     cwd: str | None
     host: str
     port: int

@@ -15,6 +15,12 @@ out of the engine: llama-server's `LLAMA_ARG_STATIC_PATH` serves a folder over H
   admin may still set one; it is recorded on the revision as privileged and shown on the
   revision, the diff and the switch confirmation.
 
+The other half is what an engine gets from the host: `inherited_env` keeps only the
+variables in HOST_INHERITED from the agent's environment (the process basics, GPU and
+library paths, caches, the host's proxy and CA settings), never a copy of it: the agent's
+environment holds the broker URL and its host token, which would let code in an engine read
+its host's launches and secrets. Nothing named CONTROLPANEL_* crosses, whatever is asked.
+
 Sources: vllm/envs.py, llama.cpp common/arg.cpp (every flag has an LLAMA_ARG_* twin),
 ollama envconfig/config.go, sglang srt/environ.py, NCCL's environment variable docs;
 summarised in shared/reference/engines.md.
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -89,6 +95,7 @@ REFUSED: tuple[Refusal, ...] = (
     Refusal("*_API_KEY", "it is a secret: store it as a host secret and name it on the revision"),
     Refusal("*_PASSWORD", "it is a secret: store it as a host secret"),
     Refusal("*_SECRET", "it is a secret: store it as a host secret"),
+    Refusal("CONTROLPANEL_*", "it is the panel's own setting; the agent's settings never reach an engine"),
 )
 
 _CACHE_HELP = "a cache folder; it must lie under the host's model folders"
@@ -242,3 +249,43 @@ def classify_env(env: Mapping[str, str], *, engine: str, engine_version: str = "
 def allowed_names(engine: str) -> list[str]:
     """The variables anyone may set for `engine` (families end with `*`), for help text."""
     return sorted({r.name for r in (*ALLOWED, *_OLLAMA_EXTRA) if engine in r.engines})
+
+
+# What an engine (and every other process the agent starts) gets from the host ----------------
+PANEL_PREFIX = "CONTROLPANEL_"  # the agent's own settings, its host token among them: never handed on
+HOST_INHERITED: tuple[str, ...] = (
+    # the process basics
+    *("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR"),
+    # GPUs and the libraries that drive them
+    *("CUDA_*", "NVIDIA_*", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "LD_LIBRARY_PATH"),
+    # caches and the hub mirror, for engines that fetch their own weights
+    *("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE"),
+    *("TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME", "LLAMA_CACHE", "VLLM_CACHE_ROOT"),
+    # the network the host sits in
+    *("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"),
+    *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"),
+)
+_PASS_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+def pass_list(text: str) -> tuple[str, ...]:
+    """A host's own additions to HOST_INHERITED ("HF_TOKEN, MY_SITE_*"): names, or a prefix
+    ending with `*`. Raises ValueError naming a bad entry; CONTROLPANEL_* is never passed on."""
+    entries = tuple(e.strip() for e in text.replace(",", " ").split() if e.strip())
+    for entry in entries:
+        if not _PASS_ENTRY.match(entry):
+            raise ValueError(f"{entry!r} is not a variable name or a NAME_* family")
+        if entry.upper().startswith(PANEL_PREFIX):
+            raise ValueError(f"{entry!r}: the panel's own settings (CONTROLPANEL_*) never reach an engine")
+    return entries
+
+
+def inherited_env(environ: Mapping[str, str], *, also: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of `environ` (the agent's) that a process it starts may see: HOST_INHERITED
+    and the names in `also` (see pass_list), never CONTROLPANEL_*."""
+    patterns = (*HOST_INHERITED, *also)
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.upper().startswith(PANEL_PREFIX) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    }

@@ -28,6 +28,7 @@ from pathlib import Path
 from core.secrets_mask import mask_text
 from deployments.engines.base import InstallStep
 
+from .childenv import child_env
 from .processes import terminate_group
 
 Cancelled = threading.Event | Callable[[], bool] | None
@@ -135,7 +136,7 @@ def run_install(
 
 def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancelled, kill_grace: float) -> int | str:
     """Run one step; the exit code, or "cancelled" / "timeout" / an error message."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **step.env}
+    env = child_env({"PYTHONUNBUFFERED": "1", **step.env})  # the host's allowlist, never the agent's token
     try:
         proc = subprocess.Popen(
             list(step.argv),
@@ -196,6 +197,7 @@ def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, ti
     try:
         done = subprocess.run(
             [str(venv_python(venv_dir)), "-c", _READ_VERSION, distribution],
+            env=child_env(),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -253,6 +255,6 @@ def ollama_install_allowed() -> tuple[bool, str]:
     if os.geteuid() == 0:
         return True, "running as root"
     sudo = shutil.which("sudo")
-    if sudo and subprocess.run([sudo, "-n", "true"], capture_output=True, check=False).returncode == 0:
+    if sudo and subprocess.run([sudo, "-n", "true"], env=child_env(), capture_output=True, check=False).returncode == 0:
         return True, "passwordless sudo is available"
     return False, "the installer needs root or passwordless sudo; install Ollama by hand"

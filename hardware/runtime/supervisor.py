@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import subprocess
 import time
@@ -38,6 +37,7 @@ import httpx
 from core.secrets_mask import mask_text
 from deployments.engines.base import PRIVATE_FILE, LaunchSpec
 
+from .childenv import engine_env
 from .errors import EngineExitedError, EngineStartError, PortBusyError
 from .local_http import engine_get
 from .logtail import file_size, read_lines, tail_lines
@@ -52,7 +52,7 @@ from .processes import (
 )
 from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_chat, wait_ready
 from .state import EngineRecord, StateDir, utc_now_iso
-from .strays import ENGINE_OWNER_ENV, STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
+from .strays import STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
 
 __all__ = [
     "EngineStatus",
@@ -62,10 +62,6 @@ __all__ = [
     "Supervisor",
 ]
 
-# Worker environment variables that are the panel's own secrets: never handed to an engine.
-_PANEL_ENV = re.compile(
-    r"^(DATABASE_URL|REDIS_URL|CELERY_.*|DJANGO_.*|SECRET_KEY|.*PASSWORD.*|.*_SECRET.*)$", re.IGNORECASE
-)
 FAILURE_TAIL_LINES = 40
 ORPHAN_SOCKET_WAIT = 5.0  # seconds a port may stay listening with no visible owner
 
@@ -314,9 +310,7 @@ class Supervisor:
         self.state.rotate_log()
         log_offset = file_size(self.log_path)
         masked = [mask_text(a, self._secrets) for a in spec.masked_argv()]
-        env = {k: v for k, v in os.environ.items() if not _PANEL_ENV.match(k)}
-        env.update(spec.env)
-        env[ENGINE_OWNER_ENV] = self.owner
+        env = engine_env(spec.env, owner=self.owner)  # an allowlist: never the agent's token or broker URL
         argv = self._with_private_files(spec)
         header = (
             f"===== {utc_now_iso()} panel: starting {spec.engine} revision {revision_label} "

@@ -117,7 +117,8 @@ class Command(PanelCommand):
             raise CommandError("; ".join(exc.messages), returncode=2) from exc
         self.stderr.write(
             f"New agent token for {host.name} (queue {host.queue}); earlier tokens are revoked. "
-            "It is shown only now: give it to the host as CONTROLPANEL_HOST_TOKEN or in a 0600 token file."
+            "It is shown only now: give it to the agent on its standard input (CONTROLPANEL_HOST_TOKEN_FILE=-), "
+            "in a 0600 token file or as CONTROLPANEL_HOST_TOKEN."
         )
         self.stdout.write(token)
 

@@ -2,7 +2,8 @@
 
 Runs on controlpanel.settings_agent (manage.py picks it): no database, no secret key of the
 panel's. It needs the broker (CELERY_BROKER_URL), the panel (CONTROLPANEL_URL) and this host's
-token (CONTROLPANEL_HOST_TOKEN or CONTROLPANEL_HOST_TOKEN_FILE).
+token (CONTROLPANEL_HOST_TOKEN_FILE, "-" for standard input, or CONTROLPANEL_HOST_TOKEN), which it
+keeps in memory only: the variable is wiped from its environment once read.
 """
 
 from __future__ import annotations

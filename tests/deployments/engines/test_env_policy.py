@@ -33,6 +33,8 @@ REFUSED = [
     ("HF_TOKEN", "hf_xxx", "secret"),
     ("VLLM_API_KEY", "k", "secret"),
     ("OLLAMA_HOST", "0.0.0.0:1", "panel sets"),
+    ("CONTROLPANEL_ENGINE_OWNER", "/var/lib/other-panel", "panel's own setting"),  # would disguise an engine
+    ("CONTROLPANEL_URL", "http://evil", "panel's own setting"),
 ]
 
 
