@@ -261,6 +261,7 @@ PURE_CORE = (
     "deployments.operation_tasks",
     "core.limits",
     "core.errors",
+    "core.hub_paths",
 )
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)
 # and `manage.py host register-local` probe that machine with the agent's own probe. Nowhere else
