@@ -16,6 +16,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Why: "" when its owner or an admin revoked it; else what the account went through.
+    revoked_reason = models.CharField(max_length=80, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

@@ -81,6 +81,27 @@ def token_revoke(*, token: ApiToken, actor: Any) -> ApiToken:
     return token
 
 
+def tokens_revoke_for_user(*, user: Any, reason: str) -> int:
+    """Revoke every active token of `user` because its account changed (password, deactivation,
+    role): whoever held the old password may have made them, and a token made under one role
+    does not carry over to another. Returns how many were revoked; an audit event when any were.
+    Called from the account signals (api.signals), so every path that changes an account counts:
+    the People page, the password form, `manage.py changepassword`, the admin site."""
+    active = ApiToken.objects.filter(user_id=user.pk, revoked_at__isnull=True)
+    prefixes = list(active.values_list("prefix", flat=True))
+    if not prefixes:
+        return 0
+    count = active.update(revoked_at=timezone.now(), revoked_reason=reason[:80])
+    audit_record(
+        action="api_token.revoke",
+        summary=f"{count} API token{'s' if count != 1 else ''} of {user.username} revoked: {reason}",
+        obj=user,
+        data={"user": user.username, "prefixes": prefixes, "reason": reason},
+        actor=None,
+    )
+    return count
+
+
 def token_authenticate(secret: str) -> Any:
     """The active user behind an active token, or None."""
     if not secret.startswith(PREFIX) or len(secret) > 200:

@@ -153,8 +153,16 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The web server and the workers share the file: wait for the lock instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # The web server, the worker and the agent's reports share the file. WAL lets readers go on
+    # while one writes; IMMEDIATE transactions take the write lock when they begin, so a
+    # read-then-write transaction waits its turn (up to `timeout` seconds) instead of failing at
+    # once with "database is locked" when it meets another writer (a deferred one cannot wait:
+    # SQLite refuses its upgrade to avoid a deadlock). synchronous=NORMAL is safe under WAL.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20,
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    )
 # Keep a connection per web thread and worker between requests (a DATABASE_URL's own
 # ?conn_max_age= wins): opening one per request cost more CPU than an agent's telemetry report
 # (bench/bench_ingest.py). Health checks drop a connection the database closed meanwhile.

@@ -3,8 +3,10 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
 from django.templatetags.static import static
-from django.urls import include, path, reverse_lazy
+from django.urls import include, path
 from django.views.generic.base import RedirectView
+
+from controlpanel.people.password import ThrottledPasswordChangeView
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -24,11 +26,7 @@ handler400 = bad_request
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path(
-        "accounts/password/",
-        auth_views.PasswordChangeView.as_view(success_url=reverse_lazy("password_change_done")),
-        name="password_change",
-    ),
+    path("accounts/password/", ThrottledPasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("people/", include("controlpanel.people.views")),
     path("notifications/", include("notifications.urls")),

@@ -18,9 +18,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.urls import NoReverseMatch, reverse
 
+from core.secrets_mask import MASK
 from deployments.choices import OperationKind, OperationState
 from deployments.engine_installs import revision_binary
-from deployments.engines.base import MASK, EngineConfigError
+from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from deployments.planner import PlanInputError

@@ -1,8 +1,9 @@
 """Sending through Apprise (one library for Slack, Discord, Matrix, ntfy, e-mail, webhooks).
 
 A channel URL holds credentials, so nothing that leaves this module carries it: Apprise's
-log lines are captured (not passed on to the worker's log) and every fragment of the URL
-that could be a secret is masked out of the error that is kept.
+log lines are captured (not passed on to the worker's log) and the error that is kept goes
+through the panel's one masker (core.secrets_mask) with the URL, so its secret parts are masked
+wherever Apprise or the HTTP library repeat them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import apprise
 from apprise.logger import LOGGER_NAME
+
+from core.secrets_mask import mask_text
 
 # Services that post to a chat, a push service, a mailbox or an HTTP endpoint. Apprise's
 # desktop and system notifiers (windows://, dbus://, macosx://, syslog://) would act on the
@@ -45,7 +47,6 @@ SCHEMES: dict[str, str] = {
 }
 MAX_URL = 2000
 MAX_ERROR = 1000
-MASK = "•••"
 
 
 class ChannelUrlError(ValueError):
@@ -110,38 +111,6 @@ def _apprise_log() -> Iterator[_ThreadRecords]:
                 logger.propagate = _saved[1]
 
 
-def secret_fragments(url: str) -> list[str]:
-    """Every part of `url` that may be a credential: the whole URL, user and password, host
-    (Slack's and Discord's tokens sit there), path segments, query values. Longest first."""
-    parts = {url}
-    with contextlib.suppress(ValueError):
-        split = urlsplit(url)
-        netloc = split.netloc.rsplit("@", 1)
-        if len(netloc) == 2:
-            user, _, password = netloc[0].partition(":")
-            parts |= {user, password, unquote(user), unquote(password)}
-        host = split.hostname or ""
-        # A host name or address is where it goes, not a secret; a "host" without a dot is a
-        # token in Apprise's URLs (slack://TokenA/..., discord://webhook_id/..., ntfy://topic).
-        if host and "." not in host and ":" not in host and host != "localhost":
-            parts.add(host)
-        parts |= {seg for seg in split.path.split("/")} | {unquote(seg) for seg in split.path.split("/")}
-        parts |= {v for _, v in parse_qsl(split.query, keep_blank_values=True)}
-    # Short fragments ("a", "80") would mask ordinary words; tokens and passwords are longer.
-    return sorted((p for p in parts if len(p) >= 4), key=len, reverse=True)
-
-
-_ANY_URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://\S+", re.IGNORECASE)
-
-
-def mask(text: str, url: str) -> str:
-    """`text` without any fragment of `url` that may be a secret, and without any URL at all
-    (Apprise's "privacy" form still shows a token's first and last characters)."""
-    for fragment in secret_fragments(url):
-        text = text.replace(fragment, MASK)
-    return _ANY_URL.sub(lambda m: f"{m.group(1)}://{MASK}", text)
-
-
 def _scheme(url: str) -> str:
     match = re.match(r"^([a-z][a-z0-9+.-]*)://", url.strip(), re.IGNORECASE)
     return match.group(1).lower() if match else ""
@@ -149,7 +118,7 @@ def _scheme(url: str) -> str:
 
 def _clean(lines: list[str], url: str) -> str:
     text = " / ".join(dict.fromkeys(line.strip() for line in lines if line.strip()))
-    return mask(text, url)[:MAX_ERROR]
+    return mask_text(text, urls=[url])[:MAX_ERROR]
 
 
 def _plugin(url: str) -> tuple[object | None, list[logging.LogRecord]]:

@@ -12,6 +12,7 @@ from typing import Any, ParamSpec
 
 from django.urls import NoReverseMatch, reverse
 
+from core.secrets_mask import mask_text
 from deployments.models import active_revision_of
 
 from .choices import EventKind
@@ -59,7 +60,7 @@ def _path(view: str, **kwargs: Any) -> str:
 
 def error_line(text: str) -> str:
     """The first non-empty line of an error, shortened."""
-    line = next((part.strip() for part in (text or "").splitlines() if part.strip()), "")
+    line = next((part.strip() for part in mask_text(text or "").splitlines() if part.strip()), "")
     return line if len(line) <= ERROR_LINE else line[: ERROR_LINE - 1] + "…"
 
 

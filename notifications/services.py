@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
+from core.secrets_mask import mask_text
 from hardware.models import Host
 
 from .choices import RULE_EVENTS, DeliveryState, EventKind
@@ -367,7 +368,7 @@ def channel_test_send(*, channel: Channel, actor: Any) -> Delivery:
 def _finish(pk: Any, *, delivered: bool, error: str = "", seconds: float | None = None) -> None:
     Delivery.objects.filter(pk=pk).update(
         state=DeliveryState.DELIVERED if delivered else DeliveryState.FAILED,
-        error=error[:2000],
+        error=mask_text(error)[:2000],
         retry_at=None,
         seconds=seconds,
         finished_at=timezone.now(),
@@ -385,7 +386,7 @@ def _retry_later(delivery: Delivery, error: str) -> bool:
     return bool(
         Delivery.objects.filter(pk=delivery.pk, state__in=(DeliveryState.PENDING, DeliveryState.SENDING)).update(
             state=DeliveryState.RETRY,
-            error=error[:2000],
+            error=mask_text(error)[:2000],
             retry_at=timezone.now() + timedelta(seconds=wait),
             finished_at=timezone.now(),
         )

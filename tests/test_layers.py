@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
+    "core.hub_paths",
+    "core.secrets_mask",
     "deployments.arch",
     "deployments.safety",
     "deployments.planner",
@@ -262,6 +264,7 @@ PURE_CORE = (
     "core.limits",
     "core.errors",
     "core.hub_paths",
+    "core.secrets_mask",
 )
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)
 # and `manage.py host register-local` probe that machine with the agent's own probe. Nowhere else

@@ -9,22 +9,19 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from deployments.diffing.context import served_context as context_of
 from deployments.models import DeploymentRevision, HostModel, Operation, Secret, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_revision
 from hardware.models import Host
 
 
 def served_context(revision: DeploymentRevision) -> int | None:
-    """The context one request can use on the server, from the revision's knobs."""
-    knobs = revision.knobs
-    if revision.engine in ("vllm", "sglang"):
-        value = knobs.get("max_model_len") or knobs.get("context_length")
-        return int(value) if value else revision.model_variant.model_arch.native_context
-    if revision.engine == "llama.cpp":
-        ctx = int(knobs.get("ctx_size") or 0) or None
-        parallel = int(knobs.get("parallel") or 1)
-        return ctx // parallel if ctx and parallel > 1 and not knobs.get("kv_unified") else ctx
-    return None
+    """The context one request can use on the server: the diff's and the exports' answer
+    (deployments.diffing.context), never a second reading of the knobs."""
+    context = context_of(
+        revision.engine, revision.knobs or {}, native=revision.model_variant.model_arch.native_context, env=revision.env
+    )
+    return context.per_sequence
 
 
 def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:

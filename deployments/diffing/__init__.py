@@ -11,12 +11,13 @@ deltas per shared profile, and the command line flag by flag.
 
 from __future__ import annotations
 
+from core.secrets_mask import MASK, is_secret_name, mask_env
 from deployments.diffing.argv import parse_argv
 from deployments.diffing.compute import NOISE_KNOBS, diff_revisions
 from deployments.diffing.context import ServedContext, revision_context, served_context, vision_state
 from deployments.diffing.rows import ADDED, CHANGED, REMOVED, SAME, DiffRow, DiffSection, RevisionDiff
 from deployments.diffing.text import render_text
-from deployments.diffing.view import MASK, RevisionView, is_secret_name, mask_env
+from deployments.diffing.view import RevisionView
 
 __all__ = [
     "ADDED",

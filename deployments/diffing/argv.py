@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from core.secrets_mask import MASK, is_secret_name, mask_text
 from deployments.diffing import fmt
 from deployments.diffing.rows import DiffRow, DiffSection, kind_of
-from deployments.diffing.view import MASK, is_secret_name
 
 COMMAND = "(command)"
 SWITCH = "on"  # a flag given without a value
@@ -32,7 +32,7 @@ def parse_argv(argv: Sequence[str]) -> dict[str, str]:
         token = tokens[i]
         if not _is_flag(token):
             name, eq, val = token.partition("=")
-            words.append(f"{name}={MASK}" if eq and is_secret_name(name) and val else token)
+            words.append(f"{name}={MASK}" if eq and is_secret_name(name) and val else mask_text(token))
             i += 1
             continue
         flag, eq, val = token.partition("=")
@@ -43,8 +43,7 @@ def parse_argv(argv: Sequence[str]) -> dict[str, str]:
             else:
                 val = SWITCH
         i += 1
-        if is_secret_name(flag) and val != SWITCH:
-            val = MASK
+        val = MASK if is_secret_name(flag) and val != SWITCH else mask_text(val)
         out[flag] = f"{out[flag]},{val}" if flag in out else val
     if words:
         out = {COMMAND: " ".join(words), **out}

@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from core.secrets_mask import MASK, is_secret_name, mask_text
 from deployments.diffing import fmt
 from deployments.diffing.argv import argv_section
 from deployments.diffing.benchmarks import benchmark_sections
 from deployments.diffing.model_table import model_changed, model_section
 from deployments.diffing.planner_delta import planner_section
 from deployments.diffing.rows import CHANGED, DiffSection, RevisionDiff, compare_row, mapping_rows
-from deployments.diffing.view import MASK, RevisionView, is_secret_name
+from deployments.diffing.view import RevisionView
 
 # Knobs that change what the logs say, not what is served (cf. NetBox's ObjectChange.diff()
 # leaving out `created` and `last_updated`).
@@ -50,7 +51,8 @@ def general_section(old: RevisionView, new: RevisionView) -> DiffSection:
 
 
 def env_section(old: RevisionView, new: RevisionView) -> DiffSection:
-    """Env compared on the real values, shown masked where the name looks secret."""
+    """Env compared on the real values, shown masked where the name looks secret (and any value
+    through the one masker: a proxy URL's password)."""
     rows = []
     for row in mapping_rows(old.env, new.env, relative=False):
         if is_secret_name(row.key):
@@ -60,8 +62,14 @@ def env_section(old: RevisionView, new: RevisionView) -> DiffSection:
                 new=MASK if row.new != fmt.ABSENT else row.new,
                 note="value changed" if row.kind == CHANGED else "",
             )
+        else:
+            row = replace(row, old=_masked(row.old), new=_masked(row.new))
         rows.append(row)
     return DiffSection("env", "Environment", tuple(rows))
+
+
+def _masked(value: Any) -> Any:
+    return mask_text(value) if isinstance(value, str) else value
 
 
 def secrets_section(old: RevisionView, new: RevisionView) -> DiffSection:

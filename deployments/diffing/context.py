@@ -15,12 +15,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from deployments.diffing.view import RevisionView
+from deployments.engines.base import EngineConfigError
+from deployments.engines.vllm import max_model_len_tokens
 
 
 @dataclass(frozen=True)
@@ -47,19 +48,14 @@ def _int(value: Any) -> int | None:
 
 
 def parse_token_count(value: Any) -> int | None:
-    """65536, "65536", "64K" (x1024), "64k" (x1000), "1M" / "1m", as vLLM's human-readable ints."""
-    number = _int(value)
-    if number is not None:
-        return number if number > 0 else None
-    if not isinstance(value, str):
+    """A token count as vLLM reads one (65536, "64k" = 64,000, "64K" = 65,536: the vLLM adapter's
+    parser); None when it is auto, -1, empty or not a count."""
+    if value in (None, ""):
         return None
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG])\s*", value)
-    if not match:
+    try:
+        return max_model_len_tokens(value)
+    except EngineConfigError:
         return None
-    digits, unit = match.groups()
-    base = 1024 if unit.isupper() else 1000
-    power = {"k": 1, "m": 2, "g": 3}[unit.lower()]
-    return int(float(digits) * base**power)
 
 
 def _pad(value: int, to: int = 256) -> int:

@@ -8,30 +8,14 @@ rendered.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from core.secrets_mask import mask_env
 from deployments.arch import ModelArch
 
-MASK = "********"
-
-# Names that hold credentials: *KEY*, *TOKEN*, *SECRET*, *PASSWORD* (and close spellings).
-# Credentials: HF_TOKEN, API_KEY, ... but not counts such as max_num_batched_tokens or num_speculative_tokens.
-_SECRET_NAME = re.compile(r"KEY(?!S)|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
 ENGINE_LABELS = {"vllm": "vLLM", "llama.cpp": "llama.cpp", "ollama": "Ollama", "sglang": "SGLang"}
-
-
-def is_secret_name(name: str) -> bool:
-    """True for env names and flags that carry credentials (HF_TOKEN, --api-key, ...)."""
-    return bool(_SECRET_NAME.search(name))
-
-
-def mask_env(env: Mapping[str, Any]) -> dict[str, str]:
-    """The env with every secret-looking value replaced by the mask."""
-    return {k: (MASK if is_secret_name(k) and v not in (None, "") else str(v)) for k, v in env.items()}
 
 
 def engine_label(engine: str) -> str:

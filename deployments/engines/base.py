@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from core.secrets_mask import mask_text
+
 # What a revision reaches beyond serving (deployments.engines.policy finds them).
 Kind = Literal["path", "code", "privileged"]
 
@@ -104,21 +106,13 @@ class LaunchSpec:
     private_files: dict[str, str] = field(default_factory=dict)
 
     def masked_argv(self) -> list[str]:
-        return [mask_secrets(a, self.secret_values) for a in self.argv]
+        return [mask_text(a, self.secret_values) for a in self.argv]
 
     def masked_env(self) -> dict[str, str]:
-        return {k: mask_secrets(v, self.secret_values) for k, v in self.env.items()}
+        return {k: mask_text(v, self.secret_values) for k, v in self.env.items()}
 
 
-MASK = "********"
 PRIVATE_FILE = "@private/"  # argv placeholder prefix for LaunchSpec.private_files
-
-
-def mask_secrets(text: str, secrets: tuple[str, ...] | list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, MASK)
-    return text
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ def _shown_argv(spec: LaunchSpec) -> list[str]:
 
 
 def _masked_private_files(spec: LaunchSpec) -> dict[str, str]:
-    from deployments.engines.base import mask_secrets
+    from core.secrets_mask import mask_text
 
-    return {name: mask_secrets(text, spec.secret_values) for name, text in spec.private_files.items()}
+    return {name: mask_text(text, spec.secret_values) for name, text in spec.private_files.items()}
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

@@ -37,33 +37,52 @@ from deployments.engines.prometheus import parse_samples, ratio, raw_values
 from deployments.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from deployments.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
 
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_HUMAN_INT = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)([kmgtKMGT]?)")
+
+
+def max_model_len_tokens(value: Any) -> int | None:
+    """The context `--max-model-len VALUE` gives, read as vLLM reads it; None = `auto` / -1 (the
+    largest that fits, chosen at start). vLLM's `human_readable_int_or_auto`: an int; lower-case
+    k/m/g/t are powers of 1000 and may carry decimals ("25.6k" = 25,600); upper-case K/M/G/T are
+    powers of 1024 and may not ("1.5K" is refused). EngineConfigError with vLLM's own reason for
+    anything else, and for what vLLM accepts but no model has (0, negative, over MAX_CONTEXT)."""
+    if isinstance(value, bool) or value is None:
+        raise EngineConfigError("max_model_len must be a number of tokens", field="max_model_len")
+    text = str(value).strip() if isinstance(value, int | str) else ""
+    if text.lower() == "auto" or text == "-1":
+        return None
+    match = _HUMAN_INT.fullmatch(text) if len(text) <= 24 else None
+    tokens: int | None = None
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            tokens = int(float(number) * _DECIMAL[suffix])
+        elif "." in number:
+            raise EngineConfigError(
+                f"max_model_len: decimals are not allowed with binary suffixes like {suffix}. "
+                f"Did you mean to use {number}{suffix.lower()} instead?",
+                field="max_model_len",
+            )
+        else:
+            tokens = int(number) * _BINARY.get(suffix, 1)
+    if tokens is None or not 0 < tokens <= MAX_CONTEXT:
+        raise EngineConfigError(
+            f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,} (65536, 32k = 32,000, "
+            f"32K = 32,768) or 'auto'; got {shown_value(value)}",
+            field="max_model_len",
+        )
+    return tokens
+
 
 def _max_model_len(value: Any) -> int | str:
-    # config/model.py: accepts an int, "32k"/"32K"/"1m", or -1/"auto" (largest that fits).
-    # Lower-case k/m are powers of 1000, upper-case K/M powers of 1024 (vllm.utils.human_readable_int).
-    if isinstance(value, bool):
-        raise EngineConfigError("max_model_len must be a number of tokens", field="max_model_len")
-    if isinstance(value, int):
-        if 0 < value <= MAX_CONTEXT:
-            return value
-        if value == -1:
-            return "auto"
-    if isinstance(value, str) and len(value) <= 16:
-        text = value.strip()
-        if re.fullmatch(r"[0-9]{1,9}", text) and 0 < int(text) <= MAX_CONTEXT:
-            return int(text)
-        if text == "auto":
-            return text
-        m = re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)([kKmM])", text)
-        if m:
-            scale = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}[m.group(2)]
-            if 0 < float(m.group(1)) * scale <= MAX_CONTEXT:
-                return text
-    raise EngineConfigError(
-        f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,}, '32k' or 'auto'; "
-        f"got {shown_value(value)}",
-        field="max_model_len",
-    )
+    """Kept as typed when it has a suffix (the command line shows what the operator wrote)."""
+    tokens = max_model_len_tokens(value)
+    if tokens is None:
+        return "auto"
+    text = str(value).strip()
+    return tokens if text.isdigit() or isinstance(value, int) else text
 
 
 def _chat_template(name: str, value: Any) -> list[Concern]:

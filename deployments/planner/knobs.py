@@ -9,11 +9,12 @@ raises PlanInputError naming the knob.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deployments.engines.base import EngineConfigError
+from deployments.engines.vllm import max_model_len_tokens
 from deployments.planner.inputs import PlanInputError
 
 # vLLM CacheDType (vllm/config/cache.py) -> bytes per element; "auto" = model dtype.
@@ -162,22 +163,16 @@ def _text(name: str, value: Any) -> str | None:
     return text or None
 
 
-_LEN_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
-
-
 def _length(name: str, value: Any) -> int | None:
-    """vLLM --max-model-len: an int, "32k"/"32K"/"1m", or -1/"auto" (largest that fits)."""
-    if value is None or str(value).strip().lower() in {"-1", "auto"}:
+    """vLLM --max-model-len, as vLLM itself reads it (the adapter's parser: "32k" = 32,000,
+    "32K" = 32,768); None = auto / -1 (the largest that fits). SGLang's --context-length is a plain
+    int, which the same parser reads the same way."""
+    if value is None:
         return None
-    match = _LEN_RE.match(str(value))
-    if not match:
-        raise PlanInputError(f"{name} must be a token count like 32768 or 32k, not {value!r}", field=name)
-    number, unit = float(match.group(1)), match.group(2).lower()
-    scale = {"": 1, "k": 1024, "m": 1024 * 1024}[unit]
-    result = int(number * scale)
-    if result < 1:
-        raise PlanInputError(f"{name} must be positive, not {value!r}", field=name)
-    return result
+    try:
+        return max_model_len_tokens(value)
+    except EngineConfigError as exc:
+        raise PlanInputError(str(exc).replace("max_model_len", name, 1), field=name) from None
 
 
 def _json_obj(name: str, value: Any) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from controlpanel.params import parse_int
+from core.secrets_mask import mask_text
 from deployments.choices import Engine
 from deployments.models import DeploymentRevision, EngineLogRun
 from hardware.models import Host
@@ -33,7 +34,9 @@ def _clean(line: Any) -> str:
     if not isinstance(line, str):
         raise ValidationError("lines must be strings.")
     # PostgreSQL text holds no NUL; a lone surrogate cannot be stored either.
-    return line[:MAX_LINE].replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    # Masked here too: the agent masks what it knows, the panel what it stores and shows.
+    line = mask_text(line[:MAX_LINE].replace("\x00", "\ufffd"))
+    return line.encode("utf-8", "replace").decode("utf-8")
 
 
 def _run_for(host: Host, run: dict[str, Any]) -> EngineLogRun:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
+from core.secrets_mask import MASK
 from deployments.engine_installs import revision_binary
-from deployments.engines.base import MASK, EngineConfigError, LaunchSpec
+from deployments.engines.base import EngineConfigError, LaunchSpec
 from deployments.engines.registry import get_adapter
 from deployments.engines.scripts import render_start_script, render_systemd_unit
 from deployments.exports import (

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
+from core.secrets_mask import mask_text
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import DeploymentRevision, Operation
 from hardware.models import Host
@@ -107,6 +108,7 @@ def operation_progress(
     if progress is not None:
         fields["progress"] = max(0.0, min(1.0, float(progress)))
     if log:
+        log = mask_text(log)  # a host's report is stored and shown: no credential in it
         line = log if log.endswith("\n") else log + "\n"
         fields["log"] = Right(Concat(F("log"), Value(line)), LOG_LIMIT)
     Operation.objects.filter(pk=op_id, state=OperationState.RUNNING).update(**fields)
@@ -119,6 +121,7 @@ def operation_finish(
     """End an active operation. `accept_lost`: also one marked `lost` (its host's late report)."""
     if state not in (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED):
         raise ValueError(f"{state} is not a finishing state")
+    error = mask_text(error)
     with transaction.atomic():
         op = Operation.objects.select_for_update().select_related("host").filter(pk=op_id).first()
         if op is None:

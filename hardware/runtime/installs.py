@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from deployments.engines.base import InstallStep, mask_secrets
+from core.secrets_mask import mask_text
+from deployments.engines.base import InstallStep
 
-from .logtail import mask_line
 from .processes import terminate_group
 
 Cancelled = threading.Event | Callable[[], bool] | None
@@ -86,7 +86,7 @@ def run_install(
     with open(log_path, "a", encoding="utf-8") as log:
 
         def emit(i: int, step: InstallStep, line: str) -> None:
-            line = mask_line(line, secrets)
+            line = mask_text(line, secrets)
             log.write(line + "\n")
             log.flush()
             recent.append(line)
@@ -115,7 +115,7 @@ def run_install(
             if step.note:
                 emit(i, step, f"===== why: {step.note}")
             if step.env:
-                shown = " ".join(f"{k}={shlex.quote(mask_secrets(v, secrets))}" for k, v in step.env.items())
+                shown = " ".join(f"{k}={shlex.quote(mask_text(v, secrets))}" for k, v in step.env.items())
                 emit(i, step, f"===== env: {shown}")
             emit(i, step, f"$ {shlex.join(list(step.argv))}")
             outcome = _run_step(step, lambda line, i=i, step=step: emit(i, step, line), cancelled, kill_grace)

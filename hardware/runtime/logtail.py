@@ -1,44 +1,22 @@
 """Read the last lines of a (possibly huge) log file with bounded memory, secrets masked.
 
 Engines print secrets more often than one would think: vLLM logs its non-default
-arguments, `api_key` included. Masking uses the exact secret values when the caller knows
-them, and patterns for the common shapes (API-key arguments, Hugging Face tokens, bearer
-headers) so that a worker that restarted, and no longer holds the values, still masks
-the usual leaks.
+arguments, `api_key` included. Masking (core.secrets_mask) uses the exact secret values when
+the caller knows them, and patterns for the common shapes (API-key arguments, tokens, bearer
+headers, URLs with credentials) so that a worker that restarted, and no longer holds the
+values, still masks the usual leaks.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from deployments.engines.base import MASK, mask_secrets
+from core.secrets_mask import mask_text
 
 _BLOCK = 64 * 1024
 _MAX_LINE = 4096  # longer lines are cut: a log tail is for reading, not for reassembly
-
-_PATTERNS = [
-    # --api-key VALUE, --api-key=VALUE, --hf-token VALUE
-    re.compile(r"(--(?:api-key|hf-token)(?:=|\s+))([^\s'\",\]]+)", re.IGNORECASE),
-    # api_key='VALUE', "api_key": ["VALUE"], API_KEY=VALUE, HF_TOKEN=VALUE
-    re.compile(
-        r"(\b(?:api[_-]?keys?|hf[_-]?token|hugging_face_hub_token|access[_-]?token)['\"]?\s*[:=]\s*\[?\s*['\"]?)"
-        r"([^\s'\",\]]+)",
-        re.IGNORECASE,
-    ),
-    re.compile(r"(Bearer\s+)([^\s'\",]+)", re.IGNORECASE),
-    re.compile(r"()(hf_[A-Za-z0-9]{20,})"),
-]
-
-
-def mask_line(line: str, secrets: Iterable[str] = ()) -> str:
-    """Mask exact secret values, then the known secret-bearing patterns."""
-    line = mask_secrets(line, [s for s in secrets if s])
-    for pattern in _PATTERNS:
-        line = pattern.sub(lambda m: m.group(1) + MASK, line)
-    return line
 
 
 def tail_lines(
@@ -76,7 +54,7 @@ def tail_lines(
     if pos > start_offset and parts:
         parts = parts[1:]  # the first piece may be a partial line
     secrets = list(secrets)
-    return [mask_line(line[:_MAX_LINE], secrets) for line in parts[-lines:]]
+    return [mask_text(line[:_MAX_LINE], secrets) for line in parts[-lines:]]
 
 
 def file_size(path: str | os.PathLike[str]) -> int:
@@ -111,4 +89,4 @@ def read_lines(
     if parts and parts[-1] == "":
         parts.pop()
     secrets = list(secrets)
-    return [mask_line(line[:_MAX_LINE], secrets) for line in parts], offset + cut
+    return [mask_text(line[:_MAX_LINE], secrets) for line in parts], offset + cut

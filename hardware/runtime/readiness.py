@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 
-from deployments.engines.base import LaunchSpec, mask_secrets
+from core.secrets_mask import mask_text
+from deployments.engines.base import LaunchSpec
 
 from .errors import EngineExitedError, EngineNotReadyError, EngineVerifyError
 from .local_http import engine_client
@@ -148,7 +149,7 @@ def wait_ready(
                     else f"health was OK but /v1/models did not list {spec.served_name!r} "
                     f"within {timeout:.0f} s (last answer: {last})"
                 )
-                raise EngineNotReadyError(mask_secrets(reason, secrets), tail())
+                raise EngineNotReadyError(mask_text(reason, secrets), tail())
             time.sleep(poll_interval)
 
 
@@ -215,7 +216,7 @@ def verify_chat(
     seconds = time.monotonic() - started
     if response.status_code != 200:
         reason = f"the test chat completion answered {response.status_code}: {_short(response.text, 300)}"
-        raise EngineVerifyError(mask_secrets(reason, spec.secret_values), tail())
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
     try:
         body = response.json()
         message = body["choices"][0]["message"]

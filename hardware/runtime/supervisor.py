@@ -35,11 +35,12 @@ from typing import Any, Literal
 
 import httpx
 
+from core.secrets_mask import mask_text
 from deployments.engines.base import PRIVATE_FILE, LaunchSpec
 
 from .errors import EngineExitedError, EngineStartError, PortBusyError
 from .local_http import engine_get
-from .logtail import file_size, mask_line, read_lines, tail_lines
+from .logtail import file_size, read_lines, tail_lines
 from .processes import (
     group_members,
     is_alive,
@@ -312,7 +313,7 @@ class Supervisor:
     ) -> tuple[EngineRecord, subprocess.Popen[bytes]]:
         self.state.rotate_log()
         log_offset = file_size(self.log_path)
-        masked = [mask_line(a, self._secrets) for a in spec.masked_argv()]
+        masked = [mask_text(a, self._secrets) for a in spec.masked_argv()]
         env = {k: v for k, v in os.environ.items() if not _PANEL_ENV.match(k)}
         env.update(spec.env)
         env[ENGINE_OWNER_ENV] = self.owner
@@ -385,7 +386,7 @@ class Supervisor:
             holder = find_port_holder(spec.port, host=spec.host)
         if holder is None:
             return None
-        cmdline = [mask_line(a, self._secrets) for a in holder.cmdline]
+        cmdline = [mask_text(a, self._secrets) for a in holder.cmdline]
         if holder.pid is not None and holder.owner == self.owner:
             # Ours, though no record names it (a worker killed in the middle of a start).
             t0 = time.monotonic()

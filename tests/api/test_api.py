@@ -306,9 +306,9 @@ def test_a_token_is_stored_as_a_hash_acts_with_its_users_current_role_and_record
     assert call(client, "GET", "/api/v1/hosts/", new.secret).status_code == 200
     stored.refresh_from_db()
     assert stored.last_used_at is not None
-    operator.groups.clear()  # the role taken away takes the token's rights with it
+    operator.groups.clear()  # the role taken away takes the token with it (tests/api/test_token_lifecycle.py)
     operator = User.objects.get(pk=operator.pk)
-    assert call(client, "GET", "/api/v1/hosts/", new.secret).status_code == 403
+    assert call(client, "GET", "/api/v1/hosts/", new.secret).status_code == 401
     assert call(client, "GET", "/api/v1/hosts/", new.secret[:-1] + "x").status_code == 401
 
 

@@ -24,7 +24,7 @@ BAD = [
     ("vllm", {"gpu_memory_utilization": "lots"}, "gpu_memory_utilization", "must be a number"),
     ("vllm", {"max_num_seqs": "four"}, "max_num_seqs", "whole number"),
     ("vllm", {"tensor_parallel_size": 0}, "tensor_parallel_size", "at least 1"),
-    ("vllm", {"max_model_len": "big"}, "max_model_len", "token count"),
+    ("vllm", {"max_model_len": "big"}, "max_model_len", "positive number of tokens"),
     ("vllm", {"kv_cache_dtype": "fp4x"}, "kv_cache_dtype", "is not one of"),
     ("vllm", {"quantization": "awq_turbo"}, "quantization", "is not one of"),
     ("vllm", {"speculative_config": "{method: mtp"}, "speculative_config", "not valid JSON"),
@@ -65,7 +65,7 @@ def test_ansible_style_strings_and_json_strings_are_accepted() -> None:
             knobs={
                 "tensor-parallel-size": "2",
                 "gpu_memory_utilization": "0.95",
-                "max_model_len": "32k",
+                "max_model_len": "32K",  # vLLM: upper-case K = 1024, lower-case k = 1000
                 "enforce_eager": "true",
                 "speculative_config": '{"method":"ngram","num_speculative_tokens":3}',
                 "quantization": "none",
@@ -88,6 +88,7 @@ def test_ansible_style_strings_and_json_strings_are_accepted() -> None:
     assert as_text.to_dict() == as_values.to_dict()
     assert as_text.max_model_len == 32768
     assert as_text.tp == 2
+    assert plan(request(knobs={"max_model_len": "32k"})).max_model_len == 32000
 
 
 def test_cuda_visible_devices_picks_the_gpus_the_engine_sees() -> None:
