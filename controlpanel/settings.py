@@ -292,3 +292,8 @@ except ValueError as _exc:
 # Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).
 ENGINE_LOG_RUNS_KEPT = env_number("CONTROLPANEL_ENGINE_LOG_RUNS_KEPT", 20, 1, 1000)
 ENGINE_LOG_RUN_BYTES = env_number("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", 512 * 1024, 4096, 64 * 1024 * 1024)
+
+# --- Imports from a model hub (deployments.importers.hub) ------------------------------------------
+# Each request an import makes to the hub (model info, config.json, a GGUF header range) ends
+# within this many seconds overall, however slowly the server drips its answer.
+HUB_REQUEST_DEADLINE_S = env_number("CONTROLPANEL_HUB_REQUEST_DEADLINE_S", 120.0, 0.1, 3600.0, cast=float)

@@ -427,12 +427,20 @@ class AnsibleImportForm(forms.Form):
 
 
 def _token_choices() -> list[tuple[str, str]]:
+    """Only the secrets an admin marked as hub tokens: no other is ever sent to a hub."""
     from deployments.models import Secret
 
-    secrets = Secret.objects.select_related("host").order_by("host__name", "name")
+    secrets = Secret.objects.filter(hub_token=True).select_related("host").order_by("host__name", "name")
     return [("", "(none: a public repository)")] + [
         (f"{s.host.name}/{s.name}", f"{s.host.name} / {s.name}") for s in secrets[:500]
     ]
+
+
+def _hub_token_refused() -> dict[str, str]:
+    """A choice that is not a hub token: the services' one wording, which echoes no name."""
+    from deployments.services.secrets import HUB_REFUSAL
+
+    return {"invalid_choice": HUB_REFUSAL}
 
 
 class HubImportForm(forms.Form):
@@ -445,17 +453,22 @@ class HubImportForm(forms.Form):
     )
     name = forms.CharField(max_length=200, required=False, help_text="Empty = from the repository.")
     token = forms.ChoiceField(
-        required=False, label="Token", help_text="A host secret holding a Hugging Face token, for gated repositories."
+        required=False,
+        label="Token",
+        help_text="A host secret an admin marked as a Hugging Face token, for gated repositories.",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["token"].choices = _token_choices()
+        self.fields["token"].error_messages.update(_hub_token_refused())
 
 
 class ModelDownloadForm(forms.Form):
     model = forms.ModelChoiceField(queryset=None, label="Model")  # type: ignore[arg-type]
-    token_secret = forms.ChoiceField(required=False, label="Token", help_text="This host's secret holding a token.")
+    token_secret = forms.ChoiceField(
+        required=False, label="Token", help_text="This host's secret an admin marked as a Hugging Face token."
+    )
 
     def __init__(self, *args: Any, host: Any, **kwargs: Any) -> None:
         from deployments.choices import ModelFormat
@@ -468,5 +481,27 @@ class ModelDownloadForm(forms.Form):
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = (hub | ollama).exclude(copies__host=host).order_by("name")
         self.fields["token_secret"].choices = [("", "(none)")] + [
-            (s.name, s.name) for s in host.secrets.order_by("name")
+            (s.name, s.name) for s in host.secrets.filter(hub_token=True).order_by("name")
         ]
+        self.fields["token_secret"].error_messages.update(_hub_token_refused())
+
+
+# --- host secrets (admins) ---------------------------------------------------------------------
+
+
+class SecretForm(forms.Form):
+    """Create or rotate a host secret; the value is never rendered back."""
+
+    name = forms.SlugField(max_length=63, help_text="Revisions and imports name it; letters, digits, - and _.")
+    value = forms.CharField(
+        max_length=4096, strip=False, widget=forms.PasswordInput(render_value=False), help_text="Stored encrypted."
+    )
+    hub_token = forms.BooleanField(
+        required=False,
+        label="Hugging Face token",
+        help_text="Only secrets marked so are ever sent to a hub (imports, downloads); never an engine API key.",
+    )
+
+
+class SecretMarkForm(forms.Form):
+    hub_token = forms.BooleanField(required=False, label="Hugging Face token")

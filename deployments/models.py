@@ -147,6 +147,8 @@ class Secret(models.Model):
     host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="secrets")
     name = models.SlugField(max_length=63)
     ciphertext = models.BinaryField()
+    # Set by an admin only: the hub import and downloads send no other secret to a hub.
+    hub_token = models.BooleanField(default=False, help_text="An admin marked it as a Hugging Face token.")
     created_at = models.DateTimeField(default=timezone.now)
     rotated_at = models.DateTimeField(null=True, blank=True)
 

@@ -1,4 +1,4 @@
-from .views import audit, benchmarks, diff, engine_log, exports, host_models, models, operations, revisions
+from .views import audit, benchmarks, diff, engine_log, exports, host_models, models, operations, revisions, secrets
 
 app_name = "deployments"
 
@@ -7,6 +7,7 @@ urlpatterns = [
     *operations.urlpatterns,
     *models.urlpatterns,
     *host_models.urlpatterns,
+    *secrets.urlpatterns,
     *engine_log.urlpatterns,
     *audit.urlpatterns,
     *benchmarks.urlpatterns,

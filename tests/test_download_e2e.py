@@ -85,7 +85,7 @@ def agent(hub, ollama, tmp_path, settings, live_server, catalog):
 def test_import_download_switch_serve(hub, agent, monkeypatch, operator, admin_user, tmp_path):
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     host = Host.objects.get(name=agent.name)
-    secret_set(host=host, name="hf-token", value=TOKEN, actor=admin_user)
+    secret_set(host=host, name="hf-token", value=TOKEN, actor=admin_user, hub_token=True)
 
     # Import by repository id: the gated repo's header read with the host secret's token.
     variant = model_variant_import_hub(repo_id=REPO, token_host=host, token_secret="hf-token", actor=operator)
@@ -163,7 +163,7 @@ def test_cancel_resume_and_delete_through_the_agent(hub, agent, monkeypatch, ope
     hub.grant("hf_reader", REPO)
     from deployments.services.secrets import secret_set as set_secret
 
-    set_secret(host=host, name="hf", value="hf_reader", actor=None)
+    set_secret(host=host, name="hf", value="hf_reader", actor=None, hub_token=True)
     variant = model_variant_import_hub(repo_id=REPO, token_host=host, token_secret="hf", actor=operator)
     item = hub.repos[REPO].files[GGUF]
     hub.rate = 40 * 2**20  # ~6 s for the file

@@ -31,6 +31,8 @@ from deployments.forms import (
     HfConfigImportForm,
     HubImportForm,
     RevisionForm,
+    SecretForm,
+    SecretMarkForm,
     SwitchForm,
 )
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
@@ -162,6 +164,9 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "deployments:host_models": ({"host": "h1"}, "operator", {"model": "", "token_secret": ""}),
     "deployments:host_model_delete": ({"host": "h1", "pk": 1}, "operator", {}),
     "hardware:host_token": ({"name": "h1"}, "admin", {"action": "issue"}),
+    # A host secret (admins): set or rotate one; mark it as a hub token.
+    "deployments:host_secrets": ({"host": "h1"}, "admin", {"name": "matrix-key", "value": "v", "hub_token": "on"}),
+    "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", {"hub_token": "on"}),
     "people:add": ({}, "admin", {"username": "newbie", "email": "", "role": "viewer"}),
     "people:role": ({"username": "vera"}, "admin", {"role": "viewer"}),
     "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
@@ -199,6 +204,8 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "notifications:channel_edit": [(ChannelForm, "")],
     "notifications:rule_new": [(RuleForm, "")],
     "notifications:rule_edit": [(RuleForm, "")],
+    "deployments:host_secrets": [(SecretForm, "")],
+    "deployments:host_secret_mark": [(SecretMarkForm, "")],
 }
 REVISION_FIELDS = {
     "engine": "vllm",
@@ -316,8 +323,10 @@ def test_every_post_url_and_field_is_covered(people):
     assert not missing, "\n".join(missing)
     # Shown only while an engine runs / an operation runs / the person is locked out.
     # (and the delete button of a model downloaded to a host: the matrix's host has none).
-    # ... and the revoke button of an API token (the matrix's admin has none).
+    # ... and the revoke button of an API token (the matrix's admin has none), and the mark
+    # button of a host secret (the matrix's host has none).
     assert set(FORMS) - seen <= {
+        "deployments:host_secret_mark",
         "hardware:host_stop",
         "deployments:operation_cancel",
         "people:unlock",

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
+    "core.hub_paths",
     "core.secrets_mask",
     "deployments.arch",
     "deployments.safety",
@@ -263,6 +264,7 @@ PURE_CORE = (
     "deployments.operation_tasks",
     "core.limits",
     "core.errors",
+    "core.hub_paths",
     "core.secrets_mask",
 )
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)

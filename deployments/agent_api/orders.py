@@ -113,10 +113,11 @@ def operation_order(op: Operation) -> dict[str, Any]:
     secret = op.params.get("token_secret") if op.kind == "download" else None
     if secret:
         # A gated repository's token, for this host's own download only (never stored in clear).
-        from deployments.services.secrets import secret_reveal
+        # Checked again here: an admin may have unmarked it since the download was asked for.
+        from deployments.services.secrets import hub_token_reveal
 
         try:
-            order["hub_token"] = secret_reveal(host=host, name=str(secret))
+            order["hub_token"] = hub_token_reveal(host=host, name=str(secret))
         except (Secret.DoesNotExist, ValidationError):
             order["hub_token"] = None
     return order

@@ -12,6 +12,11 @@ downloading its weights.
 restart; a token is passed only when given (never the machine's saved login). Every failure is a
 HubError whose message says what to do, never a traceback: a missing or gated repository, a
 token without access, an unknown revision or file, a hub that does not answer.
+
+A mirror can list anything: a file name that is not a relative path inside the repository
+(core.hub_paths: `..`, absolute, a backslash, a newline) is skipped and counted, never kept. Each
+request has an overall deadline (hub_deadline: `deadline_s`), not only a per-read timeout, so a
+server that drips a byte every few seconds ends at the deadline with a HubError saying so.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from core.hub_paths import hub_path_problem
 from deployments.importers.gguf_header import GgufHeaderError, GgufImport, GgufTruncated, read_gguf_header_bytes
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -31,7 +39,8 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,200}$")
 MAX_SMALL_FILE = 8 * 1024 * 1024  # config / index / generation config; real ones are < 2 MB
 GGUF_FIRST_READ = 1 << 20
 GGUF_MAX_HEADER = 64 << 20  # the largest real headers (262k vocabularies + merges) are ~10-20 MB
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # per socket operation (httpx's read timeout: each byte starts it again)
+DEFAULT_DEADLINE_S = 120.0  # per request, whatever the server drips (the panel's HUB_REQUEST_DEADLINE_S)
 SHARD_RE = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
 # What an engine reads besides the weights (vLLM/SGLang: config, tokenizer, chat template).
 SUPPORT_FILES = (
@@ -98,6 +107,7 @@ class HubModel:
     gguf: GgufImport | None = None
     gguf_shards: tuple[str, ...] = ()
     safetensors_params: int | None = None  # the hub's own count (model_info safetensors.total)
+    skipped_names: int = 0  # names the hub listed that are not relative paths in the repository
 
     @property
     def file_names(self) -> list[str]:
@@ -136,10 +146,8 @@ def check_revision(revision: str) -> str:
 
 def check_gguf_name(name: str) -> str:
     name = (name or "").strip()
-    if name and (
-        not name.lower().endswith(".gguf") or ".." in name or name.startswith("/") or len(name) > 300 or "\\" in name
-    ):
-        raise HubError(f"{name[:80]!r} is not a .gguf file of the repository.", field="file")
+    if name and (not name.lower().endswith(".gguf") or hub_path_problem(name)):
+        raise HubError(f"{ascii(name[:80])} is not a .gguf file of the repository.", field="file")
     return name
 
 
@@ -170,24 +178,50 @@ def _translate(exc: Exception, repo_id: str, *, what: str = "") -> HubError:
     return HubError(f"The hub at {hub_endpoint()} could not be reached: {type(exc).__name__}: {str(exc)[:200]}")
 
 
+@contextmanager
+def _hub_call(repo_id: str, what: str, deadline_s: float) -> Iterator[None]:
+    """One request to the hub, bounded by `deadline_s` overall; its failures as HubErrors."""
+    from huggingface_hub import errors
+
+    from .hub_deadline import request_deadline
+
+    with request_deadline(deadline_s) as deadline:
+        try:
+            yield
+        except (errors.HfHubHTTPError, *transport_errors()) as exc:
+            if deadline.passed and not isinstance(exc, errors.HfHubHTTPError):
+                raise HubError(
+                    f"The hub at {hub_endpoint()} did not finish answering for {repo_id} ({what or 'model info'}) "
+                    f"within {deadline_s:g} s; nothing was imported. Try again later, or check the mirror "
+                    "(HF_ENDPOINT)."
+                ) from exc
+            raise _translate(exc, repo_id, what=what) from exc
+
+
 def _headers(token: str | None) -> dict[str, str]:
     from huggingface_hub.utils import build_hf_headers
 
     return dict(build_hf_headers(token=token or False))
 
 
-def _get_small(repo_id: str, revision: str, filename: str, token: str | None) -> str | None:
+def _get_small(
+    repo_id: str, revision: str, filename: str, token: str | None, *, deadline_s: float = DEFAULT_DEADLINE_S
+) -> str | None:
     """A small text file of the repo at `revision`, or None when it has none."""
     from huggingface_hub import errors, hf_hub_url
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
+    chunks: list[bytes] = []
     try:
-        with get_session().stream(
-            "GET", url, headers=_headers(token), follow_redirects=True, timeout=TIMEOUT_S
-        ) as response:
+        with (
+            _hub_call(repo_id, filename, deadline_s),
+            get_session().stream(
+                "GET", url, headers=_headers(token), follow_redirects=True, timeout=TIMEOUT_S
+            ) as response,
+        ):
             hf_raise_for_status(response)
-            chunks, size = [], 0
+            size = 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > MAX_SMALL_FILE:
@@ -195,18 +229,20 @@ def _get_small(repo_id: str, revision: str, filename: str, token: str | None) ->
                         f"{filename} of {repo_id} is larger than {MAX_SMALL_FILE // 2**20} MiB.", field="file"
                     )
                 chunks.append(chunk)
-    except (errors.EntryNotFoundError, errors.RemoteEntryNotFoundError):
-        return None
-    except (errors.HfHubHTTPError, *transport_errors()) as exc:
-        raise _translate(exc, repo_id, what=filename) from exc
+    except HubError as exc:
+        if isinstance(exc.__cause__, errors.EntryNotFoundError | errors.RemoteEntryNotFoundError):
+            return None
+        raise
     try:
         return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HubError(f"{filename} of {repo_id} is not UTF-8 text.", field="file") from exc
 
 
-def _json_file(repo_id: str, revision: str, filename: str, token: str | None) -> dict[str, Any] | None:
-    text = _get_small(repo_id, revision, filename, token)
+def _json_file(
+    repo_id: str, revision: str, filename: str, token: str | None, *, deadline_s: float = DEFAULT_DEADLINE_S
+) -> dict[str, Any] | None:
+    text = _get_small(repo_id, revision, filename, token, deadline_s=deadline_s)
     if text is None:
         return None
     try:
@@ -240,17 +276,23 @@ def _generation(config: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def read_gguf_remote(
-    repo_id: str, revision: str, filename: str, token: str | None, *, file_size: int, shards: int = 1
+    repo_id: str,
+    revision: str,
+    filename: str,
+    token: str | None,
+    *,
+    file_size: int,
+    shards: int = 1,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> GgufImport:
-    """A GGUF header read from the hub by HTTP ranges: 1 MiB, doubling while the header runs on."""
-    from huggingface_hub import errors, get_hf_file_metadata, hf_hub_url
+    """A GGUF header read from the hub by HTTP ranges: 1 MiB, doubling while the header runs on
+    (each request bounded by `deadline_s`)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
-    try:
+    with _hub_call(repo_id, filename, deadline_s):
         meta = get_hf_file_metadata(url, token=token or False, endpoint=hub_endpoint())
-    except (errors.HfHubHTTPError, *transport_errors()) as exc:
-        raise _translate(exc, repo_id, what=filename) from exc
     headers = _headers(token)
     location = meta.location or url
     if urlparse(location).netloc != urlparse(url).netloc:
@@ -258,22 +300,22 @@ def read_gguf_remote(
     want = GGUF_FIRST_READ
     while True:
         end = min(want, meta.size or want)
-        try:
-            with get_session().stream(
+        data = bytearray()
+        with (
+            _hub_call(repo_id, filename, deadline_s),
+            get_session().stream(
                 "GET",
                 location,
                 headers={**headers, "Range": f"bytes=0-{end - 1}"},
                 follow_redirects=True,
                 timeout=TIMEOUT_S,
-            ) as response:
-                hf_raise_for_status(response)
-                data = bytearray()
-                for chunk in response.iter_bytes():
-                    data += chunk
-                    if len(data) >= end:  # a server that ignores Range: stop reading at `end`
-                        break
-        except (errors.HfHubHTTPError, *transport_errors()) as exc:
-            raise _translate(exc, repo_id, what=filename) from exc
+            ) as response,
+        ):
+            hf_raise_for_status(response)
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) >= end:  # a server that ignores Range: stop reading at `end`
+                    break
         try:
             return read_gguf_header_bytes(bytes(data[:end]), name=filename, file_size=file_size, shards=shards)
         except GgufTruncated as exc:
@@ -317,21 +359,28 @@ def _pick_gguf(repo_id: str, files: list[HubFile], wanted: str) -> tuple[str, tu
     return name, shards
 
 
-def hub_read(repo_id: str, *, revision: str = "", gguf_file: str = "", token: str | None = None) -> HubModel:
-    """Everything the catalog records about a repository at `revision` (default: main)."""
-    from huggingface_hub import HfApi, errors
+def hub_read(
+    repo_id: str,
+    *,
+    revision: str = "",
+    gguf_file: str = "",
+    token: str | None = None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+) -> HubModel:
+    """Everything the catalog records about a repository at `revision` (default: main); each
+    request to the hub ends within `deadline_s`."""
+    from huggingface_hub import HfApi
 
     repo_id = check_repo_id(repo_id)
     revision = check_revision(revision)
     gguf_file = check_gguf_name(gguf_file)
     api = HfApi(endpoint=hub_endpoint(), token=token or False)
-    try:
+    with _hub_call(repo_id, revision, deadline_s):
         info = api.model_info(repo_id, revision=revision or None, files_metadata=True, timeout=TIMEOUT_S)
-    except (errors.HfHubHTTPError, *transport_errors()) as exc:
-        raise _translate(exc, repo_id, what=revision) from exc
     sha = info.sha or ""
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise HubError(f"The hub did not name the commit of {repo_id} at {revision or 'main'}.", field="revision")
+    siblings = info.siblings or []
     files = tuple(
         HubFile(
             name=s.rfilename,
@@ -339,8 +388,10 @@ def hub_read(repo_id: str, *, revision: str = "", gguf_file: str = "", token: st
             sha256=(s.lfs.sha256 if s.lfs is not None else None),
             blob_id=s.blob_id,
         )
-        for s in (info.siblings or [])
+        for s in siblings
+        if hub_path_problem(s.rfilename) is None
     )
+    skipped = len(siblings) - len(files)
     names = {f.name for f in files}
     gated = bool(info.gated)
     params = None
@@ -351,7 +402,7 @@ def hub_read(repo_id: str, *, revision: str = "", gguf_file: str = "", token: st
         name, shards = _pick_gguf(repo_id, list(files), gguf_file)
         sizes = {f.name: f.size for f in files}
         total = sum(sizes.get(s) or 0 for s in shards)
-        header = read_gguf_remote(repo_id, sha, name, token, file_size=total, shards=len(shards))
+        header = read_gguf_remote(repo_id, sha, name, token, file_size=total, shards=len(shards), deadline_s=deadline_s)
         return HubModel(
             repo_id=repo_id,
             revision=sha,
@@ -362,17 +413,20 @@ def hub_read(repo_id: str, *, revision: str = "", gguf_file: str = "", token: st
             gguf_shards=shards if len(shards) > 1 else (),
             generation_config={},
             safetensors_params=params,
+            skipped_names=skipped,
         )
     if "config.json" not in names:
         raise HubError(f"{repo_id} has neither a config.json nor a GGUF file: not a model the panel can serve.")
-    config_text = _get_small(repo_id, sha, "config.json", token)
+    config_text = _get_small(repo_id, sha, "config.json", token, deadline_s=deadline_s)
     index = (
-        _json_file(repo_id, sha, "model.safetensors.index.json", token)
+        _json_file(repo_id, sha, "model.safetensors.index.json", token, deadline_s=deadline_s)
         if "model.safetensors.index.json" in names
         else None
     )
     generation = (
-        _json_file(repo_id, sha, "generation_config.json", token) if "generation_config.json" in names else None
+        _json_file(repo_id, sha, "generation_config.json", token, deadline_s=deadline_s)
+        if "generation_config.json" in names
+        else None
     )
     total = _index_total(index)
     if total is None:
@@ -388,4 +442,5 @@ def hub_read(repo_id: str, *, revision: str = "", gguf_file: str = "", token: st
         index_total_size=total,
         generation_config=_generation(generation),
         safetensors_params=params,
+        skipped_names=skipped,
     )

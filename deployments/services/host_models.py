@@ -22,10 +22,11 @@ from django.db import transaction
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, ModelFormat, OperationKind
-from deployments.models import DeploymentRevision, HostModel, ModelVariant, Operation, Secret, active_revision_id_of
+from deployments.models import DeploymentRevision, HostModel, ModelVariant, Operation, active_revision_id_of
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
+from .secrets import hub_token_check
 
 MAX_FILES = 10_000
 
@@ -74,8 +75,8 @@ def download_request(*, host: Any, variant: ModelVariant, token_secret: str = ""
             {"model": f"{variant.name} is already being downloaded to {host.name} ({running.state})."}
         )
     token_secret = (token_secret or "").strip()
-    if token_secret and not Secret.objects.filter(host=host, name=token_secret).exists():
-        raise ValidationError({"token_secret": f"{host.name} has no secret named {token_secret[:63]!r}."})
+    if token_secret:
+        hub_token_check(host=host, name=token_secret)  # only a secret an admin marked as a hub token
     if variant.format == ModelFormat.OLLAMA:
         params: dict[str, Any] = {"source": "ollama", "variant": variant.pk, "name": variant.name, "tag": variant.name}
     else:

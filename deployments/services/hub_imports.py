@@ -5,20 +5,24 @@ safetensors index, generation config, or a GGUF header by HTTP ranges); the vari
 checked and stored with its audit row. The entry records the repository and the commit it was
 read at, and the files a download fetches, with their sizes and checksums.
 
-A gated repository needs a token: the name of a host secret (deployments.services.secrets),
-revealed for the hub call only, never stored on the variant or written to a log.
+A gated repository needs a token: the name of a host secret an admin marked as a hub token
+(deployments.services.secrets), revealed for the hub call only, never stored on the variant or
+written to a log; any other name gets one refusal that names no secret. Each request to the hub
+ends within HUB_REQUEST_DEADLINE_S; file names that are not relative paths inside the repository
+are skipped (the entry's source says how many), never stored.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
 from deployments.choices import ModelFormat
-from deployments.models import ModelVariant, Secret
+from deployments.models import ModelVariant
 
 from .imports import _save_variant, _text_arg, _unique_name
 
@@ -27,18 +31,21 @@ FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token":
 
 
 def hub_token(*, host: Any, secret: str) -> str | None:
-    """The token a host secret holds, or None when no secret is named."""
-    from .secrets import secret_reveal
+    """The token a host's hub-token secret holds, or None when no secret is named."""
+    from .secrets import hub_token_reveal
 
     secret = (secret or "").strip()
     if not secret:
         return None
-    if host is None:
-        raise ValidationError({"token_secret": "Choose the host whose secret holds the Hugging Face token."})
-    try:
-        return secret_reveal(host=host, name=secret)
-    except Secret.DoesNotExist:
-        raise ValidationError({"token_secret": f"{host.name} has no secret named {secret[:63]!r}."}) from None
+    return hub_token_reveal(host=host, name=secret)
+
+
+def _skipped_note(model: Any) -> str:
+    if not model.skipped_names:
+        return ""
+    return (
+        f" Skipped {model.skipped_names} file name(s) the hub listed that are not relative paths inside the repository."
+    )
 
 
 def _name_for(model: Any, given: str) -> str:
@@ -83,7 +90,9 @@ def model_variant_import_hub(
         raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
     token = hub_token(host=token_host, secret=token_secret)
     try:
-        model = hub_read(repo_id, revision=revision, gguf_file=gguf_file, token=token)
+        model = hub_read(
+            repo_id, revision=revision, gguf_file=gguf_file, token=token, deadline_s=settings.HUB_REQUEST_DEADLINE_S
+        )
     except HubError as exc:
         raise ValidationError({FIELDS.get(exc.field, "repo_id"): str(exc)}) from exc
     existing = ModelVariant.objects.filter(
@@ -114,7 +123,8 @@ def model_variant_import_hub(
                 source=(
                     f"Read from the hub: {where}, GGUF header of {model.gguf_file} (HTTP ranges); "
                     f"weights: the file size the hub lists."
-                ),
+                )
+                + _skipped_note(model),
             )
             return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
         try:
@@ -147,6 +157,7 @@ def model_variant_import_hub(
                 f"Read from the hub: {where} (config.json"
                 + (", generation_config.json" if presets else "")
                 + f"); {weights_note}."
+                + _skipped_note(model)
             ),
         )
         if hf.arch.params_total is None and model.safetensors_params:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.hub_paths import hub_path_problem
+
 from .errors import HostRuntimeError
 
 PART_DIR = ".download"
@@ -33,7 +35,6 @@ RESERVE_ENV = "CONTROLPANEL_DOWNLOAD_RESERVE_BYTES"
 DEFAULT_RESERVE = 256 * 2**20  # room left free on the disk after a download
 REPORT_EVERY_S = 0.5
 HASH_CHUNK = 8 * 2**20
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-][A-Za-z0-9_.\-/]{0,299}$")
 
 
 class DownloadError(HostRuntimeError):
@@ -61,9 +62,7 @@ class WantedFile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WantedFile:
-        name = str(data.get("name") or "")
-        if not SAFE_NAME.fullmatch(name) or ".." in name.split("/") or "//" in name:
-            raise DownloadError(f"refusing a file name that is not a plain relative path: {name[:80]!r}")
+        name = _checked_name(data.get("name"))
         size = data.get("size")
         sha = data.get("sha256")
         blob = data.get("blob_id")
@@ -161,6 +160,28 @@ def _existing_parent(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def _checked_name(name: object) -> str:
+    """`name` if it is a relative path inside the repository (core.hub_paths) and not in the
+    download's own folder; else a DownloadError that shows it escaped."""
+    problem = hub_path_problem(name)
+    if problem is None and isinstance(name, str) and name.split("/")[0] == PART_DIR:
+        problem = "it names the download's own folder"
+    if problem or not isinstance(name, str):
+        raise DownloadError(f"refusing a file name that is not a plain relative path ({problem}): {ascii(name)[:80]}")
+    return name
+
+
+def target_inside(folder: Path, name: str) -> Path:
+    """Where `name` lands under `folder`, checked again on the disk as it is now: a name that
+    escapes (by its text, or through a link already in the folder) is a DownloadError."""
+    _checked_name(name)
+    root = Path(os.path.realpath(folder))
+    target = Path(os.path.realpath(root / name))
+    if root not in target.parents or target.parts[len(root.parts)] == PART_DIR:
+        raise DownloadError(f"refusing {ascii(name)[:80]}: it would be written outside the model folder")
+    return target
 
 
 def free_bytes(folder: Path) -> int:
@@ -276,8 +297,11 @@ def download_files(
     verified = _read_verified(folder)
     started = time.monotonic()
 
+    for w in files:
+        target_inside(folder, w.name)  # every name, before the first byte
+
     def final(w: WantedFile) -> Path:
-        return folder / w.name
+        return target_inside(folder, w.name)
 
     def part(w: WantedFile) -> Path:
         return parts / (w.name.replace("/", "__") + ".part")

@@ -108,7 +108,7 @@ def test_gated_repo_needs_a_secret_and_the_token_never_lands_anywhere(hub, admin
     code, _, error = run("import", "meta/gated-27b")
     assert code == 2 and "gated" in error and not ModelVariant.objects.filter(repo_id="meta/gated-27b").exists()
     host = HostFactory(name="gpu1")
-    secret_set(host=host, name="hf-token", value="hf_secret_value", actor=admin_user)
+    secret_set(host=host, name="hf-token", value="hf_secret_value", actor=admin_user, hub_token=True)
     code, out, _ = run("import", "meta/gated-27b", "--token-secret", "gpu1/hf-token")
     assert code == 0, out
     variant = ModelVariant.objects.get(repo_id="meta/gated-27b")

@@ -16,7 +16,10 @@ http_get; hf_api.py model_info; utils/_http.py hf_raise_for_status):
   has no access), `RepoNotFound` (401), `RevisionNotFound` (404), `EntryNotFound` (404).
 
 Faults a test can ask for: cut a file's body after N bytes (once), serve a file's bytes corrupted
-(its headers still name the true sha256), a slow CDN (`rate`, bytes per second). Every request is
+(its headers still name the true sha256), a slow CDN (`rate`, bytes per second), a drip (`drip`:
+a path prefix -> seconds between bytes: the headers at once, then the body one byte at a time, as
+a hostile or broken mirror can, until the client hangs up or `drip_limit_s` passes; each drip is
+recorded in `dripped` with how it ended). Every request is
 logged (method, path, Range, whether it carried a token) for assertions. Files can be bytes or a
 path on disk (the 250 MB test GGUF is served from the file, by ranges, never read whole).
 """
@@ -109,6 +112,9 @@ class FakeHub:
         self.cut_after: dict[str, int] = {}  # sha256 -> bytes of body to send before cutting (once)
         self.corrupt: set[str] = set()  # sha256 of files served with a flipped byte
         self.rate: float | None = None  # bytes per second of CDN bodies (None: as fast as it goes)
+        self.drip: dict[str, float] = {}  # path prefix -> seconds between the body's bytes
+        self.drip_limit_s = 30.0  # then the drip cuts the connection (so a test never hangs)
+        self.dripped: list[dict[str, Any]] = []  # {"path", "sent", "size", "ended": "client left" | "limit"}
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
@@ -205,6 +211,34 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
 
+    def _drip_every(self) -> float | None:
+        path = unquote(urlsplit(self.path).path)
+        if self.command != "GET":
+            return None
+        return next((every for prefix, every in self.fake.drip.items() if path.startswith(prefix)), None)
+
+    def _drip(self, body: bytes, every: float) -> None:
+        """The body one byte at a time, `every` seconds apart, until the client leaves or the limit."""
+        record = {"path": urlsplit(self.path).path, "sent": 0, "size": len(body), "ended": "limit"}
+        stop = time.monotonic() + self.fake.drip_limit_s
+        try:
+            for byte in body:
+                if time.monotonic() >= stop:
+                    break
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                record["sent"] += 1
+                time.sleep(every)
+            else:
+                record["ended"] = "done"
+        except (BrokenPipeError, ConnectionResetError):
+            record["ended"] = "client left"
+        with self.fake.lock:
+            self.fake.dripped.append(record)
+        self.close_connection = True
+        if record["ended"] == "limit":
+            self.connection.shutdown(socket.SHUT_RDWR)
+
     def _send(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
         self.send_response(status)
         for key, value in headers.items():
@@ -212,7 +246,10 @@ class _Handler(BaseHTTPRequestHandler):
         if "Content-Length" not in headers:
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.command != "HEAD" and body:
+        every = self._drip_every()
+        if every is not None and body:
+            self._drip(body, every)
+        elif self.command != "HEAD" and body:
             self.wfile.write(body)
 
     def _error(self, status: int, code: str, message: str, extra: dict[str, str] | None = None) -> None:
@@ -359,6 +396,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if self.command == "HEAD":
+            return
+        every = self._drip_every()
+        if every is not None:
+            self._drip(item.read(start, end), every)
             return
         cut = None
         if cdn and self.command == "GET":

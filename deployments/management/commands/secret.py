@@ -9,13 +9,26 @@ from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
 from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host
-from deployments.services.secrets import secret_set
+from deployments.services.secrets import secret_mark, secret_set
+
+
+def _hub_flag(parser: CommandParser, *, required: bool) -> None:
+    flag = parser.add_mutually_exclusive_group(required=required)
+    flag.add_argument(
+        "--hub-token",
+        dest="hub_token",
+        action="store_true",
+        default=None,
+        help="mark it as a Hugging Face token: the only secrets an import or a download sends to a hub",
+    )
+    flag.add_argument("--no-hub-token", dest="hub_token", action="store_false", help="unmark it")
 
 
 class Command(PanelCommand):
     help = (
         "Host secrets (engine API keys, hub tokens), encrypted at rest and named by revisions: "
-        "`secret set --host H NAME` reads the value from a prompt or stdin, never from the command line; "
+        "`secret set --host H NAME [--hub-token]` reads the value from a prompt or stdin, never from the command "
+        "line; `secret mark --host H NAME --hub-token|--no-hub-token` changes only the mark; "
         "`secret list --host H` prints names only."
     )
 
@@ -25,6 +38,12 @@ class Command(PanelCommand):
         put.add_argument("--host", required=True)
         put.add_argument("name")
         put.add_argument("--user", default=None)
+        _hub_flag(put, required=False)
+        mark = sub.add_parser("mark", help="mark or unmark a secret as a hub token (its value unchanged)")
+        mark.add_argument("--host", required=True)
+        mark.add_argument("name")
+        mark.add_argument("--user", default=None)
+        _hub_flag(mark, required=True)
         lst = sub.add_parser("list")
         lst.add_argument("--host", required=True)
 
@@ -33,13 +52,26 @@ class Command(PanelCommand):
         if o["action"] == "list":
             for secret in host.secrets.order_by("name"):
                 rotated = f", rotated {secret.rotated_at:%Y-%m-%d}" if secret.rotated_at else ""
-                self.stdout.write(f"{secret.name} (created {secret.created_at:%Y-%m-%d}{rotated})")
+                hub = ", hub token" if secret.hub_token else ""
+                self.stdout.write(f"{secret.name} (created {secret.created_at:%Y-%m-%d}{rotated}{hub})")
+            return
+        if o["action"] == "mark":
+            try:
+                with change_context("cli"):
+                    secret_mark(host=host, name=o["name"], hub_token=o["hub_token"], actor=get_actor(o["user"]))
+            except ValidationError as exc:
+                raise BadInput("; ".join(exc.messages)) from exc
+            state = "is now" if o["hub_token"] else "is no longer"
+            self.stdout.write(f"Secret {o['name']} of {host.name} {state} a hub token.")
             return
         value = getpass.getpass(f"Value of {o['name']}: ") if sys.stdin.isatty() else sys.stdin.readline()
         value = value.rstrip("\r\n")
         try:
             with change_context("cli"):
-                secret_set(host=host, name=o["name"], value=value, actor=get_actor(o["user"]))
+                secret = secret_set(
+                    host=host, name=o["name"], value=value, actor=get_actor(o["user"]), hub_token=o["hub_token"]
+                )
         except ValidationError as exc:
             raise BadInput("; ".join(exc.messages)) from exc
-        self.stdout.write(f"Stored secret {o['name']} for {host.name}; revisions refer to it by name.")
+        hub = " (a hub token)" if secret.hub_token else ""
+        self.stdout.write(f"Stored secret {o['name']}{hub} for {host.name}; revisions refer to it by name.")

@@ -157,3 +157,37 @@ def test_a_file_name_that_leaves_the_folder_is_refused():
         WantedFile.from_dict({"name": "../../etc/cron.d/x", "size": 1})
     with pytest.raises(DownloadError):
         WantedFile.from_dict({"name": "/etc/passwd", "size": 1})
+
+
+@pytest.mark.parametrize("name", ["a\nb.json", ".download/verified.txt", "sub//x", "./x", "x\\..\\y", "\u202ex"])
+def test_a_name_that_is_not_a_plain_relative_path_is_refused(name):
+    with pytest.raises(DownloadError) as refused:
+        WantedFile.from_dict({"name": name, "size": 1})
+    assert "\n" not in str(refused.value)  # the refusal shows the name escaped, never a raw newline
+
+
+def test_the_host_checks_again_where_each_file_lands(hub, tmp_path):
+    """A hostile name stored before the import checked names, or a link already in the folder,
+    cannot make a download write outside the model folder: refused before the first byte."""
+    hub.add_repo("evil/escape", {"sub/README.md": b"planted\n", "../escaped.md": b"planted\n"})
+    repo = hub.repos["evil/escape"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = tmp_path / "models" / "m"
+    folder.mkdir(parents=True)
+    (folder / "sub").symlink_to(outside)  # e.g. left there by someone with a shell on the host
+    for name in ("sub/README.md", "../escaped.md"):
+        item = repo.files[name]
+        with pytest.raises(DownloadError) as refused:
+            download_files(
+                repo_id="evil/escape",
+                revision=repo.sha,
+                files=[WantedFile(name, item.size, None, item.git_sha1)],  # as a stored order would hold it
+                folder=folder,
+                endpoint=hub.url,
+                token=None,
+                on_progress=Recorder(),
+            )
+        assert "refusing" in str(refused.value)
+    assert list(outside.iterdir()) == [] and not (tmp_path / "models" / "escaped.md").exists()
+    assert not [r for r in hub.requests if "/resolve/" in r["path"]]  # refused before asking the hub
