@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -133,9 +133,25 @@ def run_install(
         return result(True, n, f"all {n} steps succeeded in {time.monotonic() - t0:.1f} s", returncode=0)
 
 
+# What an install step does not take from the agent's environment: pip's own settings (an
+# index, find-links or config file would point pip somewhere the install did not choose), the
+# Python interpreter's (a path, a startup file, a home), and the panel's and agent's own
+# (the host token, database, keys): a step runs code from packages.
+STEP_ENV_DROPPED_PREFIXES = ("PIP_", "PYTHON", "CONTROLPANEL_", "DJANGO_", "CELERY_")
+STEP_ENV_DROPPED = frozenset({"DATABASE_URL", "SECRETS_ENCRYPTION_KEY", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__"})
+
+
+def step_environment(step: InstallStep, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment one install step runs with: the agent's (PATH, HOME, locale, compilers,
+    CUDA) without what is dropped above, plus the step's own variables from the adapter."""
+    base = os.environ if environ is None else environ
+    env = {k: v for k, v in base.items() if k not in STEP_ENV_DROPPED and not k.startswith(STEP_ENV_DROPPED_PREFIXES)}
+    return {**env, "PYTHONUNBUFFERED": "1", **step.env}
+
+
 def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancelled, kill_grace: float) -> int | str:
     """Run one step; the exit code, or "cancelled" / "timeout" / an error message."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **step.env}
+    env = step_environment(step)
     try:
         proc = subprocess.Popen(
             list(step.argv),
