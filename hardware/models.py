@@ -62,6 +62,9 @@ class Host(models.Model):
     # Where engines on this host may open files: reported by its agent (CONTROLPANEL_MODEL_DIRS),
     # or declared by an admin. A revision's paths must lie under one of them.
     model_dirs = models.JSONField(default=list, blank=True)
+    # Where an install may read a wheelhouse or a llama.cpp checkout: reported by its agent
+    # (CONTROLPANEL_INSTALL_DIRS; none unless the host's administrator lists some).
+    install_dirs = models.JSONField(default=list, blank=True)
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -102,7 +102,11 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "password_change": ({}, "viewer", {"old_password": "pw-vera", "new_password1": "n3w-Pass!x", "new_password2": "x"}),
     "hardware:host_probe": ({"name": "h1"}, "operator", {}),
     "hardware:host_stop": ({"name": "h1"}, "operator", {}),
-    "hardware:host_install": ({"name": "h1"}, "operator", {"engine": "ollama", "version": "", "wheelhouse": ""}),
+    "hardware:host_install": (
+        {"name": "h1"},
+        "operator",
+        {"engine": "ollama", "version": "", "wheelhouse": "", "source_dir": ""},
+    ),
     "deployments:benchmark_new": (
         {"host": "h1"},
         "operator",

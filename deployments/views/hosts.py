@@ -125,14 +125,21 @@ def _telemetry(host: Host) -> dict[str, str]:
 
 class InstallForm(forms.Form):
     """Install an engine on a host: the engine, an exact version (the page offers a default) and,
-    for a host without the Internet, a folder of wheels on the host."""
+    admin only, a folder on the host to install from (a wheelhouse for a host without the
+    Internet, or a llama.cpp checkout to build) inside the folders the host allows."""
 
     engine = forms.ChoiceField(choices=Engine.choices)
     version = forms.CharField(max_length=40, required=False)
     wheelhouse = forms.CharField(
         max_length=500,
         required=False,
-        help_text="Optional: an absolute folder of wheels on the host, for a host without the Internet.",
+        help_text="Admin only: an absolute folder of wheels on the host (one it allows), for a host without the "
+        "Internet.",
+    )
+    source_dir = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="Admin only, llama.cpp: a checkout on the host (in a folder it allows) to build.",
     )
 
 
@@ -239,6 +246,7 @@ def host_install(request: HttpRequest, name: str) -> HttpResponse:
             engine=values["engine"],
             version=values["version"].strip(),
             wheelhouse=values["wheelhouse"].strip() or None,
+            source_dir=values["source_dir"].strip() or None,
             actor=actor,
         )
 
