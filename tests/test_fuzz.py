@@ -58,8 +58,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from deployments.choices import OperationState
 from deployments.ansible_vars import AnsibleVarsError, parse_group_vars
+from deployments.choices import OperationState
 from deployments.engines.base import EngineConfig, EngineConfigError
 from deployments.engines.envpolicy import ALLOWED, REFUSED, classify_env
 from deployments.engines.knobs import normalise_knob
@@ -851,11 +851,11 @@ def test_ansible_import_service(lab, text, data):
 
 # --- the agent API: what a GPU host sends ------------------------------------------------------
 
-AGENT_TIMES = st.one_of(
-    st.floats(9e8, 2e9), st.sampled_from([1e18, -1e18, 1e12, 0, -1, 946684799, 2**63]), scalars
-)
+AGENT_TIMES = st.one_of(st.floats(9e8, 2e9), st.sampled_from([1e18, -1e18, 1e12, 0, -1, 946684799, 2**63]), scalars)
 AGENT_ISO = st.one_of(
-    st.sampled_from(["2026-01-01T00:00:00Z", "9999-12-31T23:59:59", "2026-13-01T00:00:00", "0001-01-01T00:00:00+00:00"]),
+    st.sampled_from(
+        ["2026-01-01T00:00:00Z", "9999-12-31T23:59:59", "2026-13-01T00:00:00", "0001-01-01T00:00:00+00:00"]
+    ),
     scalars,
 )
 AGENT_COUNTS = st.one_of(st.integers(-2, 300), scalars)
@@ -921,7 +921,8 @@ AGENT_RUN = st.fixed_dictionaries(
     },
 )
 AGENT_BENCHMARK = st.fixed_dictionaries(
-    {"levels": st.one_of(st.lists(st.fixed_dictionaries({"label": scalars}, optional={"requests": json_values})), json_values)},
+    {"levels": st.one_of(st.lists(st.fixed_dictionaries({"label": scalars}, optional={"requests": json_values})),
+                         json_values)},
     optional={"status": scalars, "energy_j": scalars},
 )  # fmt: skip
 AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
@@ -949,18 +950,48 @@ AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "install": st.one_of(st.fixed_dictionaries({"engine": st.just("vllm"), "path": texts}), json_values),
     },
 }
+AGENT_NOW = time.time()
+AGENT_VALID: dict[str, dict[str, Any]] = {  # what a well-behaved agent sends; examples change one or two fields
+    "register": {
+        "facts": {"address": "box.lan", "cpu_logical_cores": 8, "memory_total_bytes": 2**36},
+        "inventory": {"available": True, "gpus": [{"index": 0, "name": "NVIDIA H100", "memory_total_bytes": 2**36}]},
+        "engine_state": {"running": False},
+    },
+    "probe": {"facts": {"cpu_model": "EPYC"}, "inventory": {"available": False, "reason": "no driver", "gpus": []}},
+    "heartbeat": {"engine_state": {"running": True}, "engine_metrics": {"requests_running": 1, "kv_cache_usage": 0.5}},
+    "telemetry": {
+        "gpu_samples": [{"index": 0, "timestamp": AGENT_NOW, "power_w": 100.0, "utilization_gpu_percent": 50}],
+        "engine_samples": [{"ts": AGENT_NOW, "requests_running": 2}],
+    },
+    "events": {"kind": "restarted", "message": "the engine restarted"},
+    "engine-log": {
+        "run": {"key": "run-1", "engine": "llama.cpp", "started_at": "2026-01-01T00:00:00Z"},
+        "offset": 0,
+        "end": 2,
+        "lines": ["a"],
+    },
+    "begin": {"worker": "agent@box"},
+    "progress": {"stage": "loading", "progress": 0.5, "log": "loading"},
+    "finish": {"state": "succeeded", "result": {"ok": True}, "error": ""},
+}
 DEEP = ['{"facts": ' + "[" * 50_000 + "]" * 50_000 + "}", '{"result": {"a": NaN}}', '{"x": 1e999}', "[]", "{", ""]
 
 
 @st.composite
 def agent_bodies(draw: Any, endpoint: str) -> str:
     """A body for one endpoint: its real fields with hostile values, sometimes junk or raw text."""
-    kind = draw(st.sampled_from(["fields", "fields", "fields", "junk", "raw"]))
+    kind = draw(st.sampled_from(["changed", "changed", "changed", "fields", "fields", "junk", "raw"]))
     if kind == "raw":
         return draw(st.sampled_from(DEEP))
     if kind == "junk":
         return json.dumps(draw(st.dictionaries(keys, json_values, max_size=3)))
-    body = draw(st.fixed_dictionaries({}, optional=AGENT_BODIES[endpoint]))
+    fields = AGENT_BODIES[endpoint]
+    if kind == "changed":
+        body = dict(AGENT_VALID[endpoint])
+        for name in draw(st.sets(st.sampled_from(sorted(fields)), max_size=2)):
+            body[name] = draw(fields[name])
+    else:
+        body = draw(st.fixed_dictionaries({}, optional=fields))
     return json.dumps(body)
 
 
@@ -983,8 +1014,8 @@ def _agent_rows(host: Any) -> tuple[Any, ...]:
     ops = tuple(Operation.objects.filter(host=host).values_list("state", "result", "log", "stage", "worker"))
     return (
         host.engine_state, host.engine_metrics, host.cpu_cores, host.last_probe_at, tuple(host.gpus.values_list()),
-        GpuSample.objects.count(), EngineSample.objects.count(), EngineLogRun.objects.count(), AuditEvent.objects.count(),
-        ops,
+        GpuSample.objects.count(), EngineSample.objects.count(), EngineLogRun.objects.count(),
+        AuditEvent.objects.count(), ops,
     )  # fmt: skip
 
 

@@ -26,8 +26,8 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 from deployments.choices import OperationState
+from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 from deployments.services.host_reports import MAX_SAMPLES, WATCHDOG_EVENTS
 from hardware.services import MAX_GPU_INDEX, MAX_GPUS_PER_HOST
 

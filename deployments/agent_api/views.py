@@ -65,7 +65,10 @@ def probe(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespons
 @host_endpoint(("POST",))
 def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        state, metrics = bodies.engine_state(body.get("engine_state")), bodies.engine_metrics(body.get("engine_metrics"))
+        state, metrics = (
+            bodies.engine_state(body.get("engine_state")),
+            bodies.engine_metrics(body.get("engine_metrics")),
+        )
         host_heartbeat(host=host, engine_state=state, engine_metrics=metrics)
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
@@ -98,7 +101,11 @@ def engine_log(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRe
     """Lines of the engine's log; answers how far into the host's file the panel has it."""
     try:
         run = engine_log_append(
-            host=host, run=bodies.engine_log(body), offset=body.get("offset"), end=body.get("end"), lines=body.get("lines")
+            host=host,
+            run=bodies.engine_log(body),
+            offset=body.get("offset"),
+            end=body.get("end"),
+            lines=body.get("lines"),
         )
     except ValidationError as exc:
         return _refused(exc)
