@@ -117,7 +117,8 @@ class GPU(models.Model):
         """True when every peer answers P2P read/write OK; None when there are no peers."""
         if not self.peers:
             return self.gpu_type.pcie_p2p if self.gpu_type else None
-        return all(p.get("read") == "ok" and p.get("write") == "ok" for p in self.peers.values())
+        peers = self.peers.values() if isinstance(self.peers, dict) else ()
+        return all(isinstance(p, dict) and p.get("read") == "ok" and p.get("write") == "ok" for p in peers)
 
 
 class GpuSample(models.Model):
