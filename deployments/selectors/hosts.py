@@ -113,6 +113,11 @@ def serving_status(host: Host) -> ServingStatus:
     if not st:
         return ServingStatus(False, "not reported", "off", "The host has not reported its engine yet.")
     if not st.get("running"):
+        deployment = getattr(host, "deployment", None)
+        if revision is not None and deployment is not None and not deployment.serving:
+            return ServingStatus(
+                False, "stopped", "off", f"{label} is the active revision; it was stopped on purpose (Start serves it)."
+            )
         phase = st.get("phase")
         return ServingStatus(
             False,

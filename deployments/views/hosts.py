@@ -30,7 +30,8 @@ from deployments.models import Operation
 from deployments.selectors import hosts as selectors
 from deployments.selectors.card_index import card_index
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
-from deployments.services.switch import probe_request, stop_request
+from deployments.services.serving import start_request, stop_request
+from deployments.services.switch import probe_request
 from deployments.views import host_cards
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
@@ -224,6 +225,13 @@ def host_probe(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(OPERATOR)
 def host_stop(request: HttpRequest, name: str) -> HttpResponse:
     return _after_request(request, get_object_or_404(Host, name=name), stop_request, "stop the engine")
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_start(request: HttpRequest, name: str) -> HttpResponse:
+    """Start the host's active revision again; it is served after restarts from then on."""
+    return _after_request(request, get_object_or_404(Host, name=name), start_request, "start the engine")
 
 
 @require_POST
