@@ -22,8 +22,9 @@ def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
     """Host facts (with the model folders this agent confines engines to) and the GPU inventory."""
     from django.conf import settings
 
-    from hardware.runtime.confine import model_dirs_from_env
+    from hardware.runtime.confine import ensure_default_model_dir, model_dirs_from_env
 
+    ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()
     facts["model_dirs"] = model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
     inventory = probe_host_gpus().to_dict()
