@@ -20,7 +20,7 @@ def _through_venv() -> None:
         return
     if VENV_PYTHON.is_file() and os.access(VENV_PYTHON, os.X_OK) and not os.environ.get(REEXEC_GUARD):
         os.environ[REEXEC_GUARD] = "1"
-        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])  # noqa: S606
     sys.exit(
         f"Django is not installed for {sys.executable}. Run ./scripts/run once (it creates .venv and installs "
         f"the panel there); manage.py then uses {VENV_PYTHON} by itself."
