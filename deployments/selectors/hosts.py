@@ -334,6 +334,9 @@ def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
                 weights_bytes=weights,  # type: ignore[arg-type]  # None: the planner estimates
                 engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
                 checkpoint_quant=v.quant_method or None,
+                quant_bits=v.quant_bits,
+                quant_group_size=v.quant_group_size,
+                quantization=v.quantization or None,
                 gguf=gguf,
             )
         )
