@@ -11,7 +11,6 @@ from deployments.diffing.context import served_context
 from deployments.planner import rules
 from deployments.planner.gpus import GpuSpec
 from deployments.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
-from deployments.planner.layouts import describe_layout
 from deployments.planner.knobs import Settings, parse_settings, spec_is_mtp
 from deployments.planner.kv import (
     TORCH_DTYPE_BYTES,
@@ -25,6 +24,7 @@ from deployments.planner.kv import (
     llama_layers_from_gguf,
     model_dtype_bytes,
 )
+from deployments.planner.layouts import describe_layout
 from deployments.planner.memory import (
     SGLANG_MEM_FRACTION_DEFAULT,
     GiB,

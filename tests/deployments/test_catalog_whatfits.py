@@ -32,7 +32,9 @@ def test_every_catalog_model_gets_a_definite_answer(catalog, host):
         assert mine, f"{model.name}: no layout planned on {host}"
         for cell in mine:
             # the page's "? unknown": a verdict without a KV pool to back it
-            assert cell.kv_pool_tokens is not None, f"{model.name} {cell.layout} {cell.context}: unknown ({cell.reason})"
+            assert cell.kv_pool_tokens is not None, (
+                f"{model.name} {cell.layout} {cell.context}: unknown ({cell.reason})"
+            )
             assert cell.verdict in {"fits", "tight", "no"}
             if cell.verdict != "fits":
                 assert cell.reason  # the figures that say why

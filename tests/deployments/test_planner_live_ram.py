@@ -76,4 +76,3 @@ def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, 
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=196608\nparallel=1")
     assert memory.message in body
-

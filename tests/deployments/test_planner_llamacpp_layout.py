@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.urls import reverse
 
 from deployments.arch import ModelArch
@@ -84,16 +84,13 @@ def test_the_live_planner_and_plan_command_show_the_split_and_the_context(client
     assert "<tr><th>Context</th><td>65536 tokens</td></tr>" in text
 
     out = io.StringIO()
-    try:
-        call_command(
-            "plan",
-            *("--model", "big-gguf", "--gpu-type", "RTX 3090", "--gpu-count", "6", "--engine", "llama.cpp"),
-            *("--set", "ctx_size=65536"),
-            stdout=out,
-            stderr=io.StringIO(),
-        )
-    except CommandError:
-        pass
+    call_command(  # no error finding: it exits 0
+        "plan",
+        *("--model", "big-gguf", "--gpu-type", "RTX 3090", "--gpu-count", "6", "--engine", "llama.cpp"),
+        *("--set", "ctx_size=65536"),
+        stdout=out,
+        stderr=io.StringIO(),
+    )
     first = out.getvalue().splitlines()[0]
     assert first.startswith("engine llama.cpp  --split-mode layer over 6 of 6 GPUs") and "TP=" not in first
     assert "context (one request):        65,536 tokens" in out.getvalue()
