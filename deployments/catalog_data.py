@@ -350,11 +350,21 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "num_layers": 64,
             "full_attention_layers": 16,
             "linear_attention_layers": 48,
+            "hidden_size": 5120,
+            "intermediate_size": 17408,
+            "num_attention_heads": 24,
             "num_kv_heads": 4,
-            "head_dim": 128,
+            "head_dim": 256,
+            "vocab_size": 248320,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 48,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
             "native_context": 262144,
             "has_vision": True,
             "has_mtp": True,
+            "mtp_num_layers": 1,
         },
         "min_engine_versions": {"vllm": "0.17"},
         "tool_call_parser": "qwen3_coder",
@@ -366,8 +376,10 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         },
         "source": f"{SEED2}: hybrid dense, 64 layers (48 GDN + 16 full attention), 27B all active, 4 KV "
         "heads, 262,144 native, vision, MTP head (~0.85 GiB BF16), compressed-tensors W4A16 auto-detected, "
-        "19.5 GB, vLLM >= 0.17, qwen3_coder + reasoning parser qwen3, official sampling. head_dim 128 is "
-        "derived: ~8 KiB per token per GPU at fp8 and TP=2 (~2.1 GiB per 262,144-token sequence) "
-        "= 2 x 2 heads x head_dim x 16 layers x 1 byte.",
+        "19.5 GB, vLLM >= 0.17, qwen3_coder + reasoning parser qwen3, official sampling. Shapes from "
+        "Qwen/Qwen3.8-27B's config.json (text_config) as public code transcribes it (the same as Qwen3.6-27B's "
+        "but for transformers_version): 24 heads, 4 KV heads of head_dim 256, hidden 5120, FFN 17408, vocab "
+        "248320, DeltaNet 16 key / 48 value heads of 128, conv 4, 1 MTP layer. The head_dim 128 once derived here "
+        "from the seed's '~8 KiB per token per GPU at fp8, TP=2' contradicts the config: at 256 it is 16 KiB.",
     },
 ]
