@@ -65,6 +65,9 @@ class Host(models.Model):
     # Where an install may read a wheelhouse or a llama.cpp checkout: reported by its agent
     # (CONTROLPANEL_INSTALL_DIRS; none unless the host's administrator lists some).
     install_dirs = models.JSONField(default=list, blank=True)
+    # Engine builds the host can install in seconds from its pip cache: {"llama.cpp": ["b11434"]},
+    # as its agent last reported them (hostagent.pipcache).
+    cached_builds = models.JSONField(default=dict, blank=True)
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

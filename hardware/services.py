@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -55,6 +56,19 @@ def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:
         if normal not in clean:
             clean.append(normal)
     return clean
+
+
+_BUILD = re.compile(r"^b\d{1,7}$")
+
+
+def clean_cached_builds(reported: Any) -> dict[str, list[str]]:
+    """The llama.cpp builds an agent reports in its pip cache ("b11434"), at most 50; anything
+    else it reports is dropped (a host's report is input, not truth)."""
+    builds = reported.get("llama.cpp") if isinstance(reported, dict) else None
+    if not isinstance(builds, list):
+        return {}
+    clean = [b for b in builds if isinstance(b, str) and _BUILD.match(b)]
+    return {"llama.cpp": list(dict.fromkeys(clean))[:50]} if clean else {}
 
 
 @transaction.atomic
@@ -167,6 +181,7 @@ def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, 
         host.model_dirs = clean_model_dirs(facts["model_dirs"])
     # What the agent reports replaces what the panel knew: an agent that reports none allows none.
     host.install_dirs = clean_model_dirs(facts.get("install_dirs") or [], field="install_dirs")
+    host.cached_builds = clean_cached_builds(facts.get("cached_builds"))
     host.driver_version = inventory.get("driver_version") or ""
     host.cuda_version = inventory.get("cuda_driver_version") or ""
     host.nvml_available = bool(inventory.get("available"))

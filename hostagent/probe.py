@@ -20,15 +20,17 @@ def local_host_name() -> str:
 
 def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
     """Host facts (with the model folders this agent confines engines to, and the folders it
-    lets an install read from) and the GPU inventory."""
+    lets an install read from, and the llama.cpp builds in its pip cache) and the GPU inventory."""
     from django.conf import settings
 
     from hardware.runtime.confine import ensure_default_model_dir
     from hostagent.local import host_install_dirs, host_model_dirs
+    from hostagent.pipcache import cached_llama_builds
 
     ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()
     facts["model_dirs"] = host_model_dirs()
     facts["install_dirs"] = host_install_dirs()
+    facts["cached_builds"] = {"llama.cpp": cached_llama_builds()}  # install in seconds, not a compile
     inventory = probe_host_gpus().to_dict()
     return facts, inventory

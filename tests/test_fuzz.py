@@ -866,6 +866,10 @@ AGENT_FACTS = st.fixed_dictionaries(
         **{k: AGENT_COUNTS for k in ("cpu_logical_cores", "cpu_physical_cores", "cpu_usable_cores")},
         "memory_total_bytes": st.one_of(st.sampled_from([2**36, -1, 2**70]), scalars),
         "model_dirs": st.one_of(st.lists(st.one_of(st.just("/models"), texts), max_size=3), scalars),
+        "cached_builds": st.one_of(
+            st.fixed_dictionaries({"llama.cpp": st.one_of(st.lists(st.one_of(st.just("b11434"), texts, scalars)))}),
+            scalars,
+        ),
     },
 )
 AGENT_GPU = st.fixed_dictionaries(

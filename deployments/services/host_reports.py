@@ -32,6 +32,13 @@ WATCHDOG_EVENTS = ("restarted", "restart_failed", "gave_up")
 MAX_SAMPLES = 10_000  # per report; a buffered backlog comes in several
 
 
+def _install_took(op: Operation) -> dict[str, int]:
+    """{"install_seconds": n}: how long the install ran on the host (from its start to this report)."""
+    if op.started_at is None:
+        return {}
+    return {"install_seconds": max(0, int((timezone.now() - op.started_at).total_seconds()))}
+
+
 def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> dict[str, Any]:
     """An agent (re)starting: its probe is recorded, operations its previous run left running
     end `lost` (which frees the host lock), the host points at the revision that serves, and
@@ -119,7 +126,10 @@ def operation_host_finish(
             version=str(install.get("version") or ""),
             path=_host_path(install.get("path"), "path"),
             binary=_host_path(install.get("binary"), "binary") if install.get("binary") else "",
-            details=install.get("details") if isinstance(install.get("details"), dict) else {},
+            details={
+                **(install.get("details") if isinstance(install.get("details"), dict) else {}),
+                **_install_took(locked),  # the host's own figure for the next install's estimate
+            },
             actor=locked.requested_by,
         )
     if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:

