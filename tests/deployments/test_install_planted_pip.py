@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,9 @@ from deployments.models import Operation
 from deployments.services.installs import install_request
 from hardware.models import Host
 from tests.hardware.runtime.test_installs import build_planted_pip, build_wheel
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
-
-
-def _wait(op: Operation, timeout: float = 240) -> Operation:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op.refresh_from_db()
-        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
-            return op
-        time.sleep(0.2)
-    raise AssertionError(f"operation still {op.state}: {op.log[-2000:]}")
 
 
 def test_a_planted_pip_runs_nothing_whoever_asks(lab, operator, admin_user, tmp_path: Path) -> None:
@@ -62,10 +52,11 @@ def test_a_planted_pip_runs_nothing_whoever_asks(lab, operator, admin_user, tmp_
     # A symlink inside the allowed folder that leads out: the panel sees an allowed name, the host
     # resolves it and refuses before any step runs.
     os.symlink(planted, allowed / "innocent")
-    op = _wait(
+    op = wait_done(
         install_request(
             host=host, engine="vllm", version="0.22.0", wheelhouse=str(allowed / "innocent"), actor=admin_user
-        )
+        ),
+        timeout=240,
     )
     assert op.state == OperationState.FAILED, (op.error, op.log[-2000:])
     assert op.error.startswith("This host refuses the install: wheelhouse: ")
@@ -74,7 +65,10 @@ def test_a_planted_pip_runs_nothing_whoever_asks(lab, operator, admin_user, tmp_
     # A panel that believes the host allows more than its agent says: the host never takes its word.
     Host.objects.filter(pk=host.pk).update(install_dirs=[str(tmp_path)])
     host.refresh_from_db()
-    op = _wait(install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(planted), actor=admin_user))
+    op = wait_done(
+        install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(planted), actor=admin_user),
+        timeout=240,
+    )
     assert op.state == OperationState.FAILED and "outside this host's install folders" in op.error, op.error
     assert not (venvs / "vllm-0.22.0").exists()  # not even the venv was made
     assert not marker.exists()
@@ -83,7 +77,10 @@ def test_a_planted_pip_runs_nothing_whoever_asks(lab, operator, admin_user, tmp_
     # never upgraded, the planted code never runs.
     Host.objects.filter(pk=host.pk).update(install_dirs=[str(allowed)])
     host.refresh_from_db()
-    op = _wait(install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(allowed), actor=admin_user))
+    op = wait_done(
+        install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(allowed), actor=admin_user),
+        timeout=240,
+    )
     assert op.state == OperationState.SUCCEEDED, (op.error, op.log[-3000:], lab["agent"].log_tail())
     assert "Successfully installed vllm-0.22.0" in op.log and "upgrade pip" not in op.log
     assert not marker.exists(), marker.read_text()

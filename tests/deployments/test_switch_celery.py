@@ -16,18 +16,9 @@ from deployments.services.operations import HostBusyError
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
-
-
-def wait_done(op: Operation, timeout: float = 90.0) -> Operation:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op.refresh_from_db()
-        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
-            return op
-        time.sleep(0.2)
-    raise AssertionError(f"operation still {op.state} at {op.stage}:\n{op.log}")
 
 
 def served_models(port: int) -> list[str]:

@@ -26,6 +26,7 @@ from deployments.services.switch import switch_request
 from hardware.models import Host
 from hardware.runtime.strays import port_is_free
 from tests.support.llama import free_port, gemma_model_path
+from tests.support.operations import wait_done
 
 # --- the confirmation page (what the panel can tell) ----------------------------------------
 
@@ -110,16 +111,6 @@ def test_no_install_recorded_is_the_hosts_to_check(db, operator) -> None:
 
 
 # --- on the host, through the real agent ---------------------------------------------------
-
-
-def wait_done(op: Operation, timeout: float = 120.0) -> Operation:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op.refresh_from_db()
-        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
-            return op
-        time.sleep(0.2)
-    raise AssertionError(f"operation still {op.state} at {op.stage}:\n{op.log}")
 
 
 def serving(port: int) -> list[str]:
