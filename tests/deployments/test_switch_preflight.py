@@ -67,7 +67,8 @@ def test_the_confirmation_shows_the_checks_and_which_the_host_makes(client, cpu_
     page = client.get(f"/hosts/{cpu_host.name}/revisions/{latest.number}/switch/").content.decode()
     assert "Preflight" in page
     assert "llama.cpp at latest runs the newest install on the host: b7000." in page
-    assert "253,113,024 bytes as imported" in page and "m.gguf" in page
+    assert "241.39 MiB (253,113,024 bytes) as imported" in page and "m.gguf" in page
+    assert "CPU-only host: weights 241.39 MiB + KV cache" in page and "of RAM" in page and "8 GiB of RAM" in page
     assert "before it stops anything" in page
     assert "CPU-only host" in page
 
