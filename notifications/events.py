@@ -189,7 +189,7 @@ def benchmark_event(run: Any) -> Event | None:
     host = revision.host
     return Event(
         kind=EventKind.BENCHMARK_REGRESSED,
-        summary=f"Benchmark '{run.profile_name}' of {host.name} r{revision.number} is slower than r{before.number}'s.",
+        summary=f"Benchmark '{run.profile_label}' of {host.name} r{revision.number} is slower than r{before.number}'s.",
         host_id=host.pk,
         host_name=host.name,
         revision=f"r{revision.number}",
