@@ -35,7 +35,9 @@ class OperationOut(Schema):
     stage: str
     progress: float
     error: str
-    result: dict[str, Any]
+    result: dict[str, Any] = Field(
+        description="In full up to 64 KiB; a larger one is {truncated, bytes, excerpt, note}."
+    )
     requested_by: str | None
     created_at: datetime
     started_at: datetime | None
@@ -65,6 +67,7 @@ class HostOut(Schema):
     engine_state: dict[str, Any]
     engine_metrics: dict[str, Any]
     gpus: list[GpuOut]
+    gpus_more: int = Field(0, description="The host's GPUs past those listed (the first 64 by index).")
     operation: OperationOut | None
 
 

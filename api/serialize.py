@@ -15,7 +15,7 @@ from deployments.models import (
     active_revision_id_of,
     active_revision_of,
 )
-from deployments.presenters import launch_for_revision, operation_outcome
+from deployments.presenters import launch_for_revision, operation_outcome, operation_result
 from deployments.selectors.hosts import HostCard
 from deployments.services.benchmarks import benchmark_summary
 
@@ -34,7 +34,7 @@ def operation_dict(op: Operation) -> dict[str, Any]:
         "stage": op.stage,
         "progress": op.progress,
         "error": op.error,
-        "result": op.result if isinstance(op.result, dict) else {},
+        "result": operation_result(op),
         "requested_by": op.requested_by.username if op.requested_by_id and op.requested_by else None,
         "created_at": op.created_at,
         "started_at": op.started_at,
@@ -82,6 +82,7 @@ def host_dict(card: HostCard) -> dict[str, Any]:
             }
             for g in card.gpus
         ],
+        "gpus_more": card.gpus_more,
         "operation": operation_dict(card.operation) if card.operation else None,
     }
 

@@ -18,6 +18,7 @@ urlpatterns = [
     path("hosts/<slug:name>/telemetry/", views.host_telemetry, name="host_telemetry"),
     path("hosts/<slug:name>/probe/", views.host_probe, name="host_probe"),
     path("hosts/<slug:name>/stop/", views.host_stop, name="host_stop"),
+    path("hosts/<slug:name>/start/", views.host_start, name="host_start"),
     path("hosts/<slug:name>/install/", views.host_install, name="host_install"),
     path("hosts/<slug:name>/token/", token_views.host_token, name="host_token"),
     path("operations/<uuid:pk>/widget/", views.operation_widget, name="operation_widget"),

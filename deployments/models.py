@@ -216,9 +216,14 @@ class Deployment(models.Model):
     active_revision = models.ForeignKey(
         DeploymentRevision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The desired state: whether the host should serve its active revision. A switch or Start
+    # sets it, Stop clears it; an agent that comes back with no engine running restores the
+    # active revision only while it is set (deployments.services.serving).
+    serving = models.BooleanField(default=True)
 
     def __str__(self) -> str:
-        return f"{self.host_id} serves {self.active_revision_id or 'nothing'}"
+        wanted = "" if self.serving else " (stopped on purpose)"
+        return f"{self.host_id} serves {self.active_revision_id or 'nothing'}{wanted}"
 
 
 def active_revision_of(host: Host) -> DeploymentRevision | None:

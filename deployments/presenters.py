@@ -8,6 +8,7 @@ exception, so a bad stored value cannot break a page. Secrets are never resolved
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
 from collections.abc import Iterable, Sequence
@@ -309,6 +310,26 @@ class OperationOutcome:
     label: str
     css: str
     note: str = ""
+
+
+RESULT_SHOWN = 64 * 1024  # bytes of an operation's result a page or the API shows in full
+RESULT_EXCERPT = 4096
+
+
+def operation_result(op: Operation) -> dict[str, Any]:
+    """The operation's result as shown: in full up to RESULT_SHOWN bytes encoded; past that (a
+    host's agent stored 30 MB once, before reports were bounded) its size and the start of it."""
+    result = op.result if isinstance(op.result, dict) else {}
+    encoded = json.dumps(result, ensure_ascii=False, default=str)
+    size = len(encoded.encode())
+    if size <= RESULT_SHOWN:
+        return result
+    return {
+        "truncated": True,
+        "bytes": size,
+        "excerpt": encoded[:RESULT_EXCERPT],
+        "note": f"This result is {size:,} bytes; only its first {RESULT_EXCERPT:,} characters are shown.",
+    }
 
 
 def operation_outcome(op: Operation) -> OperationOutcome:

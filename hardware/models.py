@@ -62,6 +62,9 @@ class Host(models.Model):
     # Where engines on this host may open files: reported by its agent (CONTROLPANEL_MODEL_DIRS),
     # or declared by an admin. A revision's paths must lie under one of them.
     model_dirs = models.JSONField(default=list, blank=True)
+    # Where an install may read a wheelhouse or a llama.cpp checkout: reported by its agent
+    # (CONTROLPANEL_INSTALL_DIRS; none unless the host's administrator lists some).
+    install_dirs = models.JSONField(default=list, blank=True)
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -114,7 +117,8 @@ class GPU(models.Model):
         """True when every peer answers P2P read/write OK; None when there are no peers."""
         if not self.peers:
             return self.gpu_type.pcie_p2p if self.gpu_type else None
-        return all(p.get("read") == "ok" and p.get("write") == "ok" for p in self.peers.values())
+        peers = self.peers.values() if isinstance(self.peers, dict) else ()
+        return all(isinstance(p, dict) and p.get("read") == "ok" and p.get("write") == "ok" for p in peers)
 
 
 class GpuSample(models.Model):

@@ -35,9 +35,11 @@ MAX_GPUS_PER_HOST = MAX_GPUS  # the planner's bound too: one NVLink domain (NVL7
 
 
 def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:
-    """Absolute, normalised folder paths (no `..`, no NUL), at most 32 of them."""
+    """Absolute, normalised folder paths (no `..`, no NUL), at most 32 of them (model folders,
+    or with field="install_dirs" the folders installs may read from)."""
+    what = "An install folder" if field == "install_dirs" else "A model folder"
     if not isinstance(dirs, list | tuple) or len(dirs) > 32:
-        raise ValidationError({field: "Model folders are a list of at most 32 absolute paths."})
+        raise ValidationError({field: "Folders are a list of at most 32 absolute paths."})
     clean: list[str] = []
     for item in dirs:
         text = str(item).strip() if isinstance(item, str) else ""
@@ -48,7 +50,7 @@ def clean_model_dirs(dirs: Any, *, field: str = "model_dirs") -> list[str]:
             or len(text) > 500
             or any(c in text for c in "\n\r")
         ):
-            raise ValidationError({field: f"A model folder must be an absolute path without '..', not {item!r}."})
+            raise ValidationError({field: f"{what} must be an absolute path without '..', not {item!r}."})
         normal = posixpath.normpath(text)
         if normal not in clean:
             clean.append(normal)
@@ -163,6 +165,8 @@ def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, 
             setattr(host, field, facts[key])
     if "model_dirs" in facts:
         host.model_dirs = clean_model_dirs(facts["model_dirs"])
+    # What the agent reports replaces what the panel knew: an agent that reports none allows none.
+    host.install_dirs = clean_model_dirs(facts.get("install_dirs") or [], field="install_dirs")
     host.driver_version = inventory.get("driver_version") or ""
     host.cuda_version = inventory.get("cuda_driver_version") or ""
     host.nvml_available = bool(inventory.get("available"))

@@ -116,7 +116,8 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
     print(  # noqa: T201 - the agent's banner
         f"Agent for {ctx.host}: queue {who['queue']}, {answer.get('gpus', 0)} GPU(s), "
         f"panel {settings.CONTROLPANEL_URL}, engine {engine}"
-        + (f", {len(lost)} interrupted operation(s) marked lost" if lost else ""),
+        + (f", {len(lost)} interrupted operation(s) marked lost" if lost else "")
+        + (f", starting r{restore['revision']} again (the panel asked)" if (restore := answer.get("restore")) else ""),
         flush=True,
     )
     use_own_broker_keys(app, who["queue"])

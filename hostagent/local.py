@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from hardware.runtime.confine import model_dirs_from_env
+from hardware.runtime.confine import install_dirs_from_env, model_dirs_from_env
 from hardware.runtime.supervisor import Supervisor
 
 from .binaries import worker_llama_build
@@ -25,6 +25,11 @@ def supervisor_for(host_name: str) -> Supervisor:
 
 def host_model_dirs() -> list[str]:
     return model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
+
+
+def host_install_dirs() -> list[str]:
+    """The folders an install may read a wheelhouse or a source checkout from (none by default)."""
+    return install_dirs_from_env(os.environ)
 
 
 def engine_state(sup: Supervisor) -> dict[str, Any]:

@@ -5,6 +5,7 @@ engine watchdog."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Any
 
@@ -44,7 +45,12 @@ def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
         metrics = get_adapter(spec.engine).parse_metrics(text)
     except ValueError:  # not metrics yet (llama-server answers 503 JSON while it loads)
         return {}
-    return {k: v for k, v in metrics.__dict__.items() if k != "raw"}
+    # An engine's NaN (a ratio of nothing yet) is no reading: the panel refuses NaN in a report.
+    return {k: _finite(v) for k, v in metrics.__dict__.items() if k != "raw"}
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:

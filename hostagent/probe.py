@@ -6,7 +6,6 @@ driver yields an empty inventory and becomes a CPU-only host, not an error.
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 
@@ -19,12 +18,12 @@ def local_host_name() -> str:
 
 
 def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
-    """Host facts (with the model folders this agent confines engines to) and the GPU inventory."""
-    from django.conf import settings
-
-    from hardware.runtime.confine import model_dirs_from_env
+    """Host facts (with the model folders this agent confines engines to, and the folders it
+    lets an install read from) and the GPU inventory."""
+    from hostagent.local import host_install_dirs, host_model_dirs
 
     facts = probe_host().to_dict()
-    facts["model_dirs"] = model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
+    facts["model_dirs"] = host_model_dirs()
+    facts["install_dirs"] = host_install_dirs()
     inventory = probe_host_gpus().to_dict()
     return facts, inventory

@@ -22,6 +22,7 @@ def _task(kind: str) -> Any:
 
 
 switch = _task("switch")
+launch = _task("launch")
 stop = _task("stop")
 probe = _task("probe")
 benchmark = _task("benchmark")

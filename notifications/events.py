@@ -70,9 +70,9 @@ def _rev(number: Any) -> str:
 
 @never_raises
 def operation_event(op: Any) -> Event | None:
-    """A switch that failed (rolled back, or its rollback failed too) or that the host refused
-    before it stopped anything, an install or a download that failed; None for every other end
-    of an operation."""
+    """A switch or a start that failed (a switch rolled back, or its rollback failed too), a
+    switch the host refused before it stopped anything, an install or a download that failed;
+    None for every other end of an operation."""
     if op.state not in ("failed", "lost"):
         return None
     lost = " (lost: the host's worker stopped in the middle of it)" if op.state == "lost" else ""
@@ -113,6 +113,13 @@ def operation_event(op: Any) -> Event | None:
                 **common,
             )
         return Event(kind=EventKind.SWITCH_FAILED, summary=f"Switch of {host.name}{target} failed{lost}.", **common)
+    if op.kind == "launch":  # a start of the active revision (Start, or restored after a restart)
+        why = " after the host restarted" if params.get("reason") == "restore" else ""
+        refused = " (refused on the host)" if result.get("refused") else lost
+        summary = (
+            f"Start of {revision or 'the active revision'} on {host.name}{why} failed{refused}: it serves nothing."
+        )
+        return Event(kind=EventKind.SWITCH_FAILED, summary=summary, **common)
     if op.kind == "rollback":
         return Event(kind=EventKind.ROLLBACK_FAILED, summary=f"Rollback of {host.name}{target} failed{lost}.", **common)
     if op.kind == "install":

@@ -102,7 +102,12 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "password_change": ({}, "viewer", {"old_password": "pw-vera", "new_password1": "n3w-Pass!x", "new_password2": "x"}),
     "hardware:host_probe": ({"name": "h1"}, "operator", {}),
     "hardware:host_stop": ({"name": "h1"}, "operator", {}),
-    "hardware:host_install": ({"name": "h1"}, "operator", {"engine": "ollama", "version": "", "wheelhouse": ""}),
+    "hardware:host_start": ({"name": "h1"}, "operator", {}),
+    "hardware:host_install": (
+        {"name": "h1"},
+        "operator",
+        {"engine": "ollama", "version": "", "wheelhouse": "", "source_dir": ""},
+    ),
     "deployments:benchmark_new": (
         {"host": "h1"},
         "operator",
@@ -321,13 +326,15 @@ def test_every_post_url_and_field_is_covered(people):
                 if target not in FORMS:
                     missing.append(f"{target}: a POST form on {url} that FORMS does not list")
     assert not missing, "\n".join(missing)
-    # Shown only while an engine runs / an operation runs / the person is locked out.
+    # Shown only while an engine runs / an operation runs / the person is locked out
+    # (and Start: only on a host with an active revision, which the matrix's host has not).
     # (and the delete button of a model downloaded to a host: the matrix's host has none).
     # ... and the revoke button of an API token (the matrix's admin has none), and the mark
     # button of a host secret (the matrix's host has none).
     assert set(FORMS) - seen <= {
         "deployments:host_secret_mark",
         "hardware:host_stop",
+        "hardware:host_start",
         "deployments:operation_cancel",
         "people:unlock",
         "deployments:host_model_delete",

@@ -12,7 +12,8 @@ Properties:
   HfConfigError, GgufHeaderError, AnsibleVarsError), never another exception, never hang;
 - services raise only ValidationError / PermissionDenied, and on a refusal the rows of
   DeploymentRevision, ModelVariant and AuditEvent are unchanged;
-- what a service accepts is stored as plain JSON and the pages that show it answer 200.
+- what a service accepts is stored as plain JSON and the pages that show it answer 200;
+- a GPU host's agent API answers every body with 200 or 400 (never a 500), and a 400 stores nothing.
 
 Examples per property (`max_examples`; `--hypothesis-show-statistics` shows each as "N passing";
 "accepted" is the share a service stored, whose pages were then fetched):
@@ -29,7 +30,8 @@ Examples per property (`max_examples`; `--hypothesis-show-statistics` shows each
   test_hf_import_service                           120  (PostgreSQL; ~38% accepted)
   test_gguf_import_service                          80  (PostgreSQL; ~6% accepted)
   test_ansible_import_service                      150  (PostgreSQL; ~5% accepted)
-  total                                           5750  (about 60 s on two busy cores)
+  test_agent_api_bodies_never_get_a_500            400  (PostgreSQL, over HTTP: every POST endpoint of /agent/v1/)
+  total                                           6150  (about 75 s on two busy cores)
 Two bugs it found (lone surrogates reaching PostgreSQL, a zero tensor_split share dividing by
 zero in the planner) are fixed; their minimal reproducers stay at the end of the file.
 """
@@ -57,6 +59,7 @@ from hypothesis import strategies as st
 
 from core.models import AuditEvent
 from deployments.ansible_vars import AnsibleVarsError, parse_group_vars
+from deployments.choices import OperationState
 from deployments.engines.base import EngineConfig, EngineConfigError
 from deployments.engines.envpolicy import ALLOWED, REFUSED, classify_env
 from deployments.engines.knobs import normalise_knob
@@ -844,6 +847,209 @@ def test_ansible_import_service(lab, text, data):
         host = lab["host"].name
         _get_ok(lab["client"], reverse("deployments:revision_detail", args=[host, revision.number]))
         _get_ok(lab["client"], reverse("deployments:revision_exports", args=[host, revision.number]))
+
+
+# --- the agent API: what a GPU host sends ------------------------------------------------------
+
+AGENT_TIMES = st.one_of(st.floats(9e8, 2e9), st.sampled_from([1e18, -1e18, 1e12, 0, -1, 946684799, 2**63]), scalars)
+AGENT_ISO = st.one_of(
+    st.sampled_from(
+        ["2026-01-01T00:00:00Z", "9999-12-31T23:59:59", "2026-13-01T00:00:00", "0001-01-01T00:00:00+00:00"]
+    ),
+    scalars,
+)
+AGENT_COUNTS = st.one_of(st.integers(-2, 300), scalars)
+AGENT_FACTS = st.fixed_dictionaries(
+    {},
+    optional={
+        **{k: st.one_of(texts, scalars) for k in ("address", "hostname", "os_name", "kernel", "cpu_model")},
+        **{k: AGENT_COUNTS for k in ("cpu_logical_cores", "cpu_physical_cores", "cpu_usable_cores")},
+        "memory_total_bytes": st.one_of(st.sampled_from([2**36, -1, 2**70]), scalars),
+        "model_dirs": st.one_of(st.lists(st.one_of(st.just("/models"), texts), max_size=3), scalars),
+    },
+)
+AGENT_GPU = st.fixed_dictionaries(
+    {
+        "index": st.one_of(st.integers(-1, 3), scalars),
+        "name": st.one_of(st.just("NVIDIA H100"), texts, scalars),
+        "memory_total_bytes": st.one_of(st.just(80 * 2**30), scalars),
+    },
+    optional={
+        "uuid": st.one_of(texts, scalars),
+        "compute_capability": st.one_of(st.just([9, 0]), json_values),
+        "pcie": st.one_of(st.just({"current_generation": 5, "current_width": 16}), json_values),
+        "power_limit_w": scalars,
+        "nvlink_active_links": AGENT_COUNTS,
+    },
+)
+AGENT_PAIR = st.fixed_dictionaries(
+    {"a": st.one_of(st.integers(-1, 3), scalars), "b": st.one_of(st.integers(-1, 3), scalars)},
+    optional={"p2p": st.one_of(st.just({"read": "ok", "write": "ok"}), json_values), "topology": scalars},
+)
+AGENT_INVENTORY = st.fixed_dictionaries(
+    {},
+    optional={
+        "gpus": st.one_of(st.lists(AGENT_GPU, max_size=3), json_values),
+        "pairs": st.one_of(st.lists(AGENT_PAIR, max_size=3), json_values),
+        **{k: scalars for k in ("available", "reason", "driver_version", "cuda_driver_version")},
+    },
+)
+AGENT_METRICS = st.one_of(
+    st.dictionaries(st.one_of(st.sampled_from(["requests_running", "kv_cache_usage", "prompt_tokens_total"]), keys),
+                    scalars, max_size=5),
+    json_values,
+)  # fmt: skip
+AGENT_GPU_SAMPLE = st.fixed_dictionaries(
+    {"index": st.one_of(st.integers(-1, 2), scalars)},
+    optional={
+        "timestamp": AGENT_TIMES,
+        **{k: scalars for k in ("utilization_gpu_percent", "memory_used_bytes", "power_w", "temperature_c")},
+        **{k: scalars for k in ("sm_clock_mhz", "memory_clock_mhz", "energy_mj", "fan_percent")},
+        "processes": json_values,
+    },
+)
+AGENT_ENGINE_SAMPLE = st.fixed_dictionaries(
+    {}, optional={"ts": AGENT_TIMES, "requests_running": scalars, "kv_cache_usage": scalars, "x": json_values}
+)
+AGENT_RUN = st.fixed_dictionaries(
+    {"key": st.one_of(st.just("run-1"), texts, scalars)},
+    optional={
+        "engine": st.one_of(st.just("llama.cpp"), scalars),
+        "revision_id": scalars,
+        "revision_label": scalars,
+        "started_at": AGENT_ISO,
+    },
+)
+AGENT_BENCHMARK = st.fixed_dictionaries(
+    {"levels": st.one_of(st.lists(st.fixed_dictionaries({"label": scalars}, optional={"requests": json_values})),
+                         json_values)},
+    optional={"status": scalars, "energy_j": scalars},
+)  # fmt: skip
+AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
+    "register": {"facts": AGENT_FACTS, "inventory": AGENT_INVENTORY, "engine_state": json_values},
+    "probe": {"facts": AGENT_FACTS, "inventory": AGENT_INVENTORY},
+    "heartbeat": {"engine_state": json_values, "engine_metrics": AGENT_METRICS},
+    "telemetry": {
+        "gpu_samples": st.one_of(st.lists(AGENT_GPU_SAMPLE, max_size=3), json_values),
+        "engine_samples": st.one_of(st.lists(AGENT_ENGINE_SAMPLE, max_size=3), json_values),
+    },
+    "events": {"kind": st.one_of(st.sampled_from(["restarted", "gave_up"]), scalars), "message": scalars},
+    "engine-log": {
+        "run": st.one_of(AGENT_RUN, json_values),
+        "offset": st.one_of(st.integers(-1, 100), scalars),
+        "end": st.one_of(st.integers(-1, 100), scalars),
+        "lines": st.one_of(st.lists(texts, max_size=3), json_values),
+    },
+    "begin": {"worker": scalars},
+    "progress": {"stage": scalars, "progress": st.one_of(st.floats(0, 1), scalars), "log": scalars},
+    "finish": {
+        "state": st.one_of(st.sampled_from(["succeeded", "failed", "cancelled"]), scalars),
+        "result": st.one_of(st.dictionaries(keys, json_values, max_size=4), json_values),
+        "error": scalars,
+        "benchmark": st.one_of(AGENT_BENCHMARK, json_values),
+        "install": st.one_of(st.fixed_dictionaries({"engine": st.just("vllm"), "path": texts}), json_values),
+    },
+}
+AGENT_NOW = time.time()
+AGENT_VALID: dict[str, dict[str, Any]] = {  # what a well-behaved agent sends; examples change one or two fields
+    "register": {
+        "facts": {"address": "box.lan", "cpu_logical_cores": 8, "memory_total_bytes": 2**36},
+        "inventory": {"available": True, "gpus": [{"index": 0, "name": "NVIDIA H100", "memory_total_bytes": 2**36}]},
+        "engine_state": {"running": False},
+    },
+    "probe": {"facts": {"cpu_model": "EPYC"}, "inventory": {"available": False, "reason": "no driver", "gpus": []}},
+    "heartbeat": {"engine_state": {"running": True}, "engine_metrics": {"requests_running": 1, "kv_cache_usage": 0.5}},
+    "telemetry": {
+        "gpu_samples": [{"index": 0, "timestamp": AGENT_NOW, "power_w": 100.0, "utilization_gpu_percent": 50}],
+        "engine_samples": [{"ts": AGENT_NOW, "requests_running": 2}],
+    },
+    "events": {"kind": "restarted", "message": "the engine restarted"},
+    "engine-log": {
+        "run": {"key": "run-1", "engine": "llama.cpp", "started_at": "2026-01-01T00:00:00Z"},
+        "offset": 0,
+        "end": 2,
+        "lines": ["a"],
+    },
+    "begin": {"worker": "agent@box"},
+    "progress": {"stage": "loading", "progress": 0.5, "log": "loading"},
+    "finish": {"state": "succeeded", "result": {"ok": True}, "error": ""},
+}
+DEEP = ['{"facts": ' + "[" * 50_000 + "]" * 50_000 + "}", '{"result": {"a": NaN}}', '{"x": 1e999}', "[]", "{", ""]
+
+
+@st.composite
+def agent_bodies(draw: Any, endpoint: str) -> str:
+    """A body for one endpoint: its real fields with hostile values, sometimes junk or raw text."""
+    kind = draw(st.sampled_from(["changed", "changed", "changed", "fields", "fields", "junk", "raw"]))
+    if kind == "raw":
+        return draw(st.sampled_from(DEEP))
+    if kind == "junk":
+        return json.dumps(draw(st.dictionaries(keys, json_values, max_size=3)))
+    fields = AGENT_BODIES[endpoint]
+    if kind == "changed":
+        body = dict(AGENT_VALID[endpoint])
+        for name in draw(st.sets(st.sampled_from(sorted(fields)), max_size=2)):
+            body[name] = draw(fields[name])
+    else:
+        body = draw(st.fixed_dictionaries({}, optional=fields))
+    return json.dumps(body)
+
+
+@pytest.fixture
+def agent_lab(catalog, operator):
+    from hardware.credentials import host_token_issue
+
+    host, token = host_token_issue(name="fz-agent", actor=None)
+    GPUFactory(host=host, index=0)
+    viewer = Client()
+    viewer.force_login(operator)
+    return {"host": host, "token": token, "client": Client(), "viewer": viewer}
+
+
+def _agent_rows(host: Any) -> tuple[Any, ...]:
+    from deployments.models import EngineLogRun, Operation
+    from hardware.models import EngineSample, GpuSample
+
+    host.refresh_from_db()
+    ops = tuple(Operation.objects.filter(host=host).values_list("state", "result", "log", "stage", "worker"))
+    return (
+        host.engine_state, host.engine_metrics, host.cpu_cores, host.last_probe_at, tuple(host.gpus.values_list()),
+        GpuSample.objects.count(), EngineSample.objects.count(), EngineLogRun.objects.count(),
+        AuditEvent.objects.count(), ops,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+@settings(DB, max_examples=400)
+@given(endpoint=st.sampled_from(sorted(AGENT_BODIES)), data=st.data())
+def test_agent_api_bodies_never_get_a_500(agent_lab, endpoint, data):
+    """Every POST endpoint of the agent API (the GET ones take no body) answers 200 or 400, and a
+    400 stores nothing. A 500 raises here with its traceback (the test client re-raises it)."""
+    from deployments.models import Operation
+
+    raw = data.draw(agent_bodies(endpoint))
+    host = agent_lab["host"]
+    with example():
+        path = endpoint
+        if endpoint in ("begin", "progress", "finish"):
+            state = OperationState.QUEUED if endpoint == "begin" else OperationState.RUNNING
+            op = Operation.objects.create(kind="probe", host=host, state=state, exclusive=False)
+            path = f"operations/{op.pk}/{endpoint}"
+        before = _agent_rows(host)
+        with bounded(raw):
+            response = agent_lab["client"].post(
+                f"/agent/v1/{path}",
+                data=raw,
+                content_type="application/json",
+                HTTP_AUTHORIZATION=f"Bearer {agent_lab['token']}",
+            )
+        event(f"{endpoint}: {response.status_code}")
+        assert response.status_code in (200, 400), (endpoint, response.status_code, response.content[:300])
+        if response.status_code == 400:
+            assert response.json()["error"]
+            assert _agent_rows(host) == before, "a refused report stored something"
+        elif endpoint in ("register", "probe", "heartbeat", "telemetry"):
+            _get_ok(agent_lab["viewer"], reverse("hardware:host_detail", args=[host.name]))
 
 
 # --- once-known bugs, kept as reproducers ---------------------------------------------------------

@@ -111,7 +111,7 @@ def test_every_operation_kind_the_panel_sends_is_a_task_the_agent_runs():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
     registered = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert set(OPERATION_TASKS.values()) <= registered
-    sent = {"switch", "stop", "probe", "benchmark", "install"}
+    sent = {"switch", "launch", "stop", "probe", "benchmark", "install"}
     assert sent <= set(OPERATION_TASKS) and sent <= set(OperationKind.values)
 
 

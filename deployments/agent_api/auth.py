@@ -6,11 +6,11 @@ unrevoked token is answered 401 before anything is read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -18,6 +18,8 @@ from controlpanel.context import change_context
 from controlpanel.hardening import client_ip
 from hardware.credentials import host_for_token
 from hardware.models import Host
+
+from .bodies import parse_body
 
 MAX_BODY = 32 * 1024 * 1024  # an operation's end: a benchmark's raw per-request timings can be a few MB
 SMALL_BODY = 1024 * 1024  # heartbeats, registration, progress, events
@@ -34,23 +36,24 @@ def _bearer(request: HttpRequest) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-def _body(request: HttpRequest, limit: int) -> dict[str, Any] | None:
+def _body(request: HttpRequest, limit: int) -> dict[str, Any] | str:
+    """The parsed body, or why it is refused."""
     if request.method != "POST":
         return {}
+    too_big = f"The body must be a JSON object of at most {limit} bytes."
     try:
         length = int(request.headers.get("Content-Length") or 0)
     except ValueError:
-        return None
+        return too_big
     if length > limit:
-        return None
+        return too_big
     raw = request.read(limit + 1)
     if len(raw) > limit:
-        return None
+        return too_big
     try:
-        data = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return parse_body(raw)
+    except ValidationError as exc:
+        return "; ".join(exc.messages)
 
 
 def host_endpoint(methods: tuple[str, ...], *, max_body: int = SMALL_BODY) -> Callable[[AgentView], AgentView]:
@@ -70,8 +73,8 @@ def host_endpoint(methods: tuple[str, ...], *, max_body: int = SMALL_BODY) -> Ca
             if request.method not in methods:
                 return problem(405, f"Use {' or '.join(methods)}.")
             body = _body(request, max_body)
-            if body is None:
-                return problem(400, f"The body must be a JSON object of at most {max_body} bytes.")
+            if isinstance(body, str):
+                return problem(400, body)
             with change_context("agent", client_ip(request)):
                 return view(request, host, body, *args, **kwargs)
 

@@ -8,7 +8,7 @@ from uuid import UUID
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from deployments.choices import ACTIVE_STATES, OperationState
+from deployments.choices import ACTIVE_STATES
 from deployments.models import DeploymentRevision, Operation
 from deployments.services import host_reports
 from deployments.services.engine_logs import engine_log_append
@@ -16,29 +16,11 @@ from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_heartbeat, host_probe_record, telemetry_record
 
+from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
 from .orders import operation_brief, operation_order, revision_launch
 
-FINISHING = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED)
 NOT_YOURS = "No such operation on this host."
-
-
-def _dict(body: dict[str, Any], key: str) -> dict[str, Any]:
-    value = body.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValidationError(f"{key} must be a JSON object.")
-    return value
-
-
-def _list(body: dict[str, Any], key: str) -> list[Any]:
-    value = body.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValidationError(f"{key} must be a JSON list.")
-    return value
 
 
 def _own_operation(host: Host, op_id: UUID) -> Operation | None:
@@ -61,9 +43,9 @@ def register(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResp
     try:
         answer = host_reports.host_register(
             host=host,
-            facts=_dict(body, "facts"),
-            inventory=_dict(body, "inventory"),
-            engine_state=body.get("engine_state"),
+            facts=bodies.facts(body.get("facts")),
+            inventory=bodies.inventory(body.get("inventory")),
+            engine_state=bodies.engine_state(body.get("engine_state")),
         )
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
@@ -73,7 +55,8 @@ def register(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResp
 @host_endpoint(("POST",))
 def probe(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        host = host_probe_record(name=host.name, facts=_dict(body, "facts"), inventory=_dict(body, "inventory"))
+        facts, inventory = bodies.facts(body.get("facts")), bodies.inventory(body.get("inventory"))
+        host = host_probe_record(name=host.name, facts=facts, inventory=inventory)
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"gpus": host.gpus.count(), "mismatches": host.probe_mismatches})
@@ -82,8 +65,11 @@ def probe(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespons
 @host_endpoint(("POST",))
 def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        state, metrics = _dict(body, "engine_state"), body.get("engine_metrics")
-        host_heartbeat(host=host, engine_state=state, engine_metrics=metrics if isinstance(metrics, dict) else None)
+        state, metrics = (
+            bodies.engine_state(body.get("engine_state")),
+            bodies.engine_metrics(body.get("engine_metrics")),
+        )
+        host_heartbeat(host=host, engine_state=state, engine_metrics=metrics)
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
@@ -92,9 +78,9 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",), max_body=MAX_BODY)
 def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        samples = [s for s in _list(body, "gpu_samples") if isinstance(s, dict) and isinstance(s.get("index"), int)]
-        gpu = telemetry_record(host=host, samples=samples[: host_reports.MAX_SAMPLES])
-        engine = host_reports.engine_samples_record(host=host, samples=_list(body, "engine_samples"))
+        gpu_samples, engine_samples = bodies.telemetry(body)
+        gpu = telemetry_record(host=host, samples=gpu_samples)
+        engine = host_reports.engine_samples_record(host=host, samples=engine_samples)
     except (ValidationError, TypeError, ValueError, OverflowError) as exc:
         return _refused(exc)
     return JsonResponse({"gpu_samples": gpu, "engine_samples": engine})
@@ -103,7 +89,8 @@ def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",))
 def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        host_reports.watchdog_event_record(host=host, kind=str(body.get("kind")), message=str(body.get("message")))
+        kind, message = bodies.event(body)
+        host_reports.watchdog_event_record(host=host, kind=kind, message=message)
     except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
@@ -114,7 +101,11 @@ def engine_log(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRe
     """Lines of the engine's log; answers how far into the host's file the panel has it."""
     try:
         run = engine_log_append(
-            host=host, run=body.get("run"), offset=body.get("offset"), end=body.get("end"), lines=body.get("lines")
+            host=host,
+            run=bodies.engine_log(body),
+            offset=body.get("offset"),
+            end=body.get("end"),
+            lines=body.get("lines"),
         )
     except ValidationError as exc:
         return _refused(exc)
@@ -140,7 +131,11 @@ def operations(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRe
 def begin(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
     if _own_operation(host, op_id) is None:
         return problem(404, NOT_YOURS)
-    op = host_reports.operation_host_begin(host=host, op_id=op_id, worker=str(body.get("worker") or host.name))
+    try:
+        name = bodies.worker(body.get("worker"), host.name)
+    except ValidationError as exc:
+        return _refused(exc)
+    op = host_reports.operation_host_begin(host=host, op_id=op_id, worker=name)
     if op is None:
         found = _own_operation(host, op_id)
         return JsonResponse({"begun": False, "state": found.state if found else "gone"})
@@ -151,15 +146,10 @@ def begin(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -
 def progress(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) -> HttpResponse:
     if _own_operation(host, op_id) is None:
         return problem(404, NOT_YOURS)
-    stage, fraction, log = body.get("stage"), body.get("progress"), body.get("log")
     try:
-        cancelled = operation_progress(
-            op_id=op_id,
-            stage=str(stage) if stage is not None else None,
-            progress=float(fraction) if isinstance(fraction, int | float) else None,
-            log=str(log) if log else None,
-        )
-    except (TypeError, ValueError) as exc:
+        stage, fraction, log = bodies.progress(body)
+        cancelled = operation_progress(op_id=op_id, stage=stage, progress=fraction, log=log)
+    except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"cancelled": cancelled})
 
@@ -169,18 +159,8 @@ def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) 
     op = _own_operation(host, op_id)
     if op is None:
         return problem(404, NOT_YOURS)
-    state = body.get("state")
-    if state not in FINISHING:
-        return problem(400, f"state must be one of {', '.join(FINISHING)}.")
     try:
-        recorded = host_reports.operation_host_finish(
-            op=op,
-            state=str(state),
-            result=_dict(body, "result"),
-            error=str(body.get("error") or ""),
-            benchmark=_dict(body, "benchmark") if body.get("benchmark") is not None else None,
-            install=_dict(body, "install") if body.get("install") is not None else None,
-        )
+        recorded = host_reports.operation_host_finish(op=op, **bodies.finish(body))
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"recorded": recorded})

@@ -187,26 +187,30 @@ def pip_venv_steps(
     note: str = "",
     description: str | None = None,
 ) -> list[InstallStep]:
-    """Create the venv (kept if it exists), update pip, install `requirement` into it.
+    """Create the venv (kept if it exists), update pip from the index, install `requirement` into it.
 
-    With a wheelhouse every pip call is `--no-index --find-links <wheelhouse>`: nothing is
-    fetched from the network (pip already in the venv stays when the folder has no newer one).
+    With a wheelhouse the one pip call is `--no-index --find-links <wheelhouse>` (nothing is
+    fetched from the network), and pip itself is not upgraded: a `pip-99.0` wheel planted in
+    the folder would otherwise become the venv's pip and run at the next step. The venv keeps
+    the pip its Python ships (ensurepip).
     """
     venv = venv_dir.rstrip("/")
     vpy = f"{venv}/bin/python"
     offline = tuple(wheelhouse_args(wheelhouse))
     pip = (vpy, "-m", "pip", "install", "--disable-pip-version-check")
-    return [
-        InstallStep((python, "-m", "venv", venv), f"create the virtualenv {venv}", timeout=VENV_TIMEOUT_S),
-        InstallStep((*pip, "--upgrade", "pip", *offline), "upgrade pip", timeout=VENV_TIMEOUT_S),
+    steps = [InstallStep((python, "-m", "venv", venv), f"create the virtualenv {venv}", timeout=VENV_TIMEOUT_S)]
+    if not offline:
+        steps.append(InstallStep((*pip, "--upgrade", "pip"), "upgrade pip from the index", timeout=VENV_TIMEOUT_S))
+    steps.append(
         InstallStep(
             (*pip, requirement, *pip_args, *offline),
             description or f"install {requirement}",
             env=dict(env or {}),
             note=note,
             timeout=PIP_TIMEOUT_S,
-        ),
-    ]
+        )
+    )
+    return steps
 
 
 class PipInstallMixin:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Model, OuterRef, Subquery
+from django.db.models import Count, F, Model, OuterRef, QuerySet, Subquery, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
@@ -45,6 +46,11 @@ REVISION_FIELDS = ("id", "number", "engine", "engine_version", "served_name", "m
 GPU_FIELDS = ("id", "host_id", "index", "name", "memory_bytes", "power_limit_w")
 OP_FIELDS = ("id", "host_id", "kind", "state", "stage", "progress", "error", "result", "created_at", "revision_id")
 _REV = "deployment__active_revision__"
+# The GPUs a card, a table row, the host page and the API's host list name, by index; a host that
+# reported more (stored before its agent's reports were bounded) shows "and N more": 5,000 GPU rows
+# made its page 13 MiB.
+GPUS_SHOWN = 64
+PEERS_SHOWN = 16  # a GPU's P2P peers the host page lists
 
 
 def fingerprint(
@@ -74,6 +80,19 @@ def values_of(obj: Model | None, fields: Sequence[str]) -> tuple[Any, ...]:
     return () if obj is None else tuple(getattr(obj, f) for f in fields)
 
 
+def shown_gpus(gpus: QuerySet[GPU]) -> QuerySet[GPU]:
+    """The first GPUS_SHOWN GPUs of each host by index, each with `gpus_of_host`, how many its host has."""
+    return gpus.annotate(
+        nth=Window(RowNumber(), partition_by=[F("host_id")], order_by=F("index").asc()),
+        gpus_of_host=Window(Count("id"), partition_by=[F("host_id")]),
+    ).filter(nth__lte=GPUS_SHOWN)
+
+
+def gpus_part(rows: Sequence[Sequence[Any]], more: int) -> list[Sequence[Any]]:
+    """The GPUs' part of a fingerprint: their rows, and how many more the host has."""
+    return [*rows, ("more", more)] if more else list(rows)
+
+
 def latest_sample_id() -> Subquery:
     """A GPU's latest raw sample's id, for `.annotate(latest_sample_id=...)` on GPUs."""
     return Subquery(GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1])
@@ -86,6 +105,7 @@ class CardIndex:
     versions: dict[int, str] = field(default_factory=dict)  # host id -> fingerprint
     names: dict[int, str] = field(default_factory=dict)
     gpus: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)  # GPU_FIELDS + latest sample id
+    gpus_more: dict[int, int] = field(default_factory=dict)  # host id -> GPUs past GPUS_SHOWN
     operations: dict[int, Operation] = field(default_factory=dict)
 
 
@@ -94,9 +114,10 @@ def card_index() -> CardIndex:
     with their latest raw sample's id, and the running operations (the first per host)."""
     now = timezone.now()
     index = CardIndex()
-    gpu_rows = GPU.objects.annotate(latest_sample_id=latest_sample_id()).order_by("host_id", "index")
-    for row in gpu_rows.values_list(*GPU_FIELDS, "latest_sample_id"):
-        index.gpus.setdefault(row[1], []).append(row)
+    gpu_rows = shown_gpus(GPU.objects.annotate(latest_sample_id=latest_sample_id())).order_by("host_id", "index")
+    for row in gpu_rows.values_list(*GPU_FIELDS, "latest_sample_id", "gpus_of_host"):
+        index.gpus.setdefault(row[1], []).append(row[:-1])
+        index.gpus_more[row[1]] = row[-1] - len(index.gpus[row[1]])
     ops = (
         Operation.objects.filter(state__in=ACTIVE_STATES)
         .select_related("revision")
@@ -119,7 +140,7 @@ def card_index() -> CardIndex:
             row[split],
             revision,
             row[-1] or "" if revision else "",
-            index.gpus.get(host_id, ()),
+            gpus_part(index.gpus.get(host_id, ()), index.gpus_more.get(host_id, 0)),
             values_of(op, OP_FIELDS),
             op.revision.number if op is not None and op.revision is not None else None,
             now,

@@ -23,10 +23,13 @@ from deployments.selectors.card_index import (
     GPU_FIELDS,
     HOST_FIELDS,
     OP_FIELDS,
+    PEERS_SHOWN,
     REVISION_FIELDS,
     CardIndex,
     fingerprint,
+    gpus_part,
     latest_sample_id,
+    shown_gpus,
     values_of,
 )
 from hardware.models import GPU, GpuSample, Host
@@ -49,6 +52,13 @@ class GpuCard:
         if self.sample is None or self.sample.power_w is None or not self.gpu.power_limit_w:
             return None
         return min(100.0, 100.0 * self.sample.power_w / self.gpu.power_limit_w)
+
+    @property
+    def peers(self) -> tuple[list[tuple[str, Any]], int]:
+        """The host page's P2P column: the first PEERS_SHOWN peers and how many more there are."""
+        peers = self.gpu.peers if isinstance(self.gpu.peers, dict) else {}
+        shown = [(peer, p if isinstance(p, dict) else {}) for peer, p in list(peers.items())[:PEERS_SHOWN]]
+        return shown, len(peers) - len(shown)
 
     # Display values, computed once here: the dashboard renders hundreds of GPUs every few
     # seconds and Django's floatformat/filesizeformat filters dominated its render time.
@@ -103,6 +113,11 @@ def serving_status(host: Host) -> ServingStatus:
     if not st:
         return ServingStatus(False, "not reported", "off", "The host has not reported its engine yet.")
     if not st.get("running"):
+        deployment = getattr(host, "deployment", None)
+        if revision is not None and deployment is not None and not deployment.serving:
+            return ServingStatus(
+                False, "stopped", "off", f"{label} is the active revision; it was stopped on purpose (Start serves it)."
+            )
         phase = st.get("phase")
         return ServingStatus(
             False,
@@ -131,6 +146,13 @@ class HostCard:
     host: Host
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
+    gpus_more: int = 0  # the host's GPUs past the GPUS_SHOWN in `gpus`
+
+    @property
+    def gpus_more_label(self) -> str:
+        """What follows a list cut at GPUS_SHOWN ("and 4,936 more GPUs"); "" when all are listed."""
+        n = self.gpus_more
+        return f"and {n:,} more GPU{'' if n == 1 else 's'}" if n > 0 else ""
 
     @property
     def serving(self) -> ServingStatus:
@@ -170,6 +192,7 @@ class HostCard:
         if not gpus:
             return {}
         names = sorted({g.gpu.name.removeprefix("NVIDIA ") for g in gpus})
+        count = len(gpus) + self.gpus_more
         samples = [g.sample for g in gpus if g.sample is not None]
         utils = [s.util_pct for s in samples if s.util_pct is not None]
         used = [s.mem_used_bytes for s in samples if s.mem_used_bytes is not None]
@@ -179,8 +202,8 @@ class HostCard:
         util = sum(utils) / len(utils) if utils else None
         mem_pct = 100.0 * sum(used) / total if used and total else None
         return {
-            "label": f"{len(gpus)}× {names[0]}" if len(names) == 1 else f"{len(gpus)} GPUs: {', '.join(names)}",
-            "count": len(gpus),
+            "label": f"{count}× {names[0]}" if len(names) == 1 else f"{count} GPUs: {', '.join(names)}",
+            "count": count,
             "util": f"{util:.0f}%" if util is not None else "–",
             "util_sort": round(util, 1) if util is not None else -1,
             "util_width": bar_width(util),
@@ -205,7 +228,10 @@ class HostCard:
             host.last_heartbeat,
             values_of(revision, REVISION_FIELDS),
             revision.model_variant.name if revision is not None else "",
-            [(*values_of(g.gpu, GPU_FIELDS), g.sample.pk if g.sample is not None else None) for g in self.gpus],
+            gpus_part(
+                [(*values_of(g.gpu, GPU_FIELDS), g.sample.pk if g.sample is not None else None) for g in self.gpus],
+                self.gpus_more,
+            ),
             values_of(op, OP_FIELDS),
             op.revision.number if op is not None and op.revision is not None else None,
             timezone.now(),
@@ -240,7 +266,7 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries.
     Without `hosts`: every host (the API's list), leaving CARD_UNREAD unread. (The dashboard reads
     its cards through card_index and index_cards.)"""
-    gpu_qs = GPU.objects.annotate(latest_sample_id=latest_sample_id()).order_by("index")
+    gpu_qs = shown_gpus(GPU.objects.annotate(latest_sample_id=latest_sample_id())).order_by("index")
     sample_qs = GpuSample.objects.all()
     gpus: dict[int, list[GPU]] = {}
     if hosts is None:  # every host: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
@@ -267,9 +293,15 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
             host=h,
             gpus=[GpuCard(gpu=g, sample=samples.get(g.latest_sample_id)) for g in gpus.get(h.pk, [])],
             operation=ops.get(h.pk),
+            gpus_more=_more(gpus.get(h.pk, [])),
         )
         for h in hosts_list
     ]
+
+
+def _more(gpus: list[GPU]) -> int:
+    """How many GPUs the host has past these (each read with its host's count, `shown_gpus`)."""
+    return gpus[0].gpus_of_host - len(gpus) if gpus else 0  # type: ignore[attr-defined]
 
 
 def index_cards(index: CardIndex, host_ids: Sequence[int]) -> list[HostCard]:
@@ -291,7 +323,7 @@ def index_cards(index: CardIndex, host_ids: Sequence[int]) -> list[HostCard]:
             known = dict(zip(GPU_FIELDS, row, strict=False))
             gpu = GPU.from_db(DEFAULT_DB_ALIAS, gpu_names, [known[name] for name in gpu_names])
             gpus.append(GpuCard(gpu=gpu, sample=samples.get(row[-1])))
-        cards.append(HostCard(hosts[host_id], gpus, index.operations.get(host_id)))
+        cards.append(HostCard(hosts[host_id], gpus, index.operations.get(host_id), index.gpus_more.get(host_id, 0)))
     return cards
 
 
@@ -372,12 +404,16 @@ def host_what_fits(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT_C
 
 
 def host_recent_operations(*, host: Host, limit: int = 10) -> list[Operation]:
-    return list(
-        Operation.objects.filter(host=host).select_related("revision", "requested_by").order_by("-created_at")[:limit]
-    )
+    """The host page's list: kind, state, who, when. Results, logs and params stay unread (a
+    host's agent once stored a 30 MB result; the operation's own page reads it)."""
+    ops = Operation.objects.filter(host=host).defer("result", "log", "params")
+    return list(ops.select_related("revision", "requested_by").order_by("-created_at")[:limit])
 
 
 def host_benchmark_runs(*, host: Host, limit: int = 10) -> list[BenchmarkRun]:
     return list(
-        BenchmarkRun.objects.filter(revision__host=host).select_related("revision").order_by("-created_at")[:limit]
+        BenchmarkRun.objects.filter(revision__host=host)
+        .defer("raw")  # every request's timings: the run's own page plots them
+        .select_related("revision")
+        .order_by("-created_at")[:limit]
     )

@@ -26,6 +26,7 @@ from .benchmarks import benchmark_run_record, benchmark_run_start
 from .installs import install_record
 from .operations import operation_begin, operation_finish, operations_mark_lost
 from .revisions import revision_mark_active
+from .serving import serving_restore
 
 WATCHDOG_EVENTS = ("restarted", "restart_failed", "gave_up")
 MAX_SAMPLES = 10_000  # per report; a buffered backlog comes in several
@@ -33,7 +34,8 @@ MAX_SAMPLES = 10_000  # per report; a buffered backlog comes in several
 
 def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> dict[str, Any]:
     """An agent (re)starting: its probe is recorded, operations its previous run left running
-    end `lost` (which frees the host lock), and the host points at the revision that serves."""
+    end `lost` (which frees the host lock), the host points at the revision that serves, and
+    when nothing serves, the active revision is started again (deployments.services.serving)."""
     host = host_probe_record(name=host.name, facts=facts, inventory=inventory)
     lost = operations_mark_lost(
         host=host,
@@ -41,12 +43,14 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
         reason="the host's worker stopped in the middle of this operation (it restarted since)",
     )
     host_reconcile(host=host, engine_state=engine_state)
+    restore = serving_restore(host=host, engine_state=engine_state)  # its engine did not survive the restart
     return {
         "host": host.name,
         "queue": host.queue,
         "gpus": host.gpus.count(),
         "mismatches": host.probe_mismatches,
         "lost": [str(op.pk) for op in lost],
+        "restore": {"operation": str(restore.pk), "revision": restore.params["revision"]} if restore else None,
     }
 
 

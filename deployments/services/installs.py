@@ -11,6 +11,7 @@ so `Host.engine_installs` says what is really there. A revision's
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,13 +19,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from controlpanel.roles import OPERATOR, ensure_role
+from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from core.audit import audit_record
 from deployments.choices import Engine, OperationKind
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.models import Operation
 from hardware.models import Host
+from hardware.runtime.confine import INSTALL_DIRS_SETTING
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
@@ -34,6 +36,38 @@ LATEST = "latest"  # the key an install without a version is recorded under
 
 def install_key(version: str) -> str:
     return version or LATEST
+
+
+def _check_install_folders(host: Host, actor: Any, *, wheelhouse: str | None, source_dir: str | None) -> None:
+    """A wheelhouse or source folder: an admin's, inside the folders the host reports it allows."""
+    given = [(field, value) for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)) if value]
+    if not given:
+        return
+    field, _value = given[0]
+    if actor is not None and not has_role(actor, ADMIN):
+        raise ValidationError(
+            {
+                field: "Only an admin may install from a folder on the host (it runs that folder's code); "
+                "an operator installs from the package index."
+            }
+        )
+    roots = [posixpath.normpath(r) for r in (host.install_dirs or []) if isinstance(r, str) and r.startswith("/")]
+    for field, value in given:
+        path = str(value)
+        if not path.startswith("/") or ".." in path.split("/") or any(c in path for c in "\x00\n\r"):
+            raise ValidationError({field: f"{field} must be an absolute path on the host without '..', not {path!r}."})
+        path = posixpath.normpath(path)
+        if not roots:
+            raise ValidationError(
+                {field: f"{host.name} allows installs from no folder: its agent's {INSTALL_DIRS_SETTING} is not set."}
+            )
+        if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+            raise ValidationError(
+                {
+                    field: f"{path} is outside the folders {host.name} allows installs from ({', '.join(roots)}); "
+                    f"its agent's {INSTALL_DIRS_SETTING} lists them."
+                }
+            )
 
 
 def install_request(
@@ -50,10 +84,14 @@ def install_request(
 
     `source_dir`: a llama.cpp checkout on the host to build. `cuda`: build with CUDA
     (None = when the host has NVIDIA GPUs). `wheelhouse`: a folder on the host to install
-    from without the Internet (pip --no-index --find-links) for air-gapped hosts.
+    from without the Internet (pip --no-index --find-links) for air-gapped hosts. Both run
+    the folder's code on the host, so only an admin may give them, and only inside the
+    folders the host's agent reports it allows (CONTROLPANEL_INSTALL_DIRS); the host checks
+    again, with symlinks resolved. An operator installs from the index.
     Raises ValidationError (nothing written) when the engine, version or paths do not fit.
     """
     ensure_role(actor, OPERATOR)
+    _check_install_folders(host, actor, wheelhouse=wheelhouse, source_dir=source_dir)
     if engine not in Engine.values:
         known = ", ".join(Engine.values)
         raise ValidationError({"engine": f"Unknown engine {engine!r}; known engines: {known}."})

@@ -244,7 +244,7 @@ def revision_mark_active(*, revision: DeploymentRevision, actor: Any, reason: st
     """Point the host at `revision`: only a successful switch (or a demo import) does this."""
     host = revision.host
     previous = active_revision_id_of(host)
-    deployment = Deployment(host=host, active_revision=revision)
+    deployment = Deployment(host=host, active_revision=revision, serving=True)  # a switch means: serve it
     deployment.save()  # an UPDATE of the host's row, or its INSERT the first time
     host.deployment = deployment
     audit_record(

@@ -1,4 +1,5 @@
-"""Requesting a switch (and other host operations): planner preflight, host lock, enqueue."""
+"""Requesting a switch (and a probe): planner preflight, host lock, enqueue. Start and Stop, which
+record whether the host should serve at all, are deployments.services.serving's."""
 
 from __future__ import annotations
 
@@ -94,12 +95,6 @@ def switch_request(
         enqueue=operation_dispatch,
         actor=actor,
     )
-
-
-@transaction.atomic
-def stop_request(*, host: Host, actor: Any) -> Operation:
-    ensure_role(actor, OPERATOR)
-    return operation_create(kind=OperationKind.STOP, host=host, enqueue=operation_dispatch, actor=actor)
 
 
 @transaction.atomic

@@ -30,7 +30,8 @@ from deployments.models import Operation
 from deployments.selectors import hosts as selectors
 from deployments.selectors.card_index import card_index
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
-from deployments.services.switch import probe_request, stop_request
+from deployments.services.serving import start_request, stop_request
+from deployments.services.switch import probe_request
 from deployments.views import host_cards
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
@@ -125,14 +126,21 @@ def _telemetry(host: Host) -> dict[str, str]:
 
 class InstallForm(forms.Form):
     """Install an engine on a host: the engine, an exact version (the page offers a default) and,
-    for a host without the Internet, a folder of wheels on the host."""
+    admin only, a folder on the host to install from (a wheelhouse for a host without the
+    Internet, or a llama.cpp checkout to build) inside the folders the host allows."""
 
     engine = forms.ChoiceField(choices=Engine.choices)
     version = forms.CharField(max_length=40, required=False)
     wheelhouse = forms.CharField(
         max_length=500,
         required=False,
-        help_text="Optional: an absolute folder of wheels on the host, for a host without the Internet.",
+        help_text="Admin only: an absolute folder of wheels on the host (one it allows), for a host without the "
+        "Internet.",
+    )
+    source_dir = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="Admin only, llama.cpp: a checkout on the host (in a folder it allows) to build.",
     )
 
 
@@ -221,6 +229,13 @@ def host_stop(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @role_required(OPERATOR)
+def host_start(request: HttpRequest, name: str) -> HttpResponse:
+    """Start the host's active revision again; it is served after restarts from then on."""
+    return _after_request(request, get_object_or_404(Host, name=name), start_request, "start the engine")
+
+
+@require_POST
+@role_required(OPERATOR)
 def host_install(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an engine install on the host; its progress and log are on the operation's page."""
     host = get_object_or_404(Host, name=name)
@@ -239,6 +254,7 @@ def host_install(request: HttpRequest, name: str) -> HttpResponse:
             engine=values["engine"],
             version=values["version"].strip(),
             wheelhouse=values["wheelhouse"].strip() or None,
+            source_dir=values["source_dir"].strip() or None,
             actor=actor,
         )
 

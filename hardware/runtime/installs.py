@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -134,9 +134,25 @@ def run_install(
         return result(True, n, f"all {n} steps succeeded in {time.monotonic() - t0:.1f} s", returncode=0)
 
 
+# What an install step never takes, even when the host's CONTROLPANEL_PASS_ENV names it: pip's
+# own settings (an index, find-links or config file would point pip somewhere the install did not
+# choose) and the interpreter's (a path, a startup file, a home). The rest is the host's allowlist
+# (childenv.child_env): never the agent's token, broker URL or keys.
+STEP_ENV_DROPPED_PREFIXES = ("PIP_", "PYTHON")
+STEP_ENV_DROPPED = frozenset({"VIRTUAL_ENV", "__PYVENV_LAUNCHER__"})
+
+
+def step_environment(step: InstallStep, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment one install step runs with: the host's allowlist of the agent's
+    environment without pip's and Python's settings, plus the step's own variables."""
+    env = child_env(environ=environ)
+    env = {k: v for k, v in env.items() if k not in STEP_ENV_DROPPED and not k.startswith(STEP_ENV_DROPPED_PREFIXES)}
+    return {**env, "PYTHONUNBUFFERED": "1", **step.env}
+
+
 def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancelled, kill_grace: float) -> int | str:
     """Run one step; the exit code, or "cancelled" / "timeout" / an error message."""
-    env = child_env({"PYTHONUNBUFFERED": "1", **step.env})  # the host's allowlist, never the agent's token
+    env = step_environment(step)
     try:
         proc = subprocess.Popen(
             list(step.argv),

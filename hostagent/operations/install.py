@@ -1,6 +1,10 @@
 """Engine installs: the adapter's steps into HOST_STATE_DIR/venvs/<engine>-<version>, every
 output line streamed into the operation's log, progress = step/steps, cancel through the
-panel's answer; then the version read back from the venv goes to the panel with the end."""
+panel's answer; then the version read back from the venv goes to the panel with the end.
+
+A wheelhouse or a source folder is read only from this host's own install folders
+(CONTROLPANEL_INSTALL_DIRS), resolved here with symlinks followed: the panel checked the
+name as text, the host checks what it really is, whatever the order says."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from django.conf import settings
 
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
+from hardware.runtime.errors import HostRuntimeError
 from hostagent.binaries import install_dir, installed_binary
 from hostagent.context import AgentContext
 from hostagent.panel import PanelPort
@@ -62,6 +67,23 @@ class _LogStream:
         return self.cancel
 
 
+def _confined(wheelhouse: Any, source_dir: Any) -> tuple[str | None, str | None]:
+    """The real paths of the folders an install reads, each inside this host's install folders
+    (PathOutsideInstallFolders otherwise)."""
+    from hardware.runtime.confine import confine_install_folder
+    from hostagent.local import host_install_dirs
+
+    folders: dict[str, str | None] = {}
+    for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)):
+        if value in (None, ""):
+            folders[field] = None
+        elif not isinstance(value, str):
+            raise HostRuntimeError(f"{field}: not a path")
+        else:
+            folders[field] = confine_install_folder(field, value, host_install_dirs())
+    return folders["wheelhouse"], folders["source_dir"]
+
+
 def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
     from hardware.runtime.installs import install_pinned
     from hardware.runtime.installs import run_install as run_steps
@@ -72,6 +94,11 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
     adapter = get_adapter(engine)
     key = install_key(version)
     target = install_dir(engine, key)
+    try:
+        wheelhouse, source_dir = _confined(wheelhouse, source_dir)
+    except HostRuntimeError as exc:
+        panel.finish(op_id, state="failed", error=f"This host refuses the install: {exc.reason}")
+        return
     try:
         steps = adapter.install_steps(
             version,

@@ -20,6 +20,7 @@ OP_HEARTBEAT_S = 10.0
 Handler = Callable[[AgentContext, dict[str, Any]], None]
 HANDLERS: dict[str, Handler] = {
     "switch": switch.run_switch,
+    "launch": switch.run_switch,  # start the active revision: the same preflight, start and health gate
     "stop": stop.run_stop,
     "probe": probe.run_probe,
     "benchmark": benchmark.run_benchmark,

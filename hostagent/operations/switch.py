@@ -44,7 +44,17 @@ def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: Laun
     }
 
 
+def _what(ctx: AgentContext, order: dict[str, Any]) -> str:
+    number, previous = order["revision"]["number"], order.get("previous")
+    if order["kind"] == "launch":  # a start of the active revision (after Stop, or restored after a restart)
+        why = " again after a restart" if (order.get("params") or {}).get("reason") == "restore" else ""
+        return f"starting r{number} on {ctx.host}{why}"
+    return f"switching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else "")
+
+
 def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
+    """A switch to the order's revision, or (kind `launch`) a start of the active revision with
+    nothing to roll back to: preflight, stop what runs, start, wait until healthy, verify."""
     op_id = order["id"]
     launch, previous = order["revision"], order.get("previous")
     installs = order["host"].get("engine_installs") or {}
@@ -90,9 +100,7 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
     try:
         # Nothing below waits for the panel's answer: the reports go from their own thread.
         with sup.watchdog_paused(f"switch to r{number}"), report.in_background() as background:
-            background.log(
-                f"{said}\nswitching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else "")
-            )
+            background.log(f"{said}\n{_what(ctx, order)}")
             started = _start(sup, launch, background.scaled(0.0, 0.9), spec)
     except (EngineStartError, HostRuntimeError) as exc:
         tail = list(getattr(exc, "log_tail", []) or [])
@@ -115,7 +123,12 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
                 op_id,
                 state="failed",
                 result=result,
-                error=f"r{number} did not come up ({reason}); there was no previous revision.",
+                error=f"r{number} did not come up ({reason}); "
+                + (
+                    "nothing serves until it is started again."
+                    if order["kind"] == "launch"
+                    else "there was no previous revision."
+                ),
             )
         else:
             _rollback(ctx, order, result, report, reason)

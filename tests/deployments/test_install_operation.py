@@ -32,7 +32,8 @@ def run(*args: str) -> str:
 
 @pytest.fixture
 def host(db: Any) -> Host:
-    return Host.objects.create(name="gpu-1", nvml_available=True)
+    # The folders its agent reports it lets installs read from (CONTROLPANEL_INSTALL_DIRS).
+    return Host.objects.create(name="gpu-1", nvml_available=True, install_dirs=["/srv/wheels", "/src"])
 
 
 @pytest.fixture
@@ -46,13 +47,13 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def test_install_request_records_an_operation_and_enqueues_it_on_the_hosts_queue(
-    host, operator, sent, django_capture_on_commit_callbacks
+    host, admin_user, sent, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        op = install_request(host=host, engine="vllm", version="v0.22.0", wheelhouse="/srv/wheels/", actor=operator)
+        op = install_request(host=host, engine="vllm", version="v0.22.0", wheelhouse="/srv/wheels/", actor=admin_user)
     op.refresh_from_db()
     assert op.kind == OperationKind.INSTALL and op.state == OperationState.QUEUED and op.exclusive
-    assert op.requested_by == operator and op.revision is None
+    assert op.requested_by == admin_user and op.revision is None
     assert op.params == {
         "engine": "vllm",
         "version": "0.22.0",
@@ -63,7 +64,65 @@ def test_install_request_records_an_operation_and_enqueues_it_on_the_hosts_queue
     assert sent == [
         {"name": "agent.install", "kwargs": {"op_id": str(op.pk)}, "queue": host.queue, "task_id": str(op.pk)}
     ]
-    assert AuditEvent.objects.filter(action="operation.install", object_id=str(op.pk), actor=operator).exists()
+    assert AuditEvent.objects.filter(action="operation.install", object_id=str(op.pk), actor=admin_user).exists()
+
+
+def test_an_operator_installs_from_the_index_only(host, operator, sent, django_capture_on_commit_callbacks):
+    """Fails on the old service: any operator could name a folder on the host, and pip ran
+    what it found there as the agent's user."""
+    with django_capture_on_commit_callbacks(execute=True):
+        op = install_request(host=host, engine="vllm", version="0.22.0", actor=operator)
+    assert op.params["wheelhouse"] is None and op.params["source_dir"] is None and len(sent) == 1
+    Operation.objects.filter(pk=op.pk).update(state=OperationState.SUCCEEDED)
+    for options in (
+        {"engine": "vllm", "version": "0.22.0", "wheelhouse": "/srv/wheels"},
+        {"engine": "llama.cpp", "version": "b7000", "source_dir": "/src/llama.cpp"},
+    ):
+        with pytest.raises(ValidationError) as info:
+            install_request(host=host, actor=operator, **options)
+        (field,) = info.value.message_dict
+        assert field in options and "Only an admin may install from a folder on the host" in info.value.messages[0]
+    assert Operation.objects.count() == 1 and len(sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"wheelhouse": "/tmp/planted"}, "outside the folders gpu-1 allows installs from (/srv/wheels, /src)"),
+        ({"wheelhouse": "/srv/wheels-evil"}, "outside the folders gpu-1 allows"),  # a prefix is not a folder
+        ({"wheelhouse": "/srv/wheels/../../tmp/planted"}, "without '..'"),
+        ({"wheelhouse": "/srv/wheels/\x00"}, "without '..'"),
+    ],
+)
+def test_an_admin_installs_only_from_folders_the_host_reports_it_allows(host, admin_user, sent, options, says):
+    """Fails on the old service: any absolute folder was sent to the host."""
+    with pytest.raises(ValidationError) as info:
+        install_request(host=host, engine="vllm", version="0.22.0", actor=admin_user, **options)
+    assert says in info.value.message_dict["wheelhouse"][0]
+    assert not Operation.objects.exists() and sent == []
+
+
+def test_a_host_that_reports_no_install_folders_allows_none(host, admin_user, sent):
+    host.install_dirs = []
+    host.save()
+    with pytest.raises(ValidationError) as info:
+        install_request(host=host, engine="vllm", version="0.22.0", wheelhouse="/srv/wheels", actor=admin_user)
+    assert info.value.message_dict["wheelhouse"] == [
+        "gpu-1 allows installs from no folder: its agent's CONTROLPANEL_INSTALL_DIRS is not set."
+    ]
+    assert not Operation.objects.exists()
+
+
+def test_the_agent_reports_its_install_folders_and_a_later_report_replaces_them(db):
+    """Fails on the old panel: it kept no install folders."""
+    from hardware.services import host_probe_record
+
+    host = host_probe_record(name="far", facts={"install_dirs": ["/srv/wheels/", "/src"]}, inventory={})
+    assert host.install_dirs == ["/srv/wheels", "/src"]
+    with pytest.raises(ValidationError):
+        host_probe_record(name="far", facts={"install_dirs": ["relative"]}, inventory={})
+    host = host_probe_record(name="far", facts={}, inventory={})  # an agent that reports none allows none
+    assert host.install_dirs == []
 
 
 def test_llama_cpp_source_builds_may_take_the_current_checkout(host, operator, sent):
@@ -89,14 +148,15 @@ def test_llama_cpp_source_builds_may_take_the_current_checkout(host, operator, s
         ("vllm", "0.22.0", {"wheelhouse": "wheels"}, "wheelhouse"),
         ("vllm", "0.22.0", {"source_dir": "/src/vllm"}, "source_dir"),
         ("llama.cpp", "b7000", {"source_dir": "llama.cpp"}, "source_dir"),
+        ("llama.cpp", "b7000", {"source_dir": "/src/llama.cpp", "wheelhouse": "/srv/wheels"}, "wheelhouse"),
         ("ollama", "0.12.3", {"wheelhouse": "/srv/wheels"}, "wheelhouse"),
     ],
 )
 def test_bad_engines_versions_and_paths_are_refused_and_nothing_is_written(
-    host, operator, sent, django_capture_on_commit_callbacks, engine, version, options, field
+    host, admin_user, sent, django_capture_on_commit_callbacks, engine, version, options, field
 ):
     with django_capture_on_commit_callbacks() as callbacks, pytest.raises(ValidationError) as info:
-        install_request(host=host, engine=engine, version=version, actor=operator, **options)
+        install_request(host=host, engine=engine, version=version, actor=admin_user, **options)
     assert field in info.value.message_dict, info.value.message_dict
     assert not Operation.objects.exists()
     assert not AuditEvent.objects.exists()
@@ -148,6 +208,7 @@ def test_the_command_line_refuses_bad_input_with_exit_2(host):
         ["--engine", "tensorrt-llm", "--version", "1.0.0"],
         ["--engine", "vllm", "--version", "0.22"],
         ["--engine", "vllm", "--version", "0.22.0", "--wheelhouse", "relative"],
+        ["--engine", "vllm", "--version", "0.22.0", "--wheelhouse", "/tmp/planted"],
     ):
         with pytest.raises(CommandError) as info:
             run("engine", "install", "--host", host.name, *args)
@@ -159,21 +220,34 @@ def test_the_command_line_refuses_bad_input_with_exit_2(host):
     assert "No engines installed" in run("engine", "list", "--host", host.name)
 
 
+def test_the_command_line_gives_folders_to_admins_only(host, operator, admin_user, sent):
+    """Fails on the old command: `--user <operator> --wheelhouse` was queued."""
+    with pytest.raises(CommandError) as info:
+        run("engine", "install", "--host", host.name, "--engine", "vllm", "--version", "0.22.0",
+            "--wheelhouse", "/srv/wheels", "--user", operator.username)  # fmt: skip
+    assert info.value.returncode == 2 and "Only an admin may install from a folder" in str(info.value)
+    assert not Operation.objects.exists()
+    out = run("engine", "install", "--host", host.name, "--engine", "vllm", "--version", "0.22.0",
+              "--wheelhouse", "/srv/wheels", "--user", admin_user.username)  # fmt: skip
+    assert "queued" in out and Operation.objects.get().params["wheelhouse"] == "/srv/wheels"
+
+
 # --- end to end through the real host agent ------------------------------------------------
 
 
 @pytest.mark.engine
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
-def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, operator, tmp_path: Path):
+def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_user, tmp_path: Path):
     host = lab["host"]
+    assert host.install_dirs == [str(tmp_path / "wheelhouse")]  # as the agent reported them
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     # A tiny stand-in for vLLM (a real wheel with a `vllm` console script), two releases.
     build_wheel(wheelhouse, "vllm", "0.22.0", console_script="vllm")
     build_wheel(wheelhouse, "vllm", "0.23.0", console_script="vllm")
 
-    op = install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(wheelhouse), actor=operator)
+    op = install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(wheelhouse), actor=admin_user)
     seen: list[tuple[str, float, str]] = []
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -186,7 +260,7 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, operator,
     assert op.progress == 1.0
     # The log streamed while the install ran: pip's own lines, step by step.
     running = [(p, log) for state, p, log in seen if state == OperationState.RUNNING]
-    assert any("step 1/3" in log and "Successfully installed" not in log for _, log in running)
+    assert any("step 1/2" in log and "Successfully installed" not in log for _, log in running)
     assert any(0.0 < p < 1.0 for p, _ in running)
     assert "--no-index --find-links " + str(wheelhouse) in op.log
     assert "Successfully installed vllm-0.22.0" in op.log
@@ -201,7 +275,7 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, operator,
     assert subprocess.run([entry["binary"]], capture_output=True, text=True, check=True).stdout.strip() == "0.22.0"
     assert resolve_binary("vllm", "0.22.0", installs=host.engine_installs) == entry["binary"]
     assert op.result["version"] == "0.22.0" and op.result["binary"] == entry["binary"]
-    assert AuditEvent.objects.filter(action="engine.install", host=host, actor=operator).exists()
+    assert AuditEvent.objects.filter(action="engine.install", host=host, actor=admin_user).exists()
     listed = run("engine", "list", "--host", host.name)
     assert "vllm" in listed and "0.22.0" in listed and str(venv) in listed
 

@@ -96,6 +96,35 @@ def test_a_bad_version_says_why_on_the_host_page_and_queues_nothing(client, cpu_
     assert not Operation.objects.exists()
 
 
+def test_folders_on_the_host_are_offered_to_admins_only(client, cpu_host, operator, admin_user, sent) -> None:
+    """Fails on the old page: every operator had a wheel folder field, and a POST with one was queued."""
+    cpu_host.install_dirs = ["/srv/wheels"]
+    cpu_host.save()
+    client.force_login(operator)
+    page = client.get(f"/hosts/{cpu_host.name}/").content.decode()
+    assert 'name="wheelhouse"' not in page and 'name="source_dir"' not in page
+    assert "runs its code there, so it needs an admin" in page
+    response = client.post(
+        f"/hosts/{cpu_host.name}/install/",
+        {"engine": "llama.cpp", "version": "b7000", "source_dir": "/srv/wheels/llama.cpp"},
+        follow=True,
+    )
+    said = "Could not install llama.cpp: source_dir: Only an admin may install from a folder on the host"
+    assert said in response.content.decode()
+    assert not Operation.objects.exists() and sent == []
+
+    client.force_login(admin_user)
+    page = client.get(f"/hosts/{cpu_host.name}/").content.decode()
+    assert "From a folder on the host (admin only)" in page and "<code>/srv/wheels</code>" in page
+    assert 'name="wheelhouse"' in page and 'name="source_dir"' in page
+    asked = {"engine": "llama.cpp", "version": "b7000", "wheelhouse": "/tmp/x"}
+    response = client.post(f"/hosts/{cpu_host.name}/install/", asked, follow=True)
+    assert "outside the folders cpu-1 allows installs from (/srv/wheels)" in response.content.decode()
+    assert not Operation.objects.exists()
+    client.post(f"/hosts/{cpu_host.name}/install/", {**asked, "wheelhouse": "/srv/wheels"})
+    assert Operation.objects.get().params["wheelhouse"] == "/srv/wheels"
+
+
 def test_an_offline_host_offers_no_action_that_needs_its_agent_and_says_why(client, operator, db) -> None:
     client.force_login(operator)
     never = Host.objects.create(name="never-1")
@@ -120,12 +149,12 @@ def test_an_offline_host_offers_no_action_that_needs_its_agent_and_says_why(clie
 @pytest.mark.engine
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
-def test_install_through_the_page_and_the_real_agent(client, lab, operator, tmp_path: Path) -> None:
+def test_install_through_the_page_and_the_real_agent(client, lab, admin_user, tmp_path: Path) -> None:
     host = lab["host"]
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     build_wheel(wheelhouse, "vllm", "0.22.0", console_script="vllm")  # a tiny stand-in for vLLM
-    client.force_login(operator)
+    client.force_login(admin_user)  # a folder on the host: admin only, one the host allows
     response = client.post(
         f"/hosts/{host.name}/install/", {"engine": "vllm", "version": "0.22.0", "wheelhouse": str(wheelhouse)}
     )

