@@ -52,5 +52,5 @@ API_PATH = "/api/"  # where controlpanel/urls.py mounts the automation API (api/
 
 
 def request_source(request: HttpRequest) -> str:
-    """ "api" for the automation API (a personal token acting through /api/), "web" for the pages."""
+    """The source of a request: "api" for the automation API (a personal token through /api/), else "web"."""
     return "api" if request.path_info.startswith(API_PATH) else "web"

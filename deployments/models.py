@@ -328,7 +328,7 @@ class BenchmarkRun(models.Model):
 
     @property
     def profile_label(self) -> str:
-        """"quick", or "quick (custom: c=1,2 n=4)" when the run's numbers were not the profile's."""
+        """The profile as runs are listed: "quick", or "quick (custom: c=1,2 n=4)" when its numbers differ."""
         return profile_label(self.profile, self.profile_name)
 
 

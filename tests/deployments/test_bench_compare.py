@@ -49,7 +49,9 @@ def test_profile_label_names_the_numbers_that_differ():
 
 
 def test_a_run_with_custom_numbers_is_labelled_so_everywhere_and_not_compared_as_the_profile(
-    client, viewer, served  # noqa: F811
+    client,
+    viewer,
+    served,  # noqa: F811
 ):
     r1, r2 = served.revisions.get(number=1), active_revision_of(served)
     named = run_of(r1, profile=quick(), ttft=TTFT)
