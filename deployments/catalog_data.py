@@ -142,9 +142,24 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "family": "Qwen3.5",
             "params_total": 27_000_000_000,
             "params_active": 27_000_000_000,
+            "num_layers": 64,
+            "full_attention_layers": 16,
+            "linear_attention_layers": 48,
             "hidden_size": 5120,
+            "intermediate_size": 17408,
             "num_attention_heads": 24,
+            "num_kv_heads": 4,
+            "head_dim": 256,
+            "vocab_size": 248320,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 48,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "native_context": 262144,
             "has_vision": True,
+            "has_mtp": True,
+            "mtp_num_layers": 1,
             "torch_dtype": "bfloat16",
         },
         "min_engine_versions": {"vllm": "0.17"},
@@ -153,7 +168,11 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "thinking": True,
         "source": f"{SEED1}: BF16 ~56GB; hidden_size 5120, 24 attention heads (TP=6 impossible, TP=4 only); "
         "vision input; vLLM 0.17.1 needs transformers 5.3.0. Parsers: seed 2 (Qwen3.5+ uses qwen3_coder; "
-        "--reasoning-parser qwen3).",
+        "--reasoning-parser qwen3). Architecture from Qwen/Qwen3.5-27B's config.json (text_config) as public code "
+        "reproduces it (THUDM/slime scripts/models/qwen3.5-27B.sh: 64 layers, 24 heads, 4 KV groups of 256, "
+        "hidden 5120, FFN 17408, vocab 248320; a Qwen3.5 dense text_config copied into public tests: "
+        "full_attention_interval 4 = 16 full + 48 Gated DeltaNet layers, 16 key / 48 value heads of 128, conv 4, "
+        "1 MTP layer); native 262,144 (max_position_embeddings; xinference's qwen3.5 model page).",
     },
     {
         "name": "Qwen3.5-35B-A3B",
@@ -167,6 +186,23 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "family": "Qwen3.5",
             "params_total": 35_000_000_000,
             "params_active": 3_000_000_000,
+            "num_layers": 40,
+            "full_attention_layers": 10,
+            "linear_attention_layers": 30,
+            "hidden_size": 2048,
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
+            "num_kv_heads": 2,
+            "head_dim": 256,
+            "vocab_size": 248320,
+            "num_experts": 256,
+            "experts_per_token": 8,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "native_context": 262144,
             "has_vision": True,
             "torch_dtype": "bfloat16",
         },
@@ -175,7 +211,10 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "reasoning_parser": "qwen3",
         "thinking": True,
         "source": f"{SEED1}: MoE, BF16 ~70GB on 4 GPUs; needed max-num-seqs 32 (CUDA graph OOM at the "
-        "default); --enforce-eager dropped 23 to 15 tok/s; ~750 W. Active 3B from the A3B name.",
+        "default); --enforce-eager dropped 23 to 15 tok/s; ~750 W. Active 3B from the A3B name. Architecture "
+        "from the qwen3_5_moe config.json (text_config) as public code checks it: 40 layers (3 Gated DeltaNet : 1 "
+        "full attention = 30 + 10), hidden 2048, 16 heads, 2 KV heads of 256, 256 experts, 8 per token, expert "
+        "FFN 512, vocab 248320, DeltaNet 16 key / 32 value heads of 128, conv 4, max_position_embeddings 262,144.",
     },
     {
         "name": "Qwen3.5-122B-A10B-Q6_K_XL",
@@ -190,21 +229,35 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "family": "Qwen3.5",
             "params_total": 122_000_000_000,
             "params_active": 10_000_000_000,
+            "num_layers": 48,
+            "full_attention_layers": 12,
+            "linear_attention_layers": 36,
+            "hidden_size": 3072,
+            "num_attention_heads": 32,
             "native_context": 262144,
             "has_vision": True,
             "num_kv_heads": 2,
             "head_dim": 256,
-            "linear_num_value_heads": 32,
+            "vocab_size": 248320,
+            "num_experts": 256,
+            "experts_per_token": 8,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 64,
             "linear_key_head_dim": 128,
             "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
         },
         "min_engine_versions": {},
         "tool_call_parser": "qwen3_coder",
         "reasoning_parser": "qwen3",
         "thinking": True,
         "source": f"{SEED1}: Q6_K_XL ~105GB on 6 GPUs via llama.cpp layer split, full native 262K context, "
-        "q8_0 KV, mmproj BF16 871MB, ~48 tok/s, ~920 W. KV heads 2 x head dim 256 and GDN 32 x 128 x 128 "
-        "from the real vLLM block_size (2096) error worked in shared/reference/engines.md section 4.",
+        "q8_0 KV, mmproj BF16 871MB, ~48 tok/s, ~920 W. Architecture from Qwen/Qwen3.5-122B-A10B's config.json "
+        "(text_config) as public code quotes it: 48 layers (every 4th full attention: 12 full + 36 Gated "
+        "DeltaNet), hidden 3072, 32 heads, 2 KV heads of 256, 256 experts, 8 per token, vocab 248320, DeltaNet "
+        "16 key / 64 value heads of 128, conv 4, 262,144 positions; it agrees with the real vLLM block_size (2096) "
+        "error worked in shared/reference/engines.md section 4 (conv dim 12288 and 32 value heads per rank at TP=2, "
+        "so 64 in all). Expert FFN width not found in a config read here: left out.",
     },
     {
         "name": "Qwen3-32B-AWQ",
@@ -214,11 +267,28 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "format": "hf",
         "quantization": "awq-int4",
         "quant_method": "awq",
-        "arch": {"family": "Qwen3", "params_total": 32_000_000_000, "native_context": 32768},
+        "quant_bits": 4,
+        "arch": {
+            "family": "Qwen3",
+            "params_total": 32_000_000_000,
+            "params_active": 32_000_000_000,
+            "num_layers": 64,
+            "full_attention_layers": 64,
+            "hidden_size": 5120,
+            "intermediate_size": 25600,
+            "num_attention_heads": 64,
+            "num_kv_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "native_context": 32768,
+        },
         "tool_call_parser": "hermes",
         "source": f"{SEED2}: the lab's first model (git tag vllm_Qwen3-32B-AWQ); the hermes tool parser "
         "belongs to the older Qwen3 dense generation. Qwen's official AWQ repository; Qwen3 dense models "
-        "are trained for 32,768 tokens (131,072 only with YaRN rope scaling).",
+        "are trained for 32,768 tokens (131,072 only with YaRN rope scaling; config.json says 40,960 positions). "
+        "Architecture from Qwen3-32B's config.json as public code quotes it: 64 layers, hidden 5120, FFN 25600, "
+        "64 heads, 8 KV heads of 128, vocab 151936; AWQ 4-bit (awq-int4). No weight size is recorded: the "
+        "planner estimates it from the parameters and the 4 bits and says so.",
     },
     {
         "name": "Qwen3.6-35B-A3B-AWQ-4bit",
@@ -236,12 +306,23 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "num_layers": 40,
             "full_attention_layers": 10,
             "linear_attention_layers": 30,
+            "hidden_size": 2048,
+            "moe_intermediate_size": 512,
+            "num_attention_heads": 16,
             "num_experts": 256,
             "experts_per_token": 8,
             "num_kv_heads": 2,
+            "head_dim": 256,
+            "vocab_size": 248320,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
             "native_context": 262144,
             "has_vision": True,
             "has_mtp": True,
+            "mtp_num_layers": 1,
         },
         "min_engine_versions": {},
         "tool_call_parser": "qwen3_coder",
@@ -249,7 +330,9 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "thinking": True,
         "source": f"{SEED2}: hybrid MoE, 40 layers (30 GDN + 10 full attention), 256 experts (8 routed + 1 "
         "shared active), 35B total / ~3B active, 2 KV heads, 262,144 native, vision, MTP head, AWQ INT4 "
-        "(awq_marlin), ~20 GB, qwen3_coder.",
+        "(awq_marlin), ~20 GB, qwen3_coder. Head size and the rest from Qwen/Qwen3.6-35B-A3B's config.json "
+        "(revision 995ad96) as a public converter pinned to it checks it: hidden 2048, 16 heads, 2 KV heads of 256, "
+        "expert FFN 512, vocab 248320, DeltaNet 16 key / 32 value heads of 128, conv 4, 1 MTP layer.",
     },
     {
         "name": "Qwen3.8-27B-W4A16-AWQ",
@@ -267,11 +350,21 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
             "num_layers": 64,
             "full_attention_layers": 16,
             "linear_attention_layers": 48,
+            "hidden_size": 5120,
+            "intermediate_size": 17408,
+            "num_attention_heads": 24,
             "num_kv_heads": 4,
-            "head_dim": 128,
+            "head_dim": 256,
+            "vocab_size": 248320,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 48,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
             "native_context": 262144,
             "has_vision": True,
             "has_mtp": True,
+            "mtp_num_layers": 1,
         },
         "min_engine_versions": {"vllm": "0.17"},
         "tool_call_parser": "qwen3_coder",
@@ -283,8 +376,10 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         },
         "source": f"{SEED2}: hybrid dense, 64 layers (48 GDN + 16 full attention), 27B all active, 4 KV "
         "heads, 262,144 native, vision, MTP head (~0.85 GiB BF16), compressed-tensors W4A16 auto-detected, "
-        "19.5 GB, vLLM >= 0.17, qwen3_coder + reasoning parser qwen3, official sampling. head_dim 128 is "
-        "derived: ~8 KiB per token per GPU at fp8 and TP=2 (~2.1 GiB per 262,144-token sequence) "
-        "= 2 x 2 heads x head_dim x 16 layers x 1 byte.",
+        "19.5 GB, vLLM >= 0.17, qwen3_coder + reasoning parser qwen3, official sampling. Shapes from "
+        "Qwen/Qwen3.8-27B's config.json (text_config) as public code transcribes it (the same as Qwen3.6-27B's "
+        "but for transformers_version): 24 heads, 4 KV heads of head_dim 256, hidden 5120, FFN 17408, vocab "
+        "248320, DeltaNet 16 key / 48 value heads of 128, conv 4, 1 MTP layer. The head_dim 128 once derived here "
+        "from the seed's '~8 KiB per token per GPU at fp8, TP=2' contradicts the config: at 256 it is 16 KiB.",
     },
 ]

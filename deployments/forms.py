@@ -125,6 +125,10 @@ def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None 
 PREVIEW_IGNORED = ("message", "tag", "api_key_secret", "hf_token_secret", "parent")
 
 
+def _variant_label(variant: ModelVariant) -> str:
+    return f"{variant.name} (no chat template)" if variant.has_chat_template is False else variant.name
+
+
 class RevisionForm(forms.Form):
     """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines."""
 
@@ -160,6 +164,7 @@ class RevisionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.host = host
         self.fields["model_variant"].queryset = ModelVariant.objects.order_by("is_demo", "family", "name")
+        self.fields["model_variant"].label_from_instance = _variant_label
         names = [("", "(none)")] + [(n, n) for n in host.secrets.order_by("name").values_list("name", flat=True)]
         self.fields["api_key_secret"].choices = names
         self.fields["hf_token_secret"].choices = names
@@ -167,6 +172,18 @@ class RevisionForm(forms.Form):
             for name in PREVIEW_IGNORED:
                 del self.fields[name]
             self.fields["port"].required = False
+
+    def chat_template_warning(self) -> str:
+        """The chosen model's warning when its GGUF has no chat template ("" otherwise)."""
+        chosen = self["model_variant"].value()
+        if isinstance(chosen, ModelVariant):
+            return chosen.chat_template_warning
+        try:
+            pk = int(str(chosen))
+        except (TypeError, ValueError):
+            return ""
+        variant = ModelVariant.objects.filter(pk=pk, has_chat_template=False).first()
+        return variant.chat_template_warning if variant is not None else ""
 
     @classmethod
     def initial_from(cls, revision: Any) -> dict[str, Any]:
@@ -383,7 +400,13 @@ class HfConfigImportForm(forms.Form):
 
 
 class GgufImportForm(forms.Form):
-    path = forms.CharField(max_length=500, label="GGUF file path", help_text="A path the panel can read.")
+    path = forms.CharField(
+        max_length=500,
+        label="GGUF file",
+        help_text="A file name in the model folders (model.gguf, or sub/model.gguf), or an absolute path the panel "
+        "can read.",
+        widget=forms.TextInput(attrs={"list": "gguf-files", "autocomplete": "off"}),
+    )
     name = forms.CharField(max_length=200, required=False, help_text="Empty = the name in the file's header.")
     family = forms.CharField(max_length=100, required=False)
     generation = forms.CharField(max_length=100, required=False)

@@ -53,6 +53,9 @@ class ModelVariant(models.Model):
     sampling_presets = models.JSONField(default=dict, blank=True)  # {"thinking": {...}, "non_thinking": {...}}
     min_engine_versions = models.JSONField(default=dict, blank=True)  # {"vllm": "0.17"}
     mmproj_file = models.CharField(max_length=500, blank=True)
+    # A GGUF's own chat template (tokenizer.chat_template): False = the file has none, so chat requests
+    # get llama.cpp's ChatML fallback (gibberish for most models); None = not a GGUF, or not known.
+    has_chat_template = models.BooleanField(null=True, blank=True)
     source = models.TextField(blank=True, help_text="Where these facts come from.")
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
@@ -87,6 +90,18 @@ class ModelVariant(models.Model):
                 check_json_value(getattr(self, name), field=name)
             except UnsafeValueError as exc:
                 raise ValidationError({name: str(exc)}) from exc
+
+    @property
+    def chat_template_warning(self) -> str:
+        """The warning a GGUF without a chat template gets on the catalog and the revision form ("" if none)."""
+        if self.has_chat_template is not False:
+            return ""
+        return (
+            f"{self.name}: the GGUF has no chat template (tokenizer.chat_template). llama.cpp then formats chats "
+            "as ChatML, which most models answer with gibberish echoing <|im_end|>; the switch refuses such an "
+            "answer. Give the revision chat_template_file (a .jinja file in the model folders), or import a GGUF "
+            "that carries its template."
+        )
 
     @property
     def model_arch(self) -> ModelArch:

@@ -21,6 +21,17 @@ def model_reference(model: ModelVariant, engine: str) -> str:
     return model.repo_id or model.name
 
 
+def launch_knobs(*, engine: str, model: ModelVariant, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The knobs as the launch passes them to the engine: `vision` (a panel-side switch) taken out,
+    and a vision GGUF's projector added as `mmproj` unless the revision turned vision off or names
+    one itself. The planner reads these too, so its findings judge the command the page shows."""
+    knobs = dict(knobs)
+    wants_vision = knobs.pop("vision", True)
+    if engine == "llama.cpp" and model.mmproj_file and wants_vision and "mmproj" not in knobs:
+        knobs["mmproj"] = model.mmproj_file
+    return knobs
+
+
 def engine_config_for_values(
     *,
     engine: str,
@@ -34,11 +45,7 @@ def engine_config_for_values(
     api_key: str | None = None,
     binary: str | None = None,
 ) -> EngineConfig:
-    knobs = dict(knobs)
-    # A vision GGUF needs its projector; serve it unless the revision turned vision off.
-    wants_vision = knobs.pop("vision", True)
-    if engine == "llama.cpp" and model.mmproj_file and wants_vision and "mmproj" not in knobs:
-        knobs["mmproj"] = model.mmproj_file
+    knobs = launch_knobs(engine=engine, model=model, knobs=knobs)
     return EngineConfig(
         engine=engine,
         engine_version=engine_version,

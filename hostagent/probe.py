@@ -6,6 +6,7 @@ driver yields an empty inventory and becomes a CPU-only host, not an error.
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
@@ -20,8 +21,12 @@ def local_host_name() -> str:
 def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
     """Host facts (with the model folders this agent confines engines to, and the folders it
     lets an install read from) and the GPU inventory."""
+    from django.conf import settings
+
+    from hardware.runtime.confine import ensure_default_model_dir
     from hostagent.local import host_install_dirs, host_model_dirs
 
+    ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()
     facts["model_dirs"] = host_model_dirs()
     facts["install_dirs"] = host_install_dirs()

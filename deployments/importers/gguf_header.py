@@ -98,6 +98,9 @@ class GgufImport:
     file_type_name: str | None
     file_size: int
     name: str | None = None
+    # tokenizer.chat_template is set: without it llama.cpp falls back to ChatML, which a model trained
+    # on another format answers with gibberish that echoes the markers (`<|im_end|>`).
+    has_chat_template: bool = False
 
 
 def _shard_paths(path: Path) -> list[Path]:
@@ -413,12 +416,14 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
         }
     )
     name = typed("general.name", "str")
+    template = header.fields.get("tokenizer.chat_template")
     return GgufImport(
         arch=arch,
         kv=facts,
         file_type_name=FILE_TYPES.get(file_type) if file_type is not None else None,
         file_size=file_size,
         name=name or None,
+        has_chat_template=bool(template and template.kind == _STRING and (template.value or b"").strip()),
     )
 
 

@@ -7,6 +7,7 @@ import math
 
 from core.limits import MAX_GPUS
 from deployments.arch import ModelArch
+from deployments.diffing.context import served_context
 from deployments.planner import rules
 from deployments.planner.gpus import GpuSpec
 from deployments.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
@@ -23,6 +24,7 @@ from deployments.planner.kv import (
     llama_layers_from_gguf,
     model_dtype_bytes,
 )
+from deployments.planner.layouts import describe_layout
 from deployments.planner.memory import (
     SGLANG_MEM_FRACTION_DEFAULT,
     GiB,
@@ -244,6 +246,8 @@ def _size_layer_split(ctx: Context) -> None:
     assert n_seq is not None
     ctx.max_num_seqs = n_seq
     if layers is None:
+        # No layer facts, so no KV sizes; the context is still what the knobs say (ctx_size, per slot).
+        ctx.max_model_len = served_context(req.engine, req.knobs, native=ctx.native_context, env=req.env).per_sequence
         _weights_only_layer_split(ctx)
         return
     kv = llama_kv(
@@ -351,6 +355,16 @@ def _report(ctx: Context) -> FitReport:
         overheads_per_gpu=ctx.overheads.to_dict() if ctx.used else {},
         findings=tuple(sorted(ctx.findings, key=lambda f: ("error", "warning", "info").index(f.severity))),
         weights_estimate=ctx.weights_estimate.to_dict() if ctx.weights_estimate else None,
+        layout=describe_layout(
+            ctx.request.engine,
+            tp=s.tp,
+            pp=s.pp,
+            used=len(ctx.used),
+            present=ctx.gpus_present,
+            split_mode=s.split_mode,
+            tensor_split=s.tensor_split,
+            n_gpu_layers=s.n_gpu_layers,
+        ),
     )
 
 

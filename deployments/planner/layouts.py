@@ -56,3 +56,39 @@ def layouts(arch: ModelArch, max_gpus: int) -> list[tuple[int, int]]:
 def full_layouts(arch: ModelArch, gpus: int) -> list[tuple[int, int]]:
     """Valid layouts that use every one of `gpus` GPUs (TP x PP == gpus)."""
     return [(tp, pp) for tp, pp in layouts(arch, gpus) if tp * pp == gpus]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def describe_layout(
+    engine: str,
+    *,
+    tp: int,
+    pp: int,
+    used: int,
+    present: int,
+    split_mode: str = "layer",
+    tensor_split: tuple[float, ...] = (),
+    n_gpu_layers: int | None = None,
+) -> str:
+    """The layout in the engine's own words: TP x PP for vLLM and SGLang; for llama.cpp its
+    --split-mode (layer: whole layers per GPU; row: each layer's rows across GPUs; none: one GPU),
+    --tensor-split shares and how many GPUs hold layers; Ollama splits by layer by itself."""
+    gpus = f"{used} of {present} GPU{'s' if present != 1 else ''}"
+    if engine in ("vllm", "sglang"):
+        return f"TP {tp} × PP {pp} on {gpus}"
+    if not present:
+        return "CPU only"
+    if n_gpu_layers == 0:
+        return f"CPU only (-ngl 0: no layers on the {present} GPU{'s' if present != 1 else ''})"
+    if not used:  # a partial offload of an unknown number of layers: which GPUs hold some is unknown
+        gpus = f"the {present} GPU{'s' if present != 1 else ''}"
+    offload = f", -ngl {n_gpu_layers}" if n_gpu_layers is not None and n_gpu_layers < 999 else ""
+    if engine == "ollama":
+        return f"layer split over {gpus}{offload}"
+    if split_mode == "none":
+        return f"--split-mode none: the whole model on one GPU ({gpus}){offload}"
+    shares = f", --tensor-split {','.join(_number(t) for t in tensor_split)}" if tensor_split else ", by free memory"
+    return f"--split-mode {split_mode} over {gpus}{shares}{offload}"

@@ -38,6 +38,7 @@ class FitReport:
     findings: tuple[Finding, ...] = ()
     # Set when no checkpoint size was known and the weights were estimated from the architecture.
     weights_estimate: dict[str, Any] | None = None
+    layout: str = ""  # in the engine's own words (layouts.describe_layout)
 
     @property
     def has_errors(self) -> bool:
@@ -77,6 +78,7 @@ class FitReport:
             "findings": [f.to_dict() for f in self.findings],
             "has_errors": self.has_errors,
             "weights_estimate": dict(self.weights_estimate) if self.weights_estimate else None,
+            "layout": self.layout,
         }
 
 

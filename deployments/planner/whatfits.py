@@ -27,6 +27,9 @@ class CatalogModel:
     weights_bytes: int
     engine: str = "vllm"
     checkpoint_quant: str | None = None
+    quant_bits: int | None = None  # with checkpoint_quant, what the planner sizes unrecorded weights by
+    quant_group_size: int | None = None
+    quantization: str | None = None  # the catalog's label ("awq-int4", "Q6_K_XL")
     gguf: GgufKvFacts | None = None
     knobs: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"kv_cache_dtype": "fp8"}
     env: Mapping[str, str] = field(default_factory=dict)
@@ -107,6 +110,9 @@ def what_fits(
                     env=dict(env_p2p) | dict(model.env),
                     weights_bytes=model.weights_bytes,
                     checkpoint_quant=model.checkpoint_quant,
+                    quant_bits=model.quant_bits,
+                    quant_group_size=model.quant_group_size,
+                    quantization=model.quantization,
                     gguf=model.gguf,
                 )
                 try:

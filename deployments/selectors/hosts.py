@@ -19,6 +19,7 @@ from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
 from deployments.planner.whatfits import DEFAULT_CONTEXTS
+from deployments.runtime_bridge import launch_knobs
 from deployments.selectors.card_index import (
     GPU_FIELDS,
     HOST_FIELDS,
@@ -371,7 +372,11 @@ def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
                 arch=arch,
                 weights_bytes=weights,  # type: ignore[arg-type]  # None: the planner estimates
                 engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
+                knobs=launch_knobs(engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"), model=v, knobs={}),
                 checkpoint_quant=v.quant_method or None,
+                quant_bits=v.quant_bits,
+                quant_group_size=v.quant_group_size,
+                quantization=v.quantization or None,
                 gguf=gguf,
             )
         )

@@ -120,6 +120,7 @@ def model_variant_import_hub(
                 weights_bytes=imported.file_size or None,
                 arch=imported.arch.to_dict(),
                 gguf_kv=imported.kv.to_dict(),
+                has_chat_template=imported.has_chat_template,
                 source=(
                     f"Read from the hub: {where}, GGUF header of {model.gguf_file} (HTTP ranges); "
                     f"weights: the file size the hub lists."

@@ -12,6 +12,7 @@ same transaction. Bad input raises `ValidationError` keyed by the form field it 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,42 @@ def model_variant_import_hf_config(
     return _save_variant(variant, via="config.json", error_key="config", actor=actor)
 
 
+def panel_model_dirs() -> list[str]:
+    """The model folders of the machine the panel runs on, by the rule its hosts' agents use
+    (CONTROLPANEL_MODEL_DIRS, else data/models, ~/models, the HF cache). In the embedded default that
+    machine is the local host, so a file its engine can open is one the import can read."""
+    from django.conf import settings
+
+    from hardware.runtime.confine import model_dirs_from_env
+    from hardware.runtime.errors import HostRuntimeError
+
+    try:
+        return model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
+    except HostRuntimeError:  # a relative folder in CONTROLPANEL_MODEL_DIRS: the agent refuses it too
+        return []
+
+
+def gguf_files_available() -> list[Any]:
+    """The GGUF files in the panel's model folders (hardware.runtime.confine.ModelFile), for the import page."""
+    from hardware.runtime.confine import model_files
+
+    return model_files(panel_model_dirs())
+
+
+def _gguf_in_model_dirs(name: str) -> Path:
+    """A file name typed without a folder, read in the model folders; nothing outside them."""
+    from hardware.runtime.confine import PathOutsideModelFolders, find_in_model_dirs
+
+    dirs = panel_model_dirs()
+    try:
+        return Path(find_in_model_dirs(name, dirs))
+    except PathOutsideModelFolders as exc:
+        raise ValidationError({"path": str(exc)}) from exc
+    except FileNotFoundError:
+        where = ", ".join(d for d in dirs if os.path.isdir(d)) or "none of them exists yet"
+        raise ValidationError({"path": f"No file named {name} in the model folders ({where})."}) from None
+
+
 @transaction.atomic
 def model_variant_import_gguf(
     *,
@@ -340,7 +377,8 @@ def model_variant_import_gguf(
     generation: str = "",
     actor: Any,
 ) -> ModelVariant:
-    """A new ModelVariant from the header of a GGUF file readable by the panel.
+    """A new ModelVariant from the header of a GGUF file readable by the panel: an absolute path, or a
+    name inside the model folders (`model.gguf`, `sub/model.gguf`; `panel_model_dirs`).
 
     Bad input (a path, or a header that is malformed or implausible) is a ValidationError on
     "path" (or the field it concerns), and nothing is stored."""
@@ -353,10 +391,10 @@ def model_variant_import_gguf(
     if not text:
         raise ValidationError({"path": "Give the path of a .gguf file."})
     file = Path(text)
-    if not file.is_absolute():
-        raise ValidationError({"path": "Give an absolute path (e.g. /models/Qwen3.5-122B-Q6_K_XL.gguf)."})
     if file.suffix.lower() != ".gguf":
         raise ValidationError({"path": "That is not a .gguf file."})
+    if not file.is_absolute():
+        file = _gguf_in_model_dirs(text)
     if not file.is_file():
         raise ValidationError({"path": f"No file at {text}."})
     try:
@@ -376,6 +414,7 @@ def model_variant_import_gguf(
         weights_bytes=imported.file_size,
         arch=imported.arch.to_dict(),
         gguf_kv=imported.kv.to_dict(),
+        has_chat_template=imported.has_chat_template,
         source=f"Imported from the GGUF header of {file}.",
     )
     return _save_variant(variant, via="GGUF header", error_key="path", actor=actor)

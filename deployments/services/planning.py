@@ -6,6 +6,7 @@ from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
+from deployments.runtime_bridge import launch_knobs
 from hardware.models import GPU, GpuType, Host
 
 
@@ -67,8 +68,8 @@ def plan_request(
     knobs: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> PlanRequest:
-    knobs = dict(knobs or {})
-    vision = knobs.pop("vision", None)
+    vision = (knobs or {}).get("vision")
+    knobs = launch_knobs(engine=engine, model=model, knobs=dict(knobs or {}))  # what the command line carries
     return PlanRequest(
         arch=model.model_arch,
         engine=engine,

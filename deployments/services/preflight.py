@@ -15,10 +15,10 @@ from deployments.diffing import fmt
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
-from deployments.models import DeploymentRevision
+from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
 
-__all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight"]
+__all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
 
 def installed_versions(installs: Any, engine: str) -> list[str]:
@@ -128,19 +128,25 @@ def weights_check(revision: DeploymentRevision) -> Check:
     )
 
 
-def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
-    """(weights bytes, KV cache bytes) the engine holds in RAM on a CPU-only host, from the planner's
-    FitReport or its to_dict() (None where unknown)."""
-    weights = revision.model_variant.weights_bytes
+def weights_and_kv(variant: ModelVariant, report: Any) -> tuple[int | None, int | None]:
+    """(weights bytes, KV cache bytes) the engine holds in RAM on a CPU-only host: the variant's
+    imported size and the planner's FitReport (or its to_dict()) KV cache; None where unknown."""
+    weights = variant.weights_bytes
     kv = report.get("kv_cache_bytes") if isinstance(report, dict) else getattr(report, "kv_cache_bytes", None)
     return weights, kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
-def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
-    host = revision.host
+def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
+    """`weights_and_kv` of a revision's model (what the agent's order carries to the host)."""
+    return weights_and_kv(revision.model_variant, report)
+
+
+def ram_check(host: Host, variant: ModelVariant, report: Any) -> Check | None:
+    """Weights + KV cache against a CPU-only host's RAM (None on a GPU host). The switch preflight
+    and the live planner of the New revision form both ask this, so they say the same thing."""
     if not host.cpu_only:
         return None
-    weights, kv = memory_need(revision, report)
+    weights, kv = weights_and_kv(variant, report)
     if weights is None and kv is None:
         return Check("memory", HOST, "The planner has no size for the weights or the KV cache; the host checks none.")
     need = (weights or 0) + (kv or 0)
@@ -148,13 +154,21 @@ def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
     if not host.ram_bytes:
         return Check("memory", HOST, f"CPU-only host: {what}; the host compares it with its available memory.")
     if need > host.ram_bytes:
-        return Check("memory", FAIL, f"CPU-only host: {what} is more than its {fmt.size_bytes(host.ram_bytes)} of RAM.")
+        return Check(
+            "memory",
+            FAIL,
+            f"CPU-only host: {what} is more than its {fmt.size_bytes(host.ram_bytes)} of RAM: does not fit.",
+        )
     return Check(
         "memory",
         OK,
         f"CPU-only host: {what} fits its {fmt.size_bytes(host.ram_bytes)} of RAM; the host re-checks against what is "
         f"available now.",
     )
+
+
+def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
+    return ram_check(revision.host, revision.model_variant, report)
 
 
 def panel_preflight(revision: DeploymentRevision, report: Any = None) -> list[Check]:

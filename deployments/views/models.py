@@ -16,7 +16,12 @@ from controlpanel.roles import OPERATOR, VIEWER, role_required
 from deployments import selectors
 from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm, apply_error
 from deployments.services.hub_imports import model_variant_import_hub
-from deployments.services.imports import model_variant_import_gguf, model_variant_import_hf_config
+from deployments.services.imports import (
+    gguf_files_available,
+    model_variant_import_gguf,
+    model_variant_import_hf_config,
+    panel_model_dirs,
+)
 
 from ._dispatch import by_method
 
@@ -30,7 +35,13 @@ def model_list(request: HttpRequest) -> HttpResponse:
 def _import_page(
     request: HttpRequest, *, hf: HfConfigImportForm, gguf: GgufImportForm, hub: HubImportForm | None = None
 ) -> HttpResponse:
-    context = {"hf_form": hf, "gguf_form": gguf, "hub_form": hub or HubImportForm(prefix="hub")}
+    context = {
+        "hf_form": hf,
+        "gguf_form": gguf,
+        "hub_form": hub or HubImportForm(prefix="hub"),
+        "gguf_files": gguf_files_available(),
+        "model_dirs": panel_model_dirs(),
+    }
     return render(request, "deployments/model_import.html", context)
 
 
@@ -114,6 +125,8 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
     if variant is None:
         return _import_page(request, hf=hf, gguf=gguf, hub=hub)
     messages.success(request, f"Imported {variant.name} into the catalog.")
+    if variant.chat_template_warning:
+        messages.warning(request, variant.chat_template_warning)
     return redirect("deployments:model_list")
 
 

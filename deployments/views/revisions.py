@@ -27,7 +27,7 @@ from deployments.planner import PlanInputError
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.services.operations import HostBusyError
-from deployments.services.preflight import panel_preflight
+from deployments.services.preflight import panel_preflight, ram_check
 from deployments.services.revisions import comment_create, engine_default_port, revision_create
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
@@ -209,7 +209,7 @@ revision_new = by_method(get=revision_new_page, post=revision_create_view)
 
 def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
     host_obj = _host_or_404(host)
-    context: dict[str, Any] = {"report": None, "report_error": "", "errors": [], "launch": None}
+    context: dict[str, Any] = {"report": None, "report_error": "", "errors": [], "launch": None, "memory": None}
     form = RevisionForm(data, host=host_obj, preview=True)
     if not data or not data.get("model_variant"):
         context["report_error"] = "Choose a model and an engine to see how it fits."
@@ -228,6 +228,8 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
         knobs=values["knobs"],
         env=values["env"],
     )
+    if context["report"] is not None:  # the switch preflight's own RAM check, as you type
+        context["memory"] = ram_check(host_obj, values["model_variant"], context["report"])
     try:
         config = engine_config_for_values(
             engine=values["engine"],

@@ -13,7 +13,9 @@ allows nothing unless the host's administrator lists folders.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import HostRuntimeError
@@ -48,6 +50,21 @@ def install_dirs_from_env(environ: Mapping[str, str]) -> list[str]:
     """The folders an install may read a wheelhouse or a source checkout from:
     CONTROLPANEL_INSTALL_DIRS (parsed like CONTROLPANEL_MODEL_DIRS). None by default."""
     return _dirs_setting(environ, INSTALL_DIRS_SETTING) or []
+
+
+def ensure_default_model_dir(environ: Mapping[str, str], *, data_dir: str) -> str | None:
+    """Create the default model folder (the data folder's `models`) so a first GGUF has a place to go.
+
+    Only when CONTROLPANEL_MODEL_DIRS is not set: folders an admin names are theirs to create.
+    Returns the folder, or None when none was due or it could not be made (the host still registers)."""
+    if environ.get("CONTROLPANEL_MODEL_DIRS", "").strip():
+        return None
+    folder = os.path.join(data_dir, "models")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return folder
 
 
 class PathOutsideModelFolders(HostRuntimeError):
@@ -109,3 +126,82 @@ def confine_install_folder(field: str, path: str, install_dirs: Sequence[str]) -
     if not real.is_dir():
         raise PathOutsideInstallFolders(f"{field}: {path} is not a folder on this host")
     return str(real)
+
+
+# --- files in the model folders (the GGUF import reads them by name) ---------------------------
+
+MAX_LISTED = 200  # GGUF files a listing returns
+MAX_VISITED = 5_000  # folder entries a listing looks at, all folders together (a big HF cache stays quick)
+MAX_DEPTH = 6  # HF cache: hub/models--org--name/snapshots/<commit>/file.gguf
+SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    name: str  # what to type: the path relative to its model folder, or absolute when an earlier folder shadows it
+    path: str  # absolute, as found (not resolved: the HF cache's snapshots are links into its blobs)
+    folder: str
+    size: int
+
+
+def find_in_model_dirs(name: str, model_dirs: Sequence[str]) -> str:
+    """The absolute path of `name` (a bare or relative file name) in the first model folder that holds it.
+
+    Raises PathOutsideModelFolders when the name leads out of the folders (`..`, a symlink elsewhere)
+    and FileNotFoundError when no folder holds it."""
+    if not name or os.path.isabs(name) or "\x00" in name:
+        raise PathOutsideModelFolders(f"{name!r} is not a file name inside the model folders")
+    if ".." in Path(name).parts:
+        raise PathOutsideModelFolders(f"{name} leads out of the model folders ('..' is not allowed)")
+    for folder in model_dirs:
+        if not os.path.isabs(folder) or not os.path.isdir(folder):
+            continue
+        candidate = os.path.normpath(os.path.join(folder, name))
+        if not os.path.isfile(candidate):
+            continue
+        confine([("path", candidate)], model_dirs, cwd=None)  # a link in the folder may lead elsewhere
+        return candidate
+    raise FileNotFoundError(name)
+
+
+def model_files(model_dirs: Sequence[str], *, suffix: str = ".gguf") -> list[ModelFile]:
+    """Files ending in `suffix` under the model folders, first folder first, bounded (MAX_LISTED files,
+    MAX_VISITED entries, MAX_DEPTH levels). Links to folders are not followed; links to files are,
+    when they stay inside the folders. Of a split GGUF only the first shard is listed."""
+    found: list[ModelFile] = []
+    seen_names: set[str] = set()
+    visited = 0
+    for folder in model_dirs:
+        if not os.path.isabs(folder) or not os.path.isdir(folder):
+            continue
+        stack: list[tuple[str, int]] = [(folder, 0)]
+        while stack and visited < MAX_VISITED and len(found) < MAX_LISTED:
+            current, depth = stack.pop()
+            try:
+                entries = sorted(os.scandir(current), key=lambda e: e.name, reverse=True)
+            except OSError:
+                continue
+            for entry in entries:
+                visited += 1
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth + 1 < MAX_DEPTH:
+                            stack.append((entry.path, depth + 1))
+                        continue
+                    if not entry.name.lower().endswith(suffix) or not entry.is_file(follow_symlinks=True):
+                        continue
+                    shard = SHARD.search(entry.name)
+                    if shard and shard.group(1) != "00001":
+                        continue
+                    confine([("path", entry.path)], model_dirs, cwd=None)
+                    size = entry.stat(follow_symlinks=True).st_size
+                except (OSError, PathOutsideModelFolders):
+                    continue
+                relative = os.path.relpath(entry.path, folder)
+                name = relative if relative not in seen_names else entry.path
+                seen_names.add(relative)
+                found.append(ModelFile(name=name, path=entry.path, folder=folder, size=size))
+    found.sort(key=lambda f: (model_dirs.index(f.folder), f.name))
+    return found[:MAX_LISTED]

@@ -187,17 +187,52 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# Chat-format markers a model prints as text when the prompt came in a format it was not trained on
+# (a GGUF without tokenizer.chat_template gets llama.cpp's ChatML). A model that knows the format ends
+# its turn with such a marker as a special token, which the engine never puts in the answer's text.
+TEMPLATE_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "[INST]",
+    "[/INST]",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+)
+VERIFY_TOKENS = 16  # measured: Gemma 270M without its template answered "Say hello in one word.<|im_end|>\n<|im_"
+
+
+def echoed_marker(text: str) -> str | None:
+    """The chat-format marker the answer prints as text, or the start of one it was cut inside."""
+    for marker in TEMPLATE_MARKERS:
+        if marker in text:
+            return marker
+    stripped = text.rstrip()
+    for marker in TEMPLATE_MARKERS:
+        if any(stripped.endswith(marker[:cut]) for cut in range(3, len(marker))):
+            return marker
+    return None
+
+
 def verify_chat(
     spec: LaunchSpec,
     *,
     client: httpx.Client | None = None,
-    max_tokens: int = 1,  # one token proves the model answers; each more is a decode step on the switch's clock
+    # Enough tokens for a model that does not know the chat format to show it (see TEMPLATE_MARKERS);
+    # each is a decode step on the switch's clock (milliseconds for a small model).
+    max_tokens: int = VERIFY_TOKENS,
     timeout: float = 60.0,
     prompt: str = "Say hello in one word.",
     api_key: str | None = None,
     log_tail: LogTail | None = None,
 ) -> ChatCheck:
-    """One short chat completion against `spec.chat_url`; EngineVerifyError if it fails."""
+    """One short chat completion against `spec.chat_url`; EngineVerifyError if it fails, or if the answer
+    prints chat-format markers (the model does not know the format it was sent: gibberish to every client)."""
     api_key = api_key if api_key is not None else api_key_from_spec(spec)
     payload: dict[str, Any] = {
         "model": spec.served_name,
@@ -225,5 +260,16 @@ def verify_chat(
             f"the test chat completion answered 200 without a choice: {_short(response.text, 300)}", tail()
         ) from exc
     text = message.get("content") or message.get("reasoning_content") or ""
+    if not isinstance(text, str):
+        text = str(text)
+    marker = echoed_marker(text)
+    if marker is not None:
+        reason = (
+            f"the test chat answer echoes the chat format's markers ({marker}): the model does not know the format "
+            f"the engine sent, and would answer every chat with text like {_short(text, 120)!r}. A GGUF without a "
+            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template_file, "
+            "or use a GGUF that carries its template"
+        )
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
     usage = body.get("usage") or {}
     return ChatCheck(seconds, text, usage.get("completion_tokens"), body.get("model"))

