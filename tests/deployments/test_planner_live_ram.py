@@ -43,9 +43,9 @@ def _preview(client: Any, host: Host, variant: ModelVariant, knobs: str) -> str:
 def test_a_kv_cache_larger_than_ram_does_not_fit_as_you_type(client, viewer, cpu_box, gguf) -> None:
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=196608\nparallel=1")
-    kv = 196_608 * 262_144  # 51.5 GB of KV cache
     assert "Does not fit in this host's RAM" in body
-    assert "weights 4.66 GiB + KV cache 48 GiB = 52.66 GiB" in body  # sizes as every page says them
+    # 196,608 tokens x 262,144 bytes = 48 GiB of KV cache; sizes as every page says them
+    assert "weights 4.66 GiB + KV cache 48 GiB = 52.66 GiB" in body
     assert "more than its 21.89 GiB of RAM" in body
     assert "No findings: it fits." not in body
 
