@@ -1,4 +1,4 @@
-"""Where a change comes from (web, cli, agent, system) and from which address.
+"""Where a change comes from (web, api, cli, agent, system) and from which address.
 
 Set once per request or command; services read it when they write an audit event, so
 no view or command has to pass it along (the idea of Nautobot's ChangeContext).
@@ -44,5 +44,13 @@ class ChangeContextMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         from controlpanel.hardening import client_ip
 
-        with change_context("web", client_ip(request)):
+        with change_context(request_source(request), client_ip(request)):
             return self.get_response(request)
+
+
+API_PATH = "/api/"  # where controlpanel/urls.py mounts the automation API (api/urls.py)
+
+
+def request_source(request: HttpRequest) -> str:
+    """The source of a request: "api" for the automation API (a personal token through /api/), else "web"."""
+    return "api" if request.path_info.startswith(API_PATH) else "web"

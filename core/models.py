@@ -23,7 +23,7 @@ class AuditEvent(models.Model):
     host = models.ForeignKey("hardware.Host", null=True, blank=True, on_delete=models.SET_NULL)
     summary = models.CharField(max_length=300, blank=True)
     data = models.JSONField(default=dict, blank=True)
-    source = models.CharField(max_length=20, default="web")  # web, cli, agent, system
+    source = models.CharField(max_length=20, default="web")  # web, api, cli, agent, system
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 

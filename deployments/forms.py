@@ -494,15 +494,12 @@ class ModelDownloadForm(forms.Form):
     )
 
     def __init__(self, *args: Any, host: Any, **kwargs: Any) -> None:
-        from deployments.choices import ModelFormat
-        from deployments.models import ModelVariant
+        from deployments.services.host_models import download_candidates
 
         super().__init__(*args, **kwargs)
-        hub = ModelVariant.objects.exclude(revision="").exclude(hub_files=[])
-        ollama = ModelVariant.objects.filter(format=ModelFormat.OLLAMA)
         field = self.fields["model"]
         assert isinstance(field, forms.ModelChoiceField)
-        field.queryset = (hub | ollama).exclude(copies__host=host).order_by("name")
+        field.queryset = download_candidates(host=host)
         self.fields["token_secret"].choices = [("", "(none)")] + [
             (s.name, s.name) for s in host.secrets.filter(hub_token=True).order_by("name")
         ]

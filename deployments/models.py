@@ -24,6 +24,7 @@ from core.errors import ImmutableError
 from hardware.models import Host
 
 from .arch import ArchFactError, ModelArch, arch_from_facts
+from .benchmarking.profiles import profile_label
 from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
 from .safety import UnsafeValueError, check_json_value
 
@@ -339,6 +340,11 @@ class BenchmarkRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile_name} on revision {self.revision_id} ({self.status})"
+
+    @property
+    def profile_label(self) -> str:
+        """The profile as runs are listed: "quick", or "quick (custom: c=1,2 n=4)" when its numbers differ."""
+        return profile_label(self.profile, self.profile_name)
 
 
 class EngineLogRun(models.Model):

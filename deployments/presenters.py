@@ -344,6 +344,16 @@ def operation_outcome(op: Operation) -> OperationOutcome:
             css="failed rolled-back",
             note=f"The switch failed and {back} was started again: it is serving, as before.",
         )
+    if op.state == OperationState.FAILED and op.kind == "switch" and result.get("refused"):
+        params = op.params if isinstance(op.params, dict) else {}
+        previous = params.get("previous")
+        numbered = isinstance(previous, int) and not isinstance(previous, bool)
+        serving = f"r{previous} is still serving" if numbered else "nothing was serving, and nothing changed"
+        return OperationOutcome(
+            label=f"Refused, r{previous} still serving" if numbered else "Refused",
+            css="failed refused",
+            note=f"The host refused the switch before it stopped anything: {serving}.",
+        )
     if op.state == OperationState.FAILED and result.get("rollback_failed"):
         return OperationOutcome(
             label="Failed, rollback failed",

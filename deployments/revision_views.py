@@ -50,7 +50,13 @@ def effective_served_name(revision: DeploymentRevision) -> str:
 
 def benchmark_items(revision: DeploymentRevision) -> list[dict[str, Any]]:
     return [
-        {"profile_name": r.profile_name, "status": r.status, "results": r.results, "created_at": r.created_at}
+        {
+            "profile_name": r.profile_name,
+            "profile": r.profile,
+            "status": r.status,
+            "results": r.results,
+            "created_at": r.created_at,
+        }
         for r in revision.benchmark_runs.order_by("-created_at")
     ]
 

@@ -197,12 +197,13 @@ def channel_check(url: str) -> ChannelInfo:
     return ChannelInfo(scheme=scheme, service=str(getattr(plugin, "service_name", "") or SCHEMES[scheme]))
 
 
-def channel_send(url: str, *, title: str, body: str) -> SendResult:
+def channel_send(url: str, *, title: str, body: str, notify_type: str = "info") -> SendResult:
     """Send one message, in this thread. The URL is checked again first (its host may resolve
     elsewhere since it was saved) and every connection the send makes is held to the allowed
     addresses as it is made (addresses.guarded). The error kept is Apprise's account when the
     channel answered (an HTTP status), masked; one sentence for any failure on the way
-    (UNREACHABLE), with the details, masked, in the panel's log."""
+    (UNREACHABLE), with the details, masked, in the panel's log. `notify_type` is Apprise's
+    (info, success, warning, failure: choices.severity of the event)."""
     started = time.monotonic()
     try:
         scheme = channel_check(url).scheme
@@ -211,7 +212,7 @@ def channel_send(url: str, *, title: str, body: str) -> SendResult:
     with _apprise_log() as log, guarded(allowed_networks()) as guard:
         plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
         try:
-            delivered = bool(plugin is not None and plugin.notify(body=body, title=title))
+            delivered = bool(plugin is not None and plugin.notify(body=body, title=title, notify_type=notify_type))
         except Exception as exc:  # a plugin's own bug must not look like a delivery
             log.records.append(logging.makeLogRecord({"msg": f"{type(exc).__name__}: {exc}", "levelno": 40}))
             delivered = False

@@ -3,6 +3,7 @@ from django.db import models
 
 class EventKind(models.TextChoices):
     SWITCH_FAILED = "switch.failed", "Switch failed (nothing rolled back)"
+    SWITCH_REFUSED = "switch.refused", "Switch refused (the old revision kept serving)"
     SWITCH_ROLLED_BACK = "switch.rolled_back", "Switch failed and rolled back"
     ROLLBACK_FAILED = "switch.rollback_failed", "Switch failed and the rollback failed too"
     WATCHDOG_RESTARTED = "watchdog.restarted", "Watchdog restarted the engine"
@@ -14,6 +15,29 @@ class EventKind(models.TextChoices):
     INSTALL_FAILED = "install.failed", "Engine install failed"
     DOWNLOAD_FAILED = "download.failed", "Model download failed"
     TEST = "test", "Test message"
+
+
+# How bad each event is, as Apprise's notify_type (the JSON webhook's "type", a chat's colour or icon).
+SEVERITY: dict[str, str] = {
+    EventKind.SWITCH_FAILED: "failure",
+    EventKind.SWITCH_REFUSED: "warning",
+    EventKind.SWITCH_ROLLED_BACK: "failure",
+    EventKind.ROLLBACK_FAILED: "failure",
+    EventKind.WATCHDOG_RESTARTED: "warning",
+    EventKind.WATCHDOG_RESTART_FAILED: "failure",
+    EventKind.WATCHDOG_GAVE_UP: "failure",
+    EventKind.HOST_OFFLINE: "failure",
+    EventKind.HOST_ONLINE: "success",
+    EventKind.BENCHMARK_REGRESSED: "warning",
+    EventKind.INSTALL_FAILED: "failure",
+    EventKind.DOWNLOAD_FAILED: "failure",
+    EventKind.TEST: "info",
+}
+
+
+def severity(event: str) -> str:
+    """The Apprise notify_type of an event kind ("info" for one this version does not know)."""
+    return SEVERITY.get(event, "info")
 
 
 # What a rule may watch (a test message is sent from the page, never by a rule).

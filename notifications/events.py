@@ -70,8 +70,9 @@ def _rev(number: Any) -> str:
 
 @never_raises
 def operation_event(op: Any) -> Event | None:
-    """A switch or a start that failed (a switch rolled back, or its rollback failed too), an
-    install or a download that failed; None for every other end of an operation."""
+    """A switch or a start that failed (a switch rolled back, or its rollback failed too), a
+    switch the host refused before it stopped anything, an install or a download that failed;
+    None for every other end of an operation."""
     if op.state not in ("failed", "lost"):
         return None
     lost = " (lost: the host's worker stopped in the middle of it)" if op.state == "lost" else ""
@@ -102,8 +103,16 @@ def operation_event(op: Any) -> Event | None:
                 summary=f"Switch of {host.name}{target} failed; rolled back to {previous or 'the previous revision'}.",
                 **common,
             )
-        refused = " (refused on the host before anything was stopped)" if result.get("refused") else lost
-        return Event(kind=EventKind.SWITCH_FAILED, summary=f"Switch of {host.name}{target} failed{refused}.", **common)
+        if result.get("refused") and op.state == "failed":
+            # The host's preflight said no before it stopped anything: what served before serves on.
+            serving = f"{previous} still serving" if previous else "nothing was serving, nothing changed"
+            return Event(
+                kind=EventKind.SWITCH_REFUSED,
+                summary=f"Switch refused: {serving} ({host.name} refused {revision or 'the revision'} "
+                "before anything was stopped).",
+                **common,
+            )
+        return Event(kind=EventKind.SWITCH_FAILED, summary=f"Switch of {host.name}{target} failed{lost}.", **common)
     if op.kind == "launch":  # a start of the active revision (Start, or restored after a restart)
         why = " after the host restarted" if params.get("reason") == "restore" else ""
         refused = " (refused on the host)" if result.get("refused") else lost
@@ -187,7 +196,7 @@ def benchmark_event(run: Any) -> Event | None:
     host = revision.host
     return Event(
         kind=EventKind.BENCHMARK_REGRESSED,
-        summary=f"Benchmark '{run.profile_name}' of {host.name} r{revision.number} is slower than r{before.number}'s.",
+        summary=f"Benchmark '{run.profile_label}' of {host.name} r{revision.number} is slower than r{before.number}'s.",
         host_id=host.pk,
         host_name=host.name,
         revision=f"r{revision.number}",

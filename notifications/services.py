@@ -24,7 +24,7 @@ from core.audit import audit_record
 from core.secrets_mask import mask_text
 from hardware.models import Host
 
-from .choices import RULE_EVENTS, DeliveryState, EventKind
+from .choices import RULE_EVENTS, DeliveryState, EventKind, severity
 from .events import Event, presence_event
 from .messages import Message, absolute, render
 from .models import Channel, Delivery, HostPresence, Rule
@@ -439,7 +439,7 @@ def delivery_send(*, delivery_id: Any) -> str:
         return DeliveryState.FAILED
     from .channels import channel_send
 
-    result = channel_send(url, title=delivery.title, body=delivery.body)
+    result = channel_send(url, title=delivery.title, body=delivery.body, notify_type=severity(delivery.event))
     if not result.delivered:
         log.warning("notification to channel %s failed: %s", delivery.channel_name, result.error)
         if _retry_later(delivery, result.error):

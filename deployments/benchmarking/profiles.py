@@ -194,6 +194,47 @@ def get_profile(name: str) -> BenchmarkProfile:
         raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(PROFILES)}") from None
 
 
+# The numbers that make a load: a run whose numbers differ from its named profile's is another
+# load, labelled as custom and never compared as that profile. (SLOs only add goodput.)
+LOAD_FIELDS = (
+    ("concurrency", "c"),
+    ("request_rate", "rate"),
+    ("max_concurrency", "max-c"),
+    ("num_requests", "n"),
+    ("input_tokens", "in"),
+    ("output_tokens", "out"),
+    ("context_fraction", "ctx"),
+)
+
+
+def _load_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_load_value(v) for v in value)
+    if isinstance(value, float):
+        return _fmt(value)
+    return str(value)
+
+
+def profile_label(profile: Mapping[str, Any] | None, name: str = "") -> str:
+    """How a run's profile reads wherever runs are listed and compared: "quick" when its numbers
+    are the named profile's, "quick (custom: c=1,2 n=4)" naming those that differ, and
+    "custom (c=2 n=4 in=128 out=64)" for a profile of numbers only. A field the stored profile
+    lacks (older runs) counts as the named profile's."""
+    data = profile if isinstance(profile, Mapping) else {}
+    name = str(data.get("name") or name or "custom")
+    base = PROFILES.get(name)
+    if base is None:
+        shown = [f"{short}={_load_value(data[key])}" for key, short in LOAD_FIELDS if data.get(key) is not None]
+        return f"{name} ({' '.join(shown)})" if shown else name
+    named = base.to_dict()
+    differ = [
+        f"{short}={_load_value(data[key])}"
+        for key, short in LOAD_FIELDS
+        if key in data and _load_value(data[key]) != _load_value(named[key])
+    ]
+    return f"{name} (custom: {' '.join(differ)})" if differ else name
+
+
 def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 

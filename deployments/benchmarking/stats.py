@@ -203,3 +203,56 @@ def parse_prometheus_samples(text: str) -> dict[str, float]:
 def mean(values: Iterable[float]) -> float | None:
     items = list(values)
     return sum(items) / len(items) if items else None
+
+
+# --- is a change between two runs more than their own noise? -----------------------------------
+
+NOISE_Z = 1.96  # a two-sided 95 % test
+
+
+def rank_sum_z(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Mann-Whitney U of `b` against `a` as a z score (normal approximation, ties averaged and
+    corrected for); None with fewer than 3 samples a side. Positive: b's values tend higher."""
+    n1, n2 = len(a), len(b)
+    if n1 < 3 or n2 < 3:
+        return None
+    pooled = sorted([(float(v), 0) for v in a] + [(float(v), 1) for v in b])
+    rank_b = 0.0
+    ties = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank = (i + j) / 2 + 1  # the average rank of a run of equal values
+        count = j - i + 1
+        ties += count**3 - count
+        rank_b += rank * sum(1 for _, side in pooled[i : j + 1] if side == 1)
+        i = j + 1
+    n = n1 + n2
+    u = rank_b - n2 * (n2 + 1) / 2
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if variance <= 0:
+        return 0.0
+    return (u - n1 * n2 / 2) / math.sqrt(variance)
+
+
+def within_noise(
+    a: float | None,
+    b: float | None,
+    *,
+    samples_a: Sequence[float] = (),
+    samples_b: Sequence[float] = (),
+    spread: float | None = None,
+) -> bool | None:
+    """Whether the change from `a` to `b` is within the runs' own noise: from the per-request
+    samples when both sides have them (a rank-sum test at 95 %), else whether it is smaller than
+    `spread` (the wider of the two runs' p50..p90 spread); None when neither can tell."""
+    if a is None or b is None:
+        return None
+    z = rank_sum_z(samples_a, samples_b)
+    if z is not None:
+        return abs(z) < NOISE_Z
+    if spread is None:
+        return None
+    return abs(b - a) <= spread

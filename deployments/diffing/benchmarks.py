@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from deployments.benchmarking.profiles import profile_label
 from deployments.diffing import fmt
 from deployments.diffing.rows import CHANGED, SAME, DiffRow, DiffSection
 
@@ -31,9 +32,12 @@ def _run(item: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _profile(item: Mapping[str, Any]) -> str:
+    """The run's profile as profile_label says it: a run with custom numbers is not its named profile."""
     profile = item.get("profile")
     name = item.get("profile_name") or (profile.get("name") if isinstance(profile, Mapping) else None)
-    return str(name or "")
+    if not name:
+        return ""
+    return profile_label(profile if isinstance(profile, Mapping) else None, str(name))
 
 
 def latest_by_profile(runs: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

@@ -39,6 +39,12 @@ def size_bytes(value: Any) -> str:
     return f"{n:.0f} B"
 
 
+def exact_bytes(value: Any) -> str:
+    """51832042176 -> "51,832,042,176 bytes": the exact figure behind a size_bytes()."""
+    n = number(value)
+    return UNKNOWN if n is None else f"{n:,.0f} bytes"
+
+
 def disk_gb(value: Any) -> str:
     """Weights on disk in decimal GB, as model cards state them: "~19.5 GB"."""
     n = number(value)

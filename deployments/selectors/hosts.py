@@ -90,7 +90,7 @@ def bar_width(pct: float | None) -> str:
 
 
 def _gib(value: float | None) -> str:
-    return "" if value is None else f"{value / 1024**3:.1f} GB"
+    return "" if value is None else f"{value / 1024**3:.1f} GiB"
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class HostCard:
             "util": f"{util:.0f}%" if util is not None else "–",
             "util_sort": round(util, 1) if util is not None else -1,
             "util_width": bar_width(util),
-            "memory": f"{sum(used) / 1024**3:.0f} / {total / 1024**3:.0f} GB" if used else "–",
+            "memory": f"{sum(used) / 1024**3:.0f} / {total / 1024**3:.0f} GiB" if used else "–",
             "mem_sort": round(mem_pct, 1) if mem_pct is not None else -1,
             "mem_width": bar_width(mem_pct),
             "power": f"{sum(power):.0f} W" if power else "–",

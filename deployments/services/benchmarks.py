@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -9,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
+from deployments.benchmarking import stats
 from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
@@ -169,6 +172,7 @@ def benchmark_summary(run: BenchmarkRun) -> dict[str, Any]:
         "id": run.pk,
         "revision": run.revision.number,
         "profile": run.profile_name,
+        "profile_label": run.profile_label,
         "status": run.status,
         "levels": [level_summary(level) for level in results.get("levels", [])],
         "energy_j": results.get("energy_j"),
@@ -187,28 +191,120 @@ def _rel(old: float | None, new: float | None) -> float | None:
     return (new - old) / old
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _samples(run: BenchmarkRun, label: Any, sample: Callable[[dict[str, Any]], float | None]) -> list[float]:
+    """One figure per successful request of a level, from the raw timings the run kept."""
+    out = []
+    for record in run.raw if isinstance(run.raw, list) else []:
+        if isinstance(record, dict) and record.get("level") == label and record.get("ok"):
+            value = _number(sample(record))
+            if value is not None:
+                out.append(value)
+    return out
+
+
+def _per_s(record: dict[str, Any], count: Any) -> float | None:
+    e2e, n = _number(record.get("e2e_ms")), _number(count)
+    return n / (e2e / 1000.0) if e2e and n is not None else None
+
+
+def _spread(level: dict[str, Any], key: str) -> float | None:
+    """p50..p90 of one latency of a level, in its own unit."""
+    figures = level.get(key) if isinstance(level.get(key), dict) else {}
+    p50, p90 = _number(figures.get("p50")), _number(figures.get("p90"))
+    return p90 - p50 if p50 is not None and p90 is not None else None
+
+
+def _relative_spread(level: dict[str, Any]) -> float | None:
+    """The end-to-end latency's p50..p90 spread relative to its p50: how much a stream's rate varies."""
+    spread = _spread(level, "e2e_ms")
+    p50 = _number((level.get("e2e_ms") or {}).get("p50")) if isinstance(level.get("e2e_ms"), dict) else None
+    return spread / p50 if spread is not None and p50 else None
+
+
+# (row, path to the figure in a level, per-request sample, the latency whose spread is its noise)
+_COMPARED: tuple[tuple[str, tuple[str, ...], Callable[[dict[str, Any]], float | None], str | None], ...] = (
+    ("output tok/s", ("output_tokens_per_s",), lambda r: _per_s(r, r.get("output_tokens")), None),
+    ("requests/s", ("requests_per_s",), lambda r: _per_s(r, 1), None),
+    ("TTFT p50 ms", ("ttft_ms", "p50"), lambda r: r.get("ttft_ms"), "ttft_ms"),
+    ("TTFT p99 ms", ("ttft_ms", "p99"), lambda r: r.get("ttft_ms"), "ttft_ms"),
+    ("TPOT p50 ms", ("tpot_ms", "p50"), lambda r: r.get("tpot_ms"), "tpot_ms"),
+    ("E2E p90 ms", ("e2e_ms", "p90"), lambda r: r.get("e2e_ms"), "e2e_ms"),
+)
+
+
+def _within_noise(
+    a: BenchmarkRun, b: BenchmarkRun, la: dict[str, Any], lb: dict[str, Any], compared: tuple[Any, ...]
+) -> tuple[bool | None, str]:
+    """Whether a row's change is within the two runs' own noise, and on what that rests."""
+    _, path, sample, latency = compared
+    va, vb = (_number(_dig(level, path)) for level in (la, lb))
+    samples_a, samples_b = _samples(a, la.get("label"), sample), _samples(b, lb.get("label"), sample)
+    if latency is not None:
+        spreads = [_spread(level, latency) for level in (la, lb)]
+    else:  # a throughput: its noise is a stream's, the end-to-end latency's relative spread
+        relative = [_relative_spread(level) for level in (la, lb)]
+        spreads = [r * va for r in relative if r is not None and va is not None]
+    spread = max((x for x in spreads if x is not None), default=None)
+    noise = stats.within_noise(va, vb, samples_a=samples_a, samples_b=samples_b, spread=spread)
+    if noise is None:
+        return None, ""
+    if stats.rank_sum_z(samples_a, samples_b) is not None:
+        return noise, f"rank-sum test on {len(samples_a)} + {len(samples_b)} requests"
+    return noise, "the runs' p50..p90 spread"
+
+
+def _dig(level: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = level
+    for part in path:
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 def benchmark_compare(a: BenchmarkRun, b: BenchmarkRun) -> list[dict[str, Any]]:
-    """Per matching level (same label), the deltas of the headline figures from run a to run b."""
+    """Per matching level (same label), the deltas of the headline figures from run a to run b,
+    each with both sides' sample size (completed requests) and whether the change is within the
+    runs' own noise (`noise`: True, False, or None when nothing tells; `noise_basis` says how)."""
     levels_b = {lvl.get("label"): lvl for lvl in (b.results or {}).get("levels", [])}
     rows = []
     for la in (a.results or {}).get("levels", []):
         lb = levels_b.get(la.get("label"))
         if lb is None:
             continue
-        for key, path in (
-            ("output tok/s", ("output_tokens_per_s",)),
-            ("requests/s", ("requests_per_s",)),
-            ("TTFT p50 ms", ("ttft_ms", "p50")),
-            ("TTFT p99 ms", ("ttft_ms", "p99")),
-            ("TPOT p50 ms", ("tpot_ms", "p50")),
-            ("E2E p90 ms", ("e2e_ms", "p90")),
-        ):
-            va, vb = la, lb
-            for part in path:
-                va = (va or {}).get(part) if isinstance(va, dict) else None
-                vb = (vb or {}).get(part) if isinstance(vb, dict) else None
-            rows.append({"level": la.get("label"), "metric": key, "a": va, "b": vb, "change": _rel(va, vb)})
+        for compared in _COMPARED:
+            va, vb = _dig(la, compared[1]), _dig(lb, compared[1])
+            noise, basis = _within_noise(a, b, la, lb, compared)
+            rows.append(
+                {
+                    "level": la.get("label"),
+                    "metric": compared[0],
+                    "a": va,
+                    "b": vb,
+                    "change": _rel(va, vb),
+                    "n_a": la.get("completed"),
+                    "n_b": lb.get("completed"),
+                    "noise": noise,
+                    "noise_basis": basis,
+                }
+            )
     ja, jb = (a.results or {}).get("joules_per_output_token"), (b.results or {}).get("joules_per_output_token")
     if ja is not None or jb is not None:
-        rows.append({"level": "run", "metric": "J per output token", "a": ja, "b": jb, "change": _rel(ja, jb)})
+        rows.append(
+            {
+                "level": "run",
+                "metric": "J per output token",
+                "a": ja,
+                "b": jb,
+                "change": _rel(ja, jb),
+                "n_a": None,
+                "n_b": None,
+                "noise": None,
+                "noise_basis": "",
+            }
+        )
     return rows

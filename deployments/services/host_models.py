@@ -43,6 +43,35 @@ def downloadable(variant: ModelVariant) -> str:
     return ""
 
 
+def download_candidates(*, host: Any) -> Any:
+    """The catalog models the panel can download to `host`: imported from a hub with their commit
+    and files, or Ollama tags; less those already on it."""
+    hub = ModelVariant.objects.exclude(revision="").exclude(hub_files=[])
+    ollama = ModelVariant.objects.filter(format=ModelFormat.OLLAMA)
+    return (hub | ollama).exclude(copies__host=host).order_by("name")
+
+
+def download_notes(*, host: Any) -> list[str]:
+    """Why the download form offers nothing (or nothing would arrive), each with its fix."""
+    notes = []
+    if not host.model_dirs:
+        notes.append(
+            f"{host.name} reports no model folders, and downloads go into its first one: set "
+            "CONTROLPANEL_MODEL_DIRS for its agent (default data/models) and restart the agent."
+        )
+    if not download_candidates(host=host).exists():
+        hub = ModelVariant.objects.exclude(revision="").exclude(hub_files=[])
+        if hub.exists() or ModelVariant.objects.filter(format=ModelFormat.OLLAMA).exists():
+            notes.append(f"Every model the panel can download is already on {host.name} (listed above).")
+        else:
+            notes.append(
+                "No catalog model can be downloaded yet: the starter catalog's models name a repository "
+                "but not the commit and files a download needs. Import one by repository id (Models → Import, "
+                "or manage.py model import OWNER/NAME), then download it here."
+            )
+    return notes
+
+
 def host_model_of(*, host: Any, variant: ModelVariant) -> HostModel | None:
     return HostModel.objects.filter(host=host, model_variant=variant).first()
 

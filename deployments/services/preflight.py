@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.checks import FAIL, HOST, OK, Check
+from deployments.diffing import fmt
 from deployments.engines.base import EngineConfigError
 from deployments.engines.registry import get_adapter
 from deployments.engines.versions import parse_version
@@ -105,7 +106,7 @@ def weights_check(revision: DeploymentRevision) -> Check:
                 "weights",
                 OK,
                 f"{variant.repo_id}@{variant.revision[:12]} is on the host at {copy.path} "
-                f"({copy.size_bytes:,} bytes, checksums matched the hub's); the host checks it is still there.",
+                f"({fmt.size_bytes(copy.size_bytes)}, checksums matched the hub's); the host checks it is still there.",
             )
         running = download_active(host=revision.host, variant=variant)
         if running is not None:
@@ -120,7 +121,7 @@ def weights_check(revision: DeploymentRevision) -> Check:
         )
     where = variant.gguf_file or variant.repo_id or "?"
     if variant.weights_bytes:
-        size = f"{variant.weights_bytes:,} bytes as imported"
+        size = f"{fmt.size_bytes(variant.weights_bytes)} ({fmt.exact_bytes(variant.weights_bytes)}) as imported"
         return Check("weights", HOST, f"The host checks {where} is there, readable and {size}.")
     return Check(
         "weights", HOST, f"The host checks {where} is there and readable (no size was imported to compare with)."
@@ -149,17 +150,19 @@ def ram_check(host: Host, variant: ModelVariant, report: Any) -> Check | None:
     if weights is None and kv is None:
         return Check("memory", HOST, "The planner has no size for the weights or the KV cache; the host checks none.")
     need = (weights or 0) + (kv or 0)
-    what = f"weights {weights or 0:,} + KV cache {kv or 0:,} = {need:,} bytes"
+    what = f"weights {fmt.size_bytes(weights or 0)} + KV cache {fmt.size_bytes(kv or 0)} = {fmt.size_bytes(need)}"
     if not host.ram_bytes:
         return Check("memory", HOST, f"CPU-only host: {what}; the host compares it with its available memory.")
     if need > host.ram_bytes:
         return Check(
-            "memory", FAIL, f"CPU-only host: {what} is more than its {host.ram_bytes:,} bytes of RAM: does not fit."
+            "memory",
+            FAIL,
+            f"CPU-only host: {what} is more than its {fmt.size_bytes(host.ram_bytes)} of RAM: does not fit.",
         )
     return Check(
         "memory",
         OK,
-        f"CPU-only host: {what} fits its {host.ram_bytes:,} bytes of RAM; the host re-checks against what is "
+        f"CPU-only host: {what} fits its {fmt.size_bytes(host.ram_bytes)} of RAM; the host re-checks against what is "
         f"available now.",
     )
 

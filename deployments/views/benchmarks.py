@@ -268,6 +268,12 @@ def benchmark_export_view(request: HttpRequest, pk: int) -> HttpResponse:
     return response
 
 
+def _completed(run: BenchmarkRun) -> int:
+    """The run's sample size: requests that completed, over its levels."""
+    counts = (level.get("completed") for level in _levels(run) if isinstance(level, dict))
+    return sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool))
+
+
 @require_GET
 @role_required(VIEWER)
 def benchmark_compare_view(request: HttpRequest, a: int, b: int) -> HttpResponse:
@@ -289,6 +295,8 @@ def benchmark_compare_view(request: HttpRequest, a: int, b: int) -> HttpResponse
             "label_b": label_b,
             "rows": rows,
             "chart": chart,
+            "requests_a": _completed(run_a),
+            "requests_b": _completed(run_b),
             "headline_a": safe_headline(run_a.results),
             "headline_b": safe_headline(run_b.results),
         },

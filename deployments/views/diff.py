@@ -9,8 +9,25 @@ from django.views.decorators.http import require_GET
 
 from controlpanel.roles import VIEWER, role_required
 from deployments.forms import DiffPickForm
+from deployments.models import active_revision_of
 from deployments.revision_views import changes_between
 from hardware.models import Host
+
+
+def _default_pair(host: Host) -> dict[str, int]:
+    """What the picker offers first: the active revision (else the newest) against its parent
+    (else the one before it, else the newest other one), older on the left; never a revision
+    against itself unless it is the only one."""
+    revision = active_revision_of(host) or host.revisions.order_by("-number").first()
+    if revision is None:
+        return {}
+    parent = revision.parent if revision.parent_id and revision.parent.host_id == host.pk else None
+    if parent is None:
+        parent = host.revisions.filter(number__lt=revision.number).order_by("-number").first()
+    if parent is None:
+        parent = host.revisions.exclude(pk=revision.pk).order_by("-number").first()
+    numbers = sorted({(parent or revision).number, revision.number})
+    return {"a": numbers[0], "b": numbers[-1]}
 
 
 @require_GET
@@ -18,7 +35,7 @@ from hardware.models import Host
 def revision_diff_pick(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = get_object_or_404(Host, name=host)
     numbers = list(host_obj.revisions.order_by("-number").values_list("number", "tag"))
-    form = DiffPickForm(request.GET or None)
+    form = DiffPickForm(request.GET or None, initial=_default_pair(host_obj))
     if form.is_valid():
         a, b = form.cleaned_data["a"], form.cleaned_data["b"]
         known = {n for n, _ in numbers}

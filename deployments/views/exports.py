@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib import messages
@@ -80,11 +81,36 @@ def revision_exports(request: HttpRequest, host: str, number: int) -> HttpRespon
         context["ansible"] = revision_export(revision, "ansible")
     except NotExportable as exc:
         context["ansible_error"] = str(exc)
-    if request.GET.get("download") == "group_vars" and context["ansible"] is not None:
-        response = HttpResponse(context["ansible"].content, content_type="application/yaml; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{revision.host.name}-r{revision.number}-all.yml"'
-        return response
+    wanted = request.GET.get("download")
+    if wanted is not None:
+        return _download(context, wanted)
     return render(request, "deployments/revision_exports.html", context)
+
+
+def _download(context: dict[str, Any], key: str) -> HttpResponse:
+    """`?download=<key>`: one export of the page as a file with its own name (the page's Download
+    buttons); an export that is not made (or no such key) is a 404."""
+    revision = context["revision"]
+    files = {
+        item["key"]: (item["filename"], item["content"])
+        for item in [*context["clients"], *context["launches"]]
+        if not item["error"] and item["filename"]
+    }
+    if context["ansible"] is not None:
+        files["group_vars"] = (f"{revision.host.name}-r{revision.number}-all.yml", context["ansible"].content)
+    if key not in files:
+        raise Http404("No such export of this revision.")
+    filename, content = files[key]
+    response = HttpResponse(content, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_safe_filename(filename)}"'
+    return response
+
+
+def _safe_filename(name: str) -> str:
+    """The file's own name, without folders or anything a header or a file system would trip on."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", base)[:120]
+    return cleaned if cleaned.strip(".") else "export.txt"
 
 
 def _import_page(request: HttpRequest, host: Host, form: AnsibleImportForm) -> HttpResponse:

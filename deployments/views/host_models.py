@@ -17,7 +17,12 @@ from deployments import presenters
 from deployments.choices import ACTIVE_STATES, OperationKind
 from deployments.forms import ModelDownloadForm
 from deployments.models import HostModel, ModelVariant, Operation
-from deployments.services.host_models import download_request, host_model_delete_request, host_model_list
+from deployments.services.host_models import (
+    download_notes,
+    download_request,
+    host_model_delete_request,
+    host_model_list,
+)
 from hardware.models import Host
 
 from ._dispatch import by_method
@@ -33,6 +38,7 @@ def _page(request: HttpRequest, host: Host, form: ModelDownloadForm, errors: lis
         "form": form,
         "errors": errors,
         "active": active,
+        "notes": download_notes(host=host),
     }
     return render(request, "deployments/host_models.html", context)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from api.models import ApiToken
@@ -214,6 +215,18 @@ def test_a_revision_from_the_api_is_the_parent_with_changes(client, world, opera
     diff = call(client, "GET", "/api/v1/hosts/lab/revisions/1/diff/3/", token).json()
     rows = {r["key"]: r for s in diff["sections"] for r in s["rows"]}
     assert rows["max_model_len"]["old"] == "32768" and rows["max_model_len"]["new"] == "8192"
+
+
+def test_actions_through_the_api_are_audited_as_api_and_pages_as_web(client, world, operator):
+    response = call(client, "POST", "/api/v1/hosts/lab/revisions/", _token(operator), {"set": {}, "message": "api"})
+    assert response.status_code == 201, response.content
+    event = AuditEvent.objects.filter(action="revision.create").latest("pk")
+    assert (event.actor, event.source, event.remote_addr) == (operator, "api", "127.0.0.1")
+    page = Client()
+    page.force_login(operator)
+    assert page.post("/hosts/lab/revisions/3/comment/", {"body": "from the page"}).status_code in (200, 302)
+    latest = AuditEvent.objects.filter(action="revision.comment").latest("pk")
+    assert latest.source == "web"
 
 
 @pytest.mark.parametrize(

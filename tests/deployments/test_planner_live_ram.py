@@ -43,20 +43,20 @@ def _preview(client: Any, host: Host, variant: ModelVariant, knobs: str) -> str:
 def test_a_kv_cache_larger_than_ram_does_not_fit_as_you_type(client, viewer, cpu_box, gguf) -> None:
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=196608\nparallel=1")
-    kv = 196_608 * 262_144  # 51.5 GB of KV cache
     assert "Does not fit in this host's RAM" in body
-    assert f"weights 5,000,000,000 + KV cache {kv:,} = {5_000_000_000 + kv:,} bytes" in body
-    assert f"more than its {RAM:,} bytes of RAM" in body
+    # 196,608 tokens x 262,144 bytes = 48 GiB of KV cache; sizes as every page says them
+    assert "weights 4.66 GiB + KV cache 48 GiB = 52.66 GiB" in body
+    assert "more than its 21.89 GiB of RAM" in body
     assert "No findings: it fits." not in body
 
 
 def test_what_fits_in_ram_says_so_with_the_figures(client, viewer, cpu_box, gguf) -> None:
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=8192\nparallel=1")
-    assert f"fits its {RAM:,} bytes of RAM" in body
+    assert "fits its 21.89 GiB of RAM" in body
     assert "Does not fit" not in body
     gpu_host = Host.objects.create(name="gpu-box", nvml_available=True, ram_bytes=RAM)  # the cache lives in VRAM
-    assert "bytes of RAM" not in _preview(client, gpu_host, gguf, "ctx_size=196608\nparallel=1")
+    assert "CPU-only host:" not in _preview(client, gpu_host, gguf, "ctx_size=196608\nparallel=1")
 
 
 def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, operator, cpu_box, gguf) -> None:

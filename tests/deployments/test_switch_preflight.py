@@ -68,7 +68,8 @@ def test_the_confirmation_shows_the_checks_and_which_the_host_makes(client, cpu_
     page = client.get(f"/hosts/{cpu_host.name}/revisions/{latest.number}/switch/").content.decode()
     assert "Preflight" in page
     assert "llama.cpp at latest runs the newest install on the host: b7000." in page
-    assert "253,113,024 bytes as imported" in page and "m.gguf" in page
+    assert "241.39 MiB (253,113,024 bytes) as imported" in page and "m.gguf" in page
+    assert "CPU-only host: weights 241.39 MiB + KV cache" in page and "of RAM" in page and "8 GiB of RAM" in page
     assert "before it stops anything" in page
     assert "CPU-only host" in page
 
@@ -90,7 +91,7 @@ def test_port_held_by_our_engine_and_memory_as_the_host_reported(cpu_host, opera
     rev.refresh_from_db()
     checks = {c.name: c for c in panel_preflight(rev, {"kv_cache_bytes": 1 << 30})}
     assert checks["port"].status == "ok" and "our own engine (r7)" in checks["port"].message
-    assert checks["memory"].status == "ok" and "fits its 8,589,934,592 bytes" in checks["memory"].message
+    assert checks["memory"].status == "ok" and "fits its 8 GiB of RAM" in checks["memory"].message
     too_big = {c.name: c for c in panel_preflight(rev, {"kv_cache_bytes": 9 << 30})}
     assert too_big["memory"].status == "fail" and "more than its" in too_big["memory"].message
     gpu = Host.objects.create(name="gpu-9", nvml_available=True)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
-from deployments.models import ModelVariant
+from deployments.models import Deployment, ModelVariant
+from deployments.services.revisions import revision_mark_active
 from tests.deployments.test_views_revisions import GOOD_KNOBS, add_bench, add_revision, make_lab
 
 pytestmark = pytest.mark.django_db
@@ -70,6 +73,31 @@ def test_picker_redirects_and_reports_unknown_numbers(client, catalog, operator,
     junk = client.get(url, {"a": "x", "b": "-1"})
     assert junk.status_code == 200 and "errorlist" in junk.content.decode()
     assert client.get(url).status_code == 200
+
+
+def _picked(page: str, field: str) -> list[str]:
+    select = re.search(rf'<select name="{field}">(.*?)</select>', page, re.S)
+    assert select, page
+    return re.findall(r'<option value="(\d+)" selected>', select.group(1))
+
+
+def test_picker_offers_the_active_revision_against_its_parent_never_one_against_itself(
+    client, catalog, operator, viewer
+):
+    host, r1 = make_lab(operator)  # r1 is active
+    r2 = add_revision(host, operator, parent=r1)
+    add_revision(host, operator, parent=r1)  # r3, newer, not active
+    client.force_login(viewer)
+    url = reverse("deployments:revision_diff_pick", args=["lab"])
+    # r1 active, with no parent and none before it: against the newest other one, older on the left.
+    page = client.get(url).content.decode()
+    assert (_picked(page, "a"), _picked(page, "b")) == (["1"], ["3"])
+    revision_mark_active(revision=r2, actor=operator)
+    page = client.get(url).content.decode()
+    assert (_picked(page, "a"), _picked(page, "b")) == (["1"], ["2"])  # r2 against its parent r1, not r3 vs r3
+    Deployment.objects.filter(host=host).update(active_revision=None)
+    page = client.get(url).content.decode()
+    assert (_picked(page, "a"), _picked(page, "b")) == (["1"], ["3"])  # nothing active: the newest, r3, vs r1
 
 
 def test_unknown_revision_is_404(client, catalog, operator, viewer):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,27 @@ def test_exports_page_shows_the_host_launch_or_why_not(client, catalog, operator
     page = client.get(url).content.decode()
     assert "Not exported: no vllm 0.17.0 install is recorded on lab" in page  # never a bare `vllm` unit
     assert "ExecStart=" not in page
+
+
+def test_every_export_has_a_copy_button_and_downloads_as_its_own_file(client, catalog, operator, viewer):
+    make_lab(operator)
+    client.force_login(viewer)
+    url = reverse("deployments:revision_exports", args=["lab", 1])
+    page = client.get(url).content.decode()
+    assert '<script src="/static/js/exports.js" defer></script>' in page
+    targets = re.findall(r'<button type="button" class="secondary" data-copy="([\w-]+)">Copy</button>', page)
+    keys = re.findall(r'href="\?download=([\w-]+)"', page)
+    assert {"opencode", "start-script", "systemd", "group_vars"} <= set(keys), keys
+    assert len(targets) == len(keys) and all(f'id="{t}"' in page for t in targets), targets
+    for key in keys:
+        response = client.get(url, {"download": key})
+        assert response.status_code == 200, key
+        disposition = response["Content-Disposition"]
+        assert re.fullmatch(r'attachment; filename="[A-Za-z0-9._-]+"', disposition), disposition
+        target = "group-vars" if key == "group_vars" else f"text-{key}"
+        shown = re.search(rf'id="{target}">(.*?)</pre>', page, re.S)
+        assert shown and html.unescape(shown.group(1)) == response.content.decode(), key
+    opencode = client.get(url, {"download": "opencode"})
+    assert opencode["Content-Disposition"] == 'attachment; filename="opencode.json"'
+    assert json.loads(opencode.content)["provider"]
+    assert client.get(url, {"download": "nope"}).status_code == 404

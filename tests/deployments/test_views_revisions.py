@@ -112,7 +112,7 @@ def test_detail_shows_command_env_scripts_planner_and_benchmarks(client, catalog
     assert "#!/usr/bin/env bash" in page  # start script
     assert "[Service]" in page and "TimeoutStartSec=600" in page  # systemd unit
     # the planner's report: KV per token, pool, full-length sequences, findings with badges
-    assert "KV per token" in page and "32.0\xa0KB" in page
+    assert "KV per token" in page and '<span class="size" title="32,768 bytes">32 KiB</span>' in page
     assert "Full-length sequences" in page
     assert 'class="badge warning">warning</span> <code>kv.concurrency_short</code>' in page
     # benchmark headline figures

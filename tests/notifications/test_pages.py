@@ -144,9 +144,14 @@ class _Op:
     ("op", "kind", "summary"),
     [
         (
-            _Op("switch", "failed", {"refused": True, "rolled_back": False}, {"revision": 3}),
+            _Op("switch", "failed", {"refused": True, "rolled_back": False}, {"revision": 3, "previous": 2}),
+            "switch.refused",
+            "Switch refused: r2 still serving (gpu-box-1 refused r3 before anything was stopped).",
+        ),
+        (
+            _Op("switch", "failed", {"rolled_back": False}, {"revision": 3}),
             "switch.failed",
-            "Switch of gpu-box-1 to r3 failed (refused on the host before anything was stopped).",
+            "Switch of gpu-box-1 to r3 failed.",
         ),
         (
             _Op("switch", "failed", {"rolled_back": True}, {"revision": 3, "previous": 2}),
