@@ -53,7 +53,7 @@ class EngineLogShipper:
         """Every start in order, from the supervisor's journal: one that failed within a second is
         there too (engine.json names only the engine that runs now, and a failed start is cleared
         from it at once). A state folder from before the journal: the running engine's record."""
-        starts = self.supervisor.state.read_starts()
+        starts: list[dict[str, Any]] = self.supervisor.state.read_starts()
         if starts:
             return starts
         record = self.supervisor.state.read_engine()

@@ -124,8 +124,9 @@ class StateDir:
             "started_at": record.started_at,
             "log_offset": record.log_offset,
         }
-        with open(self.starts_file, "a") as handle:
-            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+        with open(self.starts_file, "a+b") as handle:
+            torn = handle.tell() > 0 and handle.seek(-1, os.SEEK_END) >= 0 and handle.read(1) != b"\n"
+            handle.write((("\n" if torn else "") + json.dumps(entry, sort_keys=True) + "\n").encode())
         starts = self.read_starts()
         if len(starts) > 2 * STARTS_KEPT:
             tmp = self.starts_file.with_name(f".{self.starts_file.name}.{os.getpid()}.tmp")
