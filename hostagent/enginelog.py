@@ -33,8 +33,10 @@ class _Run:
     end: int | None = None  # where this run's output ends (the next start's offset), once known
 
 
-def run_key(record: EngineRecord) -> str:
+def run_key(record: EngineRecord | dict[str, Any]) -> str:
     """A start's name: its time and pid (a watchdog restart is a new start, a new run)."""
+    if isinstance(record, dict):
+        return f"{record.get('started_at')}|{record.get('pid')}"[:80]
     return f"{record.started_at}|{record.pid}"[:80]
 
 
@@ -43,25 +45,50 @@ class EngineLogShipper:
         self.supervisor = supervisor
         self.panel = panel
         self._runs: list[_Run] = []  # the current run last; an earlier one until its tail is sent
+        # Starts before this agent began were shipped by the one before it, except the last,
+        # whose tail may not have been: the panel's answer says where it stands.
+        self._seen: set[str] = {run_key(s) for s in self.supervisor.state.read_starts()[:-1]}
+
+    def _starts(self) -> list[dict[str, Any]]:
+        """Every start in order, from the supervisor's journal: one that failed within a second is
+        there too (engine.json names only the engine that runs now, and a failed start is cleared
+        from it at once). A state folder from before the journal: the running engine's record."""
+        starts: list[dict[str, Any]] = self.supervisor.state.read_starts()
+        if starts:
+            return starts
+        record = self.supervisor.state.read_engine()
+        return (
+            [
+                {
+                    "pid": record.pid,
+                    "started_at": record.started_at,
+                    "engine": record.engine,
+                    "revision_id": record.revision_id,
+                    "revision_label": record.revision_label,
+                    "log_offset": record.log_offset,
+                }
+            ]
+            if record is not None
+            else []
+        )
 
     def _track(self) -> None:
-        record = self.supervisor.state.read_engine()
-        if record is None:
-            return
-        key = run_key(record)
-        if self._runs and self._runs[-1].key == key:
-            return
-        for earlier in self._runs:
-            if earlier.end is None:
-                earlier.end = record.log_offset
-        meta = {
-            "key": key,
-            "engine": record.engine,
-            "revision_id": record.revision_id,
-            "revision_label": record.revision_label,
-            "started_at": record.started_at,
-        }
-        self._runs.append(_Run(key=key, meta=meta, offset=record.log_offset))
+        for start in self._starts():
+            key = run_key(start)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            for earlier in self._runs:
+                if earlier.end is None:
+                    earlier.end = start["log_offset"]
+            meta = {
+                "key": key,
+                "engine": start.get("engine"),
+                "revision_id": start.get("revision_id"),
+                "revision_label": start.get("revision_label"),
+                "started_at": start.get("started_at"),
+            }
+            self._runs.append(_Run(key=key, meta=meta, offset=start["log_offset"]))
 
     def tick(self) -> int:
         """Send what the panel lacks; the number of lines it took."""

@@ -71,3 +71,31 @@ def test_a_switch_log_arrives_survives_an_agent_restart_and_the_next_start_is_it
     second = runs.get(revision=r2)
     assert "n_ctx_slot = 4096" in second.text
     assert _text(first.pk).count(LISTENING) == 1
+
+
+def test_a_failed_start_is_kept_and_listed_with_its_errors(lab, operator: User, client) -> None:
+    """A start that dies at once (llama-server refuses --split-mode tensor on a host with no GPU,
+    0.5 s) still gets its own log on the panel, listed among the earlier starts, and the filter
+    shows its errors: the log one needs is the failed start's."""
+    host = lab["host"]
+    r1 = lab["rev"]("works", 2048)
+    assert wait_done(switch_request(revision=r1, actor=operator)).state == "succeeded"
+    broken = lab["rev"]("exits at once", 2048, split_mode="tensor")
+    assert wait_done(switch_request(revision=broken, actor=operator)).state == "failed"
+    runs = EngineLogRun.objects.filter(host=host)
+    wait_for(
+        lambda: runs.filter(revision=broken, text__contains="exiting due to model loading error").exists(),
+        f"the failed start's log on the panel; {list(runs.values_list('revision_label', 'lines'))}",
+    )
+    failed = runs.get(revision=broken)
+    assert _text(failed.pk).count(LISTENING) == 0  # its own lines, not the next or the previous start's
+    before = runs.filter(revision=r1).order_by("pk").first()
+    assert before is not None and "exiting due to model loading error" not in before.text  # nor in the one before
+
+    client.force_login(operator)
+    page = client.get(f"/hosts/{host.name}/engine-log/")
+    assert page.status_code == 200
+    assert f'href="?run={failed.pk}"' in page.content.decode()  # listed among the starts
+    problems = client.get(f"/hosts/{host.name}/engine-log/?run={failed.pk}&problems=1").content.decode()
+    assert "exiting due to model loading error" in problems  # llama.cpp's "0.00.452 E srv ..." line
+    assert "loading model" not in problems  # its "I srv load_model: loading model" line is not a problem

@@ -5,6 +5,9 @@ Layout of STATE_DIR (one per host; every file is plain JSON or text, no secrets)
                        (masked), URLs, timestamps. Absent = the panel runs no engine.
     engine.log         the engine's stdout+stderr, appended across starts (rotated to
                        engine.log.1 above ROTATE_BYTES when an engine starts)
+    starts.jsonl       one line per engine start, failed ones too (when, pid, revision, where
+                       its output begins in engine.log): the agent ships each start's log
+                       from it, however short-lived; the last STARTS_KEPT are kept
     watchdog.json      the watchdog's restart history (survives a worker restart)
     pauses/*.json      one file per watchdog pause (a switch in progress, a manual pause)
     supervisor.lock    flock()ed while a start/stop runs, across processes
@@ -28,6 +31,7 @@ from .errors import SupervisorBusyError
 from .processes import is_alive, read_stat
 
 ROTATE_BYTES = 64 * 1024 * 1024
+STARTS_KEPT = 50
 
 
 def utc_now_iso() -> str:
@@ -104,6 +108,44 @@ class StateDir:
 
     def clear_engine(self) -> None:
         self.engine_file.unlink(missing_ok=True)
+
+    # starts.jsonl ----------------------------------------------------------------
+    @property
+    def starts_file(self) -> Path:
+        return self.path / "starts.jsonl"
+
+    def record_start(self, record: EngineRecord) -> None:
+        """Note a start the moment it is launched, before it can fail (callers hold the lock)."""
+        entry = {
+            "pid": record.pid,
+            "engine": record.engine,
+            "revision_id": record.revision_id,
+            "revision_label": record.revision_label,
+            "started_at": record.started_at,
+            "log_offset": record.log_offset,
+        }
+        with open(self.starts_file, "a+b") as handle:
+            torn = handle.tell() > 0 and handle.seek(-1, os.SEEK_END) >= 0 and handle.read(1) != b"\n"
+            handle.write((("\n" if torn else "") + json.dumps(entry, sort_keys=True) + "\n").encode())
+        starts = self.read_starts()
+        if len(starts) > 2 * STARTS_KEPT:
+            tmp = self.starts_file.with_name(f".{self.starts_file.name}.{os.getpid()}.tmp")
+            tmp.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in starts[-STARTS_KEPT:]))
+            tmp.replace(self.starts_file)
+
+    def read_starts(self) -> list[dict[str, Any]]:
+        """The recorded starts, oldest first (a line being written is skipped)."""
+        try:
+            text = self.starts_file.read_text()
+        except FileNotFoundError:
+            return []
+        starts = []
+        for line in text.splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and isinstance(entry.get("log_offset"), int):
+                    starts.append(entry)
+        return starts
 
     def rotate_log(self) -> None:
         with contextlib.suppress(FileNotFoundError):

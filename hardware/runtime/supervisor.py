@@ -318,6 +318,31 @@ class Supervisor:
             f"===== argv: {shlex.join(masked)}\n"
             f"===== env: {', '.join(sorted(spec.env)) or '(none added)'}\n"
         )
+        started_at = utc_now_iso()
+
+        def record_for(proc: subprocess.Popen[bytes] | None) -> EngineRecord:
+            stat = read_stat(proc.pid) if proc is not None else None
+            return EngineRecord(
+                pid=proc.pid if proc is not None else 0,
+                pgid=proc.pid if proc is not None else 0,
+                start_ticks=stat.start_ticks if stat else 0,
+                engine=spec.engine,
+                revision_label=revision_label,
+                revision_id=revision_id,
+                served_name=spec.served_name,
+                host=spec.host,
+                port=spec.port,
+                argv=masked,
+                env_keys=sorted(spec.env),
+                health_url=spec.health_url,
+                models_url=spec.models_url,
+                chat_url=spec.chat_url,
+                metrics_url=spec.metrics_url,
+                log_path=str(self.log_path),
+                log_offset=log_offset,
+                started_at=started_at,
+            )
+
         with open(self.log_path, "ab") as log:
             log.write(header.encode())
             log.flush()
@@ -335,30 +360,13 @@ class Supervisor:
             except OSError as exc:
                 message = f"cannot run {masked[0] if masked else '?'}: {exc.strerror or exc}"
                 log.write(f"===== {message}\n".encode())
+                log.flush()
+                self.state.record_start(record_for(None))  # a start that never ran is a start too
                 raise EngineExitedError(message, [message]) from exc
         register_child(proc)
-        stat = read_stat(proc.pid)
-        record = EngineRecord(
-            pid=proc.pid,
-            pgid=proc.pid,
-            start_ticks=stat.start_ticks if stat else 0,
-            engine=spec.engine,
-            revision_label=revision_label,
-            revision_id=revision_id,
-            served_name=spec.served_name,
-            host=spec.host,
-            port=spec.port,
-            argv=masked,
-            env_keys=sorted(spec.env),
-            health_url=spec.health_url,
-            models_url=spec.models_url,
-            chat_url=spec.chat_url,
-            metrics_url=spec.metrics_url,
-            log_path=str(self.log_path),
-            log_offset=log_offset,
-            started_at=utc_now_iso(),
-        )
+        record = record_for(proc)
         self.state.write_engine(record)
+        self.state.record_start(record)
         return record, proc
 
     def _discard(self, record: EngineRecord) -> None:

@@ -1,0 +1,65 @@
+"""'Warnings and errors only' on each engine's own log lines (tests/fixtures/engine_logs/SOURCES.md):
+a line that carries a level is kept for WARNING/ERROR and dropped for INFO, whatever its words say;
+a line without one (llama.cpp with --no-log-prefix, tracebacks, stderr prints) is judged by its words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deployments.services.engine_logs import problem_flags
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engine_logs"
+
+
+def kept(name: str) -> list[int]:
+    """The 1-based numbers of the lines the filter keeps."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    return [i for i, flag in enumerate(problem_flags(lines), start=1) if flag]
+
+
+def levels(name: str, letter_at: int) -> list[int]:
+    """llama.cpp's recorded lines: the numbers of those whose level letter (field `letter_at`) is W or E."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    return [i for i, line in enumerate(lines, start=1) if line.split(" ")[letter_at] in ("W", "E")]
+
+
+@pytest.mark.parametrize("name", ["llamacpp_missing_model.log", "llamacpp_colors.log"])
+def test_llamacpp_lines_with_a_timestamp_are_judged_by_their_level_letter(name: str) -> None:
+    expected = [3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]  # the security warning and every E; no I line
+    assert kept(name) == expected
+    assert levels("llamacpp_missing_model.log", 1) == expected
+
+
+def test_llamacpp_serving_keeps_its_warnings_and_not_its_requests() -> None:
+    lines = (FIXTURES / "llamacpp_serving.log").read_text().splitlines()
+    shown = [lines[i - 1] for i in kept("llamacpp_serving.log")]
+    # the three unprefixed "warning: no usable GPU found" lines, then the W lines; no I line
+    assert shown[:3] == lines[:3]
+    assert [line.split(" ")[1] for line in shown[3:]] == ["W", "W", "W"]
+    assert any("got exception" in line for line in shown)
+
+
+def test_llamacpp_jsonl_uses_its_level_field() -> None:
+    assert kept("llamacpp_jsonl.log") == [3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+
+
+def test_llamacpp_without_prefix_falls_back_on_words() -> None:
+    # No level on any line: the failures are kept by their words, the start-up chatter is not.
+    assert kept("llamacpp_no_prefix.log") == [5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+    assert kept("llamacpp_bad_argument.log") == [1]
+
+
+def test_vllm_levels_decide_and_a_traceback_is_kept_whole() -> None:
+    # 5 is INFO though it says "failed"; 8 is the process's name before its traceback (9-12).
+    assert kept("vllm.log") == [2, 6, 7, 9, 10, 11, 12, 14]
+
+
+def test_sglang_levels_words_and_traceback() -> None:
+    assert kept("sglang.log") == [2, 5, 6, 7, 8, 9]
+
+
+def test_ollama_levels_decide() -> None:
+    # 6 is INFO though it carries `status="llm server error"`.
+    assert kept("ollama.log") == [3, 5]
