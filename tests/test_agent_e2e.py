@@ -22,7 +22,7 @@ from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
-from tests.deployments.test_switch_celery import wait_done
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 API_KEY = "sk-e2e-only-the-engine-and-its-host-know-0123"

@@ -26,9 +26,9 @@ from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
 from hardware.models import EngineSample, Host
 from hostagent.local import supervisor_for
-from tests.deployments.test_switch_celery import wait_done
 from tests.support.agent import AgentProcess
 from tests.support.llama import free_port, gemma_model_path
+from tests.support.operations import wait_done
 from tests.support.panel import PanelServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]

@@ -27,9 +27,9 @@ from deployments.services.secrets import secret_set
 from deployments.services.switch import WeightsMissing, switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
-from tests.deployments.test_switch_celery import wait_done
 from tests.support.fake_hub import FakeHub
 from tests.support.llama import free_port, gemma_model_path
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 REPO = "google/gemma-3-270m-it-GGUF"

@@ -15,7 +15,7 @@ from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.runtime.strays import ENGINE_OWNER_ENV
 from hostagent.local import supervisor_for
-from tests.deployments.test_switch_celery import wait_done
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 

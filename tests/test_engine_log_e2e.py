@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 
 from deployments.models import EngineLogRun
 from deployments.services.switch import switch_request
-from tests.deployments.test_switch_celery import wait_done
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 LISTENING = "listening on http://"

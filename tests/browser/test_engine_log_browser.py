@@ -10,7 +10,7 @@ import pytest
 
 from deployments.services.switch import switch_request
 from tests.browser.chromium import snap
-from tests.deployments.test_switch_celery import wait_done
+from tests.support.operations import wait_done
 
 pytestmark = [
     pytest.mark.browser,

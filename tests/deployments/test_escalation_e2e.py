@@ -18,7 +18,8 @@ from deployments.models import DeploymentRevision, ModelVariant, active_revision
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
-from tests.deployments.test_switch_celery import served_models, wait_done
+from tests.deployments.test_switch_celery import served_models
+from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
