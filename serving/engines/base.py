@@ -141,7 +141,21 @@ class KvCapacity:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class InstallTarget:
+    """Where an engine install goes and what it may use on the host."""
+
+    venv_dir: str  # the install's own folder (a venv for pip engines)
+    python: str = "python3"  # the interpreter that creates the venv
+    wheelhouse: str | None = None  # install offline from this host folder
+    source_dir: str | None = None  # build from this checkout on the host (llama.cpp)
+    cuda: bool = False  # build the CUDA backend (engines that compile)
+
+
 class EngineAdapter(Protocol):
+    """The contract every engine adapter meets. Adapters subclass it explicitly, so the
+    behaviour it gives (install_steps) is written once, here."""
+
     name: str
     default_port: int
 
@@ -174,7 +188,13 @@ class EngineAdapter(Protocol):
         cuda: bool = False,
     ) -> list[InstallStep]:
         """The steps that install this engine at `version` into venv_dir (EngineConfigError
-        when the version or an option does not fit the engine)."""
+        when the version or an option does not fit the engine). Every adapter takes the same
+        options; what it does with them is its `install_plan`."""
+        return self.install_plan(version, InstallTarget(venv_dir, python, wheelhouse, source_dir, cuda))
+
+    def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:
+        """This engine's install steps for `target` (install_steps' options, in one value)."""
+        ...
 
     def install_distribution(self, *, source_dir: str | None = None) -> str | None:
         """The pip distribution to read the installed version back from; None when not a pip install."""

@@ -83,6 +83,14 @@ def runs_code(message: str) -> Callable[[str, Any], list[Concern]]:
     return lambda name, value: [Concern(name, "code", message)] if value is True else []
 
 
+# `--trust-remote-code` (vLLM, SGLang): the engine runs the model repository's own Python.
+TRUST_REMOTE_CODE = KnobSpec(
+    "trust_remote_code",
+    "bool",
+    concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+)
+
+
 def overrides_config(name: str, value: Any) -> list[Concern]:
     return override_concerns(name, value) if isinstance(value, Mapping) else []
 
@@ -232,6 +240,23 @@ def fmt_number(value: int | float) -> str:
 
 def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def flag_value(value: Any) -> str:
+    """A checked knob's value as one argv word: a JSON object compact, a number as typed."""
+    if isinstance(value, dict):
+        return compact_json(value)
+    return fmt_number(value) if isinstance(value, int | float) else str(value)
+
+
+def flag_args(name: str, value: Any, *, negatable: bool = False) -> list[str]:
+    """The argv words of one knob for an engine whose flags are the knob names with dashes
+    (vLLM, SGLang): true is the bare switch, false is `--no-x` where the engine has that form
+    (`negatable`) and nothing otherwise, any other value follows its flag."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + flag[2:]] if negatable else []
+    return [flag, flag_value(value)]
 
 
 def base_env(config: EngineConfig) -> dict[str, str]:

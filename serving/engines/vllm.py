@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
-    InstallStep,
     KvCapacity,
     LaunchSpec,
     shown_value,
@@ -22,19 +22,16 @@ from serving.engines.base import (
 from serving.engines.knobs import (
     MAX_CONTEXT,
     MAX_GPUS,
-    CheckedAdapter,
+    TRUST_REMOTE_CODE,
     KnobSpec,
     base_env,
-    compact_json,
     default_served_name,
-    fmt_number,
+    flag_args,
     openai_launch_spec,
     overrides_config,
-    runs_code,
 )
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
 from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -108,8 +105,6 @@ def _speculative_config(name: str, value: Any) -> list[Concern]:
     return found + override_concerns(name, rest)
 
 
-REMOTE_CODE = "trust_remote_code runs Python code from the model repository"
-
 # CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 
@@ -141,11 +136,7 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("limit_mm_per_prompt", "json"),
         KnobSpec("language_model_only", "bool"),
         KnobSpec("attention_backend", "token"),
-        KnobSpec(
-            "trust_remote_code",
-            "bool",
-            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
-        ),
+        TRUST_REMOTE_CODE,
         KnobSpec("disable_custom_all_reduce", "bool"),
         KnobSpec("mamba_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
         KnobSpec("mamba_ssm_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
@@ -167,7 +158,7 @@ _NEGATABLE = {
 }
 
 
-class VllmAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
+class VllmAdapter(PipAdapter):
     name = "vllm"
     default_port = 8000
     knobs = KNOBS
@@ -206,24 +197,10 @@ class VllmAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
         for name in _FLAG_ORDER:
             if name not in knobs:
                 continue
-            value = knobs[name]
-            flag = "--" + name.replace("_", "-")
-            if name == "attention_backend":
-                if new_attention_flag:
-                    argv += ["--attention-backend", value]
-                else:
-                    env["VLLM_ATTENTION_BACKEND"] = value
-            elif isinstance(value, bool):
-                if value:
-                    argv.append(flag)
-                elif name in _NEGATABLE:
-                    argv.append("--no-" + name.replace("_", "-"))
-            elif isinstance(value, dict):
-                argv += [flag, compact_json(value)]
-            elif isinstance(value, int | float):
-                argv += [flag, fmt_number(value)]
+            if name == "attention_backend" and not new_attention_flag:
+                env["VLLM_ATTENTION_BACKEND"] = knobs[name]
             else:
-                argv += [flag, str(value)]
+                argv += flag_args(name, knobs[name], negatable=name in _NEGATABLE)
         secrets: tuple[str, ...] = ()
         if config.api_key:
             # `--api-key` or env VLLM_API_KEY (cli_args.py); env keeps it out of `ps`.
@@ -278,20 +255,3 @@ class VllmAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
         if max_len is not None:
             details["max_model_len"] = max_len
         return KvCapacity(tokens=tokens, max_concurrency=concurrency, details=details)
-
-    def install_steps(
-        self,
-        version: str,
-        *,
-        venv_dir: str,
-        python: str = "python3",
-        wheelhouse: str | None = None,
-        source_dir: str | None = None,
-        cuda: bool = False,
-    ) -> list[InstallStep]:
-        """vllm into its own venv with an exact pin (the wheels bring their CUDA runtime, so
-        `cuda` changes nothing); `wheelhouse` = install offline from that folder."""
-        if source_dir:
-            raise EngineConfigError("vllm installs from pip; a source folder is for llama.cpp", field="source_dir")
-        pin = f"vllm=={exact_pin(self.name, version)}"
-        return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)
