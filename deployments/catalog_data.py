@@ -129,93 +129,100 @@ GPU_TYPES: list[dict[str, Any]] = [
 SEED1 = "shared/seeds/000 (6 x RTX 3090 lab write-up)"
 SEED2 = "shared/seeds/002 (2 x RTX 5060 Ti lab write-up)"
 
-MODEL_VARIANTS: list[dict[str, Any]] = [
-    {
-        "name": "Qwen3.5-27B",
-        "repo_id": "Qwen/Qwen3.5-27B",
+
+def _qwen35(family: str, *, layers: int, **shape: Any) -> dict[str, Any]:
+    """The architecture of a Qwen3.5-generation model (3.5, 3.6 and 3.8 share it, as their
+    config.json files say): every fourth layer full attention and the rest Gated DeltaNet (16 key
+    heads of 128, value heads of 128, a conv of 4); attention heads of 256, a vocabulary of
+    248,320, 262,144 native positions, vision. `shape` gives the model's own sizes."""
+    return {
+        "family": family,
+        "num_layers": layers,
+        "full_attention_layers": layers // 4,
+        "linear_attention_layers": layers - layers // 4,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "linear_num_key_heads": 16,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "native_context": 262144,
+        "has_vision": True,
+        **shape,
+    }
+
+
+# What every Qwen3.5-generation model is served with (seed 2: Qwen3.5 and later take the
+# qwen3_coder tool parser and `--reasoning-parser qwen3`; they think unless told not to).
+QWEN35_CHAT: dict[str, Any] = {"tool_call_parser": "qwen3_coder", "reasoning_parser": "qwen3", "thinking": True}
+
+# Qwen3.5-27B's shape, which Qwen3.8-27B keeps (its config differs only in transformers_version).
+_DENSE_27B: dict[str, Any] = {
+    "params_total": 27_000_000_000,
+    "params_active": 27_000_000_000,
+    "hidden_size": 5120,
+    "intermediate_size": 17408,
+    "num_attention_heads": 24,
+    "num_kv_heads": 4,
+    "linear_num_value_heads": 48,
+    "has_mtp": True,
+    "mtp_num_layers": 1,
+}
+# Qwen3.5-35B-A3B's shape, which Qwen3.6-35B-A3B keeps.
+_MOE_35B_A3B: dict[str, Any] = {
+    "params_total": 35_000_000_000,
+    "params_active": 3_000_000_000,
+    "hidden_size": 2048,
+    "moe_intermediate_size": 512,
+    "num_attention_heads": 16,
+    "num_kv_heads": 2,
+    "num_experts": 256,
+    "experts_per_token": 8,
+    "linear_num_value_heads": 32,
+}
+
+
+def _qwen35_bf16(name: str, *, weights_gb: int, arch: dict[str, Any], source: str) -> dict[str, Any]:
+    """One of Qwen's own BF16 releases of a Qwen3.5 model (`Qwen/<name>` on the hub); vLLM serves
+    them from 0.17 (seed 1: 0.17.1 with transformers 5.3.0)."""
+    return {
+        "name": name,
+        "repo_id": f"Qwen/{name}",
         "family": "Qwen3.5",
         "generation": "Qwen3.5",
         "format": "hf",
         "quantization": "bf16",
-        "weights_bytes": 56 * GB,
-        "arch": {
-            "family": "Qwen3.5",
-            "params_total": 27_000_000_000,
-            "params_active": 27_000_000_000,
-            "num_layers": 64,
-            "full_attention_layers": 16,
-            "linear_attention_layers": 48,
-            "hidden_size": 5120,
-            "intermediate_size": 17408,
-            "num_attention_heads": 24,
-            "num_kv_heads": 4,
-            "head_dim": 256,
-            "vocab_size": 248320,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 48,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "native_context": 262144,
-            "has_vision": True,
-            "has_mtp": True,
-            "mtp_num_layers": 1,
-            "torch_dtype": "bfloat16",
-        },
+        "weights_bytes": weights_gb * GB,
+        "arch": arch,
         "min_engine_versions": {"vllm": "0.17"},
-        "tool_call_parser": "qwen3_coder",
-        "reasoning_parser": "qwen3",
-        "thinking": True,
-        "source": f"{SEED1}: BF16 ~56GB; hidden_size 5120, 24 attention heads (TP=6 impossible, TP=4 only); "
+        **QWEN35_CHAT,
+        "source": source,
+    }
+
+
+MODEL_VARIANTS: list[dict[str, Any]] = [
+    _qwen35_bf16(
+        "Qwen3.5-27B",
+        weights_gb=56,
+        arch=_qwen35("Qwen3.5", layers=64, **_DENSE_27B, torch_dtype="bfloat16"),
+        source=f"{SEED1}: BF16 ~56GB; hidden_size 5120, 24 attention heads (TP=6 impossible, TP=4 only); "
         "vision input; vLLM 0.17.1 needs transformers 5.3.0. Parsers: seed 2 (Qwen3.5+ uses qwen3_coder; "
         "--reasoning-parser qwen3). Architecture from Qwen/Qwen3.5-27B's config.json (text_config) as public code "
         "reproduces it (THUDM/slime scripts/models/qwen3.5-27B.sh: 64 layers, 24 heads, 4 KV groups of 256, "
         "hidden 5120, FFN 17408, vocab 248320; a Qwen3.5 dense text_config copied into public tests: "
         "full_attention_interval 4 = 16 full + 48 Gated DeltaNet layers, 16 key / 48 value heads of 128, conv 4, "
         "1 MTP layer); native 262,144 (max_position_embeddings; xinference's qwen3.5 model page).",
-    },
-    {
-        "name": "Qwen3.5-35B-A3B",
-        "repo_id": "Qwen/Qwen3.5-35B-A3B",
-        "family": "Qwen3.5",
-        "generation": "Qwen3.5",
-        "format": "hf",
-        "quantization": "bf16",
-        "weights_bytes": 70 * GB,
-        "arch": {
-            "family": "Qwen3.5",
-            "params_total": 35_000_000_000,
-            "params_active": 3_000_000_000,
-            "num_layers": 40,
-            "full_attention_layers": 10,
-            "linear_attention_layers": 30,
-            "hidden_size": 2048,
-            "moe_intermediate_size": 512,
-            "num_attention_heads": 16,
-            "num_kv_heads": 2,
-            "head_dim": 256,
-            "vocab_size": 248320,
-            "num_experts": 256,
-            "experts_per_token": 8,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "native_context": 262144,
-            "has_vision": True,
-            "torch_dtype": "bfloat16",
-        },
-        "min_engine_versions": {"vllm": "0.17"},
-        "tool_call_parser": "qwen3_coder",
-        "reasoning_parser": "qwen3",
-        "thinking": True,
-        "source": f"{SEED1}: MoE, BF16 ~70GB on 4 GPUs; needed max-num-seqs 32 (CUDA graph OOM at the "
+    ),
+    _qwen35_bf16(
+        "Qwen3.5-35B-A3B",
+        weights_gb=70,
+        arch=_qwen35("Qwen3.5", layers=40, **_MOE_35B_A3B, torch_dtype="bfloat16"),
+        source=f"{SEED1}: MoE, BF16 ~70GB on 4 GPUs; needed max-num-seqs 32 (CUDA graph OOM at the "
         "default); --enforce-eager dropped 23 to 15 tok/s; ~750 W. Active 3B from the A3B name. Architecture "
         "from the qwen3_5_moe config.json (text_config) as public code checks it: 40 layers (3 Gated DeltaNet : 1 "
         "full attention = 30 + 10), hidden 2048, 16 heads, 2 KV heads of 256, 256 experts, 8 per token, expert "
         "FFN 512, vocab 248320, DeltaNet 16 key / 32 value heads of 128, conv 4, max_position_embeddings 262,144.",
-    },
+    ),
     {
         "name": "Qwen3.5-122B-A10B-Q6_K_XL",
         "family": "Qwen3.5",
@@ -225,32 +232,20 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "gguf_file": "Qwen3.5-122B-A10B-UD-Q6_K_XL.gguf",
         "weights_bytes": 105 * GB,
         "mmproj_file": "mmproj-BF16.gguf",
-        "arch": {
-            "family": "Qwen3.5",
-            "params_total": 122_000_000_000,
-            "params_active": 10_000_000_000,
-            "num_layers": 48,
-            "full_attention_layers": 12,
-            "linear_attention_layers": 36,
-            "hidden_size": 3072,
-            "num_attention_heads": 32,
-            "native_context": 262144,
-            "has_vision": True,
-            "num_kv_heads": 2,
-            "head_dim": 256,
-            "vocab_size": 248320,
-            "num_experts": 256,
-            "experts_per_token": 8,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 64,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-        },
+        "arch": _qwen35(
+            "Qwen3.5",
+            layers=48,
+            params_total=122_000_000_000,
+            params_active=10_000_000_000,
+            hidden_size=3072,
+            num_attention_heads=32,
+            num_kv_heads=2,
+            num_experts=256,
+            experts_per_token=8,
+            linear_num_value_heads=64,
+        ),
         "min_engine_versions": {},
-        "tool_call_parser": "qwen3_coder",
-        "reasoning_parser": "qwen3",
-        "thinking": True,
+        **QWEN35_CHAT,
         "source": f"{SEED1}: Q6_K_XL ~105GB on 6 GPUs via llama.cpp layer split, full native 262K context, "
         "q8_0 KV, mmproj BF16 871MB, ~48 tok/s, ~920 W. Architecture from Qwen/Qwen3.5-122B-A10B's config.json "
         "(text_config) as public code quotes it: 48 layers (every 4th full attention: 12 full + 36 Gated "
@@ -299,35 +294,9 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "quantization": "awq-int4",
         "quant_method": "awq",
         "weights_bytes": 20 * GB,
-        "arch": {
-            "family": "Qwen3.6",
-            "params_total": 35_000_000_000,
-            "params_active": 3_000_000_000,
-            "num_layers": 40,
-            "full_attention_layers": 10,
-            "linear_attention_layers": 30,
-            "hidden_size": 2048,
-            "moe_intermediate_size": 512,
-            "num_attention_heads": 16,
-            "num_experts": 256,
-            "experts_per_token": 8,
-            "num_kv_heads": 2,
-            "head_dim": 256,
-            "vocab_size": 248320,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "native_context": 262144,
-            "has_vision": True,
-            "has_mtp": True,
-            "mtp_num_layers": 1,
-        },
+        "arch": _qwen35("Qwen3.6", layers=40, **_MOE_35B_A3B, has_mtp=True, mtp_num_layers=1),
         "min_engine_versions": {},
-        "tool_call_parser": "qwen3_coder",
-        "reasoning_parser": "qwen3",
-        "thinking": True,
+        **QWEN35_CHAT,
         "source": f"{SEED2}: hybrid MoE, 40 layers (30 GDN + 10 full attention), 256 experts (8 routed + 1 "
         "shared active), 35B total / ~3B active, 2 KV heads, 262,144 native, vision, MTP head, AWQ INT4 "
         "(awq_marlin), ~20 GB, qwen3_coder. Head size and the rest from Qwen/Qwen3.6-35B-A3B's config.json "
@@ -343,33 +312,9 @@ MODEL_VARIANTS: list[dict[str, Any]] = [
         "quantization": "w4a16",
         "quant_method": "compressed-tensors",
         "weights_bytes": int(19.5 * GB),
-        "arch": {
-            "family": "Qwen3.8",
-            "params_total": 27_000_000_000,
-            "params_active": 27_000_000_000,
-            "num_layers": 64,
-            "full_attention_layers": 16,
-            "linear_attention_layers": 48,
-            "hidden_size": 5120,
-            "intermediate_size": 17408,
-            "num_attention_heads": 24,
-            "num_kv_heads": 4,
-            "head_dim": 256,
-            "vocab_size": 248320,
-            "linear_num_key_heads": 16,
-            "linear_num_value_heads": 48,
-            "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4,
-            "native_context": 262144,
-            "has_vision": True,
-            "has_mtp": True,
-            "mtp_num_layers": 1,
-        },
+        "arch": _qwen35("Qwen3.8", layers=64, **_DENSE_27B),
         "min_engine_versions": {"vllm": "0.17"},
-        "tool_call_parser": "qwen3_coder",
-        "reasoning_parser": "qwen3",
-        "thinking": True,
+        **QWEN35_CHAT,
         "sampling_presets": {
             "thinking": {"temperature": 1.0, "top_p": 0.95, "top_k": 20},
             "non_thinking": {"temperature": 0.7, "top_p": 0.8, "presence_penalty": 1.5},
