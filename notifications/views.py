@@ -6,26 +6,17 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, role_required
-from core.http import by_method
+from core.http import by_method, form_save
 
 from . import selectors, services
 from .choices import DeliveryState
 from .forms import ChannelForm, RuleForm
 from .models import Channel, Rule
-
-
-def _apply_error(form: Any, exc: ValidationError) -> None:
-    if hasattr(exc, "error_dict"):
-        for key, errors in exc.message_dict.items():
-            form.add_error(key if key in form.fields else None, errors)
-    else:
-        form.add_error(None, exc.messages)
 
 
 def _deliveries_context() -> dict[str, Any]:
@@ -69,20 +60,16 @@ def channel_new_page(request: HttpRequest) -> HttpResponse:
 @role_required(ADMIN)
 def channel_new_submit(request: HttpRequest) -> HttpResponse:
     form = ChannelForm(request.POST)
-    if form.is_valid():
-        try:
-            channel = services.channel_create(
-                name=form.cleaned_data["name"],
-                url=form.cleaned_data["url"],
-                enabled=form.cleaned_data["enabled"],
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            _apply_error(form, exc)
-        else:
-            messages.success(request, f"Channel {channel.name} ({channel.service}) added. Send it a test message.")
-            return redirect("notifications:index")
-    return _channel_page(request, form, None, status=400)
+    channel = form_save(
+        form,
+        lambda data: services.channel_create(
+            name=data["name"], url=data["url"], enabled=data["enabled"], actor=request.user
+        ),
+    )
+    if channel is None:
+        return _channel_page(request, form, None, status=400)
+    messages.success(request, f"Channel {channel.name} ({channel.service}) added. Send it a test message.")
+    return redirect("notifications:index")
 
 
 @require_GET
@@ -98,22 +85,17 @@ def channel_edit_page(request: HttpRequest, pk: UUID) -> HttpResponse:
 def channel_edit_submit(request: HttpRequest, pk: UUID) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=pk)
     form = ChannelForm(request.POST, editing=True)
-    if form.is_valid():
-        try:
-            services.channel_update(
-                channel=channel,
-                name=form.cleaned_data["name"],
-                url=form.cleaned_data["url"] or "",
-                enabled=form.cleaned_data["enabled"],
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            _apply_error(form, exc)
-            channel.refresh_from_db()
-        else:
-            messages.success(request, f"Channel {channel.name} saved.")
-            return redirect("notifications:index")
-    return _channel_page(request, form, channel, status=400)
+    saved = form_save(
+        form,
+        lambda data: services.channel_update(
+            channel=channel, name=data["name"], url=data["url"] or "", enabled=data["enabled"], actor=request.user
+        ),
+    )
+    if saved is None:
+        channel.refresh_from_db()  # a refused update may have changed the object in memory
+        return _channel_page(request, form, channel, status=400)
+    messages.success(request, f"Channel {saved.name} saved.")
+    return redirect("notifications:index")
 
 
 @require_POST
@@ -143,8 +125,7 @@ def _rule_page(request: HttpRequest, form: RuleForm, rule: Rule | None, status: 
 
 
 def _rule_save(request: HttpRequest, form: RuleForm, rule: Rule | None) -> HttpResponse:
-    if form.is_valid():
-        data = form.cleaned_data
+    def save(data: dict[str, Any]) -> Rule:
         fields = {
             "channel": data["channel"],
             "host": data["host"],
@@ -153,17 +134,12 @@ def _rule_save(request: HttpRequest, form: RuleForm, rule: Rule | None) -> HttpR
             "enabled": data["enabled"],
             "actor": request.user,
         }
-        try:
-            if rule is None:
-                services.rule_create(**fields)
-            else:
-                services.rule_update(rule=rule, **fields)
-        except ValidationError as exc:
-            _apply_error(form, exc)
-        else:
-            messages.success(request, "Rule saved.")
-            return redirect("notifications:index")
-    return _rule_page(request, form, rule, status=400)
+        return services.rule_create(**fields) if rule is None else services.rule_update(rule=rule, **fields)
+
+    if form_save(form, save) is None:
+        return _rule_page(request, form, rule, status=400)
+    messages.success(request, "Rule saved.")
+    return redirect("notifications:index")
 
 
 @require_GET

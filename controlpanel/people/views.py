@@ -15,18 +15,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, role_required
-from core.http import by_method
+from core.http import by_method, form_save
 
 from . import services
 from .forms import PersonCreateForm, RoleForm
-
-
-def _apply_error(form: Any, exc: ValidationError) -> None:
-    if hasattr(exc, "error_dict"):
-        for key, errors in exc.message_dict.items():
-            form.add_error(key if key in form.fields else None, errors)
-    else:
-        form.add_error(None, exc.messages)
 
 
 def _target(username: str) -> Any:
@@ -65,19 +57,15 @@ def person_add_page(request: HttpRequest) -> HttpResponse:
 @role_required(ADMIN)
 def person_add_submit(request: HttpRequest) -> HttpResponse:
     form = PersonCreateForm(request.POST)
-    if form.is_valid():
-        try:
-            new = services.person_create(
-                username=form.cleaned_data["username"],
-                email=form.cleaned_data["email"],
-                role=form.cleaned_data["role"],
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            _apply_error(form, exc)
-        else:
-            return _password_page(request, new, created=True)
-    return render(request, "people/add.html", {"form": form}, status=400)
+    new = form_save(
+        form,
+        lambda data: services.person_create(
+            username=data["username"], email=data["email"], role=data["role"], actor=request.user
+        ),
+    )
+    if new is None:
+        return render(request, "people/add.html", {"form": form}, status=400)
+    return _password_page(request, new, created=True)
 
 
 person_add = by_method(get=person_add_page, post=person_add_submit)
