@@ -391,14 +391,8 @@ class Supervisor:
         cmdline = [mask_text(a, self._secrets) for a in holder.cmdline]
         if holder.pid is not None and holder.owner == self.owner:
             # Ours, though no record names it (a worker killed in the middle of a start).
-            t0 = time.monotonic()
-            graceful = terminate_tree(holder.pid, grace=grace)
-            reap(holder.pid)
-            if not _wait_port_free(spec.port, 10.0):
-                reason = f"port {spec.port} is still held by pid {holder.pid}"
-                raise PortBusyError(spec.port, holder.pid, cmdline, reason)
-            self._note(f"stopped an engine this panel started whose record was lost: pid {holder.pid}")
-            return StoppedProcess(holder.pid, cmdline, "panel", None, graceful, time.monotonic() - t0)
+            note = f"stopped an engine this panel started whose record was lost: pid {holder.pid}"
+            return self._stop_holder(holder.pid, spec.port, cmdline, grace, "panel", f"by pid {holder.pid}", note)
         if holder.pid is None or not holder.is_inference_server:
             why = (
                 "its command line is not an inference server's"
@@ -426,14 +420,30 @@ class Supervisor:
                 f"host's policy is {STOP_STRAYS_ENV}=never. Stop it yourself, choose another port, or set "
                 f"{STOP_STRAYS_ENV}=engines on this host.",
             )
+        note = f"stopped a stray engine on port {spec.port}: pid {holder.pid} ({shlex.join(cmdline)})"
+        return self._stop_holder(
+            holder.pid, spec.port, cmdline, grace, "stray", f"after stopping pid {holder.pid}", note
+        )
+
+    def _stop_holder(
+        self,
+        pid: int,
+        port: int,
+        cmdline: list[str],
+        grace: float,
+        kind: Literal["panel", "stray"],
+        still_held: str,
+        note: str,
+    ) -> StoppedProcess:
+        """Stop the process tree holding the engine's port and wait for the port to be free
+        (PortBusyError, "port N is still held <still_held>", when it is not); `note` goes to the log."""
         t0 = time.monotonic()
-        graceful = terminate_tree(holder.pid, grace=grace)
-        reap(holder.pid)
-        if not _wait_port_free(spec.port, 10.0):
-            reason = f"port {spec.port} is still held after stopping pid {holder.pid}"
-            raise PortBusyError(spec.port, holder.pid, cmdline, reason)
-        self._note(f"stopped a stray engine on port {spec.port}: pid {holder.pid} ({shlex.join(cmdline)})")
-        return StoppedProcess(holder.pid, cmdline, "stray", None, graceful, time.monotonic() - t0)
+        graceful = terminate_tree(pid, grace=grace)
+        reap(pid)
+        if not _wait_port_free(port, 10.0):
+            raise PortBusyError(port, pid, cmdline, f"port {port} is still held {still_held}")
+        self._note(note)
+        return StoppedProcess(pid, cmdline, kind, None, graceful, time.monotonic() - t0)
 
     def _note(self, message: str) -> None:
         """Append one panel line to the engine log, so the log tells the whole story."""
