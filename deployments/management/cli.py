@@ -75,6 +75,9 @@ class PanelParser(CommandParser):
         raise BadInput(f"Error: {message}")
 
 
+MAX_WAIT_S = 7 * 24 * 3600.0  # --timeout: a week is longer than any install, switch or benchmark
+
+
 class PanelCommand(BaseCommand):
     """Base of the panel's commands: any input error ends in exit status 2 and one line on
     stderr (`CommandError`), never a traceback (`--traceback` still shows where it came from)."""
@@ -100,8 +103,13 @@ class PanelCommand(BaseCommand):
         except INPUT_ERRORS as exc:
             raise BadInput(describe(exc)) from exc
 
-
-MAX_WAIT_S = 7 * 24 * 3600.0  # --timeout: a week is longer than any install, switch or benchmark
+    def queued(self, op: Operation, what: str, *, wait: bool, timeout: float | None) -> Operation | None:
+        """Say `what` is queued as the operation, and when no agent listens on the host's queue;
+        with `wait`, follow the operation's log until it ends and return it (None without)."""
+        self.stdout.write(f"{what} queued as operation {op.pk}.")
+        if not op.host.is_online:
+            self.stdout.write(self.style.WARNING(f"No worker listens on {op.host.queue}: start the host's agent."))
+        return follow(op, timeout=timeout, write=self.stdout.write) if wait else None
 
 
 # --- argument types (argparse rejects what they refuse with exit status 2) ----------------------
@@ -134,6 +142,15 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
 
     parse.__name__ = "number"
     return parse
+
+
+def add_operation_options(parser: CommandParser) -> None:
+    """The options of a command that queues an operation: --wait, --timeout and --user."""
+    parser.add_argument("--wait", action="store_true", help="follow the operation's log until it ends")
+    parser.add_argument(
+        "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
+    )
+    parser.add_argument("--user", default=None, help="act as this user (roles apply)")
 
 
 def parse_value(text: str) -> Any:

@@ -11,9 +11,9 @@ from controlpanel.context import change_context
 from deployments.choices import OperationState
 from deployments.forms import MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, MAX_REQUESTS, MAX_SLO_MS, parse_levels
 from deployments.management.cli import (
-    MAX_WAIT_S,
     BadInput,
     PanelCommand,
+    add_operation_options,
     bounded_float,
     bounded_int,
     follow,
@@ -48,10 +48,8 @@ class Command(PanelCommand):
             metavar="KEY:MS",
             help="latency targets for goodput, as vllm bench serve: ttft:500 tpot:50 e2el:20000",
         )
-        parser.add_argument("--wait", action="store_true")
-        parser.add_argument("--timeout", type=bounded_float(0, MAX_WAIT_S), default=None)
         parser.add_argument("--json", action="store_true", help="print the stored results as JSON (implies --wait)")
-        parser.add_argument("--user", default=None)
+        add_operation_options(parser)
 
     def handle(self, *args: Any, **o: Any) -> None:
         host = get_host(o["host"])

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import Engine, OperationState
-from deployments.management.cli import MAX_WAIT_S, BadInput, PanelCommand, bounded_float, follow, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host
 from deployments.services.installs import install_list, install_request
 
 
@@ -45,11 +45,7 @@ class Command(PanelCommand):
             help="air-gapped hosts, admin only: pip installs only from this folder on the host (in a folder its "
             "CONTROLPANEL_INSTALL_DIRS allows)",
         )
-        install.add_argument("--wait", action="store_true", help="follow the install log until it ends")
-        install.add_argument(
-            "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
-        )
-        install.add_argument("--user", default=None, help="act as this user (roles apply)")
+        add_operation_options(install)
         lst = sub.add_parser("list", help="installed engines and versions")
         lst.add_argument("--host", required=True)
         lst.add_argument("--json", action="store_true")
@@ -74,12 +70,9 @@ class Command(PanelCommand):
                 messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
                 raise BadInput("; ".join(messages)) from exc
         label = f"{op.params['engine']} {op.params['version'] or '(latest)'}"
-        self.stdout.write(f"Install of {label} on {host.name} queued as operation {op.pk}.")
-        if not host.is_online:
-            self.stdout.write(self.style.WARNING(f"No worker listens on {host.queue}: start the host's agent."))
-        if not options["wait"]:
+        op = self.queued(op, f"Install of {label} on {host.name}", wait=options["wait"], timeout=options["timeout"])
+        if op is None:
             return
-        op = follow(op, timeout=options["timeout"], write=self.stdout.write)
         if op.state == OperationState.SUCCEEDED:
             self.stdout.write(self.style.SUCCESS(f"{label} is installed on {host.name} at {op.result.get('path')}."))
             return

@@ -6,7 +6,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import OperationState
-from deployments.management.cli import MAX_WAIT_S, BadInput, PanelCommand, bounded_float, follow, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host
 from deployments.models import HostModel, ModelVariant
 
 
@@ -39,9 +39,7 @@ class Command(PanelCommand):
         remove.add_argument("--host", required=True)
         remove.add_argument("model", help="the catalog name")
         for cmd in (down, remove):
-            cmd.add_argument("--wait", action="store_true", help="follow the operation's log until it ends")
-            cmd.add_argument("--timeout", type=bounded_float(0, MAX_WAIT_S), default=None)
-            cmd.add_argument("--user", default=None)
+            add_operation_options(cmd)
         lst = sub.add_parser("list", help="models on a host's disk")
         lst.add_argument("--host", required=True)
 
@@ -81,10 +79,10 @@ class Command(PanelCommand):
                 if copy is None:
                     raise BadInput(f"{variant.name} is not on {host.name}'s disk (as far as the panel knows).")
                 op = host_model_delete_request(copy=copy, actor=get_actor(o["user"]))
-        self.stdout.write(f"{op.get_kind_display()} of {variant.name} on {host.name} queued as operation {op.pk}.")
-        if not o["wait"]:
+        what = f"{op.get_kind_display()} of {variant.name} on {host.name}"
+        op = self.queued(op, what, wait=o["wait"], timeout=o["timeout"])
+        if op is None:
             return
-        op = follow(op, timeout=o["timeout"], write=self.stdout.write)
         if op.state != OperationState.SUCCEEDED:
             raise CommandError(op.error or f"{op.get_kind_display()} {op.state}.", returncode=1)
         where = op.result.get("path") or op.result.get("deleted") or ""

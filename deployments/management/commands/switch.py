@@ -8,16 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
 from deployments.choices import OperationState
-from deployments.management.cli import (
-    MAX_WAIT_S,
-    BadInput,
-    PanelCommand,
-    bounded_float,
-    bounded_int,
-    follow,
-    get_actor,
-    get_host,
-)
+from deployments.management.cli import BadInput, PanelCommand, add_operation_options, bounded_int, get_actor, get_host
 from deployments.services.switch import PlanRefused, switch_request
 
 
@@ -31,12 +22,8 @@ class Command(PanelCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", required=True)
         parser.add_argument("--revision", type=bounded_int(1, MAX_INT), required=True)
-        parser.add_argument("--wait", action="store_true")
-        parser.add_argument(
-            "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
-        )
         parser.add_argument("--override-reason", default="", help="admin: switch despite planner errors")
-        parser.add_argument("--user", default=None, help="act as this user (roles apply)")
+        add_operation_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = get_host(options["host"])
@@ -56,12 +43,10 @@ class Command(PanelCommand):
                 ) from exc
             except ValidationError as exc:
                 raise BadInput("; ".join(exc.messages)) from exc
-        self.stdout.write(f"Switch of {host.name} to r{revision.number} queued as operation {op.pk}.")
-        if not host.is_online:
-            self.stdout.write(self.style.WARNING(f"No worker listens on {host.queue}: start the host's agent."))
-        if not options["wait"]:
+        what = f"Switch of {host.name} to r{revision.number}"
+        op = self.queued(op, what, wait=options["wait"], timeout=options["timeout"])
+        if op is None:
             return
-        op = follow(op, timeout=options["timeout"], write=self.stdout.write)
         if op.state == OperationState.SUCCEEDED:
             self.stdout.write(self.style.SUCCESS(f"{host.name} serves r{revision.number}."))
             return
