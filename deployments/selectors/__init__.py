@@ -12,6 +12,24 @@ from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_id_of
 from hardware.models import Host
 
+# A list page's filter (its query parameter) -> the lookup it narrows the rows by.
+REVISION_FILTERS = {
+    "model": "model_variant__name__icontains",
+    "engine": "engine",
+    "author": "author__username",
+    "tag": "tag__icontains",
+}
+AUDIT_FILTERS = {"action": "action__startswith", "actor": "actor__username", "host": "host__name"}
+
+
+def _filtered(qs: QuerySet[Any], filters: dict[str, str] | None, lookups: dict[str, str]) -> QuerySet[Any]:
+    """`qs` narrowed by each filter that has a value (blank ones are ignored)."""
+    given = filters or {}
+    for name, lookup in lookups.items():
+        if given.get(name):
+            qs = qs.filter(**{lookup: given[name]})
+    return qs
+
 
 def revision_history(*, host: Host, filters: dict[str, str] | None = None) -> QuerySet[DeploymentRevision]:
     qs = (
@@ -19,16 +37,7 @@ def revision_history(*, host: Host, filters: dict[str, str] | None = None) -> Qu
         .select_related("model_variant", "author", "parent")
         .order_by("-number")
     )
-    filters = filters or {}
-    if filters.get("model"):
-        qs = qs.filter(model_variant__name__icontains=filters["model"])
-    if filters.get("engine"):
-        qs = qs.filter(engine=filters["engine"])
-    if filters.get("author"):
-        qs = qs.filter(author__username=filters["author"])
-    if filters.get("tag"):
-        qs = qs.filter(tag__icontains=filters["tag"])
-    return qs
+    return _filtered(qs, filters, REVISION_FILTERS)
 
 
 def revision_get(*, host_name: str, number: int) -> DeploymentRevision:
@@ -47,14 +56,7 @@ def operation_get(*, pk: Any) -> Operation:
 
 def audit_list(*, filters: dict[str, str] | None = None) -> QuerySet[AuditEvent]:
     qs = AuditEvent.objects.select_related("actor", "host").order_by("-created_at")
-    filters = filters or {}
-    if filters.get("action"):
-        qs = qs.filter(action__startswith=filters["action"])
-    if filters.get("actor"):
-        qs = qs.filter(actor__username=filters["actor"])
-    if filters.get("host"):
-        qs = qs.filter(host__name=filters["host"])
-    return qs
+    return _filtered(qs, filters, AUDIT_FILTERS)
 
 
 @dataclass(frozen=True)
