@@ -46,6 +46,11 @@ class OperationOut(Schema):
     benchmark: int | None = Field(None, description="A benchmark operation's run, once it has started.")
 
 
+# What an endpoint that queues an operation answers: 202 with the operation to follow; 400 bad
+# input, 403 a role too low, 404 no such host, 409 the host busy or the planner refusing.
+OPERATION_QUEUED: dict[int, Any] = {202: OperationOut, 400: Error, 403: Error, 404: Error, 409: Error}
+
+
 class OperationLog(Schema):
     id: str
     state: str

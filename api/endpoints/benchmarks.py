@@ -7,7 +7,7 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
-from api.schemas import BenchmarkCompareOut, BenchmarkIn, BenchmarkOut, Error, OperationOut
+from api.schemas import OPERATION_QUEUED, BenchmarkCompareOut, BenchmarkIn, BenchmarkOut, Error
 from api.serialize import benchmark_dict, operation_dict
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import BenchmarkRun
@@ -28,7 +28,7 @@ def _run(run_id: int) -> BenchmarkRun:
 
 @host_router.post(
     "{name}/benchmarks/",
-    response={202: OperationOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    response=OPERATION_QUEUED,
     summary="Benchmark what the host serves; answers with the operation (its `benchmark` is the run's id)",
 )
 def benchmark_start(request: HttpRequest, name: str, payload: BenchmarkIn) -> Status:

@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from api.schemas import Error, HostList, HostOut, OperationOut, SwitchIn
+from api.schemas import OPERATION_QUEUED, Error, HostList, HostOut, SwitchIn
 from api.serialize import host_dict, operation_dict
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import DeploymentRevision
@@ -35,7 +35,7 @@ def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
 
 @router.post(
     "{name}/switch/",
-    response={202: OperationOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    response=OPERATION_QUEUED,
     summary="Switch the host to one of its revisions; answers with the operation to follow",
 )
 def host_switch(request: HttpRequest, name: str, payload: SwitchIn) -> Status:
