@@ -297,27 +297,20 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
             installed=installed.get("llama.cpp", ()),
             choices=choices,
         ),
-        InstallOffer(
-            "vllm",
-            "vLLM",
-            LATEST_KNOWN["vllm"],
-            (LATEST_KNOWN["vllm"],),
-            f"{LATEST_KNOWN['vllm']} is the newest vLLM release the panel knows; an exact release like 0.22.0, "
-            f"into its own venv.",
-            available=not gpu_why,
-            why_not=gpu_why,
-            installed=installed.get("vllm", ()),
-        ),
-        InstallOffer(
-            "sglang",
-            "SGLang",
-            LATEST_KNOWN["sglang"],
-            (LATEST_KNOWN["sglang"],),
-            f"{LATEST_KNOWN['sglang']} is the newest SGLang release the panel knows; an exact release, into its "
-            f"own venv.",
-            available=not gpu_why,
-            why_not=gpu_why,
-            installed=installed.get("sglang", ()),
+        *(
+            InstallOffer(
+                engine,
+                label,
+                LATEST_KNOWN[engine],
+                (LATEST_KNOWN[engine],),
+                f"{LATEST_KNOWN[engine]} is the newest {label} release the panel knows; an exact release{example}, "
+                "into its own venv.",
+                available=not gpu_why,
+                why_not=gpu_why,
+                installed=installed.get(engine, ()),
+            )
+            # The engines pip installs from their own wheels, which need an NVIDIA GPU.
+            for engine, label, example in (("vllm", "vLLM", " like 0.22.0"), ("sglang", "SGLang", ""))
         ),
         InstallOffer(
             "ollama",
