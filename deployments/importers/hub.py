@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from core.hub_client import transport_errors
 from core.hub_paths import hub_path_problem
 from deployments.importers.gguf_header import GgufHeaderError, GgufImport, GgufTruncated, read_gguf_header_bytes
 
@@ -60,19 +61,6 @@ SUPPORT_FILES = (
     "video_preprocessor_config.json",
     "model.safetensors.index.json",
 )
-
-
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP client errors huggingface_hub lets through: httpx2's (2.x), httpx's (1.x)."""
-    import importlib
-
-    found: list[type[BaseException]] = [OSError]
-    for module in ("httpx2", "httpx"):
-        try:
-            found.append(importlib.import_module(module).HTTPError)
-        except ImportError:
-            continue
-    return tuple(found)
 
 
 class HubError(ValueError):
@@ -188,7 +176,7 @@ def _hub_call(repo_id: str, what: str, deadline_s: float) -> Iterator[None]:
     with request_deadline(deadline_s) as deadline:
         try:
             yield
-        except (errors.HfHubHTTPError, *transport_errors()) as exc:
+        except (errors.HfHubHTTPError, OSError, *transport_errors()) as exc:
             if deadline.passed and not isinstance(exc, errors.HfHubHTTPError):
                 raise HubError(
                     f"The hub at {hub_endpoint()} did not finish answering for {repo_id} ({what or 'model info'}) "

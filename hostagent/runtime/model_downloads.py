@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.hub_client import transport_errors
 from core.hub_paths import hub_path_problem
 
 from .errors import HostRuntimeError
@@ -120,19 +121,6 @@ class DownloadResult:
     @property
     def size(self) -> int:
         return sum(f.size for f in self.files)
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP client errors huggingface_hub lets through: httpx2's (2.x), httpx's (1.x)."""
-    import importlib
-
-    found: list[type[BaseException]] = []
-    for module in ("httpx2", "httpx"):
-        try:
-            found.append(importlib.import_module(module).HTTPError)
-        except ImportError:
-            continue
-    return tuple(found)
 
 
 def _reserve() -> int:
@@ -258,21 +246,22 @@ def _check(path: Path, wanted: WantedFile, etag: str | None) -> tuple[str | None
     """(sha256 or None, how it was verified); raises ChecksumMismatch."""
     expected_sha = wanted.sha256 or (etag if etag and re.fullmatch(r"[0-9a-f]{64}", etag) else None)
     if expected_sha:
-        found = _sha256(path)
-        if found != expected_sha:
-            raise ChecksumMismatch(
-                f"{wanted.name}: sha256 {found[:16]}… is not the hub's {expected_sha[:16]}…; the file was deleted"
-            )
-        return found, "sha256"
+        return _verified(path, wanted.name, expected_sha, _sha256, "sha256", shown=16), "sha256"
     expected_git = wanted.blob_id or (etag if etag and re.fullmatch(r"[0-9a-f]{40}", etag) else None)
     if expected_git:
-        found = _git_sha1(path)
-        if found != expected_git:
-            raise ChecksumMismatch(
-                f"{wanted.name}: git blob {found[:12]}… is not the hub's {expected_git[:12]}…; the file was deleted"
-            )
+        _verified(path, wanted.name, expected_git, _git_sha1, "git blob", shown=12)
         return None, "git-sha1"
     raise ChecksumMismatch(f"{wanted.name}: the hub gave no checksum to verify it against")
+
+
+def _verified(path: Path, name: str, expected: str, digest: Callable[[Path], str], what: str, *, shown: int) -> str:
+    """The file's digest, once it is the one expected (ChecksumMismatch naming both otherwise)."""
+    found = digest(path)
+    if found != expected:
+        raise ChecksumMismatch(
+            f"{name}: {what} {found[:shown]}… is not the hub's {expected[:shown]}…; the file was deleted"
+        )
+    return found
 
 
 def download_files(
@@ -346,7 +335,7 @@ def download_files(
             raise DownloadError(
                 f"{repo_id} is gated: the token given has no access ({exc.response.status_code})"
             ) from exc
-        except (errors.HfHubHTTPError, *_transport_errors()) as exc:
+        except (errors.HfHubHTTPError, *transport_errors()) as exc:
             raise DownloadError(
                 f"{wanted.name}: the hub refused or did not answer: {str(exc).splitlines()[0][:200]}"
             ) from exc
@@ -377,7 +366,7 @@ def download_files(
                     expected_size=meta.size,
                     displayed_filename=wanted.name,
                 )  # type: ignore[arg-type]
-            except (errors.HfHubHTTPError, *_transport_errors()) as exc:
+            except (errors.HfHubHTTPError, *transport_errors()) as exc:
                 raise DownloadError(f"{wanted.name}: the download failed: {str(exc).splitlines()[0][:200]}") from exc
             except OSError as exc:
                 if exc.errno == 28:
