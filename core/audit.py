@@ -36,3 +36,18 @@ def audit_record(
     event.full_clean()
     event.save()
     return event
+
+
+def audited_save(
+    obj: models.Model,
+    *,
+    action: str,
+    summary: str,
+    host: models.Model | None = None,
+    data: dict[str, Any] | None = None,
+    actor: Any,
+) -> None:
+    """Check `obj` (full_clean: ValidationError, nothing written), save it, and record the change."""
+    obj.full_clean()
+    obj.save()
+    audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)

@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from core.secrets_mask import mask_text
 from hardware.models import Host
 
@@ -70,12 +70,10 @@ def channel_create(*, name: str, url: str, enabled: bool = True, actor: Any) -> 
         enabled=enabled,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
-    channel.full_clean()
-    channel.save()
-    audit_record(
+    audited_save(
+        channel,
         action="notification.channel.create",
         summary=f"notification channel {name} ({info.service})",
-        obj=channel,
         data={"service": info.service, "scheme": info.scheme, "enabled": enabled},
         actor=actor,
     )
@@ -97,12 +95,10 @@ def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool,
         channel.url_ciphertext = url_encrypt(url.strip())
         changed.append("url")
     channel.updated_at = timezone.now()
-    channel.full_clean()
-    channel.save()
-    audit_record(
+    audited_save(
+        channel,
         action="notification.channel.update",
         summary=f"notification channel {name}: {', '.join(changed) or 'nothing'} changed",
-        obj=channel,
         # "url" says the URL was replaced, never what it was or is.
         data={"changed": changed, "service": channel.service, "enabled": enabled},
         actor=actor,
@@ -176,13 +172,11 @@ def rule_create(
         enabled=enabled,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
-    rule.full_clean()
-    rule.save()
     where = host.name if host else "every host"
-    audit_record(
+    audited_save(
+        rule,
         action="notification.rule.create",
         summary=f"notify {channel.name} of {len(chosen)} event(s) on {where}",
-        obj=rule,
         host=host,
         data=_rule_summary(rule),
         actor=actor,
@@ -205,15 +199,12 @@ def rule_update(
     chosen, clean = _rule_input(events, thresholds or {})
     before = _rule_summary(rule)
     rule.channel, rule.host, rule.events, rule.thresholds, rule.enabled = channel, host, chosen, clean, enabled
-    rule.full_clean()
-    rule.save()
-    after = _rule_summary(rule)
-    audit_record(
+    audited_save(
+        rule,
         action="notification.rule.update",
         summary=f"notification rule to {channel.name} changed",
-        obj=rule,
         host=host,
-        data={"before": before, "after": after},
+        data={"before": before, "after": _rule_summary(rule)},
         actor=actor,
     )
     return rule

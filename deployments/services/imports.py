@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
@@ -261,12 +261,10 @@ def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: Any
             _text_arg(
                 value, field=model_field.name if model_field.name in ("name", "repo_id") else error_key, max_len=100_000
             )
-    variant.full_clean()
-    variant.save()
-    audit_record(
+    audited_save(
+        variant,
         action="model.import",
         summary=f"model {variant.name} imported from {via}",
-        obj=variant,
         data={"via": via, "repo_id": variant.repo_id, "gguf_file": variant.gguf_file},
         actor=actor,
     )
