@@ -8,15 +8,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from serving.benchmarking import stats
 
 STATUSES = ("completed", "cancelled", "engine_died", "failed")
 
 
+class _Stored:
+    """A dataclass stored as JSON: `to_dict` and `from_dict` (which ignores keys that are not
+    fields: a stored result may carry others), with each field named in `_lists` a list of
+    other stored records."""
+
+    _lists: ClassVar[dict[str, type[_Stored]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+        for name in self._lists:
+            data[name] = [item.to_dict() for item in getattr(self, name)]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for name, item in cls._lists.items():
+            kwargs[name] = [item.from_dict(x) for x in data.get(name, [])]
+        return cls(**kwargs)
+
+
 @dataclass
-class RequestRecord:
+class RequestRecord(_Stored):
     """One request's raw timings, for plots and for re-deriving the aggregates."""
 
     start_ms: float  # offset from the level's start
@@ -40,18 +62,11 @@ class RequestRecord:
         return 1000.0 / value if value else None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["tpot_ms"] = self.tpot_ms
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RequestRecord:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return {**super().to_dict(), "tpot_ms": self.tpot_ms}
 
 
 @dataclass
-class LevelResult:
+class LevelResult(_Stored):
     """Aggregates of one load level (one concurrency, or one request rate)."""
 
     label: str
@@ -76,6 +91,7 @@ class LevelResult:
     goodput_requests_per_s: float | None = None  # only when SLOs were given
     slos: dict[str, float] = field(default_factory=dict)
     requests: list[RequestRecord] = field(default_factory=list)
+    _lists: ClassVar[dict[str, type[_Stored]]] = {"requests": RequestRecord}
 
     @property
     def output_tokens_sum(self) -> int:
@@ -84,18 +100,6 @@ class LevelResult:
     @property
     def input_tokens_sum(self) -> int:
         return sum(r.input_tokens or 0 for r in self.requests if r.ok)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["requests"] = [r.to_dict() for r in self.requests]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LevelResult:
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        kwargs["requests"] = [RequestRecord.from_dict(r) for r in data.get("requests", [])]
-        return cls(**kwargs)
 
 
 def build_level(
@@ -152,7 +156,7 @@ def build_level(
 
 
 @dataclass
-class RunResult:
+class RunResult(_Stored):
     """One benchmark run: its levels, energy, engine-side figures and the client's cost."""
 
     profile: dict[str, Any]
@@ -161,6 +165,7 @@ class RunResult:
     model: str = ""
     url: str = ""
     levels: list[LevelResult] = field(default_factory=list)
+    _lists: ClassVar[dict[str, type[_Stored]]] = {"levels": LevelResult}
     duration_s: float = 0.0
     energy_j: float | None = None
     avg_power_w: float | None = None
@@ -200,15 +205,3 @@ class RunResult:
         tokens = self.output_tokens
         self.client_cpu_s_per_1k_tokens = cpu_s / tokens * 1000.0 if tokens else None
         self.client_cpu_busy = cpu_s / self.duration_s if self.duration_s > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["levels"] = [level.to_dict() for level in self.levels]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        kwargs["levels"] = [LevelResult.from_dict(level) for level in data.get("levels", [])]
-        return cls(**kwargs)
