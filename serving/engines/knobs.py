@@ -316,7 +316,7 @@ def openai_launch_spec(
 
 class CheckedAdapter:
     """What every adapter checks before anything else: the common fields, the engine version,
-    and each knob against the adapter's table. `_checked` adds the engine's own rules."""
+    and each knob against the adapter's table; then the engine's own rules (`_check_rules`)."""
 
     name: str
     knobs: Mapping[str, KnobSpec]
@@ -325,15 +325,18 @@ class CheckedAdapter:
         self._checked(config)
 
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        return self._checked_knobs(config)
-
-    def _checked_knobs(self, config: EngineConfig) -> dict[str, Any]:
+        """The config's knobs, checked and normalised (EngineConfigError naming the field)."""
         from serving.engines.versions import parse_version
 
         check_common(config)
         parse_version(self.name, config.engine_version)
         classify_env(config.env, engine=self.name, engine_version=config.engine_version)
-        return check_knobs(self.knobs, config.knobs, self.name)
+        knobs = check_knobs(self.knobs, config.knobs, self.name)
+        self._check_rules(config, knobs)
+        return knobs
+
+    def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
+        """The engine's own rules across knobs and the config (EngineConfigError); none here."""
 
     def concerns(self, config: EngineConfig) -> list[Concern]:
         """What this config reaches beyond serving (policy.py), after every check passed:

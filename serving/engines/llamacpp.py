@@ -197,8 +197,7 @@ class LlamaCppAdapter(Adapter):
     default_port = 8080
     knobs = KNOBS
 
-    def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        knobs = self._checked_knobs(config)
+    def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         fa = knobs.get("flash_attn")
         # src/llama-context.cpp: a quantized V cache requires flash attention.
         if knobs.get("cache_type_v") in _QUANTIZED_CACHE and fa == "off":
@@ -214,7 +213,6 @@ class LlamaCppAdapter(Adapter):
                 f"alias {alias!r} and served name {config.served_name!r} disagree; they are the same thing",
                 field="alias",
             )
-        return knobs
 
     def _model_concerns(self, config: EngineConfig) -> list[Concern]:
         found = model_concern(config, file_only=True)  # `--model` is always a GGUF file

@@ -81,13 +81,11 @@ class OllamaAdapter(Adapter):
     default_port = 11434
     knobs = KNOBS
 
-    def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        knobs = self._checked_knobs(config)
+    def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("kv_cache_type") in ("q8_0", "q4_0") and knobs.get("flash_attention") == "0":
             raise EngineConfigError("a quantized kv_cache_type needs flash attention", field="kv_cache_type")
         if config.api_key:
             raise EngineConfigError("Ollama has no API key setting; put a proxy in front", field="api_key")
-        return knobs
 
     def _model_concerns(self, config: EngineConfig) -> list[Concern]:
         return []  # a tag Ollama looks up in its own store, never a path

@@ -83,8 +83,7 @@ class SglangAdapter(PipAdapter):
     default_port = 30000
     knobs = KNOBS
 
-    def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        knobs = self._checked_knobs(config)
+    def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
         if spec_knobs and "speculative_algorithm" not in knobs:
             raise EngineConfigError(
@@ -101,7 +100,6 @@ class SglangAdapter(PipAdapter):
             raise EngineConfigError(
                 "chunked_prefill_size must be positive, or -1 to turn it off", field="chunked_prefill_size"
             )
-        return knobs
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec:
         knobs = self._checked(config)

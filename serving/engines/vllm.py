@@ -163,8 +163,7 @@ class VllmAdapter(PipAdapter):
     default_port = 8000
     knobs = KNOBS
 
-    def _checked(self, config: EngineConfig) -> dict[str, Any]:
-        knobs = self._checked_knobs(config)
+    def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
             raise EngineConfigError(
                 "enable_auto_tool_choice needs a tool_call_parser (e.g. qwen3_coder, hermes)",
@@ -180,7 +179,6 @@ class VllmAdapter(PipAdapter):
             raise EngineConfigError(
                 'speculative_config needs a "method" (e.g. "mtp") or a "model"', field="speculative_config"
             )
-        return knobs
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec:
         knobs = self._checked(config)
