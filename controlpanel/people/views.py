@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
+from django.urls import include, path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -151,9 +151,17 @@ app_name = "people"
 urlpatterns = [
     path("", people_list, name="list"),
     path("add/", person_add, name="add"),
-    path("user/<str:username>/", person_detail, name="detail"),
-    path("user/<str:username>/role/", person_role, name="role"),
-    path("user/<str:username>/active/", person_active, name="active"),
-    path("user/<str:username>/password/", person_password, name="password"),
-    path("user/<str:username>/unlock/", person_unlock, name="unlock"),
+    # One person's page and the changes posted from it, under one prefix.
+    path(
+        "user/<str:username>/",
+        include(
+            [
+                path("", person_detail, name="detail"),
+                path("role/", person_role, name="role"),
+                path("active/", person_active, name="active"),
+                path("password/", person_password, name="password"),
+                path("unlock/", person_unlock, name="unlock"),
+            ]
+        ),
+    ),
 ]
