@@ -144,6 +144,13 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def host_action(actions: Any, name: str, help: str | None = None) -> CommandParser:
+    """A subcommand (from `parser.add_subparsers()`) that acts on one host: `--host NAME`, required."""
+    action: CommandParser = actions.add_parser(name, help=help)
+    action.add_argument("--host", required=True)
+    return action
+
+
 def add_operation_options(parser: CommandParser) -> None:
     """The options of a command that queues an operation: --wait, --timeout and --user."""
     parser.add_argument("--wait", action="store_true", help="follow the operation's log until it ends")

@@ -10,7 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import Engine, OperationState
-from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host, host_action
 from deployments.services.installs import install_list, install_request
 
 
@@ -22,8 +22,7 @@ class Command(PanelCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
-        install = sub.add_parser("install", help="install an engine version on a host (runs on the host's agent)")
-        install.add_argument("--host", required=True)
+        install = host_action(sub, "install", "install an engine version on a host (runs on the host's agent)")
         install.add_argument("--engine", required=True, help=", ".join(Engine.values))
         install.add_argument("--version", default="", help="exact version: 0.22.0 for vLLM/SGLang, b6500 for llama.cpp")
         install.add_argument(
@@ -46,8 +45,7 @@ class Command(PanelCommand):
             "CONTROLPANEL_INSTALL_DIRS allows)",
         )
         add_operation_options(install)
-        lst = sub.add_parser("list", help="installed engines and versions")
-        lst.add_argument("--host", required=True)
+        lst = host_action(sub, "list", "installed engines and versions")
         lst.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -6,7 +6,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from controlpanel.context import change_context
 from deployments.choices import OperationState
-from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host, host_action
 from deployments.models import HostModel, ModelVariant
 
 
@@ -31,17 +31,14 @@ class Command(PanelCommand):
             "--token-secret", default="", help="HOST/NAME: the host secret holding a token, for gated repositories"
         )
         imp.add_argument("--user", default=None)
-        down = sub.add_parser("download", help="download a catalog model's files to a host")
-        down.add_argument("--host", required=True)
+        down = host_action(sub, "download", "download a catalog model's files to a host")
         down.add_argument("model", help="the catalog name")
         down.add_argument("--token-secret", default="", help="the host's secret holding a token (gated repositories)")
-        remove = sub.add_parser("delete", help="delete a downloaded model from a host's disk")
-        remove.add_argument("--host", required=True)
+        remove = host_action(sub, "delete", "delete a downloaded model from a host's disk")
         remove.add_argument("model", help="the catalog name")
         for cmd in (down, remove):
             add_operation_options(cmd)
-        lst = sub.add_parser("list", help="models on a host's disk")
-        lst.add_argument("--host", required=True)
+        host_action(sub, "list", "models on a host's disk")
 
     def handle(self, *args: Any, **o: Any) -> None:
         if o["action"] == "import":

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host
+from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host, host_action
 from deployments.services.secrets import secret_mark, secret_set
 
 
@@ -34,18 +34,15 @@ class Command(PanelCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
-        put = sub.add_parser("set", help="create or rotate a secret (the value is read, not passed)")
-        put.add_argument("--host", required=True)
+        put = host_action(sub, "set", "create or rotate a secret (the value is read, not passed)")
         put.add_argument("name")
         put.add_argument("--user", default=None)
         _hub_flag(put, required=False)
-        mark = sub.add_parser("mark", help="mark or unmark a secret as a hub token (its value unchanged)")
-        mark.add_argument("--host", required=True)
+        mark = host_action(sub, "mark", "mark or unmark a secret as a hub token (its value unchanged)")
         mark.add_argument("name")
         mark.add_argument("--user", default=None)
         _hub_flag(mark, required=True)
-        lst = sub.add_parser("list")
-        lst.add_argument("--host", required=True)
+        host_action(sub, "list")
 
     def handle(self, *args: Any, **o: Any) -> None:
         host = get_host(o["host"])
