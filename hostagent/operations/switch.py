@@ -118,18 +118,9 @@ def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
         if previous is None:
             sup.stop()
             result["rollback_failed"] = False
-            report_state(ctx)
-            ctx.panel.finish(
-                op_id,
-                state="failed",
-                result=result,
-                error=f"r{number} did not come up ({reason}); "
-                + (
-                    "nothing serves until it is started again."
-                    if order["kind"] == "launch"
-                    else "there was no previous revision."
-                ),
-            )
+            relaunch = order["kind"] == "launch"
+            after = "nothing serves until it is started again." if relaunch else "there was no previous revision."
+            _failed(ctx, op_id, result, f"r{number} did not come up ({reason}); {after}")
         else:
             _rollback(ctx, order, result, report, reason)
         return
@@ -160,20 +151,18 @@ def _rollback(ctx: AgentContext, order: dict[str, Any], result: dict[str, Any], 
         result.update(rolled_back=False, rollback_failed=True, rollback_reason=again)
         report.log(f"ROLLBACK FAILED: r{previous['number']} did not come back either: {again}")
         sup.stop()
-        report_state(ctx)
-        ctx.panel.finish(
-            op_id,
-            state="failed",
-            result=result,
-            error=f"r{number} failed ({reason}) and the previous revision r{previous['number']} did not "
-            f"come back either ({again}). The host serves nothing: act now.",
+        error = (
+            f"r{number} failed ({reason}) and the previous revision r{previous['number']} did not "
+            f"come back either ({again}). The host serves nothing: act now."
         )
+        _failed(ctx, op_id, result, error)
         return
     result.update(rolled_back=True, rollback_failed=False)
+    error = f"r{number} failed ({reason}); rolled back to r{previous['number']}, which is serving again."
+    _failed(ctx, op_id, result, error)
+
+
+def _failed(ctx: AgentContext, op_id: str, result: dict[str, Any], error: str) -> None:
+    """Report what the host runs now, then the switch as failed with `result` and `error`."""
     report_state(ctx)
-    ctx.panel.finish(
-        op_id,
-        state="failed",
-        result=result,
-        error=f"r{number} failed ({reason}); rolled back to r{previous['number']}, which is serving again.",
-    )
+    ctx.panel.finish(op_id, state="failed", result=result, error=error)
