@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from html import escape
 from typing import Any
 
@@ -675,28 +676,14 @@ def engine_charts(rows: Sequence[Mapping[str, Any]], *, gap_s: float = 180.0) ->
         if count is not None and last_count is not None and last_t is not None and t > last_t and count >= last_count:
             rate.append((t, (count - last_count) / (t - last_t)))
         last_t, last_count = t, count if count is not None else last_count
-    empty = "no engine metrics in the last hour"
+    # The three share the time axis and what they say when the hour holds no sample.
+    chart = partial(line_chart, x_time=True, empty_message="no engine metrics in the last hour")
     return {
-        "engine_requests": line_chart(
+        "engine_requests": chart(
             [Series("running", running), Series("waiting", waiting, dash=True)],
             title="Engine requests",
             y_label="requests",
-            x_time=True,
-            empty_message=empty,
         ),
-        "engine_kv": line_chart(
-            [Series("KV cache used", kv)],
-            title="KV cache usage (%)",
-            y_label="%",
-            x_time=True,
-            y_max=100.0,
-            empty_message=empty,
-        ),
-        "engine_tokens": line_chart(
-            [Series("generated", rate)],
-            title="Generated tokens/s",
-            y_label="tok/s",
-            x_time=True,
-            empty_message=empty,
-        ),
+        "engine_kv": chart([Series("KV cache used", kv)], title="KV cache usage (%)", y_label="%", y_max=100.0),
+        "engine_tokens": chart([Series("generated", rate)], title="Generated tokens/s", y_label="tok/s"),
     }
