@@ -72,8 +72,8 @@ def test_every_setting_read_from_the_environment_is_documented() -> None:
         "REDIS_PASSWORD",
     } <= names
     missing = undocumented(names, REFERENCE.read_text(encoding="utf-8"))
-    assert not missing, (
-        "settings read from the environment but missing from docs/configuration.md: " + ", ".join(missing)
+    assert not missing, "settings read from the environment but missing from docs/configuration.md: " + ", ".join(
+        missing
     )
 
 
