@@ -45,7 +45,7 @@ def audited_save(
     summary: str,
     host: models.Model | None = None,
     data: dict[str, Any] | None = None,
-    actor: Any,
+    actor: object,
 ) -> None:
     """Check `obj` (full_clean: ValidationError, nothing written), save it, and record the change."""
     obj.full_clean()

@@ -130,7 +130,7 @@ SEED1 = "shared/seeds/000 (6 x RTX 3090 lab write-up)"
 SEED2 = "shared/seeds/002 (2 x RTX 5060 Ti lab write-up)"
 
 
-def _qwen35(family: str, *, layers: int, **shape: Any) -> dict[str, Any]:
+def _qwen35(family: str, *, layers: int, **shape: int | str) -> dict[str, Any]:
     """The architecture of a Qwen3.5-generation model (3.5, 3.6 and 3.8 share it, as their
     config.json files say): every fourth layer full attention and the rest Gated DeltaNet (16 key
     heads of 128, value heads of 128, a conv of 4); attention heads of 256, a vocabulary of

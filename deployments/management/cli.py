@@ -144,7 +144,7 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def host_action(actions: Any, name: str, help: str | None = None) -> CommandParser:
+def host_action(actions: argparse._SubParsersAction[Any], name: str, help: str | None = None) -> CommandParser:
     """A subcommand (from `parser.add_subparsers()`) that acts on one host: `--host NAME`, required."""
     action: CommandParser = actions.add_parser(name, help=help)
     action.add_argument("--host", required=True)

@@ -242,14 +242,14 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
-def flag_value(value: Any) -> str:
+def flag_value(value: object) -> str:
     """A checked knob's value as one argv word: a JSON object compact, a number as typed."""
     if isinstance(value, dict):
         return compact_json(value)
     return fmt_number(value) if isinstance(value, int | float) else str(value)
 
 
-def flag_args(name: str, value: Any, *, negatable: bool = False) -> list[str]:
+def flag_args(name: str, value: object, *, negatable: bool = False) -> list[str]:
     """The argv words of one knob for an engine whose flags are the knob names with dashes
     (vLLM, SGLang): true is the bare switch, false is `--no-x` where the engine has that form
     (`negatable`) and nothing otherwise, any other value follows its flag."""
