@@ -248,6 +248,7 @@ PURE_CORE = (
     "core.limits",
     "core.errors",
     "core.hub_paths",
+    "core.hub_client",
     "core.secrets_mask",
 )
 AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
