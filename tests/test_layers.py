@@ -38,6 +38,7 @@ RUNTIME = [
     "hardware.runtime.energy",
     "hardware.probes.nvml",
     "hardware.probes.host",
+    "hardware.probes.host_usage",
 ]
 
 
