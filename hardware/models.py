@@ -172,7 +172,7 @@ class EngineSample(models.Model):
 
 class HostSample(models.Model):
     """CPU and memory of one host at one moment, as its agent read them from /proc
-    (hardware.probes.host_usage). `resolution_s` is 0 for raw samples, 60 for one-minute rollups."""
+    (hostagent.probes.host_usage). `resolution_s` is 0 for raw samples, 60 for one-minute rollups."""
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="usage_samples")
     ts = models.DateTimeField()

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from hardware.runtime.local_http import engine_get
+from hostagent.runtime.local_http import engine_get
 
 from .context import AgentContext
 from .launch import launch_spec
@@ -27,7 +27,7 @@ def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
     """The engine's own metrics in the common shape, when it runs and exposes them."""
     if not state.get("running") or not state.get("revision_id"):
         return {}
-    from deployments.engines.registry import get_adapter
+    from serving.engines.registry import get_adapter
 
     try:
         launch = ctx.launch_of(state["revision_id"])
@@ -73,8 +73,8 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
 def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = True) -> None:
     """Every TELEMETRY_INTERVAL_S: the host's CPU and memory (CPU busy over the interval) and,
     where NVML answers, each GPU's sample, in one report."""
-    from hardware.probes.host_usage import HostUsageSampler
-    from hardware.probes.nvml import read_samples
+    from hostagent.probes.host_usage import HostUsageSampler
+    from hostagent.probes.nvml import read_samples
 
     usage = HostUsageSampler()
     with contextlib.ExitStack() as stack:
@@ -93,7 +93,7 @@ def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = Tru
 
 def _gpu_session(stack: contextlib.ExitStack) -> Any:
     """NVML, open until the loop ends; None (CPU and memory go on alone) when it does not open."""
-    from hardware.probes.nvml import nvml_session
+    from hostagent.probes.nvml import nvml_session
 
     try:
         return stack.enter_context(nvml_session())
@@ -114,7 +114,7 @@ def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
 
 
 def start_watchdog(ctx: AgentContext) -> Any:
-    from hardware.runtime.watchdog import Watchdog
+    from hostagent.runtime.watchdog import Watchdog
 
     def spec_provider() -> Any:
         record = ctx.supervisor.status()

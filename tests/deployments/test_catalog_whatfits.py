@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 
 from deployments.catalog_data import MODEL_VARIANTS
 from deployments.models import ModelVariant
-from deployments.planner import catalog_host, what_fits
 from deployments.selectors.hosts import catalog_models
+from serving.planner import catalog_host, what_fits
 
 pytestmark = pytest.mark.django_db
 

@@ -20,12 +20,12 @@ from django.utils import timezone
 
 from hardware.credentials import host_token_issue
 from hardware.models import HostSample
-from hardware.probes.host_usage import host_usage, parse_cpu_times
 from hardware.services import telemetry_rollup
 from hostagent.context import AgentContext
 from hostagent.local import supervisor_for
 from hostagent.loops import telemetry_loop
 from hostagent.panel import HttpPanel
+from hostagent.probes.host_usage import host_usage, parse_cpu_times
 
 H200 = Path(__file__).resolve().parent.parent / "fixtures" / "proc" / "h200-x1"
 

@@ -1,4 +1,4 @@
-"""The host's CPU and memory from /proc (hardware.probes.host_usage): this machine's own /proc
+"""The host's CPU and memory from /proc (hostagent.probes.host_usage): this machine's own /proc
 read for real, and a GPU host's /proc recorded (tests/fixtures/proc/) giving figures worked out
 by hand. No database."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hardware.probes.host_usage import (
+from hostagent.probes.host_usage import (
     CpuTimes,
     HostUsageSampler,
     cpu_percent,
