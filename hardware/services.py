@@ -409,7 +409,7 @@ def _per_host_rollup(
         )
         for b in buckets
     ]
-    model.objects.bulk_create(rows)  # type: ignore[arg-type]
+    model.objects.bulk_create(rows)
     deleted, _ = old.delete()
     expired, _ = model.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
     return {"rolled_up": len(rows), "deleted_raw": deleted, "expired": expired}
