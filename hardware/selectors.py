@@ -1,5 +1,5 @@
-"""Reads of hosts alone: GPU, engine, CPU and memory telemetry, and why a host is offline. (Reads that put
-hosts beside revisions and operations, the dashboard's cards among them, are
+"""Reads of hosts alone: GPU, engine, CPU and memory telemetry, and why a host is offline.
+(Reads that put hosts beside revisions and operations, the dashboard's cards among them, are
 `deployments.selectors.hosts`.)"""
 
 from __future__ import annotations
