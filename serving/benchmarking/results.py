@@ -51,6 +51,7 @@ class RequestRecord(_Stored):
     output_chunks: int = 0
     error: str | None = None
     server_timings: dict[str, Any] | None = None  # llama.cpp `timings`, as sent
+    retried: bool = False  # sent again on a fresh connection after a stale kept-alive one; timed from then
 
     @property
     def tpot_ms(self) -> float | None:
@@ -89,6 +90,7 @@ class LevelResult(_Stored):
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     goodput_requests_per_s: float | None = None  # only when SLOs were given
+    retried: int = 0  # requests sent again after a stale kept-alive connection (not failures)
     slos: dict[str, float] = field(default_factory=dict)
     requests: list[RequestRecord] = field(default_factory=list)
     _lists: ClassVar[dict[str, type[_Stored]]] = {"requests": RequestRecord}
@@ -150,6 +152,7 @@ def build_level(
         input_tokens_mean=stats.mean(r.input_tokens for r in good if r.input_tokens is not None),
         output_tokens_mean=stats.mean(r.output_tokens for r in good if r.output_tokens is not None),
         goodput_requests_per_s=goodput,
+        retried=sum(1 for r in records if r.retried),
         slos=dict(slos or {}),
         requests=list(records),
     )
@@ -187,6 +190,11 @@ class RunResult(_Stored):
     def output_tokens(self) -> int:
         return sum(level.output_tokens_sum for level in self.levels)
 
+    @property
+    def retried(self) -> int:
+        """Requests sent again on a fresh connection, over all levels."""
+        return sum(level.retried for level in self.levels)
+
     def set_energy(self, energy_j: float | None, avg_power_w: float | None, source: str | None) -> None:
         """Record energy and derive the per-token figures (None when unknown, never 0)."""
         self.energy_j = energy_j
@@ -205,3 +213,6 @@ class RunResult(_Stored):
         tokens = self.output_tokens
         self.client_cpu_s_per_1k_tokens = cpu_s / tokens * 1000.0 if tokens else None
         self.client_cpu_busy = cpu_s / self.duration_s if self.duration_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "retried": self.retried}
