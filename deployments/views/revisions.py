@@ -33,6 +33,7 @@ from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 
 from ._dispatch import by_method, is_partial
+from .playground import playground_context
 
 FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200
@@ -101,6 +102,7 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
         "imported": (revision.extras or {}).get("ansible"),
         "exports_url": presenters.url_or_none("deployments:revision_exports", revision.host.name, revision.number),
         "offline_reason": offline_reason(revision.host),  # no Switch or Benchmark offered, and why
+        **playground_context(request, revision),
         **extra,
     }
 
