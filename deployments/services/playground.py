@@ -32,10 +32,10 @@ from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
-from deployments.benchmarking.stats import StreamTimer, tpot
 from deployments.models import DeploymentRevision, Secret, active_revision_id_of
 from deployments.selectors.hosts import serving_status
 from hardware.selectors import offline_reason
+from serving.benchmarking.stats import StreamTimer, tpot
 
 from .exports import revision_client_target
 
@@ -101,7 +101,7 @@ def unavailable_reason(revision: DeploymentRevision) -> str:
 
 def playground_defaults(revision: DeploymentRevision) -> PlaygroundDefaults:
     """The sampling the revision's exports write (the catalog's preset for how the server runs the
-    model, deployments.exports.sampling_preset) and its reply budget."""
+    model, serving.exports.sampling_preset) and its reply budget."""
     target = revision_client_target(revision)
     sampling = dict(target.sampling)
     temperature = sampling.pop("temperature", None)
