@@ -272,7 +272,8 @@ def relay(url: str, *, body: dict[str, Any], headers: dict[str, str]) -> Iterato
                 choices = chunk.get("choices") or []
                 choice = choices[0] if choices and isinstance(choices[0], dict) else {}
                 finish = choice.get("finish_reason") or finish
-                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                raw = choice.get("delta")
+                delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
                 content = delta.get("content") or ""
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
                 if content or reasoning:
