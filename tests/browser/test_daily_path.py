@@ -12,7 +12,9 @@ page's playground answers.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -23,29 +25,14 @@ import httpx
 import pytest
 
 from tests.browser.chromium import snap
+from tests.browser.pages import start_custom_benchmark
 from tests.support.embedded import ADMIN, EmbeddedPanel, embedded_env, prepare
 from tests.support.llama import free_port, gemma_model_path
+from tests.test_embedded import SWITCH
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.celery]
 
 ROUNDS = 3  # the issue saw 4 failures in 6 saves of a channel
-SERVE = """
-import json, time
-from deployments.models import ModelVariant
-from deployments.services.revisions import revision_create
-from deployments.services.switch import switch_request
-from hardware.models import Host
-host = Host.objects.get()
-model = ModelVariant.objects.create(name="gemma-daily", format="gguf", gguf_file={model!r})
-revision = revision_create(host=host, engine="llama.cpp", model_variant=model, served_name="gemma", port={port},
-    knobs={{"ctx_size": 2048, "parallel": 2, "n_gpu_layers": 0}}, message="gemma for every day", actor=None)
-op = switch_request(revision=revision, actor=None)
-deadline = time.monotonic() + 120
-while op.state not in ("succeeded", "failed", "lost", "cancelled") and time.monotonic() < deadline:
-    time.sleep(0.2)
-    op.refresh_from_db()
-print(json.dumps({{"state": op.state, "error": op.error, "host": host.name}}))
-"""
 
 
 @pytest.fixture
@@ -68,13 +55,25 @@ def _models(port: int) -> list[str]:
         return []
 
 
-def _serves_again(port: int, panel: EmbeddedPanel, timeout: float = 120) -> float:
+def _restored(page: Any, host_page: str, panel: EmbeddedPanel, timeout: float = 180) -> None:
+    """Wait until the host page lists the start the panel queued by itself as succeeded."""
     t0 = time.monotonic()
-    while _models(port) != ["gemma"]:
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"the model is not served again:\n{panel.log('agent')[-4000:]}")
-        time.sleep(0.5)
-    return time.monotonic() - t0
+    while True:
+        page.goto(host_page)
+        latest = page.locator("ul.ops li").first.inner_text()
+        if re.search(r"Launch → r1\s+Succeeded\s+system", latest):
+            return
+        assert "Failed" not in latest and time.monotonic() - t0 < timeout, f"{latest}\n{panel.log('agent')[-4000:]}"
+        time.sleep(1)
+
+
+def _ctrl_c(panel: EmbeddedPanel) -> None:
+    """SIGINT, as Ctrl-C in its terminal: everything stops, the engine included (how fast is
+    tests/test_embedded.py's business; this machine may be busy with the benchmark's aftermath)."""
+    before = panel.tree()
+    panel.stop(signal.SIGINT, timeout=60)
+    assert panel.proc is not None and panel.proc.returncode == 0, panel.output()
+    assert [p.cmdline for p in before if p.state() is not None] == []
 
 
 def _problems(panel: EmbeddedPanel) -> list[str]:
@@ -89,9 +88,14 @@ def test_saving_under_a_benchmark_then_ctrl_c_and_start_again(panel: EmbeddedPan
     from playwright.sync_api import expect
 
     port = free_port()
-    served = json.loads(panel.django(SERVE.format(model=gemma_model_path(), port=port)).strip().splitlines()[-1])
+    gguf = panel.data_dir / "models" / "gemma-3-270m-Q4_K_M.gguf"  # the model folder, as the guide says
+    try:
+        os.link(gemma_model_path(), gguf)
+    except OSError:  # another file system
+        shutil.copyfile(gemma_model_path(), gguf)
+    served = json.loads(panel.django(SWITCH.format(model=str(gguf), port=port)).strip().splitlines()[-1])
     assert served["state"] == "succeeded", served
-    host, base = served["host"], panel.url
+    base = panel.url
     server_errors: list[str] = []
     page.context.on("response", lambda r: server_errors.append(f"{r.status} {r.url}") if r.status >= 500 else None)
 
@@ -99,16 +103,13 @@ def test_saving_under_a_benchmark_then_ctrl_c_and_start_again(panel: EmbeddedPan
     page.fill("input[name=username]", ADMIN[0])
     page.fill("input[name=password]", ADMIN[1])
     page.click("button[type=submit]")
-    expect(page.locator(f'article[data-host="{host}"]')).to_contain_text("r1")
+    card = page.locator("article[data-host]").first
+    expect(card).to_contain_text("r1")
+    host = card.get_attribute("data-host")
 
     # A benchmark long enough to outlast the saves; its page stays open and polls.
     page.goto(f"{base}/hosts/{host}/benchmarks/new/")
-    page.select_option("select[name=profile]", "custom")
-    page.fill("input[name=concurrency]", "1,2")
-    page.fill("input[name=input_tokens]", "64")
-    page.fill("input[name=output_tokens]", "128")
-    page.fill("input[name=requests]", "64")
-    page.click("form.benchmark-form button[type=submit]")
+    start_custom_benchmark(page, concurrency="1,2", input_tokens=64, output_tokens=32, requests=96)
     expect(page).to_have_url(re.compile(r"/benchmarks/operations/[0-9a-f-]+/$"))
     running = page.locator("#bench-progress .badge").first
     expect(running).to_have_text("Running", timeout=60_000)
@@ -128,7 +129,7 @@ def test_saving_under_a_benchmark_then_ctrl_c_and_start_again(panel: EmbeddedPan
         expect(work.locator("#comments")).to_contain_text(f"Looks fine under load ({i}).")
     work.goto(f"{base}/hosts/{host}/revisions/1/")
     work.get_by_role("link", name="New revision from this").click()
-    work.fill("textarea[name=knobs]", "ctx_size=4096\nparallel=2\nn_gpu_layers=0")
+    work.fill("textarea[name=knobs]", "ctx_size=4096\nparallel=1\nn_gpu_layers=0")
     work.fill("textarea[name=message]", "4k context for tomorrow")
     expect(work.locator("#planner")).not_to_contain_text("Reading the settings")
     work.click("#revision-form button[type=submit]")
@@ -144,13 +145,12 @@ def test_saving_under_a_benchmark_then_ctrl_c_and_start_again(panel: EmbeddedPan
     assert server_errors == [] and _problems(panel) == []
 
     # Ctrl-C, then start again: the model serves again by itself.
-    assert panel.stop(signal.SIGINT) < 10.0
+    _ctrl_c(panel)
     assert _models(port) == []
     panel.start()
     panel.wait_healthy(timeout=120)
-    _serves_again(port, panel)
-    work.goto(f"{base}/hosts/{host}/")
-    expect(work.locator("ul.ops li").first).to_contain_text(re.compile(r"Launch → r1\s+Succeeded\s+system"))
+    _restored(work, f"{base}/hosts/{host}/", panel)
+    assert _models(port) == ["gemma"]
 
     # Nothing saved was lost, and the playground answers.
     work.goto(f"{base}/notifications/")
@@ -160,11 +160,12 @@ def test_saving_under_a_benchmark_then_ctrl_c_and_start_again(panel: EmbeddedPan
     expect(work.locator("p.message")).to_contain_text("4k context for tomorrow")
     work.goto(f"{base}/hosts/{host}/revisions/1/")
     expect(work.locator("#comments .comment")).to_have_count(ROUNDS)
+    work.fill("#playground-form input[name=max_tokens]", "12")  # a few seconds even on a busy CPU
     work.fill("#playground-form textarea[name=prompt]", "Say hello in one short sentence.")
     work.get_by_role("button", name="Send").click()
     stats = work.locator("#playground-form .playground-stats")
-    expect(stats).to_have_text(re.compile(r"time to first token \d+ ms · [\d.]+ tokens/s"), timeout=60_000)
+    expect(stats).to_have_text(re.compile(r"time to first token \d+ ms · [\d.]+ tokens/s"), timeout=180_000)
     assert work.locator("#playground-log .turn.assistant .turn-text").inner_text().strip()
     snap(work, "daily-playground-after-restart")
     assert server_errors == [] and _problems(panel) == []
-    assert panel.stop(signal.SIGINT) < 10.0
+    _ctrl_c(panel)

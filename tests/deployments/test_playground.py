@@ -47,18 +47,15 @@ def serving_box(operator: Any, *, port: int, engine_state: dict[str, Any] | None
         gguf_file="/srv/models/gemma.gguf",
         sampling_presets={"default": {"temperature": 0.3, "top_p": 0.9, "top_k": 40}},
     )
-    r1 = revision_create(
-        host=host,
-        engine="llama.cpp",
-        model_variant=model,
-        served_name="gemma",
-        port=port,
-        knobs={"ctx_size": 2048, "parallel": 1},
-        message="gemma at 2k",
-        actor=operator,
-    )
+    r1 = gemma_revision(host, model, operator, port=port)
     revision_mark_active(revision=r1, actor=operator)
     return Host.objects.get(pk=host.pk), r1
+
+
+def gemma_revision(host: Host, model: ModelVariant, operator: Any, **changes: Any) -> Any:
+    """A llama.cpp revision of `model` served as "gemma" with a 2k context, but for `changes`."""
+    values = {"served_name": "gemma", "port": 8080, "knobs": {"ctx_size": 2048, "parallel": 1}, "message": "gemma"}
+    return revision_create(host=host, engine="llama.cpp", model_variant=model, actor=operator, **(values | changes))
 
 
 def chat_url(revision: Any) -> str:
@@ -100,14 +97,7 @@ def test_a_viewer_reads_but_cannot_send(client, operator, viewer):
 
 def test_only_the_revision_the_host_serves_can_be_tried(client, operator):
     host, r1 = serving_box(operator, port=8080)
-    r2 = revision_create(
-        host=host,
-        engine="llama.cpp",
-        model_variant=r1.model_variant,
-        knobs={"ctx_size": 4096},
-        message="gemma at 4k",
-        actor=operator,
-    )
+    r2 = gemma_revision(host, r1.model_variant, operator, knobs={"ctx_size": 4096})
     client.force_login(operator)
     page = client.get(page_url(r2)).content.decode()
     why = "box serves r1, not r2: switch to r2 to try it here."

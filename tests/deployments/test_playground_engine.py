@@ -16,7 +16,6 @@ from core.models import AuditEvent
 from deployments.choices import OperationState
 from deployments.models import ModelVariant
 from deployments.selectors.hosts import serving_status
-from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
@@ -29,19 +28,9 @@ ENGINE_KEY = "sk-engine-playground-0123456789"
 
 
 def serve(lab: dict[str, Any], operator: Any, **fields: Any) -> Any:
-    """Record a llama.cpp revision of the lab's Gemma (2k context), switch to it, and wait until
-    the host reports it serving."""
-    revision = revision_create(
-        host=lab["host"],
-        engine="llama.cpp",
-        model_variant=lab["gemma"],
-        served_name="gemma",
-        port=lab["port"],
-        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0},
-        message="gemma for the playground",
-        actor=operator,
-        **fields,
-    )
+    """Record a llama.cpp revision of the lab's Gemma (2k context) with these revision fields, switch
+    to it, and wait until the host reports it serving."""
+    revision = lab["rev"]("gemma for the playground", 2048, fields=fields)
     op = wait_done(switch_request(revision=revision, actor=operator))
     assert op.state == OperationState.SUCCEEDED, op.log + op.error
     deadline = time.monotonic() + 30
