@@ -36,6 +36,7 @@ from deployments.models import DeploymentRevision, Secret, active_revision_id_of
 from deployments.selectors.hosts import serving_status
 from hardware.selectors import offline_reason
 from serving.benchmarking.stats import StreamTimer, tpot
+from serving.exports import ClientTarget
 
 from .exports import revision_client_target
 
@@ -99,10 +100,11 @@ def unavailable_reason(revision: DeploymentRevision) -> str:
     return ""
 
 
-def playground_defaults(revision: DeploymentRevision) -> PlaygroundDefaults:
+def playground_defaults(revision: DeploymentRevision, target: ClientTarget | None = None) -> PlaygroundDefaults:
     """The sampling the revision's exports write (the catalog's preset for how the server runs the
-    model, serving.exports.sampling_preset) and its reply budget."""
-    target = revision_client_target(revision)
+    model, serving.exports.sampling_preset) and its reply budget; `target`: the revision's client
+    target when the caller has it already."""
+    target = target or revision_client_target(revision)
     sampling = dict(target.sampling)
     temperature = sampling.pop("temperature", None)
     top_p = sampling.pop("top_p", None)
@@ -167,16 +169,16 @@ def playground_chat(*, revision: DeploymentRevision, chat: ChatRequest, actor: A
     Raises PermissionDenied (not an operator), PlaygroundUnavailable (the host does not serve the
     revision now, or its API key is missing) or ValidationError (a reply longer than the context)."""
     ensure_role(actor, OPERATOR)
-    state = playground_state(revision)
-    if not state.available or state.defaults is None:
-        raise PlaygroundUnavailable(state.reason)
-    defaults = state.defaults
+    reason = unavailable_reason(revision)
+    if reason:
+        raise PlaygroundUnavailable(reason)
+    target = revision_client_target(revision)
+    defaults = playground_defaults(revision, target)
     limit = defaults.max_tokens_limit
     if chat.max_tokens is not None and limit is not None and chat.max_tokens > limit:
         raise ValidationError(
             {"max_tokens": f"At most {limit:,} tokens: that is all the context one request gets on this server."}
         )
-    target = revision_client_target(revision)
     headers = {"Accept": "text/event-stream"}
     key = _api_key(revision)
     if key:
