@@ -236,6 +236,62 @@ class CommentForm(forms.Form):
     )
 
 
+PLAYGROUND_TURNS = 200  # messages of history one chat carries
+PLAYGROUND_HISTORY_CHARS = 400_000  # ~100K tokens of history: more than any context here
+
+
+class PlaygroundForm(forms.Form):
+    """One message of the revision page's chat playground, with the page's history of the
+    conversation (a JSON list of user and assistant turns) and the sampling the person set."""
+
+    prompt = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Ask the served model something"}),
+        max_length=TEXT_LIMIT,
+        label="Message",
+    )
+    system = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "(none)"}),
+        max_length=TEXT_LIMIT,
+        required=False,
+        label="System prompt",
+    )
+    temperature = FiniteFloatField(
+        min_value=0.0, max_value=2.0, required=False, widget=forms.NumberInput(attrs={"step": "0.05"})
+    )
+    top_p = FiniteFloatField(
+        min_value=0.0, max_value=1.0, required=False, label="top_p", widget=forms.NumberInput(attrs={"step": "0.05"})
+    )
+    max_tokens = StrictIntegerField(min_value=1, max_value=1_000_000, required=False, label="Max tokens")
+    history = forms.CharField(required=False, widget=forms.HiddenInput, max_length=2 * PLAYGROUND_HISTORY_CHARS)
+
+    def clean_history(self) -> list[dict[str, str]]:
+        raw = self.cleaned_data.get("history") or "[]"
+        try:
+            turns = json.loads(raw)
+        except ValueError:
+            raise ValidationError("The conversation could not be read: reload the page to start again.") from None
+        if not isinstance(turns, list) or len(turns) > PLAYGROUND_TURNS:
+            raise ValidationError(f"A conversation carries at most {PLAYGROUND_TURNS} messages: start a new one.")
+        history, size = [], 0
+        for turn in turns:
+            ok = isinstance(turn, dict) and turn.get("role") in ("user", "assistant")
+            if not ok or not isinstance(turn.get("content"), str):
+                raise ValidationError("Each message of the conversation is a user or assistant turn with its text.")
+            try:
+                content = check_text_value(turn["content"], field="a message", max_len=TEXT_LIMIT * 4)
+            except UnsafeValueError as exc:
+                raise ValidationError(str(exc)) from None
+            size += len(content)
+            history.append({"role": turn["role"], "content": content})
+        if size > PLAYGROUND_HISTORY_CHARS:
+            raise ValidationError("The conversation is too long to send again: start a new one.")
+        return history
+
+    def messages(self) -> list[dict[str, str]]:
+        """The conversation to send: the history, then this message."""
+        return [*self.cleaned_data["history"], {"role": "user", "content": self.cleaned_data["prompt"]}]
+
+
 class SwitchForm(forms.Form):
     override_reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),

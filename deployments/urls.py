@@ -1,9 +1,22 @@
-from .views import audit, benchmarks, diff, engine_log, exports, host_models, models, operations, revisions, secrets
+from .views import (
+    audit,
+    benchmarks,
+    diff,
+    engine_log,
+    exports,
+    host_models,
+    models,
+    operations,
+    playground,
+    revisions,
+    secrets,
+)
 
 app_name = "deployments"
 
 urlpatterns = [
     *revisions.urlpatterns,
+    *playground.urlpatterns,
     *operations.urlpatterns,
     *models.urlpatterns,
     *host_models.urlpatterns,

@@ -80,7 +80,11 @@ def lab(
         )
         port = free_port()
 
-        def rev(message: str, ctx: int, model: ModelVariant = gemma, **knobs: Any) -> Any:
+        def rev(
+            message: str, ctx: int, model: ModelVariant = gemma, fields: dict[str, Any] | None = None, **knobs: Any
+        ) -> Any:
+            """A llama.cpp revision of `model` with these knobs; `fields`: more of revision_create's
+            arguments (api_key_secret=..., env=...)."""
             return revision_create(
                 host=host,
                 engine="llama.cpp",
@@ -90,6 +94,7 @@ def lab(
                 knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0, **knobs},
                 message=message,
                 actor=operator,
+                **(fields or {}),
             )
 
         world.update(host=host, rev=rev, port=port, gemma=gemma)

@@ -33,6 +33,8 @@ from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.planner import PlanInputError
 
+from .playground import playground_context
+
 FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200
 
@@ -100,6 +102,7 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
         "imported": (revision.extras or {}).get("ansible"),
         "exports_url": presenters.url_or_none("deployments:revision_exports", revision.host.name, revision.number),
         "offline_reason": offline_reason(revision.host),  # no Switch or Benchmark offered, and why
+        **playground_context(request, revision),
         **extra,
     }
 

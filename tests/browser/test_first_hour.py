@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.browser.chromium import snap
+from tests.browser.pages import start_custom_benchmark
 from tests.support.embedded import ROOT, EmbeddedPanel
 from tests.support.llama import free_port, gemma_model_path
 
@@ -195,12 +196,7 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
 
     # A small benchmark of what serves (r2) from the host page.
     page.get_by_role("link", name="Benchmark this host…").click()
-    page.select_option("select[name=profile]", "custom")
-    page.fill("input[name=concurrency]", "1,2")
-    page.fill("input[name=input_tokens]", "32")
-    page.fill("input[name=output_tokens]", "8")
-    page.fill("input[name=requests]", "2")
-    page.click("form.benchmark-form button[type=submit]")
+    start_custom_benchmark(page, concurrency="1,2", input_tokens=32, output_tokens=8, requests=2)
     expect(page).to_have_url(re.compile(r"/benchmarks/\d+/$"), timeout=OPERATION_S)
     expect(page.locator("figure[data-chart=throughput] svg g.series")).to_have_count(2)
     snap(page, "first-hour-benchmark")

@@ -13,6 +13,7 @@ from django.urls import NoReverseMatch, reverse
 
 from deployments.models import active_revision_of
 from tests.browser.chromium import snap
+from tests.browser.pages import start_custom_benchmark
 
 pytestmark = [
     pytest.mark.browser,
@@ -108,12 +109,7 @@ def test_revision_switch_diff_and_benchmark_in_the_browser(live_server, lab, pag
     page.fill("input[name=concurrency]", "1,x")
     page.click("form.benchmark-form button[type=submit]")
     expect(page.locator("label[for=id_concurrency] .errorlist")).to_contain_text("not a whole number")
-    page.select_option("select[name=profile]", "custom")
-    page.fill("input[name=concurrency]", "1,2")
-    page.fill("input[name=input_tokens]", "32")
-    page.fill("input[name=output_tokens]", "8")
-    page.fill("input[name=requests]", "2")
-    page.click("form.benchmark-form button[type=submit]")
+    start_custom_benchmark(page, concurrency="1,2", input_tokens=32, output_tokens=8, requests=2)
     expect(page).to_have_url(re.compile(r"/benchmarks/\d+/$"), timeout=120_000)
     run = BenchmarkRun.objects.get(revision=second)
     assert run.status == "completed", run.results
