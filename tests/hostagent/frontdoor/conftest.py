@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, Mode, RoutingTable, ServedModel
+from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, Loader, Mode, RoutingTable, ServedModel
 from hostagent.frontdoor.launcher import Command, ProcessLoader, budget_free_memory
 from tests.support.llama import free_port, gemma_model_path, llama_server_binary
 
@@ -68,7 +68,9 @@ class Host:
 class DoorThread:
     """A FrontDoor serving from its own thread and event loop."""
 
-    def __init__(self, host: Host, loader: ProcessLoader, settings: FrontDoorSettings, keys: KeyTable | None) -> None:
+    def __init__(
+        self, host: Host, loader: ProcessLoader, settings: FrontDoorSettings, keys: KeyTable | None, door_loader: Loader
+    ) -> None:
         self.host, self.loader = host, loader
         self.table = host.table()
         self.loop = asyncio.new_event_loop()
@@ -80,7 +82,7 @@ class DoorThread:
             return {"ram": free["ram"] - host.outside}
 
         async def start() -> FrontDoor:
-            door = FrontDoor(self.table, loader, free, settings, keys=keys)
+            door = FrontDoor(self.table, door_loader, free, settings, keys=keys)
             await door.start()
             return door
 
@@ -134,10 +136,17 @@ def make_host() -> Host:
     return host
 
 
-def start_door(host: Host, log_dir: Path, keys: KeyTable | None = None, **settings: Any) -> DoorThread:
+def start_door(
+    host: Host,
+    log_dir: Path,
+    keys: KeyTable | None = None,
+    wrap: Callable[[ProcessLoader], Loader] | None = None,
+    **settings: Any,
+) -> DoorThread:
+    """A front door over `host`'s engines; `wrap` puts a loader of the test's around the real one."""
     loader = ProcessLoader(host.commands, log_dir=log_dir, ready_timeout=180.0)
     options = {"host": "127.0.0.1", "port": 0, "queue_wait_s": 300.0, "drain_timeout_s": 120.0, **settings}
-    return DoorThread(host, loader, FrontDoorSettings(**options), keys)
+    return DoorThread(host, loader, FrontDoorSettings(**options), keys, wrap(loader) if wrap else loader)
 
 
 @pytest.fixture
@@ -147,11 +156,13 @@ def host() -> Host:
 
 @pytest.fixture
 def open_door(host: Host, tmp_path: Path) -> Iterator[Callable[..., DoorThread]]:
-    """open_door(keys=None, **settings) -> a running front door over `host`'s engines."""
+    """open_door(keys=None, wrap=None, **settings) -> a running front door over `host`'s engines."""
     doors: list[DoorThread] = []
 
-    def open_(keys: KeyTable | None = None, **settings: Any) -> DoorThread:
-        door = start_door(host, tmp_path, keys, **settings)
+    def open_(
+        keys: KeyTable | None = None, wrap: Callable[[ProcessLoader], Loader] | None = None, **settings: Any
+    ) -> DoorThread:
+        door = start_door(host, tmp_path, keys, wrap, **settings)
         doors.append(door)
         return door
 

@@ -120,10 +120,13 @@ def test_usage_per_key_model_and_day_equals_the_engines_own_counts(door: DoorThr
     assert row["key"] == "" and row["day"] == time.strftime("%Y-%m-%d", time.gmtime())
     assert row["requests"] - old["requests"] == 3 and row["errors"] == 0
     assert row["completion_tokens"] - old["completion_tokens"] == 5 + 7 + 3
-    assert row["completion_tokens"] - old["completion_tokens"] == engine_counter(
-        door, "small", "tokens_predicted_total"
-    ) - predicted
-    assert row["prompt_tokens"] - old["prompt_tokens"] == engine_counter(door, "small", "prompt_tokens_total") - prompted
+    assert (
+        row["completion_tokens"] - old["completion_tokens"]
+        == engine_counter(door, "small", "tokens_predicted_total") - predicted
+    )
+    assert (
+        row["prompt_tokens"] - old["prompt_tokens"] == engine_counter(door, "small", "prompt_tokens_total") - prompted
+    )
     assert row["prompt_tokens"] - old["prompt_tokens"] >= answer.usage.prompt_tokens + 2
     tokens = door.metric("frontdoor_tokens_total", model="small", alias="fast", key="", kind="completion")
     assert tokens >= 7 + 3
@@ -176,14 +179,19 @@ def test_a_client_that_hangs_up_stops_the_engine(door: DoorThread) -> None:
                 break  # one token arrived: hang up
     slots_url = f"{door.host.engine_url('wide')}/slots"
     deadline = time.monotonic() + 30
-    while any(s["is_processing"] for s in httpx.get(slots_url, headers={"Authorization": f"Bearer {ENGINE_KEY}"}).json()):
+    while any(
+        s["is_processing"] for s in httpx.get(slots_url, headers={"Authorization": f"Bearer {ENGINE_KEY}"}).json()
+    ):
         assert time.monotonic() < deadline, "the engine kept generating for a client that was gone"
         time.sleep(0.1)
     assert engine_counter(door, "wide", "tokens_predicted_total") - predicted < 900
     door.wait_for(lambda state: state["wide"]["in_flight"] == 0, timeout=10)
-    assert door.metric(
-        "frontdoor_requests_total", model="wide", alias="coder", key="", endpoint="/v1/chat/completions", code="499"
-    ) == 1
+    assert (
+        door.metric(
+            "frontdoor_requests_total", model="wide", alias="coder", key="", endpoint="/v1/chat/completions", code="499"
+        )
+        == 1
+    )
 
 
 def test_an_alias_moved_under_load_lets_requests_in_flight_finish_on_the_old_engine(door: DoorThread) -> None:
@@ -194,9 +202,7 @@ def test_an_alias_moved_under_load_lets_requests_in_flight_finish_on_the_old_eng
     )
     first = next(iter(stream))
     assert first.model == "wide"
-    moved = RoutingTable.of(
-        replace(m, aliases=("fast", "coder") if m.name == "small" else ()) for m in table.models
-    )
+    moved = RoutingTable.of(replace(m, aliases=("fast", "coder") if m.name == "small" else ()) for m in table.models)
     door.update_table(moved)
     try:
         answers: list[str] = []
