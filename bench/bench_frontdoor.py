@@ -4,7 +4,7 @@ Real llama-server processes (Gemma 3 270M, tests/support/llama.py) behind a fron
 host runs it, in its own process (`python -m hostagent.frontdoor`), three parts side by side:
 
 1. Overhead: the same engine called directly and through the front door, at 1 and 64 streams,
-   with the panel's load generator (hardware/runtime/loadgen.py): time to first token p50/p99,
+   with the panel's load generator (hostagent/runtime/loadgen.py): time to first token p50/p99,
    decode tokens/s per stream, and the front door's CPU seconds against the engine's over the
    timed runs (from /proc). Direct and front-door runs alternate, `--rounds` times each, so the
    machine's drift falls on both sides.
@@ -39,9 +39,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from deployments.benchmarking.profiles import BenchmarkProfile  # noqa: E402
-from deployments.benchmarking.stats import percentile  # noqa: E402
-from hardware.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from hostagent.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from serving.benchmarking.profiles import BenchmarkProfile  # noqa: E402
+from serving.benchmarking.stats import percentile  # noqa: E402
 from tests.support.llama import free_port, gemma_model_path, llama_server_binary  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -30,8 +30,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from deployments.benchmarking.profiles import BenchmarkProfile  # noqa: E402
-from hardware.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from hostagent.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from serving.benchmarking.profiles import BenchmarkProfile  # noqa: E402
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from deployments.importers.hf_config import load_hf_config  # noqa: E402
-from deployments.planner import CatalogModel, PlanRequest, catalog_host, plan, what_fits  # noqa: E402
+from serving.planner import CatalogModel, PlanRequest, catalog_host, plan, what_fits  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 GB = 10**9

@@ -121,7 +121,7 @@ class Soak:
 
     def tree(self) -> dict[int, str]:
         """pid -> label for the supervisor and everything below it."""
-        from hardware.runtime.processes import descendants, read_cmdline, read_stat
+        from hostagent.runtime.processes import descendants, read_cmdline, read_stat
 
         assert self.proc is not None
         top = {c["pid"]: n for n, c in json.loads((DATA / "embedded.json").read_text())["children"].items()}
@@ -194,9 +194,9 @@ class Soak:
         """The same engine argv launched by hand, until /health and /v1/models answer."""
         import httpx
 
-        from deployments.engines.registry import get_adapter
         from deployments.runtime_bridge import engine_config_for_revision
         from hostagent.binaries import resolve_binary
+        from serving.engines.registry import get_adapter
 
         config = engine_config_for_revision(revision, bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
         spec = get_adapter("llama.cpp").launch_spec(config)
@@ -316,7 +316,7 @@ class Soak:
         os.kill(self.proc.pid, signal.SIGINT)  # Ctrl-C
         self.proc.wait(60)
         stop_s = time.monotonic() - t0
-        from hardware.runtime.processes import read_stat
+        from hostagent.runtime.processes import read_stat
 
         left = [(pid, label, s.state) for pid, label in before_stop.items() if (s := read_stat(pid)) is not None]
 

@@ -48,7 +48,6 @@ def main() -> None:
     from django.utils import timezone
 
     from deployments.choices import OperationState
-    from deployments.engines.registry import get_adapter
     from deployments.models import ModelVariant, Operation
     from deployments.runtime_bridge import engine_config_for_revision
     from deployments.services.revisions import revision_create
@@ -57,6 +56,7 @@ def main() -> None:
     from hardware.models import Host
     from hostagent.binaries import resolve_binary
     from hostagent.local import supervisor_for
+    from serving.engines.registry import get_adapter
     from tests.support.llama import free_port, gemma_model_path
     from tests.support.panel import PanelServer
 

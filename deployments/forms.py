@@ -10,14 +10,14 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
-from deployments.benchmarking.profiles import PROFILES
 from deployments.choices import Engine
-from deployments.engines.base import EngineConfigError
-from deployments.engines.knobs import normalise_knob
-from deployments.engines.registry import get_adapter
 from deployments.models import ModelVariant
-from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 from deployments.services.benchmarks import profile_from_input
+from serving.benchmarking.profiles import PROFILES
+from serving.engines.base import EngineConfigError
+from serving.engines.knobs import normalise_knob
+from serving.engines.registry import get_adapter
+from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 # Knobs the panel itself reads (not engine flags): `vision` turns a GGUF's projector off.
 PANEL_KNOBS = {"vision": "bool"}

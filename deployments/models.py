@@ -22,11 +22,11 @@ from django.utils import timezone
 
 from core.errors import ImmutableError
 from hardware.models import Host
+from serving.arch import ArchFactError, ModelArch, arch_from_facts
+from serving.benchmarking.profiles import profile_label
+from serving.safety import UnsafeValueError, check_json_value
 
-from .arch import ArchFactError, ModelArch, arch_from_facts
-from .benchmarking.profiles import profile_label
 from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
-from .safety import UnsafeValueError, check_json_value
 
 
 class ModelVariant(models.Model):
@@ -111,7 +111,7 @@ class ModelVariant(models.Model):
     def weights_estimate(self) -> Any:
         """The planner's estimate of the weights when no size is known (planner.weights), else None;
         whatever is stored, never an exception."""
-        from deployments.planner.weights import estimate_weights
+        from serving.planner.weights import estimate_weights
 
         if self.weights_bytes:
             return None

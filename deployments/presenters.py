@@ -22,13 +22,13 @@ from django.urls import NoReverseMatch, reverse
 from core.secrets_mask import MASK
 from deployments.choices import OperationKind, OperationState
 from deployments.engine_installs import revision_binary
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
-from deployments.planner import PlanInputError
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.planning import plan_for_revision, plan_for_values
 from hardware.models import Host
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
+from serving.planner import PlanInputError
 
 # --- launch ------------------------------------------------------------------------------------
 

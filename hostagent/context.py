@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from hardware.runtime.supervisor import Supervisor
+from hostagent.runtime.supervisor import Supervisor
 
 from .panel import PanelPort
 

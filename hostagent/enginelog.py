@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hardware.runtime.logtail import file_size
-from hardware.runtime.state import EngineRecord
+from hostagent.runtime.logtail import file_size
+from hostagent.runtime.state import EngineRecord
 
 from .panel import PanelAway, PanelError
 

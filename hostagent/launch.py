@@ -8,9 +8,9 @@ from typing import Any
 
 from django.conf import settings
 
-from deployments.engines.base import EngineConfig, EngineConfigError, LaunchSpec
-from deployments.engines.registry import get_adapter
-from hardware.runtime.confine import confine, working_folder
+from hostagent.runtime.confine import confine, working_folder
+from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec
+from serving.engines.registry import get_adapter
 
 from .binaries import resolve_binary
 from .local import host_model_dirs

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.conf import settings
 
-from hardware.runtime.confine import install_dirs_from_env, model_dirs_from_env
-from hardware.runtime.supervisor import Supervisor
+from hostagent.runtime.confine import install_dirs_from_env, model_dirs_from_env
+from hostagent.runtime.supervisor import Supervisor
 
 from .binaries import worker_llama_build
 

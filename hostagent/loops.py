@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from hardware.runtime.local_http import engine_get
+from hostagent.runtime.local_http import engine_get
 
 from .context import AgentContext
 from .launch import launch_spec
@@ -26,7 +26,7 @@ def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
     """The engine's own metrics in the common shape, when it runs and exposes them."""
     if not state.get("running") or not state.get("revision_id"):
         return {}
-    from deployments.engines.registry import get_adapter
+    from serving.engines.registry import get_adapter
 
     try:
         launch = ctx.launch_of(state["revision_id"])
@@ -70,7 +70,7 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
 
 
 def telemetry_loop(ctx: AgentContext, stop: threading.Event) -> None:
-    from hardware.probes.nvml import nvml_session, read_samples
+    from hostagent.probes.nvml import nvml_session, read_samples
 
     with nvml_session() as lib:
         while not stop.wait(settings.TELEMETRY_INTERVAL_S):
@@ -92,7 +92,7 @@ def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
 
 
 def start_watchdog(ctx: AgentContext) -> Any:
-    from hardware.runtime.watchdog import Watchdog
+    from hostagent.runtime.watchdog import Watchdog
 
     def spec_provider() -> Any:
         record = ctx.supervisor.status()

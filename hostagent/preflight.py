@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deployments.checks import FAIL, HOST, OK, Check
-from deployments.engines.base import LaunchSpec
-from hardware.runtime.processes import group_members, read_stat
-from hardware.runtime.strays import STOP_STRAYS_ENV, find_port_holder
-from hardware.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
+from hostagent.runtime.processes import group_members, read_stat
+from hostagent.runtime.strays import STOP_STRAYS_ENV, find_port_holder
+from hostagent.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
+from serving.checks import FAIL, HOST, OK, Check
+from serving.engines.base import LaunchSpec
 
 from .binaries import resolve_install
 

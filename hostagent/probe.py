@@ -10,8 +10,8 @@ import os
 import socket
 from typing import Any
 
-from hardware.probes.host import probe_host
-from hardware.probes.nvml import probe_host_gpus
+from hostagent.probes.host import probe_host
+from hostagent.probes.nvml import probe_host_gpus
 
 
 def local_host_name() -> str:
@@ -23,9 +23,9 @@ def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
     lets an install read from, and the llama.cpp builds in its pip cache) and the GPU inventory."""
     from django.conf import settings
 
-    from hardware.runtime.confine import ensure_default_model_dir
     from hostagent.local import host_install_dirs, host_model_dirs
     from hostagent.pipcache import cached_llama_builds
+    from hostagent.runtime.confine import ensure_default_model_dir
 
     ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()

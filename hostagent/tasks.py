@@ -1,5 +1,5 @@
 """The agent's Celery tasks, on its own queue (`host.<name>`), one per operation kind, under the
-names the panel sends (deployments.operation_tasks). Each takes an operation id only."""
+names the panel sends (serving.operation_tasks). Each takes an operation id only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from deployments.operation_tasks import OPERATION_TASKS
+from serving.operation_tasks import OPERATION_TASKS
 
 from .context import current
 from .operations.runner import run_operation

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, role_required
-from deployments.views._dispatch import by_method
+from core.http import by_method
 
 from . import selectors, services
 from .choices import DeliveryState

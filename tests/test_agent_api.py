@@ -209,7 +209,7 @@ def test_a_benchmark_reported_after_the_panel_marked_it_lost_is_kept(two_hosts: 
     beta = two_hosts["beta"]
     agent = beta["agent"]
     agent.post(f"operations/{beta['op'].pk}/finish", {"state": "cancelled"})  # free beta's host lock
-    from deployments.benchmarking.profiles import BenchmarkProfile  # noqa: F401 - the profile's shape
+    from serving.benchmarking.profiles import BenchmarkProfile  # noqa: F401 - the profile's shape
 
     Deployment.objects.create(host=beta["host"], active_revision=beta["revision"])
     op = operation_create(

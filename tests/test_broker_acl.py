@@ -28,9 +28,9 @@ from django.core.management import call_command
 from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
-from deployments.operation_tasks import OPERATION_TASKS
 from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue
+from serving.operation_tasks import OPERATION_TASKS
 from tests.support.agent import PANEL_ONLY, AgentProcess
 from tests.support.panel_worker import PanelWorker
 from tests.support.private_redis import PrivateRedis, once

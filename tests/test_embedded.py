@@ -213,7 +213,7 @@ def test_a_process_that_keeps_dying_stops_the_panel_loudly(panel: EmbeddedPanel)
 
 
 def _ppid(pid: int) -> int:
-    from hardware.runtime.processes import read_stat
+    from hostagent.runtime.processes import read_stat
 
     stat_ = read_stat(pid)
     assert stat_ is not None

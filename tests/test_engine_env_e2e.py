@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from deployments.choices import OperationState
 from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
-from hardware.runtime.strays import ENGINE_OWNER_ENV
 from hostagent.local import supervisor_for
+from hostagent.runtime.strays import ENGINE_OWNER_ENV
 from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]

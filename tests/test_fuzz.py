@@ -58,22 +58,22 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from deployments.ansible_vars import AnsibleVarsError, parse_group_vars
 from deployments.choices import OperationState
-from deployments.engines.base import EngineConfig, EngineConfigError
-from deployments.engines.envpolicy import ALLOWED, REFUSED, classify_env
-from deployments.engines.knobs import normalise_knob
-from deployments.engines.registry import ADAPTERS, get_adapter
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.safety import UnsafeValueError, check_json_value
 from deployments.services.imports import (
     model_variant_import_gguf,
     model_variant_import_hf_config,
     revision_import_ansible,
 )
 from deployments.services.revisions import revision_create
+from serving.ansible_vars import AnsibleVarsError, parse_group_vars
+from serving.engines.base import EngineConfig, EngineConfigError
+from serving.engines.envpolicy import ALLOWED, REFUSED, classify_env
+from serving.engines.knobs import normalise_knob
+from serving.engines.registry import ADAPTERS, get_adapter
+from serving.safety import UnsafeValueError, check_json_value
 from tests.hardware.factories import GPUFactory, HostFactory
 
 ENGINES = sorted(ADAPTERS)

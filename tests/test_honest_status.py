@@ -359,8 +359,8 @@ def test_a_bind_address_the_host_reports_wins(client, catalog, operator, setting
 
 
 def test_parameter_ratio_compares_total_with_total_and_active_with_active():
-    from deployments.arch import ModelArch
-    from deployments.diffing.model_table import parameter_ratio
+    from serving.arch import ModelArch
+    from serving.diffing.model_table import parameter_ratio
 
     moe = ModelArch(params_total=35_000_000_000, params_active=3_000_000_000, num_experts=256)
     dense = ModelArch(params_total=27_000_000_000)  # no active count: a dense model's are all active
@@ -371,7 +371,7 @@ def test_parameter_ratio_compares_total_with_total_and_active_with_active():
 
 
 def test_a_new_warning_finding_is_not_shown_in_green():
-    from deployments.diffing.planner_delta import finding_rows
+    from serving.diffing.planner_delta import finding_rows
 
     old = {"findings": [{"code": "gone.error", "severity": "error", "message": "was bad"}]}
     new = {

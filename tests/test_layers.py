@@ -11,33 +11,35 @@ from pathlib import Path
 
 import pytest
 
+from tools.code_figures import backup_imports, import_graph
+
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
     "core.hub_paths",
     "core.secrets_mask",
-    "deployments.arch",
-    "deployments.safety",
-    "deployments.planner",
-    "deployments.engines.registry",
-    "deployments.diffing",
-    "deployments.exports",
-    "deployments.ansible_vars",
-    "deployments.benchmarking.stats",
-    "deployments.benchmarking.profiles",
-    "deployments.benchmarking.results",
-    "deployments.benchmarking.workload",
+    "serving.arch",
+    "serving.safety",
+    "serving.planner",
+    "serving.engines.registry",
+    "serving.diffing",
+    "serving.exports",
+    "serving.ansible_vars",
+    "serving.benchmarking.stats",
+    "serving.benchmarking.profiles",
+    "serving.benchmarking.results",
+    "serving.benchmarking.workload",
 ]
 # The host runtime uses the OS and HTTP, but never the ORM (GPU hosts may later run without DB access).
 RUNTIME = [
-    "hardware.runtime.supervisor",
-    "hardware.runtime.watchdog",
-    "hardware.runtime.installs",
-    "hardware.runtime.childenv",
-    "hardware.runtime.loadgen",
-    "hardware.runtime.energy",
-    "hardware.probes.nvml",
-    "hardware.probes.host",
+    "hostagent.runtime.supervisor",
+    "hostagent.runtime.watchdog",
+    "hostagent.runtime.installs",
+    "hostagent.runtime.childenv",
+    "hostagent.runtime.loadgen",
+    "hostagent.runtime.energy",
+    "hostagent.probes.nvml",
+    "hostagent.probes.host",
 ]
 
 
@@ -63,7 +65,7 @@ def test_the_front_door_loads_no_django_and_nothing_of_the_panel():
     loaded = loaded_after_import("hostagent.frontdoor.__main__")
     assert "aiohttp" in loaded
     assert not loaded & {"django", "celery", "kombu", "psycopg", "redis", "httpx", "pynvml"}
-    assert not loaded & {"controlpanel", "core", "deployments", "hardware", "notifications", "api"}
+    assert not loaded & {"controlpanel", "core", "serving", "deployments", "hardware", "notifications", "api"}
 
 
 def _modules_loaded(settings_module: str, modules: list[str]) -> set[str]:
@@ -109,7 +111,7 @@ def test_the_panel_never_imports_the_agents_code():
 
 def test_every_operation_kind_the_panel_sends_is_a_task_the_agent_runs():
     from deployments.choices import OperationKind
-    from deployments.operation_tasks import OPERATION_TASKS
+    from serving.operation_tasks import OPERATION_TASKS
 
     code = (
         "import django, json; django.setup(); import hostagent.tasks; from controlpanel.celery import app; "
@@ -125,7 +127,6 @@ def test_every_operation_kind_the_panel_sends_is_a_task_the_agent_runs():
 
 
 # --- import circles --------------------------------------------------------------------------
-PACKAGES = ("controlpanel", "core", "hardware", "deployments", "notifications", "api", "hostagent")
 # No module of the panel, the agent or the API imports itself back through others, at module level
 # or inside a function. (A package's submodules importing the package itself, its re-exports, do
 # not count.)
@@ -133,33 +134,7 @@ PACKAGES = ("controlpanel", "core", "hardware", "deployments", "notifications", 
 
 def _import_graph() -> dict[str, set[str]]:
     """Module -> first-party modules it imports anywhere (module level or inside a function)."""
-    import ast
-
-    modules: dict[str, Path] = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            if "migrations" in path.parts:
-                continue
-            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            modules[name] = path
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                parts = here[: len(here) - node.level + 1] if node.level else []
-                base = ".".join(parts + ([node.module] if node.module else []))
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
-            else:
-                continue
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != module and not module.startswith(target + "."):
-                    graph[module].add(target)
-    return graph
+    return import_graph(ROOT)
 
 
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -212,25 +187,42 @@ def test_no_import_circle_is_left():
     assert [sorted(c) for c in _circles(_import_graph())] == []
 
 
-# --- apps by dependency: core at the bottom, hardware on it, deployments on top --------------
-# The host runtime (hardware.runtime, hardware.probes) is the agent's code that runs next to the
-# engine; it may read the pure domain core (deployments.engines, deployments.benchmarking), so it
-# is not part of the panel's `hardware` app in what follows.
-HOST_RUNTIME = ("hardware.runtime", "hardware.probes")
+# --- the layout: core, the Django-free serving core, the panel's apps, the agent beside them ---
+# tools/code_figures.py holds the layer map (the same one its figures are printed with).
 
 
-def _imports_of(prefix: str, graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {
-        module: targets
-        for module, targets in graph.items()
-        if (module == prefix or module.startswith(prefix + ".")) and not module.startswith(HOST_RUNTIME)
-    }
+def test_the_serving_core_is_a_package_of_its_own_and_imports_no_django_app():
+    """planner, engine adapters, diff, benchmark maths, architecture facts, exports: in `serving`,
+    which reads only `core`'s pure helpers; nothing of them is left in `deployments`."""
+    graph = _import_graph()
+    for gone in ("planner", "engines", "diffing", "benchmarking", "arch", "safety", "exports", "ansible_vars"):
+        assert not (ROOT / "deployments" / gone).exists() and not (ROOT / "deployments" / f"{gone}.py").exists()
+    reads = {t for m, targets in graph.items() if m.startswith("serving") for t in targets}
+    assert {t.split(".")[0] for t in reads} <= {"serving", "core"}
+    assert {t for t in reads if t.startswith("core")} <= set(PURE_CORE)
+
+
+def test_the_host_runtime_and_probes_live_in_the_agent_package():
+    assert (ROOT / "hostagent" / "runtime" / "supervisor.py").is_file()
+    assert (ROOT / "hostagent" / "probes" / "nvml.py").is_file()
+    assert not (ROOT / "hardware" / "runtime").exists() and not (ROOT / "hardware" / "probes").exists()
+
+
+def test_imports_back_up_the_layers_are_few_and_known():
+    """Bottom to top: controlpanel's plumbing, core, serving, hardware (and the agent beside it),
+    notifications, deployments, api, controlpanel's top. Imports from a layer into one above it: at
+    most 3, and these ones (notifications' events and regression checks read a revision and a run)."""
+    assert backup_imports(_import_graph()) == [
+        "notifications.events -> deployments.models",
+        "notifications.selectors -> deployments.models",
+    ]
 
 
 def _reaching(graph: dict[str, set[str]], prefix: str, into: tuple[str, ...]) -> list[str]:
     return sorted(
         f"{module} -> {target}"
-        for module, targets in _imports_of(prefix, graph).items()
+        for module, targets in graph.items()
+        if module == prefix or module.startswith(prefix + ".")
         for target in targets
         if target.split(".")[0] in into
     )
@@ -258,38 +250,35 @@ def test_hardware_models_name_no_model_of_deployments():
                 assert field.related_model._meta.app_label != "deployments", f"{model.__name__}.{field.name}"
 
 
-# The agent's side: hostagent and the host runtime it drives read only the pure domain core of
-# deployments and nothing of the panel's database side (models, services, selectors, credentials).
+# The agent's side: hostagent reads only the serving core, core's pure helpers and the panel's
+# plumbing it shares (the Celery app, the broker's settings), never the panel's database side.
 PURE_CORE = (
-    "deployments.arch",
-    "deployments.safety",
-    "deployments.planner",
-    "deployments.engines",
-    "deployments.diffing",
-    "deployments.benchmarking",
-    "deployments.exports",
-    "deployments.ansible_vars",
-    "deployments.checks",
-    "deployments.operation_tasks",
+    "serving",
     "core.limits",
     "core.errors",
     "core.hub_paths",
     "core.secrets_mask",
 )
-# The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded)
-# and `manage.py host register-local` probe that machine with the agent's own probe. Nowhere else
-# does the panel's side run host code.
+AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
+# The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded),
+# `manage.py host register-local` and the import of a local GGUF read that machine with the agent's
+# own code (its probe, its model-folder rules). Nowhere else does the panel's side run host code.
 PANEL_RUNS_HOST_CODE = {
     "controlpanel.embedded -> hostagent.probe",
+    "controlpanel.embedded -> hostagent.runtime.processes",
+    "controlpanel.embedded -> hostagent.runtime.supervisor",
     "deployments.management.commands.host -> hostagent.probe",
+    "deployments.services.imports -> hostagent.runtime.confine",
+    "deployments.services.imports -> hostagent.runtime.errors",
+    "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error
 }
 
 
 def test_the_agent_reads_only_the_pure_core_and_the_panel_never_the_agent():
     graph = _import_graph()
-    agent = [m for m in graph if m.startswith(("hostagent",) + HOST_RUNTIME)]
-    reads = {f"{m} -> {t}" for m in agent for t in graph[m] if t.split(".")[0] in ("core", "hardware", "deployments")}
-    assert sorted(r for r in reads if not r.split(" -> ")[1].startswith(PURE_CORE + HOST_RUNTIME)) == []
-    panel = [m for m in graph if not m.startswith(("hostagent",) + HOST_RUNTIME)]
+    agent = [m for m in graph if m.startswith("hostagent")]
+    reads = {f"{m} -> {t}" for m in agent for t in graph[m] if not t.startswith("hostagent")}
+    assert sorted(r for r in reads if not r.split(" -> ")[1].startswith(PURE_CORE + AGENT_PLUMBING)) == []
+    panel = [m for m in graph if not m.startswith("hostagent")]
     runs = {f"{m} -> {t}" for m in panel for t in graph[m] if t.startswith("hostagent")}
     assert runs <= PANEL_RUNS_HOST_CODE

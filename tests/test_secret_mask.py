@@ -238,7 +238,7 @@ def test_known_values_are_masked_and_an_environment_by_name_and_value() -> None:
 
 
 def test_a_revision_diff_shows_no_password_from_an_env_value_or_a_flag() -> None:
-    from deployments.diffing import RevisionView, diff_revisions, parse_argv, render_text
+    from serving.diffing import RevisionView, diff_revisions, parse_argv, render_text
 
     old = RevisionView(number=1, env={"HTTPS_PROXY": "http://lab:OldPass1@proxy.lab:3128"})
     new = RevisionView(number=2, env={"HTTPS_PROXY": "http://lab:NewPass2@proxy.lab:3128"})

@@ -22,8 +22,8 @@ from deployments.models import Operation
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import switch_request
 from hardware.models import Host
-from hardware.runtime.processes import is_alive
 from hostagent.local import supervisor_for
+from hostagent.runtime.processes import is_alive
 from tests.deployments.test_switch_celery import served_models
 from tests.support.operations import wait_done
 

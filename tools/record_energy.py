@@ -1,6 +1,6 @@
 """Measure GPU energy on a real GPU host with the project's own meter and probe, under load.
 
-Runs `hardware.runtime.energy.NvmlEnergyMeter` fed by `hardware.probes.nvml.read_samples`
+Runs `hostagent.runtime.energy.NvmlEnergyMeter` fed by `hostagent.probes.nvml.read_samples`
 twice over the same bf16 matmul load: once with the NVML energy counter (what the benchmark
 runner uses on Volta and newer) and once from power samples alone (its fallback on older
 GPUs), and writes both readings as JSON for tests to check against each other.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hardware.probes.nvml import nvml_session, probe_host_gpus, read_samples
-from hardware.runtime.energy import NvmlEnergyMeter
+from hostagent.probes.nvml import nvml_session, probe_host_gpus, read_samples
+from hostagent.runtime.energy import NvmlEnergyMeter
 from tools.record_nvml import LOAD_SCRIPT, SAFE_ENV
 
 

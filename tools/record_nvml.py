@@ -1,7 +1,7 @@
 """Record an NVML fixture on a real GPU host, through the project's own probe.
 
-Runs ``hardware.probes.nvml`` against the real ``pynvml`` wrapped in
-:class:`hardware.probes.replay.RecordingNvml`, so the fixture holds both the raw pynvml
+Runs ``hostagent.probes.nvml`` against the real ``pynvml`` wrapped in
+:class:`hostagent.probes.replay.RecordingNvml`, so the fixture holds both the raw pynvml
 answers (which the replay serves back in tests) and what the probe made of them:
 
 - ``inventory_idle`` / ``inventory_load``: ``probe_host_gpus()`` at idle and under load
@@ -32,9 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hardware.probes.host import probe_host
-from hardware.probes.nvml import nvml_session, probe_host_gpus, read_samples
-from hardware.probes.replay import FORMAT, RecordingNvml
+from hostagent.probes.host import probe_host
+from hostagent.probes.nvml import nvml_session, probe_host_gpus, read_samples
+from hostagent.probes.replay import FORMAT, RecordingNvml
 
 # Multicast over NVLink must stay off on shared multi-GPU hosts (device KINDS.md).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

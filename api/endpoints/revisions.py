@@ -11,12 +11,12 @@ from ninja import Router, Status
 from api.schemas import DiffOut, Error, ExportOut, ExportTarget, RevisionIn, RevisionList, RevisionOut
 from api.serialize import revision_dict
 from controlpanel.roles import OPERATOR, VIEWER
-from deployments.exports import NotExportable
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import changes_between
 from deployments.services.exports import revision_export
 from deployments.services.revisions import revision_create
 from hardware.models import Host
+from serving.exports import NotExportable
 
 from . import actor, host_or_404
 

@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, role_required
-from deployments.views._dispatch import by_method
+from core.http import by_method
 
 from . import services
 from .forms import PersonCreateForm, RoleForm

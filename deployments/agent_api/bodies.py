@@ -8,7 +8,7 @@ jsonb and every page's arithmetic do not) and nesting deeper than MAX_DEPTH (dee
 JSON is a RecursionError), and each endpoint's checker below bounds every field it passes on:
 times within [2000, now + a day], counts and sizes non-negative and bounded, text bounded and
 free of NUL, lists bounded (GPUs per host, samples, metrics, log lines), an operation's result
-at most RESULT_BYTES encoded. The checks build on `deployments.safety` (the same rules as for
+at most RESULT_BYTES encoded. The checks build on `serving.safety` (the same rules as for
 what users send) and raise ValidationError, which the views answer with 400.
 
 The limits are module constants: they bound what a well-behaved agent never comes near
@@ -27,9 +27,9 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from deployments.choices import OperationState
-from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 from deployments.services.host_reports import MAX_SAMPLES, WATCHDOG_EVENTS
 from hardware.services import MAX_GPU_INDEX, MAX_GPUS_PER_HOST
+from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 MAX_DEPTH = 16  # the deepest real body (a benchmark's levels, requests, fields) is 5
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # no GPU host's clock is right before this
@@ -213,7 +213,7 @@ FACT_COUNTS = {"cpu_logical_cores": MAX_CORES, "cpu_physical_cores": MAX_CORES, 
 
 
 def facts(value: Any) -> dict[str, Any]:
-    """`hardware.probes.host.HostFacts.to_dict()` plus `address` and `model_dirs`."""
+    """`hostagent.probes.host.HostFacts.to_dict()` plus `address` and `model_dirs`."""
     data = obj(value, "facts")
     for key, most in FACT_TEXT.items():
         text(data.get(key), f"facts.{key}", most=most)
@@ -229,7 +229,7 @@ P2P_KEYS = ("read", "write", "nvlink", "atomics")
 
 
 def inventory(value: Any) -> dict[str, Any]:
-    """`hardware.probes.nvml.GpuInventory.to_dict()`: at most MAX_GPUS_PER_HOST GPUs, each
+    """`hostagent.probes.nvml.GpuInventory.to_dict()`: at most MAX_GPUS_PER_HOST GPUs, each
     with a distinct index, and the pairs between them."""
     data = obj(value, "inventory")
     if data.get("available") is not None and not isinstance(data["available"], bool):
@@ -316,7 +316,7 @@ GPU_READINGS = {
 
 
 def gpu_samples(value: Any) -> list[dict[str, Any]]:
-    """`hardware.probes.nvml.GpuSample.to_dict()` each: readings null or in range, a time in the window."""
+    """`hostagent.probes.nvml.GpuSample.to_dict()` each: readings null or in range, a time in the window."""
     samples = seq(value, "gpu_samples", most=MAX_SAMPLES)
     for n, sample in enumerate(samples):
         where = f"gpu_samples[{n}]"

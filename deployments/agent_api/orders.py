@@ -9,15 +9,15 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from deployments.diffing.context import served_context as context_of
 from deployments.models import DeploymentRevision, HostModel, Operation, Secret, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_revision
 from hardware.models import Host
+from serving.diffing.context import served_context as context_of
 
 
 def served_context(revision: DeploymentRevision) -> int | None:
     """The context one request can use on the server: the diff's and the exports' answer
-    (deployments.diffing.context), never a second reading of the knobs."""
+    (serving.diffing.context), never a second reading of the knobs."""
     context = context_of(
         revision.engine, revision.knobs or {}, native=revision.model_variant.model_arch.native_context, env=revision.env
     )

@@ -11,7 +11,7 @@ Hostile files: the header is read here, not by gguf-py's GGUFReader (which decod
 element through numpy: ~30 s for a 262k vocabulary on a busy machine). `_scan` walks it with bounds
 (key count, array lengths, string lengths, tensor count, every length within the file), so a header
 declaring billions of entries is refused at once. Every key the importer reads must have the GGUF
-type it expects, and every fact passes the bounds of deployments.arch; anything else is a
+type it expects, and every fact passes the bounds of serving.arch; anything else is a
 GgufHeaderError naming the key. Little-endian files only (what every converter writes).
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments.arch import (
+from serving.arch import (
     FULL_ATTENTION,
     INT_FACTS,
     LINEAR_ATTENTION,
@@ -39,7 +39,7 @@ from deployments.arch import (
     check_fact,
     check_int,
 )
-from deployments.planner.inputs import GgufKvFacts
+from serving.planner.inputs import GgufKvFacts
 
 # Header bounds. Real files: ~40-60 keys, ~1,100 tensors (DeepSeek-V3), arrays up to the vocabulary
 # (262,144 tokens, ~500k merges), chat templates of tens of KB.

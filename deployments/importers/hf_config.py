@@ -7,7 +7,7 @@ a sliding-window pattern (Gemma 3: every `sliding_window_pattern`-th layer is gl
 config does not state stay None. Parsing is pure; `load_hf_config` is the only I/O.
 
 Hostile input is a clear HfConfigError, never another exception: the text is size-bounded before
-parsing; every fact read is type- and range-checked (deployments.arch bounds) before any per-layer
+parsing; every fact read is type- and range-checked (serving.arch bounds) before any per-layer
 list is built, so a config claiming millions of layers is refused at once.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments.arch import (
+from serving.arch import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     MAX_HEAD_DIM,

@@ -18,8 +18,8 @@ from django.db import DataError
 from controlpanel.params import parse_int
 from deployments.choices import ACTIVE_STATES
 from deployments.models import Operation
-from deployments.safety import UnsafeValueError, check_json_value
 from hardware.models import Host
+from serving.safety import UnsafeValueError, check_json_value
 
 
 class BadInput(CommandError):

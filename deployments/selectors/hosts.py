@@ -17,8 +17,6 @@ from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
-from deployments.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
-from deployments.planner.whatfits import DEFAULT_CONTEXTS
 from deployments.runtime_bridge import launch_knobs
 from deployments.selectors.card_index import (
     GPU_FIELDS,
@@ -35,6 +33,8 @@ from deployments.selectors.card_index import (
 )
 from hardware.models import GPU, GpuSample, Host
 from hardware.selectors import offline_reason, reported_ago
+from serving.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
+from serving.planner.whatfits import DEFAULT_CONTEXTS
 
 
 @dataclass

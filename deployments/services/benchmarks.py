@@ -11,13 +11,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
-from deployments.benchmarking import stats
-from deployments.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
 from hardware.models import Host
 from notifications.events import benchmark_event
 from notifications.services import notify
+from serving.benchmarking import stats
+from serving.benchmarking.profiles import BenchmarkProfile, equivalent_commands, get_profile
 
 from .dispatch import operation_dispatch
 from .operations import operation_create

@@ -1,9 +1,9 @@
-"""Send an operation to its host's queue, by task name (deployments.operation_tasks)."""
+"""Send an operation to its host's queue, by task name (serving.operation_tasks)."""
 
 from __future__ import annotations
 
 from deployments.models import Operation
-from deployments.operation_tasks import OPERATION_TASKS
+from serving.operation_tasks import OPERATION_TASKS
 
 
 def operation_dispatch(op: Operation) -> None:

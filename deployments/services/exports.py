@@ -3,12 +3,12 @@
 One entry point, `revision_export(revision, target)`, returns the file a target runs as it
 is, or raises `NotExportable` with the reason. Targets:
 
-- clients (deployments.exports): opencode, hermes, aider-settings, aider-metadata (and the
+- clients (serving.exports): opencode, hermes, aider-settings, aider-metadata (and the
   page's aider-env, curl, python);
 - the host's own launch, as a person would run it: start-script and systemd, with the same
   argv and environment as the revision's launch and the executable the host has installed
   for the revision's engine version (Host.engine_installs; systemd finds no bare `vllm`);
-- ansible: the seed role's group_vars (deployments.ansible_role), whose rendered start script
+- ansible: the seed role's group_vars (serving.ansible_role), whose rendered start script
   runs that same argv and environment, or says in its header what differs and why.
 
 Reads only. Secrets are never resolved: the API key appears masked where it goes.
@@ -23,10 +23,13 @@ from django.core.exceptions import ValidationError
 
 from core.secrets_mask import MASK
 from deployments.engine_installs import revision_binary
-from deployments.engines.base import EngineConfigError, LaunchSpec
-from deployments.engines.registry import get_adapter
-from deployments.engines.scripts import render_start_script, render_systemd_unit
-from deployments.exports import (
+from deployments.models import DeploymentRevision
+from deployments.revision_views import revision_view
+from deployments.runtime_bridge import engine_config_for_revision
+from serving.engines.base import EngineConfigError, LaunchSpec
+from serving.engines.registry import get_adapter
+from serving.engines.scripts import render_start_script, render_systemd_unit
+from serving.exports import (
     CLIENT_EXPORTS,
     ClientTarget,
     NamedExport,
@@ -35,9 +38,6 @@ from deployments.exports import (
     client_exports,
     client_target,
 )
-from deployments.models import DeploymentRevision
-from deployments.revision_views import revision_view
-from deployments.runtime_bridge import engine_config_for_revision
 
 from .imports import export_bind_host, revision_export_ansible
 

@@ -22,12 +22,12 @@ from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
-from deployments.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
-from deployments.safety import UnsafeValueError, check_json_value, check_text_value
 from hardware.models import Host
+from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
 
@@ -82,7 +82,7 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[Model
 
 def parse_ansible_text(text: str, *, engine_version: str | None = None) -> AnsibleImport:
     """The parsed group_vars, or a form error on "text" (alias bombs, oversized or deep
-    values, object tags, NUL, NaN: `deployments.ansible_vars` explains the limits)."""
+    values, object tags, NUL, NaN: `serving.ansible_vars` explains the limits)."""
     if len(text) > MAX_IMPORT_BYTES or len(text.encode("utf-8", "replace")) > MAX_IMPORT_BYTES:
         raise ValidationError({"text": "That file is too large for a group_vars file."})
     try:
@@ -183,7 +183,7 @@ def revision_export_ansible(revision: DeploymentRevision, *, binary: str | None 
     """The revision as a group_vars text, with what an import kept written back; any Jinja
     in it (stored by an older import, or typed in a knob) is written `!unsafe`, so Ansible
     never evaluates it (`AnsibleExport.inert` names those variables). For vLLM every variable
-    the role's start script reads is written (deployments.ansible_role); `binary` is the
+    the role's start script reads is written (serving.ansible_role); `binary` is the
     executable the revision runs on its host (its venv becomes vllm_venv_dir).
 
     Raises ValidationError when the engine has no Ansible role (llama.cpp, SGLang)."""
@@ -240,8 +240,8 @@ def _unique_name(name: str) -> str:
 def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
     """What an importer produced is checked again as stored: strict arch facts, GGUF facts and
     plain JSON, so nothing implausible is ever saved (pages read it back leniently anyway)."""
-    from deployments.arch import ArchFactError, arch_from_facts
-    from deployments.planner.inputs import GgufKvFacts
+    from serving.arch import ArchFactError, arch_from_facts
+    from serving.planner.inputs import GgufKvFacts
 
     try:
         for name in ("arch", "gguf_kv", "sampling_presets", "min_engine_versions"):
@@ -338,8 +338,8 @@ def panel_model_dirs() -> list[str]:
     machine is the local host, so a file its engine can open is one the import can read."""
     from django.conf import settings
 
-    from hardware.runtime.confine import model_dirs_from_env
-    from hardware.runtime.errors import HostRuntimeError
+    from hostagent.runtime.confine import model_dirs_from_env
+    from hostagent.runtime.errors import HostRuntimeError
 
     try:
         return model_dirs_from_env(os.environ, data_dir=str(settings.DATA_DIR))
@@ -348,15 +348,15 @@ def panel_model_dirs() -> list[str]:
 
 
 def gguf_files_available() -> list[Any]:
-    """The GGUF files in the panel's model folders (hardware.runtime.confine.ModelFile), for the import page."""
-    from hardware.runtime.confine import model_files
+    """The GGUF files in the panel's model folders (hostagent.runtime.confine.ModelFile), for the import page."""
+    from hostagent.runtime.confine import model_files
 
     return model_files(panel_model_dirs())
 
 
 def _gguf_in_model_dirs(name: str) -> Path:
     """A file name typed without a folder, read in the model folders; nothing outside them."""
-    from hardware.runtime.confine import PathOutsideModelFolders, find_in_model_dirs
+    from hostagent.runtime.confine import PathOutsideModelFolders, find_in_model_dirs
 
     dirs = panel_model_dirs()
     try:

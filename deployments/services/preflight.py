@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.checks import FAIL, HOST, OK, Check
-from deployments.diffing import fmt
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
-from deployments.engines.versions import parse_version
 from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
+from serving.checks import FAIL, HOST, OK, Check
+from serving.diffing import fmt
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
+from serving.engines.versions import parse_version
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 

@@ -12,13 +12,13 @@ from django.db.models import Max
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
 from core.audit import audit_record
 from deployments.choices import Engine
-from deployments.engines.base import EngineConfigError
-from deployments.engines.policy import Concern, check_paths_under
-from deployments.engines.registry import get_adapter
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_values
-from deployments.safety import UnsafeValueError, check_json_value
 from hardware.models import Host
+from serving.engines.base import EngineConfigError
+from serving.engines.policy import Concern, check_paths_under
+from serving.engines.registry import get_adapter
+from serving.safety import UnsafeValueError, check_json_value
 
 
 def _field(name: str | None) -> str:

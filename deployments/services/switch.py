@@ -11,8 +11,8 @@ from django.db import transaction
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from deployments.choices import OperationKind
 from deployments.models import DeploymentRevision, Operation, active_revision_of
-from deployments.planner import PlanInputError
 from hardware.models import Host
+from serving.planner import PlanInputError
 
 from .dispatch import operation_dispatch
 from .operations import operation_create

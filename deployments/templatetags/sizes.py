@@ -1,6 +1,6 @@
 """Sizes on pages: `{% load sizes %}{{ host.ram_bytes|size }}` reads "48.27 GiB", with the exact
 bytes in its title. Binary units, as the planner, the engines and the diff print them
-(deployments/diffing/fmt.py); never a bare "51,832,042,176 bytes" and never Django's
+(serving/diffing/fmt.py); never a bare "51,832,042,176 bytes" and never Django's
 filesizeformat (which says "GB" for GiB)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from deployments.diffing import fmt
+from serving.diffing import fmt
 
 register = template.Library()
 

@@ -21,16 +21,15 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from controlpanel.params import MAX_INT, int_param, parse_int, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method, is_partial
 from deployments import plots, presenters
-from deployments.benchmarking.profiles import PROFILES
 from deployments.choices import OperationKind
 from deployments.forms import BenchmarkForm
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
 from deployments.services.benchmarks import benchmark_compare, benchmark_export, benchmark_request, benchmark_summary
 from hardware.models import Host
 from hardware.selectors import offline_reason
-
-from ._dispatch import by_method, is_partial
+from serving.benchmarking.profiles import PROFILES
 
 RUNS_LISTED = 100
 

@@ -13,15 +13,14 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method
 from deployments import selectors
-from deployments.exports import NotExportable, client_exports
 from deployments.forms import AnsibleImportForm, apply_error
 from deployments.models import DeploymentRevision
 from deployments.services.exports import revision_client_target, revision_export
 from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
-
-from ._dispatch import by_method
+from serving.exports import NotExportable, client_exports
 
 
 def _revision_or_404(host: str, number: int) -> DeploymentRevision:

@@ -13,6 +13,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method
 from deployments import presenters
 from deployments.choices import ACTIVE_STATES, OperationKind
 from deployments.forms import ModelDownloadForm
@@ -24,8 +25,6 @@ from deployments.services.host_models import (
     host_model_list,
 )
 from hardware.models import Host
-
-from ._dispatch import by_method
 
 
 def _page(request: HttpRequest, host: Host, form: ModelDownloadForm, errors: list[str]) -> HttpResponse:

@@ -13,6 +13,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method
 from deployments import selectors
 from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm, apply_error
 from deployments.services.hub_imports import model_variant_import_hub
@@ -22,8 +23,6 @@ from deployments.services.imports import (
     model_variant_import_hf_config,
     panel_model_dirs,
 )
-
-from ._dispatch import by_method
 
 
 @require_GET

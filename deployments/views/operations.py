@@ -12,11 +12,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method, is_partial
 from deployments import presenters, selectors
 from deployments.models import Operation
 from deployments.services.operations import operation_cancel
-
-from ._dispatch import by_method, is_partial
 
 
 def _operation_or_404(pk: str) -> Operation:

@@ -17,13 +17,11 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.params import int_param, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
+from core.http import by_method, is_partial
 from deployments import presenters, selectors
 from deployments.choices import Engine
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
 from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
-from deployments.planner import PlanInputError
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
 from deployments.services.operations import HostBusyError
@@ -31,8 +29,9 @@ from deployments.services.preflight import panel_preflight, ram_check
 from deployments.services.revisions import comment_create, engine_default_port, revision_create
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
-
-from ._dispatch import by_method, is_partial
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
+from serving.planner import PlanInputError
 
 FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200

@@ -13,10 +13,10 @@ from .common import Reporter
 
 
 def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
-    from deployments.benchmarking.profiles import BenchmarkProfile
-    from hardware.runtime.energy import NullMeter, NvmlEnergyMeter
-    from hardware.runtime.loadgen import Target, run_benchmark_sync
-    from hardware.runtime.readiness import api_key_from_spec
+    from hostagent.runtime.energy import NullMeter, NvmlEnergyMeter
+    from hostagent.runtime.loadgen import Target, run_benchmark_sync
+    from hostagent.runtime.readiness import api_key_from_spec
+    from serving.benchmarking.profiles import BenchmarkProfile
 
     op_id, launch = order["id"], order["revision"]
     number = launch["number"]
@@ -33,7 +33,7 @@ def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
     spec = launch_spec(launch, installs=order["host"].get("engine_installs") or {})
     meter: Any = NullMeter()
     if order["host"].get("nvml_available"):
-        from hardware.probes.nvml import sample_gpus
+        from hostagent.probes.nvml import sample_gpus
 
         meter = NvmlEnergyMeter(lambda: [(s.energy_mj, s.power_w or 0.0) for s in sample_gpus()])
     report = Reporter(ctx.panel, op_id)

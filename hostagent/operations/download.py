@@ -1,6 +1,6 @@
 """Model downloads and deletes on this host, from the plain order the panel sent.
 
-A download fetches only the files the order names (hardware.runtime.model_downloads) into a
+A download fetches only the files the order names (hostagent.runtime.model_downloads) into a
 folder under this host's first model folder (CONTROLPANEL_MODEL_DIRS), named after the repository
 and commit, so the engine may open it. Progress (bytes, rate, file) goes through the port; the
 panel's answer to a progress report can cancel it, and the parts stay on disk, so the next
@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hardware.runtime.model_downloads import (
+from hostagent.context import AgentContext
+from hostagent.local import host_model_dirs
+from hostagent.runtime.model_downloads import (
     DiskFull,
     DownloadCancelled,
     DownloadError,
@@ -28,8 +30,6 @@ from hardware.runtime.model_downloads import (
     delete_folder,
     download_files,
 )
-from hostagent.context import AgentContext
-from hostagent.local import host_model_dirs
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 OLLAMA_URL_ENV = "OLLAMA_HOST"

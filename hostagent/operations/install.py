@@ -15,12 +15,12 @@ from typing import Any
 
 from django.conf import settings
 
-from deployments.engines.base import EngineConfigError
-from deployments.engines.registry import get_adapter
-from hardware.runtime.errors import HostRuntimeError
 from hostagent.binaries import install_dir, installed_binary
 from hostagent.context import AgentContext
 from hostagent.panel import PanelPort
+from hostagent.runtime.errors import HostRuntimeError
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 LATEST = "latest"  # the key an install without a version is recorded under (as the panel's)
 
@@ -51,7 +51,7 @@ class _LogStream:
         self.flushed = time.monotonic()
         self.cancel = self.panel.progress(self.op_id, stage=self.stage, progress=self.progress, log=text)
 
-    def line(self, p: Any) -> None:  # hardware.runtime.installs.InstallProgress
+    def line(self, p: Any) -> None:  # hostagent.runtime.installs.InstallProgress
         stage = f"step {p.step}/{p.steps}: {p.description}"
         if stage != self.stage:
             if self.pending:
@@ -70,8 +70,8 @@ class _LogStream:
 def _confined(wheelhouse: Any, source_dir: Any) -> tuple[str | None, str | None]:
     """The real paths of the folders an install reads, each inside this host's install folders
     (PathOutsideInstallFolders otherwise)."""
-    from hardware.runtime.confine import confine_install_folder
     from hostagent.local import host_install_dirs
+    from hostagent.runtime.confine import confine_install_folder
 
     folders: dict[str, str | None] = {}
     for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)):
@@ -85,8 +85,8 @@ def _confined(wheelhouse: Any, source_dir: Any) -> tuple[str | None, str | None]
 
 
 def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
-    from hardware.runtime.installs import install_pinned
-    from hardware.runtime.installs import run_install as run_steps
+    from hostagent.runtime.installs import install_pinned
+    from hostagent.runtime.installs import run_install as run_steps
 
     op_id, params, panel = order["id"], order["params"], ctx.panel
     engine, version = params["engine"], params.get("version") or ""

@@ -9,12 +9,12 @@ from typing import Any
 
 from django.conf import settings
 
-from deployments.engines.base import EngineConfigError, LaunchSpec
-from hardware.runtime.errors import EngineStartError, HostRuntimeError
-from hardware.runtime.supervisor import Supervisor
 from hostagent.context import AgentContext
 from hostagent.launch import launch_spec
 from hostagent.preflight import host_preflight
+from hostagent.runtime.errors import EngineStartError, HostRuntimeError
+from hostagent.runtime.supervisor import Supervisor
+from serving.engines.base import EngineConfigError, LaunchSpec
 
 from .common import Reporter, report_state
 

@@ -56,7 +56,7 @@ class ScriptsRun(EmbeddedPanel):
 def panel(tmp_path: Path) -> Iterator[ScriptsRun]:
     data = tmp_path / "data"
     assert not data.exists()
-    models = data / "models"  # one of the host's model folders by default (hardware/runtime/confine.py)
+    models = data / "models"  # one of the host's model folders by default (hostagent/runtime/confine.py)
     started = ScriptsRun(data, free_port())
     started.out_path = tmp_path / "scripts-run.out"
     started.start()

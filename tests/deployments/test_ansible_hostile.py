@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.models import AuditEvent
-from deployments.ansible_vars import (
+from deployments.models import DeploymentRevision, ModelVariant
+from deployments.services.imports import revision_export_ansible, revision_import_ansible
+from serving.ansible_vars import (
     MAX_ALIASES,
     AnsibleVarsError,
     is_plain_reference,
@@ -37,8 +39,6 @@ from deployments.ansible_vars import (
     parse_group_vars,
     render_group_vars,
 )
-from deployments.models import DeploymentRevision, ModelVariant
-from deployments.services.imports import revision_export_ansible, revision_import_ansible
 from tests.hardware.factories import HostFactory
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"

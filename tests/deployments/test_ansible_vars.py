@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments.ansible_vars import AnsibleVarsError, parse_group_vars, render_group_vars
-from deployments.engines.base import EngineConfig
-from deployments.engines.vllm import VllmAdapter
+from serving.ansible_vars import AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.engines.base import EngineConfig
+from serving.engines.vllm import VllmAdapter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"
 GROUP_VARS = (FIXTURES / "all.yml").read_text()

@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deployments.arch import INT_FACTS, MAX_LAYERS, ModelArch
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
-from deployments.planner import CatalogModel, GgufKvFacts, what_fits
-from deployments.planner.gpus import catalog_host
+from serving.arch import INT_FACTS, MAX_LAYERS, ModelArch
+from serving.planner import CatalogModel, GgufKvFacts, what_fits
+from serving.planner.gpus import catalog_host
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 FACTS = [f.name for f in fields(ModelArch)]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from deployments.benchmarking.profiles import PROFILES, profile_label
-from deployments.benchmarking.results import RequestRecord, RunResult, build_level
-from deployments.benchmarking.stats import rank_sum_z, within_noise
-from deployments.diffing.benchmarks import benchmark_sections
 from deployments.models import BenchmarkRun, Operation, active_revision_of
 from deployments.revision_views import benchmark_items
 from deployments.services.benchmarks import benchmark_compare, benchmark_run_record
+from serving.benchmarking.profiles import PROFILES, profile_label
+from serving.benchmarking.results import RequestRecord, RunResult, build_level
+from serving.benchmarking.stats import rank_sum_z, within_noise
+from serving.diffing.benchmarks import benchmark_sections
 from tests.deployments.test_views_benchmarks import served  # noqa: F401 - the host fixture
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.benchmarking.profiles import (
+from serving.benchmarking.profiles import (
     PROFILES,
     BenchmarkProfile,
     equivalent_command,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from deployments.benchmarking import stats
-from deployments.benchmarking.results import RequestRecord, RunResult, build_level
-from deployments.benchmarking.workload import LinearTokenModel, fit_prompt, passage_words, poisson_offsets
+from serving.benchmarking import stats
+from serving.benchmarking.results import RequestRecord, RunResult, build_level
+from serving.benchmarking.workload import LinearTokenModel, fit_prompt, passage_words, poisson_offsets
 
 
 def chunk(content: str | None = None, **delta: object) -> dict:

@@ -196,8 +196,8 @@ def test_plan_set_values_are_refused_quickly(world) -> None:
 
 
 def test_planner_itself_bounds_gpus() -> None:
-    from deployments.planner import GpuSpec, PlanInputError, PlanRequest, plan
-    from deployments.planner.fit import MAX_GPUS
+    from serving.planner import GpuSpec, PlanInputError, PlanRequest, plan
+    from serving.planner.fit import MAX_GPUS
 
     arch = ModelVariant(arch={"architecture": "llama", "num_layers": 4}).model_arch
     gpu = GpuSpec(name="g", memory_bytes=24 << 30)

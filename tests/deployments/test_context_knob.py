@@ -9,12 +9,12 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from deployments.agent_api.orders import revision_launch
-from deployments.diffing.context import revision_context
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import revision_view
 from deployments.services.exports import revision_client_target
 from deployments.services.planning import plan_for_revision
 from deployments.services.revisions import revision_create
+from serving.diffing.context import revision_context
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db

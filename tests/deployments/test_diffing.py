@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from deployments.diffing import (
+from serving.diffing import (
     MASK,
     RevisionView,
     diff_revisions,

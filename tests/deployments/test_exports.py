@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from deployments.diffing import RevisionView
-from deployments.exports import all_exports, base_url_for, client_target, hermes_config, opencode_config
+from serving.diffing import RevisionView
+from serving.exports import all_exports, base_url_for, client_target, hermes_config, opencode_config
 
 BASE = "http://10.0.0.5:8001/v1"
 SECRET_VALUES = ("hf_realtokenvalue", "sk-realapikey", "hunter2")

@@ -23,7 +23,6 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from deployments.ansible_vars import parse_group_vars
 from deployments.demo_data import LAB2
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.presenters import launch_for_revision
@@ -32,6 +31,7 @@ from deployments.services.exports import revision_binary, revision_export
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
 from deployments.services.installs import install_record
 from deployments.services.revisions import revision_create
+from serving.ansible_vars import parse_group_vars
 from tests.support.client_tools import systemd_analyze, tool_bin
 
 pytestmark = pytest.mark.django_db

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments.diffing import RevisionView
-from deployments.exports import (
+from serving.diffing import RevisionView
+from serving.exports import (
     NotExportable,
     aider_model_metadata,
     aider_model_settings,

@@ -16,9 +16,9 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from deployments.models import ModelVariant
-from deployments.planner import catalog_host, plan
 from deployments.services.planning import plan_request
 from deployments.services.secrets import secret_set
+from serving.planner import catalog_host, plan
 from tests.hardware.factories import HostFactory
 from tests.support.fake_hub import FakeHub
 from tests.support.llama import gemma_model_path

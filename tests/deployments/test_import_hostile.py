@@ -14,11 +14,11 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from core.models import AuditEvent
-from deployments.arch import MAX_CONTEXT, MAX_LAYERS, ModelArch
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 from deployments.models import ModelVariant
 from deployments.services.imports import model_variant_import_gguf, model_variant_import_hf_config
+from serving.arch import MAX_CONTEXT, MAX_LAYERS, ModelArch
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 URL = "/models/import/"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deployments.arch import FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION, ModelArch
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, arch_from_hf_config, load_hf_config
+from serving.arch import FULL_ATTENTION, LINEAR_ATTENTION, SLIDING_ATTENTION, ModelArch
 from tests.support.llama import gemma_model_path
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"

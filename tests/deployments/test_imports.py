@@ -13,8 +13,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from core.models import AuditEvent
-from deployments.ansible_vars import parse_group_vars
-from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.imports import (
@@ -23,6 +21,8 @@ from deployments.services.imports import (
     revision_export_ansible,
     revision_import_ansible,
 )
+from serving.ansible_vars import parse_group_vars
+from serving.engines.registry import get_adapter
 from tests.deployments.test_ansible_vars import flag_pairs
 from tests.hardware.factories import HostFactory
 

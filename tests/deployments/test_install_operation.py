@@ -21,7 +21,7 @@ from deployments.models import Operation
 from deployments.services.installs import install_record, install_request
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary
-from tests.hardware.runtime.test_installs import build_wheel
+from tests.hostagent.runtime.test_installs import build_wheel
 
 
 def run(*args: str) -> str:

@@ -20,7 +20,7 @@ from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
 from deployments.services.installs import install_request
 from hardware.models import Host
-from tests.hardware.runtime.test_installs import build_planted_pip, build_wheel
+from tests.hostagent.runtime.test_installs import build_planted_pip, build_wheel
 from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from deployments.choices import Engine
-from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.revisions import PANEL_DEFAULT_PORT, engine_default_port, revision_create
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary, resolve_install, worker_llama_build
+from serving.engines.registry import get_adapter
 
 
 def _llama_venv(root: Path, build: str) -> Path:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from deployments.importers.hf_config import load_hf_config
-from deployments.planner import PlanRequest, Severity, catalog_host, plan
+from serving.planner import PlanRequest, Severity, catalog_host, plan
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
 GB = 10**9

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.arch import ModelArch
-from deployments.planner import PlanRequest, catalog_host, plan
+from serving.arch import ModelArch
+from serving.planner import PlanRequest, catalog_host, plan
 
 GB = 10**9
 

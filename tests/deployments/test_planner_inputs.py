@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.arch import ModelArch
-from deployments.planner import PlanInputError, PlanRequest, catalog_host, plan
+from serving.arch import ModelArch
+from serving.planner import PlanInputError, PlanRequest, catalog_host, plan
 
 ARCH = ModelArch(
     num_layers=32, num_attention_heads=32, num_kv_heads=8, head_dim=128, hidden_size=4096,

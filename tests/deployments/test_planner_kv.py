@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from deployments.importers.hf_config import load_hf_config
-from deployments.planner import PlanRequest, catalog_host, plan
-from deployments.planner.kv import (
+from serving.planner import PlanRequest, catalog_host, plan
+from serving.planner.kv import (
     attn_bytes_per_token_layer,
     gdn_state_bytes_layer,
     hybrid_block_size,

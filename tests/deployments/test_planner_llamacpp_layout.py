@@ -1,5 +1,5 @@
 """llama.cpp layouts as llama.cpp names them (--split-mode, --tensor-split, GPUs holding layers), never
-TP x PP, and its context taken from ctx_size (deployments.diffing.context.served_context) even when
+TP x PP, and its context taken from ctx_size (serving.diffing.context.served_context) even when
 the model's layer facts are missing."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from deployments.arch import ModelArch
 from deployments.models import ModelVariant
-from deployments.planner import PlanRequest, catalog_host, plan
 from hardware.models import GPU, Host
+from serving.arch import ModelArch
+from serving.planner import PlanRequest, catalog_host, plan
 
 GB = 10**9
 NO_LAYER_FACTS = ModelArch(params_total=122_000_000_000, native_context=262144)  # a GGUF imported without facts

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deployments.importers.gguf_header import read_gguf_header
-from deployments.planner import PlanRequest, plan
+from serving.planner import PlanRequest, plan
 from tests.support.llama import free_port, gemma_model_path, llama_server_binary
 
 pytestmark = pytest.mark.engine

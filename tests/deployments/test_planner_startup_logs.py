@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from deployments.arch import ModelArch
-from deployments.engines.llamacpp import LlamaCppAdapter
-from deployments.engines.vllm import VllmAdapter
 from deployments.importers.gguf_header import read_gguf_header
-from deployments.planner import PlanRequest, catalog_host, plan
+from serving.arch import ModelArch
+from serving.engines.llamacpp import LlamaCppAdapter
+from serving.engines.vllm import VllmAdapter
+from serving.planner import PlanRequest, catalog_host, plan
 from tests.support.llama import gemma_model_path
 
 ENGINES = Path(__file__).resolve().parent.parent / "fixtures" / "engines"

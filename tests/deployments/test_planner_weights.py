@@ -1,4 +1,4 @@
-"""Weights from the architecture when no checkpoint size is known (deployments.planner.weights),
+"""Weights from the architecture when no checkpoint size is known (serving.planner.weights),
 and what the planner says about it: an estimate is a warning naming its basis, no estimate at all
 is the "weights unknown" finding, never a silent blank.
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments.arch import ModelArch
 from deployments.importers.hf_config import load_hf_config
-from deployments.planner import PlanRequest, catalog_host, plan
-from deployments.planner.weights import count_params, estimate_weights
+from serving.arch import ModelArch
+from serving.planner import PlanRequest, catalog_host, plan
+from serving.planner.weights import count_params, estimate_weights
 
 CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
 GiB = 2**30

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deployments.importers.gguf_header import read_gguf_header
 from deployments.importers.hf_config import load_hf_config
-from deployments.planner import CatalogModel, catalog_host, what_fits
+from serving.planner import CatalogModel, catalog_host, what_fits
 from tests.support.llama import gemma_model_path
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from deployments.arch import ModelArch
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.planner.inputs import GgufKvFacts
 from deployments.services.revisions import revision_create, revision_mark_active
+from serving.arch import ModelArch
+from serving.planner.inputs import GgufKvFacts
 from tests.hardware.factories import GPUFactory, HostFactory
 
 pytestmark = pytest.mark.django_db

@@ -24,7 +24,7 @@ from deployments.services.preflight import panel_preflight
 from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
-from hardware.runtime.strays import port_is_free
+from hostagent.runtime.strays import port_is_free
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.operations import wait_done
 

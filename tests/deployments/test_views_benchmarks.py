@@ -12,12 +12,12 @@ from django.utils import timezone
 
 from core.audit import audit_record
 from core.models import AuditEvent
-from deployments.benchmarking.profiles import PROFILES
-from deployments.benchmarking.results import RequestRecord, RunResult, build_level
 from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_of
 from deployments.services.benchmarks import benchmark_run_record
 from deployments.services.revisions import revision_create
 from hardware.models import Host
+from serving.benchmarking.profiles import PROFILES
+from serving.benchmarking.results import RequestRecord, RunResult, build_level
 from tests.hardware.factories import GPUFactory, HostFactory
 
 pytestmark = pytest.mark.django_db

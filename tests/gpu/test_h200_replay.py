@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from deployments.engines.llamacpp import LlamaCppAdapter
-from deployments.planner.memory import MiB
-from hardware.probes.nvml import nvml_session, read_samples
-from hardware.probes.replay import ReplayNvml, load_fixture
-from hardware.runtime.energy import integrate
+from hostagent.probes.nvml import nvml_session, read_samples
+from hostagent.probes.replay import ReplayNvml, load_fixture
+from hostagent.runtime.energy import integrate
+from serving.engines.llamacpp import LlamaCppAdapter
+from serving.planner.memory import MiB
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200"
 NVML = load_fixture(FIXTURES / "nvml_live.json")
@@ -93,7 +93,7 @@ def test_telemetry_ingest_stores_the_busy_engine_samples_the_host_page_shows():
 # ---- tokens per joule ------------------------------------------------------------------------
 @pytest.mark.parametrize("flow", [FLOW, SWEEP], ids=["quick-sweep", "long-sweep"])
 def test_tokens_per_joule_from_the_recorded_counter_and_requests(flow):
-    from deployments.benchmarking.results import RunResult
+    from serving.benchmarking.results import RunResult
 
     export = flow["benchmark"]["export"]
     results = dict(export["results"])
@@ -204,7 +204,7 @@ def test_the_cuda_builds_context_is_what_llama_cpp_calls_unaccounted():
     (gpu,) = replayed("serving_r1_0")[0]
     (process,) = gpu.processes or ()
     assert process.used_memory_bytes // MiB == pytest.approx(self_ + unaccounted, abs=16)
-    from deployments.planner.memory import llama_cuda_context
+    from serving.planner.memory import llama_cuda_context
 
     assert llama_cuda_context([(9, 0)]) >= unaccounted * MiB
     assert llama_cuda_context([(8, 6)]) < llama_cuda_context([(9, 0)])
@@ -259,7 +259,7 @@ def test_the_recorded_figures_hold_together():
 def test_the_benchmarks_engine_delta_counts_counters_not_gauges():
     """The run's own export held `llamacpp:predicted_tokens_seconds: -447.9` (after - before of a
     rate gauge): a "negative tokens/s" in the benchmark's engine figures. Counters only now."""
-    from deployments.benchmarking import stats
+    from serving.benchmarking import stats
 
     recorded = FLOW["benchmark"]["export"]["results"]["engine_metrics_delta"]
     assert recorded["llamacpp:predicted_tokens_seconds"] < 0  # what the old delta said

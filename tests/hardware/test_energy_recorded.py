@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hardware.runtime.energy import integrate
+from hostagent.runtime.energy import integrate
 
 RECORDING = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "nvml" / "h200_energy.json").read_text())
 

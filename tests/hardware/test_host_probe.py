@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from hardware.probes.host import (
+from hostagent.probes.host import (
     parse_cpu_model,
     parse_mem_total,
     parse_os_release,
     parse_physical_cores,
     probe_host,
 )
-from hardware.probes.replay import load_fixture
+from hostagent.probes.replay import load_fixture
 
 H200_X1 = Path(__file__).resolve().parent.parent / "fixtures" / "nvml" / "h200_x1.json"
 

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from hardware.models import GPU, EngineSample, GpuSample, GpuType, Host
-from hardware.probes.nvml import probe_host_gpus, sample_gpus
-from hardware.probes.replay import ReplayNvml
 from hardware.services import host_declare, host_heartbeat, host_probe_record, telemetry_record, telemetry_rollup
+from hostagent.probes.nvml import probe_host_gpus, sample_gpus
+from hostagent.probes.replay import ReplayNvml
 
 pytestmark = pytest.mark.django_db
 H200 = Path(__file__).resolve().parent.parent / "fixtures" / "nvml" / "h200_x1.json"

@@ -16,7 +16,7 @@ from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
 from hardware.models import Host
 from hostagent.binaries import worker_llama_build
-from tests.hardware.runtime.test_installs import build_wheel
+from tests.hostagent.runtime.test_installs import build_wheel
 
 
 @pytest.fixture

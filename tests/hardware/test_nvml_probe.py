@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from hardware.probes.nvml import (
+from hostagent.probes.nvml import (
     NvmlUnavailable,
     nvml_session,
     probe_host_gpus,
     read_samples,
     sample_gpus,
 )
-from hardware.probes.replay import NVMLError, ReplayNvml, load_fixture
+from hostagent.probes.replay import NVMLError, ReplayNvml, load_fixture
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvml"
 GIB = 2**30

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hardware.runtime.errors import PortBusyError
-from hardware.runtime.strays import find_port_holder, stop_strays_policy
-from hardware.runtime.supervisor import Supervisor
-from tests.hardware.runtime.test_supervisor import llama_spec
+from hostagent.runtime.errors import PortBusyError
+from hostagent.runtime.strays import find_port_holder, stop_strays_policy
+from hostagent.runtime.supervisor import Supervisor
+from tests.hostagent.runtime.test_supervisor import llama_spec
 from tests.support.llama import free_port
 
 pytestmark = pytest.mark.engine

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from hardware.runtime.processes import descendants, read_cmdline, read_stat
+from hostagent.runtime.processes import descendants, read_cmdline, read_stat
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PANEL_ENV = {"DATABASE_URL", "CELERY_BROKER_URL", "CONTROLPANEL_HOST_STATE_DIR", "DJANGO_SETTINGS_MODULE"}

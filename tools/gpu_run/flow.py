@@ -61,7 +61,7 @@ class Nvml:
         try:
             import pynvml
 
-            from hardware.probes.replay import RecordingNvml
+            from hostagent.probes.replay import RecordingNvml
 
             pynvml.nvmlInit()
             self.rec: Any = RecordingNvml(pynvml)
@@ -72,7 +72,7 @@ class Nvml:
     def samples(self) -> list[dict[str, Any]]:
         if self.rec is None:
             return []
-        from hardware.probes.nvml import read_samples
+        from hostagent.probes.nvml import read_samples
 
         with self.lock:
             return [s.to_dict() for s in read_samples(self.rec)]
@@ -80,7 +80,7 @@ class Nvml:
     def inventory(self) -> dict[str, Any] | None:
         if self.rec is None:
             return None
-        from hardware.probes.nvml import read_inventory
+        from hostagent.probes.nvml import read_inventory
 
         with self.lock:
             return read_inventory(self.rec).to_dict()
@@ -203,7 +203,7 @@ def main() -> int:  # noqa: C901 - one script, one flow
         figures["total_s"] = round(time.monotonic() - T0, 1)
         (out / "flow.json").write_text(json.dumps(figures, indent=1, default=str))
         if nvml.rec is not None:
-            from hardware.probes.replay import FORMAT
+            from hostagent.probes.replay import FORMAT
 
             (out / "nvml_live.json").write_text(json.dumps({"format": FORMAT, "sessions": nvml.sessions}))
         with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
@@ -221,7 +221,6 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     django.setup()
     from django.contrib.auth import get_user_model
 
-    from deployments.engines.registry import get_adapter
     from deployments.models import BenchmarkRun, Operation
     from deployments.services.benchmarks import benchmark_export, benchmark_request, profile_from_input
     from deployments.services.imports import model_variant_import_gguf
@@ -229,6 +228,7 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
     from hardware.models import GpuSample, Host
+    from serving.engines.registry import get_adapter
 
     actor = get_user_model().objects.filter(is_superuser=True).first()
     host = Host.objects.get()

@@ -4,10 +4,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from deployments.exports import NotExportable
 from deployments.management.cli import BadInput, PanelCommand, get_host
 from deployments.models import DeploymentRevision, active_revision_of
 from deployments.services.exports import TARGETS, revision_export
+from serving.exports import NotExportable
 
 
 class Command(PanelCommand):

@@ -10,9 +10,9 @@ from controlpanel.context import change_context
 from controlpanel.params import parse_int
 from deployments.management.cli import PanelCommand
 from deployments.models import active_revision_of
-from deployments.planner.fit import MAX_GPUS
 from hardware.models import GpuType, Host
 from hardware.services import host_declare, host_probe_record
+from serving.planner.fit import MAX_GPUS
 
 
 class Command(PanelCommand):

@@ -6,10 +6,10 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from deployments.management.cli import BadInput, PanelCommand, bounded_float, bounded_int, get_host, parse_pairs
-from deployments.planner import GpuSpec, PlanInputError, PlanRequest, plan
-from deployments.planner.fit import MAX_GPUS
 from deployments.services.planning import gpu_type_specs, host_gpu_specs, model_source
 from hardware.models import GpuType
+from serving.planner import GpuSpec, PlanInputError, PlanRequest, plan
+from serving.planner.fit import MAX_GPUS
 
 GIB = 1024**3
 # One GPU's memory: from 1 GiB to 16 TiB (today's largest GPU has 288 GB).

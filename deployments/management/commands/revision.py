@@ -145,8 +145,8 @@ class Command(PanelCommand):
         self.stdout.write("\n" + r.message)
 
     def _diff(self, host: Host, o: dict[str, Any]) -> None:
-        from deployments.diffing import render_text
         from deployments.revision_views import changes_between
+        from serving.diffing import render_text
 
         a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
         self.stdout.write(render_text(changes_between(a, b)))

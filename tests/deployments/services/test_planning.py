@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from deployments.models import ModelVariant
-from deployments.planner import plan
 from deployments.services.planning import gpu_type_specs, plan_for_values, plan_request
 from hardware.models import GpuType
 from hardware.services import host_declare
+from serving.planner import plan
 
 pytestmark = pytest.mark.django_db
 GIB = 1024**3

@@ -8,11 +8,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from core.models import AuditEvent
-from deployments.engines.registry import get_adapter
 from deployments.models import DeploymentRevision, ModelVariant, Secret
 from deployments.runtime_bridge import engine_config_for_revision
 from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_reveal
+from serving.engines.registry import get_adapter
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db

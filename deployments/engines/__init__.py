@@ -1,4 +1,0 @@
-"""Engine adapters (pure): structured config -> launch spec, metrics and log parsing.
-
-Use `deployments.engines.registry.get_adapter(name)`; the contract is in `base.py`.
-"""

@@ -1,0 +1,275 @@
+"""Is the engine ready? Fine-grained polling instead of the seed's 10-second Ansible loop.
+
+Ready means: the health URL answers 200, then /v1/models lists the served name. The
+process is watched while we wait, so a bad model path fails in about a second with the
+engine's own last log lines as the reason, instead of at the timeout. `verify_chat` is
+the separate last step: one short chat completion must succeed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from core.secrets_mask import mask_text
+from serving.engines.base import LaunchSpec
+
+from .errors import EngineExitedError, EngineNotReadyError, EngineVerifyError
+from .local_http import engine_client
+
+ProgressCallback = Callable[[str, float, str], None]
+"""on_progress(stage, fraction 0..1, message): stages "health", "models", "verify"."""
+
+LogTail = Callable[[], list[str]]
+
+POLL_INTERVAL = 0.05  # a probe on loopback costs the engine next to nothing; a coarser poll costs the switch
+REPORT_EVERY = 1.0  # seconds between progress reports while nothing changes (each is a line in the log)
+PROBE_TIMEOUT = httpx.Timeout(2.0, connect=0.5)
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    seconds: float  # from the call until ready
+    health_seconds: float  # until the health URL first answered 200
+    models: list[str] = field(default_factory=list)  # ids /v1/models listed
+    polls: int = 0
+
+
+@dataclass(frozen=True)
+class ChatCheck:
+    seconds: float
+    text: str  # what the model answered (content, or reasoning content), for display
+    completion_tokens: int | None
+    model: str | None
+
+
+def api_key_from_spec(spec: LaunchSpec) -> str | None:
+    """The API key the engine will demand, read from its argv or env (never logged)."""
+    argv = list(spec.argv)
+    for i, arg in enumerate(argv):
+        if arg == "--api-key" and i + 1 < len(argv):
+            return argv[i + 1].split(",")[0]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1].split(",")[0]
+    for name in ("VLLM_API_KEY", "LLAMA_API_KEY", "SGLANG_API_KEY"):
+        if spec.env.get(name):
+            return spec.env[name].split(",")[0]
+    return None
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+@contextmanager
+def _client(client: httpx.Client | None, timeout: httpx.Timeout | float) -> Iterator[httpx.Client]:
+    if client is not None:
+        yield client
+        return
+    with engine_client(timeout) as own:
+        yield own
+
+
+def wait_ready(
+    spec: LaunchSpec,
+    *,
+    timeout: float = 600.0,
+    process_alive: Callable[[], bool] | None = None,
+    on_progress: ProgressCallback | None = None,
+    log_tail: LogTail | None = None,
+    client: httpx.Client | None = None,
+    poll_interval: float = POLL_INTERVAL,
+    api_key: str | None = None,
+) -> ReadyResult:
+    """Poll until health is 200 and /v1/models lists `spec.served_name`.
+
+    Raises EngineExitedError as soon as `process_alive()` turns False, EngineNotReadyError
+    at the timeout (or at once on 401/403 from /v1/models); both carry the log tail.
+    """
+    api_key = api_key if api_key is not None else api_key_from_spec(spec)
+    secrets = spec.secret_values
+    started = time.monotonic()
+    deadline = started + timeout
+    tail = log_tail or (lambda: [])
+    health_seconds: float | None = None
+    last = "no answer yet"
+    polls = 0
+    reported: tuple[str, float] = ("", 0.0)  # what was last reported (stage and answer) and when
+
+    def progress(stage: str, message: str, answer: str = "") -> None:
+        """Report a new stage or answer at once, the same one again at most every REPORT_EVERY s."""
+        nonlocal reported
+        now = time.monotonic()
+        key = f"{stage}\n{answer}"
+        if on_progress is None or (key == reported[0] and now - reported[1] < REPORT_EVERY):
+            return
+        reported = (key, now)
+        elapsed = now - started
+        on_progress(stage, min(elapsed / timeout, 0.99) if timeout > 0 else 0.0, message)
+
+    with _client(client, PROBE_TIMEOUT) as http:
+        while True:
+            polls += 1
+            elapsed = time.monotonic() - started
+            if process_alive is not None and not process_alive():
+                raise EngineExitedError(
+                    f"the engine process exited {elapsed:.1f} s after the start, before it was "
+                    f"ready (last probe: {last})",
+                    tail(),
+                )
+            if health_seconds is None:
+                last = _probe_health(http, spec)
+                if last == "200":
+                    health_seconds = time.monotonic() - started
+                    progress("models", f"health OK after {health_seconds:.1f} s; checking /v1/models", "health OK")
+                    continue
+                progress("health", f"waiting for {spec.health_url}: {last} ({elapsed:.1f} s)", last)
+            else:
+                ids, status = _probe_models(http, spec, api_key)
+                if spec.served_name in ids or (not spec.served_name and ids):
+                    seconds = time.monotonic() - started
+                    progress("models", f"ready after {seconds:.1f} s, serving {', '.join(ids)}", "ready")
+                    return ReadyResult(seconds, health_seconds, ids, polls)
+                last = status
+                if status.startswith(("401", "403")):
+                    raise EngineNotReadyError(
+                        f"{spec.models_url} refused us ({status}): the API key is missing or wrong",
+                        tail(),
+                    )
+                progress("models", f"waiting for {spec.served_name!r} in /v1/models: {status}", status)
+            if time.monotonic() >= deadline:
+                reason = (
+                    f"the engine was not ready after {timeout:.0f} s (last probe: {last})"
+                    if health_seconds is None
+                    else f"health was OK but /v1/models did not list {spec.served_name!r} "
+                    f"within {timeout:.0f} s (last answer: {last})"
+                )
+                raise EngineNotReadyError(mask_text(reason, secrets), tail())
+            time.sleep(poll_interval)
+
+
+def _probe_health(http: httpx.Client, spec: LaunchSpec) -> str:
+    try:
+        response = http.get(spec.health_url, timeout=PROBE_TIMEOUT)
+    except httpx.ConnectError:
+        return "connection refused"
+    except httpx.TimeoutException:
+        return "timed out"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}"
+    if response.status_code == 200:
+        return "200"
+    return f"{response.status_code} {_short(response.text)}"
+
+
+def _probe_models(http: httpx.Client, spec: LaunchSpec, api_key: str | None) -> tuple[list[str], str]:
+    try:
+        response = http.get(spec.models_url, headers=_headers(api_key), timeout=PROBE_TIMEOUT)
+    except httpx.HTTPError as exc:
+        return [], type(exc).__name__
+    if response.status_code != 200:
+        return [], f"{response.status_code} {_short(response.text)}"
+    try:
+        data = response.json().get("data") or []
+    except (ValueError, AttributeError):
+        return [], "200 but not JSON"
+    ids = [str(m.get("id")) for m in data if isinstance(m, dict)]
+    return ids, f"200, lists {ids}"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Chat-format markers a model prints as text when the prompt came in a format it was not trained on
+# (a GGUF without tokenizer.chat_template gets llama.cpp's ChatML). A model that knows the format ends
+# its turn with such a marker as a special token, which the engine never puts in the answer's text.
+TEMPLATE_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "[INST]",
+    "[/INST]",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+)
+VERIFY_TOKENS = 16  # measured: Gemma 270M without its template answered "Say hello in one word.<|im_end|>\n<|im_"
+
+
+def echoed_marker(text: str) -> str | None:
+    """The chat-format marker the answer prints as text, or the start of one it was cut inside."""
+    for marker in TEMPLATE_MARKERS:
+        if marker in text:
+            return marker
+    stripped = text.rstrip()
+    for marker in TEMPLATE_MARKERS:
+        if any(stripped.endswith(marker[:cut]) for cut in range(3, len(marker))):
+            return marker
+    return None
+
+
+def verify_chat(
+    spec: LaunchSpec,
+    *,
+    client: httpx.Client | None = None,
+    # Enough tokens for a model that does not know the chat format to show it (see TEMPLATE_MARKERS);
+    # each is a decode step on the switch's clock (milliseconds for a small model).
+    max_tokens: int = VERIFY_TOKENS,
+    timeout: float = 60.0,
+    prompt: str = "Say hello in one word.",
+    api_key: str | None = None,
+    log_tail: LogTail | None = None,
+) -> ChatCheck:
+    """One short chat completion against `spec.chat_url`; EngineVerifyError if it fails, or if the answer
+    prints chat-format markers (the model does not know the format it was sent: gibberish to every client)."""
+    api_key = api_key if api_key is not None else api_key_from_spec(spec)
+    payload: dict[str, Any] = {
+        "model": spec.served_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": False,
+    }
+    tail = log_tail or (lambda: [])
+    started = time.monotonic()
+    with _client(client, httpx.Timeout(timeout, connect=2.0)) as http:
+        try:
+            response = http.post(spec.chat_url, json=payload, headers=_headers(api_key), timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise EngineVerifyError(f"the test chat completion failed: {type(exc).__name__}: {exc}", tail()) from exc
+    seconds = time.monotonic() - started
+    if response.status_code != 200:
+        reason = f"the test chat completion answered {response.status_code}: {_short(response.text, 300)}"
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
+    try:
+        body = response.json()
+        message = body["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EngineVerifyError(
+            f"the test chat completion answered 200 without a choice: {_short(response.text, 300)}", tail()
+        ) from exc
+    text = message.get("content") or message.get("reasoning_content") or ""
+    if not isinstance(text, str):
+        text = str(text)
+    marker = echoed_marker(text)
+    if marker is not None:
+        reason = (
+            f"the test chat answer echoes the chat format's markers ({marker}): the model does not know the format "
+            f"the engine sent, and would answer every chat with text like {_short(text, 120)!r}. A GGUF without a "
+            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template_file, "
+            "or use a GGUF that carries its template"
+        )
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
+    usage = body.get("usage") or {}
+    return ChatCheck(seconds, text, usage.get("completion_tokens"), body.get("model"))

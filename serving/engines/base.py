@@ -1,0 +1,186 @@
+"""The engine adapter contract: structured config in, a launch spec out.
+
+Adapters are pure: they build argv lists and environments, name URLs, and parse text the
+engine wrote (Prometheus metrics, startup logs). They never start processes, never touch
+the ORM and never do HTTP themselves (callers inject an `httpx.Client` where needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from core.secrets_mask import mask_text
+
+# What a revision reaches beyond serving (serving.engines.policy finds them).
+Kind = Literal["path", "code", "privileged"]
+
+
+@dataclass(frozen=True)
+class Concern:
+    field: str  # the knob ("mmproj"), "model", or "env.NAME"
+    kind: Kind
+    message: str
+    path: str = ""  # for kind "path": the value as the engine will see it
+
+    @property
+    def label(self) -> str:
+        return {"path": "reads files", "code": "runs code", "privileged": "sets an admin-only variable"}[self.kind]
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """One command of an engine install: argv (never a shell string), extra env, purpose.
+
+    Adapters build these (the engine knows its own install: pins, build flags and why);
+    the host runtime (hostagent.runtime.installs.run_install) only runs them.
+    """
+
+    argv: tuple[str, ...]
+    description: str
+    env: dict[str, str] = field(default_factory=dict)  # on top of the host's allowlist (envpolicy.inherited_env)
+    cwd: str | None = None
+    note: str = ""  # why this step is the way it is; written to the install log
+    timeout: float | None = None  # seconds; None = no limit
+
+    def as_argv(self) -> list[str]:
+        """The step as one argv list; env is carried by an `env K=V` prefix."""
+        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
+        return [*prefix, *self.argv]
+
+
+def shown_value(value: Any) -> str:
+    """A rejected value as an error message shows it: never a 5,000-digit wall of text."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class EngineConfigError(ValueError):
+    """A knob, value or combination the engine would reject, or that is unsafe.
+
+    `field` names the knob (or "engine_version", "model", ...) so a form can show the
+    message beside it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What a revision asks an engine to run. Secrets arrive resolved only on the host."""
+
+    engine: str  # "vllm" | "llama.cpp" | "ollama" | "sglang"
+    engine_version: str  # e.g. "0.33.0", "b6500", "0.12.3"; "" = latest known
+    model: str  # HF repo id, local directory, GGUF path, or Ollama tag
+    served_name: str = ""  # "" = the adapter's default (e.g. repo basename)
+    host: str = "127.0.0.1"  # bind address
+    port: int = 8000
+    knobs: dict[str, Any] = field(default_factory=dict)  # engine flag names, underscores
+    env: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None  # resolved secret value; never logged or rendered unmasked
+    binary: str | None = None  # executable or venv python to use; None = adapter default
+    gpu_indices: tuple[int, ...] = ()  # -> CUDA_VISIBLE_DEVICES when non-empty
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything the host runtime needs to start, probe and describe one engine process."""
+
+    engine: str
+    argv: tuple[str, ...]
+    env: dict[str, str]  # only the variables the engine needs on top of the host's allowlist (inherited_env)
+    cwd: str | None
+    host: str
+    port: int
+    served_name: str
+    health_url: str  # 200 when ready (llama.cpp: 503 while loading)
+    models_url: str  # OpenAI-compatible /v1/models
+    metrics_url: str | None
+    chat_url: str  # OpenAI-compatible /v1/chat/completions
+    secret_values: tuple[str, ...] = ()  # values to mask wherever argv/env/logs are shown
+    # Files only the engine's user may read (name -> content), for secrets an engine takes
+    # from a file but not from its environment: the host writes them 0600 into its state
+    # folder and replaces each argv element `PRIVATE_FILE + name` with the file's path.
+    private_files: dict[str, str] = field(default_factory=dict)
+
+    def masked_argv(self) -> list[str]:
+        return [mask_text(a, self.secret_values) for a in self.argv]
+
+    def masked_env(self) -> dict[str, str]:
+        return {k: mask_text(v, self.secret_values) for k, v in self.env.items()}
+
+
+PRIVATE_FILE = "@private/"  # argv placeholder prefix for LaunchSpec.private_files
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One common shape for every engine's /metrics. None = the engine does not report it."""
+
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+    prefix_cache_hit_rate: float | None = None  # 0..1, cumulative
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_acceptance_rate: float | None = None  # 0..1, cumulative
+    raw: dict[str, float] = field(default_factory=dict)  # unlabelled samples, name -> value
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    """KV capacity an engine printed at startup."""
+
+    tokens: int | None = None  # vLLM "GPU KV cache size: N tokens", SGLang "#tokens: N"
+    bytes: int | None = None  # llama.cpp "llama_kv_cache: size = X MiB" (summed)
+    max_concurrency: float | None = None  # vLLM "Maximum concurrency for L tokens: Xx"
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineAdapter(Protocol):
+    name: str
+    default_port: int
+
+    def validate(self, config: EngineConfig) -> None:
+        """Raise EngineConfigError for unknown or unsafe knobs before anything runs."""
+
+    def concerns(self, config: EngineConfig) -> list[Concern]:
+        """What the config reaches beyond serving: paths to confine, code that needs an admin."""
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec: ...
+
+    def parse_metrics(self, text: str) -> EngineMetrics: ...
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity: ...
+
+    def start_script(self, config: EngineConfig) -> str:
+        """A bash script a person would run by hand (secrets masked)."""
+
+    def systemd_unit(self, config: EngineConfig, *, user: str = "llm", log_dir: str = "/var/log/llm") -> str:
+        """A systemd unit equivalent to the launch (secrets masked)."""
+
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """The steps that install this engine at `version` into venv_dir (EngineConfigError
+        when the version or an option does not fit the engine)."""
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        """The pip distribution to read the installed version back from; None when not a pip install."""
+
+    def install_version(self, version: str) -> str:
+        """The canonical version an install of `version` is recorded under ("" = latest)."""
+
+    def version_from_distribution(self, found: str) -> str:
+        """The engine version a distribution version read back from a venv stands for."""

@@ -1,0 +1,334 @@
+"""Knob specifications and the checks every adapter runs before anything starts.
+
+A knob is an engine flag name with underscores (`tensor_parallel_size`,
+`ctx_size`, ...). Each adapter declares a table of `KnobSpec`; `check_knobs` rejects
+unknown names and unsafe or out-of-range values with `EngineConfigError(field=name)`.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, shown_value
+from serving.engines.envpolicy import classify_env
+from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
+from serving.safety import UnsafeValueError, check_json_value
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Identifiers such as parser names, dtypes, quantization methods, attention backends.
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:/-]*$")
+MAX_TEXT = 4096  # characters in one text knob (a path, a parser name, an inline template)
+INT_MAX = 2**31 - 1  # no engine takes a 64-bit setting; anything above is a typo or an attack
+MAX_CONTEXT = 2**24  # 16M tokens: above every model's native context (the longest is 10M)
+MAX_GPUS = 256  # parallel sizes and GPU indices
+
+
+def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
+    """Reject text that could break out of an argv element or a rendered script line."""
+    if any(ch in value for ch in ("\n", "\r", "\x00")):
+        raise EngineConfigError(f"{field} must be a single line", field=field)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no argv or database can carry it
+            raise EngineConfigError(f"{field} contains text that is not valid Unicode", field=field) from None
+    if not allow_dash and value.startswith("-"):
+        raise EngineConfigError(f"{field} must not start with '-' (it would be read as another flag)", field=field)
+    if value == "":
+        raise EngineConfigError(f"{field} must not be empty", field=field)
+    if len(value) > MAX_TEXT:
+        raise EngineConfigError(f"{field} is too long (at most {MAX_TEXT} characters)", field=field)
+    return value
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """How one knob is checked (`kind`) and rendered (the adapter decides the flag)."""
+
+    name: str
+    kind: str  # "int" | "float" | "bool" | "str" | "token" | "choice" | "json" | "path"
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_min: bool = False
+    choices: tuple[str, ...] = ()
+    normalise: Callable[[Any], Any] | None = None  # custom check for special knobs
+    help: str = ""
+    # What the value can reach beyond serving (policy.py): given the knob's name and its
+    # normalised value, the concerns it raises (a path to confine, code that needs an admin).
+    concerns: Callable[[str, Any], list[Concern]] | None = None
+
+
+def reads_path(what: str) -> Callable[[str, Any], list[Concern]]:
+    """A knob whose value is a file or folder the engine opens."""
+    return lambda name, value: [path_concern(name, str(value), what=what)]
+
+
+def reads_path_or_repo(what: str) -> Callable[[str, Any], list[Concern]]:
+    """A knob naming another model: a repository (code concern) or a path."""
+
+    def concerns(name: str, value: Any) -> list[Concern]:
+        found = source_concern(name, str(value), what=what)
+        return [found] if found else []
+
+    return concerns
+
+
+def runs_code(message: str) -> Callable[[str, Any], list[Concern]]:
+    """A bool knob that makes the engine run code from the model repository when true."""
+    return lambda name, value: [Concern(name, "code", message)] if value is True else []
+
+
+def overrides_config(name: str, value: Any) -> list[Concern]:
+    return override_concerns(name, value) if isinstance(value, Mapping) else []
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
+        return False
+    raise EngineConfigError(f"{name} must be true or false, not {shown_value(value)}", field=name)
+
+
+def _bound(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def _as_number(spec: KnobSpec, value: Any) -> int | float:
+    name = spec.name
+    if isinstance(value, bool):
+        raise EngineConfigError(f"{name} must be a number, not {shown_value(value)}", field=name)
+    number: int | float
+    if spec.kind == "int":
+        if isinstance(value, float) and value.is_integer():
+            number = int(value)
+        elif isinstance(value, int):
+            number = value
+        elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
+            number = int(value.strip())
+        else:
+            raise EngineConfigError(f"{name} must be a whole number, not {shown_value(value)}", field=name)
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise EngineConfigError(f"{name} must be a number, not {shown_value(value)}", field=name) from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise EngineConfigError(f"{name} must be a finite number", field=name)
+    low, high = spec.minimum, spec.maximum
+    if high is None and spec.kind == "int":
+        high = INT_MAX
+    if low is not None and (number <= low if spec.exclusive_min else number < low):
+        bound = f"greater than {_bound(low)}" if spec.exclusive_min else f"at least {_bound(low)}"
+        raise EngineConfigError(f"{name} must be {bound}, not {shown_value(value)}", field=name)
+    if high is not None and number > high:
+        raise EngineConfigError(f"{name} must be at most {_bound(high)}, not {shown_value(value)}", field=name)
+    return number
+
+
+def _as_json(name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        check_text(name, value, allow_dash=False)
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            # JSONDecodeError, a number past Python's digit limit, or nesting past the stack.
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "a number or nesting far too large"
+            raise EngineConfigError(f"{name} is not valid JSON: {msg}", field=name) from None
+    if not isinstance(value, dict):
+        raise EngineConfigError(f"{name} must be a JSON object", field=name)
+    try:
+        check_json_value(value, field=name, max_depth=6, max_items=500, max_text=MAX_TEXT)
+    except UnsafeValueError as exc:
+        raise EngineConfigError(str(exc), field=name) from None
+    return value
+
+
+def normalise_knob(spec: KnobSpec, value: Any) -> Any:
+    """Return the checked, normalised value of one knob (raise EngineConfigError)."""
+    name = spec.name
+    if spec.normalise is not None:
+        return spec.normalise(value)
+    if spec.kind == "bool":
+        return _as_bool(name, value)
+    if spec.kind in ("int", "float"):
+        return _as_number(spec, value)
+    if spec.kind == "json":
+        return _as_json(name, value)
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise EngineConfigError(f"{name} must be text, not {shown_value(value)}", field=name)
+    text = check_text(name, str(value))
+    if spec.kind == "choice" and text not in spec.choices:
+        raise EngineConfigError(f"{name} must be one of {', '.join(spec.choices)}; got {text!r}", field=name)
+    if spec.kind == "token" and not _TOKEN.match(text):
+        raise EngineConfigError(f"{name} has characters that are not allowed: {text!r}", field=name)
+    return text
+
+
+def check_knobs(specs: Mapping[str, KnobSpec], knobs: Mapping[str, Any], engine: str) -> dict[str, Any]:
+    """Validate every knob; unknown names are errors. Returns the normalised knobs."""
+    out: dict[str, Any] = {}
+    if len(knobs) > len(specs):
+        raise EngineConfigError(f"{engine} has only {len(specs)} knobs; {len(knobs)} were given", field="knobs")
+    for name, value in knobs.items():
+        if not isinstance(name, str) or name not in specs:
+            close = [k for k in specs if k.replace("_", "") == str(name).replace("_", "").replace("-", "")]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise EngineConfigError(f"{engine} has no knob {name!r}{hint}", field=str(name))
+        if value is None:
+            continue
+        out[name] = normalise_knob(specs[name], value)
+    return out
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise EngineConfigError(f"{key!r} is not a valid environment variable name", field="env")
+        if not isinstance(value, str):
+            raise EngineConfigError(f"env {key} must be text", field="env")
+        if any(ch in value for ch in ("\n", "\r", "\x00")):
+            raise EngineConfigError(f"env {key} must be a single line", field="env")
+        out[key] = value
+    return out
+
+
+def check_common(config: EngineConfig) -> None:
+    """Checks shared by every adapter: model, served name, host, port, binary, secrets."""
+    check_text("model", config.model)
+    if config.served_name:
+        check_text("served_name", config.served_name)
+        if any(ch.isspace() for ch in config.served_name):
+            raise EngineConfigError("served_name must not contain spaces", field="served_name")
+    check_text("host", config.host)
+    if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]+", config.host):
+        raise EngineConfigError(f"host {config.host!r} is not an address", field="host")
+    if isinstance(config.port, bool) or not isinstance(config.port, int) or not 1 <= config.port <= 65535:
+        raise EngineConfigError(f"port must be 1-65535, not {config.port!r}", field="port")
+    if config.binary is not None:
+        check_text("binary", config.binary)
+    if config.api_key is not None and config.api_key != "":
+        check_text("api_key", config.api_key, allow_dash=True)
+    check_env(config.env)
+    for index in config.gpu_indices:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise EngineConfigError(f"GPU index {index!r} is not valid", field="gpu_indices")
+
+
+def fmt_number(value: int | float) -> str:
+    """Render a number the way a person would type it (0.95, 4096, not 4096.0)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def base_env(config: EngineConfig) -> dict[str, str]:
+    """The config's env plus CUDA_VISIBLE_DEVICES from gpu_indices (validated)."""
+    env = check_env(config.env)
+    if config.gpu_indices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in config.gpu_indices)
+    return env
+
+
+def url_host(host: str) -> str:
+    """Where a local client should connect for a bind address (0.0.0.0 -> loopback)."""
+    if host in ("0.0.0.0", ""):  # noqa: S104 - a bind address, mapped to loopback
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "[::1]"
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def default_served_name(model: str) -> str:
+    """vLLM's and SGLang's default (and the seed's rule): the model's last path part."""
+    return model.rstrip("/").rsplit("/", 1)[-1]
+
+
+def openai_launch_spec(
+    engine: str,
+    config: EngineConfig,
+    *,
+    argv: list[str] | tuple[str, ...],
+    env: dict[str, str],
+    served_name: str,
+    health_path: str = "/health",
+    metrics: bool = True,
+    secrets: tuple[str, ...] = (),
+    private_files: dict[str, str] | None = None,
+) -> LaunchSpec:
+    """The LaunchSpec of an OpenAI-compatible server on config.host:config.port (every engine here)."""
+    base = f"http://{url_host(config.host)}:{config.port}"
+    return LaunchSpec(
+        engine=engine,
+        argv=tuple(argv),
+        env=env,
+        cwd=None,
+        host=config.host,
+        port=config.port,
+        served_name=served_name,
+        health_url=f"{base}{health_path}",
+        models_url=f"{base}/v1/models",
+        metrics_url=f"{base}/metrics" if metrics else None,
+        chat_url=f"{base}/v1/chat/completions",
+        secret_values=secrets,
+        private_files=dict(private_files or {}),
+    )
+
+
+class CheckedAdapter:
+    """What every adapter checks before anything else: the common fields, the engine version,
+    and each knob against the adapter's table. `_checked` adds the engine's own rules."""
+
+    name: str
+    knobs: Mapping[str, KnobSpec]
+
+    def validate(self, config: EngineConfig) -> None:
+        self._checked(config)
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        return self._checked_knobs(config)
+
+    def _checked_knobs(self, config: EngineConfig) -> dict[str, Any]:
+        from serving.engines.versions import parse_version
+
+        check_common(config)
+        parse_version(self.name, config.engine_version)
+        classify_env(config.env, engine=self.name, engine_version=config.engine_version)
+        return check_knobs(self.knobs, config.knobs, self.name)
+
+    def concerns(self, config: EngineConfig) -> list[Concern]:
+        """What this config reaches beyond serving (policy.py), after every check passed:
+        paths to confine to the model folders, code and unknown variables that need an admin."""
+        knobs = self._checked(config)
+        found = self._model_concerns(config)
+        for decision in classify_env(config.env, engine=self.name, engine_version=config.engine_version):
+            field = f"env.{decision.name}"
+            if decision.tier == "admin":
+                found.append(Concern(field, "privileged", f"{decision.note}; only an admin may set it"))
+            elif decision.kind == "path":
+                found.append(path_concern(field, decision.value, what="a cache folder"))
+        for name, value in knobs.items():
+            spec = self.knobs[name]
+            if spec.concerns is not None:
+                found.extend(spec.concerns(name, value))
+        return found
+
+    def _model_concerns(self, config: EngineConfig) -> list[Concern]:
+        from serving.engines.policy import model_concern
+
+        found = model_concern(config)
+        return [found] if found else []

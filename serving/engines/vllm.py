@@ -1,0 +1,297 @@
+"""vLLM adapter: `vllm serve` argv/env, /metrics, startup KV capacity, install plan.
+
+Flags are from vllm-project/vllm:vllm/engine/arg_utils.py and
+vllm/entrypoints/openai/cli_args.py as summarised in shared/reference/engines.md §1-3
+(vLLM 0.33.0). Bool fields have `--x`/`--no-x`; JSON fields take a JSON string.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from serving.engines.base import (
+    EngineConfig,
+    EngineConfigError,
+    EngineMetrics,
+    InstallStep,
+    KvCapacity,
+    LaunchSpec,
+    shown_value,
+)
+from serving.engines.knobs import (
+    MAX_CONTEXT,
+    MAX_GPUS,
+    CheckedAdapter,
+    KnobSpec,
+    base_env,
+    compact_json,
+    default_served_name,
+    fmt_number,
+    openai_launch_spec,
+    overrides_config,
+    runs_code,
+)
+from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
+from serving.engines.prometheus import parse_samples, ratio, raw_values
+from serving.engines.scripts import PipInstallMixin, ScriptsMixin, exact_pin, pip_venv_steps
+from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_HUMAN_INT = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)([kmgtKMGT]?)")
+
+
+def max_model_len_tokens(value: Any) -> int | None:
+    """The context `--max-model-len VALUE` gives, read as vLLM reads it; None = `auto` / -1 (the
+    largest that fits, chosen at start). vLLM's `human_readable_int_or_auto`: an int; lower-case
+    k/m/g/t are powers of 1000 and may carry decimals ("25.6k" = 25,600); upper-case K/M/G/T are
+    powers of 1024 and may not ("1.5K" is refused). EngineConfigError with vLLM's own reason for
+    anything else, and for what vLLM accepts but no model has (0, negative, over MAX_CONTEXT)."""
+    if isinstance(value, bool) or value is None:
+        raise EngineConfigError("max_model_len must be a number of tokens", field="max_model_len")
+    text = str(value).strip() if isinstance(value, int | str) else ""
+    if text.lower() == "auto" or text == "-1":
+        return None
+    match = _HUMAN_INT.fullmatch(text) if len(text) <= 24 else None
+    tokens: int | None = None
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            tokens = int(float(number) * _DECIMAL[suffix])
+        elif "." in number:
+            raise EngineConfigError(
+                f"max_model_len: decimals are not allowed with binary suffixes like {suffix}. "
+                f"Did you mean to use {number}{suffix.lower()} instead?",
+                field="max_model_len",
+            )
+        else:
+            tokens = int(number) * _BINARY.get(suffix, 1)
+    if tokens is None or not 0 < tokens <= MAX_CONTEXT:
+        raise EngineConfigError(
+            f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,} (65536, 32k = 32,000, "
+            f"32K = 32,768) or 'auto'; got {shown_value(value)}",
+            field="max_model_len",
+        )
+    return tokens
+
+
+def _max_model_len(value: Any) -> int | str:
+    """Kept as typed when it has a suffix (the command line shows what the operator wrote)."""
+    tokens = max_model_len_tokens(value)
+    if tokens is None:
+        return "auto"
+    text = str(value).strip()
+    return tokens if text.isdigit() or isinstance(value, int) else text
+
+
+def _chat_template(name: str, value: Any) -> list[Concern]:
+    # `--chat-template` is a file path or the template text itself (rendered sandboxed).
+    text = str(value)
+    if "{{" in text or "{%" in text:
+        return []
+    return [path_concern(name, text, what="a chat template file")]
+
+
+def _generation_config(name: str, value: Any) -> list[Concern]:
+    # "auto" (the model's), "vllm" (vLLM's defaults) or a folder holding generation_config.json.
+    return [] if value in ("auto", "vllm") else [path_concern(name, str(value), what="a generation config folder")]
+
+
+def _speculative_config(name: str, value: Any) -> list[Concern]:
+    found: list[Concern] = []
+    for key in ("model", "tokenizer"):
+        if isinstance(value.get(key), str):
+            concern = source_concern(name, value[key], what="a draft model")
+            found += [concern] if concern else []
+    rest = {k: v for k, v in value.items() if k not in ("model", "tokenizer", "method")}
+    return found + override_concerns(name, rest)
+
+
+REMOTE_CODE = "trust_remote_code runs Python code from the model repository"
+
+# CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+
+KNOBS: dict[str, KnobSpec] = {
+    s.name: s
+    for s in (
+        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
+        KnobSpec("enable_expert_parallel", "bool"),
+        KnobSpec("max_model_len", "str", normalise=_max_model_len),
+        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576),
+        KnobSpec("max_num_batched_tokens", "int", minimum=1, maximum=4 * MAX_CONTEXT),
+        KnobSpec("gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True),
+        KnobSpec("kv_cache_memory_bytes", "int", minimum=1, maximum=2**50),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
+        KnobSpec("block_size", "int", minimum=1, maximum=4096),
+        KnobSpec("quantization", "token"),
+        KnobSpec("dtype", "token"),
+        KnobSpec("enforce_eager", "bool"),
+        KnobSpec("enable_prefix_caching", "bool"),
+        KnobSpec("enable_chunked_prefill", "bool"),
+        KnobSpec("speculative_config", "json", concerns=_speculative_config),
+        KnobSpec("enable_auto_tool_choice", "bool"),
+        KnobSpec("tool_call_parser", "token"),
+        KnobSpec("reasoning_parser", "token"),
+        KnobSpec("cpu_offload_gb", "float", minimum=0, maximum=1_000_000),
+        KnobSpec("hf_overrides", "json", concerns=overrides_config),
+        KnobSpec("limit_mm_per_prompt", "json"),
+        KnobSpec("language_model_only", "bool"),
+        KnobSpec("attention_backend", "token"),
+        KnobSpec(
+            "trust_remote_code",
+            "bool",
+            concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+        ),
+        KnobSpec("disable_custom_all_reduce", "bool"),
+        KnobSpec("mamba_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
+        KnobSpec("mamba_ssm_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
+        KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576),
+        KnobSpec("chat_template", "str", concerns=_chat_template),
+        KnobSpec("generation_config", "str", concerns=_generation_config),
+    )
+}
+
+# Rendering order follows the seed's start script (model, name, bind, parallelism, memory,
+# features) so the hand-written and generated commands read alike.
+_FLAG_ORDER = list(KNOBS)
+# Bool knobs that have a `--no-x` form (arg_utils.py: bool fields get --x and --no-x).
+_NEGATABLE = {
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "enable_expert_parallel",
+    "trust_remote_code",
+}
+
+
+class VllmAdapter(CheckedAdapter, PipInstallMixin, ScriptsMixin):
+    name = "vllm"
+    default_port = 8000
+    knobs = KNOBS
+
+    def _checked(self, config: EngineConfig) -> dict[str, Any]:
+        knobs = self._checked_knobs(config)
+        if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
+            raise EngineConfigError(
+                "enable_auto_tool_choice needs a tool_call_parser (e.g. qwen3_coder, hermes)",
+                field="enable_auto_tool_choice",
+            )
+        if knobs.get("language_model_only") and "limit_mm_per_prompt" in knobs:
+            raise EngineConfigError(
+                "language_model_only already sets every multimodal limit to 0; drop limit_mm_per_prompt",
+                field="language_model_only",
+            )
+        spec = knobs.get("speculative_config")
+        if spec is not None and "method" not in spec and "model" not in spec:
+            raise EngineConfigError(
+                'speculative_config needs a "method" (e.g. "mtp") or a "model"', field="speculative_config"
+            )
+        return knobs
+
+    def launch_spec(self, config: EngineConfig) -> LaunchSpec:
+        knobs = self._checked(config)
+        served = config.served_name or default_served_name(config.model)
+        binary = config.binary or "vllm"
+        if binary.endswith(("/python", "/python3", "python", "python3")):
+            # The `vllm` console script is vllm.entrypoints.cli.main:main.
+            argv = [binary, "-m", "vllm.entrypoints.cli.main", "serve", config.model]
+        else:
+            argv = [binary, "serve", config.model]
+        argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]
+        env = base_env(config)
+        new_attention_flag = at_least(self.name, config.engine_version, VLLM_ATTENTION_BACKEND_FLAG_SINCE)
+        for name in _FLAG_ORDER:
+            if name not in knobs:
+                continue
+            value = knobs[name]
+            flag = "--" + name.replace("_", "-")
+            if name == "attention_backend":
+                if new_attention_flag:
+                    argv += ["--attention-backend", value]
+                else:
+                    env["VLLM_ATTENTION_BACKEND"] = value
+            elif isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+                elif name in _NEGATABLE:
+                    argv.append("--no-" + name.replace("_", "-"))
+            elif isinstance(value, dict):
+                argv += [flag, compact_json(value)]
+            elif isinstance(value, int | float):
+                argv += [flag, fmt_number(value)]
+            else:
+                argv += [flag, str(value)]
+        secrets: tuple[str, ...] = ()
+        if config.api_key:
+            # `--api-key` or env VLLM_API_KEY (cli_args.py); env keeps it out of `ps`.
+            env["VLLM_API_KEY"] = config.api_key
+            secrets = (config.api_key,)
+        return openai_launch_spec(self.name, config, argv=argv, env=env, served_name=served, secrets=secrets)
+
+    def parse_metrics(self, text: str) -> EngineMetrics:
+        """vllm/v1/metrics/loggers.py names; falls back to the pre-rename names
+        (gpu_cache_usage_perc, gpu_prefix_cache_*) of older releases (vllm#18354, #29330)."""
+        s = parse_samples(text)
+        by_engine = {"group_label": "engine"}
+        kv_name = s.first_present("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+        # Use the hits/queries pair of one generation of names, never a mix.
+        pairs = [
+            ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+            ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+        ]
+        hits_name, queries_name = next(((h, q) for h, q in pairs if h in s and q in s), (None, None))
+        draft = s.combined("vllm:spec_decode_num_draft_tokens_total", **by_engine)
+        accepted = s.combined("vllm:spec_decode_num_accepted_tokens_total", **by_engine)
+        return EngineMetrics(
+            requests_running=s.combined("vllm:num_requests_running", **by_engine),
+            requests_waiting=s.combined("vllm:num_requests_waiting", **by_engine),
+            kv_cache_usage=s.combined(kv_name, how="mean", **by_engine) if kv_name else None,
+            prefix_cache_hit_rate=ratio(
+                s.combined(hits_name, **by_engine) if hits_name else None,
+                s.combined(queries_name, **by_engine) if queries_name else None,
+            ),
+            prompt_tokens_total=s.combined("vllm:prompt_tokens_total", **by_engine),
+            generation_tokens_total=s.combined("vllm:generation_tokens_total", **by_engine),
+            spec_draft_tokens_total=draft,
+            spec_accepted_tokens_total=accepted,
+            spec_acceptance_rate=ratio(accepted, draft),
+            raw=raw_values(s, "vllm:"),
+        )
+
+    def parse_kv_capacity(self, log_text: str) -> KvCapacity:
+        """v1/core/kv_cache_utils.py: one line in 0.33 ("GPU KV cache size: N tokens,
+        Maximum concurrency for L tokens per request: Xx"), two lines in older releases.
+        The last occurrence wins (a restarted engine logs again)."""
+        tokens = concurrency = max_len = None
+        details: dict[str, Any] = {}
+        for m in re.finditer(r"([A-Za-z][\w +]*?) KV cache size: ([\d,]+) tokens", log_text):
+            details["device"] = m.group(1).split("]")[-1].strip()
+            tokens = int(m.group(2).replace(",", ""))
+        for m in re.finditer(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text):
+            max_len = int(m.group(1).replace(",", ""))
+            concurrency = float(m.group(2))
+        for m in re.finditer(r"Available KV cache memory: ([\d.]+) GiB", log_text):
+            details["available_kv_gib"] = float(m.group(1))
+        if max_len is not None:
+            details["max_model_len"] = max_len
+        return KvCapacity(tokens=tokens, max_concurrency=concurrency, details=details)
+
+    def install_steps(
+        self,
+        version: str,
+        *,
+        venv_dir: str,
+        python: str = "python3",
+        wheelhouse: str | None = None,
+        source_dir: str | None = None,
+        cuda: bool = False,
+    ) -> list[InstallStep]:
+        """vllm into its own venv with an exact pin (the wheels bring their CUDA runtime, so
+        `cuda` changes nothing); `wheelhouse` = install offline from that folder."""
+        if source_dir:
+            raise EngineConfigError("vllm installs from pip; a source folder is for llama.cpp", field="source_dir")
+        pin = f"vllm=={exact_pin(self.name, version)}"
+        return pip_venv_steps(pin, venv_dir=venv_dir, python=python, wheelhouse=wheelhouse)

@@ -1,0 +1,405 @@
+"""Client configs for a revision: opencode, Hermes Agent, Aider, curl and the openai client.
+
+Pure: a RevisionView, the server's base URL and whether it wants an API key go in; each
+export comes out as (filename, content, language) for a download or copy button, or
+raises `NotExportable` saying why that client cannot be told the truth (e.g. the served
+context is unknown: opencode would then never compact, Hermes would guess).
+
+Each config writes what the client would otherwise take from its own defaults:
+- Hermes Agent: `provider: custom` (its self-hosted provider; `openai-api` is OpenAI's own,
+  reads OPENAI_API_KEY and would send a real OpenAI key to the lab host), `base_url`,
+  `default` (the model; `api_base`/`name` are old aliases newer releases ignore),
+  `api_key` and `context_length`. Checked with hermes-agent's own `load_config()` and
+  `resolve_runtime_provider()` (tests/deployments/test_exports_real_tools.py).
+- opencode: `limit.context` and `limit.output` always (opencode compacts by them).
+- Aider: `use_temperature` and the catalog's sampling preset (aider otherwise sends
+  temperature 0), `extra_params` with the reply budget; vLLM-only parameters (top_k) go in
+  `extra_body`, which the OpenAI client passes through.
+
+No secret can appear: a view only names secrets, and the key is always a placeholder
+(`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere) or
+`EMPTY` when the server takes none. The context written into each config is the one the
+server really runs with (serving.diffing.context): for llama.cpp that is the per-slot
+context, ctx_size / parallel, because one request can never use more than its slot.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+
+from serving.diffing.context import ServedContext, revision_context, vision_state
+from serving.diffing.view import RevisionView, engine_label
+
+API_KEY_ENV = "LLM_API_KEY"
+NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 2, §4 i)
+OPENCODE_SCHEMA = "https://opencode.ai/config.json"
+HERMES_COMPRESSION_THRESHOLD = 0.75  # seed 2 §4 c: use the window before the lossy summary pass
+MAX_OUTPUT_CAP = 32768
+
+
+class NotExportable(ValueError):
+    """This revision cannot be exported to that target as it runs (the message says why)."""
+
+
+class Export(NamedTuple):
+    filename: str
+    content: str
+    language: str  # "json" | "yaml" | "bash" | "python": the code block's highlighting
+
+
+@dataclass(frozen=True)
+class NamedExport:
+    key: str
+    title: str
+    export: Export | None
+    error: str = ""  # why there is no export (NotExportable)
+
+
+@dataclass(frozen=True)
+class ClientTarget:
+    """What every client config needs to know about the server."""
+
+    served_name: str
+    base_url: str
+    context: ServedContext
+    vision: bool
+    api_key_required: bool
+    reasoning: bool
+    engine: str
+    max_output: int | None
+    tools: bool = False  # the server turns the model's tool calls into tool_calls
+    sampling: dict[str, float] = field(default_factory=dict)  # the catalog's preset for this use
+    sampling_preset: str = ""  # its name ("thinking", "non_thinking", ...)
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self.context.per_sequence
+
+    @property
+    def key_placeholder(self) -> str:
+        return f"${{{API_KEY_ENV}}}" if self.api_key_required else NO_KEY
+
+    def require_context(self, client: str) -> int:
+        """The per-request context, or NotExportable: a client told nothing falls back to its
+        own default (opencode never compacts, Hermes guesses, aider assumes a small window)."""
+        if self.context_tokens is None:
+            raise NotExportable(
+                f"{client} needs the context the server runs with, and it is unknown ({self.context.source}): "
+                "set it on the revision (max_model_len, ctx_size, context_length)"
+            )
+        return self.context_tokens
+
+    @property
+    def context_note(self) -> str:
+        if self.context_tokens is None:
+            return f"The server's context is unknown ({self.context.source}); set it in the revision to fill it in."
+        return f"{self.context_tokens:,} tokens ({self.context.source})"
+
+
+def base_url_for(address: str, port: int, *, scheme: str = "http") -> str:
+    """ "http://10.0.0.5:8001/v1"; IPv6 addresses get brackets."""
+    host = address.strip()
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}/v1"
+
+
+def _clean_url(url: str) -> str:
+    """Drop any user:password@ from the URL, so a credential can never ride along."""
+    parts = urlsplit(url.strip())
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def default_max_output(context: int | None) -> int | None:
+    """A reply budget that leaves room for the prompt: a quarter of the context, at most 32K."""
+    return min(MAX_OUTPUT_CAP, context // 4) if context else None
+
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty")
+
+
+def sampling_preset(model: Any, *, reasoning: bool) -> tuple[str, dict[str, float]]:
+    """The catalog's sampling preset for how the server runs the model: "thinking" when it
+    reasons, else "non_thinking"; a model with one preset uses it. ("", {}) when none."""
+    presets = model.get("sampling_presets") if hasattr(model, "get") else None
+    if not isinstance(presets, dict) or not presets:
+        return "", {}
+    wanted = ("thinking", "default") if reasoning else ("non_thinking", "default")
+    name = next((n for n in wanted if isinstance(presets.get(n), dict)), "")
+    if not name and len(presets) == 1:
+        name = next(iter(presets))
+    chosen = presets.get(name) if name else None
+    if not isinstance(chosen, dict):
+        return "", {}
+    values = {
+        key: float(value)
+        for key, value in chosen.items()
+        if key in SAMPLING_KEYS and isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    return (name, values) if values else ("", {})
+
+
+def serves_tool_calls(view: RevisionView) -> bool:
+    """Whether the server parses the model's tool calls into `tool_calls` (else a client's tool
+    request fails, or the call arrives as text): vLLM with enable_auto_tool_choice, SGLang with a
+    tool_call_parser, llama.cpp unless its Jinja templates are off, Ollama always."""
+    knobs = view.knobs
+    if view.engine == "vllm":
+        return bool(knobs.get("enable_auto_tool_choice"))
+    if view.engine == "sglang":
+        return bool(knobs.get("tool_call_parser"))
+    if view.engine == "llama.cpp":
+        return knobs.get("jinja") is not False
+    return view.engine == "ollama"
+
+
+def client_target(
+    view: RevisionView, *, base_url: str, api_key_required: bool, max_output: int | None = None
+) -> ClientTarget:
+    ctx = revision_context(view)
+    vision, _why = vision_state(view)
+    reasoning = bool(view.knobs.get("reasoning_parser") or view.model.get("reasoning_parser"))
+    preset, sampling = sampling_preset(view.model, reasoning=reasoning)
+    return ClientTarget(
+        served_name=view.served_name or view.model_name,
+        base_url=_clean_url(base_url),
+        context=ctx,
+        vision=bool(vision),
+        api_key_required=api_key_required,
+        reasoning=reasoning,
+        engine=view.engine,
+        max_output=max_output or default_max_output(ctx.per_sequence),
+        tools=serves_tool_calls(view),
+        sampling=sampling,
+        sampling_preset=preset,
+    )
+
+
+def _yaml_str(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+
+
+# -- opencode ---------------------------------------------------------------------------
+
+
+def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", provider_name: str = "") -> Export:
+    """opencode.json: a custom provider on @ai-sdk/openai-compatible (opencode.ai/config.json).
+
+    Without `modalities` opencode treats a custom model as text-only and refuses images,
+    so it is set exactly when the server takes images (seed 1). `limit` is always written:
+    without it opencode never compacts a conversation (NotExportable when the context is
+    unknown). What the model can do is written either way, never left to opencode's
+    defaults: attachments, reasoning, temperature, and tool calls only where the server
+    parses them."""
+    context = target.require_context("opencode")
+    model: dict[str, object] = {
+        "name": target.served_name,
+        "limit": {"context": context, "output": target.max_output or default_max_output(context)},
+        "attachment": target.vision,
+        "reasoning": target.reasoning,
+        "temperature": True,
+        "tool_call": target.tools,
+    }
+    if target.vision:
+        model["modalities"] = {"input": ["text", "image"], "output": ["text"]}
+    options: dict[str, str] = {"baseURL": target.base_url}
+    if target.api_key_required:
+        options["apiKey"] = f"{{env:{API_KEY_ENV}}}"
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": provider_name or f"{target.served_name} ({engine_label(target.engine)})",
+        "options": options,
+        "models": {target.served_name: model},
+    }
+    config = {
+        "$schema": OPENCODE_SCHEMA,
+        "provider": {provider_id: provider},
+        "model": f"{provider_id}/{target.served_name}",
+    }
+    return Export("opencode.json", json.dumps(config, indent=2) + "\n", "json")
+
+
+# -- Hermes Agent -------------------------------------------------------------------------
+
+
+def hermes_config(target: ClientTarget) -> Export:
+    """~/.hermes/config.yaml: Hermes' self-hosted provider (`custom`) at the server, the served
+    model as `default`, the key as `${LLM_API_KEY}` (Hermes expands it from its .env) or
+    EMPTY, model.context_length = the server's real context, and compression at 0.75 of it.
+
+    Never `openai-api`: that is Hermes' OpenAI provider, which ignores model.api_key and
+    reads OPENAI_API_KEY, so a real OpenAI key would reach the lab host."""
+    context = target.require_context("Hermes Agent")
+    key_comment = "  # Hermes expands it from the environment or ~/.hermes/.env" if target.api_key_required else ""
+    lines = [
+        f"# Hermes Agent: {target.served_name} at {target.base_url}",
+        "# context_length must match the server, or Hermes compresses conversations too early (or too late).",
+        f"# Context: {target.context_note}",
+        "model:",
+        "  provider: custom",
+        f"  base_url: {_yaml_str(target.base_url)}",
+        f"  default: {_yaml_str(target.served_name)}",
+        f"  api_key: {_yaml_str(target.key_placeholder)}" + key_comment,
+        f"  context_length: {context}",
+        "compression:",
+        "  enabled: true",
+        f"  threshold: {HERMES_COMPRESSION_THRESHOLD}",
+    ]
+    return Export("config.yaml", "\n".join(lines) + "\n", "yaml")
+
+
+# -- Aider -------------------------------------------------------------------------------
+
+
+def aider_name(target: ClientTarget) -> str:
+    return f"openai/{target.served_name}"  # aider routes OpenAI-compatible servers by this prefix
+
+
+def aider_model_settings(target: ClientTarget) -> Export:
+    """.aider.model.settings.yml: aider's ModelSettings for the served model. `use_temperature`
+    is always written (aider's default sends temperature 0): the catalog preset's temperature,
+    or false (send none: the server applies the model's generation config) without a preset.
+    The preset's other values go in extra_params; top_k and other vLLM/SGLang/llama.cpp-only
+    values in extra_params.extra_body, which the OpenAI client sends as they are."""
+    lines = [
+        f"# .aider.model.settings.yml for {target.served_name} at {target.base_url}",
+        f"# Sampling: the catalog's {target.sampling_preset!r} preset"
+        if target.sampling_preset
+        else "# Sampling: the catalog has no preset; the server applies the model's generation config",
+        f"- name: {_yaml_str(aider_name(target))}",
+        "  edit_format: diff",
+        "  use_repo_map: true",
+    ]
+    temperature = target.sampling.get("temperature")
+    lines.append(f"  use_temperature: {temperature if temperature is not None else 'false'}")
+    standard = {k: v for k, v in target.sampling.items() if k in ("top_p", "presence_penalty")}
+    extra_body = {k: v for k, v in target.sampling.items() if k not in ("temperature", "top_p", "presence_penalty")}
+    params: dict[str, Any] = {}
+    if target.max_output:
+        params["max_tokens"] = target.max_output
+    params.update(standard)
+    if extra_body:
+        params["extra_body"] = {k: int(v) if k == "top_k" else v for k, v in extra_body.items()}
+    if params:
+        lines.append("  extra_params:")
+        for key, value in params.items():
+            if isinstance(value, dict):
+                lines.append(f"    {key}:")
+                lines += [f"      {k}: {v}" for k, v in value.items()]
+            else:
+                lines.append(f"    {key}: {value}")
+    return Export(".aider.model.settings.yml", "\n".join(lines) + "\n", "yaml")
+
+
+def aider_model_metadata(target: ClientTarget) -> Export:
+    """.aider.model.metadata.json (litellm's model info): the window aider budgets by."""
+    context = target.require_context("aider")
+    output = target.max_output or default_max_output(context)
+    entry: dict[str, object] = {
+        "litellm_provider": "openai",
+        "mode": "chat",
+        "input_cost_per_token": 0,
+        "output_cost_per_token": 0,
+        "max_input_tokens": context,
+        "max_tokens": output,
+        "max_output_tokens": output,
+    }
+    if target.vision:
+        entry["supports_vision"] = True
+    content = json.dumps({aider_name(target): entry}, indent=2) + "\n"
+    return Export(".aider.model.metadata.json", content, "json")
+
+
+def aider_env(target: ClientTarget) -> Export:
+    key = f'"${{{API_KEY_ENV}}}"' if target.api_key_required else NO_KEY
+    lines = [
+        "# Point aider at the server (or put openai-api-base / model in .aider.conf.yml).",
+        f"export OPENAI_API_BASE={shlex.quote(target.base_url)}",
+        f"export OPENAI_API_KEY={key}",
+        f"aider --model {shlex.quote(aider_name(target))}",
+    ]
+    return Export("aider.sh", "\n".join(lines) + "\n", "bash")
+
+
+# -- generic OpenAI-compatible -------------------------------------------------------------
+
+
+def curl_snippet(target: ClientTarget) -> Export:
+    auth = f' \\\n  -H "Authorization: Bearer ${{{API_KEY_ENV}}}"' if target.api_key_required else ""
+    body = {
+        "model": target.served_name,
+        "messages": [{"role": "user", "content": "Say hello in one sentence."}],
+        "max_tokens": 256,
+    }
+    lines = [
+        f"# {target.served_name}: the id below must match what /v1/models lists.",
+        f"# Context: {target.context_note}",
+        f"curl -s {shlex.quote(target.base_url + '/models')}{auth}",
+        "",
+        f"curl -s {shlex.quote(target.base_url + '/chat/completions')} \\",
+        '  -H "Content-Type: application/json"' + auth + " \\",
+        f"  -d {shlex.quote(json.dumps(body))}",
+    ]
+    return Export("request.sh", "\n".join(lines) + "\n", "bash")
+
+
+def python_snippet(target: ClientTarget) -> Export:
+    key = f'os.environ["{API_KEY_ENV}"]' if target.api_key_required else repr(NO_KEY)
+    lines = [f"# {target.served_name} through the openai client. Context: {target.context_note}"]
+    lines += ["import os", ""] if target.api_key_required else [""]
+    lines += [
+        "from openai import OpenAI",
+        "",
+        f"client = OpenAI(base_url={target.base_url!r}, api_key={key})",
+        "reply = client.chat.completions.create(",
+        f"    model={target.served_name!r},",
+        '    messages=[{"role": "user", "content": "Say hello in one sentence."}],',
+        "    max_tokens=256,",
+        ")",
+        "print(reply.choices[0].message.content)",
+    ]
+    if target.reasoning:
+        lines.append('print(getattr(reply.choices[0].message, "reasoning_content", None))  # the <think> part')
+    return Export("client.py", "\n".join(lines) + "\n", "python")
+
+
+# -- all of them ---------------------------------------------------------------------------
+
+
+CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
+    "opencode": ("opencode", opencode_config),
+    "hermes": ("Hermes Agent", hermes_config),
+    "aider-settings": ("Aider model settings", aider_model_settings),
+    "aider-metadata": ("Aider model metadata", aider_model_metadata),
+    "aider-env": ("Aider environment", aider_env),
+    "curl": ("curl", curl_snippet),
+    "python": ("Python (openai)", python_snippet),
+}
+
+
+def client_exports(target: ClientTarget) -> list[NamedExport]:
+    """Every client config for a target, in the order a page lists them; one that cannot be
+    exported carries its reason instead."""
+    out = []
+    for key, (title, build) in CLIENT_EXPORTS.items():
+        try:
+            out.append(NamedExport(key, title, build(target)))
+        except NotExportable as exc:
+            out.append(NamedExport(key, title, None, str(exc)))
+    return out
+
+
+def all_exports(
+    view: RevisionView, *, base_url: str, api_key_required: bool, max_output: int | None = None
+) -> list[NamedExport]:
+    """Every client config for a revision, in the order a page lists them."""
+    target = client_target(view, base_url=base_url, api_key_required=api_key_required, max_output=max_output)
+    return client_exports(target)

@@ -1,0 +1,182 @@
+"""Per-engine memory overhead model: what an engine uses on each GPU besides weights and KV.
+
+Every constant says where it comes from. They are estimates calibrated against startup logs
+people posted in public issues; the engine's own profile run is the final word, so the planner
+calls a pool "tight" when it is within the model's error of running out.
+
+vLLM (engines.md §3; v1/worker/gpu_worker.py determine_available_memory):
+    available_kv = total x gpu_memory_utilization - weights - non_torch - activation_peak - cudagraphs
+SGLang (srt/mem_cache/kv_cache_configurator.py _profile_available_bytes):
+    kv_pool = free_before_load x mem_fraction_static - weights
+llama.cpp: fixed buffers: model + KV + compute buffer (sched_reserve) + CUDA context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from serving.arch import ModelArch
+from serving.planner.versions import version_lt
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+# ---- vLLM ----------------------------------------------------------------------------------
+# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
+# 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
+# release of the change is not pinned down here; versions before 0.25 get 0.9.
+VLLM_UTIL_DEFAULT = 0.92
+VLLM_UTIL_DEFAULT_OLD = 0.9
+VLLM_UTIL_CHANGE = "0.25"
+# CUDA context + cuBLAS workspace outside torch: vllm#13061 logs "non_torch_memory takes 0.25GiB"
+# (2x RTX 4090, TP=2).
+VLLM_NON_TORCH_BASE = int(0.25 * GiB)
+# NCCL communicator + custom all-reduce buffers per rank when world size > 1. club-3090#1087
+# (2x RTX 5090, TP=2) logs 15.03 GiB "consumed memory (weights + non-torch)" for a ~28 GB FP8
+# checkpoint, i.e. about 0.5-1 GiB of non-torch memory per rank.
+VLLM_NON_TORCH_MULTI_GPU = int(0.6 * GiB)
+# Activation peak of the profile run (max_num_batched_tokens tokens): residual stream and
+# attention temporaries ~12 bytes x hidden per token, MLP 3 x intermediate/tp x 2 bytes, and the
+# sampler's fp32 logits + probabilities for max_num_seqs rows (8 bytes x vocab).
+# Calibration: club-3090#1087 "1.59 GiB for peak activation" (Qwen3.8-27B, hidden 5120,
+# intermediate 17408, vocab 248320, TP=2, 2048 tokens, 256 seqs, image encoder profiled):
+# 0.22 GiB tokens + 0.47 GiB sampler + 0.9 GiB encoder profile.
+VLLM_ACT_BYTES_PER_HIDDEN = 12
+VLLM_ACT_BYTES_PER_INTERMEDIATE = 6
+VLLM_SAMPLER_BYTES_PER_VOCAB = 8
+VLLM_VISION_PROFILE = int(0.9 * GiB)
+VLLM_ACT_FLOOR = int(0.15 * GiB)
+# CUDA-graph memory: subtracted from the KV budget since v0.21 (gpu_worker.py,
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS). Logged estimates: 0.09-0.13 GiB (club-3090#1087,
+# #104), 0.17 GiB (club-3090#127, TP=4), 0.36 GiB (gpustack/runner#251).
+VLLM_CUDAGRAPHS = int(0.25 * GiB)
+VLLM_CUDAGRAPH_PROFILING_SINCE = "0.21"
+
+
+def vllm_batch_defaults(gpu_memory_bytes: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) serve defaults, arg_utils.py get_batch_defaults."""
+    if gpu_memory_bytes >= 160 * GiB:
+        return 16384, 1024
+    if gpu_memory_bytes >= 70 * GiB:
+        return 8192, 1024
+    return 2048, 256
+
+
+@dataclass(frozen=True)
+class Overheads:
+    non_torch: int = 0
+    activation: int = 0
+    cuda_graphs: int = 0
+    compute_buffer: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.non_torch + self.activation + self.cuda_graphs + self.compute_buffer
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self) | {"total": self.total}
+
+
+def _mlp_width(arch: ModelArch) -> int:
+    if arch.is_moe and arch.moe_intermediate_size:
+        return arch.moe_intermediate_size * (arch.experts_per_token or 1)
+    return arch.intermediate_size or 4 * (arch.hidden_size or 0)
+
+
+def vllm_overheads(
+    arch: ModelArch,
+    *,
+    tp: int,
+    world: int,
+    batched_tokens: int,
+    max_num_seqs: int,
+    vision: bool,
+    enforce_eager: bool,
+    version: str,
+) -> Overheads:
+    non_torch = VLLM_NON_TORCH_BASE + (VLLM_NON_TORCH_MULTI_GPU if world > 1 else 0)
+    hidden = arch.hidden_size or 4096
+    per_token = hidden * VLLM_ACT_BYTES_PER_HIDDEN + math.ceil(_mlp_width(arch) / tp) * VLLM_ACT_BYTES_PER_INTERMEDIATE
+    activation = batched_tokens * per_token + max_num_seqs * (arch.vocab_size or 128_000) * VLLM_SAMPLER_BYTES_PER_VOCAB
+    activation = max(VLLM_ACT_FLOOR, activation) + (VLLM_VISION_PROFILE if vision else 0)
+    graphs = 0
+    if not enforce_eager and not version_lt(version, VLLM_CUDAGRAPH_PROFILING_SINCE):
+        graphs = VLLM_CUDAGRAPHS
+    return Overheads(non_torch=non_torch, activation=activation, cuda_graphs=graphs)
+
+
+def vllm_default_util(version: str) -> float:
+    return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
+
+
+# ---- SGLang --------------------------------------------------------------------------------
+# mem_fraction_static None = automatic (server_args picks it from GPU memory and TP); 0.85 is a
+# middle value for 24-80 GB cards. CUDA context before load ~0.5 GiB (club-3090#1261 logs
+# "avail mem" after the pool; sglang#11716 shows the same shape).
+SGLANG_MEM_FRACTION_DEFAULT = 0.85
+SGLANG_CONTEXT = int(0.5 * GiB)
+
+
+def sglang_overheads(*, world: int) -> Overheads:
+    return Overheads(non_torch=SGLANG_CONTEXT + (int(0.3 * GiB) if world > 1 else 0))
+
+
+# ---- llama.cpp / Ollama ----------------------------------------------------------------------
+# CUDA context + cuBLAS handles per GPU that runs layers (measured ~300-400 MiB on consumer
+# cards). llama.cpp's exit breakdown calls it "unaccounted": on an H200 (compute capability 9.0,
+# 132 SMs, CUDA 13) one llama-server held 698 MiB beyond its buffers, NVML's per-process figure
+# 3266 MiB against 2576 MiB of model + KV + compute buffers (tests/fixtures/gpu/h200).
+LLAMA_CUDA_CONTEXT = 350 * MiB
+LLAMA_CUDA_CONTEXT_HOPPER = 700 * MiB
+# sched_reserve compute buffer: logits for one ubatch (fp32 vocab) plus graph scratch of a few
+# hidden-wide tensors; a real log shows "CUDA0 compute buffer size = 126.77 MiB"
+# (llama.cpp#28378, quoted in a notes file in the code index).
+LLAMA_COMPUTE_BYTES_PER_VOCAB = 4
+LLAMA_COMPUTE_BYTES_PER_HIDDEN = 4 * 8
+
+
+def llama_cuda_context(compute_capabilities: Sequence[tuple[int, int] | None] = ()) -> int:
+    """The CUDA context of one llama.cpp process on the largest of these GPUs (Hopper: measured)."""
+    if any(cc is not None and cc[0] == 9 for cc in compute_capabilities):
+        return LLAMA_CUDA_CONTEXT_HOPPER
+    return LLAMA_CUDA_CONTEXT
+
+
+def llama_overheads(
+    arch: ModelArch,
+    *,
+    ubatch: int,
+    on_gpu: bool,
+    compute_capabilities: Sequence[tuple[int, int] | None] = (),
+    kq_context: int = 0,
+) -> Overheads:
+    """`kq_context`: the context of one sequence when flash attention is off (the attention
+    scores, f32, ubatch x context x heads, live in the compute buffer; the H200 run: 117 MiB
+    with -fa off against 51 MiB with it on, for the same ubatch)."""
+    if not on_gpu:
+        return Overheads()
+    compute = ubatch * ((arch.vocab_size or 128_000) * LLAMA_COMPUTE_BYTES_PER_VOCAB // 4)
+    compute += ubatch * (arch.hidden_size or 4096) * LLAMA_COMPUTE_BYTES_PER_HIDDEN
+    compute += ubatch * kq_context * (arch.num_attention_heads or 32) * 4
+    return Overheads(non_torch=llama_cuda_context(compute_capabilities), compute_buffer=compute)
+
+
+def mtp_head_bytes(arch: ModelArch, *, dtype_bytes: int = 2) -> int | None:
+    """Weights of the MTP head(s): one decoder layer each plus the fc that joins the embedding
+    and hidden state (2h x h). Seed 002: "its BF16 head costs ~0.85 GiB VRAM" for Qwen3.8-27B;
+    this gives 0.84 GB for that config."""
+    h, heads, kv = arch.hidden_size, arch.num_attention_heads, arch.num_kv_heads
+    if not (h and heads):
+        return None
+    head_dim = arch.head_dim or h // heads
+    kv = kv or heads
+    # q (x2 for Qwen3.5's gated output), k, v, o
+    attn = h * heads * head_dim * 2 + 2 * h * kv * head_dim + heads * head_dim * h
+    if arch.is_moe and arch.moe_intermediate_size and arch.num_experts:
+        mlp = 3 * h * arch.moe_intermediate_size * (arch.num_experts + 1)
+    else:
+        mlp = 3 * h * (arch.intermediate_size or 4 * h)
+    per_layer = attn + mlp + 2 * h * h
+    return per_layer * (arch.mtp_num_layers or 1) * dtype_bytes

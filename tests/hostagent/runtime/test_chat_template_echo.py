@@ -1,0 +1,68 @@
+"""A GGUF without a chat template serves gibberish: llama.cpp formats the chat as ChatML and a model
+trained on another format prints the markers back. The switch's verification (the supervisor's test
+chat) refuses such an engine instead of reporting it ready.
+
+The package's Gemma 270M GGUF is that file as shipped (no tokenizer.chat_template); the suite's
+model (tests.support.llama.gemma_model_path) is the same weights with Gemma's template written in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deployments.importers.gguf_header import read_gguf_header
+from hostagent.runtime.errors import EngineVerifyError
+from hostagent.runtime.readiness import echoed_marker
+from hostagent.runtime.supervisor import Supervisor
+from tests.hostagent.runtime.test_supervisor import llama_spec
+from tests.support.llama import free_port, gemma_model_path, gemma_package_path
+
+
+@pytest.fixture
+def sup(tmp_path: Path) -> Iterator[Supervisor]:
+    supervisor = Supervisor(tmp_path / "state", stop_grace=5.0)
+    yield supervisor
+    supervisor.stop(grace=2.0)
+
+
+def test_the_shipped_gguf_has_no_template_and_the_suites_copy_has_one() -> None:
+    assert read_gguf_header(gemma_package_path()).has_chat_template is False
+    assert read_gguf_header(gemma_model_path()).has_chat_template is True
+
+
+@pytest.mark.parametrize(
+    ("answer", "marker"),
+    [
+        ("Say hello in one word.<|im_end|>\n<|im_", "<|im_end|>"),  # what Gemma 270M answered under ChatML
+        ("Say hello in one word.<|im", "<|im_start|>"),  # cut inside the marker by max_tokens
+        ("Hello<end_of_turn>\n<start_of_turn>user", "<start_of_turn>"),
+        ("[INST] Say hello [/INST]", "[INST]"),
+        ("Hello! How can I help?", None),
+        ("<h2>The 1000th episode", None),  # gibberish the check does not claim to catch
+    ],
+)
+def test_echoed_markers_are_found(answer: str, marker: str | None) -> None:
+    assert echoed_marker(answer) == marker
+
+
+@pytest.mark.engine
+def test_a_gguf_without_a_chat_template_fails_the_switch_verification(sup: Supervisor) -> None:
+    spec = llama_spec(free_port(), model=gemma_package_path())
+
+    with pytest.raises(EngineVerifyError) as caught:
+        sup.start(spec, revision_label="r1", ready_timeout=120)
+
+    reason = str(caught.value)
+    assert "echoes the chat format's markers" in reason and "<|im_" in reason
+    assert "chat_template_file" in reason  # says what to do
+    assert not sup.status(probe=True).running  # not left serving gibberish
+
+
+@pytest.mark.engine
+def test_the_same_weights_with_a_chat_template_pass(sup: Supervisor) -> None:
+    result = sup.start(llama_spec(free_port()), revision_label="r2", ready_timeout=120)
+
+    assert result.chat is not None and echoed_marker(result.chat.text) is None
+    assert (result.chat.completion_tokens or 0) >= 1

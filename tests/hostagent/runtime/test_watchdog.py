@@ -1,0 +1,187 @@
+"""The watchdog against the real llama-server: killed engines come back, up to a budget,
+and nothing happens while a pause is in force. Small intervals, real time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hostagent.runtime.processes import is_alive
+from hostagent.runtime.strays import port_is_free
+from hostagent.runtime.supervisor import Supervisor
+from hostagent.runtime.watchdog import Watchdog, WatchdogEvent
+from tests.hostagent.runtime.test_supervisor import llama_spec
+from tests.support.llama import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def sup(tmp_path: Path) -> Iterator[Supervisor]:
+    supervisor = Supervisor(tmp_path / "state", stop_grace=5.0)
+    yield supervisor
+    supervisor.stop(grace=2.0)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.items: list[WatchdogEvent] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, event: WatchdogEvent) -> None:
+        with self.lock:
+            self.items.append(event)
+
+    def kinds(self) -> list[str]:
+        with self.lock:
+            return [e.kind for e in self.items]
+
+    def wait_for(self, predicate: Callable[[list[WatchdogEvent]], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if predicate(list(self.items)):
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out; events: {self.kinds()}")
+
+
+def kill(pid: int) -> None:
+    """SIGKILL and wait until the kernel has really torn the process down."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not is_alive(pid)
+
+
+def count(kind: str) -> Callable[[list[WatchdogEvent]], int]:
+    return lambda events: sum(e.kind == kind for e in events)
+
+
+@pytest.mark.engine
+def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> None:
+    spec = llama_spec(free_port())
+    first = sup.start(spec, revision_label="r3", verify=False)
+    events = Events()
+    dog = Watchdog(
+        sup,
+        lambda: spec,
+        interval=0.2,
+        timeout=1.0,
+        failure_threshold=2,
+        max_restarts=2,
+        window=60.0,
+        ready_timeout=60.0,
+        on_event=events,
+    )
+    dog.start()
+    try:
+        events.wait_for(lambda e: count("ok")(e) >= 1)
+        pids = [first.pid]
+        for n in (1, 2):
+            kill(pids[-1])
+            events.wait_for(lambda e, n=n: count("restarted")(e) >= n)
+            status = sup.status()
+            assert status.running and status.pid not in pids and status.revision_label == "r3"
+            assert httpx.get(spec.health_url).status_code == 200
+            pids.append(status.pid)
+
+        kill(pids[-1])
+        events.wait_for(lambda e: count("gave_up")(e) == 1 and count("halted")(e) >= 2)
+    finally:
+        dog.stop(timeout=30)
+
+    gave_up = next(e for e in events.items if e.kind == "gave_up")
+    assert "2 restarts in the last 60 s" in gave_up.message and "r3" in gave_up.message
+    assert gave_up.needs_attention
+    assert count("restarted")(events.items) == 2  # no third restart
+    assert not sup.status().running and not any(is_alive(p) for p in pids)
+    # failures were counted before each restart (threshold 2), not acted on at once
+    kinds = events.kinds()
+    assert kinds[kinds.index("restarted") - 1] == "failure"
+    assert dog.gave_up  # persisted in the state folder, for a restarted worker to see
+    assert Watchdog(sup, lambda: spec).tick().kind == "halted"
+
+
+@pytest.mark.engine
+def test_watchdog_does_nothing_while_paused_from_another_process(sup: Supervisor, tmp_path: Path) -> None:
+    spec = llama_spec(free_port())
+    first = sup.start(spec, revision_label="r5", verify=False)
+    dog = Watchdog(sup, lambda: spec, interval=0.2, timeout=1.0, failure_threshold=2, max_restarts=2, window=60)
+
+    # Another process (e.g. the worker running a model load) pauses the watchdog.
+    pause = (
+        "import sys; from hostagent.runtime.supervisor import Supervisor; "
+        "Supervisor(sys.argv[1]).pause_watchdog('loading a model')"
+    )
+    subprocess.run([sys.executable, "-c", pause, str(tmp_path / "state")], check=True, cwd=REPO)
+    kill(first.pid)
+    for _ in range(5):
+        event = dog.tick()
+        assert event.kind == "paused" and "loading a model" in event.message
+        time.sleep(0.1)
+    assert not sup.status().running and sup.status().phase == "dead"
+
+    sup.resume_watchdog()
+    assert dog.tick().kind == "failure"
+    restarted = dog.tick()
+    assert restarted.kind == "restarted", restarted.message
+    assert sup.status().running and sup.status().pid != first.pid
+
+
+def test_a_pause_held_by_a_crashed_switch_does_not_pause_forever(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    code = (
+        "import os, signal, sys\n"
+        "from hostagent.runtime.supervisor import Supervisor\n"
+        "with Supervisor(sys.argv[1]).watchdog_paused('switching to r9'):\n"
+        "    print('paused', flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    crashed = subprocess.run([sys.executable, "-c", code, str(state)], capture_output=True, text=True, cwd=REPO)
+    assert crashed.stdout.strip() == "paused" and crashed.returncode == -signal.SIGKILL
+    sup = Supervisor(state)
+    assert list((state / "pauses").glob("*.json"))  # the crashed switch left its pause file
+    assert sup.watchdog_pauses() == []  # but its holder is dead, so it no longer counts
+    assert Watchdog(sup, lambda: None).tick().kind == "idle"
+    sup.pause_watchdog("maintenance")  # an operator's pause has no holder: it stays
+    assert [p["reason"] for p in sup.watchdog_pauses()] == ["maintenance"]
+    sup.resume_watchdog()
+    assert sup.watchdog_pauses() == []
+
+
+def test_a_deliberate_stop_is_not_undone(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path / "state")
+    dog = Watchdog(sup, lambda: None, interval=0.05, failure_threshold=1)
+    assert [dog.tick().kind for _ in range(3)] == ["idle", "idle", "idle"]
+
+
+@pytest.mark.engine
+def test_failed_restarts_count_against_the_budget_and_name_the_reason(sup: Supervisor, tmp_path: Path) -> None:
+    port = free_port()
+    first = sup.start(llama_spec(port), revision_label="r8", verify=False)
+    # The model file disappeared since: every restart attempt exits at once.
+    broken = llama_spec(port, model=str(tmp_path / "deleted-model.gguf"))
+    dog = Watchdog(sup, lambda: broken, interval=0.1, timeout=1.0, failure_threshold=1, max_restarts=2, window=60)
+    kill(first.pid)
+
+    kinds = [dog.tick() for _ in range(4)]
+
+    assert [e.kind for e in kinds] == ["restart_failed", "restart_failed", "gave_up", "halted"]
+    assert "exited" in kinds[0].message and "model loading error" in kinds[0].message
+    assert any("deleted-model.gguf" in line for line in kinds[0].log_tail)
+    assert "2 restarts" in kinds[2].message and "restart failed" in kinds[2].message
+    assert sup.status().phase == "stopped" and port_is_free(port)
+    sup.stop()  # a user's stop, then a new start: the watchdog gets a fresh budget
+    sup.start(llama_spec(port), revision_label="r9", verify=False)
+    assert dog.tick().kind == "ok"
