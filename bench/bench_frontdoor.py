@@ -39,19 +39,13 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_loadgen import cpu_seconds, wait_healthy  # noqa: E402
 from hostagent.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
 from serving.benchmarking.profiles import BenchmarkProfile  # noqa: E402
 from serving.benchmarking.stats import percentile  # noqa: E402
 from tests.support.llama import free_port, gemma_model_path, llama_server_binary  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 ENGINE = {"binary": "", "model": ""}  # --llama-server, --model; default: the test packages'
@@ -61,18 +55,6 @@ def engine_argv(port: int, *, context: int, slots: int, threads: int, name: str)
     binary, model = ENGINE["binary"] or llama_server_binary(), ENGINE["model"] or gemma_model_path()
     argv = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port)]
     return argv + ["-c", str(context), "-np", str(slots), "-ngl", "0", "-t", str(threads), "-a", name]
-
-
-def wait_healthy(url: str, timeout: float = 300.0, poll: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(poll)
-    raise RuntimeError(f"{url} did not answer 200 in {timeout:g} s")
 
 
 @contextmanager
@@ -293,7 +275,7 @@ def cold_start(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         engine = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_healthy(f"http://127.0.0.1:{port}/health")
+            wait_healthy(f"http://127.0.0.1:{port}/health", timeout=300, poll=0.02)
             load = (time.perf_counter() - started) * 1000
             own.append((load, first_token_ms(f"http://127.0.0.1:{port}", "cold")))
         finally:

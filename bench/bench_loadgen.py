@@ -40,15 +40,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, timeout: float = 10.0) -> None:
+def wait_healthy(url: str, timeout: float = 10.0, poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.05)
-    raise RuntimeError(f"stub did not come up at {url}")
+            pass
+        time.sleep(poll)  # a server still loading answers 503 at once: no busy loop on it either
+    raise RuntimeError(f"{url} did not answer 200 in {timeout:g} s")
 
 
 def measure(target: Target, concurrency: int, seconds: float, output_tokens: int) -> None:

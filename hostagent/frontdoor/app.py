@@ -20,7 +20,7 @@ from aiohttp import web
 
 from .keys import InferenceKey, KeyTable
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .proxy import Answer, Upstream, error_response
+from .proxy import CLIENT_GONE, Answer, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
 from .settings import FrontDoorSettings
 from .table import RoutingTable
@@ -80,9 +80,11 @@ class FrontDoor:
         self.scheduler.start()
 
     async def stop(self) -> None:
-        await self.scheduler.close()
+        """Stop listening, let the requests being answered finish (aiohttp gives them up to a
+        minute), then stop loading."""
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.scheduler.close()
         if self._upstream is not None:
             await self._upstream.close()
 
@@ -138,6 +140,9 @@ class FrontDoor:
             )
         try:
             lease = await self.scheduler.acquire(label)
+        except asyncio.CancelledError:  # the client hung up while its model loaded
+            self._account(key_name, model.name, label, endpoint, Answer(status=CLIENT_GONE))
+            raise
         except Refused as refused:
             self._account(key_name, model.name, label, endpoint, Answer(status=refused.status))
             return error_response(

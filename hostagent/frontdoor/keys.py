@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,10 +61,6 @@ class KeyTable:
         if scheme.lower() != "bearer" or not token.strip():
             return None
         return self._by_digest.get(hash_key(token.strip()))
-
-    @classmethod
-    def of(cls, keys: Iterable[InferenceKey]) -> KeyTable:
-        return cls(tuple(keys))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KeyTable:

@@ -20,52 +20,46 @@ LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, ["model"], registry=self.registry)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+        self.requests = counter(
             "frontdoor_requests",
             "Requests answered, by served model, the name used, inference key, endpoint and HTTP status",
-            ["model", "alias", "key", "endpoint", "code"],
-            registry=r,
+            *("model", "alias", "key", "endpoint", "code"),
         )
-        self.tokens = Counter(
-            "frontdoor_tokens",
-            "Tokens the engines counted (their usage), by kind: prompt or completion",
-            ["model", "alias", "key", "kind"],
-            registry=r,
-        )
-        self.queue_depth = Gauge(
-            "frontdoor_queue_depth", "Requests waiting for their model to load", ["model"], registry=r
-        )
-        self.queue_wait = Histogram(
-            "frontdoor_queue_wait_seconds",
-            "Time requests waited for their model (0 when it was loaded)",
-            ["model", "alias"],
-            buckets=WAIT_BUCKETS,
-            registry=r,
-        )
-        self.queue_rejected = Counter(
-            "frontdoor_queue_rejected",
-            "Requests refused by the queue bound: full (429) or waited too long (503)",
-            ["model", "reason"],
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            "frontdoor_requests_in_flight", "Requests being answered by the engine", ["model"], registry=r
-        )
-        self.loaded = Gauge("frontdoor_model_loaded", "1 while the model is loaded and serving", ["model"], registry=r)
-        self.loads = Counter(
+        self.tokens = counter(
+            "frontdoor_tokens", "Tokens the engines counted (their usage), by kind: prompt or completion",
+            *("model", "alias", "key", "kind"),
+        )  # fmt: skip
+        self.queue_depth = gauge("frontdoor_queue_depth", "Requests waiting for their model to load")
+        self.queue_wait = histogram(
+            "frontdoor_queue_wait_seconds", "Time requests waited for their model (0 when it was loaded)",
+            WAIT_BUCKETS, "model", "alias",
+        )  # fmt: skip
+        self.queue_rejected = counter(
+            "frontdoor_queue_rejected", "Requests refused by the queue bound: full (429) or waited too long (503)",
+            "model", "reason",
+        )  # fmt: skip
+        self.in_flight = gauge("frontdoor_requests_in_flight", "Requests being answered by the engine")
+        self.loaded = gauge("frontdoor_model_loaded", "1 while the model is loaded and serving")
+        self.loads = counter(
             "frontdoor_loads",
             "Loads by result: ok, failed (the engine did not come up), no_room, busy (drain timed out)",
-            ["model", "result"],
-            registry=r,
-        )
-        self.load_seconds = Histogram(
-            "frontdoor_load_seconds", "Seconds from asking for a load to the engine serving", ["model"],
-            buckets=LOAD_BUCKETS, registry=r,
+            "model", "result",
         )  # fmt: skip
-        self.unloads = Counter(
-            "frontdoor_unloads", "Unloads by reason: room, idle, removed", ["model", "reason"], registry=r
-        )
+        self.load_seconds = histogram(
+            "frontdoor_load_seconds", "Seconds the loader took: engine start to a passed health gate",
+            LOAD_BUCKETS, "model",
+        )  # fmt: skip
+        self.unloads = counter("frontdoor_unloads", "Unloads by reason: room, idle, removed", "model", "reason")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

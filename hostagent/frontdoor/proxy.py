@@ -23,7 +23,7 @@ from aiohttp import web
 from .scheduler import Lease
 from .usage import UsageStream
 
-__all__ = ["Answer", "Upstream", "error_response"]
+__all__ = ["CLIENT_GONE", "Answer", "Upstream", "error_response"]
 
 log = logging.getLogger("controlpanel.frontdoor")
 

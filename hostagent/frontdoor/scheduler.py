@@ -65,7 +65,8 @@ class Loader(Protocol):
     `load(name)` returns once the engine serves `name` at its table entry's upstream (health gate
     passed) and raises on failure, leaving no process behind. It must be idempotent: an engine
     already serving returns at once (the front door starts knowing nothing loaded).
-    `unload(name)` returns once the engine has stopped and its memory is released."""
+    `unload(name)` returns once the engine has stopped and its memory is released. A load's
+    error message is shown to the clients that waited: it must hold no secret."""
 
     async def load(self, name: str) -> None: ...
 
@@ -180,11 +181,8 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.loader = loader
-        self.free_memory = free_memory
-        self.settings = settings
-        self.metrics = metrics
-        self.clock = clock
+        self.loader, self.free_memory, self.clock = loader, free_memory, clock
+        self.settings, self.metrics = settings, metrics
         self._table = RoutingTable()
         self._slots: dict[str, _Slot] = {}
         self._lock = asyncio.Lock()  # one load or unload at a time: memory is read between them
@@ -311,7 +309,8 @@ class Scheduler:
         for name, slot in self._slots.items():
             if name not in served:
                 slot.retired = True
-                self._fail(slot, Removed(f"`{name}` was removed from this host while the request waited."))
+                removed = f"`{name}` was removed from this host while the request waited."
+                self._fail(slot, Removed(removed, retry_after=1))
             elif slot.model.mode is Mode.PINNED and self._started:
                 self._ensure_loading(slot)
 

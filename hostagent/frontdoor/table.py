@@ -15,7 +15,7 @@ never shown to a client, never in a repr.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -119,14 +119,6 @@ class RoutingTable:
 
     def names(self) -> list[str]:
         return [m.name for m in self.models]
-
-    def aliases_of(self, name: str) -> tuple[str, ...]:
-        model = self.resolve(name)
-        return model.aliases if model is not None and model.name == name else ()
-
-    @classmethod
-    def of(cls, models: Iterable[ServedModel]) -> RoutingTable:
-        return cls(tuple(models))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RoutingTable:

@@ -59,7 +59,7 @@ class Host:
         return served
 
     def table(self, **changes: dict[str, Any]) -> RoutingTable:
-        return RoutingTable.of(replace(m, **changes.get(name, {})) for name, m in self.models.items())
+        return RoutingTable(tuple(replace(m, **changes.get(name, {})) for name, m in self.models.items()))
 
     def engine_url(self, name: str) -> str:
         return self.models[name].upstream

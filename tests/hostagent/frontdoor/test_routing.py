@@ -133,23 +133,21 @@ def test_usage_per_key_model_and_day_equals_the_engines_own_counts(door: DoorThr
 
 
 def test_inference_keys_limit_models_and_the_engine_key_stays_behind_the_door(door: DoorThread) -> None:
-    door.call(_set_keys(door, KeyTable.of([
-        InferenceKey("alice-aider", hash_key("sk-alice-1234567890"), frozenset({"fast"})),
-        InferenceKey("ci", hash_key("sk-ci-0987654321"), None),
-    ])))  # fmt: skip
+    alice = InferenceKey("alice-aider", hash_key("sk-alice-1234567890"), frozenset({"fast"}))
+    door.call(_set_keys(door, KeyTable((alice, InferenceKey("ci", hash_key("sk-ci-0987654321"), None)))))
     try:
         with pytest.raises(openai.AuthenticationError) as none:
             client(door, "sk-wrong").chat.completions.create(model="fast", messages=ASK, max_tokens=2)
         assert none.value.status_code == 401 and none.value.code == "invalid_api_key"
         assert httpx.get(f"{door.url}/v1/models").status_code == 401
 
-        alice = client(door, "sk-alice-1234567890")
-        assert alice.chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "small"
+        as_alice = client(door, "sk-alice-1234567890")
+        assert as_alice.chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "small"
         for other in ("wide", "coder", "small"):
             with pytest.raises(openai.PermissionDeniedError) as refused:
-                alice.chat.completions.create(model=other, messages=ASK, max_tokens=2)
+                as_alice.chat.completions.create(model=other, messages=ASK, max_tokens=2)
             assert refused.value.code == "model_not_allowed" and "alice-aider" in refused.value.message
-        assert [m.id for m in alice.models.list()] == ["fast"]
+        assert [m.id for m in as_alice.models.list()] == ["fast"]
         ci = client(door, "sk-ci-0987654321")
         assert ci.chat.completions.create(model="coder", messages=ASK, max_tokens=2).model == "wide"
 
@@ -202,7 +200,8 @@ def test_an_alias_moved_under_load_lets_requests_in_flight_finish_on_the_old_eng
     )
     first = next(iter(stream))
     assert first.model == "wide"
-    moved = RoutingTable.of(replace(m, aliases=("fast", "coder") if m.name == "small" else ()) for m in table.models)
+    aliases = {"small": ("fast", "coder"), "wide": ()}
+    moved = RoutingTable(tuple(replace(m, aliases=aliases[m.name]) for m in table.models))
     door.update_table(moved)
     try:
         answers: list[str] = []
