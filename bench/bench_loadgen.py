@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hostagent.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from hostagent.runtime.local_http import engine_get  # noqa: E402
 from serving.benchmarking.profiles import BenchmarkProfile  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def wait_healthy(url: str, timeout: float = 10.0, poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if engine_get(url, timeout=1.0).status_code == 200:  # no TLS context built per poll
                 return
         except httpx.HTTPError:
             pass
