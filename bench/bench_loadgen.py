@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hostagent.runtime.loadgen import Target, run_benchmark_sync  # noqa: E402
+from hostagent.runtime.local_http import engine_get  # noqa: E402
 from serving.benchmarking.profiles import BenchmarkProfile  # noqa: E402
 
 
@@ -40,15 +41,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, timeout: float = 10.0) -> None:
+def wait_healthy(url: str, timeout: float = 10.0, poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if engine_get(url, timeout=1.0).status_code == 200:  # no TLS context built per poll
                 return
         except httpx.HTTPError:
-            time.sleep(0.05)
-    raise RuntimeError(f"stub did not come up at {url}")
+            pass
+        time.sleep(poll)  # a server still loading answers 503 at once: no busy loop on it either
+    raise RuntimeError(f"{url} did not answer 200 in {timeout:g} s")
 
 
 def measure(target: Target, concurrency: int, seconds: float, output_tokens: int) -> None:

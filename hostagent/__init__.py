@@ -12,6 +12,8 @@
     binaries.py     which engine executable runs a version on this host
     local.py        state folder, supervisor, model folders, engine state
     probe.py        NVML + host facts
+    frontdoor/      the host's one OpenAI endpoint for all its models (aiohttp, no Django):
+                    routing by name or alias, loads on demand, keys, usage, metrics
 
 It never touches the panel's database and holds none of its keys (controlpanel.settings_agent);
 the engine runtime it drives is hostagent.runtime (OS only).

@@ -60,6 +60,15 @@ def test_host_runtime_never_loads_django(module):
     assert not loaded_after_import(module) & {"django", "celery", "psycopg"}
 
 
+def test_the_front_door_loads_no_django_and_nothing_of_the_panel():
+    """The host's front door (hostagent/frontdoor) runs beside the agent as its own async process:
+    aiohttp and prometheus_client, no framework of the panel, none of its apps, no second HTTP client."""
+    loaded = loaded_after_import("hostagent.frontdoor.__main__")
+    assert "aiohttp" in loaded
+    assert not loaded & {"django", "celery", "kombu", "psycopg", "redis", "httpx", "pynvml"}
+    assert not loaded & {"controlpanel", "core", "serving", "deployments", "hardware", "notifications", "api"}
+
+
 def _modules_loaded(settings_module: str, modules: list[str]) -> set[str]:
     """Every module (full dotted name) loaded after django.setup() on `settings_module` and
     importing `modules`, in a fresh interpreter whose environment names no database."""

@@ -1,0 +1,230 @@
+"""The front door's HTTP side: OpenAI routes, keys, usage, metrics; and `serve()`, its one entry point.
+
+POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
+GET  /v1/models                                              the names and aliases a key may use
+GET  /metrics                                                Prometheus text
+GET  /health                                                 {"status": "ok"} while it listens
+GET  /frontdoor/state, /frontdoor/usage                      for the agent; loopback clients only
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from .keys import InferenceKey, KeyTable
+from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .proxy import CLIENT_GONE, Answer, Upstream, error_response
+from .scheduler import FreeMemory, Loader, Refused, Scheduler
+from .settings import FrontDoorSettings
+from .table import RoutingTable
+from .usage import OPEN_KEY, UsageLedger, tokens_of
+
+__all__ = ["FrontDoor", "serve"]
+
+INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+MAX_BODY = 64 << 20  # a long prompt, or images as data URLs
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
+_KEY = web.AppKey("door", object)
+
+
+class FrontDoor:
+    """One host's front door. `start()` listens, `stop()` closes; `update_table()` and
+    `update_keys()` take effect for the next request; `usage()` and `state()` are for the agent."""
+
+    def __init__(
+        self,
+        table: RoutingTable,
+        loader: Loader,
+        free_memory: FreeMemory,
+        settings: FrontDoorSettings | None = None,
+        *,
+        keys: KeyTable | None = None,
+    ) -> None:
+        self.settings = settings or FrontDoorSettings.from_env(os.environ)
+        self.metrics = Metrics()
+        self.ledger = UsageLedger()
+        self.keys = keys or KeyTable()
+        self.scheduler = Scheduler(table, loader, free_memory, self.settings, self.metrics)
+        self.started_at = int(time.time())
+        self._runner: web.AppRunner | None = None
+        self._upstream: Upstream | None = None
+        self.port = self.settings.port
+
+    # -- life ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._upstream = Upstream()
+        app = web.Application(client_max_size=MAX_BODY)
+        for path in INFERENCE:
+            app.router.add_post(path, self._inference)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/frontdoor/state", self._state)
+        app.router.add_get("/frontdoor/usage", self._usage)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        # handler_cancellation: a client that hangs up cancels its handler at once, so the
+        # engine's request is closed even while it is still thinking about the first token.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])  # the one bound, when settings asked for port 0
+        self.scheduler.start()
+
+    async def stop(self) -> None:
+        """Stop listening, let the requests being answered finish (aiohttp gives them up to a
+        minute), then stop loading."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.scheduler.close()
+        if self._upstream is not None:
+            await self._upstream.close()
+
+    def update_table(self, table: RoutingTable) -> None:
+        self.scheduler.update_table(table)
+
+    def update_keys(self, keys: KeyTable) -> None:
+        self.keys = keys
+
+    def usage(self) -> list[dict[str, Any]]:
+        """Totals per day, key and model: requests, prompt and completion tokens, errors."""
+        return self.ledger.rows()
+
+    def state(self) -> list[dict[str, Any]]:
+        """Per served model: mode, phase (loaded, loading, ...), requests in flight and waiting."""
+        return self.scheduler.state()
+
+    # -- routes ---------------------------------------------------------------------------------
+
+    def _authenticate(self, request: web.Request) -> InferenceKey | None | web.Response:
+        if self.keys.open:
+            return None
+        key = self.keys.find(request.headers.get("Authorization"))
+        if key is None:
+            self.metrics.requests.labels("", "", "", request.path, "401").inc()
+            return error_response(
+                401, "A valid inference key is required: Authorization: Bearer <key>.", code="invalid_api_key"
+            )
+        return key
+
+    async def _inference(self, request: web.Request) -> web.StreamResponse:
+        endpoint = request.path
+        key = self._authenticate(request)
+        if isinstance(key, web.Response):
+            return key
+        key_name = key.name if key is not None else OPEN_KEY
+        try:
+            payload = json.loads(await request.read())
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
+            self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
+            return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
+        label = payload["model"]
+        model = self.scheduler.table.resolve(label)
+        if model is None:
+            self.metrics.requests.labels("", "", key_name, endpoint, "404").inc()
+            return error_response(404, f"The model `{label}` does not exist on this host.", code="model_not_found")
+        if key is not None and not key.allows(label, model.name):
+            self._account(key_name, model.name, label, endpoint, Answer(status=403))
+            return error_response(
+                403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
+            )
+        try:
+            lease = await self.scheduler.acquire(label)
+        except asyncio.CancelledError:  # the client hung up while its model loaded
+            self._account(key_name, model.name, label, endpoint, Answer(status=CLIENT_GONE))
+            raise
+        except Refused as refused:
+            self._account(key_name, model.name, label, endpoint, Answer(status=refused.status))
+            return error_response(
+                refused.status, refused.message, code=refused.code, kind=refused.kind, retry_after=refused.retry_after
+            )
+        assert self._upstream is not None
+        try:
+            return await self._upstream.forward(
+                request,
+                lease,
+                payload,
+                endpoint,
+                lambda answer: self._account(key_name, lease.model.name, label, endpoint, answer),
+            )
+        finally:
+            self.scheduler.release(lease)
+
+    def _account(self, key: str, model: str, alias: str, endpoint: str, answer: Answer) -> None:
+        prompt, completion = tokens_of(answer.usage)
+        self.metrics.requests.labels(model, alias, key, endpoint, str(answer.status)).inc()
+        if prompt:
+            self.metrics.tokens.labels(model, alias, key, "prompt").inc(prompt)
+        if completion:
+            self.metrics.tokens.labels(model, alias, key, "completion").inc(completion)
+        self.ledger.record(key=key, model=model, prompt_tokens=prompt, completion_tokens=completion, ok=answer.ok)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        key = self._authenticate(request)
+        if isinstance(key, web.Response):
+            return key
+        loaded = self.scheduler.loaded()
+        data = [
+            {
+                "id": label,
+                "object": "model",
+                "created": self.started_at,
+                "owned_by": "controlpanel",
+                "controlpanel": {"model": model.name, "mode": str(model.mode), "loaded": model.name in loaded},
+            }
+            for model in self.scheduler.table.models
+            for label in (model.name, *model.aliases)
+            if key is None or key.allows(label, model.name)
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _state(self, request: web.Request) -> web.Response:
+        if request.remote not in LOOPBACK:
+            return error_response(403, "Only this host may read the front door's state.", code="loopback_only")
+        waiting = sum(row["waiting"] for row in self.state())
+        return web.json_response({"models": self.state(), "waiting": waiting})
+
+    async def _usage(self, request: web.Request) -> web.Response:
+        if request.remote not in LOOPBACK:
+            return error_response(403, "Only this host may read the front door's usage.", code="loopback_only")
+        return web.json_response({"usage": self.usage()})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return error_response(404, f"No route {request.method} {request.path} on the front door.", code="not_found")
+
+
+async def serve(
+    table: RoutingTable,
+    loader: Loader,
+    free_memory: FreeMemory,
+    settings: FrontDoorSettings | None = None,
+    *,
+    keys: KeyTable | None = None,
+    ready: Callable[[FrontDoor], None] | None = None,
+) -> None:
+    """Run the host's front door until cancelled. `ready` gets the running FrontDoor (to update
+    its tables and read its usage); `settings` default to the environment's."""
+    door = FrontDoor(table, loader, free_memory, settings, keys=keys)
+    await door.start()
+    try:
+        if ready is not None:
+            ready(door)
+        await asyncio.Event().wait()
+    finally:
+        await door.stop()

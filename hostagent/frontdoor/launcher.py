@@ -1,0 +1,146 @@
+"""A `Loader` that runs one command per model: for the bench, the tests and trying the front door
+without the agent (`python -m hostagent.frontdoor`). The agent's own loader goes through its
+supervisor (launch, preflight, health gate); this one starts the argv it is given, waits for the
+health URL, and stops the process group (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+from .table import RoutingTable
+
+__all__ = ["Command", "ProcessLoader", "budget_free_memory"]
+
+TAIL_BYTES = 4000
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    health_url: str
+    env: Mapping[str, str] = field(default_factory=dict)  # added to this process's environment
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Command:
+        return cls(tuple(str(a) for a in data["argv"]), str(data["health_url"]), dict(data.get("env") or {}))
+
+
+class ProcessLoader:
+    def __init__(
+        self,
+        commands: Mapping[str, Command],
+        *,
+        log_dir: Path | None = None,
+        ready_timeout: float = 120.0,
+        stop_grace: float = 10.0,
+        poll_s: float = 0.02,
+    ) -> None:
+        self.commands = dict(commands)
+        self.log_dir = log_dir
+        self.ready_timeout = ready_timeout
+        self.stop_grace = stop_grace
+        self.poll_s = poll_s
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def running(self) -> set[str]:
+        return {name for name, proc in self._procs.items() if proc.poll() is None}
+
+    def pid(self, name: str) -> int | None:
+        proc = self._procs.get(name)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def log_path(self, name: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{name}.log"
+
+    async def load(self, name: str) -> None:
+        if name in self.running():
+            return
+        command = self.commands.get(name)
+        if command is None:
+            raise LookupError(f"no command to start {name}")
+        path = self.log_path(name)
+        log: IO[bytes] | int = path.open("ab") if path is not None else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(
+                list(command.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **command.env},
+            )
+        finally:
+            if not isinstance(log, int):
+                log.close()
+        self._procs[name] = proc
+        try:
+            await self._wait_healthy(name, proc, command.health_url)
+        except BaseException:
+            await self.unload(name)
+            raise
+
+    async def _wait_healthy(self, name: str, proc: subprocess.Popen[bytes], url: str) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    raise RuntimeError(f"{name} exited with code {code} while loading{self._tail(name)}")
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} was not healthy after {self.ready_timeout:g} s{self._tail(name)}")
+                await asyncio.sleep(self.poll_s)
+
+    def _tail(self, name: str) -> str:
+        path = self.log_path(name)
+        if path is None or not path.exists():
+            return ""
+        with path.open("rb") as log:
+            log.seek(max(0, path.stat().st_size - TAIL_BYTES))
+            lines = log.read().decode(errors="replace").strip().splitlines()[-5:]
+        return ": " + " | ".join(lines) if lines else ""
+
+    async def unload(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(self.poll_s)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(proc.wait)
+
+    async def close(self) -> None:
+        for name in list(self._procs):
+            await self.unload(name)
+
+
+def budget_free_memory(table: RoutingTable, budget: Mapping[str, int], loader: ProcessLoader) -> dict[str, int]:
+    """Free bytes when a host has `budget` per device and the running commands hold their planned
+    bytes: a stand-in for the agent's measured free memory, for the bench and trying it out."""
+    held = {device: 0 for device in budget}
+    for model in table.models:
+        if model.name in loader.running():
+            for device, size in model.memory.items():
+                held[device] = held.get(device, 0) + size
+    return {device: size - held.get(device, 0) for device, size in budget.items()}

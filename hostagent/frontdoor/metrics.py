@@ -1,0 +1,65 @@
+"""The front door's Prometheus metrics (names and labels: docs/front-door.md).
+
+`model` is the served model (the revision), `alias` the name the client used (the model's own
+name when it used no alias), `key` the inference key's name ("" when the door is open). Labels
+come from the routing and key tables only, never from what a client sends, so a client cannot
+grow the series without bound. Each front door has its own registry (tests run several).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=self.registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, ["model"], registry=self.registry)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+        self.requests = counter(
+            "frontdoor_requests",
+            "Requests answered, by served model, the name used, inference key, endpoint and HTTP status",
+            *("model", "alias", "key", "endpoint", "code"),
+        )
+        self.tokens = counter(
+            "frontdoor_tokens", "Tokens the engines counted (their usage), by kind: prompt or completion",
+            *("model", "alias", "key", "kind"),
+        )  # fmt: skip
+        self.queue_depth = gauge("frontdoor_queue_depth", "Requests waiting for their model to load")
+        self.queue_wait = histogram(
+            "frontdoor_queue_wait_seconds", "Time requests waited for their model (0 when it was loaded)",
+            WAIT_BUCKETS, "model", "alias",
+        )  # fmt: skip
+        self.queue_rejected = counter(
+            "frontdoor_queue_rejected", "Requests refused by the queue bound: full (429) or waited too long (503)",
+            "model", "reason",
+        )  # fmt: skip
+        self.in_flight = gauge("frontdoor_requests_in_flight", "Requests being answered by the engine")
+        self.loaded = gauge("frontdoor_model_loaded", "1 while the model is loaded and serving")
+        self.loads = counter(
+            "frontdoor_loads",
+            "Loads by result: ok, failed (the engine did not come up), no_room, busy (drain timed out)",
+            "model", "result",
+        )  # fmt: skip
+        self.load_seconds = histogram(
+            "frontdoor_load_seconds", "Seconds the loader took: engine start to a passed health gate",
+            LOAD_BUCKETS, "model",
+        )  # fmt: skip
+        self.unloads = counter("frontdoor_unloads", "Unloads by reason: room, idle, removed", "model", "reason")
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

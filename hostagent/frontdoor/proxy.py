@@ -1,0 +1,170 @@
+"""One request to an engine, on a lease: the body rewritten for the engine, the answer passed back
+as it comes, usage read on the way.
+
+Streams are passed on event by event as the engine writes them (nothing waits for the whole
+answer); `StreamResponse.write()` waits while the client's socket is full, so the front door stops
+reading the engine, whose own writes then wait (back-pressure end to end). A client that goes away
+cancels the handler (aiohttp's handler_cancellation), and the engine's connection is closed, which
+makes llama.cpp and vLLM stop generating for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from .scheduler import Lease
+from .usage import UsageStream
+
+__all__ = ["CLIENT_GONE", "Answer", "Upstream", "error_response"]
+
+log = logging.getLogger("controlpanel.frontdoor")
+
+QUEUE_WAIT_HEADER = "X-Queue-Wait-Ms"
+CLIENT_GONE = 499  # the code nginx logs for a request its client closed
+
+
+def error_response(
+    status: int, message: str, *, code: str, kind: str = "invalid_request_error", retry_after: float | None = None
+) -> web.Response:
+    """An error shaped as OpenAI's, which every OpenAI client knows how to show."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+@dataclass
+class Answer:
+    """What the engine did with a request, for the usage ledger and the metrics."""
+
+    status: int
+    usage: dict[str, Any] | None = None
+    ok: bool = False
+
+
+class Upstream:
+    """The front door's HTTP client to the engines of this host."""
+
+    def __init__(self) -> None:
+        # Idle connections close before llama.cpp's own keep-alive (5 s) would close them under us.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def forward(
+        self,
+        request: web.Request,
+        lease: Lease,
+        payload: dict[str, Any],
+        endpoint: str,
+        done: Callable[[Answer], None],
+    ) -> web.StreamResponse:
+        """Send `payload` to the lease's engine and answer the client; `done` gets the outcome
+        once, whatever happens (a client gone, an engine gone)."""
+        model = lease.model
+        stream = payload.get("stream") is True and endpoint != "/v1/embeddings"
+        strip = False
+        if stream:
+            options = payload.get("stream_options")
+            options = options if isinstance(options, dict) else {}
+            if not options.get("include_usage"):
+                payload["stream_options"] = {**options, "include_usage": True}
+                strip = True
+        payload["model"] = model.served_name
+        headers = {"Content-Type": "application/json"}
+        if model.api_key:
+            headers["Authorization"] = f"Bearer {model.api_key}"
+        data = json.dumps(payload).encode()
+        answer = Answer(status=502)
+        try:
+            try:
+                upstream = await self._post(model.url(endpoint), data, headers)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("front door: %s did not answer: %s", model.name, exc)
+                return error_response(
+                    502, f"The engine serving `{model.name}` did not answer.", code="upstream_unavailable",
+                    kind="server_error",
+                )  # fmt: skip
+            try:
+                if upstream.status in (401, 403):
+                    answer.status = 502
+                    log.error("front door: %s refused the front door's engine key (%s)", model.name, upstream.status)
+                    return error_response(
+                        502, f"The engine serving `{model.name}` refused the front door.", code="upstream_refused",
+                        kind="server_error",
+                    )  # fmt: skip
+                wait_ms = {QUEUE_WAIT_HEADER: str(round(lease.waited_s * 1000))}
+                if stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
+                    return await self._pass_stream(request, upstream, UsageStream(strip=strip), answer, wait_ms)
+                body = await upstream.read()
+                answer.status = upstream.status
+                answer.ok = upstream.status < 400
+                answer.usage = _usage_of(body) if answer.ok else None
+                return web.Response(
+                    body=body, status=upstream.status, content_type=upstream.content_type, headers=wait_ms
+                )
+            finally:
+                upstream.close()  # a no-op for an answer read to its end; else the engine sees us hang up
+        except asyncio.CancelledError:
+            answer.status, answer.ok = CLIENT_GONE, False
+            raise
+        finally:
+            done(answer)
+
+    async def _post(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        try:
+            return await self.session.post(url, data=data, headers=headers)
+        except aiohttp.ServerDisconnectedError:
+            # A pooled connection the engine closed as it was reused: nothing reached it. Once more.
+            return await self.session.post(url, data=data, headers=headers)
+
+    async def _pass_stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        reader: UsageStream,
+        answer: Answer,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
+        )
+        answer.status = CLIENT_GONE
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                out = reader.feed(chunk)
+                if out:
+                    await response.write(out)
+            answer.status = 200  # the engine finished; what is left is ours to deliver
+            rest = reader.close()
+            if rest:
+                await response.write(rest)
+            await response.write_eof()
+            answer.ok = True
+        except ConnectionResetError:
+            answer.status = CLIENT_GONE
+        except aiohttp.ClientError as exc:
+            # The engine broke off mid-answer (it died, or was stopped): the client's stream ends here.
+            log.warning("front door: stream from %s broke off: %s", request.path, exc)
+            answer.status = 502
+        answer.usage = reader.usage
+        return response
+
+
+def _usage_of(body: bytes) -> dict[str, Any] | None:
+    try:
+        usage = json.loads(body).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None

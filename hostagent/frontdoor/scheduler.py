@@ -1,0 +1,532 @@
+"""Which models are loaded, and who waits for which. No HTTP here: `acquire()` hands a request a
+`Lease` on a loaded model (loading it first when needed), `release()` gives it back.
+
+- A request for a loaded model gets its lease at once. One for a model that is not loaded waits
+  in the host's queue (at most `queue_max` requests, each at most `queue_wait_s`): past the bound
+  QueueFull (429) or WaitExceeded (503), both with a Retry-After.
+- Loads and unloads run one at a time (one lock), so free memory is read between them and never
+  while an engine is half up. A model loads only if its planned bytes fit on every device it
+  uses, after unloading the least recently used on-demand models if needed; pinned models are
+  never unloaded. Whether they fit is decided before anything is unloaded.
+- An unload drains: new requests for the model wait for its reload, those in flight finish. If
+  they do not finish within `drain_timeout_s`, the unload is abandoned (the model keeps serving,
+  no stream is cut) and the load that wanted the room fails with Busy.
+- A failed load answers its waiting requests with LoadFailed and loads back what it unloaded, so
+  the loaded set is what it was.
+- A lease holds the model it was granted on: when an alias moves (`update_table`), requests in
+  flight finish on the old engine and new ones go to the new.
+- Idle on-demand models are unloaded after their `idle_ttl_s`; models removed from the table
+  once their last request is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from .metrics import Metrics
+from .settings import FrontDoorSettings
+from .table import Mode, RoutingTable, ServedModel
+
+__all__ = [
+    "Busy",
+    "FreeMemory",
+    "Lease",
+    "LoadFailed",
+    "Loader",
+    "NoRoom",
+    "Phase",
+    "QueueFull",
+    "Refused",
+    "Scheduler",
+    "UnknownModel",
+    "WaitExceeded",
+]
+
+log = logging.getLogger("controlpanel.frontdoor")
+
+REAP_EVERY_S = 0.5
+DEFAULT_LOAD_ESTIMATE_S = 5.0
+MAX_MESSAGE = 2000  # characters of a loader's error shown to clients
+
+
+class Loader(Protocol):
+    """Starts and stops engines; the agent implements it with its supervisor.
+
+    `load(name)` returns once the engine serves `name` at its table entry's upstream (health gate
+    passed) and raises on failure, leaving no process behind. It must be idempotent: an engine
+    already serving returns at once (the front door starts knowing nothing loaded).
+    `unload(name)` returns once the engine has stopped and its memory is released. A load's
+    error message is shown to the clients that waited: it must hold no secret."""
+
+    async def load(self, name: str) -> None: ...
+
+    async def unload(self, name: str) -> None: ...
+
+
+# Free bytes per device ("gpu0", ..., "ram"), as the host measures them: memory held by any
+# process, the panel's or not, is not free. May be a plain function or a coroutine function.
+FreeMemory = Callable[[], Mapping[str, int] | Awaitable[Mapping[str, int]]]
+
+
+class Refused(Exception):
+    """A request the front door answers itself, with an OpenAI-style error."""
+
+    status = 503
+    code = "unavailable"
+    kind = "server_error"
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+    def copy(self) -> Refused:
+        return type(self)(self.message, retry_after=self.retry_after)
+
+
+class UnknownModel(Refused):
+    status, code, kind = 404, "model_not_found", "invalid_request_error"
+
+
+class QueueFull(Refused):
+    status, code, kind = 429, "queue_full", "rate_limit_error"
+
+
+class WaitExceeded(Refused):
+    status, code = 503, "queue_timeout"
+
+
+class LoadFailed(Refused):
+    status, code = 503, "model_load_failed"
+    result = "failed"  # the frontdoor_loads result label
+
+
+class NoRoom(LoadFailed):
+    code, result = "no_room", "no_room"
+
+
+class Busy(LoadFailed):
+    code, result = "model_busy", "busy"
+
+
+class Removed(Refused):
+    code = "model_removed"
+
+
+class Phase(StrEnum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    LOADED = "loaded"
+    DRAINING = "draining"
+    UNLOADING = "unloading"
+
+
+@dataclass(eq=False)
+class _Waiter:
+    future: asyncio.Future[Lease]
+    alias: str
+    since: float
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One served model's life in the front door."""
+
+    model: ServedModel
+    phase: Phase = Phase.UNLOADED
+    in_flight: int = 0
+    waiters: deque[_Waiter] = field(default_factory=deque)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    last_used: float = 0.0
+    last_load_s: float | None = None
+    load_task: asyncio.Task[None] | None = None
+    retired: bool = False  # gone from the table: unloaded once its last request is answered
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+
+@dataclass(eq=False)
+class Lease:
+    """A request's hold on a loaded model: release it when the answer is finished."""
+
+    model: ServedModel  # as it was when granted: a table update does not move a request in flight
+    alias: str
+    waited_s: float
+    _slot: _Slot = field(repr=False)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        table: RoutingTable,
+        loader: Loader,
+        free_memory: FreeMemory,
+        settings: FrontDoorSettings,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.loader, self.free_memory, self.clock = loader, free_memory, clock
+        self.settings, self.metrics = settings, metrics
+        self._table = RoutingTable()
+        self._slots: dict[str, _Slot] = {}
+        self._lock = asyncio.Lock()  # one load or unload at a time: memory is read between them
+        self._waiting = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self.update_table(table)
+
+    @property
+    def table(self) -> RoutingTable:
+        return self._table
+
+    def start(self) -> None:
+        """Start the idle reaper and load the pinned models (in the running event loop)."""
+        self._started = True
+        self._spawn(self._reap_forever())
+        for slot in self._slots.values():
+            if slot.model.mode is Mode.PINNED:
+                self._ensure_loading(slot)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def acquire(self, label: str) -> Lease:
+        model = self._table.resolve(label)
+        if model is None:
+            raise UnknownModel(f"The model `{label}` does not exist on this host.")
+        slot = self._slots[model.name]
+        if slot.phase is Phase.LOADED:
+            return self._lease(slot, label, 0.0)
+        if self._waiting >= self.settings.queue_max:
+            self.metrics.queue_rejected.labels(model.name, "full").inc()
+            raise QueueFull(
+                f"{self._waiting} requests are already waiting for models to load on this host; try again later.",
+                retry_after=self._retry_after(slot),
+            )
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock())
+        slot.waiters.append(waiter)
+        self._waiting += 1
+        self._show_depth(slot)
+        self._ensure_loading(slot)
+        granted = False
+        try:
+            done, _ = await asyncio.wait({waiter.future}, timeout=self.settings.queue_wait_s)
+            if not done:
+                self.metrics.queue_rejected.labels(model.name, "timeout").inc()
+                raise WaitExceeded(
+                    f"`{label}` is not loaded yet after {self.settings.queue_wait_s:g} s of waiting; try again later.",
+                    retry_after=self._retry_after(slot),
+                )
+            lease = waiter.future.result()
+            granted = True
+            return lease
+        finally:
+            self._waiting -= 1
+            with contextlib.suppress(ValueError):
+                slot.waiters.remove(waiter)
+            self._show_depth(slot)
+            if not granted:
+                self._abandon(waiter)
+
+    def release(self, lease: Lease) -> None:
+        slot = lease._slot
+        slot.in_flight -= 1
+        slot.last_used = self.clock()
+        self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
+        if slot.in_flight == 0:
+            slot.idle.set()
+
+    def _lease(self, slot: _Slot, alias: str, waited: float) -> Lease:
+        slot.in_flight += 1
+        slot.idle.clear()
+        slot.last_used = self.clock()
+        self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
+        self.metrics.queue_wait.labels(slot.name, alias).observe(waited)
+        return Lease(slot.model, alias, waited, slot)
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """A waiter that gave up (timeout, client gone): a lease granted meanwhile goes back."""
+        future = waiter.future
+        if future.done() and not future.cancelled() and future.exception() is None:
+            self.release(future.result())
+        else:
+            future.cancel()
+
+    def _grant(self, slot: _Slot) -> None:
+        now = self.clock()
+        while slot.waiters:
+            waiter = slot.waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_result(self._lease(slot, waiter.alias, now - waiter.since))
+        self._show_depth(slot)
+
+    def _fail(self, slot: _Slot, error: Refused) -> None:
+        while slot.waiters:
+            waiter = slot.waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_exception(error.copy())
+        self._show_depth(slot)
+
+    def _show_depth(self, slot: _Slot) -> None:
+        self.metrics.queue_depth.labels(slot.name).set(len(slot.waiters))
+
+    def _retry_after(self, slot: _Slot) -> float:
+        return float(max(1, math.ceil(slot.last_load_s or DEFAULT_LOAD_ESTIMATE_S)))
+
+    # -- the table ---------------------------------------------------------------------------
+
+    def update_table(self, table: RoutingTable) -> None:
+        """Serve `table` from now on: new models are known (pinned ones loaded), moved aliases
+        route new requests to their new model, removed models unload once idle."""
+        self._table = table
+        for model in table.models:
+            slot = self._slots.get(model.name)
+            if slot is None:
+                self._slots[model.name] = _Slot(model)
+            else:
+                slot.model, slot.retired = model, False
+        served = set(table.names())
+        for name, slot in self._slots.items():
+            if name not in served:
+                slot.retired = True
+                removed = f"`{name}` was removed from this host while the request waited."
+                self._fail(slot, Removed(removed, retry_after=1))
+            elif slot.model.mode is Mode.PINNED and self._started:
+                self._ensure_loading(slot)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _ensure_loading(self, slot: _Slot) -> None:
+        if slot.load_task is None or slot.load_task.done():
+            slot.load_task = self._spawn(self._bring_up(slot))
+
+    async def _bring_up(self, slot: _Slot) -> None:
+        async with self._lock:
+            if slot.retired:
+                return
+            if slot.phase is Phase.LOADED:
+                self._grant(slot)
+                return
+            if not slot.waiters and slot.model.mode is not Mode.PINNED:
+                return  # everyone who asked gave up meanwhile
+            evicted: list[_Slot] = []
+            try:
+                await self._make_room(slot, evicted)
+                await self._load(slot)
+            except LoadFailed as error:
+                self.metrics.loads.labels(slot.name, error.result).inc()
+                log.warning("front door: %s", error.message)
+                self._fail(slot, error)
+                await self._restore(evicted)
+                return
+            self._grant(slot)
+
+    async def _load(self, slot: _Slot) -> None:
+        slot.phase = Phase.LOADING
+        started = self.clock()
+        try:
+            await self.loader.load(slot.name)
+        except asyncio.CancelledError:
+            slot.phase = Phase.UNLOADED
+            raise
+        except Exception as exc:
+            slot.phase = Phase.UNLOADED
+            why = (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
+            raise LoadFailed(f"`{slot.name}` could not be loaded: {why}", retry_after=self._retry_after(slot)) from exc
+        slot.last_load_s = self.clock() - started
+        slot.phase = Phase.LOADED
+        slot.last_used = self.clock()
+        self.metrics.loads.labels(slot.name, "ok").inc()
+        self.metrics.load_seconds.labels(slot.name).observe(slot.last_load_s)
+        self.metrics.loaded.labels(slot.name).set(1)
+        log.info("front door: loaded %s in %.1f s", slot.name, slot.last_load_s)
+
+    async def _free(self) -> Mapping[str, int]:
+        try:
+            free = self.free_memory()
+            return await free if inspect.isawaitable(free) else free
+        except Exception as exc:
+            raise LoadFailed(f"the host's free memory could not be read: {exc}") from exc
+
+    @staticmethod
+    def _shortfall(need: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
+        return {device: size - free.get(device, 0) for device, size in need.items() if size > free.get(device, 0)}
+
+    async def _make_room(self, slot: _Slot, evicted: list[_Slot]) -> None:
+        """Unload least recently used on-demand models until `slot`'s planned bytes fit, or raise
+        NoRoom (before unloading anything) when even unloading all of them would not do."""
+        need = {device: size for device, size in slot.model.memory.items() if size > 0}
+        if not need:
+            return
+        free = await self._free()
+        short = self._shortfall(need, free)
+        if not short:
+            return
+        candidates = sorted(
+            (
+                other
+                for other in self._slots.values()
+                if other is not slot
+                and other.phase is Phase.LOADED
+                and (other.retired or other.model.mode is Mode.ON_DEMAND)
+            ),
+            key=lambda other: (not other.retired, other.last_used),
+        )
+        plan: list[_Slot] = []
+        freed: Counter[str] = Counter()
+        for other in candidates:
+            if all(freed[d] >= short[d] for d in short):
+                break
+            if any(other.model.memory.get(d, 0) > 0 for d in short):
+                plan.append(other)
+                freed.update({d: other.model.memory.get(d, 0) for d in short})
+        if any(freed[d] < short[d] for d in short):
+            raise NoRoom(self._no_room(slot, need, free, freed), retry_after=self._retry_after(slot))
+        for other in plan:
+            if not await self._unload(other, "room"):
+                raise Busy(
+                    f"no room for `{slot.name}` yet: `{other.name}` still answers {other.in_flight} requests "
+                    f"after {self.settings.drain_timeout_s:g} s of draining; try again later.",
+                    retry_after=self._retry_after(other),
+                )
+            evicted.append(other)
+        deadline = self.clock() + self.settings.memory_settle_s
+        while short := self._shortfall(need, free := await self._free()):
+            if self.clock() >= deadline:
+                raise NoRoom(self._no_room(slot, need, free, Counter()), retry_after=self._retry_after(slot))
+            await asyncio.sleep(0.1)
+
+    def _no_room(self, slot: _Slot, need: Mapping[str, int], free: Mapping[str, int], freed: Counter[str]) -> str:
+        parts = [
+            f"{device}: needs {_size(size)}, {_size(free.get(device, 0))} free"
+            + (f" (+{_size(freed[device])} from unloading idle on-demand models)" if freed[device] else "")
+            for device, size in need.items()
+            if size > free.get(device, 0) + freed[device]
+        ]
+        return (
+            f"not enough memory to load `{slot.name}` ({'; '.join(parts)}); "
+            "pinned models, models busy answering and other processes hold the rest."
+        )
+
+    async def _unload(self, slot: _Slot, reason: str) -> bool:
+        """Drain then unload `slot` (under the lock). False: its requests outlived the drain
+        timeout; it is serving again and nothing was cut."""
+        slot.phase = Phase.DRAINING
+        if slot.in_flight:
+            try:
+                await asyncio.wait_for(slot.idle.wait(), self.settings.drain_timeout_s)
+            except TimeoutError:
+                slot.phase = Phase.LOADED
+                self._grant(slot)
+                return False
+        slot.phase = Phase.UNLOADING
+        self.metrics.loaded.labels(slot.name).set(0)
+        try:
+            await self.loader.unload(slot.name)
+        except Exception:
+            log.exception("front door: unloading %s failed", slot.name)
+        finally:
+            slot.phase = Phase.UNLOADED
+        self.metrics.unloads.labels(slot.name, reason).inc()
+        log.info("front door: unloaded %s (%s)", slot.name, reason)
+        if slot.waiters:
+            self._ensure_loading(slot)
+        return True
+
+    async def _restore(self, evicted: list[_Slot]) -> None:
+        """Load back what a failed load unloaded, where it still fits."""
+        for slot in evicted:
+            if slot.retired or slot.phase is not Phase.UNLOADED:
+                continue
+            try:
+                if self._shortfall(slot.model.memory, await self._free()):
+                    continue
+                await self._load(slot)
+            except LoadFailed as error:
+                self.metrics.loads.labels(slot.name, error.result).inc()
+                log.warning("front door: restoring: %s", error.message)
+                continue
+            self._grant(slot)
+
+    # -- idle and removed models ------------------------------------------------------------------
+
+    def _due(self, slot: _Slot, now: float) -> str | None:
+        if slot.phase is not Phase.LOADED or slot.in_flight or slot.waiters:
+            return None
+        if slot.retired:
+            return "removed"
+        ttl = slot.model.idle_ttl_s
+        if slot.model.mode is Mode.ON_DEMAND and ttl is not None and now - slot.last_used >= ttl:
+            return "idle"
+        return None
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_EVERY_S)
+            for slot in list(self._slots.values()):
+                if self._due(slot, self.clock()) is None or self._lock.locked():
+                    continue
+                async with self._lock:
+                    reason = self._due(slot, self.clock())
+                    if reason is not None:
+                        await self._unload(slot, reason)
+            for name, slot in list(self._slots.items()):
+                if slot.retired and slot.phase is Phase.UNLOADED and not slot.waiters and not slot.in_flight:
+                    del self._slots[name]
+
+    # -- what the agent and the UI read -----------------------------------------------------------
+
+    def state(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        return [
+            {
+                "name": slot.name,
+                "aliases": list(slot.model.aliases),
+                "mode": str(slot.model.mode),
+                "phase": str(slot.phase),
+                "in_flight": slot.in_flight,
+                "waiting": len(slot.waiters),
+                "idle_s": None if slot.in_flight or not slot.last_used else round(now - slot.last_used, 3),
+                "last_load_s": slot.last_load_s,
+                "memory": dict(slot.model.memory),
+                "removed": slot.retired,
+            }
+            for slot in self._slots.values()
+        ]
+
+    def loaded(self) -> set[str]:
+        return {name for name, slot in self._slots.items() if slot.phase is Phase.LOADED}
+
+
+def _size(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

@@ -1,0 +1,67 @@
+"""The front door's settings, from the host's environment (documented in docs/front-door.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["FrontDoorSettings", "SettingsError"]
+
+BIND_ENV = "CONTROLPANEL_FRONT_DOOR_BIND"
+QUEUE_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_MAX"
+QUEUE_WAIT_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT"
+DRAIN_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_DRAIN_TIMEOUT"
+MEMORY_SETTLE_ENV = "CONTROLPANEL_FRONT_DOOR_MEMORY_SETTLE"
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class FrontDoorSettings:
+    host: str = "127.0.0.1"
+    port: int = 4000
+    queue_max: int = 256  # requests waiting for a model to load, all models of the host together
+    queue_wait_s: float = 300.0  # longest a request waits for its model before a 503
+    drain_timeout_s: float = 120.0  # longest an unload waits for the model's requests in flight
+    memory_settle_s: float = 10.0  # after unloading, how long freed memory may take to show as free
+
+    @property
+    def bind(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> FrontDoorSettings:
+        host, port = parse_bind(environ.get(BIND_ENV) or "127.0.0.1:4000")
+        return cls(
+            host=host,
+            port=port,
+            queue_max=int(_number(environ, QUEUE_MAX_ENV, cls.queue_max, minimum=0)),
+            queue_wait_s=_number(environ, QUEUE_WAIT_ENV, cls.queue_wait_s, minimum=0.0),
+            drain_timeout_s=_number(environ, DRAIN_TIMEOUT_ENV, cls.drain_timeout_s, minimum=0.0),
+            memory_settle_s=_number(environ, MEMORY_SETTLE_ENV, cls.memory_settle_s, minimum=0.0),
+        )
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """ "127.0.0.1:4000", "0.0.0.0:4000", "[::1]:4000" -> (host, port)."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SettingsError(f"{BIND_ENV} must be HOST:PORT (e.g. 127.0.0.1:4000), not {value!r}")
+    return host, int(port)
+
+
+def _number(environ: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, not {raw!r}")
+    return value

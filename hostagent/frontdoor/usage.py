@@ -1,0 +1,135 @@
+"""Usage per key, per model, per day (UTC): requests, prompt and completion tokens, errors.
+
+Token counts are the engine's own (`usage` of each answer; for a stream, the usage chunk the
+front door asks for with `stream_options.include_usage`). Totals only grow, so the agent can
+send them as they are and the panel keep the latest per (day, key, model): a report sent twice
+changes nothing. Days older than KEEP_DAYS are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+__all__ = ["OPEN_KEY", "UsageLedger", "UsageRow", "UsageStream"]
+
+KEEP_DAYS = 31
+OPEN_KEY = ""  # the key name recorded when the front door has no key table
+
+
+@dataclass
+class UsageRow:
+    day: str
+    key: str
+    model: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    errors: int = 0
+
+
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
+class UsageLedger:
+    def __init__(self, today: Callable[[], date] = _today) -> None:
+        self._today = today
+        self._rows: dict[tuple[str, str, str], UsageRow] = {}
+
+    def record(self, *, key: str, model: str, prompt_tokens: int = 0, completion_tokens: int = 0, ok: bool) -> None:
+        day = self._today()
+        at = (day.isoformat(), key, model)
+        row = self._rows.get(at)
+        if row is None:
+            self._prune(day)
+            row = self._rows[at] = UsageRow(*at)
+        row.requests += 1
+        row.prompt_tokens += prompt_tokens
+        row.completion_tokens += completion_tokens
+        row.errors += 0 if ok else 1
+
+    def _prune(self, today: date) -> None:
+        oldest = (today - timedelta(days=KEEP_DAYS)).isoformat()
+        for at in [at for at in self._rows if at[0] < oldest]:
+            del self._rows[at]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [asdict(row) for _, row in sorted(self._rows.items())]
+
+
+def _event_end(data: bytes) -> int:
+    """Index just past the last complete server-sent event in `data`, or -1."""
+    lf = data.rfind(b"\n\n")
+    crlf = data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else -1, crlf + 4 if crlf >= 0 else -1)
+
+
+class UsageStream:
+    """Reads the `usage` of a streamed answer as its events pass, without holding them back.
+
+    Events are passed on as soon as they are complete (a read from the engine usually ends on an
+    event's end); only events that mention "usage" are parsed. With `strip`, the usage-only event
+    the front door asked for (`choices: []`) is dropped, since the client did not ask for it.
+    """
+
+    FLUSH_BYTES = 1 << 16  # a partial event longer than this is passed on as it is
+
+    def __init__(self, *, strip: bool) -> None:
+        self.strip = strip
+        self.usage: dict[str, Any] | None = None
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._pending + chunk if self._pending else chunk
+        end = _event_end(data)
+        if end < 0:
+            if len(data) > self.FLUSH_BYTES:
+                self._pending = b""
+                return data
+            self._pending = data
+            return b""
+        complete, self._pending = data[:end], data[end:]
+        return self._scan(complete) if b'"usage"' in complete else complete
+
+    def close(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return self._scan(rest) if b'"usage"' in rest else rest
+
+    def _scan(self, events: bytes) -> bytes:
+        kept: list[bytes] = []
+        for event in events.replace(b"\r\n", b"\n").split(b"\n\n"):
+            if event.strip() and b'"usage"' in event and self._take(event):
+                continue
+            kept.append(event)
+        return b"\n\n".join(kept)
+
+    def _take(self, event: bytes) -> bool:
+        """Note the event's usage; True when the event is to be dropped."""
+        for line in event.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                payload = json.loads(line[5:])
+            except ValueError:
+                return False
+            if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
+                return False
+            self.usage = payload["usage"]
+            return self.strip and not payload.get("choices")
+        return False
+
+
+def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int]:
+    """(prompt, completion) tokens of an engine's `usage` (embeddings have no completion)."""
+    if not usage:
+        return 0, 0
+
+    def count(name: str) -> int:
+        value = usage.get(name)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return count("prompt_tokens"), count("completion_tokens")

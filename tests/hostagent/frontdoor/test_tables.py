@@ -1,0 +1,83 @@
+"""What the agent hands the front door, checked before it serves: routing tables, key tables and
+settings refuse what cannot be served with a clear message; a stream's usage is read and dropped
+wherever the engine's reads happen to cut its events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hostagent.frontdoor import KeyTable, RoutingTable, hash_key
+from hostagent.frontdoor.settings import FrontDoorSettings, SettingsError
+from hostagent.frontdoor.table import TableError
+from hostagent.frontdoor.usage import UsageStream
+
+MODEL = {"name": "qwen-r12", "upstream": "http://127.0.0.1:8001", "aliases": ["coder"], "mode": "pinned"}
+
+
+def test_a_routing_table_round_trips_and_resolves_names_and_aliases() -> None:
+    table = RoutingTable.from_json(json.dumps({"models": [MODEL | {"api_key": "engine-secret"}]}))
+    assert table.resolve("coder") is table.resolve("qwen-r12") is table.models[0]
+    assert table.resolve("qwen") is None
+    assert RoutingTable.from_dict(table.to_dict()) == table
+    assert "engine-secret" not in repr(table)
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        ([MODEL, MODEL | {"upstream": "http://127.0.0.1:8002"}], "'qwen-r12' names two models"),
+        ([MODEL, {"name": "fast", "upstream": "http://h:1", "aliases": ["coder"]}], "'coder' names two models"),
+        ([MODEL | {"upstream": "127.0.0.1:8001"}], r"upstream must be an http\(s\) URL"),
+        ([MODEL | {"mode": "sometimes"}], "mode must be pinned or on-demand"),
+        ([MODEL | {"memory": {"gpu0": -1}}], "negative planned memory on gpu0"),
+        ([MODEL | {"idle_ttl_s": 0}], "idle_ttl_s must be positive"),
+        ([MODEL | {"name": " "}], "needs a name"),
+    ],
+)
+def test_a_table_that_cannot_be_served_is_refused_whole(models: list[dict[str, object]], message: str) -> None:
+    with pytest.raises(TableError, match=message):
+        RoutingTable.from_dict({"models": models})
+
+
+def test_keys_are_kept_as_digests_and_allow_names_or_aliases() -> None:
+    keys = KeyTable.from_json(
+        json.dumps({"keys": [{"name": "alice", "sha256": hash_key("sk-a"), "models": ["coder"]}]})
+    )
+    alice = keys.find("Bearer sk-a")
+    assert alice is not None and keys.find("Bearer sk-b") is None and keys.find("sk-a") is None
+    assert alice.allows("coder", "qwen-r12") and not alice.allows("qwen-r12", "qwen-r12")
+    assert "sk-a" not in repr(keys) and hash_key("sk-a") not in repr(keys)
+    with pytest.raises(ValueError, match="same key"):
+        KeyTable.from_dict({"keys": [{"name": n, "sha256": hash_key("x")} for n in ("a", "b")]})
+
+
+def test_settings_come_from_the_environment_and_bad_values_are_named() -> None:
+    settings = FrontDoorSettings.from_env(
+        {"CONTROLPANEL_FRONT_DOOR_BIND": "0.0.0.0:4100", "CONTROLPANEL_FRONT_DOOR_QUEUE_MAX": "8"}
+    )
+    assert (settings.host, settings.port, settings.queue_max, settings.queue_wait_s) == ("0.0.0.0", 4100, 8, 300.0)
+    assert FrontDoorSettings.from_env({}).bind == "127.0.0.1:4000"
+    with pytest.raises(SettingsError, match="CONTROLPANEL_FRONT_DOOR_BIND must be HOST:PORT"):
+        FrontDoorSettings.from_env({"CONTROLPANEL_FRONT_DOOR_BIND": "4000"})
+    with pytest.raises(SettingsError, match="CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT must be at least 0.0"):
+        FrontDoorSettings.from_env({"CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT": "-1"})
+
+
+STREAM = (
+    b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n'
+    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 64, 101, len(STREAM)])
+@pytest.mark.parametrize("strip", [True, False])
+def test_the_usage_event_is_read_wherever_the_reads_cut_it(cut: int, strip: bool) -> None:
+    reader = UsageStream(strip=strip)
+    out = b"".join(reader.feed(STREAM[i : i + cut]) for i in range(0, len(STREAM), cut)) + reader.close()
+    assert reader.usage == {"prompt_tokens": 9, "completion_tokens": 2}
+    expected = STREAM.replace(b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n', b"")
+    assert out == (expected if strip else STREAM)
