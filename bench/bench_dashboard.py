@@ -165,7 +165,7 @@ def main() -> None:
             sql_ms.append(sum(float(q["time"]) for q in ctx.captured_queries) * 1000.0)
         return times, queries
 
-    cards_url = reverse("hardware:host_cards")
+    cards_url = reverse("dashboard:cards")
     online = [h.pk for i, h in enumerate(hosts) if i % 10]  # every tenth host's agent is away
     Host.objects.filter(pk__in=online).update(last_heartbeat=timezone.now())
     times, queries = measure(cards_url, N, HTTP_HX_REQUEST="true")

@@ -18,7 +18,7 @@ from django.utils import timezone
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.runtime_bridge import launch_knobs
-from deployments.selectors.card_index import (
+from deployments.selectors.dashboard import (
     GPU_FIELDS,
     HOST_FIELDS,
     OP_FIELDS,
@@ -219,7 +219,7 @@ class HostCard:
 
     @cached_property
     def version(self) -> str:
-        """A fingerprint of everything the card shows (deployments.selectors.card_index): equal
+        """A fingerprint of everything the card shows (deployments.selectors.dashboard): equal
         fingerprints render the same card; the dashboard sends only cards whose fingerprint the
         browser does not have."""
         host, op = self.host, self.operation

@@ -1,5 +1,5 @@
-"""Hosts: the live dashboard, a host's page (GPUs, telemetry, what fits, history, actions)
-and the small live widgets those pages poll.
+"""Hosts: a host's page (GPUs, telemetry, what fits, history, actions) and the small live
+widgets it polls. (The dashboard, every host's card, is `deployments.views.dashboard`.)
 
 They put hosts beside their revisions and operations, so they live here, above `hardware`;
 their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in
@@ -18,21 +18,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
-from controlpanel.params import text_param
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
-from deployments.selectors.card_index import card_index
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
-from deployments.views import host_cards
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
@@ -50,51 +46,17 @@ def _one_host(name: str) -> QuerySet[Host]:
     return selectors.host_list().filter(name=name)
 
 
-# --- dashboard -----------------------------------------------------------------------------------
+# --- live widgets --------------------------------------------------------------------------------
 
 
 @require_GET
 @role_required(VIEWER)
-def dashboard(request: HttpRequest) -> HttpResponse:
-    index = card_index()
-    view = host_cards.dashboard_view(request)
-    return render(
-        request,
-        "hardware/dashboard.html",
-        {
-            "view": view,
-            "list_template": host_cards.VIEWS[view][1],
-            "rendered": host_cards.rendered_cards(index, view=view),
-            "hosts_version": host_cards.hosts_version(index),
-            "first_steps": deployment_selectors.first_steps(),
-            "hot_c": selectors.HOT_C,
-        },
-    )
-
-
-@require_GET
-@role_required(VIEWER)
-@vary_on_headers("HX-Request")
-def host_cards_partial(request: HttpRequest) -> HttpResponse:
-    """The dashboard's cards, or its table's rows with ?view=table (the page polls this: only
-    those that changed since what it shows, deployments.views.host_cards), or one host's card
-    with ?host=<name>."""
-    name = text_param(request.GET, "host")
-    if name:
-        cards = selectors.host_cards(hosts=_one_host(name))
-        if not cards:
-            raise Http404("No such host.")
-        return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
-    index = card_index()
-    view = host_cards.dashboard_view(request)
-    changed = host_cards.changed_hosts(request, index)
-    if changed is not None:
-        return host_cards.changed_cards_response(index, changed, view)
-    context = {
-        "rendered": host_cards.rendered_cards(index, view=view),
-        "hosts_version": host_cards.hosts_version(index),
-    }
-    return render(request, host_cards.VIEWS[view][1], context)
+def host_card(request: HttpRequest, name: str) -> HttpResponse:
+    """The host's card alone: its page's "Now" refreshes it."""
+    cards = selectors.host_cards(hosts=_one_host(name))
+    if not cards:
+        raise Http404("No such host.")
+    return render(request, "dashboard/_host_card.html", {"card": cards[0], "single": True})
 
 
 @require_GET

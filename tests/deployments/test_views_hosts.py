@@ -70,7 +70,7 @@ def queries_for(client, url: str) -> int:
 # --- dashboard ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url_name", ["hardware:dashboard", "hardware:host_cards"])
+@pytest.mark.parametrize("url_name", ["dashboard:index", "dashboard:cards"])
 def test_dashboard_query_count_does_not_grow_with_hosts(client, viewer, catalog, django_assert_num_queries, url_name):
     client.force_login(viewer)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
@@ -106,7 +106,7 @@ def test_dashboard_shows_engine_metrics_gpu_bars_and_operation(client, viewer, c
     )
     op = Operation.objects.create(kind="benchmark", host=host, revision=rev, state="running", progress=0.25)
     client.force_login(viewer)
-    html = client.get(reverse("hardware:dashboard")).content.decode()
+    html = client.get(reverse("dashboard:index")).content.decode()
     assert 'hx-get="/hosts/cards/"' in html and 'hx-trigger="every 5s"' in html
     card = html[html.index('data-host="gpu-a"') :]
     assert ">online<" in card
@@ -127,7 +127,7 @@ def test_offline_host_with_a_queued_operation_says_no_worker_listens(client, vie
     Operation.objects.create(kind="switch", host=offline, state="queued")
     Operation.objects.create(kind="switch", host=online, state="queued")
     client.force_login(viewer)
-    html = client.get(reverse("hardware:host_cards"), HTTP_HX_REQUEST="true").content.decode()
+    html = client.get(reverse("dashboard:cards"), HTTP_HX_REQUEST="true").content.decode()
     gone = html[html.index('data-host="gone"') : html.index('data-host="here"')]
     here = html[html.index('data-host="here"') :]
     assert ">offline<" in gone
@@ -139,9 +139,11 @@ def test_single_host_card_partial(client, viewer):
     make_host("one", 1)
     make_host("two", 1)
     client.force_login(viewer)
-    html = client.get(reverse("hardware:host_cards") + "?host=one", HTTP_HX_REQUEST="true").content.decode()
+    html = client.get(reverse("hardware:host_card", args=["one"]), HTTP_HX_REQUEST="true").content.decode()
     assert 'data-host="one"' in html and 'data-host="two"' not in html
-    assert client.get(reverse("hardware:host_cards") + "?host=nope").status_code == 404
+    assert client.get(reverse("hardware:host_card", args=["nope"])).status_code == 404
+    page = client.get(reverse("hardware:host_detail", args=["one"])).content.decode()
+    assert f'hx-get="{reverse("hardware:host_card", args=["one"])}"' in page  # the page's "Now" refreshes it
 
 
 def test_operation_widget_polls_while_active_and_stops_with_286(client, viewer):

@@ -1,7 +1,9 @@
-"""The dashboard's host cards, rendered once per fingerprint and sent only when they changed.
+"""The dashboard: every host as a card (or a table row), rendered once per fingerprint and sent
+only when it changed. Its URLs are `dashboard:` (deployments/dashboard_urls.py), its templates
+`templates/dashboard/`, its reads `deployments.selectors.dashboard`.
 
 A card's HTML depends only on its data (no per-viewer content: the template holds none), so
-it is cached under its fingerprint (deployments.selectors.card_index) and the template's own
+it is cached under its fingerprint (deployments.selectors.dashboard) and the template's own
 source, shared by every viewer. The fingerprints are read as plain rows first; a card is built
 (its host, GPUs and samples as objects) only when its rendering is not in the cache.
 
@@ -19,15 +21,20 @@ import re
 
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.template.loader import get_template, render_to_string
 from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
-from deployments.selectors.card_index import CardIndex
-from deployments.selectors.hosts import index_cards
+from controlpanel.roles import VIEWER, role_required
+from deployments import selectors as deployment_selectors
+from deployments.selectors.dashboard import CardIndex, card_index
+from deployments.selectors.hosts import HOT_C, index_cards
 
-CARD_TEMPLATE = "hardware/_host_card.html"
-ROW_TEMPLATE = "hardware/_host_row.html"  # the table view's row: the same data, the same fingerprint
-VIEWS = {"cards": (CARD_TEMPLATE, "hardware/_host_cards.html"), "table": (ROW_TEMPLATE, "hardware/_host_table.html")}
+CARD_TEMPLATE = "dashboard/_host_card.html"
+ROW_TEMPLATE = "dashboard/_host_row.html"  # the table view's row: the same data, the same fingerprint
+VIEWS = {"cards": (CARD_TEMPLATE, "dashboard/_host_cards.html"), "table": (ROW_TEMPLATE, "dashboard/_host_table.html")}
 CACHE_SECONDS = 600
 MAX_HAVE = 5000  # fingerprints a poll may name
 _VERSION = re.compile(r"^[0-9a-f]{10}$")
@@ -90,3 +97,37 @@ def changed_cards_response(index: CardIndex, host_ids: list[int], view: str = "c
     response = HttpResponse("".join(rendered_cards(index, host_ids, oob=True, view=view)))
     response["HX-Reswap"] = "none"
     return response
+
+
+@require_GET
+@role_required(VIEWER)
+def index(request: HttpRequest) -> HttpResponse:
+    index_ = card_index()
+    view = dashboard_view(request)
+    return render(
+        request,
+        "dashboard/index.html",
+        {
+            "view": view,
+            "list_template": VIEWS[view][1],
+            "rendered": rendered_cards(index_, view=view),
+            "hosts_version": hosts_version(index_),
+            "first_steps": deployment_selectors.first_steps(),
+            "hot_c": HOT_C,
+        },
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+@vary_on_headers("HX-Request")
+def cards(request: HttpRequest) -> HttpResponse:
+    """The dashboard's cards, or its table's rows with ?view=table (the page polls this: only
+    those that changed since what it shows)."""
+    index = card_index()
+    view = dashboard_view(request)
+    changed = changed_hosts(request, index)
+    if changed is not None:
+        return changed_cards_response(index, changed, view)
+    context = {"rendered": rendered_cards(index, view=view), "hosts_version": hosts_version(index)}
+    return render(request, VIEWS[view][1], context)

@@ -1,4 +1,4 @@
-"""The dashboard's card fingerprints, read as plain rows (deployments.selectors.card_index), are
+"""The dashboard's card fingerprints, read as plain rows (deployments.selectors.dashboard), are
 the ones the built cards compute, and a field they leave out changes nothing a card shows: a
 cached card is never stale."""
 
@@ -13,7 +13,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, Operation
-from deployments.selectors.card_index import HOST_FIELDS, REVISION_FIELDS, card_index
+from deployments.selectors.dashboard import HOST_FIELDS, REVISION_FIELDS, card_index
 from deployments.selectors.hosts import host_cards
 from hardware.models import GPU, GpuSample, Host
 
@@ -72,7 +72,7 @@ def test_what_a_card_shows_moves_its_fingerprint(fleet: list[Host]) -> None:
     after = card_index().versions
     assert [h.name for h in fleet if before[h.pk] != after[h.pk]] == ["serving", "offline", "bare"]
     cards = {c.host.name: c for c in host_cards()}
-    assert "util 1%" in render_to_string("hardware/_host_card.html", {"card": cards["serving"]})
+    assert "util 1%" in render_to_string("dashboard/_host_card.html", {"card": cards["serving"]})
 
 
 def _other(field: models.Field, value: Any) -> Any:
@@ -93,7 +93,7 @@ def _render_all() -> dict[str, str]:
     return {
         c.host.name: "".join(
             render_to_string(template, {"card": c})
-            for template in ("hardware/_host_card.html", "hardware/_host_row.html")
+            for template in ("dashboard/_host_card.html", "dashboard/_host_row.html")
         )
         for c in host_cards(hosts=Host.objects.all())
     }
@@ -134,7 +134,7 @@ def test_which_hosts_need_attention_and_why(fleet: list[Host]) -> None:
 def test_a_card_of_a_host_long_away_does_not_change_every_minute() -> None:
     """The card says how long ago in one unit: after hours away it changes hourly, not each
     minute (at a hundred hosts, every away host's card was sent again every minute)."""
-    from deployments.selectors.card_index import fingerprint
+    from deployments.selectors.dashboard import fingerprint
 
     now = timezone.now()
 

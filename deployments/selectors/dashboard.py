@@ -4,7 +4,7 @@ any card is built.
 A card's fingerprint covers exactly what its template shows (the fields below, whether the
 host is online, and how long ago it last reported while offline) and which telemetry sample is
 each GPU's latest (samples are never edited, so a new sample is a new id). `HostCard.version`
-computes the same fingerprint from built objects; tests/deployments/test_card_index.py checks
+computes the same fingerprint from built objects; tests/deployments/test_dashboard_fingerprints.py checks
 that both agree and that a field left out here changes nothing a card shows.
 
 The dashboard's poll reads three small queries of tuples here (hosts with their active
