@@ -1,8 +1,9 @@
 """How fast the dashboard's live partial answers with 100 hosts x 8 GPUs and a day of telemetry.
 
-Creates 100 hosts with 8 GPUs each, a day of telemetry (one-minute rollups, as the retention
-task leaves them, for the day before the last hour; raw 10 s samples for the last hour), an
-active revision and engine metrics on every host and a running operation on some; then
+Creates 100 hosts with 8 GPUs each, a day of telemetry of each GPU and of each host's CPU and
+memory (one-minute rollups, as the retention task leaves them, for the day before the last
+hour; raw 10 s samples for the last hour), an active revision and engine metrics on every
+host and a running operation on some; then
 requests the dashboard's live partial (what the page polls every 5 s) through Django's test
 Client, signed in, N times, and prints the median and p95 server time, the bytes and the
 queries per request: once as a page's first poll (every card), then as the page polls (naming
@@ -63,7 +64,7 @@ def main() -> None:
 
     from deployments.models import Deployment, DeploymentRevision, ModelVariant, Operation
     from deployments.services.catalog import catalog_load
-    from hardware.models import GPU, GpuSample, Host
+    from hardware.models import GPU, GpuSample, Host, HostSample
 
     call_command("migrate", verbosity=0)
     catalog_load()
@@ -144,6 +145,32 @@ def main() -> None:
             flush()
     flush()
     print(f"{rows:,} telemetry samples ({HOURS} h: rollups, last hour raw) in {time.perf_counter() - started:.1f}s")
+
+    started = time.perf_counter()
+    usage: list[HostSample] = []
+    for host in hosts:  # each host's CPU and memory, kept the same way
+        t, k = now - timedelta(hours=HOURS), 0
+        while t <= now:
+            raw = t >= raw_since
+            usage.append(
+                HostSample(
+                    host=host,
+                    ts=t,
+                    resolution_s=0 if raw else 60,
+                    cpu_pct=20 + k % 60,
+                    load_1=1.5,
+                    load_5=1.2,
+                    load_15=1.0,
+                    mem_total_bytes=256 * 1024**3,
+                    mem_available_bytes=(100 + k % 50) * 1024**3,
+                    swap_total_bytes=0,
+                    swap_used_bytes=0,
+                )
+            )
+            t += timedelta(seconds=RAW_STEP_S if raw else 60)
+            k += 1
+    HostSample.objects.bulk_create(usage, batch_size=5000)
+    print(f"{len(usage):,} CPU and memory samples in {time.perf_counter() - started:.1f}s")
 
     user = get_user_model().objects.create_superuser(f"bench-{tag}", password=uuid.uuid4().hex)
     client = Client()

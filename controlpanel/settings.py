@@ -77,7 +77,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
-# --- HTTPS (README "Production setup") -------------------------------------------------------
+# --- HTTPS (docs/production.md) ----------------------------------------------------------------
 # DJANGO_HTTPS=true says the panel is reached over HTTPS only (directly or through a TLS proxy):
 # secure cookies, a redirect from http, and HSTS. Each can still be set on its own.
 HTTPS = env.bool("DJANGO_HTTPS", default=False)
@@ -92,7 +92,7 @@ SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=HTTPS)
 # Behind a TLS-terminating proxy that sets (and strips from clients) e.g. X-Forwarded-Proto.
 SECURE_PROXY_SSL_HEADER = parse_proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""))
 
-# --- Content-Security-Policy (django-csp; README "Production setup") ---------------------------
+# --- Content-Security-Policy (django-csp; docs/production.md) ----------------------------------
 # Every page loads scripts, styles, images and fonts from the panel itself only: no inline
 # scripts or style attributes, nothing evaluated (templates/_base.html tells htmx so), no
 # plugins, no framing, forms post back here. The API docs' Swagger UI is served from the

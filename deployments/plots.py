@@ -700,3 +700,72 @@ def engine_charts(rows: Sequence[Mapping[str, Any]], *, gap_s: float = 180.0) ->
             empty_message=empty,
         ),
     }
+
+
+# --- the host's CPU and memory -----------------------------------------------------------------
+
+
+def _lines(
+    rows: Sequence[Mapping[str, Any]], values: Mapping[str, Callable[[Mapping[str, Any]], float | None]], gap_s: float
+) -> dict[str, list[Point]]:
+    """One line of points per name in `values` over time; a hole longer than `gap_s` breaks them all."""
+    lines: dict[str, list[Point]] = {name: [] for name in values}
+    last: float | None = None
+    for row in rows:
+        t = _epoch(row["ts"])
+        for name, value in values.items():
+            if last is not None and t - last > gap_s:
+                lines[name].append((t, None))
+            lines[name].append((t, value(row)))
+        last = t
+    return lines
+
+
+def _gib_of(key: str) -> Callable[[Mapping[str, Any]], float | None]:
+    return lambda row: v / 1024**3 if (v := _num(row.get(key))) is not None else None
+
+
+def usage_charts(rows: Sequence[Mapping[str, Any]], *, gap_s: float = 180.0) -> dict[str, str]:
+    """The host's own last hour (hardware.selectors.usage_series): CPU busy, load average, and
+    RAM used of its total with swap used."""
+    lines = _lines(
+        rows,
+        {
+            "cpu": lambda row: _num(row.get("cpu_pct")),
+            "load_1": lambda row: _num(row.get("load_1")),
+            "load_15": lambda row: _num(row.get("load_15")),
+            "ram_used": _gib_of("mem_used_bytes"),
+            "ram_total": _gib_of("mem_total_bytes"),
+            "swap_used": _gib_of("swap_used_bytes"),
+        },
+        gap_s,
+    )
+    empty = "no CPU or memory samples in the last hour"
+    return {
+        "host_cpu": line_chart(
+            [Series("CPU busy", lines["cpu"])],
+            title="CPU busy, all cores (%)",
+            y_label="%",
+            x_time=True,
+            y_max=100.0,
+            empty_message=empty,
+        ),
+        "host_load": line_chart(
+            [Series("1 min", lines["load_1"]), Series("15 min", lines["load_15"], dash=True)],
+            title="Load average",
+            y_label="tasks",
+            x_time=True,
+            empty_message=empty,
+        ),
+        "host_memory": line_chart(
+            [
+                Series("RAM used", lines["ram_used"]),
+                Series("RAM total", lines["ram_total"], dash=True),
+                Series("swap used", lines["swap_used"]),
+            ],
+            title="Memory (GiB)",
+            y_label="GiB",
+            x_time=True,
+            empty_message=empty,
+        ),
+    }

@@ -1,5 +1,6 @@
-"""Hosts, their GPUs, the GPU catalog, telemetry samples and host credentials. Nothing here knows
-of revisions or operations: what a host serves is `deployments.Deployment`."""
+"""Hosts, their GPUs, the GPU catalog, telemetry samples (GPUs, engines, CPU and memory) and host
+credentials. Nothing here knows of revisions or operations: what a host serves is
+`deployments.Deployment`."""
 
 from __future__ import annotations
 
@@ -167,6 +168,39 @@ class EngineSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_id} engine at {self.ts:%H:%M:%S}"
+
+
+class HostSample(models.Model):
+    """CPU and memory of one host at one moment, as its agent read them from /proc
+    (hostagent.probes.host_usage). `resolution_s` is 0 for raw samples, 60 for one-minute rollups."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="usage_samples")
+    ts = models.DateTimeField()
+    resolution_s = models.PositiveIntegerField(default=0)
+    cpu_pct = models.FloatField(null=True)  # busy share of all CPUs since the agent's previous reading
+    load_1 = models.FloatField(null=True)
+    load_5 = models.FloatField(null=True)
+    load_15 = models.FloatField(null=True)
+    mem_total_bytes = models.BigIntegerField(null=True)
+    mem_available_bytes = models.BigIntegerField(null=True)  # MemAvailable
+    swap_total_bytes = models.BigIntegerField(null=True)
+    swap_used_bytes = models.BigIntegerField(null=True)
+
+    class Meta:
+        ordering = ["host", "ts"]
+        indexes = [models.Index(fields=["host", "resolution_s", "ts"], name="hostsample_host_res_ts")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} CPU and memory at {self.ts:%H:%M:%S}"
+
+    @property
+    def mem_used_bytes(self) -> int | None:
+        return used_memory(self.mem_total_bytes, self.mem_available_bytes)
+
+
+def used_memory(total: int | None, available: int | None) -> int | None:
+    """RAM in use: all of it but what is available without swapping (MemAvailable)."""
+    return max(0, total - available) if total is not None and available is not None else None
 
 
 class HostCredential(models.Model):

@@ -1,5 +1,5 @@
-"""Reads of hosts alone: GPU and engine telemetry, and why a host is offline. (Reads that put
-hosts beside revisions and operations, the dashboard's cards among them, are
+"""Reads of hosts alone: GPU, engine, CPU and memory telemetry, and why a host is offline.
+(Reads that put hosts beside revisions and operations, the dashboard's cards among them, are
 `deployments.selectors.hosts`.)"""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from .models import EngineSample, GpuSample, Host
+from .models import EngineSample, GpuSample, Host, HostSample, used_memory
 
 
 def reported_ago(last_heartbeat: datetime, now: datetime | None = None) -> str:
@@ -68,3 +69,33 @@ def engine_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
         .order_by("ts")
         .values("ts", "requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
     )
+
+
+# What a host's card shows of its latest CPU and memory sample: Host attribute <- HostSample column.
+LATEST_USAGE = {
+    "usage_cpu_pct": "cpu_pct",
+    "usage_mem_total": "mem_total_bytes",
+    "usage_mem_available": "mem_available_bytes",
+}
+
+
+def latest_usage() -> dict[str, Subquery]:
+    """`Host` annotations (LATEST_USAGE) with its latest raw CPU and memory sample's figures:
+    read with the host's own row, no query more."""
+    latest = HostSample.objects.filter(host=OuterRef("pk"), resolution_s=0).order_by("-ts")
+    return {name: Subquery(latest.values(column)[:1]) for name, column in LATEST_USAGE.items()}
+
+
+USAGE_BYTES = ("mem_total_bytes", "mem_available_bytes", "swap_total_bytes", "swap_used_bytes")
+
+
+def usage_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
+    """The last `hours` of the host's CPU and memory, oldest first (raw samples, and rollups
+    where they are gone), each with the RAM in use (`mem_used_bytes`)."""
+    since = timezone.now() - timedelta(hours=hours)
+    rows = (
+        HostSample.objects.filter(host=host, ts__gte=since)
+        .order_by("ts")
+        .values("ts", "cpu_pct", "load_1", "load_5", "load_15", *USAGE_BYTES)
+    )
+    return [{**row, "mem_used_bytes": used_memory(row["mem_total_bytes"], row["mem_available_bytes"])} for row in rows]

@@ -17,7 +17,7 @@ from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
 from core.limits import MAX_GPUS
 
-from .models import GPU, EngineSample, GpuSample, GpuType, Host
+from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample
 from .queues import host_queue_name
 from .telemetry_sql import Row, insert_gpu_samples
 
@@ -30,6 +30,17 @@ ENGINE_SAMPLE_FIELDS = (
     "prompt_tokens_total",
     "spec_acceptance_rate",
 )
+# HostSample column <- hostagent.probes.host_usage.HostUsage field
+USAGE_FIELDS = {
+    "cpu_pct": "cpu_percent",
+    "load_1": "load_1",
+    "load_5": "load_5",
+    "load_15": "load_15",
+    "mem_total_bytes": "memory_total_bytes",
+    "mem_available_bytes": "memory_available_bytes",
+    "swap_total_bytes": "swap_total_bytes",
+    "swap_used_bytes": "swap_used_bytes",
+}
 
 
 MAX_GPUS_PER_HOST = MAX_GPUS  # the planner's bound too: one NVLink domain (NVL72) and then some
@@ -275,6 +286,26 @@ def telemetry_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
     return insert_gpu_samples(host_id=host.pk, rows=rows)
 
 
+def usage_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
+    """Store one report of CPU and memory samples (`HostUsage.to_dict()` from the host's
+    /proc), each at the time it was read, in one INSERT; returns how many were stored. A value
+    that is not a number raises ValueError or TypeError before anything is written."""
+    now = timezone.now()
+    rows = [
+        HostSample(
+            host_id=host.pk,
+            ts=datetime.fromtimestamp(s["timestamp"], tz=UTC) if s.get("timestamp") else now,
+            **{
+                column: (_bigint if column.endswith("_bytes") else _float)(s.get(field))
+                for column, field in USAGE_FIELDS.items()
+            },
+        )
+        for s in samples
+    ]
+    HostSample.objects.bulk_create(rows)
+    return len(rows)
+
+
 def _float(value: Any) -> float | None:
     """A reading as a float; NaN or infinity is no reading (None)."""
     if value is None:
@@ -294,8 +325,9 @@ def _bigint(value: Any) -> int | None:
 
 @transaction.atomic
 def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
-    """Retention: raw samples older than the raw window become one-minute averages (kept for
-    the rollup window); then the raw rows and expired rollups are deleted."""
+    """Retention: raw samples (GPUs', engines', CPU and memory) older than the raw window become
+    one-minute averages (kept for the rollup window); then the raw rows and expired rollups are
+    deleted."""
     from django.conf import settings
     from django.db.models import Avg, Max
     from django.db.models.functions import TruncMinute
@@ -333,27 +365,51 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
     ]
     GpuSample.objects.bulk_create(rows)
     deleted_raw, _ = old.delete()
-    expired, _ = GpuSample.objects.filter(
-        resolution_s=60, ts__lt=now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
-    ).delete()
-    engine = _engine_rollup(raw_cutoff, now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D))
-    return {"rolled_up": len(rows), "deleted_raw": deleted_raw, "expired": expired, **engine}
+    expire_before = now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
+    expired, _ = GpuSample.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
+    # Engine metrics: gauges averaged per minute, counters at their maximum.
+    counters = {"generation_tokens_total", "prompt_tokens_total"}
+    engine = _per_host_rollup(EngineSample, ENGINE_SAMPLE_FIELDS, counters, raw_cutoff, expire_before)
+    # CPU and memory: averaged per minute, the totals at their maximum.
+    usage = _per_host_rollup(
+        HostSample, tuple(USAGE_FIELDS), {"mem_total_bytes", "swap_total_bytes"}, raw_cutoff, expire_before
+    )
+    return {
+        "rolled_up": len(rows),
+        "deleted_raw": deleted_raw,
+        "expired": expired,
+        **{f"engine_{k}": v for k, v in engine.items()},
+        **{f"usage_{k}": v for k, v in usage.items()},
+    }
 
 
-def _engine_rollup(raw_cutoff: datetime, expire_before: datetime) -> dict[str, int]:
-    """The same retention for engine metrics: gauges averaged per minute, counters at their maximum."""
-    from django.db.models import Avg, Max
+def _per_host_rollup(
+    model: type[EngineSample] | type[HostSample],
+    fields: tuple[str, ...],
+    maxima: set[str],
+    raw_cutoff: datetime,
+    expire_before: datetime,
+) -> dict[str, int]:
+    """The retention of a host's samples: raw rows older than `raw_cutoff` become one-minute rows
+    (`maxima` at their maximum, the rest averaged; integer columns rounded), then the raw rows
+    and the rollups older than `expire_before` are deleted."""
+    from django.db.models import Avg, BigIntegerField, Max
     from django.db.models.functions import TruncMinute
 
-    old = EngineSample.objects.filter(resolution_s=0, ts__lt=raw_cutoff)
-    counters = {"generation_tokens_total", "prompt_tokens_total"}
-    aggregates = {k: (Max(k) if k in counters else Avg(k)) for k in ENGINE_SAMPLE_FIELDS}
+    old = model.objects.filter(resolution_s=0, ts__lt=raw_cutoff)
+    aggregates = {k: (Max(k) if k in maxima else Avg(k)) for k in fields}
     buckets = old.annotate(minute=TruncMinute("ts")).values("host_id", "minute").annotate(**aggregates)
+    whole = {f.name for f in model._meta.concrete_fields if isinstance(f, BigIntegerField)}
     rows = [
-        EngineSample(host_id=b["host_id"], ts=b["minute"], resolution_s=60, **{k: b[k] for k in ENGINE_SAMPLE_FIELDS})
+        model(
+            host_id=b["host_id"],
+            ts=b["minute"],
+            resolution_s=60,
+            **{k: round(b[k]) if k in whole and b[k] is not None else b[k] for k in fields},
+        )
         for b in buckets
     ]
-    EngineSample.objects.bulk_create(rows)
+    model.objects.bulk_create(rows)
     deleted, _ = old.delete()
-    expired, _ = EngineSample.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
-    return {"engine_rolled_up": len(rows), "engine_deleted_raw": deleted, "engine_expired": expired}
+    expired, _ = model.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
+    return {"rolled_up": len(rows), "deleted_raw": deleted, "expired": expired}

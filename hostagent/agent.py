@@ -121,7 +121,7 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         flush=True,
     )
     use_own_broker_keys(app, who["queue"])
-    stop, _threads = start_loops(ctx, telemetry=telemetry and answer["nvml"])
+    stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=answer["nvml"])
     dog = start_watchdog(ctx) if watchdog else None
     try:
         worker = app.Worker(

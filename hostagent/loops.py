@@ -1,9 +1,10 @@
 """The agent's loops beside its Celery worker: heartbeat (engine state and metrics, and the
-outbox sent again once the panel is back), GPU telemetry, the engine's log as it grows, and the
-engine watchdog."""
+outbox sent again once the panel is back), telemetry (CPU, memory and GPUs), the engine's log
+as it grows, and the engine watchdog."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -69,15 +70,36 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
             return
 
 
-def telemetry_loop(ctx: AgentContext, stop: threading.Event) -> None:
-    from hostagent.probes.nvml import nvml_session, read_samples
+def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = True) -> None:
+    """Every TELEMETRY_INTERVAL_S: the host's CPU and memory (CPU busy over the interval) and,
+    where NVML answers, each GPU's sample, in one report."""
+    from hostagent.probes.host_usage import HostUsageSampler
+    from hostagent.probes.nvml import read_samples
 
-    with nvml_session() as lib:
+    usage = HostUsageSampler()
+    with contextlib.ExitStack() as stack:
+        lib = _gpu_session(stack) if gpus else None
         while not stop.wait(settings.TELEMETRY_INTERVAL_S):
             try:
-                ctx.panel.telemetry(gpu_samples=[s.to_dict() for s in read_samples(lib)])
+                host = usage.sample()
+                gpu_samples = [s.to_dict() for s in read_samples(lib)] if lib is not None else []
+                if host is not None or gpu_samples:
+                    ctx.panel.telemetry(
+                        gpu_samples=gpu_samples, host_samples=[host.to_dict()] if host is not None else []
+                    )
             except Exception:  # noqa: BLE001 - kept in the outbox when the panel is away; anything else is logged
                 log.exception("telemetry failed")
+
+
+def _gpu_session(stack: contextlib.ExitStack) -> Any:
+    """NVML, open until the loop ends; None (CPU and memory go on alone) when it does not open."""
+    from hostagent.probes.nvml import nvml_session
+
+    try:
+        return stack.enter_context(nvml_session())
+    except Exception:  # noqa: BLE001 - a driver fault stops GPU samples, not the host's own
+        log.exception("GPU telemetry off: NVML did not open")
+        return None
 
 
 def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
@@ -120,14 +142,20 @@ def start_watchdog(ctx: AgentContext) -> Any:
     return dog
 
 
-def start_loops(ctx: AgentContext, *, telemetry: bool) -> tuple[threading.Event, list[threading.Thread]]:
+def start_loops(
+    ctx: AgentContext, *, telemetry: bool, gpus: bool = True
+) -> tuple[threading.Event, list[threading.Thread]]:
     stop = threading.Event()
     threads = [
         threading.Thread(target=heartbeat_loop, args=(ctx, stop), daemon=True, name="heartbeat"),
         threading.Thread(target=engine_log_loop, args=(ctx, stop), daemon=True, name="engine-log"),
     ]
     if telemetry:
-        threads.append(threading.Thread(target=telemetry_loop, args=(ctx, stop), daemon=True, name="telemetry"))
+        threads.append(
+            threading.Thread(
+                target=telemetry_loop, args=(ctx, stop), kwargs={"gpus": gpus}, daemon=True, name="telemetry"
+            )
+        )
     for thread in threads:
         thread.start()
     return stop, threads

@@ -49,7 +49,13 @@ class PanelPort(Protocol):
 
     def heartbeat(self, *, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None = None) -> None: ...
 
-    def telemetry(self, *, gpu_samples: list[dict[str, Any]], engine_samples: list[dict[str, Any]] = ...) -> None: ...
+    def telemetry(
+        self,
+        *,
+        gpu_samples: list[dict[str, Any]],
+        engine_samples: list[dict[str, Any]] = ...,
+        host_samples: list[dict[str, Any]] = ...,
+    ) -> None: ...
 
     def event(self, *, kind: str, message: str) -> None: ...
 
@@ -199,9 +205,13 @@ class HttpPanel:
             raise
 
     def telemetry(
-        self, *, gpu_samples: list[dict[str, Any]], engine_samples: list[dict[str, Any]] | None = None
+        self,
+        *,
+        gpu_samples: list[dict[str, Any]],
+        engine_samples: list[dict[str, Any]] | None = None,
+        host_samples: list[dict[str, Any]] | None = None,
     ) -> None:
-        body = {"gpu_samples": gpu_samples, "engine_samples": engine_samples or []}
+        body = {"gpu_samples": gpu_samples, "engine_samples": engine_samples or [], "host_samples": host_samples or []}
         self._durable("telemetry", body, kind="telemetry", patience=0.0)
 
     def event(self, *, kind: str, message: str) -> None:

@@ -1,5 +1,5 @@
 """Shared fixtures. Tests run against real PostgreSQL and Redis (the test command sets
-DATABASE_URL and CELERY_BROKER_URL); see README."""
+DATABASE_URL and CELERY_BROKER_URL); see docs/development.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The README's commands work as written: `python manage.py ...` on a shell where the project's
-.venv is not activated, and `./scripts/run`'s install step only when pyproject.toml changed."""
+"""The manual's commands work as written (docs/operators-guide.md, "First run"): `python manage.py
+...` on a shell where the project's .venv is not activated, and `./scripts/run`'s install step
+only when pyproject.toml changed."""
 
 from __future__ import annotations
 

@@ -915,6 +915,14 @@ AGENT_GPU_SAMPLE = st.fixed_dictionaries(
 AGENT_ENGINE_SAMPLE = st.fixed_dictionaries(
     {}, optional={"ts": AGENT_TIMES, "requests_running": scalars, "kv_cache_usage": scalars, "x": json_values}
 )
+AGENT_HOST_SAMPLE = st.fixed_dictionaries(
+    {},
+    optional={
+        "timestamp": AGENT_TIMES,
+        **{k: scalars for k in ("cpu_percent", "load_1", "load_15", "memory_total_bytes", "memory_available_bytes")},
+        **{k: scalars for k in ("swap_total_bytes", "swap_used_bytes")},
+    },
+)
 AGENT_RUN = st.fixed_dictionaries(
     {"key": st.one_of(st.just("run-1"), texts, scalars)},
     optional={
@@ -936,6 +944,7 @@ AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "telemetry": {
         "gpu_samples": st.one_of(st.lists(AGENT_GPU_SAMPLE, max_size=3), json_values),
         "engine_samples": st.one_of(st.lists(AGENT_ENGINE_SAMPLE, max_size=3), json_values),
+        "host_samples": st.one_of(st.lists(AGENT_HOST_SAMPLE, max_size=3), json_values),
     },
     "events": {"kind": st.one_of(st.sampled_from(["restarted", "gave_up"]), scalars), "message": scalars},
     "engine-log": {
@@ -966,6 +975,7 @@ AGENT_VALID: dict[str, dict[str, Any]] = {  # what a well-behaved agent sends; e
     "telemetry": {
         "gpu_samples": [{"index": 0, "timestamp": AGENT_NOW, "power_w": 100.0, "utilization_gpu_percent": 50}],
         "engine_samples": [{"ts": AGENT_NOW, "requests_running": 2}],
+        "host_samples": [{"timestamp": AGENT_NOW, "cpu_percent": 12.5, "memory_total_bytes": 2**34, "load_1": 0.5}],
     },
     "events": {"kind": "restarted", "message": "the engine restarted"},
     "engine-log": {
@@ -1012,14 +1022,14 @@ def agent_lab(catalog, operator):
 
 def _agent_rows(host: Any) -> tuple[Any, ...]:
     from deployments.models import EngineLogRun, Operation
-    from hardware.models import EngineSample, GpuSample
+    from hardware.models import EngineSample, GpuSample, HostSample
 
     host.refresh_from_db()
     ops = tuple(Operation.objects.filter(host=host).values_list("state", "result", "log", "stage", "worker"))
     return (
         host.engine_state, host.engine_metrics, host.cpu_cores, host.last_probe_at, tuple(host.gpus.values_list()),
-        GpuSample.objects.count(), EngineSample.objects.count(), EngineLogRun.objects.count(),
-        AuditEvent.objects.count(), ops,
+        GpuSample.objects.count(), EngineSample.objects.count(), HostSample.objects.count(),
+        EngineLogRun.objects.count(), AuditEvent.objects.count(), ops,
     )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ RUNTIME = [
     "hostagent.runtime.energy",
     "hostagent.probes.nvml",
     "hostagent.probes.host",
+    "hostagent.probes.host_usage",
 ]
 
 

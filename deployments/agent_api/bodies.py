@@ -345,8 +345,40 @@ def engine_samples(value: Any) -> list[dict[str, Any]]:
     return samples
 
 
-def telemetry(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    return gpu_samples(body.get("gpu_samples")), engine_samples(body.get("engine_samples"))
+MAX_HOST_BYTES = 1 << 60  # RAM or swap of one host: an exbibyte
+MAX_LOAD = 1e7  # a load average: runnable tasks, far beyond any real machine's
+HOST_READINGS = {
+    "cpu_percent": 100.0,
+    "load_1": MAX_LOAD,
+    "load_5": MAX_LOAD,
+    "load_15": MAX_LOAD,
+    "memory_total_bytes": MAX_HOST_BYTES,
+    "memory_available_bytes": MAX_HOST_BYTES,
+    "swap_total_bytes": MAX_HOST_BYTES,
+    "swap_used_bytes": MAX_HOST_BYTES,
+}
+
+
+def host_samples(value: Any) -> list[dict[str, Any]]:
+    """`hostagent.probes.host_usage.HostUsage.to_dict()` each: readings null or in range, a time
+    in the window."""
+    samples = seq(value, "host_samples", most=MAX_SAMPLES)
+    for n, sample in enumerate(samples):
+        where = f"host_samples[{n}]"
+        sample = obj(sample, where, optional=False)
+        epoch(sample.get("timestamp"), f"{where}.timestamp")
+        for key, high in HOST_READINGS.items():
+            number(sample.get(key), f"{where}.{key}", high=high)
+    return samples
+
+
+def telemetry(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """GPU samples, engine samples, and the host's CPU and memory samples."""
+    return (
+        gpu_samples(body.get("gpu_samples")),
+        engine_samples(body.get("engine_samples")),
+        host_samples(body.get("host_samples")),
+    )
 
 
 # --- events, engine log, operations -------------------------------------------------------------

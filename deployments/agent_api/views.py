@@ -14,7 +14,7 @@ from deployments.services import host_reports
 from deployments.services.engine_logs import engine_log_append
 from deployments.services.operations import operation_progress
 from hardware.models import Host
-from hardware.services import host_heartbeat, host_probe_record, telemetry_record
+from hardware.services import host_heartbeat, host_probe_record, telemetry_record, usage_record
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -78,12 +78,13 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",), max_body=MAX_BODY)
 def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        gpu_samples, engine_samples = bodies.telemetry(body)
+        gpu_samples, engine_samples, host_samples = bodies.telemetry(body)
         gpu = telemetry_record(host=host, samples=gpu_samples)
         engine = host_reports.engine_samples_record(host=host, samples=engine_samples)
+        usage = usage_record(host=host, samples=host_samples)
     except (ValidationError, TypeError, ValueError, OverflowError) as exc:
         return _refused(exc)
-    return JsonResponse({"gpu_samples": gpu, "engine_samples": engine})
+    return JsonResponse({"gpu_samples": gpu, "engine_samples": engine, "host_samples": usage})
 
 
 @host_endpoint(("POST",))

@@ -29,10 +29,11 @@ from deployments.selectors.dashboard import (
     gpus_part,
     latest_sample_id,
     shown_gpus,
+    usage_view,
     values_of,
 )
 from hardware.models import GPU, GpuSample, Host
-from hardware.selectors import offline_reason, reported_ago
+from hardware.selectors import LATEST_USAGE, latest_usage, offline_reason, reported_ago
 from serving.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
 from serving.planner.whatfits import DEFAULT_CONTEXTS
 
@@ -218,6 +219,11 @@ class HostCard:
         }
 
     @cached_property
+    def usage(self) -> dict[str, str]:
+        """The host's CPU busy and RAM used, rounded as its fingerprint has them (`usage_view`)."""
+        return usage_view({name: getattr(self.host, name, None) for name in LATEST_USAGE})
+
+    @cached_property
     def version(self) -> str:
         """A fingerprint of everything the card shows (deployments.selectors.dashboard): equal
         fingerprints render the same card; the dashboard sends only cards whose fingerprint the
@@ -236,11 +242,17 @@ class HostCard:
             values_of(op, OP_FIELDS),
             op.revision.number if op is not None and op.revision is not None else None,
             timezone.now(),
+            self.usage,
         )
 
 
 def host_list() -> QuerySet[Host]:
-    return Host.objects.select_related("deployment__active_revision__model_variant").order_by("is_demo", "name")
+    """Hosts with their active revision and the latest CPU and memory figures a card shows."""
+    return (
+        Host.objects.select_related("deployment__active_revision__model_variant")
+        .annotate(**latest_usage())
+        .order_by("is_demo", "name")
+    )
 
 
 # What no card shows, left unread on the dashboard: decoding these JSON columns for a hundred

@@ -76,14 +76,23 @@ def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
 # --- host page -------------------------------------------------------------------------------------
 
 
-def _telemetry(host: Host) -> dict[str, str]:
-    """GPU telemetry charts and the engine's own metrics for the window (nothing where none reported)."""
+def _telemetry(host: Host) -> dict[str, Any]:
+    """The telemetry section's context: the host's CPU and memory now and over the window, its GPU
+    charts and the engine's own metrics (no chart where nothing reported)."""
+    usage = hardware_selectors.usage_series(host=host, hours=TELEMETRY_HOURS)
+    charts = plots.usage_charts(usage) if usage else {}
     series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
-    charts = plots.telemetry_charts(series) if series else {}
+    if series:
+        charts.update(plots.telemetry_charts(series))
     engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
     if engine:
         charts.update(plots.engine_charts(engine))
-    return charts
+    return {
+        "telemetry": charts,
+        "telemetry_hours": TELEMETRY_HOURS,
+        "gpu_telemetry": bool(series),
+        "usage_now": usage[-1] if usage else None,
+    }
 
 
 class InstallForm(forms.Form):
@@ -130,8 +139,7 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
         "offers": install_offers(host=host),
         "host": host,
         "card": card,
-        "telemetry": _telemetry(host),
-        "telemetry_hours": TELEMETRY_HOURS,
+        **_telemetry(host),
         "what_fits": selectors.host_what_fits(gpus=gpus),
         "revisions": list(
             host.revisions.select_related("model_variant", "author").order_by("-number")[:HISTORY_ON_PAGE]
@@ -161,7 +169,7 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
 def host_telemetry(request: HttpRequest, name: str) -> HttpResponse:
     """The telemetry charts alone (the host page refreshes them)."""
     host = get_object_or_404(Host, name=name)
-    context = {"host": host, "telemetry": _telemetry(host), "telemetry_hours": TELEMETRY_HOURS}
+    context = {"host": host, **_telemetry(host)}
     return render(request, "hardware/_host_telemetry.html", context)
 
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .host_usage import parse_meminfo
+
 OS_RELEASE_PATHS = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
 
 
@@ -79,14 +81,7 @@ def parse_physical_cores(cpuinfo: str) -> int | None:
 
 def parse_mem_total(meminfo: str) -> int | None:
     """``MemTotal`` in bytes (the file says kB, meaning KiB)."""
-    for line in meminfo.splitlines():
-        key, _, rest = line.partition(":")
-        if key == "MemTotal":
-            parts = rest.split()
-            if parts and parts[0].isdigit():
-                factor = 1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1
-                return int(parts[0]) * factor
-    return None
+    return parse_meminfo(meminfo).get("MemTotal")
 
 
 def parse_os_release(text: str) -> str | None:

@@ -12,6 +12,7 @@ installed version back from the venv (`install_pinned`, `installed_version`).
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import shlex
@@ -119,7 +120,7 @@ def run_install(
                 shown = " ".join(f"{k}={shlex.quote(mask_text(v, secrets))}" for k, v in step.env.items())
                 emit(i, step, f"===== env: {shown}")
             emit(i, step, f"$ {shlex.join(list(step.argv))}")
-            outcome = _run_step(step, lambda line, i=i, step=step: emit(i, step, line), cancelled, kill_grace)
+            outcome = _run_step(step, functools.partial(emit, i, step), cancelled, kill_grace)
             what = f"step {i}/{n} ({step.description})"
             if outcome == "cancelled":
                 return result(False, i - 1, f"cancelled during {what}", cancelled=True, failed_step=i)

@@ -371,8 +371,8 @@ class LoadGenerator:
             task.add_done_callback(tasks.discard)
             await asyncio.sleep(0)  # let it take the gate in order
 
-        pending = set(tasks)
-        stopper = asyncio.create_task(state.stop.wait())
+        pending: set[asyncio.Task[Any]] = set(tasks)
+        stopper: asyncio.Task[Any] = asyncio.create_task(state.stop.wait())
         while pending:
             done, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)
             pending.discard(stopper)
@@ -399,7 +399,7 @@ class LoadGenerator:
             return None
 
     async def run(self) -> RunResult:
-        base = {"model": self.target.model, "url": self.target.chat_url}
+        base: dict[str, Any] = {"model": self.target.model, "url": self.target.chat_url}
         try:
             profile, prompts, _how = await asyncio.to_thread(self.prepare)
         except (httpx.HTTPError, ValueError, KeyError) as exc:

@@ -288,9 +288,10 @@ def download_files(
     """Fetch `files` of `repo_id` at `revision` into `folder`, resuming parts, verifying each."""
     from huggingface_hub import errors, get_hf_file_metadata
     from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers, disable_progress_bars
+    from huggingface_hub.utils import build_hf_headers, disable_progress_bars  # type: ignore[attr-defined]
 
     disable_progress_bars()
+    refused: tuple[type[BaseException], ...] = (errors.HfHubHTTPError, *_transport_errors())
     folder.mkdir(parents=True, exist_ok=True)
     parts = folder / PART_DIR
     parts.mkdir(exist_ok=True)
@@ -346,7 +347,7 @@ def download_files(
             raise DownloadError(
                 f"{repo_id} is gated: the token given has no access ({exc.response.status_code})"
             ) from exc
-        except (errors.HfHubHTTPError, *_transport_errors()) as exc:
+        except refused as exc:
             raise DownloadError(
                 f"{wanted.name}: the hub refused or did not answer: {str(exc).splitlines()[0][:200]}"
             ) from exc
@@ -371,13 +372,13 @@ def download_files(
             try:
                 http_get(
                     location,
-                    sink,
+                    sink,  # type: ignore[arg-type]
                     resume_size=resumed,
                     headers=headers,
                     expected_size=meta.size,
                     displayed_filename=wanted.name,
-                )  # type: ignore[arg-type]
-            except (errors.HfHubHTTPError, *_transport_errors()) as exc:
+                )
+            except refused as exc:
                 raise DownloadError(f"{wanted.name}: the download failed: {str(exc).splitlines()[0][:200]}") from exc
             except OSError as exc:
                 if exc.errno == 28:

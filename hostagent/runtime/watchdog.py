@@ -164,8 +164,8 @@ class Watchdog:
             if data["retry"] is None:
                 self.consecutive_failures = 0
                 return event("idle", "the panel runs no engine here")
-            problem = f"the engine is not running: {data['retry']['reason']}"
-            label = data["retry"].get("revision_label")
+            problem: str | None = f"the engine is not running: {data['retry']['reason']}"
+            label: str | None = data["retry"].get("revision_label")
         else:
             if data["retry"] is not None:
                 data["retry"] = None

@@ -1,4 +1,4 @@
-"""The README's automation example, run as a user runs it: examples/switch_and_benchmark.py in its
+"""The API page's automation example (docs/api.md), run as a user runs it: examples/switch_and_benchmark.py in its
 own process, talking to the panel (the live server on the real PostgreSQL) with a personal token,
 while a real agent switches a real llama-server (Gemma 3 270M) and benchmarks it."""
 
@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "switch_and_benchmark.py"
 
 
-def test_the_readme_names_the_example_that_exists():
-    """The README links the script (one copy of it, the one the tests below run)."""
-    assert SCRIPT.is_file() and f"`{SCRIPT.relative_to(ROOT)}`" in (ROOT / "README.md").read_text()
+def test_the_api_page_links_the_example_that_exists():
+    """docs/api.md links the script (one copy of it, the one the tests below run)."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    assert SCRIPT.is_file() and f"(../{SCRIPT.relative_to(ROOT)})" in page
 
 
 SMALL = ("--concurrency", "1", "--requests", "3", "--input-tokens", "32", "--output-tokens", "16")

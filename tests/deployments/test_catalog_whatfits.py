@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -15,6 +17,7 @@ from serving.planner import catalog_host, what_fits
 
 pytestmark = pytest.mark.django_db
 
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_HOSTS = {"6 x RTX 3090 (seed 000's lab)": ("rtx3090", 6), "1 x H200": ("h200", 1)}
 
 
@@ -49,16 +52,19 @@ def test_the_seed_labs_122b_question_is_answered(catalog):
     assert by_gpus[4].verdict == "no" and "GiB" in by_gpus[4].reason  # ~105 GB does not fit four 24 GB cards
 
 
-def test_the_readme_plan_example_prints_figures_not_unknown(catalog):
+def _documented_plan_command() -> list[str]:
+    """The `plan` line of the operators' guide's command list, its arguments as a user types them."""
+    guide = (ROOT / "docs" / "operators-guide.md").read_text()
+    line = next(line for line in guide.splitlines() if line.startswith("python manage.py plan "))
+    return [a for a in shlex.split(line.split("#", 1)[0])[3:] if a != "[--json]"]
+
+
+def test_the_documented_plan_example_prints_figures_not_unknown(catalog):
+    args = _documented_plan_command()
+    assert args[:2] == ["--model", "Qwen3.5-27B"] and "tensor_parallel_size=6" in args
     out = io.StringIO()
     with pytest.raises(CommandError):  # TP=6 is the trap the example shows
-        call_command(
-            "plan",
-            *("--model", "Qwen3.5-27B", "--gpu-type", "RTX 3090", "--gpu-count", "6", "--engine", "vllm"),
-            *("--set", "tensor_parallel_size=6", "--json"),
-            stdout=out,
-            stderr=io.StringIO(),
-        )
+        call_command("plan", *args, "--json", stdout=out, stderr=io.StringIO())
     report = json.loads(out.getvalue())
     assert report["kv_bytes_per_token"] and report["kv_pool_tokens"] and report["max_model_len"] == 262144
     assert "tp.kv_heads" in {f["code"] for f in report["findings"]}  # 4 KV heads: TP 1, 2 or 4 only

@@ -76,7 +76,11 @@ def test_the_agent_api_takes_a_report_with_a_fixed_number_of_queries(h200_host: 
         post(h200_host["token"], {"gpu_samples": []})  # the token's last use is written at most once a minute
         with CaptureQueriesContext(connection) as queries:
             response = post(h200_host["token"], body)
-        assert response.status_code == 200 and response.json() == {"gpu_samples": 8 * rounds, "engine_samples": 0}
+        assert response.status_code == 200 and response.json() == {
+            "gpu_samples": 8 * rounds,
+            "engine_samples": 0,
+            "host_samples": 0,
+        }
         assert len(queries.captured_queries) == 2, [q["sql"] for q in queries.captured_queries]
     assert GpuSample.objects.filter(gpu__host=h200_host["host"]).count() == 328
 
