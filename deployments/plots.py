@@ -113,12 +113,26 @@ def fmt_clock(ts: float) -> str:
 
 
 def _finite(v: Any) -> bool:
+    kind = type(v)  # floats and ints first: a telemetry chart asks this of some 20,000 values
+    if kind is float:
+        return v - v == 0.0  # nan and ±inf give nan
+    if kind is int:
+        return True
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _point(x: Any, y: Any) -> tuple[float, float] | None:
+    return (float(x), float(y)) if _finite(x) and _finite(y) else None
+
+
 def _bounds(series: Sequence[Series]) -> tuple[list[float], list[float]]:
-    xs = [float(x) for s in series for x, y in s.points if _finite(x) and _finite(y)]
-    ys = [float(y) for s in series for x, y in s.points if _finite(x) and _finite(y)]  # type: ignore[arg-type]
+    xs: list[float] = []
+    ys: list[float] = []
+    for s in series:
+        for x, y in s.points:
+            if _finite(x) and _finite(y):
+                xs.append(float(x))
+                ys.append(float(y))  # type: ignore[arg-type]
     return xs, ys
 
 
@@ -252,11 +266,15 @@ def _scales(
         xticks = [t for t in nice_ticks(lo_x, hi_x, x_ticks) if lo_x <= t <= hi_x] or [lo_x, hi_x]
         lo_f, hi_f = lo_x, hi_x
 
+    # The frame's numbers read once: a telemetry chart scales some 10,000 points.
+    left, plot_w, span_x = frame.left, frame.plot_w, hi_f - lo_f
+    bottom, plot_h, span_y = frame.top + frame.plot_h, frame.plot_h, yb - ya
+
     def sx(x: float) -> float:
-        return frame.left + (fx(x) - lo_f) / (hi_f - lo_f) * frame.plot_w
+        return left + ((math.log2(x) if log else x) - lo_f) / span_x * plot_w
 
     def sy(y: float) -> float:
-        return frame.top + frame.plot_h - (y - ya) / (yb - ya) * frame.plot_h
+        return bottom - (y - ya) / span_y * plot_h
 
     return xticks, yticks, sx, sy
 
@@ -281,7 +299,10 @@ def line_chart(
     """One polyline per series; None values break the line. `x_time`: x is epoch seconds;
     `x_levels`: x is a load level (one tick per level, log2 axis over a wide sweep)."""
     frame = frame or Frame()
-    xs, ys = _bounds(series)
+    # Each point once as floats, None where the line breaks (a telemetry chart has some 3,000).
+    lines = [[_point(x, y) for x, y in s.points] for s in series]
+    xs = [p[0] for line in lines for p in line if p is not None]
+    ys = [p[1] for line in lines for p in line if p is not None]
     if not xs:
         return _empty(frame, title, "line", empty_message)
     frame = _with_legend(frame, series)
@@ -294,16 +315,16 @@ def line_chart(
     colors = _colors(series)
     parts = _open(frame, title, "line")
     parts += _axes(frame, xticks, yticks, sx, sy, x_label=x_label, y_label=y_label, x_fmt=x_fmt, y_fmt=fmt_number)
-    for s, color in zip(series, colors, strict=True):
-        good = [(x, y) for x, y in s.points if _finite(x) and _finite(y)]
+    for s, color, line in zip(series, colors, lines, strict=True):
+        good = [p for p in line if p is not None]
         d: list[str] = []
-        pen_up = True
-        for x, y in s.points:
-            if not (_finite(x) and _finite(y)):
-                pen_up = True
-                continue
-            d.append(f"{'M' if pen_up else 'L'}{sx(float(x)):.1f},{sy(float(y)):.1f}")  # type: ignore[arg-type]
-            pen_up = False
+        pen = "M"  # a None (or nan) lifts the pen: the line breaks there
+        for p in line:
+            if p is None:
+                pen = "M"
+            else:
+                d.append(f"{pen}{sx(p[0]):.1f},{sy(p[1]):.1f}")
+                pen = "L"
         dash = ' stroke-dasharray="5,3"' if s.dash else ""
         parts.append(f'<g class="series" data-series="{escape(s.name)}" data-points="{len(good)}">')
         if d:
@@ -311,8 +332,8 @@ def line_chart(
         if markers or len(good) == 1:
             for x, y in good:
                 parts.append(
-                    f'<circle cx="{sx(float(x)):.1f}" cy="{sy(float(y)):.1f}" r="3" fill="{color}">'  # type: ignore[arg-type]
-                    f"<title>{escape(s.name)}: {escape(x_fmt(float(x)))} → {escape(fmt_number(float(y)))}</title>"  # type: ignore[arg-type]
+                    f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}">'
+                    f"<title>{escape(s.name)}: {escape(x_fmt(x))} → {escape(fmt_number(y))}</title>"
                     "</circle>"
                 )
         parts.append("</g>")
@@ -475,13 +496,28 @@ def telemetry_chart(
     frame: Frame | None = None,
 ) -> str:
     """One line per GPU of one telemetry field; a hole longer than `gap_s` breaks the line."""
+    return _telemetry_chart(rows_by_gpu, key, _times(rows_by_gpu), gap_s=gap_s, frame=frame)
+
+
+def _times(rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]]) -> dict[Any, list[float]]:
+    """Each row's time in epoch seconds, read once for all of a GPU's charts."""
+    return {gpu: [_epoch(row["ts"]) for row in rows] for gpu, rows in rows_by_gpu.items()}
+
+
+def _telemetry_chart(
+    rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]],
+    key: str,
+    times: Mapping[Any, Sequence[float]],
+    *,
+    gap_s: float = 180.0,
+    frame: Frame | None = None,
+) -> str:
     title, unit, conv, y_max = TELEMETRY_FIELDS[key]
     series = []
     for gpu, rows in rows_by_gpu.items():
         points: list[Point] = []
         last: float | None = None
-        for row in rows:
-            t = _epoch(row["ts"])
+        for t, row in zip(times[gpu], rows, strict=True):
             if last is not None and t - last > gap_s:
                 points.append((t, None))
             value = row.get(key)
@@ -500,7 +536,8 @@ def telemetry_chart(
 
 
 def telemetry_charts(rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]]) -> dict[str, str]:
-    return {key: telemetry_chart(rows_by_gpu, key) for key in TELEMETRY_FIELDS}
+    times = _times(rows_by_gpu)
+    return {key: _telemetry_chart(rows_by_gpu, key, times) for key in TELEMETRY_FIELDS}
 
 
 # --- benchmarks --------------------------------------------------------------------------------
