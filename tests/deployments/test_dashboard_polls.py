@@ -84,12 +84,12 @@ def test_a_poll_gets_only_the_cards_that_changed_in_a_fixed_number_of_queries(
         everything = client.get(reverse("dashboard:cards"), HTTP_HX_REQUEST="true")
     assert len(everything.content) > 300 * 1024  # every card: what the page polled every 5 s before
 
-    # Nothing changed: nothing to send, no swap, and no card built: the fingerprints come from
-    # plain rows (session, user, roles; hosts, GPUs with their latest sample's id, operations),
-    # as every card does once the cards' renderings are in the cache.
+    # Nothing changed: nothing to send, no swap, and no card built: the database computes every
+    # card's fingerprint in one query (after the session, the user and the roles), as every
+    # card does once the cards' renderings are in the cache.
     response, queries = poll(client, page, shown)
     assert response.content == b"" and response["HX-Reswap"] == "none"
-    assert queries == len(first.captured_queries) == 6
+    assert queries == len(first.captured_queries) == 4
 
     # A telemetry round on 5 hosts' GPUs, one host's engine metrics and one going offline:
     # 7 cards, each swapped in by its id, well under 64 KiB.
@@ -103,8 +103,9 @@ def test_a_poll_gets_only_the_cards_that_changed_in_a_fixed_number_of_queries(
     assert sorted(sent) == sorted([h.name for h in changed] + [fleet[20].name, fleet[30].name])
     assert body.count('hx-swap-oob="true"') == 7 and f'id="host-card-{fleet[3].name}"' in body
     assert "util 97%" in body and "running <strong>9</strong>" in body and ">offline<" in body
-    # and the changed cards are built: their hosts with revisions, their GPUs' latest samples
-    assert len(response.content) <= 64 * 1024 and queries == 8
+    # and the changed cards are built: their hosts with all their cards show and their
+    # fingerprints in one query, their GPUs' latest samples in another
+    assert len(response.content) <= 64 * 1024 and queries == 6
     shown.update(sent)
 
     # The page shows those now: the next poll is empty again.
@@ -149,7 +150,7 @@ def test_the_table_view_polls_the_same_way_a_row_per_host(client: Client, viewer
     body = response.content.decode()
     assert sorted(dict(CARD.findall(body))) == [h.name for h in fleet[:5]]
     assert body.count('<tr id="host-row-') == 5 and body.count('hx-swap-oob="true"') == 5 and "97%" in body
-    assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 8
+    assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 6
 
 
 def test_every_card_and_row_of_a_hundred_hosts_stays_rendered(client: Client, viewer: Any, fleet: list[Host]) -> None:
@@ -165,4 +166,4 @@ def test_every_card_and_row_of_a_hundred_hosts_stays_rendered(client: Client, vi
     for view in ("", "view=table&"):
         with CaptureQueriesContext(connection) as queries:
             assert client.get(f"{url}?{view}", HTTP_HX_REQUEST="true").status_code == 200
-        assert len(queries.captured_queries) == 6, f"{view or 'cards'}: some were rendered again"
+        assert len(queries.captured_queries) == 4, f"{view or 'cards'}: some were rendered again"

@@ -14,8 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.selectors.dashboard import card_index
-from deployments.selectors.hosts import host_cards
+from deployments.selectors.dashboard import card_index, dashboard_cards
 from hardware.models import GPU, GpuSample, Host, HostSample
 from tests.deployments.test_views_hosts import SVG, parse_svg
 
@@ -125,7 +124,7 @@ def test_the_fingerprint_moves_with_ram_beyond_the_rounding_not_with_noise(cpu_b
     assert moved != before
     sample(cpu_box, cpu=44.0, used_gib=12.5)  # CPU into the next step
     assert card_index().versions[cpu_box.pk] != moved
-    # The fingerprint from plain rows is the one the built card computes, and the card says it.
-    card = next(c for c in host_cards() if c.host.pk == cpu_box.pk)
+    # The dashboard's index has the version the built card has, and the card says it.
+    (card,) = dashboard_cards([cpu_box.pk])
     assert card.version == card_index().versions[cpu_box.pk]
     assert card.usage == {"cpu": "45%", "cpu_pct": "45", "ram": "12.5 / 24.0 GiB", "ram_pct": "52"}
