@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, Max, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -36,15 +36,24 @@ def offline_reason(host: Host) -> str:
     )
 
 
-def gpu_series(*, host: Host, hours: float = 1.0) -> dict[int, list[dict[str, Any]]]:
+# Raw samples and one-minute rollups (hardware.services.telemetry_rollup): naming both lets a
+# window's read use the (gpu|host, resolution_s, ts) index for its time range.
+RESOLUTIONS = (0, 60)
+
+
+def window_start(hours: float, now: datetime | None = None) -> datetime:
+    """Where a window of the last `hours` begins."""
+    return (now or timezone.now()) - timedelta(hours=hours)
+
+
+def gpu_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> dict[int, list[dict[str, Any]]]:
     """The last `hours` of telemetry per GPU index, oldest first, in one query.
 
     Raw samples where there are any; where the raw samples are gone (older than the raw
     retention, or never taken), the one-minute rollups fill in before the first raw sample.
     """
-    since = timezone.now() - timedelta(hours=hours)
     rows = (
-        GpuSample.objects.filter(gpu__host=host, ts__gte=since)
+        GpuSample.objects.filter(gpu__host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("gpu__index", "ts")
         .values("gpu__index", "ts", "util_pct", "mem_used_bytes", "power_w", "temp_c", "resolution_s")
     )
@@ -61,11 +70,10 @@ def gpu_series(*, host: Host, hours: float = 1.0) -> dict[int, list[dict[str, An
     return series
 
 
-def engine_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
+def engine_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> list[dict[str, Any]]:
     """The last `hours` of the engine's own metrics (raw samples, and rollups where they are gone)."""
-    since = timezone.now() - timedelta(hours=hours)
     return list(
-        EngineSample.objects.filter(host=host, ts__gte=since)
+        EngineSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("ts")
         .values("ts", "requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
     )
@@ -89,13 +97,28 @@ def latest_usage() -> dict[str, Subquery]:
 USAGE_BYTES = ("mem_total_bytes", "mem_available_bytes", "swap_total_bytes", "swap_used_bytes")
 
 
-def usage_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
+def usage_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> list[dict[str, Any]]:
     """The last `hours` of the host's CPU and memory, oldest first (raw samples, and rollups
     where they are gone), each with the RAM in use (`mem_used_bytes`)."""
-    since = timezone.now() - timedelta(hours=hours)
     rows = (
-        HostSample.objects.filter(host=host, ts__gte=since)
+        HostSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("ts")
         .values("ts", "cpu_pct", "load_1", "load_5", "load_15", *USAGE_BYTES)
     )
     return [{**row, "mem_used_bytes": used_memory(row["mem_total_bytes"], row["mem_available_bytes"])} for row in rows]
+
+
+def telemetry_stamp(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> tuple[int, ...]:
+    """Which samples the windows of `gpu_series`, `engine_series` and `usage_series` hold (3
+    queries): how many and the newest id of each. Samples are never edited and ids only grow, so
+    an equal stamp means the same rows: what is drawn from them can be kept under it."""
+    since = window_start(hours, now)
+    stamp: list[int] = []
+    for rows in (
+        GpuSample.objects.filter(gpu__host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+        EngineSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+        HostSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+    ):
+        found = rows.aggregate(n=Count("id"), last=Max("id"))
+        stamp += [found["n"], found["last"] or 0]
+    return tuple(stamp)

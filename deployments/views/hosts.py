@@ -11,16 +11,19 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
+from core.http import cached_render
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
@@ -34,6 +37,8 @@ from hardware import selectors as hardware_selectors
 from hardware.models import Host
 
 TELEMETRY_HOURS = 1.0
+TELEMETRY_CACHE_S = 600
+WHAT_FITS_CACHE_S = 3600
 HISTORY_ON_PAGE = 10
 
 
@@ -78,21 +83,30 @@ def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
 
 def _telemetry(host: Host) -> dict[str, Any]:
     """The telemetry section's context: the host's CPU and memory now and over the window, its GPU
-    charts and the engine's own metrics (no chart where nothing reported)."""
-    usage = hardware_selectors.usage_series(host=host, hours=TELEMETRY_HOURS)
-    charts = plots.usage_charts(usage) if usage else {}
-    series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
-    if series:
-        charts.update(plots.telemetry_charts(series))
-    engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
-    if engine:
-        charts.update(plots.engine_charts(engine))
-    return {
-        "telemetry": charts,
-        "telemetry_hours": TELEMETRY_HOURS,
-        "gpu_telemetry": bool(series),
-        "usage_now": usage[-1] if usage else None,
-    }
+    charts and the engine's own metrics (no chart where nothing reported). Drawn once per set of
+    samples in the window and kept under its stamp: the page, its 30 s refresh and every other
+    viewer read them from there until the agent's next report."""
+    now = timezone.now()
+    stamp = hardware_selectors.telemetry_stamp(host=host, hours=TELEMETRY_HOURS, now=now)
+    key = f"telemetry:{host.pk}:{TELEMETRY_HOURS}:" + "-".join(map(str, stamp))
+    context: dict[str, Any] | None = cache.get(key)
+    if context is None:
+        usage = hardware_selectors.usage_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        charts = plots.usage_charts(usage) if usage else {}
+        series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        if series:
+            charts.update(plots.telemetry_charts(series))
+        engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        if engine:
+            charts.update(plots.engine_charts(engine))
+        context = {
+            "telemetry": charts,
+            "telemetry_hours": TELEMETRY_HOURS,
+            "gpu_telemetry": bool(series),
+            "usage_now": usage[-1] if usage else None,
+        }
+        cache.set(key, context, TELEMETRY_CACHE_S)
+    return context
 
 
 class InstallForm(forms.Form):
@@ -140,7 +154,13 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
         "host": host,
         "card": card,
         **_telemetry(host),
-        "what_fits": selectors.host_what_fits(gpus=gpus),
+        # Planned and rendered once per GPU set and catalog: a few hundred plans were most of the page's time.
+        "what_fits_html": cached_render(
+            "hardware/_what_fits.html",
+            selectors.what_fits_digest(gpus=gpus),
+            lambda: {"what_fits": selectors.host_what_fits(gpus=gpus), "card": card},
+            seconds=WHAT_FITS_CACHE_S,
+        ),
         "revisions": list(
             host.revisions.select_related("model_variant", "author").order_by("-number")[:HISTORY_ON_PAGE]
         ),
