@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, OuterRef, Subquery
+from django.db.models import Count, FloatField, Func, Max, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -46,8 +46,26 @@ def window_start(hours: float, now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(hours=hours)
 
 
+class Epoch(Func):
+    """A timestamp as seconds since 1970, a float: the charts' own unit, and a plain number to
+    read (Django reads a timestamp through a Python loader: a few µs a row, most of reading a
+    window of samples)."""
+
+    output_field = FloatField()
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        # SQLite keeps UTC as text; julianday() reads it (to about 10 µs at today's dates).
+        template = "((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+
+GPU_SERIES = ("util_pct", "mem_used_bytes", "power_w", "temp_c")
+
+
 def gpu_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> dict[int, list[dict[str, Any]]]:
-    """The last `hours` of telemetry per GPU index, oldest first, in one query.
+    """The last `hours` of telemetry per GPU index, oldest first, in one query; each row's `ts`
+    in epoch seconds.
 
     Raw samples where there are any; where the raw samples are gone (older than the raw
     retention, or never taken), the one-minute rollups fill in before the first raw sample.
@@ -55,12 +73,13 @@ def gpu_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -
     rows = (
         GpuSample.objects.filter(gpu__host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("gpu__index", "ts")
-        .values("gpu__index", "ts", "util_pct", "mem_used_bytes", "power_w", "temp_c", "resolution_s")
+        .values_list("gpu__index", "resolution_s", Epoch("ts"), *GPU_SERIES)
     )
     raw: dict[int, list[dict[str, Any]]] = {}
     rollups: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        (raw if row["resolution_s"] == 0 else rollups).setdefault(row["gpu__index"], []).append(row)
+    for index, resolution, *values in rows:
+        row = dict(zip(("ts", *GPU_SERIES), values, strict=True), resolution_s=resolution)
+        (raw if resolution == 0 else rollups).setdefault(index, []).append(row)
     series: dict[int, list[dict[str, Any]]] = {}
     for index in sorted(set(raw) | set(rollups)):
         fine = raw.get(index, [])
@@ -70,13 +89,18 @@ def gpu_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -
     return series
 
 
+ENGINE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
+
+
 def engine_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> list[dict[str, Any]]:
-    """The last `hours` of the engine's own metrics (raw samples, and rollups where they are gone)."""
-    return list(
+    """The last `hours` of the engine's own metrics (raw samples, and rollups where they are
+    gone); each row's `ts` in epoch seconds."""
+    rows = (
         EngineSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("ts")
-        .values("ts", "requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
+        .values_list(Epoch("ts"), *ENGINE_SERIES)
     )
+    return [dict(zip(("ts", *ENGINE_SERIES), row, strict=True)) for row in rows]
 
 
 # What a host's card shows of its latest CPU and memory sample: Host attribute <- HostSample column.
