@@ -115,7 +115,7 @@ def fmt_clock(ts: float) -> str:
 def _finite(v: Any) -> bool:
     kind = type(v)  # floats and ints first: a telemetry chart asks this of some 20,000 values
     if kind is float:
-        return v - v == 0.0  # nan and ±inf give nan
+        return bool(v - v == 0.0)  # nan and ±inf give nan
     if kind is int:
         return True
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -242,7 +242,7 @@ def _scales(
     y_max: float | None,
     x_ticks: int,
     x_levels: bool = False,
-) -> tuple[list[float], list[float], Callable[[float], float], Callable[[float], float]]:
+) -> tuple[list[float], list[float], _Axis, _Axis]:
     """Ticks and scales. `x_levels`: x values are load levels (concurrency 1, 2, 4, ...): one
     tick per level, a little padding, and a log2 axis when they span a factor of 8 or more."""
     lo_y = min(ys) if y_min is None else min(y_min, min(ys))
@@ -266,17 +266,27 @@ def _scales(
         xticks = [t for t in nice_ticks(lo_x, hi_x, x_ticks) if lo_x <= t <= hi_x] or [lo_x, hi_x]
         lo_f, hi_f = lo_x, hi_x
 
-    # The frame's numbers read once: a telemetry chart scales some 10,000 points.
-    left, plot_w, span_x = frame.left, frame.plot_w, hi_f - lo_f
-    bottom, plot_h, span_y = frame.top + frame.plot_h, frame.plot_h, yb - ya
-
-    def sx(x: float) -> float:
-        return left + ((math.log2(x) if log else x) - lo_f) / span_x * plot_w
-
-    def sy(y: float) -> float:
-        return bottom - (y - ya) / span_y * plot_h
-
+    sx = _Axis(frame.left, lo_f, hi_f - lo_f, frame.plot_w, log=log)
+    sy = _Axis(frame.top + frame.plot_h, ya, yb - ya, frame.plot_h, up=True)
     return xticks, yticks, sx, sy
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """A value's position on the canvas: `start + (value - lo) / span * size` (log2 of the value
+    on a log axis; minus for a y axis, which grows up). Its numbers are read once: line_chart
+    scales a telemetry chart's some 3,000 points with them without a call each."""
+
+    start: float
+    lo: float
+    span: float
+    size: float
+    log: bool = False
+    up: bool = False
+
+    def __call__(self, value: float) -> float:
+        offset = ((math.log2(value) if self.log else value) - self.lo) / self.span * self.size
+        return self.start - offset if self.up else self.start + offset
 
 
 # --- generic charts ----------------------------------------------------------------------------
@@ -299,8 +309,13 @@ def line_chart(
     """One polyline per series; None values break the line. `x_time`: x is epoch seconds;
     `x_levels`: x is a load level (one tick per level, log2 axis over a wide sweep)."""
     frame = frame or Frame()
-    # Each point once as floats, None where the line breaks (a telemetry chart has some 3,000).
-    lines = [[_point(x, y) for x, y in s.points] for s in series]
+    # Each point once as floats, None where the line breaks (a telemetry chart has some 3,000:
+    # plain finite floats pass without a call).
+    lines = [
+        # finite floats as they are (x - x is nan for nan and ±inf), anything else through _point
+        [(x, y) if type(x) is type(y) is float and x - x == y - y == 0.0 else _point(x, y) for x, y in s.points]
+        for s in series
+    ]
     xs = [p[0] for line in lines for p in line if p is not None]
     ys = [p[1] for line in lines for p in line if p is not None]
     if not xs:
@@ -319,12 +334,22 @@ def line_chart(
         good = [p for p in line if p is not None]
         d: list[str] = []
         pen = "M"  # a None (or nan) lifts the pen: the line breaks there
-        for p in line:
-            if p is None:
-                pen = "M"
-            else:
-                d.append(f"{pen}{sx(p[0]):.1f},{sy(p[1]):.1f}")
-                pen = "L"
+        if sx.log:
+            for p in line:
+                if p is None:
+                    pen = "M"
+                else:
+                    d.append(f"{pen}{sx(p[0]):.1f},{sy(p[1]):.1f}")
+                    pen = "L"
+        else:  # sx and sy written out: the same arithmetic, in the same order
+            x0, xlo, xspan, xsize = sx.start, sx.lo, sx.span, sx.size
+            y0, ylo, yspan, ysize = sy.start, sy.lo, sy.span, sy.size
+            for p in line:
+                if p is None:
+                    pen = "M"
+                else:
+                    d.append(f"{pen}{x0 + (p[0] - xlo) / xspan * xsize:.1f},{y0 - (p[1] - ylo) / yspan * ysize:.1f}")
+                    pen = "L"
         dash = ' stroke-dasharray="5,3"' if s.dash else ""
         parts.append(f'<g class="series" data-series="{escape(s.name)}" data-points="{len(good)}">')
         if d:
@@ -473,12 +498,12 @@ def timeline_chart(
 
 # --- telemetry ---------------------------------------------------------------------------------
 
-TELEMETRY_FIELDS: dict[str, tuple[str, str, Callable[[Any], float | None], float | None]] = {
-    # key: (title, unit, value from row, fixed y max)
-    "util_pct": ("GPU utilisation", "%", lambda v: v, 100.0),
+TELEMETRY_FIELDS: dict[str, tuple[str, str, Callable[[Any], float | None] | None, float | None]] = {
+    # key: (title, unit, value from row (None: as stored), fixed y max)
+    "util_pct": ("GPU utilisation", "%", None, 100.0),
     "mem_used_bytes": ("Memory used", "GiB", lambda v: v / 1024**3, None),
-    "power_w": ("Power", "W", lambda v: v, None),
-    "temp_c": ("Temperature", "°C", lambda v: v, None),
+    "power_w": ("Power", "W", None, None),
+    "temp_c": ("Temperature", "°C", None, None),
 }
 
 
@@ -521,7 +546,7 @@ def _telemetry_chart(
             if last is not None and t - last > gap_s:
                 points.append((t, None))
             value = row.get(key)
-            points.append((t, conv(value) if value is not None else None))
+            points.append((t, value if conv is None or value is None else conv(value)))
             last = t
         series.append(Series(f"GPU{gpu}", points))
     return line_chart(
