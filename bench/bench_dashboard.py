@@ -376,9 +376,13 @@ def main() -> None:
     try:
         hosts, gpus = build_fleet(tag, now)
         lab, lab_gpus = build_lab_host(tag, now, user)
-        with connection.cursor() as cursor:  # fresh statistics for the planner, as autovacuum would have
-            if connection.vendor == "postgresql":
-                cursor.execute("ANALYZE")
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            # The state autovacuum keeps a live database in: statistics for the planner, the
+            # visibility map set. Left to autovacuum, it would vacuum the fresh 1.5 million rows
+            # while the requests are timed.
+            cursor.execute("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
+        print(f"vacuumed and analysed in {time.perf_counter() - started:.1f}s")
         run(client_for(user), hosts, gpus, lab, lab_gpus)
     finally:
         if "DATABASE_URL" in os.environ:  # a real database: leave nothing behind
