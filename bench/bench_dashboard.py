@@ -192,20 +192,14 @@ def build_fleet(tag: str, now: datetime) -> tuple[list[Any], list[Any]]:
     )
     gpus = list(GPU.objects.filter(host__in=hosts).order_by("host_id", "index"))
     print(f"{len(hosts)} hosts, {len(gpus)} GPUs, {len(hosts)} revisions in {time.perf_counter() - started:.1f}s")
-    started = time.perf_counter()
-    rows = insert_rows(
-        GpuSample._meta.db_table,
-        SAMPLE_COLUMNS,
-        gpu_rows([g.pk for g in gpus], now - timedelta(hours=HOURS), now - timedelta(hours=1), now, RAW_STEP_S),
-    )
-    print(f"{rows:,} telemetry samples ({HOURS} h: rollups, last hour raw) in {time.perf_counter() - started:.1f}s")
-    started = time.perf_counter()
-    rows = insert_rows(
-        HostSample._meta.db_table,
-        USAGE_COLUMNS,
-        usage_rows([h.pk for h in hosts], now - timedelta(hours=HOURS), now - timedelta(hours=1), now, RAW_STEP_S),
-    )
-    print(f"{rows:,} CPU and memory samples in {time.perf_counter() - started:.1f}s")
+    window = (now - timedelta(hours=HOURS), now - timedelta(hours=1), now, RAW_STEP_S)
+    for what, model, columns, rows in (
+        ("GPU", GpuSample, SAMPLE_COLUMNS, gpu_rows([g.pk for g in gpus], *window)),
+        ("CPU and memory", HostSample, USAGE_COLUMNS, usage_rows([h.pk for h in hosts], *window)),
+    ):
+        started = time.perf_counter()
+        stored = insert_rows(model._meta.db_table, columns, rows)
+        print(f"{stored:,} {what} samples ({HOURS} h: rollups, last hour raw) in {time.perf_counter() - started:.1f}s")
     return hosts, gpus
 
 

@@ -332,24 +332,7 @@ def line_chart(
     parts += _axes(frame, xticks, yticks, sx, sy, x_label=x_label, y_label=y_label, x_fmt=x_fmt, y_fmt=fmt_number)
     for s, color, line in zip(series, colors, lines, strict=True):
         good = [p for p in line if p is not None]
-        d: list[str] = []
-        pen = "M"  # a None (or nan) lifts the pen: the line breaks there
-        if sx.log:
-            for p in line:
-                if p is None:
-                    pen = "M"
-                else:
-                    d.append(f"{pen}{sx(p[0]):.1f},{sy(p[1]):.1f}")
-                    pen = "L"
-        else:  # sx and sy written out: the same arithmetic, in the same order
-            x0, xlo, xspan, xsize = sx.start, sx.lo, sx.span, sx.size
-            y0, ylo, yspan, ysize = sy.start, sy.lo, sy.span, sy.size
-            for p in line:
-                if p is None:
-                    pen = "M"
-                else:
-                    d.append(f"{pen}{x0 + (p[0] - xlo) / xspan * xsize:.1f},{y0 - (p[1] - ylo) / yspan * ysize:.1f}")
-                    pen = "L"
+        d = _path(line, sx, sy)
         dash = ' stroke-dasharray="5,3"' if s.dash else ""
         parts.append(f'<g class="series" data-series="{escape(s.name)}" data-points="{len(good)}">')
         if d:
@@ -365,6 +348,29 @@ def line_chart(
     parts += _legend(frame, series, colors)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _path(line: Sequence[tuple[float, float] | None], sx: _Axis, sy: _Axis) -> list[str]:
+    """A polyline's path commands: M where the pen comes down (first, and after a None: the line
+    breaks there), L while it draws."""
+    if sx.log:
+        places = [f"{sx(p[0]):.1f},{sy(p[1]):.1f}" if p is not None else None for p in line]
+    else:  # sx and sy written out: the same arithmetic in the same order, without a call a point
+        x0, xlo, xspan, xsize = sx.start, sx.lo, sx.span, sx.size
+        y0, ylo, yspan, ysize = sy.start, sy.lo, sy.span, sy.size
+        places = [
+            None if p is None else f"{x0 + (p[0] - xlo) / xspan * xsize:.1f},{y0 - (p[1] - ylo) / yspan * ysize:.1f}"
+            for p in line
+        ]
+    d: list[str] = []
+    pen = "M"
+    for place in places:
+        if place is None:
+            pen = "M"
+        else:
+            d.append(pen + place)
+            pen = "L"
+    return d
 
 
 def _range(start: float, stop: float, step: float) -> Iterable[float]:
