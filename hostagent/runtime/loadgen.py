@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -49,6 +50,7 @@ ParseMetrics = Callable[[str], Mapping[str, float]]
 
 CHAT_PATH = "/v1/chat/completions"
 JSON_HEADERS = {"Content-Type": "application/json"}
+SESSION_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)  # each request has its own deadline
 DEATH_ERRORS = 3  # consecutive connection failures that mean the engine is gone (no health URL)
 
 
@@ -90,6 +92,29 @@ class _RunState:
         if self.status is None:
             self.status, self.reason = status, reason
         self.stop.set()
+
+
+@dataclass
+class _Attempt:
+    """One try at a request; `reused` is set by aiohttp's tracing when the pool lent a kept-alive
+    connection, `stale` when that connection failed before the server answered."""
+
+    timer: stats.StreamTimer
+    error: str | None = None
+    trouble: bool = False
+    reused: bool = False
+    stale: bool = False
+
+
+async def _on_reuse(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+    if isinstance(ctx.trace_request_ctx, _Attempt):
+        ctx.trace_request_ctx.reused = True
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    return trace
 
 
 def request_body(model: str, prompt: str, output_tokens: int, *, stream: bool = True) -> dict[str, Any]:
@@ -266,42 +291,57 @@ class LoadGenerator:
 
     # -- one request --------------------------------------------------------------------------
 
+    async def _attempt(self, client: aiohttp.ClientSession, payload: bytes) -> _Attempt:
+        """Send one streamed request and read it to the end, timed from just before sending."""
+        attempt = _Attempt(timer=stats.StreamTimer(start=time.perf_counter()))
+        answered = False
+        try:
+            async with asyncio.timeout(self.profile.timeout_s):
+                async with client.post(
+                    self.target.chat_url, data=payload, headers=JSON_HEADERS, trace_request_ctx=attempt
+                ) as resp:
+                    answered = True
+                    if resp.status != 200:
+                        text = (await resp.read()).decode(errors="replace")[:300]
+                        attempt.error = f"HTTP {resp.status}: {text}"
+                        attempt.trouble = resp.status >= 500
+                    else:
+                        attempt.error = await _read_sse(resp, attempt.timer)
+        except TimeoutError:
+            attempt.error, attempt.trouble = f"timed out after {self.profile.timeout_s} s", True
+        except aiohttp.ClientError as exc:
+            attempt.error = f"{type(exc).__name__}: {exc or 'connection closed'}"
+            attempt.trouble = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError)
+            attempt.stale = attempt.reused and not answered and _stale_socket(exc)
+        except json.JSONDecodeError as exc:
+            attempt.error = f"bad stream chunk: {exc}"
+        return attempt
+
     async def _one(
         self, client: aiohttp.ClientSession, prompt: Prompt, output_tokens: int, level_start: float
     ) -> tuple[RequestRecord, bool]:
         """One streamed request -> (record, engine_trouble): trouble = a connection failure,
-        a 5xx or a timeout, after which the engine's health is checked."""
+        a 5xx or a timeout, after which the engine's health is checked.
+
+        A pooled connection the server had already closed fails before any byte comes back
+        (the server's keep-alive and the client's reuse crossed): nothing was processed, so
+        the request is sent again once, on a connection of its own, and timed from then.
+        """
         payload = json.dumps(request_body(self.target.model, prompt.text, output_tokens)).encode()
-        for attempt in range(2):
-            start = time.perf_counter()
-            timer = stats.StreamTimer(start=start)
-            error: str | None = None
-            trouble = answered = False
-            try:
-                async with asyncio.timeout(self.profile.timeout_s):
-                    async with client.post(self.target.chat_url, data=payload, headers=JSON_HEADERS) as resp:
-                        answered = True
-                        if resp.status != 200:
-                            text = (await resp.read()).decode(errors="replace")[:300]
-                            error = f"HTTP {resp.status}: {text}"
-                            trouble = resp.status >= 500
-                        else:
-                            error = await _read_sse(resp, timer)
-            except TimeoutError:
-                error, trouble = f"timed out after {self.profile.timeout_s} s", True
-            except aiohttp.ClientError as exc:
-                error = f"{type(exc).__name__}: {exc or 'connection closed'}"
-                trouble = isinstance(exc, aiohttp.ClientConnectionError | aiohttp.ClientPayloadError)
-                if attempt == 0 and not answered and _stale_socket(exc):
-                    continue  # a pooled socket the server had just closed: nothing was processed
-            except json.JSONDecodeError as exc:
-                error = f"bad stream chunk: {exc}"
-            break
+        attempt = await self._attempt(client, payload)
+        retried = attempt.stale
+        if retried:
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(
+                headers=self._headers, connector=connector, timeout=SESSION_TIMEOUT
+            ) as fresh:
+                attempt = await self._attempt(fresh, payload)
+        timer, error = attempt.timer, attempt.error
         if error is None and not timer.ok:
             error = "no output chunk received"
         ms = 1000.0
         record = RequestRecord(
-            start_ms=(start - level_start) * ms,
+            start_ms=(timer.start - level_start) * ms,
             ok=error is None and timer.ok,
             ttft_ms=None if timer.ttft is None else timer.ttft * ms,
             e2e_ms=None if timer.e2e is None else timer.e2e * ms,
@@ -311,8 +351,9 @@ class LoadGenerator:
             output_chunks=timer.output_chunks,
             error=error,
             server_timings=timer.server_timings,
+            retried=retried,
         )
-        return record, trouble
+        return record, attempt.trouble
 
     async def _run_request(
         self,
@@ -415,11 +456,14 @@ class LoadGenerator:
         else:
             concurrency = max(profile.concurrency)
         # Idle connections expire before the server's own keep-alive timeout (llama.cpp's
-        # cpp-httplib: 5 s), so a request rarely lands on a socket the server just closed.
+        # cpp-httplib: 5 s), so a request rarely lands on a socket the server just closed;
+        # when one does, `_one` sends it again on a fresh connection.
         connector = aiohttp.TCPConnector(limit=concurrency + 4, keepalive_timeout=2.0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)  # each request has its own deadline
+        timeout = SESSION_TIMEOUT
         try:
-            async with aiohttp.ClientSession(headers=self._headers, connector=connector, timeout=timeout) as client:
+            async with aiohttp.ClientSession(
+                headers=self._headers, connector=connector, timeout=timeout, trace_configs=[_reuse_trace()]
+            ) as client:
                 await self._measure(client, state, profile, prompts, result)
         finally:
             self._callbacks.shutdown(wait=True)
@@ -495,7 +539,7 @@ class LoadGenerator:
 
 
 def _stale_socket(exc: aiohttp.ClientError) -> bool:
-    """A kept-alive connection the server closed (disconnected or reset), not a refused connect."""
+    """The connection was closed under the request (disconnected or reset), not refused."""
     return isinstance(exc, aiohttp.ServerDisconnectedError) or (
         isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError)
     )

@@ -29,6 +29,7 @@ class RequestRecord:
     output_chunks: int = 0
     error: str | None = None
     server_timings: dict[str, Any] | None = None  # llama.cpp `timings`, as sent
+    retried: bool = False  # sent again on a fresh connection after a stale kept-alive one; timed from then
 
     @property
     def tpot_ms(self) -> float | None:
@@ -74,6 +75,7 @@ class LevelResult:
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     goodput_requests_per_s: float | None = None  # only when SLOs were given
+    retried: int = 0  # requests sent again after a stale kept-alive connection (not failures)
     slos: dict[str, float] = field(default_factory=dict)
     requests: list[RequestRecord] = field(default_factory=list)
 
@@ -146,6 +148,7 @@ def build_level(
         input_tokens_mean=stats.mean(r.input_tokens for r in good if r.input_tokens is not None),
         output_tokens_mean=stats.mean(r.output_tokens for r in good if r.output_tokens is not None),
         goodput_requests_per_s=goodput,
+        retried=sum(1 for r in records if r.retried),
         slos=dict(slos or {}),
         requests=list(records),
     )
@@ -182,6 +185,11 @@ class RunResult:
     def output_tokens(self) -> int:
         return sum(level.output_tokens_sum for level in self.levels)
 
+    @property
+    def retried(self) -> int:
+        """Requests sent again on a fresh connection, over all levels."""
+        return sum(level.retried for level in self.levels)
+
     def set_energy(self, energy_j: float | None, avg_power_w: float | None, source: str | None) -> None:
         """Record energy and derive the per-token figures (None when unknown, never 0)."""
         self.energy_j = energy_j
@@ -204,6 +212,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["levels"] = [level.to_dict() for level in self.levels]
+        data["retried"] = self.retried
         return data
 
     @classmethod

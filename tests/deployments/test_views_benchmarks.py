@@ -47,7 +47,9 @@ def served(catalog):
     return host
 
 
-def record_run(revision, *, speed: float = 1.0, levels=(1, 4), energy_j: float | None = 12.0) -> BenchmarkRun:
+def record_run(
+    revision, *, speed: float = 1.0, levels=(1, 4), energy_j: float | None = 12.0, retried: int = 0
+) -> BenchmarkRun:
     """A finished run with results built by the real aggregation code."""
     op = Operation.objects.create(
         kind="benchmark", host=revision.host, revision=revision, state="succeeded", exclusive=False
@@ -78,6 +80,7 @@ def record_run(revision, *, speed: float = 1.0, levels=(1, 4), energy_j: float |
                 input_tokens=64,
                 output_tokens=16,
                 output_chunks=16,
+                retried=i < retried,
             )
             for i in range(4)
         ]
@@ -260,6 +263,15 @@ def test_results_page_with_plots_energy_and_commands(client, viewer, served):
     assert "J</strong>" in html and "tok/Wh" in html  # energy per token is known
     assert "vllm bench serve" in html and "--max-concurrency 4" in html and "guidellm benchmark" in html
     assert reverse("deployments:benchmark_export", args=[run.pk]) in html
+
+
+def test_requests_sent_again_after_a_stale_connection_are_shown_not_failed(client, viewer, served):
+    client.force_login(viewer)
+    plain = client.get(reverse("deployments:benchmark_detail", args=[record_run(active_revision_of(served)).pk]))
+    assert b"fresh connection" not in plain.content
+    run = record_run(active_revision_of(served), retried=1)
+    html = client.get(reverse("deployments:benchmark_detail", args=[run.pk])).content.decode()
+    assert html.count('4 / 0<br><span class="sub">1 sent again on a fresh connection</span>') == 2
 
 
 def test_results_without_energy_say_unknown(client, viewer, served):
