@@ -197,7 +197,7 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DJANGO_CONN_MAX_AGE", d
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The dashboard's rendered host cards and table rows (deployments.views.host_cards), per web
+# The dashboard's rendered host cards and table rows (deployments.views.dashboard), per web
 # process: each host has up to four (card, row, each whole or as a swap). Django's default of
 # 300 entries would cull them at a hundred hosts and render them again on the next poll.
 CACHES = {
@@ -217,7 +217,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "hardware:dashboard"
+LOGIN_REDIRECT_URL = "dashboard:index"
 LOGOUT_REDIRECT_URL = "login"
 
 # --- Login throttling (django-axes) -----------------------------------------------------------

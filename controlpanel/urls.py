@@ -39,6 +39,7 @@ urlpatterns = [
     path("agent/v1/", include("deployments.agent_api.urls")),
     # Browsers ask for /favicon.ico whatever the page links: send them to the static icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("", include("deployments.dashboard_urls")),
     path("", include("deployments.host_urls")),
     path("", include("deployments.urls")),
 ]

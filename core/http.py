@@ -1,15 +1,21 @@
 """View helpers every app shares: one URL for a GET view and a POST view (each keeps its own method and
-role decorators), whether an htmx request wants a fragment, and a form handed to a service."""
+role decorators), whether an htmx request wants a fragment, a form handed to a service, and
+fragments rendered once per what they show."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import hashlib
+from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import Any, TypeVar
 
 from django import forms
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.template.loader import get_template, render_to_string
+from django.utils.safestring import SafeString, mark_safe
 
 View = Callable[..., HttpResponse]
 T = TypeVar("T")
@@ -52,3 +58,22 @@ def form_save(form: forms.Form, save: Callable[[dict[str, Any]], T]) -> T | None
     except ValidationError as exc:
         service_errors_on(form, exc)
         return None
+
+
+@functools.cache
+def template_version(*names: str) -> str:
+    """Ten hex digits of these templates' own text: a rendering kept under it is never served
+    once a template changed."""
+    sources = [get_template(name).template.source for name in names]
+    return hashlib.blake2b("\0".join(sources).encode(), digest_size=5).hexdigest()
+
+
+def cached_render(template: str, key: str, context: Callable[[], Mapping[str, Any]], *, seconds: int) -> SafeString:
+    """`template` rendered with `context()` once per `key` (a digest of everything the rendering
+    shows) and template text, then read from the cache: `context` is called only to render."""
+    cache_key = f"fragment:{template}:{template_version(template)}:{key}"
+    html: str | None = cache.get(cache_key)
+    if html is None:
+        html = render_to_string(template, dict(context()))
+        cache.set(cache_key, html, seconds)
+    return mark_safe(html)  # noqa: S308 - our own template's output

@@ -1,6 +1,6 @@
 """The host pages' URLs. They keep their `hardware:` names (templates and tests reverse them),
 though the views that put hosts beside revisions and operations live in `deployments.views.hosts`;
-the agent-token view is `hardware`'s own."""
+the agent-token view is `hardware`'s own. (The dashboard's are `deployments.dashboard_urls`.)"""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from hardware import token_views
 app_name = "hardware"
 
 urlpatterns = [
-    path("", views.dashboard, name="dashboard"),
-    path("hosts/cards/", views.host_cards_partial, name="host_cards"),
     path("hosts/<slug:name>/", views.host_detail, name="host_detail"),
+    path("hosts/<slug:name>/card/", views.host_card, name="host_card"),
     path("hosts/<slug:name>/telemetry/", views.host_telemetry, name="host_telemetry"),
     path("hosts/<slug:name>/probe/", views.host_probe, name="host_probe"),
     path("hosts/<slug:name>/stop/", views.host_stop, name="host_stop"),

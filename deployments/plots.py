@@ -114,12 +114,26 @@ def fmt_clock(ts: float) -> str:
 
 
 def _finite(v: Any) -> bool:
+    kind = type(v)  # floats and ints first: a telemetry chart asks this of some 20,000 values
+    if kind is float:
+        return bool(v - v == 0.0)  # nan and ±inf give nan
+    if kind is int:
+        return True
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _point(x: Any, y: Any) -> tuple[float, float] | None:
+    return (float(x), float(y)) if _finite(x) and _finite(y) else None
+
+
 def _bounds(series: Sequence[Series]) -> tuple[list[float], list[float]]:
-    xs = [float(x) for s in series for x, y in s.points if _finite(x) and _finite(y)]
-    ys = [float(y) for s in series for x, y in s.points if _finite(x) and _finite(y)]  # type: ignore[arg-type]
+    xs: list[float] = []
+    ys: list[float] = []
+    for s in series:
+        for x, y in s.points:
+            if _finite(x) and _finite(y):
+                xs.append(float(x))
+                ys.append(float(y))  # type: ignore[arg-type]
     return xs, ys
 
 
@@ -229,7 +243,7 @@ def _scales(
     y_max: float | None,
     x_ticks: int,
     x_levels: bool = False,
-) -> tuple[list[float], list[float], Callable[[float], float], Callable[[float], float]]:
+) -> tuple[list[float], list[float], _Axis, _Axis]:
     """Ticks and scales. `x_levels`: x values are load levels (concurrency 1, 2, 4, ...): one
     tick per level, a little padding, and a log2 axis when they span a factor of 8 or more."""
     lo_y = min(ys) if y_min is None else min(y_min, min(ys))
@@ -253,13 +267,27 @@ def _scales(
         xticks = [t for t in nice_ticks(lo_x, hi_x, x_ticks) if lo_x <= t <= hi_x] or [lo_x, hi_x]
         lo_f, hi_f = lo_x, hi_x
 
-    def sx(x: float) -> float:
-        return frame.left + (fx(x) - lo_f) / (hi_f - lo_f) * frame.plot_w
-
-    def sy(y: float) -> float:
-        return frame.top + frame.plot_h - (y - ya) / (yb - ya) * frame.plot_h
-
+    sx = _Axis(frame.left, lo_f, hi_f - lo_f, frame.plot_w, log=log)
+    sy = _Axis(frame.top + frame.plot_h, ya, yb - ya, frame.plot_h, up=True)
     return xticks, yticks, sx, sy
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """A value's position on the canvas: `start + (value - lo) / span * size` (log2 of the value
+    on a log axis; minus for a y axis, which grows up). Its numbers are read once: line_chart
+    scales a telemetry chart's some 3,000 points with them without a call each."""
+
+    start: float
+    lo: float
+    span: float
+    size: float
+    log: bool = False
+    up: bool = False
+
+    def __call__(self, value: float) -> float:
+        offset = ((math.log2(value) if self.log else value) - self.lo) / self.span * self.size
+        return self.start - offset if self.up else self.start + offset
 
 
 # --- generic charts ----------------------------------------------------------------------------
@@ -282,7 +310,15 @@ def line_chart(
     """One polyline per series; None values break the line. `x_time`: x is epoch seconds;
     `x_levels`: x is a load level (one tick per level, log2 axis over a wide sweep)."""
     frame = frame or Frame()
-    xs, ys = _bounds(series)
+    # Each point once as floats, None where the line breaks (a telemetry chart has some 3,000:
+    # plain finite floats pass without a call).
+    lines = [
+        # finite floats as they are (x - x is nan for nan and ±inf), anything else through _point
+        [(x, y) if type(x) is type(y) is float and x - x == y - y == 0.0 else _point(x, y) for x, y in s.points]
+        for s in series
+    ]
+    xs = [p[0] for line in lines for p in line if p is not None]
+    ys = [p[1] for line in lines for p in line if p is not None]
     if not xs:
         return _empty(frame, title, "line", empty_message)
     frame = _with_legend(frame, series)
@@ -295,16 +331,9 @@ def line_chart(
     colors = _colors(series)
     parts = _open(frame, title, "line")
     parts += _axes(frame, xticks, yticks, sx, sy, x_label=x_label, y_label=y_label, x_fmt=x_fmt, y_fmt=fmt_number)
-    for s, color in zip(series, colors, strict=True):
-        good = [(x, y) for x, y in s.points if _finite(x) and _finite(y)]
-        d: list[str] = []
-        pen_up = True
-        for x, y in s.points:
-            if not (_finite(x) and _finite(y)):
-                pen_up = True
-                continue
-            d.append(f"{'M' if pen_up else 'L'}{sx(float(x)):.1f},{sy(float(y)):.1f}")  # type: ignore[arg-type]
-            pen_up = False
+    for s, color, line in zip(series, colors, lines, strict=True):
+        good = [p for p in line if p is not None]
+        d = _path(line, sx, sy)
         dash = ' stroke-dasharray="5,3"' if s.dash else ""
         parts.append(f'<g class="series" data-series="{escape(s.name)}" data-points="{len(good)}">')
         if d:
@@ -312,14 +341,37 @@ def line_chart(
         if markers or len(good) == 1:
             for x, y in good:
                 parts.append(
-                    f'<circle cx="{sx(float(x)):.1f}" cy="{sy(float(y)):.1f}" r="3" fill="{color}">'  # type: ignore[arg-type]
-                    f"<title>{escape(s.name)}: {escape(x_fmt(float(x)))} → {escape(fmt_number(float(y)))}</title>"  # type: ignore[arg-type]
+                    f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}">'
+                    f"<title>{escape(s.name)}: {escape(x_fmt(x))} → {escape(fmt_number(y))}</title>"
                     "</circle>"
                 )
         parts.append("</g>")
     parts += _legend(frame, series, colors)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _path(line: Sequence[tuple[float, float] | None], sx: _Axis, sy: _Axis) -> list[str]:
+    """A polyline's path commands: M where the pen comes down (first, and after a None: the line
+    breaks there), L while it draws."""
+    if sx.log:
+        places = [f"{sx(p[0]):.1f},{sy(p[1]):.1f}" if p is not None else None for p in line]
+    else:  # sx and sy written out: the same arithmetic in the same order, without a call a point
+        x0, xlo, xspan, xsize = sx.start, sx.lo, sx.span, sx.size
+        y0, ylo, yspan, ysize = sy.start, sy.lo, sy.span, sy.size
+        places = [
+            None if p is None else f"{x0 + (p[0] - xlo) / xspan * xsize:.1f},{y0 - (p[1] - ylo) / yspan * ysize:.1f}"
+            for p in line
+        ]
+    d: list[str] = []
+    pen = "M"
+    for place in places:
+        if place is None:
+            pen = "M"
+        else:
+            d.append(pen + place)
+            pen = "L"
+    return d
 
 
 def _range(start: float, stop: float, step: float) -> Iterable[float]:
@@ -453,12 +505,12 @@ def timeline_chart(
 
 # --- telemetry ---------------------------------------------------------------------------------
 
-TELEMETRY_FIELDS: dict[str, tuple[str, str, Callable[[Any], float | None], float | None]] = {
-    # key: (title, unit, value from row, fixed y max)
-    "util_pct": ("GPU utilisation", "%", lambda v: v, 100.0),
+TELEMETRY_FIELDS: dict[str, tuple[str, str, Callable[[Any], float | None] | None, float | None]] = {
+    # key: (title, unit, value from row (None: as stored), fixed y max)
+    "util_pct": ("GPU utilisation", "%", None, 100.0),
     "mem_used_bytes": ("Memory used", "GiB", lambda v: v / 1024**3, None),
-    "power_w": ("Power", "W", lambda v: v, None),
-    "temp_c": ("Temperature", "°C", lambda v: v, None),
+    "power_w": ("Power", "W", None, None),
+    "temp_c": ("Temperature", "°C", None, None),
 }
 
 
@@ -476,17 +528,32 @@ def telemetry_chart(
     frame: Frame | None = None,
 ) -> str:
     """One line per GPU of one telemetry field; a hole longer than `gap_s` breaks the line."""
+    return _telemetry_chart(rows_by_gpu, key, _times(rows_by_gpu), gap_s=gap_s, frame=frame)
+
+
+def _times(rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]]) -> dict[Any, list[float]]:
+    """Each row's time in epoch seconds, read once for all of a GPU's charts."""
+    return {gpu: [_epoch(row["ts"]) for row in rows] for gpu, rows in rows_by_gpu.items()}
+
+
+def _telemetry_chart(
+    rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]],
+    key: str,
+    times: Mapping[Any, Sequence[float]],
+    *,
+    gap_s: float = 180.0,
+    frame: Frame | None = None,
+) -> str:
     title, unit, conv, y_max = TELEMETRY_FIELDS[key]
     series = []
     for gpu, rows in rows_by_gpu.items():
         points: list[Point] = []
         last: float | None = None
-        for row in rows:
-            t = _epoch(row["ts"])
+        for t, row in zip(times[gpu], rows, strict=True):
             if last is not None and t - last > gap_s:
                 points.append((t, None))
             value = row.get(key)
-            points.append((t, conv(value) if value is not None else None))
+            points.append((t, value if conv is None or value is None else conv(value)))
             last = t
         series.append(Series(f"GPU{gpu}", points))
     return line_chart(
@@ -501,7 +568,8 @@ def telemetry_chart(
 
 
 def telemetry_charts(rows_by_gpu: Mapping[Any, Sequence[Mapping[str, Any]]]) -> dict[str, str]:
-    return {key: telemetry_chart(rows_by_gpu, key) for key in TELEMETRY_FIELDS}
+    times = _times(rows_by_gpu)
+    return {key: _telemetry_chart(rows_by_gpu, key, times) for key in TELEMETRY_FIELDS}
 
 
 # --- benchmarks --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Count, FloatField, Func, Max, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
@@ -36,22 +36,50 @@ def offline_reason(host: Host) -> str:
     )
 
 
-def gpu_series(*, host: Host, hours: float = 1.0) -> dict[int, list[dict[str, Any]]]:
-    """The last `hours` of telemetry per GPU index, oldest first, in one query.
+# Raw samples and one-minute rollups (hardware.services.telemetry_rollup): naming both lets a
+# window's read use the (gpu|host, resolution_s, ts) index for its time range.
+RESOLUTIONS = (0, 60)
+
+
+def window_start(hours: float, now: datetime | None = None) -> datetime:
+    """Where a window of the last `hours` begins."""
+    return (now or timezone.now()) - timedelta(hours=hours)
+
+
+class Epoch(Func):
+    """A timestamp as seconds since 1970, a float: the charts' own unit, and a plain number to
+    read (Django reads a timestamp through a Python loader: a few µs a row, most of reading a
+    window of samples)."""
+
+    output_field = FloatField()
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        # SQLite keeps UTC as text; julianday() reads it (to about 10 µs at today's dates).
+        template = "((julianday(%(expressions)s) - 2440587.5) * 86400.0)"
+        return self.as_sql(compiler, connection, template=template, **extra_context)
+
+
+GPU_SERIES = ("util_pct", "mem_used_bytes", "power_w", "temp_c")
+
+
+def gpu_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> dict[int, list[dict[str, Any]]]:
+    """The last `hours` of telemetry per GPU index, oldest first, in one query; each row's `ts`
+    in epoch seconds.
 
     Raw samples where there are any; where the raw samples are gone (older than the raw
     retention, or never taken), the one-minute rollups fill in before the first raw sample.
     """
-    since = timezone.now() - timedelta(hours=hours)
     rows = (
-        GpuSample.objects.filter(gpu__host=host, ts__gte=since)
+        GpuSample.objects.filter(gpu__host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("gpu__index", "ts")
-        .values("gpu__index", "ts", "util_pct", "mem_used_bytes", "power_w", "temp_c", "resolution_s")
+        .values_list("gpu__index", "resolution_s", Epoch("ts"), *GPU_SERIES)
     )
     raw: dict[int, list[dict[str, Any]]] = {}
     rollups: dict[int, list[dict[str, Any]]] = {}
-    for row in rows:
-        (raw if row["resolution_s"] == 0 else rollups).setdefault(row["gpu__index"], []).append(row)
+    for index, resolution, *values in rows:
+        row = dict(zip(("ts", *GPU_SERIES), values, strict=True), resolution_s=resolution)
+        (raw if resolution == 0 else rollups).setdefault(index, []).append(row)
     series: dict[int, list[dict[str, Any]]] = {}
     for index in sorted(set(raw) | set(rollups)):
         fine = raw.get(index, [])
@@ -61,14 +89,18 @@ def gpu_series(*, host: Host, hours: float = 1.0) -> dict[int, list[dict[str, An
     return series
 
 
-def engine_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
-    """The last `hours` of the engine's own metrics (raw samples, and rollups where they are gone)."""
-    since = timezone.now() - timedelta(hours=hours)
-    return list(
-        EngineSample.objects.filter(host=host, ts__gte=since)
+ENGINE_SERIES = ("requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
+
+
+def engine_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The last `hours` of the engine's own metrics (raw samples, and rollups where they are
+    gone); each row's `ts` in epoch seconds."""
+    rows = (
+        EngineSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("ts")
-        .values("ts", "requests_running", "requests_waiting", "kv_cache_usage", "generation_tokens_total")
+        .values_list(Epoch("ts"), *ENGINE_SERIES)
     )
+    return [dict(zip(("ts", *ENGINE_SERIES), row, strict=True)) for row in rows]
 
 
 # What a host's card shows of its latest CPU and memory sample: Host attribute <- HostSample column.
@@ -89,13 +121,28 @@ def latest_usage() -> dict[str, Subquery]:
 USAGE_BYTES = ("mem_total_bytes", "mem_available_bytes", "swap_total_bytes", "swap_used_bytes")
 
 
-def usage_series(*, host: Host, hours: float = 1.0) -> list[dict[str, Any]]:
+def usage_series(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> list[dict[str, Any]]:
     """The last `hours` of the host's CPU and memory, oldest first (raw samples, and rollups
     where they are gone), each with the RAM in use (`mem_used_bytes`)."""
-    since = timezone.now() - timedelta(hours=hours)
     rows = (
-        HostSample.objects.filter(host=host, ts__gte=since)
+        HostSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=window_start(hours, now))
         .order_by("ts")
         .values("ts", "cpu_pct", "load_1", "load_5", "load_15", *USAGE_BYTES)
     )
     return [{**row, "mem_used_bytes": used_memory(row["mem_total_bytes"], row["mem_available_bytes"])} for row in rows]
+
+
+def telemetry_stamp(*, host: Host, hours: float = 1.0, now: datetime | None = None) -> tuple[int, ...]:
+    """Which samples the windows of `gpu_series`, `engine_series` and `usage_series` hold (3
+    queries): how many and the newest id of each. Samples are never edited and ids only grow, so
+    an equal stamp means the same rows: what is drawn from them can be kept under it."""
+    since = window_start(hours, now)
+    stamp: list[int] = []
+    for rows in (
+        GpuSample.objects.filter(gpu__host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+        EngineSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+        HostSample.objects.filter(host=host, resolution_s__in=RESOLUTIONS, ts__gte=since),
+    ):
+        found = rows.aggregate(n=Count("id"), last=Max("id"))
+        stamp += [found["n"], found["last"] or 0]
+    return tuple(stamp)

@@ -23,9 +23,10 @@ CHANNEL = "00000000-0000-0000-0000-0000000000c1"
 RULE = "00000000-0000-0000-0000-0000000000a1"
 # name -> (kwargs, GET role, POST role or None when the URL takes no POST)
 ACCESS: dict[str, tuple[dict, str, str | None]] = {
-    "hardware:dashboard": ({}, "viewer", None),
-    "hardware:host_cards": ({}, "viewer", None),
+    "dashboard:index": ({}, "viewer", None),
+    "dashboard:cards": ({}, "viewer", None),
     "hardware:host_detail": ({"name": "h1"}, "viewer", None),
+    "hardware:host_card": ({"name": "h1"}, "viewer", None),
     "hardware:host_telemetry": ({"name": "h1"}, "viewer", None),
     "hardware:host_probe": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_stop": ({"name": "h1"}, "viewer", "operator"),
@@ -245,7 +246,7 @@ def test_operator_cannot_post_to_admin_urls(client, world, operator, name):
 def test_user_without_role_is_refused(client, world, django_user_model):
     nobody = django_user_model.objects.create_user("nobody", password="x")
     client.force_login(nobody)
-    assert client.get(reverse("hardware:dashboard")).status_code == 403
+    assert client.get(reverse("dashboard:index")).status_code == 403
 
 
 def test_login_page_and_signed_in_dashboard(client, world, viewer):

@@ -122,9 +122,9 @@ def test_every_page_and_fragment_carries_the_strict_policy_and_needs_nothing_it_
             checked += 1
     assert checked > 40
     # The dashboard's bars are drawn by class, not style attributes.
-    cards = client.get(reverse("hardware:dashboard")).content.decode()
+    cards = client.get(reverse("dashboard:index")).content.decode()
     assert 'class="w37"' in cards
-    table = client.get(reverse("hardware:dashboard") + "?view=table").content.decode()
+    table = client.get(reverse("dashboard:index") + "?view=table").content.decode()
     assert 'class="w37"' in table
 
 
@@ -133,7 +133,7 @@ def test_a_bar_past_full_or_below_empty_is_drawn_full_or_empty(client: Client, w
     gpu = world.gpus.get()
     GpuSample.objects.create(gpu=gpu, ts=timezone.now(), util_pct=-5, mem_used_bytes=gpu.memory_bytes * 3)
     client.force_login(viewer)
-    cards = client.get(reverse("hardware:dashboard")).content.decode()
+    cards = client.get(reverse("dashboard:index")).content.decode()
     assert 'class="w100"' in cards and 'class="w0"' in cards
 
 
@@ -194,7 +194,7 @@ def test_no_template_needs_unsafe_inline_or_eval():
 
 def test_htmx_is_told_to_inject_no_style_and_evaluate_nothing(client: Client, viewer):
     client.force_login(viewer)
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     config = re.search(r"<meta name=\"htmx-config\" content='([^']*)'>", page)
     assert config, "no htmx-config meta"
     assert json.loads(config.group(1)) == {"includeIndicatorStyles": False, "allowEval": False}

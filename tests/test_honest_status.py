@@ -197,7 +197,7 @@ def test_the_log_folds_repeated_health_polls_into_one_line_with_a_count(client, 
 
 
 def _card(client, host) -> str:
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     return page[page.index(f'data-host="{host.name}"') :].split("</article>", 1)[0]
 
 
@@ -288,7 +288,7 @@ def test_500_page_renders_without_a_request():
 
 def test_every_page_links_the_favicon_and_it_is_served(client, operator):
     client.force_login(operator)
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     assert 'rel="icon" href="/static/favicon.svg"' in page
     assert (Path(settings.BASE_DIR) / "static" / "favicon.svg").read_text().startswith("<svg")
     assert client.get("/favicon.ico")["Location"] == "/static/favicon.svg"
@@ -303,7 +303,7 @@ def test_no_native_confirm_in_templates_and_the_in_page_dialog_is_there(client, 
     ]
     assert offenders == []
     client.force_login(operator)
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     assert '<dialog id="confirm-dialog"' in page and "/static/js/confirm.js" in page
     script = (Path(settings.BASE_DIR) / "static" / "js" / "confirm.js").read_text()
     assert "htmx:confirm" in script and "issueRequest(true)" in script and "window.confirm" not in script

@@ -223,7 +223,6 @@ QUERY_TEXT = [
     ("deployments:revision_list", {"host": "h1"}, "engine"),
     ("deployments:revision_list", {"host": "h1"}, "author"),
     ("deployments:revision_list", {"host": "h1"}, "tag"),
-    ("hardware:host_cards", {}, "host"),
     ("deployments:benchmark_list", {"host": "h1"}, "a"),
 ]
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def _login_works(client, username: str, password: str) -> bool:
     client.logout()
     response = client.post("/accounts/login/", {"username": username, "password": password})
-    return response.status_code == 302 and response.url == reverse("hardware:dashboard")
+    return response.status_code == 302 and response.url == reverse("dashboard:index")
 
 
 def _fresh(user: User) -> User:
@@ -128,9 +128,9 @@ def test_only_a_superuser_changes_a_superuser(admin_user, django_user_model):
 
 def test_deactivation_ends_sessions_and_reactivation_restores_sign_in(client, admin_user, viewer):
     client.force_login(viewer)
-    assert client.get(reverse("hardware:dashboard")).status_code == 200
+    assert client.get(reverse("dashboard:index")).status_code == 200
     services.person_set_active(user=viewer, active=False, actor=admin_user)
-    response = client.get(reverse("hardware:dashboard"))
+    response = client.get(reverse("dashboard:index"))
     assert response.status_code == 302 and response.url.startswith("/accounts/login/")
     assert not _login_works(client, "vera", "pw-vera")
     services.person_set_active(user=viewer, active=True, actor=admin_user)
@@ -144,7 +144,7 @@ def test_deactivation_ends_sessions_and_reactivation_restores_sign_in(client, ad
 def test_password_reset_replaces_the_password_and_ends_sessions(client, admin_user, viewer):
     client.force_login(viewer)
     new = services.person_reset_password(user=viewer, actor=admin_user)
-    response = client.get(reverse("hardware:dashboard"))
+    response = client.get(reverse("dashboard:index"))
     assert response.status_code == 302  # the old session is gone
     assert not _login_works(client, "vera", "pw-vera")
     assert _login_works(client, "vera", new.password)
@@ -232,7 +232,7 @@ def test_unlock_from_the_page(client, admin_user, viewer, settings):
 
 def test_navigation_shows_people_to_admins_only(client, admin_user, operator):
     client.force_login(operator)
-    assert b'href="/people/"' not in client.get(reverse("hardware:dashboard")).content
+    assert b'href="/people/"' not in client.get(reverse("dashboard:index")).content
     client.force_login(admin_user)
-    page = client.get(reverse("hardware:dashboard")).content
+    page = client.get(reverse("dashboard:index")).content
     assert b'href="/people/"' in page and b"Django admin" not in page  # admins by group are not superusers

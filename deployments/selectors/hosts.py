@@ -5,37 +5,66 @@ of hosts. (Reads of hosts alone, telemetry and why a host is offline, are `hardw
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
-from django.db.models import F, Prefetch, QuerySet
-from django.utils import timezone
+from django.db.models import Count, F, OuterRef, Prefetch, QuerySet, Subquery, TextField, Window
+from django.db.models.functions import MD5, Cast, JSONArray, RowNumber
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.runtime_bridge import launch_knobs
-from deployments.selectors.card_index import (
-    GPU_FIELDS,
-    HOST_FIELDS,
-    OP_FIELDS,
-    PEERS_SHOWN,
-    REVISION_FIELDS,
-    CardIndex,
-    fingerprint,
-    gpus_part,
-    latest_sample_id,
-    shown_gpus,
-    usage_view,
-    values_of,
-)
-from hardware.models import GPU, GpuSample, Host
+from hardware.models import GPU, GpuSample, Host, used_memory
 from hardware.selectors import LATEST_USAGE, latest_usage, offline_reason, reported_ago
-from serving.planner import CatalogModel, GgufKvFacts, WhatFitsCell, what_fits
+from serving.planner import CatalogModel, GgufKvFacts, GpuSpec, WhatFitsCell, what_fits
 from serving.planner.whatfits import DEFAULT_CONTEXTS
+
+# The GPUs a card, a table row, the host page and the API's host list name, by index; a host that
+# reported more (stored before its agent's reports were bounded) shows "and N more": 5,000 GPU rows
+# made its page 13 MiB.
+GPUS_SHOWN = 64
+PEERS_SHOWN = 16  # a GPU's P2P peers the host page lists
+
+
+def shown_gpus(gpus: QuerySet[GPU]) -> QuerySet[GPU]:
+    """The first GPUS_SHOWN GPUs of each host by index, each with `gpus_of_host`, how many its host has."""
+    return gpus.annotate(
+        nth=Window(RowNumber(), partition_by=[F("host_id")], order_by=F("index").asc()),
+        gpus_of_host=Window(Count("id"), partition_by=[F("host_id")]),
+    ).filter(nth__lte=GPUS_SHOWN)
+
+
+def latest_sample_id() -> Subquery:
+    """A GPU's latest raw sample's id, for `.annotate(latest_sample_id=...)` on GPUs."""
+    return Subquery(GpuSample.objects.filter(gpu=OuterRef("pk"), resolution_s=0).order_by("-ts").values("pk")[:1])
+
+
+CPU_STEP = 5  # a card's CPU busy figure, in steps of this many percent
+RAM_STEPS = 100  # a card's RAM used figure, in this many steps of the host's total
+GIB = 1024**3
+
+
+def usage_view(latest: Mapping[str, Any]) -> dict[str, str]:
+    """What a card and a table row show of a host's latest CPU and memory sample (`latest` holds
+    hardware.selectors.LATEST_USAGE), rounded so that noise changes nothing: CPU busy to
+    CPU_STEP %, RAM used to a RAM_STEPS-th of the total (a quarter GiB of 24). {} when none."""
+    cpu_pct, mem_total = latest.get("usage_cpu_pct"), latest.get("usage_mem_total")
+    view: dict[str, str] = {}
+    if cpu_pct is not None:
+        cpu = CPU_STEP * round(min(100.0, max(0.0, cpu_pct)) / CPU_STEP)
+        view.update(cpu=f"{cpu}%", cpu_pct=str(cpu))
+    used = used_memory(mem_total, latest.get("usage_mem_available"))
+    if mem_total and used is not None:
+        steps = round(RAM_STEPS * min(1.0, used / mem_total))
+        view.update(
+            ram=f"{mem_total * steps / RAM_STEPS / GIB:.1f} / {mem_total / GIB:.1f} GiB",
+            ram_pct=f"{100 * steps // RAM_STEPS}",
+        )
+    return view
 
 
 @dataclass
@@ -149,6 +178,10 @@ class HostCard:
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
     gpus_more: int = 0  # the host's GPUs past the GPUS_SHOWN in `gpus`
+    # The dashboard's fingerprint of what this card was built from (deployments.selectors.dashboard):
+    # equal versions render the same card, so the dashboard sends only cards whose version the
+    # browser does not have. "" where no one caches the card (the host page, the API).
+    version: str = ""
 
     @property
     def gpus_more_label(self) -> str:
@@ -220,30 +253,8 @@ class HostCard:
 
     @cached_property
     def usage(self) -> dict[str, str]:
-        """The host's CPU busy and RAM used, rounded as its fingerprint has them (`usage_view`)."""
+        """The host's CPU busy and RAM used, rounded (`usage_view`)."""
         return usage_view({name: getattr(self.host, name, None) for name in LATEST_USAGE})
-
-    @cached_property
-    def version(self) -> str:
-        """A fingerprint of everything the card shows (deployments.selectors.card_index): equal
-        fingerprints render the same card; the dashboard sends only cards whose fingerprint the
-        browser does not have."""
-        host, op = self.host, self.operation
-        revision = active_revision_of(host)
-        return fingerprint(
-            values_of(host, HOST_FIELDS),
-            host.last_heartbeat,
-            values_of(revision, REVISION_FIELDS),
-            revision.model_variant.name if revision is not None else "",
-            gpus_part(
-                [(*values_of(g.gpu, GPU_FIELDS), g.sample.pk if g.sample is not None else None) for g in self.gpus],
-                self.gpus_more,
-            ),
-            values_of(op, OP_FIELDS),
-            op.revision.number if op is not None and op.revision is not None else None,
-            timezone.now(),
-            self.usage,
-        )
 
 
 def host_list() -> QuerySet[Host]:
@@ -273,18 +284,19 @@ CARD_UNREAD = (
 
 
 CARD_SAMPLE = ("gpu_id", "util_pct", "mem_used_bytes", "power_w", "temp_c")  # what a card shows of a sample
+CARD_GPU = ("id", "host_id", "index", "name", "memory_bytes", "power_limit_w")  # and of a GPU
 
 
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries.
     Without `hosts`: every host (the API's list), leaving CARD_UNREAD unread. (The dashboard reads
-    its cards through card_index and index_cards.)"""
+    its cards through deployments.selectors.dashboard.)"""
     gpu_qs = shown_gpus(GPU.objects.annotate(latest_sample_id=latest_sample_id())).order_by("index")
     sample_qs = GpuSample.objects.all()
     gpus: dict[int, list[GPU]] = {}
     if hosts is None:  # every host: GPUs grouped here (prefetch's bookkeeping cost more than the rows)
         hosts_list = list(host_list().defer(*CARD_UNREAD))
-        for gpu in gpu_qs.only(*GPU_FIELDS).filter(host_id__in=[h.pk for h in hosts_list]):
+        for gpu in gpu_qs.only(*CARD_GPU).filter(host_id__in=[h.pk for h in hosts_list]):
             gpus.setdefault(gpu.host_id, []).append(gpu)
         sample_qs = sample_qs.only(*CARD_SAMPLE)
     else:
@@ -315,29 +327,6 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
 def _more(gpus: list[GPU]) -> int:
     """How many GPUs the host has past these (each read with its host's count, `shown_gpus`)."""
     return gpus[0].gpus_of_host - len(gpus) if gpus else 0  # type: ignore[attr-defined]
-
-
-def index_cards(index: CardIndex, host_ids: Sequence[int]) -> list[HostCard]:
-    """The cards of these hosts, in this order, built on the rows `card_index` read: 2 queries
-    (the hosts with their revisions, the GPUs' latest samples), none for no hosts."""
-    if not host_ids:
-        return []
-    hosts = {h.pk: h for h in host_list().defer(*CARD_UNREAD).filter(pk__in=host_ids)}
-    wanted = [row for host_id in host_ids for row in index.gpus.get(host_id, ())]
-    latest = [row[-1] for row in wanted if row[-1] is not None]
-    samples = {s.pk: s for s in GpuSample.objects.only(*CARD_SAMPLE).filter(pk__in=latest)} if latest else {}
-    gpu_names = [f.attname for f in GPU._meta.concrete_fields if f.attname in GPU_FIELDS]
-    cards = []
-    for host_id in host_ids:
-        if host_id not in hosts:
-            continue  # gone since the index was read
-        gpus = []
-        for row in index.gpus.get(host_id, ()):
-            known = dict(zip(GPU_FIELDS, row, strict=False))
-            gpu = GPU.from_db(DEFAULT_DB_ALIAS, gpu_names, [known[name] for name in gpu_names])
-            gpus.append(GpuCard(gpu=gpu, sample=samples.get(row[-1])))
-        cards.append(HostCard(hosts[host_id], gpus, index.operations.get(host_id), index.gpus_more.get(host_id, 0)))
-    return cards
 
 
 def host_get(*, name: str) -> Host:
@@ -395,12 +384,30 @@ def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
     return models
 
 
+def catalog_digest() -> str:
+    """What the catalog's models are now, in one query of one md5 per model (over every column:
+    a model edited in place changes it too)."""
+    columns = [F(f.attname) for f in ModelVariant._meta.concrete_fields]
+    rows = ModelVariant.objects.order_by("pk").annotate(row=MD5(Cast(JSONArray(*columns), TextField())))
+    return hashlib.blake2b(",".join(rows.values_list("row", flat=True)).encode(), digest_size=16).hexdigest()
+
+
+def what_fits_digest(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> str:
+    """Everything `host_what_fits` reads, as a digest (1 query): equal digests, equal tables."""
+    specs = _specs(gpus)
+    return hashlib.blake2b(repr((specs, contexts, catalog_digest())).encode(), digest_size=16).hexdigest()
+
+
+def _specs(gpus: Sequence[GPU]) -> tuple[GpuSpec, ...]:
+    from deployments.services.planning import gpu_spec
+
+    return tuple(gpu_spec(g) for g in sorted(gpus, key=lambda g: g.index))
+
+
 def host_what_fits(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT_CONTEXTS) -> WhatFitsTable:
     """Every catalog model x valid layout x a few context lengths on these GPUs (1 query)."""
     started = time.perf_counter()
-    from deployments.services.planning import gpu_spec
-
-    specs = tuple(gpu_spec(g) for g in sorted(gpus, key=lambda g: g.index))
+    specs = _specs(gpus)
     models = catalog_models(ModelVariant.objects.order_by("is_demo", "family", "name"))
     rows: dict[tuple[str, str, str], WhatFitsRow] = {}
     if specs:

@@ -1,5 +1,5 @@
-"""Hosts: the live dashboard, a host's page (GPUs, telemetry, what fits, history, actions)
-and the small live widgets those pages poll.
+"""Hosts: a host's page (GPUs, telemetry, what fits, history, actions) and the small live
+widgets it polls. (The dashboard, every host's card, is `deployments.views.dashboard`.)
 
 They put hosts beside their revisions and operations, so they live here, above `hardware`;
 their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in
@@ -11,33 +11,34 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
-from controlpanel.params import text_param
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
+from core.http import cached_render
 from deployments import plots, presenters
 from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
-from deployments.selectors.card_index import card_index
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
-from deployments.views import host_cards
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
 
 TELEMETRY_HOURS = 1.0
+TELEMETRY_CACHE_S = 600
+WHAT_FITS_CACHE_S = 3600
 HISTORY_ON_PAGE = 10
 
 
@@ -50,51 +51,17 @@ def _one_host(name: str) -> QuerySet[Host]:
     return selectors.host_list().filter(name=name)
 
 
-# --- dashboard -----------------------------------------------------------------------------------
+# --- live widgets --------------------------------------------------------------------------------
 
 
 @require_GET
 @role_required(VIEWER)
-def dashboard(request: HttpRequest) -> HttpResponse:
-    index = card_index()
-    view = host_cards.dashboard_view(request)
-    return render(
-        request,
-        "hardware/dashboard.html",
-        {
-            "view": view,
-            "list_template": host_cards.VIEWS[view][1],
-            "rendered": host_cards.rendered_cards(index, view=view),
-            "hosts_version": host_cards.hosts_version(index),
-            "first_steps": deployment_selectors.first_steps(),
-            "hot_c": selectors.HOT_C,
-        },
-    )
-
-
-@require_GET
-@role_required(VIEWER)
-@vary_on_headers("HX-Request")
-def host_cards_partial(request: HttpRequest) -> HttpResponse:
-    """The dashboard's cards, or its table's rows with ?view=table (the page polls this: only
-    those that changed since what it shows, deployments.views.host_cards), or one host's card
-    with ?host=<name>."""
-    name = text_param(request.GET, "host")
-    if name:
-        cards = selectors.host_cards(hosts=_one_host(name))
-        if not cards:
-            raise Http404("No such host.")
-        return render(request, "hardware/_host_card.html", {"card": cards[0], "single": True})
-    index = card_index()
-    view = host_cards.dashboard_view(request)
-    changed = host_cards.changed_hosts(request, index)
-    if changed is not None:
-        return host_cards.changed_cards_response(index, changed, view)
-    context = {
-        "rendered": host_cards.rendered_cards(index, view=view),
-        "hosts_version": host_cards.hosts_version(index),
-    }
-    return render(request, host_cards.VIEWS[view][1], context)
+def host_card(request: HttpRequest, name: str) -> HttpResponse:
+    """The host's card alone: its page's "Now" refreshes it."""
+    cards = selectors.host_cards(hosts=_one_host(name))
+    if not cards:
+        raise Http404("No such host.")
+    return render(request, "dashboard/_host_card.html", {"card": cards[0], "single": True})
 
 
 @require_GET
@@ -116,21 +83,30 @@ def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
 
 def _telemetry(host: Host) -> dict[str, Any]:
     """The telemetry section's context: the host's CPU and memory now and over the window, its GPU
-    charts and the engine's own metrics (no chart where nothing reported)."""
-    usage = hardware_selectors.usage_series(host=host, hours=TELEMETRY_HOURS)
-    charts = plots.usage_charts(usage) if usage else {}
-    series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS)
-    if series:
-        charts.update(plots.telemetry_charts(series))
-    engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS)
-    if engine:
-        charts.update(plots.engine_charts(engine))
-    return {
-        "telemetry": charts,
-        "telemetry_hours": TELEMETRY_HOURS,
-        "gpu_telemetry": bool(series),
-        "usage_now": usage[-1] if usage else None,
-    }
+    charts and the engine's own metrics (no chart where nothing reported). Drawn once per set of
+    samples in the window and kept under its stamp: the page, its 30 s refresh and every other
+    viewer read them from there until the agent's next report."""
+    now = timezone.now()
+    stamp = hardware_selectors.telemetry_stamp(host=host, hours=TELEMETRY_HOURS, now=now)
+    key = f"telemetry:{host.pk}:{TELEMETRY_HOURS}:" + "-".join(map(str, stamp))
+    context: dict[str, Any] | None = cache.get(key)
+    if context is None:
+        usage = hardware_selectors.usage_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        charts = plots.usage_charts(usage) if usage else {}
+        series = hardware_selectors.gpu_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        if series:
+            charts.update(plots.telemetry_charts(series))
+        engine = hardware_selectors.engine_series(host=host, hours=TELEMETRY_HOURS, now=now)
+        if engine:
+            charts.update(plots.engine_charts(engine))
+        context = {
+            "telemetry": charts,
+            "telemetry_hours": TELEMETRY_HOURS,
+            "gpu_telemetry": bool(series),
+            "usage_now": usage[-1] if usage else None,
+        }
+        cache.set(key, context, TELEMETRY_CACHE_S)
+    return context
 
 
 class InstallForm(forms.Form):
@@ -178,7 +154,13 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
         "host": host,
         "card": card,
         **_telemetry(host),
-        "what_fits": selectors.host_what_fits(gpus=gpus),
+        # Planned and rendered once per GPU set and catalog: a few hundred plans were most of the page's time.
+        "what_fits_html": cached_render(
+            "hardware/_what_fits.html",
+            selectors.what_fits_digest(gpus=gpus),
+            lambda: {"what_fits": selectors.host_what_fits(gpus=gpus), "card": card},
+            seconds=WHAT_FITS_CACHE_S,
+        ),
         "revisions": list(
             host.revisions.select_related("model_variant", "author").order_by("-number")[:HISTORY_ON_PAGE]
         ),

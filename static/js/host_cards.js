@@ -1,5 +1,5 @@
 // The dashboard's poll names the host cards (or table rows) the page shows, so the panel answers
-// with only those that changed (deployments/views/host_cards.py): `have` is their fingerprints
+// with only those that changed (deployments.views.dashboard.py): `have` is their fingerprints
 // (data-v), `hosts` which hosts the list holds (data-hosts); without them the answer is every one.
 // In the table view a click on a column heading sorts the rows by it (again: the other way);
 // the order is kept for this tab and put back when the whole table is sent again.

@@ -66,7 +66,7 @@ def new_round(gpus: list[GPU], util: float = 40.0) -> None:
 def poll(client: Client, page: str, shown: dict[str, str]) -> tuple[Any, int]:
     listed = re.search(r'data-hosts="([^"]+)"', page)
     assert listed is not None
-    url = f"{reverse('hardware:host_cards')}?hosts={listed.group(1)}&have={'.'.join(shown.values())}"
+    url = f"{reverse('dashboard:cards')}?hosts={listed.group(1)}&have={'.'.join(shown.values())}"
     with CaptureQueriesContext(connection) as queries:
         response = client.get(url, HTTP_HX_REQUEST="true")
     assert response.status_code == 200
@@ -77,19 +77,19 @@ def test_a_poll_gets_only_the_cards_that_changed_in_a_fixed_number_of_queries(
     client: Client, viewer: Any, fleet: list[Host]
 ) -> None:
     client.force_login(viewer)
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     shown = dict(CARD.findall(page))
     assert len(shown) == HOSTS and page.count('class="gpu"') == HOSTS * GPUS
     with CaptureQueriesContext(connection) as first:
-        everything = client.get(reverse("hardware:host_cards"), HTTP_HX_REQUEST="true")
+        everything = client.get(reverse("dashboard:cards"), HTTP_HX_REQUEST="true")
     assert len(everything.content) > 300 * 1024  # every card: what the page polled every 5 s before
 
-    # Nothing changed: nothing to send, no swap, and no card built: the fingerprints come from
-    # plain rows (session, user, roles; hosts, GPUs with their latest sample's id, operations),
-    # as every card does once the cards' renderings are in the cache.
+    # Nothing changed: nothing to send, no swap, and no card built: the database computes every
+    # card's fingerprint in one query (after the session, the user and the roles), as every
+    # card does once the cards' renderings are in the cache.
     response, queries = poll(client, page, shown)
     assert response.content == b"" and response["HX-Reswap"] == "none"
-    assert queries == len(first.captured_queries) == 6
+    assert queries == len(first.captured_queries) == 4
 
     # A telemetry round on 5 hosts' GPUs, one host's engine metrics and one going offline:
     # 7 cards, each swapped in by its id, well under 64 KiB.
@@ -103,8 +103,9 @@ def test_a_poll_gets_only_the_cards_that_changed_in_a_fixed_number_of_queries(
     assert sorted(sent) == sorted([h.name for h in changed] + [fleet[20].name, fleet[30].name])
     assert body.count('hx-swap-oob="true"') == 7 and f'id="host-card-{fleet[3].name}"' in body
     assert "util 97%" in body and "running <strong>9</strong>" in body and ">offline<" in body
-    # and the changed cards are built: their hosts with revisions, their GPUs' latest samples
-    assert len(response.content) <= 64 * 1024 and queries == 8
+    # and the changed cards are built: their hosts with all their cards show and their
+    # fingerprints in one query, their GPUs' latest samples in another
+    assert len(response.content) <= 64 * 1024 and queries == 6
     shown.update(sent)
 
     # The page shows those now: the next poll is empty again.
@@ -114,7 +115,7 @@ def test_a_poll_gets_only_the_cards_that_changed_in_a_fixed_number_of_queries(
 
 def test_a_host_that_came_or_went_sends_every_card_again(client: Client, viewer: Any, fleet: list[Host]) -> None:
     client.force_login(viewer)
-    page = client.get(reverse("hardware:dashboard")).content.decode()
+    page = client.get(reverse("dashboard:index")).content.decode()
     shown = dict(CARD.findall(page))
     Host.objects.create(name="newcomer", queue="host.newcomer")
     response, _ = poll(client, page, shown)
@@ -125,7 +126,7 @@ def test_a_host_that_came_or_went_sends_every_card_again(client: Client, viewer:
 
 def test_a_poll_naming_garbage_gets_every_card(client: Client, viewer: Any, fleet: list[Host]) -> None:
     client.force_login(viewer)
-    url = reverse("hardware:host_cards")
+    url = reverse("dashboard:cards")
     for query in ("?hosts=x&have=zz", "?hosts=&have=", "?have=" + "a" * 100_000):
         response = client.get(url + query, HTTP_HX_REQUEST="true")
         assert response.status_code == 200 and response.content.count(b"data-v=") == HOSTS
@@ -133,15 +134,15 @@ def test_a_poll_naming_garbage_gets_every_card(client: Client, viewer: Any, flee
 
 def test_the_table_view_polls_the_same_way_a_row_per_host(client: Client, viewer: Any, fleet: list[Host]) -> None:
     client.force_login(viewer)
-    page = client.get(reverse("hardware:dashboard") + "?view=table").content.decode()
+    page = client.get(reverse("dashboard:index") + "?view=table").content.decode()
     rows = dict(CARD.findall(page))
     assert len(rows) == HOSTS and page.count('<tr id="host-row-') == HOSTS and "<article" not in page
-    assert f'hx-get="{reverse("hardware:host_cards")}?view=table"' in page  # the poll asks for rows
+    assert f'hx-get="{reverse("dashboard:cards")}?view=table"' in page  # the poll asks for rows
     assert "8× H200" in page and "util 40%" not in page  # the table's own columns, not the cards'
 
     listed = re.search(r'data-hosts="([^"]+)"', page)
     assert listed is not None
-    url = f"{reverse('hardware:host_cards')}?view=table&hosts={listed.group(1)}&have={'.'.join(rows.values())}"
+    url = f"{reverse('dashboard:cards')}?view=table&hosts={listed.group(1)}&have={'.'.join(rows.values())}"
     assert client.get(url, HTTP_HX_REQUEST="true").content == b""
     new_round([g for h in fleet[:5] for g in h.gpus.all()], util=97.0)
     with CaptureQueriesContext(connection) as queries:
@@ -149,14 +150,14 @@ def test_the_table_view_polls_the_same_way_a_row_per_host(client: Client, viewer
     body = response.content.decode()
     assert sorted(dict(CARD.findall(body))) == [h.name for h in fleet[:5]]
     assert body.count('<tr id="host-row-') == 5 and body.count('hx-swap-oob="true"') == 5 and "97%" in body
-    assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 8
+    assert len(response.content) <= 16 * 1024 and len(queries.captured_queries) == 6
 
 
 def test_every_card_and_row_of_a_hundred_hosts_stays_rendered(client: Client, viewer: Any, fleet: list[Host]) -> None:
     """Both views, whole and as swaps: 400 renderings, all kept (Django's default cache would
     cull a third of them at 300 and render them again on the next poll)."""
     client.force_login(viewer)
-    url = reverse("hardware:host_cards")
+    url = reverse("dashboard:cards")
     for view in ("", "view=table&"):
         page = client.get(f"{url}?{view}", HTTP_HX_REQUEST="true").content.decode()
         listed = re.search(r'data-hosts="([^"]+)"', page)
@@ -165,4 +166,4 @@ def test_every_card_and_row_of_a_hundred_hosts_stays_rendered(client: Client, vi
     for view in ("", "view=table&"):
         with CaptureQueriesContext(connection) as queries:
             assert client.get(f"{url}?{view}", HTTP_HX_REQUEST="true").status_code == 200
-        assert len(queries.captured_queries) == 6, f"{view or 'cards'}: some were rendered again"
+        assert len(queries.captured_queries) == 4, f"{view or 'cards'}: some were rendered again"

@@ -14,8 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.selectors.card_index import card_index
-from deployments.selectors.hosts import host_cards
+from deployments.selectors.dashboard import card_index, dashboard_cards
 from hardware.models import GPU, GpuSample, Host, HostSample
 from tests.deployments.test_views_hosts import SVG, parse_svg
 
@@ -57,20 +56,20 @@ def card_of(html: str, name: str) -> str:
 def test_a_cpu_only_hosts_card_shows_its_cpu_and_ram(client: Client, viewer: User, cpu_box: Host) -> None:
     Host.objects.create(name="quiet", last_heartbeat=timezone.now())  # its agent never sent a sample
     client.force_login(viewer)
-    html = client.get(reverse("hardware:dashboard")).content.decode()
+    html = client.get(reverse("dashboard:index")).content.decode()
     card = card_of(html, "cpu-box")
     assert "CPU only" in card and "No GPUs." in card
     assert "CPU 35%" in card and '<span class="w35">' in card  # 37.4 % to the card's 5 % steps
     assert "RAM 12.0 / 24.0 GiB" in card and '<span class="w50">' in card
     assert "CPU " not in card_of(html, "quiet").replace("CPU only", "") and "RAM " not in card_of(html, "quiet")
 
-    single = client.get(reverse("hardware:host_cards"), {"host": "cpu-box"}, HTTP_HX_REQUEST="true")
+    single = client.get(reverse("hardware:host_card", args=["cpu-box"]), HTTP_HX_REQUEST="true")
     assert "RAM 12.0 / 24.0 GiB" in single.content.decode()
 
 
 def test_the_table_has_a_cpu_and_a_ram_column_to_sort_by(client: Client, viewer: User, cpu_box: Host) -> None:
     client.force_login(viewer)
-    html = client.get(reverse("hardware:dashboard"), {"view": "table"}).content.decode()
+    html = client.get(reverse("dashboard:index"), {"view": "table"}).content.decode()
     heads = re.findall(r'<th data-key="(\d+)">([^<]+)</th>', html)
     assert [name for _, name in heads][:5] == ["Host", "Serving", "Requests", "CPU", "RAM"]
     assert [int(key) for key, _ in heads] == list(range(len(heads)))  # a key is its column's index
@@ -88,7 +87,7 @@ def test_a_gpu_hosts_card_shows_them_too(client: Client, viewer: User) -> None:
     GpuSample.objects.create(gpu=gpu, ts=timezone.now(), util_pct=80, mem_used_bytes=100 * GIB)
     sample(host, cpu=99.0, used_gib=18.0)
     client.force_login(viewer)
-    card = card_of(client.get(reverse("hardware:dashboard")).content.decode(), "rig")
+    card = card_of(client.get(reverse("dashboard:index")).content.decode(), "rig")
     assert "CPU 100%" in card and "RAM 18.0 / 24.0 GiB" in card and "util 80%" in card
 
 
@@ -125,7 +124,7 @@ def test_the_fingerprint_moves_with_ram_beyond_the_rounding_not_with_noise(cpu_b
     assert moved != before
     sample(cpu_box, cpu=44.0, used_gib=12.5)  # CPU into the next step
     assert card_index().versions[cpu_box.pk] != moved
-    # The fingerprint from plain rows is the one the built card computes, and the card says it.
-    card = next(c for c in host_cards() if c.host.pk == cpu_box.pk)
+    # The dashboard's index has the version the built card has, and the card says it.
+    (card,) = dashboard_cards([cpu_box.pk])
     assert card.version == card_index().versions[cpu_box.pk]
     assert card.usage == {"cpu": "45%", "cpu_pct": "45", "ram": "12.5 / 24.0 GiB", "ram_pct": "52"}

@@ -103,8 +103,8 @@ def lab(catalog, operator):
 def _pages(lab: dict[str, Any]) -> list[str]:
     victim = lab["victims"][0]
     urls = [
-        reverse("hardware:dashboard"),
-        reverse("hardware:host_cards"),
+        reverse("dashboard:index"),
+        reverse("dashboard:cards"),
         reverse("hardware:host_detail", args=["lab"]),  # the what-fits table over the whole catalog
         reverse("deployments:model_list"),
         reverse("deployments:revision_list", args=["lab"]),

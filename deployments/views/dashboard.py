@@ -1,9 +1,12 @@
-"""The dashboard's host cards, rendered once per fingerprint and sent only when they changed.
+"""The dashboard: every host as a card (or a table row), rendered once per fingerprint and sent
+only when it changed. Its URLs are `dashboard:` (deployments/dashboard_urls.py), its templates
+`templates/dashboard/`, its reads `deployments.selectors.dashboard`.
 
 A card's HTML depends only on its data (no per-viewer content: the template holds none), so
-it is cached under its fingerprint (deployments.selectors.card_index) and the template's own
-source, shared by every viewer. The fingerprints are read as plain rows first; a card is built
-(its host, GPUs and samples as objects) only when its rendering is not in the cache.
+it is cached under its fingerprint (deployments.selectors.dashboard) and the template's own
+source, shared by every viewer. The database computes every card's fingerprint in one query; a
+card is built (its host, GPUs and samples as objects) only when its rendering is not in the
+cache, and filed under the fingerprint read with the very rows it was built from.
 
 The page polls with the fingerprints it shows (static/js/host_cards.js adds `have` and
 `hosts`); the answer holds only the cards whose fingerprint changed, as htmx out-of-band
@@ -13,32 +16,34 @@ went), or the browser says nothing, the answer is every card.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
-from django.template.loader import get_template, render_to_string
+from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
 
-from deployments.selectors.card_index import CardIndex
-from deployments.selectors.hosts import index_cards
+from controlpanel.roles import VIEWER, role_required
+from core.http import template_version
+from deployments import selectors as deployment_selectors
+from deployments.selectors.dashboard import CardIndex, card_index, dashboard_cards
+from deployments.selectors.hosts import HOT_C
 
-CARD_TEMPLATE = "hardware/_host_card.html"
-ROW_TEMPLATE = "hardware/_host_row.html"  # the table view's row: the same data, the same fingerprint
-VIEWS = {"cards": (CARD_TEMPLATE, "hardware/_host_cards.html"), "table": (ROW_TEMPLATE, "hardware/_host_table.html")}
+CARD_TEMPLATE = "dashboard/_host_card.html"
+ROW_TEMPLATE = "dashboard/_host_row.html"  # the table view's row: the same data, the same fingerprint
+VIEWS = {"cards": (CARD_TEMPLATE, "dashboard/_host_cards.html"), "table": (ROW_TEMPLATE, "dashboard/_host_table.html")}
 CACHE_SECONDS = 600
 MAX_HAVE = 5000  # fingerprints a poll may name
 _VERSION = re.compile(r"^[0-9a-f]{10}$")
 
 
-@functools.cache
 def _templates_version() -> str:
     """The card templates' own text: a changed template never serves an old rendering."""
-    names = (CARD_TEMPLATE, ROW_TEMPLATE, "hardware/_operation_widget.html")
-    sources = [get_template(name).template.source for name in names]
-    return hashlib.blake2b("\0".join(sources).encode(), digest_size=5).hexdigest()
+    return template_version(CARD_TEMPLATE, ROW_TEMPLATE, "hardware/_operation_widget.html")
 
 
 def hosts_version(index: CardIndex) -> str:
@@ -63,7 +68,7 @@ def rendered_cards(
     found = cache.get_many(list(keys.values()))
     html = {host_id: found[key] for host_id, key in keys.items() if key in found}
     fresh: dict[str, str] = {}
-    for card in index_cards(index, [host_id for host_id, key in keys.items() if key not in found]):
+    for card in dashboard_cards([host_id for host_id, key in keys.items() if key not in found]):
         # Filed under the fingerprint of what was rendered: a host that changed since the rows
         # were read never leaves newer HTML under its older fingerprint.
         html[card.host.pk] = fresh[f"{prefix}:{card.version}:{int(oob)}"] = render_to_string(
@@ -90,3 +95,37 @@ def changed_cards_response(index: CardIndex, host_ids: list[int], view: str = "c
     response = HttpResponse("".join(rendered_cards(index, host_ids, oob=True, view=view)))
     response["HX-Reswap"] = "none"
     return response
+
+
+@require_GET
+@role_required(VIEWER)
+def index(request: HttpRequest) -> HttpResponse:
+    index_ = card_index()
+    view = dashboard_view(request)
+    return render(
+        request,
+        "dashboard/index.html",
+        {
+            "view": view,
+            "list_template": VIEWS[view][1],
+            "rendered": rendered_cards(index_, view=view),
+            "hosts_version": hosts_version(index_),
+            "first_steps": deployment_selectors.first_steps(),
+            "hot_c": HOT_C,
+        },
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+@vary_on_headers("HX-Request")
+def cards(request: HttpRequest) -> HttpResponse:
+    """The dashboard's cards, or its table's rows with ?view=table (the page polls this: only
+    those that changed since what it shows)."""
+    index = card_index()
+    view = dashboard_view(request)
+    changed = changed_hosts(request, index)
+    if changed is not None:
+        return changed_cards_response(index, changed, view)
+    context = {"rendered": rendered_cards(index, view=view), "hosts_version": hosts_version(index)}
+    return render(request, VIEWS[view][1], context)
