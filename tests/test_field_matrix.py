@@ -30,6 +30,7 @@ from deployments.forms import (
     GgufImportForm,
     HfConfigImportForm,
     HubImportForm,
+    PlaygroundForm,
     RevisionForm,
     SecretForm,
     SecretMarkForm,
@@ -124,6 +125,12 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
         },
     ),
     "deployments:revision_comment": ({"host": "h1", "number": 1}, "viewer", {"body": "looks good"}),
+    # The playground's message (the matrix's host serves nothing: refused with 409, never a 500).
+    "deployments:revision_chat": (
+        {"host": "h1", "number": 1},
+        "operator",
+        {"prompt": "hello", "system": "", "temperature": "0.7", "top_p": "0.9", "max_tokens": "16", "history": "[]"},
+    ),
     "deployments:revision_new": ({"host": "h1"}, "operator", {}),  # filled in by _revision_fields
     "deployments:revision_preview": ({"host": "h1"}, "viewer", {}),  # the same form, no message needed
     "deployments:revision_switch": ({"host": "h1", "number": 1}, "operator", {"override_reason": ""}),
@@ -198,6 +205,7 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:benchmark_new": [(BenchmarkForm, "")],
     "hardware:host_install": [(InstallForm, "")],
     "deployments:revision_comment": [(CommentForm, "")],
+    "deployments:revision_chat": [(PlaygroundForm, "")],
     "deployments:revision_new": [(RevisionForm, "")],
     "deployments:revision_preview": [(RevisionForm, "")],
     "deployments:revision_switch": [(SwitchForm, "")],
@@ -330,7 +338,7 @@ def test_every_post_url_and_field_is_covered(people):
     # (and Start: only on a host with an active revision, which the matrix's host has not).
     # (and the delete button of a model downloaded to a host: the matrix's host has none).
     # ... and the revoke button of an API token (the matrix's admin has none), and the mark
-    # button of a host secret (the matrix's host has none).
+    # button of a host secret (the matrix's host has none), and the playground (its host serves nothing).
     assert set(FORMS) - seen <= {
         "deployments:host_secret_mark",
         "hardware:host_stop",
@@ -339,6 +347,7 @@ def test_every_post_url_and_field_is_covered(people):
         "people:unlock",
         "deployments:host_model_delete",
         "api_tokens:revoke",
+        "deployments:revision_chat",
     }
 
 
