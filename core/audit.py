@@ -11,6 +11,12 @@ from controlpanel.context import current_context
 from .models import AuditEvent
 
 
+def person_of(actor: object) -> Any:
+    """The signed-in person an actor stands for, or None for the panel itself (a task, the agent,
+    a command run with no user): what a row's `created_by`/`requested_by` column holds."""
+    return actor if getattr(actor, "pk", None) else None
+
+
 def audit_record(
     *,
     action: str,
@@ -23,7 +29,7 @@ def audit_record(
     """`host` is a `hardware.Host` (typed as a model: core imports nothing above it)."""
     ctx = current_context()
     event = AuditEvent(
-        actor=actor if getattr(actor, "pk", None) else None,
+        actor=person_of(actor),
         action=action,
         object_type=type(obj).__name__ if obj is not None else "",
         object_id=str(getattr(obj, "pk", "") or ""),
@@ -51,3 +57,4 @@ def audited_save(
     obj.full_clean()
     obj.save()
     audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
+

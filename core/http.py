@@ -39,24 +39,26 @@ def is_partial(request: HttpRequest) -> bool:
     return bool(htmx) and not htmx.boosted
 
 
-def service_errors_on(form: forms.Form, exc: ValidationError) -> None:
-    """A service's ValidationError on the form: beside the field it names, on top otherwise."""
-    if hasattr(exc, "error_dict"):
-        for key, errors in exc.message_dict.items():
-            form.add_error(key if key in form.fields else None, errors)
-    else:
+def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None = None) -> None:
+    """A service's ValidationError on the form: beside the field it names; a name the form has
+    no field for (a knob's) goes beside `fallback` as "name: message", or on top without one."""
+    if not hasattr(exc, "error_dict"):
         form.add_error(None, exc.messages)
+        return
+    for key, errors in exc.message_dict.items():
+        target = key if key in form.fields else fallback
+        form.add_error(target, errors if target in (key, None) else [f"{key}: {m}" for m in errors])
 
 
-def form_save(form: forms.Form, save: Callable[[dict[str, Any]], T]) -> T | None:
+def form_save(form: forms.Form, save: Callable[[dict[str, Any]], T], *, fallback: str | None = None) -> T | None:
     """What `save(form.cleaned_data)` (a service call) returns once the form is valid and the
-    service took it; None when either refused, with the reasons on the form."""
+    service took it; None when either refused, with the reasons on the form (`apply_error`)."""
     if not form.is_valid():
         return None
     try:
         return save(form.cleaned_data)
     except ValidationError as exc:
-        service_errors_on(form, exc)
+        apply_error(form, exc, fallback=fallback)
         return None
 
 

@@ -96,25 +96,29 @@ def check_json_field(form: forms.Form, name: str, value: Any) -> Any:
         return None
 
 
-def check_upload_text(form: forms.Form, name: str, text: str) -> bool:
-    """An uploaded file's text bypasses CharField's NUL check: run it here."""
-    try:
-        check_text_value(text, field=name, max_len=1_000_000)
-    except UnsafeValueError as exc:
-        form.add_error(name, str(exc))
-        return False
-    return True
-
-
-def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None = None) -> None:
-    """Put a service's ValidationError beside the field it names (knob names -> `knobs`)."""
-    if not hasattr(exc, "error_dict"):
-        form.add_error(None, exc.messages)
-        return
-    for key, errors in exc.message_dict.items():
-        target = key if key in form.fields else fallback
-        messages = errors if target == key else [f"{key}: {m}" for m in errors]
-        form.add_error(target, messages)
+def upload_or_pasted(form: forms.Form, data: dict[str, Any], upload: str, pasted: str, *, what: str) -> str | None:
+    """The text of the file uploaded in field `upload` (at most 1 MB of UTF-8, no NUL: an upload
+    bypasses CharField's checks), else what was pasted in `pasted`; None, with the reason on the
+    form, when neither gives a text. `what` names the file in the messages ("a config.json")."""
+    file, text = data.get(upload), data.get(pasted) or ""
+    if file:
+        if file.size > 1_000_000:
+            form.add_error(upload, f"That file is too large for {what}.")
+            return None
+        try:
+            text = file.read().decode("utf-8")
+            check_text_value(text, field=upload, max_len=1_000_000)
+        except UnicodeDecodeError:
+            form.add_error(upload, f"The file must be UTF-8 text ({what}).")
+            return None
+        except UnsafeValueError as exc:
+            form.add_error(upload, str(exc))
+            return None
+    if not text.strip():
+        if upload not in form.errors:
+            form.add_error(upload, f"Upload {what} or paste its text.")
+        return None
+    return text
 
 
 # --- revisions ----------------------------------------------------------------------------------
@@ -130,7 +134,9 @@ def _variant_label(variant: ModelVariant) -> str:
 
 
 class RevisionForm(forms.Form):
-    """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines."""
+    """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines. Once
+    valid, `cleaned_data` holds exactly `revision_create`'s arguments (but host and actor);
+    `parent` is the parent revision."""
 
     model_variant = StrictModelChoiceField(queryset=ModelVariant.objects.none(), label="Model")
     engine = forms.ChoiceField(choices=Engine.choices)
@@ -222,11 +228,9 @@ class RevisionForm(forms.Form):
                 # JSON knobs (speculative_config, hf_overrides, ...) can carry \u0000, NaN, depth.
                 data["knobs"] = check_json_field(self, "knobs", knobs)
         parent_number = data.get("parent")
-        data["parent_revision"] = None
-        if parent_number:
-            data["parent_revision"] = self.host.revisions.filter(number=parent_number).first()
-            if data["parent_revision"] is None:
-                self.add_error("parent", f"{self.host.name} has no revision r{parent_number}.")
+        data["parent"] = self.host.revisions.filter(number=parent_number).first() if parent_number else None
+        if parent_number and data["parent"] is None:
+            self.add_error("parent", f"{self.host.name} has no revision r{parent_number}.")
         return data
 
 
@@ -416,6 +420,9 @@ class BenchmarkForm(forms.Form):
 
 
 class HfConfigImportForm(forms.Form):
+    """A catalog entry from a config.json; once valid, `cleaned_data` holds exactly
+    `model_variant_import_hf_config`'s arguments (but actor)."""
+
     config = forms.FileField(required=False, label="config.json", help_text="Upload it, or paste it below.")
     config_text = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "mono"}),
@@ -434,28 +441,17 @@ class HfConfigImportForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        upload = data.get("config")
-        text = data.get("config_text") or ""
-        if upload:
-            if upload.size > 1_000_000:
-                self.add_error("config", "That file is too large for a config.json.")
-                return data
-            try:
-                text = upload.read().decode("utf-8")
-            except UnicodeDecodeError:
-                self.add_error("config", "config.json must be UTF-8 text.")
-                return data
-            if not check_upload_text(self, "config", text):
-                return data
-        if not text.strip() and "config" not in self.errors:
-            self.add_error("config", "Upload a config.json or paste its text.")
-        data["text"] = text
-        gib = data.get("weights_gib")
+        data["text"] = upload_or_pasted(self, data, "config", "config_text", what="a config.json") or ""
+        gib = data.pop("weights_gib", None)
         data["weights_bytes"] = int(gib * 1024**3) if gib else None
+        data.pop("config", None)
+        data.pop("config_text", None)
         return data
 
 
 class GgufImportForm(forms.Form):
+    """`cleaned_data` holds exactly `model_variant_import_gguf`'s arguments (but actor)."""
+
     path = forms.CharField(
         max_length=500,
         label="GGUF file",
@@ -483,22 +479,7 @@ class AnsibleImportForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        upload = data.get("file")
-        text = data.get("text") or ""
-        if upload:
-            if upload.size > 1_000_000:
-                self.add_error("file", "That file is too large for a group_vars file.")
-                return data
-            try:
-                text = upload.read().decode("utf-8")
-            except UnicodeDecodeError:
-                self.add_error("file", "The file must be UTF-8 text.")
-                return data
-            if not check_upload_text(self, "file", text):
-                return data
-        if not text.strip() and "file" not in self.errors:
-            self.add_error("text", "Upload a group_vars file or paste it.")
-        data["text"] = text
+        data["text"] = upload_or_pasted(self, data, "file", "text", what="a group_vars file") or ""
         return data
 
 

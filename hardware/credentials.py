@@ -32,7 +32,7 @@ from controlpanel.broker import (
     without_credentials,
 )
 from controlpanel.roles import ADMIN, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, person_of
 
 from .models import Host, HostCredential
 from .queues import host_queue_name
@@ -62,7 +62,7 @@ def host_token_issue(*, name: str, actor: Any) -> tuple[Host, str]:
         raise ValidationError({"name": f"{slug} is a demo host: no agent runs it."})
     revoked = _revoke_all(host)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    credential = HostCredential(host=host, prefix=token[:12], digest=_digest(token), created_by=_user(actor))
+    credential = HostCredential(host=host, prefix=token[:12], digest=_digest(token), created_by=person_of(actor))
     credential.full_clean()
     credential.save()
     audit_record(
@@ -141,8 +141,6 @@ def host_credentials(*, host: Host) -> list[HostCredential]:
     return list(HostCredential.objects.filter(host=host))
 
 
-def _user(actor: Any) -> Any:
-    return actor if getattr(actor, "pk", None) else None
 
 
 @dataclass(frozen=True)

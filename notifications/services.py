@@ -20,7 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
-from core.audit import audit_record, audited_save
+from core.audit import audit_record, audited_save, person_of
 from core.secrets_mask import mask_text
 from hardware.models import Host
 
@@ -68,7 +68,7 @@ def channel_create(*, name: str, url: str, enabled: bool = True, actor: Any) -> 
         service=info.service,
         url_ciphertext=url_encrypt(url.strip()),
         enabled=enabled,
-        created_by=actor if getattr(actor, "pk", None) else None,
+        created_by=person_of(actor),
     )
     audited_save(
         channel,
@@ -142,6 +142,20 @@ def _rule_input(events: list[str], thresholds: dict[str, Any]) -> tuple[list[str
     return chosen, clean
 
 
+def _rule_fill(
+    rule: Rule,
+    *,
+    channel: Channel,
+    host: Host | None,
+    events: list[str],
+    thresholds: dict[str, Any] | None,
+    enabled: bool,
+) -> None:
+    """Check a rule's settings (ValidationError, nothing set) and set them on `rule`."""
+    chosen, clean = _rule_input(events, thresholds or {})
+    rule.channel, rule.host, rule.events, rule.thresholds, rule.enabled = channel, host, chosen, clean, enabled
+
+
 def _rule_summary(rule: Rule) -> dict[str, Any]:
     return {
         "channel": rule.channel.name,
@@ -163,20 +177,13 @@ def rule_create(
     actor: Any,
 ) -> Rule:
     ensure_role(actor, ADMIN)
-    chosen, clean = _rule_input(events, thresholds or {})
-    rule = Rule(
-        channel=channel,
-        host=host,
-        events=chosen,
-        thresholds=clean,
-        enabled=enabled,
-        created_by=actor if getattr(actor, "pk", None) else None,
-    )
+    rule = Rule(created_by=person_of(actor))
+    _rule_fill(rule, channel=channel, host=host, events=events, thresholds=thresholds, enabled=enabled)
     where = host.name if host else "every host"
     audited_save(
         rule,
         action="notification.rule.create",
-        summary=f"notify {channel.name} of {len(chosen)} event(s) on {where}",
+        summary=f"notify {channel.name} of {len(rule.events)} event(s) on {where}",
         host=host,
         data=_rule_summary(rule),
         actor=actor,
@@ -196,9 +203,8 @@ def rule_update(
     actor: Any,
 ) -> Rule:
     ensure_role(actor, ADMIN)
-    chosen, clean = _rule_input(events, thresholds or {})
     before = _rule_summary(rule)
-    rule.channel, rule.host, rule.events, rule.thresholds, rule.enabled = channel, host, chosen, clean, enabled
+    _rule_fill(rule, channel=channel, host=host, events=events, thresholds=thresholds, enabled=enabled)
     audited_save(
         rule,
         action="notification.rule.update",
@@ -302,7 +308,7 @@ def _delivery(
         title=msg.title,
         body=msg.body,
         link=msg.link,
-        requested_by=actor if getattr(actor, "pk", None) else None,
+        requested_by=person_of(actor),
     )
 
 

@@ -56,20 +56,29 @@ def channel_new_page(request: HttpRequest) -> HttpResponse:
     return _channel_page(request, ChannelForm(), None)
 
 
+def _channel_save(request: HttpRequest, form: ChannelForm, channel: Channel | None) -> HttpResponse:
+    def save(data: dict[str, Any]) -> Channel:
+        fields = {"name": data["name"], "url": data["url"] or "", "enabled": data["enabled"], "actor": request.user}
+        if channel is None:
+            return services.channel_create(**fields)
+        return services.channel_update(channel=channel, **fields)
+
+    saved = form_save(form, save)
+    if saved is None:
+        if channel is not None:
+            channel.refresh_from_db()  # a refused update may have changed the object in memory
+        return _channel_page(request, form, channel, status=400)
+    if channel is None:
+        messages.success(request, f"Channel {saved.name} ({saved.service}) added. Send it a test message.")
+    else:
+        messages.success(request, f"Channel {saved.name} saved.")
+    return redirect("notifications:index")
+
+
 @require_POST
 @role_required(ADMIN)
 def channel_new_submit(request: HttpRequest) -> HttpResponse:
-    form = ChannelForm(request.POST)
-    channel = form_save(
-        form,
-        lambda data: services.channel_create(
-            name=data["name"], url=data["url"], enabled=data["enabled"], actor=request.user
-        ),
-    )
-    if channel is None:
-        return _channel_page(request, form, None, status=400)
-    messages.success(request, f"Channel {channel.name} ({channel.service}) added. Send it a test message.")
-    return redirect("notifications:index")
+    return _channel_save(request, ChannelForm(request.POST), None)
 
 
 @require_GET
@@ -83,19 +92,7 @@ def channel_edit_page(request: HttpRequest, pk: UUID) -> HttpResponse:
 @require_POST
 @role_required(ADMIN)
 def channel_edit_submit(request: HttpRequest, pk: UUID) -> HttpResponse:
-    channel = get_object_or_404(Channel, pk=pk)
-    form = ChannelForm(request.POST, editing=True)
-    saved = form_save(
-        form,
-        lambda data: services.channel_update(
-            channel=channel, name=data["name"], url=data["url"] or "", enabled=data["enabled"], actor=request.user
-        ),
-    )
-    if saved is None:
-        channel.refresh_from_db()  # a refused update may have changed the object in memory
-        return _channel_page(request, form, channel, status=400)
-    messages.success(request, f"Channel {saved.name} saved.")
-    return redirect("notifications:index")
+    return _channel_save(request, ChannelForm(request.POST, editing=True), get_object_or_404(Channel, pk=pk))
 
 
 @require_POST
@@ -118,6 +115,10 @@ def channel_test(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 # --- rules ----------------------------------------------------------------------------------------
+
+
+def _rule_or_404(pk: UUID) -> Rule:
+    return get_object_or_404(Rule.objects.select_related("channel", "host"), pk=pk)
 
 
 def _rule_page(request: HttpRequest, form: RuleForm, rule: Rule | None, status: int = 200) -> HttpResponse:
@@ -159,7 +160,7 @@ def rule_new_submit(request: HttpRequest) -> HttpResponse:
 @require_GET
 @role_required(ADMIN)
 def rule_edit_page(request: HttpRequest, pk: UUID) -> HttpResponse:
-    rule = get_object_or_404(Rule.objects.select_related("channel", "host"), pk=pk)
+    rule = _rule_or_404(pk)
     initial: dict[str, Any] = {
         "channel": rule.channel_id,
         "host": rule.host.name if rule.host else None,
@@ -176,14 +177,13 @@ def rule_edit_page(request: HttpRequest, pk: UUID) -> HttpResponse:
 @require_POST
 @role_required(ADMIN)
 def rule_edit_submit(request: HttpRequest, pk: UUID) -> HttpResponse:
-    rule = get_object_or_404(Rule.objects.select_related("channel", "host"), pk=pk)
-    return _rule_save(request, RuleForm(request.POST), rule)
+    return _rule_save(request, RuleForm(request.POST), _rule_or_404(pk))
 
 
 @require_POST
 @role_required(ADMIN)
 def rule_delete(request: HttpRequest, pk: UUID) -> HttpResponse:
-    rule = get_object_or_404(Rule.objects.select_related("channel", "host"), pk=pk)
+    rule = _rule_or_404(pk)
     services.rule_delete(rule=rule, actor=request.user)
     messages.success(request, "Rule deleted.")
     return redirect("notifications:index")

@@ -118,36 +118,41 @@ def _json_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def vllm_role_vars(
-    *,
-    model: str,
-    knobs: Mapping[str, Any],
-    env: Mapping[str, str],
-    engine_version: str,
-    host: str | None,
-    port: int | None,
-    served_name: str = "",
-    binary: str | None = None,
-    native_context: int | None = None,
-    preserved: Mapping[str, Any] | None = None,
-    api_key_secret: str = "",
-    hf_token_secret: str = "",
-) -> RoleVars:
+@dataclass(frozen=True)
+class RoleInput:
+    """A revision as an Ansible role reads it: what `render_group_vars` hands each engine's role."""
+
+    model: str
+    knobs: Mapping[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict)
+    engine_version: str = ""
+    host: str | None = None
+    port: int | None = None
+    served_name: str = ""
+    binary: str | None = None  # the executable the revision runs (its venv becomes vllm_venv_dir)
+    native_context: int | None = None  # the model's (vLLM's max-model-len default)
+    preserved: Mapping[str, Any] = field(default_factory=dict)  # what an import kept, written back
+    api_key_secret: str = ""
+    hf_token_secret: str = ""
+
+
+def vllm_role_vars(role: RoleInput) -> RoleVars:
     """Every variable the role's start script reads, for this revision (module docstring)."""
-    kept = dict(preserved or {})
+    model, knobs, env, engine_version = role.model, role.knobs, role.env, role.engine_version
+    kept = dict(role.preserved)
     out = RoleVars()
     v = out.values
     version_label = f"vLLM {engine_version or ROLE_VLLM_VERSION}"
 
     v["vllm_model"] = model
-    if served_name and served_name != model.split("/")[-1]:
+    if role.served_name and role.served_name != model.split("/")[-1]:
         out.not_exported["served_name"] = (
             f"the role always serves the model as the last part of vllm_model ({model.split('/')[-1]!r}), "
-            f"not {served_name!r}"
+            f"not {role.served_name!r}"
         )
-    v["vllm_host"] = host
-    v["vllm_port"] = port
-    venv = venv_of(binary) or (kept.get("vllm_venv_dir") if isinstance(kept.get("vllm_venv_dir"), str) else None)
+    v["vllm_host"] = role.host
+    v["vllm_port"] = role.port
+    venv = venv_of(role.binary) or (kept.get("vllm_venv_dir") if isinstance(kept.get("vllm_venv_dir"), str) else None)
     if venv:
         v["vllm_venv_dir"] = venv
     else:
@@ -167,10 +172,10 @@ def vllm_role_vars(
         v[var] = str(value) if knob == "gpu_memory_utilization" else value
     if "max_model_len" in knobs:
         v["vllm_max_model_len"] = knobs["max_model_len"]
-    elif native_context:
-        v["vllm_max_model_len"] = native_context
+    elif role.native_context:
+        v["vllm_max_model_len"] = role.native_context
         out.defaults["vllm_max_model_len"] = (
-            f"the model's native context {native_context:,} (vLLM's default), written because the role always "
+            f"the model's native context {role.native_context:,} (vLLM's default), written because the role always "
             "passes --max-model-len"
         )
     else:
@@ -232,9 +237,9 @@ def vllm_role_vars(
     # keeps an imported vault reference, else the export writes "" (none).
     v["vllm_api_key"] = None
     v["vllm_hf_token"] = None
-    if api_key_secret:
+    if role.api_key_secret:
         out.not_exported["api_key_secret"] = SECRET_REASONS["api_key_secret"]
-    if hf_token_secret:
+    if role.hf_token_secret:
         out.not_exported["hf_token_secret"] = SECRET_REASONS["hf_token_secret"]
     handled = {"quantization", "kv_cache_dtype", "speculative_config", "hf_overrides", "cpu_offload_gb"}
     handled |= {"pipeline_parallel_size", "attention_backend", "max_model_len", *VLLM_DEFAULTS, *_DIRECT, *_SWITCHES}

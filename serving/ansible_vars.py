@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,7 @@ from serving.ansible_role import (
     ROLE_VLLM_VERSION,
     VLLM_ATTENTION_ENV_IGNORED_SINCE,
     VLLM_SCRIPT_ENV,
+    RoleInput,
     vllm_role_vars,
 )
 from serving.engines.base import EngineConfigError
@@ -644,55 +645,25 @@ def _neutralised(value: Any, variable: str) -> tuple[Any, bool]:
     return walk(value), changed
 
 
-def render_group_vars(
-    *,
-    engine: str,
-    model: str,
-    knobs: dict[str, Any],
-    env: dict[str, str] | None = None,
-    engine_version: str = "",
-    host: str | None = None,
-    port: int | None = None,
-    preserved: dict[str, Any] | None = None,
-    served_name: str = "",
-    binary: str | None = None,
-    native_context: int | None = None,
-    api_key_secret: str = "",
-    hf_token_secret: str = "",
-) -> AnsibleExport:
-    """A group_vars YAML text for a revision; `preserved` (unknown, ignored and templated
+def render_group_vars(engine: str, role: RoleInput) -> AnsibleExport:
+    """A group_vars YAML text for a revision; `role.preserved` (unknown, ignored and templated
     variables from an import) is written back unless the revision sets it. Every string
     Ansible would template is written `!unsafe` (listed in `inert`), except the plain
     references the module docstring allows. For vLLM every variable the role's start script
-    reads is written (serving.ansible_role): `binary` is the executable the revision runs
-    (its venv becomes vllm_venv_dir), `native_context` the model's (vLLM's max-model-len default)."""
-    env = dict(env or {})
+    reads is written (serving.ansible_role)."""
     out: dict[str, Any] = {"inference_engine": engine}
     not_exported: dict[str, str] = {}
     defaults: dict[str, str] = {}
     if engine == "vllm":
-        role = vllm_role_vars(
-            model=model,
-            knobs=knobs,
-            env=env,
-            engine_version=engine_version,
-            host=host,
-            port=port,
-            served_name=served_name,
-            binary=binary,
-            native_context=native_context,
-            preserved=preserved if isinstance(preserved, dict) else None,
-            api_key_secret=api_key_secret,
-            hf_token_secret=hf_token_secret,
-        )
-        out.update(role.values)
-        not_exported.update(role.not_exported)
-        defaults.update(role.defaults)
+        role_vars = vllm_role_vars(role)
+        out.update(role_vars.values)
+        not_exported.update(role_vars.not_exported)
+        defaults.update(role_vars.defaults)
     elif engine == "ollama":
-        out.update(_ollama_vars(model, knobs, env, engine_version, host, port, not_exported))
+        out.update(_ollama_vars(role, not_exported))
     else:
         raise AnsibleVarsError(f"the Ansible roles run vllm or ollama, not {engine!r}")
-    merged = dict(preserved) if isinstance(preserved, dict) else {}
+    merged = dict(role.preserved) if isinstance(role.preserved, Mapping) else {}
     for key, value in out.items():
         if value is None and key in merged:
             continue  # e.g. a templated port the revision did not set
@@ -735,20 +706,13 @@ def _comment(text: str) -> str:
     return "# " + flat.replace("{", "(").replace("}", ")") + "\n"
 
 
-def _ollama_vars(
-    model: str,
-    knobs: dict[str, Any],
-    env: dict[str, str],
-    version: str,
-    host: str | None,
-    port: int | None,
-    not_exported: dict[str, str],
-) -> dict[str, Any]:
+def _ollama_vars(role: RoleInput, not_exported: dict[str, str]) -> dict[str, Any]:
+    knobs = role.knobs
     out: dict[str, Any] = {
-        "ollama_version": version or None,
-        "ollama_host": host,
-        "ollama_port": port,
-        "ollama_models": [model],
+        "ollama_version": role.engine_version or None,
+        "ollama_host": role.host,
+        "ollama_port": role.port,
+        "ollama_models": [role.model],
         "ollama_num_ctx": knobs.get("context_length"),
     }
     for knob, value in knobs.items():
@@ -756,6 +720,6 @@ def _ollama_vars(
             continue
         if OLLAMA_ROLE_KNOBS.get(knob) != value:
             not_exported[knob] = "the Ollama role fixes OLLAMA_NUM_PARALLEL=2 and OLLAMA_KEEP_ALIVE=30m"
-    for key in env:
+    for key in role.env:
         not_exported[key] = "the Ollama role has no variable for extra environment"
     return out

@@ -26,6 +26,7 @@ from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
 from hardware.models import Host
+from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
@@ -196,8 +197,7 @@ def revision_export_ansible(revision: DeploymentRevision, *, binary: str | None 
     arch = variant.arch if isinstance(variant.arch, dict) else {}
     native = arch.get("native_context")
     try:
-        return render_group_vars(
-            engine=revision.engine,
+        role = RoleInput(
             model=model_reference(variant, revision.engine),
             knobs=revision.knobs if isinstance(revision.knobs, dict) else {},
             env=revision.env if isinstance(revision.env, dict) else {},
@@ -211,6 +211,7 @@ def revision_export_ansible(revision: DeploymentRevision, *, binary: str | None 
             api_key_secret=revision.api_key_secret,
             hf_token_secret=revision.hf_token_secret,
         )
+        return render_group_vars(revision.engine, role)
     except AnsibleVarsError as exc:
         raise ValidationError(str(exc)) from exc
 

@@ -18,7 +18,7 @@ from django.db.models.functions import Concat, Right
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, person_of
 from core.secrets_mask import mask_text
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import DeploymentRevision, Operation
@@ -61,7 +61,7 @@ def operation_create(
         host=host,
         revision=revision,
         params=params or {},
-        requested_by=actor if getattr(actor, "pk", None) else None,
+        requested_by=person_of(actor),
         exclusive=kind in EXCLUSIVE_KINDS,
     )
     try:

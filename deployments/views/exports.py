@@ -13,9 +13,9 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method
+from core.http import by_method, form_save
 from deployments import selectors
-from deployments.forms import AnsibleImportForm, apply_error
+from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
 from deployments.services.exports import revision_client_target, revision_export
 from deployments.services.imports import revision_import_ansible
@@ -127,31 +127,29 @@ def ansible_import_page(request: HttpRequest, host: str) -> HttpResponse:
 def ansible_import_submit(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = get_object_or_404(Host, name=host)
     form = AnsibleImportForm(request.POST, request.FILES)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            result = revision_import_ansible(
-                host=host_obj,
-                text=data["text"],
-                message=data["message"],
-                tag=data["tag"],
-                engine_version=data["engine_version"] or None,
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            apply_error(form, exc, fallback="text")
-        else:
-            revision = result.revision
-            messages.success(request, f"Imported r{revision.number} from the group_vars.")
-            if result.unknown:
-                messages.warning(
-                    request,
-                    "Not understood, kept in the revision and written back on export: " + ", ".join(result.unknown),
-                )
-            for note in result.notes:
-                messages.info(request, note)
-            return redirect("deployments:revision_detail", host=host_obj.name, number=revision.number)
-    return _import_page(request, host_obj, form)
+    result = form_save(
+        form,
+        lambda data: revision_import_ansible(
+            host=host_obj,
+            text=data["text"],
+            message=data["message"],
+            tag=data["tag"],
+            engine_version=data["engine_version"] or None,
+            actor=request.user,
+        ),
+        fallback="text",
+    )
+    if result is None:
+        return _import_page(request, host_obj, form)
+    revision = result.revision
+    messages.success(request, f"Imported r{revision.number} from the group_vars.")
+    if result.unknown:
+        messages.warning(
+            request, "Not understood, kept in the revision and written back on export: " + ", ".join(result.unknown)
+        )
+    for note in result.notes:
+        messages.info(request, note)
+    return redirect("deployments:revision_detail", host=host_obj.name, number=revision.number)
 
 
 ansible_import = by_method(get=ansible_import_page, post=ansible_import_submit)

@@ -7,13 +7,13 @@ their URLs keep the `hardware:` names (`deployments.host_urls`) and their templa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -47,8 +47,12 @@ def _is_partial(request: HttpRequest) -> bool:
     return bool(htmx) and not htmx.boosted
 
 
-def _one_host(name: str) -> QuerySet[Host]:
-    return selectors.host_list().filter(name=name)
+def _card_or_404(name: str) -> selectors.HostCard:
+    """The dashboard card of the host named `name` (Http404 when there is none)."""
+    cards = selectors.host_cards(hosts=selectors.host_list().filter(name=name))
+    if not cards:
+        raise Http404("No such host.")
+    return cards[0]
 
 
 # --- live widgets --------------------------------------------------------------------------------
@@ -58,10 +62,7 @@ def _one_host(name: str) -> QuerySet[Host]:
 @role_required(VIEWER)
 def host_card(request: HttpRequest, name: str) -> HttpResponse:
     """The host's card alone: its page's "Now" refreshes it."""
-    cards = selectors.host_cards(hosts=_one_host(name))
-    if not cards:
-        raise Http404("No such host.")
-    return render(request, "dashboard/_host_card.html", {"card": cards[0], "single": True})
+    return render(request, "dashboard/_host_card.html", {"card": _card_or_404(name), "single": True})
 
 
 @require_GET
@@ -172,10 +173,7 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
 @require_GET
 @role_required(VIEWER)
 def host_detail(request: HttpRequest, name: str) -> HttpResponse:
-    cards = selectors.host_cards(hosts=_one_host(name))
-    if not cards:
-        raise Http404("No such host.")
-    card = cards[0]
+    card = _card_or_404(name)
     context = _host_context(card.host, card)
     if has_role(request.user, ADMIN) and not card.host.is_demo:  # the agent token's state, for admins only
         context["credential"] = (
@@ -193,7 +191,7 @@ def host_telemetry(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "hardware/_host_telemetry.html", context)
 
 
-def _after_request(request: HttpRequest, host: Host, action: Any, what: str) -> HttpResponse:
+def _after_request(request: HttpRequest, host: Host, action: Callable[..., Operation], what: str) -> HttpResponse:
     try:
         op = action(host=host, actor=request.user)
     except ValidationError as exc:
@@ -205,23 +203,21 @@ def _after_request(request: HttpRequest, host: Host, action: Any, what: str) -> 
     return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
 
 
-@require_POST
-@role_required(OPERATOR)
-def host_probe(request: HttpRequest, name: str) -> HttpResponse:
-    return _after_request(request, get_object_or_404(Host, name=name), probe_request, "probe")
+# The host page's buttons: the service that queues each, and what a refusal says it could not do.
+# A start serves the host's active revision again, and after restarts from then on.
+HOST_ACTIONS: dict[str, tuple[Callable[..., Operation], str]] = {
+    "probe": (probe_request, "probe"),
+    "stop": (stop_request, "stop the engine"),
+    "start": (start_request, "start the engine"),
+}
 
 
 @require_POST
 @role_required(OPERATOR)
-def host_stop(request: HttpRequest, name: str) -> HttpResponse:
-    return _after_request(request, get_object_or_404(Host, name=name), stop_request, "stop the engine")
-
-
-@require_POST
-@role_required(OPERATOR)
-def host_start(request: HttpRequest, name: str) -> HttpResponse:
-    """Start the host's active revision again; it is served after restarts from then on."""
-    return _after_request(request, get_object_or_404(Host, name=name), start_request, "start the engine")
+def host_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """Queue one of `HOST_ACTIONS` on the host and follow its operation."""
+    service, what = HOST_ACTIONS[action]
+    return _after_request(request, get_object_or_404(Host, name=name), service, what)
 
 
 @require_POST

@@ -13,9 +13,9 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method
+from core.http import apply_error, by_method, form_save
 from deployments import selectors
-from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm, apply_error
+from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm
 from deployments.services.hub_imports import model_variant_import_hub
 from deployments.services.imports import (
     gguf_files_available,
@@ -91,36 +91,12 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
         variant = _import_hub(request, hub)
     elif source == "gguf":
         gguf = GgufImportForm(request.POST, prefix="gguf")
-        if gguf.is_valid():
-            try:
-                variant = model_variant_import_gguf(
-                    path=gguf.cleaned_data["path"],
-                    name=gguf.cleaned_data["name"],
-                    family=gguf.cleaned_data["family"],
-                    generation=gguf.cleaned_data["generation"],
-                    actor=request.user,
-                )
-            except ValidationError as exc:
-                apply_error(gguf, exc, fallback="path")
+        variant = form_save(gguf, lambda data: model_variant_import_gguf(**data, actor=request.user), fallback="path")
     else:
         hf = HfConfigImportForm(request.POST, request.FILES, prefix="hf")
-        if hf.is_valid():
-            data = hf.cleaned_data
-            try:
-                variant = model_variant_import_hf_config(
-                    text=data["text"],
-                    name=data["name"],
-                    repo_id=data["repo_id"],
-                    family=data["family"],
-                    generation=data["generation"],
-                    quantization=data["quantization"],
-                    weights_bytes=data["weights_bytes"],
-                    tool_call_parser=data["tool_call_parser"],
-                    reasoning_parser=data["reasoning_parser"],
-                    actor=request.user,
-                )
-            except ValidationError as exc:
-                apply_error(hf, exc, fallback="config")
+        variant = form_save(
+            hf, lambda data: model_variant_import_hf_config(**data, actor=request.user), fallback="config"
+        )
     if variant is None:
         return _import_page(request, hf=hf, gguf=gguf, hub=hub)
     messages.success(request, f"Imported {variant.name} into the catalog.")

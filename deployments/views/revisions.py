@@ -17,10 +17,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.params import int_param, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method, is_partial
+from core.http import by_method, form_save, is_partial
 from deployments import presenters, selectors
 from deployments.choices import Engine
-from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
+from deployments.forms import CommentForm, RevisionForm, SwitchForm
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import engine_config_for_values
@@ -119,19 +119,15 @@ def revision_detail(request: HttpRequest, host: str, number: int) -> HttpRespons
 def revision_comment(request: HttpRequest, host: str, number: int) -> HttpResponse:
     revision = _revision_or_404(host, number)
     form = CommentForm(request.POST)
-    if form.is_valid():
-        try:
-            comment_create(revision=revision, body=form.cleaned_data["body"], actor=request.user)
-        except ValidationError as exc:
-            apply_error(form, exc, fallback="body")
-    if form.is_valid():
-        if is_partial(request):
-            context = {"revision": revision, "comments": revision.comments.select_related("author")}
-            return render(request, "deployments/_comments.html", {**context, "comment_form": CommentForm()})
+    saved = form_save(
+        form, lambda data: comment_create(revision=revision, body=data["body"], actor=request.user), fallback="body"
+    )
+    if saved is not None and not is_partial(request):
         return redirect("deployments:revision_detail", host=host, number=number)
     if is_partial(request):
         context = {"revision": revision, "comments": revision.comments.select_related("author")}
-        return render(request, "deployments/_comments.html", {**context, "comment_form": form})
+        context["comment_form"] = form if saved is None else CommentForm()
+        return render(request, "deployments/_comments.html", context)
     return render(request, "deployments/revision_detail.html", _detail_context(request, revision, comment_form=form))
 
 
@@ -177,32 +173,14 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
 def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = _host_or_404(host)
     form = RevisionForm(request.POST, host=host_obj)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            revision = revision_create(
-                host=host_obj,
-                engine=data["engine"],
-                engine_version=data["engine_version"].strip(),
-                model_variant=data["model_variant"],
-                knobs=data["knobs"],
-                env=data["env"],
-                served_name=data["served_name"].strip(),
-                port=data["port"],
-                tag=data["tag"],
-                parent=data["parent_revision"],
-                api_key_secret=data["api_key_secret"],
-                hf_token_secret=data["hf_token_secret"],
-                message=data["message"],
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            apply_error(form, exc, fallback="knobs")
-        else:
-            url = reverse("deployments:revision_detail", args=[host_obj.name, revision.number])
-            messages.success(request, f"Recorded r{revision.number}.")
-            return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
-    start = form.cleaned_data.get("parent_revision") if hasattr(form, "cleaned_data") else None
+    revision = form_save(
+        form, lambda data: revision_create(host=host_obj, **data, actor=request.user), fallback="knobs"
+    )
+    if revision is not None:
+        url = reverse("deployments:revision_detail", args=[host_obj.name, revision.number])
+        messages.success(request, f"Recorded r{revision.number}.")
+        return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+    start = form.cleaned_data.get("parent") if hasattr(form, "cleaned_data") else None
     return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
 
 
@@ -226,7 +204,7 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
         host=host_obj,
         model=values["model_variant"],
         engine=values["engine"],
-        engine_version=values["engine_version"].strip(),
+        engine_version=values["engine_version"],
         knobs=values["knobs"],
         env=values["env"],
     )
@@ -235,11 +213,11 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
     try:
         config = engine_config_for_values(
             engine=values["engine"],
-            engine_version=values["engine_version"].strip(),
+            engine_version=values["engine_version"],
             model=values["model_variant"],
             knobs=values["knobs"],
             env=values["env"],
-            served_name=values["served_name"].strip(),
+            served_name=values["served_name"],
             port=values["port"] or engine_default_port(values["engine"]),
             host=presenters.engine_bind_host(host_obj),  # where the host's agent binds engines
         )

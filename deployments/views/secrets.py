@@ -12,8 +12,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from controlpanel.roles import ADMIN, role_required
+from core.http import form_save
 from deployments import presenters
-from deployments.forms import SecretForm, SecretMarkForm, apply_error
+from deployments.forms import SecretForm, SecretMarkForm
 from deployments.services.secrets import secret_mark, secret_set
 from hardware.models import Host
 
@@ -25,17 +26,16 @@ def host_secrets(request: HttpRequest, host: str) -> HttpResponse:
     if request.method not in ("GET", "POST"):
         return HttpResponseNotAllowed(["GET", "POST"])
     form = SecretForm(request.POST if request.method == "POST" else None)
-    if form.is_bound and form.is_valid():
-        data = form.cleaned_data
-        try:
-            secret_set(
-                host=found, name=data["name"], value=data["value"], actor=request.user, hub_token=data["hub_token"]
-            )
-        except ValidationError as exc:
-            apply_error(form, exc, fallback="name")
-        else:
-            messages.success(request, f"Stored secret {data['name']} for {found.name}.")
-            return redirect("deployments:host_secrets", host=found.name)
+    stored = form_save(
+        form,
+        lambda data: secret_set(
+            host=found, name=data["name"], value=data["value"], actor=request.user, hub_token=data["hub_token"]
+        ),
+        fallback="name",
+    )
+    if stored is not None:
+        messages.success(request, f"Stored secret {stored.name} for {found.name}.")
+        return redirect("deployments:host_secrets", host=found.name)
     context = {"host": found, "secrets": found.secrets.order_by("name"), "form": form}
     return render(request, "deployments/host_secrets.html", context)
 

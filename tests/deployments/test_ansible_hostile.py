@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
+from serving.ansible_role import RoleInput
 from serving.ansible_vars import (
     MAX_ALIASES,
     AnsibleVarsError,
@@ -93,7 +94,8 @@ def export(imported: Any, **overrides: Any) -> Any:
         "preserved": imported.preserved(),
     }
     values.update(overrides)
-    return render_group_vars(**values)
+    engine = values.pop("engine")
+    return render_group_vars(engine, RoleInput(**values))
 
 
 # --- YAML that expands or nests without limit ------------------------------------------------
@@ -313,7 +315,7 @@ def test_the_seed_references_stay_live_and_are_said_to_run_nothing():
 )
 def test_only_plain_safe_references_stay_live(text, variable, live):
     assert is_plain_reference(text, variable=variable) is live
-    exported = render_group_vars(engine="vllm", model="m", knobs={}, preserved={variable: [text]})
+    exported = render_group_vars("vllm", RoleInput(model="m", knobs={}, preserved={variable: [text]}))
     assert (text in live_templates(exported.text)) is live
     assert (variable in exported.inert) is not live
 
@@ -327,11 +329,13 @@ def test_is_template_looks_everywhere():
 
 def test_knobs_typed_in_the_ui_are_exported_inert_too():
     exported = render_group_vars(
-        engine="vllm",
-        model="{{ lookup('env', 'HOME') }}",
-        knobs={"reasoning_parser": LOOKUP, "tool_call_parser": "{% for x in y %}"},
-        env={"HF_HOME": f"/data/{LOOKUP}"},
-        host=LOOKUP,
+        "vllm",
+        RoleInput(
+            model="{{ lookup('env', 'HOME') }}",
+            knobs={"reasoning_parser": LOOKUP, "tool_call_parser": "{% for x in y %}"},
+            env={"HF_HOME": f"/data/{LOOKUP}"},
+            host=LOOKUP,
+        ),
     )
     assert live_templates(exported.text) == []
     assert set(exported.inert) >= {"vllm_model", "vllm_reasoning_parser", "vllm_hf_cache_dir", "vllm_host"}
@@ -340,10 +344,12 @@ def test_knobs_typed_in_the_ui_are_exported_inert_too():
 
 def test_invalid_stored_variables_are_left_out_and_said_so():
     exported = render_group_vars(
-        engine="vllm",
-        model="m",
-        knobs={},
-        preserved={"bad name": 1, "ok": "x", "deep": [[[[[[[[[[[[[[1]]]]]]]]]]]]]]},
+        "vllm",
+        RoleInput(
+            model="m",
+            knobs={},
+            preserved={"bad name": 1, "ok": "x", "deep": [[[[[[[[[[[[[[1]]]]]]]]]]]]]]},
+        ),
     )
     assert exported.not_exported["bad name"] == "not a valid Ansible variable name"
     assert "deep" in exported.not_exported

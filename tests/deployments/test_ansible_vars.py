@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleVarsError, parse_group_vars, render_group_vars
 from serving.engines.base import EngineConfig
 from serving.engines.vllm import VllmAdapter
@@ -114,13 +115,15 @@ def test_variables_the_group_vars_leave_out_take_the_role_defaults():
 def test_export_round_trips_and_keeps_unknown_and_ignored_variables():
     imported = parse_group_vars(GROUP_VARS)
     exported = render_group_vars(
-        engine=imported.engine,
-        model=imported.model,
-        knobs=imported.knobs,
-        env=imported.env,
-        host=imported.host,
-        port=imported.port,
-        preserved=imported.preserved(),
+        imported.engine,
+        RoleInput(
+            model=imported.model,
+            knobs=imported.knobs,
+            env=imported.env,
+            host=imported.host,
+            port=imported.port,
+            preserved=imported.preserved(),
+        ),
     )
     # The newest vLLM ignores the role's VLLM_ATTENTION_BACKEND: the only difference, and said.
     assert list(exported.not_exported) == ["VLLM_ATTENTION_BACKEND"]
@@ -144,11 +147,13 @@ def test_secrets_are_named_never_copied():
     }
     assert "sk-live-123" not in repr(imported)
     exported = render_group_vars(
-        engine="vllm",
-        model=imported.model,
-        knobs=imported.knobs,
-        env=imported.env,
-        preserved=imported.preserved(),
+        "vllm",
+        RoleInput(
+            model=imported.model,
+            knobs=imported.knobs,
+            env=imported.env,
+            preserved=imported.preserved(),
+        ),
     ).text
     assert "sk-live-123" not in exported
     assert "vault_hf_token" in exported  # a vault reference is not a value: kept
@@ -159,11 +164,13 @@ def test_jinja_in_a_knob_variable_is_kept_as_text_not_evaluated():
     assert "max_num_seqs" not in imported.knobs
     assert imported.templated == {"vllm_max_num_seqs": "{{ seqs | int }}"}
     exported = render_group_vars(
-        engine="vllm",
-        model=imported.model,
-        knobs=imported.knobs,
-        env=imported.env,
-        preserved=imported.preserved(),
+        "vllm",
+        RoleInput(
+            model=imported.model,
+            knobs=imported.knobs,
+            env=imported.env,
+            preserved=imported.preserved(),
+        ),
     )
     # Issue 11: it used to be written back live, for Ansible to evaluate; now it is inert text
     # (only plain references such as {{ ansible_user }} stay live; test_ansible_hostile.py).

@@ -103,7 +103,7 @@ def test_ansible_import_paste(client, catalog, operator):
     ("data", "field", "text"),
     [
         ({"text": "- a list\n", "message": "m"}, "text", "Not a group_vars file"),
-        ({"text": "", "message": "m"}, "text", "Upload a group_vars file"),
+        ({"text": "", "message": "m"}, "file", "Upload a group_vars file"),
         ({"text": "x: 1\n", "message": ""}, "message", "required"),
         ({"text": ALL_YML.read_text().replace("vllm_max_num_seqs: 4", "vllm_max_num_seqs: 0"),
           "message": "m"}, "text", "max_num_seqs: max_num_seqs must be at least 1"),
