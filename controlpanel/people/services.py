@@ -134,13 +134,7 @@ def person_create(*, username: str, email: str = "", role: str, actor: Any) -> N
     with transaction.atomic():
         user = _users().create_user(username=username, email=email, password=password)
         _apply_role(user, role)
-        audit_record(
-            action="person.create",
-            summary=f"added {username} as {role}",
-            obj=user,
-            data={"username": username, "role": role, "email": email},
-            actor=actor,
-        )
+        _audit(user, "create", f"added {username} as {role}", actor, {"role": role, "email": email})
     return NewPassword(user=user, password=password)
 
 
@@ -160,13 +154,7 @@ def person_set_role(*, user: Any, role: str, actor: Any) -> Any:
             user.is_staff = False
             user.save(update_fields=["is_superuser", "is_staff"])
         _apply_role(user, role)
-        audit_record(
-            action="person.role",
-            summary=f"{user.username}: {before} -> {role}",
-            obj=user,
-            data={"username": user.username, "from": before, "to": role},
-            actor=actor,
-        )
+        _audit(user, "role", f"{user.username}: {before} -> {role}", actor, {"from": before, "to": role})
     return user
 
 
@@ -184,13 +172,7 @@ def person_set_active(*, user: Any, active: bool, actor: Any) -> Any:
         user.is_active = active
         user.save(update_fields=["is_active"])
         verb = "reactivate" if active else "deactivate"
-        audit_record(
-            action=f"person.{verb}",
-            summary=f"{verb}d {user.username}",
-            obj=user,
-            data={"username": user.username},
-            actor=actor,
-        )
+        _audit(user, verb, f"{verb}d {user.username}", actor)
     return user
 
 
@@ -203,13 +185,7 @@ def person_reset_password(*, user: Any, actor: Any) -> NewPassword:
         user.set_password(password)
         user.save(update_fields=["password"])
         unlocked = _reset_lockout(user.username)
-        audit_record(
-            action="person.password_reset",
-            summary=f"reset the password of {user.username}",
-            obj=user,
-            data={"username": user.username, "lockouts_cleared": unlocked},
-            actor=actor,
-        )
+        _audit(user, "password_reset", f"reset the password of {user.username}", actor, {"lockouts_cleared": unlocked})
     return NewPassword(user=user, password=password)
 
 
@@ -218,14 +194,20 @@ def person_unlock(*, user: Any, actor: Any) -> int:
     ensure_role(actor, ADMIN)
     with transaction.atomic():
         count = _reset_lockout(user.username)
-        audit_record(
-            action="person.unlock",
-            summary=f"unlocked {user.username} ({count} address{'es' if count != 1 else ''})",
-            obj=user,
-            data={"username": user.username, "attempts_cleared": count},
-            actor=actor,
-        )
+        where = f"{count} address{'es' if count != 1 else ''}"
+        _audit(user, "unlock", f"unlocked {user.username} ({where})", actor, {"attempts_cleared": count})
     return count
+
+
+def _audit(user: Any, action: str, summary: str, actor: Any, data: dict[str, object] | None = None) -> None:
+    """An audit event `person.<action>` about `user`; its data always names them."""
+    audit_record(
+        action=f"person.{action}",
+        summary=summary,
+        obj=user,
+        data={"username": user.username, **(data or {})},
+        actor=actor,
+    )
 
 
 def _reset_lockout(username: str) -> int:

@@ -22,7 +22,6 @@ server that drips a byte every few seconds ends at the deadline with a HubError 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,11 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from core.hub_client import transport_errors
+from core.hub_client import hub_endpoint, transport_errors
 from core.hub_paths import hub_path_problem
 from deployments.importers.gguf_header import GgufHeaderError, GgufImport, GgufTruncated, read_gguf_header_bytes
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9_.\-]{1,96}$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,200}$")
 MAX_SMALL_FILE = 8 * 1024 * 1024  # config / index / generation config; real ones are < 2 MB
@@ -110,10 +108,6 @@ class HubModel:
         return [
             f for f in self.files if "/" not in f.name and (f.name in SUPPORT_FILES or f.name.endswith(".safetensors"))
         ]
-
-
-def hub_endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def check_repo_id(repo_id: str) -> str:

@@ -200,23 +200,14 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
         ]
         return render(request, "deployments/_planner_report.html", context)
     values = form.cleaned_data
-    context["report"], context["report_error"] = presenters.report_for_values(
-        host=host_obj,
-        model=values["model_variant"],
-        engine=values["engine"],
-        engine_version=values["engine_version"],
-        knobs=values["knobs"],
-        env=values["env"],
-    )
+    # What both the planner and the engine's command line read.
+    settings = {k: values[k] for k in ("engine", "engine_version", "knobs", "env")} | {"model": values["model_variant"]}
+    context["report"], context["report_error"] = presenters.report_for_values(host=host_obj, **settings)
     if context["report"] is not None:  # the switch preflight's own RAM check, as you type
         context["memory"] = ram_check(host_obj, values["model_variant"], context["report"])
     try:
         config = engine_config_for_values(
-            engine=values["engine"],
-            engine_version=values["engine_version"],
-            model=values["model_variant"],
-            knobs=values["knobs"],
-            env=values["env"],
+            **settings,
             served_name=values["served_name"],
             port=values["port"] or engine_default_port(values["engine"]),
             host=presenters.engine_bind_host(host_obj),  # where the host's agent binds engines

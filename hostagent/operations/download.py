@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.hub_client import hub_endpoint
 from hostagent.context import AgentContext
 from hostagent.local import host_model_dirs
 from hostagent.runtime.model_downloads import (
@@ -31,7 +32,6 @@ from hostagent.runtime.model_downloads import (
     download_files,
 )
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 OLLAMA_URL_ENV = "OLLAMA_HOST"
 LOG_EVERY_S = 5.0
 
@@ -90,7 +90,6 @@ def run_download(ctx: AgentContext, order: dict[str, Any]) -> None:
     except DownloadError as exc:
         panel.finish(op_id, state="failed", error=f"This host refuses the download: {exc}")
         return
-    endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     reports = _Reports(ctx, op_id)
     panel.progress(op_id, stage="starting", progress=0.0, log=f"[download] {repo_id}@{revision[:12]} into {folder}")
     try:
@@ -99,7 +98,7 @@ def run_download(ctx: AgentContext, order: dict[str, Any]) -> None:
             revision=revision,
             files=files,
             folder=folder,
-            endpoint=endpoint,
+            endpoint=hub_endpoint(),
             token=token,
             on_progress=reports,
         )
