@@ -57,4 +57,3 @@ def audited_save(
     obj.full_clean()
     obj.save()
     audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
-

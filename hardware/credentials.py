@@ -141,8 +141,6 @@ def host_credentials(*, host: Host) -> list[HostCredential]:
     return list(HostCredential.objects.filter(host=host))
 
 
-
-
 @dataclass(frozen=True)
 class BrokerUser:
     """A host's Redis user: its users.acl line and ACL SETUSER arguments (the password as its

@@ -75,28 +75,14 @@ class StateDir:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.engine_file = self.path / "engine.json"
+        self.log_file = self.path / "engine.log"
+        self.watchdog_file = self.path / "watchdog.json"
+        self.pauses = self.path / "pauses"
+        self.lock_file = self.path / "supervisor.lock"
+        self.starts_file = self.path / "starts.jsonl"
         self.path.mkdir(parents=True, exist_ok=True)
         self.pauses.mkdir(exist_ok=True)
-
-    @property
-    def engine_file(self) -> Path:
-        return self.path / "engine.json"
-
-    @property
-    def log_file(self) -> Path:
-        return self.path / "engine.log"
-
-    @property
-    def watchdog_file(self) -> Path:
-        return self.path / "watchdog.json"
-
-    @property
-    def pauses(self) -> Path:
-        return self.path / "pauses"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / "supervisor.lock"
 
     # engine.json -----------------------------------------------------------------
     def read_engine(self) -> EngineRecord | None:
@@ -110,10 +96,6 @@ class StateDir:
         self.engine_file.unlink(missing_ok=True)
 
     # starts.jsonl ----------------------------------------------------------------
-    @property
-    def starts_file(self) -> Path:
-        return self.path / "starts.jsonl"
-
     def record_start(self, record: EngineRecord) -> None:
         """Note a start the moment it is launched, before it can fail (callers hold the lock)."""
         entry = {
