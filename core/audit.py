@@ -24,7 +24,7 @@ def audit_record(
     obj: models.Model | None = None,
     host: models.Model | None = None,
     data: dict[str, Any] | None = None,
-    actor: Any,
+    actor: object,
 ) -> AuditEvent:
     """`host` is a `hardware.Host` (typed as a model: core imports nothing above it)."""
     ctx = current_context()

@@ -15,7 +15,19 @@ from django.utils import timezone
 from .errors import ImmutableError
 
 
-class AuditEvent(models.Model):
+class WrittenOnce:
+    """A model mixin for rows that are history: saved once, then never edited (ImmutableError,
+    saying `edit_refusal`)."""
+
+    edit_refusal = "This row is history: it is never edited."
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if not self._state.adding:
+            raise ImmutableError(self.edit_refusal)
+        super().save(*args, **kwargs)
+
+
+class AuditEvent(WrittenOnce, models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     action = models.CharField(max_length=60)  # "revision.create", "switch.request", ...
     object_type = models.CharField(max_length=60, blank=True)
@@ -31,10 +43,7 @@ class AuditEvent(models.Model):
         db_table = "deployments_auditevent"
         ordering = ["-created_at"]
 
+    edit_refusal = "Audit events are never edited."
+
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.action}: {self.summary}"
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        if not self._state.adding:
-            raise ImmutableError("Audit events are never edited.")
-        super().save(*args, **kwargs)

@@ -11,8 +11,9 @@ from django.core.exceptions import ValidationError
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
 from deployments.choices import Engine
-from deployments.models import ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.benchmarks import profile_from_input
+from hardware.models import Host
 from serving.benchmarking.profiles import PROFILES
 from serving.engines.base import EngineConfigError
 from serving.engines.knobs import normalise_knob
@@ -166,7 +167,7 @@ class RevisionForm(forms.Form):
     )
     parent = StrictIntegerField(widget=forms.HiddenInput, required=False, min_value=1, max_value=MAX_INT)
 
-    def __init__(self, *args: Any, host: Any, preview: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, host: Host, preview: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.host = host
         self.fields["model_variant"].queryset = ModelVariant.objects.order_by("is_demo", "family", "name")
@@ -192,7 +193,7 @@ class RevisionForm(forms.Form):
         return variant.chat_template_warning if variant is not None else ""
 
     @classmethod
-    def initial_from(cls, revision: Any) -> dict[str, Any]:
+    def initial_from(cls, revision: DeploymentRevision) -> dict[str, Any]:
         return {
             "model_variant": revision.model_variant_id,
             "engine": revision.engine,
@@ -530,7 +531,7 @@ class ModelDownloadForm(forms.Form):
         required=False, label="Token", help_text="This host's secret an admin marked as a Hugging Face token."
     )
 
-    def __init__(self, *args: Any, host: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, host: Host, **kwargs: Any) -> None:
         from deployments.services.host_models import download_candidates
 
         super().__init__(*args, **kwargs)

@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ImmutableError
+from core.models import WrittenOnce
 from hardware.models import Host
 from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
@@ -175,7 +176,7 @@ class Secret(models.Model):
         return f"{self.host.name}/{self.name}"
 
 
-class DeploymentRevision(models.Model):
+class DeploymentRevision(WrittenOnce, models.Model):
     """One immutable configuration of a host's engine. A change is a new row."""
 
     host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="revisions")
@@ -203,13 +204,10 @@ class DeploymentRevision(models.Model):
             models.UniqueConstraint(fields=["host", "tag"], condition=~Q(tag=""), name="revision_unique_tag_per_host"),
         ]
 
+    edit_refusal = "A deployment revision is history: create a new revision instead of editing one."
+
     def __str__(self) -> str:
         return f"{self.host.name} r{self.number}"
-
-    def save(self, *args: object, **kwargs: object) -> None:
-        if not self._state.adding:
-            raise ImmutableError("A deployment revision is history: create a new revision instead of editing one.")
-        super().save(*args, **kwargs)
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         if not getattr(self, "_allow_delete", False):

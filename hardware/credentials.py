@@ -17,7 +17,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -37,6 +37,9 @@ from core.audit import audit_record, person_of
 from .models import Host, HostCredential
 from .queues import host_queue_name
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
 TOKEN_PREFIX = "cph_"  # noqa: S105 - control panel host: a marker, not a secret
 USED_RESOLUTION = timedelta(seconds=60)  # last_used_at is written at most once a minute per token
 
@@ -50,7 +53,7 @@ def _revoke_all(host: Host) -> int:
 
 
 @transaction.atomic
-def host_token_issue(*, name: str, actor: Any) -> tuple[Host, str]:
+def host_token_issue(*, name: str, actor: AbstractUser | None) -> tuple[Host, str]:
     """A new token for host `name` (created, not yet probed, when it does not exist), shown once;
     every earlier token of the host is revoked in the same transaction."""
     ensure_role(actor, ADMIN)
@@ -78,7 +81,7 @@ def host_token_issue(*, name: str, actor: Any) -> tuple[Host, str]:
 
 
 @transaction.atomic
-def host_token_revoke(*, host: Host, actor: Any) -> int:
+def host_token_revoke(*, host: Host, actor: AbstractUser | None) -> int:
     """Revoke every token of `host`: its agent is refused from the next request on."""
     ensure_role(actor, ADMIN)
     revoked = _revoke_all(host)
@@ -152,7 +155,7 @@ class BrokerUser:
     url: str
 
 
-def host_broker_user_issue(*, name: str, broker_url: str, actor: Any) -> tuple[Host, BrokerUser]:
+def host_broker_user_issue(*, name: str, broker_url: str, actor: AbstractUser | None) -> tuple[Host, BrokerUser]:
     """A new Redis user for host `name`'s agent with a new password, shown once. `broker_url`
     is the broker as the host reaches it (redis:// or rediss://; its credentials are dropped)."""
     ensure_role(actor, ADMIN)

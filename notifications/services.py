@@ -9,9 +9,10 @@ slow or failing channel never holds up the operation that raised the event.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -30,6 +31,9 @@ from .messages import Message, absolute, render
 from .models import Channel, Delivery, HostPresence, Rule
 from .regression import BY_KEY
 from .secrets import UndecryptableError, url_decrypt, url_encrypt
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 log = logging.getLogger(__name__)
 RULE_EVENT_VALUES = {value for value, _ in RULE_EVENTS}
@@ -56,7 +60,7 @@ def _name(name: str) -> str:
 
 
 @transaction.atomic
-def channel_create(*, name: str, url: str, enabled: bool = True, actor: Any) -> Channel:
+def channel_create(*, name: str, url: str, enabled: bool = True, actor: AbstractUser | None) -> Channel:
     ensure_role(actor, ADMIN)
     name = _name(name)
     if Channel.objects.filter(name=name).exists():
@@ -81,7 +85,7 @@ def channel_create(*, name: str, url: str, enabled: bool = True, actor: Any) -> 
 
 
 @transaction.atomic
-def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool, actor: Any) -> Channel:
+def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool, actor: AbstractUser | None) -> Channel:
     """Rename, enable or disable; a new URL replaces the stored one (blank keeps it)."""
     ensure_role(actor, ADMIN)
     name = _name(name)
@@ -107,7 +111,7 @@ def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool,
 
 
 @transaction.atomic
-def channel_delete(*, channel: Channel, actor: Any) -> None:
+def channel_delete(*, channel: Channel, actor: AbstractUser | None) -> None:
     ensure_role(actor, ADMIN)
     audit_record(
         action="notification.channel.delete",
@@ -174,7 +178,7 @@ def rule_create(
     events: list[str],
     thresholds: dict[str, Any] | None = None,
     enabled: bool = True,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> Rule:
     ensure_role(actor, ADMIN)
     rule = Rule(created_by=person_of(actor))
@@ -200,7 +204,7 @@ def rule_update(
     events: list[str],
     thresholds: dict[str, Any] | None = None,
     enabled: bool,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> Rule:
     ensure_role(actor, ADMIN)
     before = _rule_summary(rule)
@@ -217,7 +221,7 @@ def rule_update(
 
 
 @transaction.atomic
-def rule_delete(*, rule: Rule, actor: Any) -> None:
+def rule_delete(*, rule: Rule, actor: AbstractUser | None) -> None:
     ensure_role(actor, ADMIN)
     audit_record(
         action="notification.rule.delete",
@@ -296,7 +300,7 @@ def _delivery(
     msg: Message,
     host_id: int | None = None,
     host_name: str = "",
-    actor: Any = None,
+    actor: AbstractUser | None = None,
 ) -> Delivery:
     return Delivery.objects.create(
         channel=channel,
@@ -333,7 +337,7 @@ def _enqueue(delivery: Delivery) -> None:
             _finish(delivery.pk, delivered=False, error=error)
 
 
-def channel_test_send(*, channel: Channel, actor: Any) -> Delivery:
+def channel_test_send(*, channel: Channel, actor: AbstractUser | None) -> Delivery:
     """A test message to one channel (enabled or not), recorded like any other delivery."""
     ensure_role(actor, ADMIN)
     who = getattr(actor, "username", "") or "the panel"
@@ -362,7 +366,7 @@ def channel_test_send(*, channel: Channel, actor: Any) -> Delivery:
 # --- delivering (the panel's worker) --------------------------------------------------------------
 
 
-def _finish(pk: Any, *, delivered: bool, error: str = "", seconds: float | None = None) -> None:
+def _finish(pk: UUID | str, *, delivered: bool, error: str = "", seconds: float | None = None) -> None:
     Delivery.objects.filter(pk=pk).update(
         state=DeliveryState.DELIVERED if delivered else DeliveryState.FAILED,
         error=mask_text(error)[:2000],
@@ -390,7 +394,7 @@ def _retry_later(delivery: Delivery, error: str) -> bool:
     )
 
 
-def deliveries_retry(*, now: Any = None) -> int:
+def deliveries_retry(*, now: datetime | None = None) -> int:
     """Beat: queue again the deliveries whose retry is due; returns how many."""
     now = now or timezone.now()
     due = list(Delivery.objects.filter(state=DeliveryState.RETRY, retry_at__lte=now).order_by("retry_at")[:500])
@@ -405,7 +409,7 @@ def deliveries_retry(*, now: Any = None) -> int:
     return queued
 
 
-def deliveries_prune(*, now: Any = None) -> int:
+def deliveries_prune(*, now: datetime | None = None) -> int:
     """Beat: delete deliveries older than NOTIFICATIONS_KEPT_DAYS (but those still to be sent)."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.NOTIFICATIONS_KEPT_DAYS)
     old = Delivery.objects.filter(created_at__lt=cutoff, state__in=(DeliveryState.DELIVERED, DeliveryState.FAILED))
@@ -413,7 +417,7 @@ def deliveries_prune(*, now: Any = None) -> int:
     return deleted
 
 
-def delivery_send(*, delivery_id: Any) -> str:
+def delivery_send(*, delivery_id: UUID | str) -> str:
     """Send one recorded delivery; records delivered, or the channel's error: failed, or to be
     sent again later (NOTIFICATIONS_RETRY_S). A delivery already taken (a message delivered
     twice) is left alone."""

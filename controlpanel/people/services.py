@@ -52,7 +52,7 @@ def _active_admin_ids(*, lock: bool) -> set[int]:
     return set(rows.values_list("pk", flat=True))
 
 
-def _role_of(user: Any) -> str | None:
+def _role_of(user: AbstractUser) -> str | None:
     """The role the person holds (whether or not they are active)."""
     if user.is_superuser:
         return ADMIN
@@ -60,7 +60,7 @@ def _role_of(user: Any) -> str | None:
     return next((r for r in (ADMIN, OPERATOR, VIEWER) if r in names), None)
 
 
-def _keeps_an_admin(user: Any, admins: set[int], *, still_admin: bool) -> None:
+def _keeps_an_admin(user: AbstractUser, admins: set[int], *, still_admin: bool) -> None:
     if user.pk in admins and not still_admin and not (admins - {user.pk}):
         raise ValidationError(
             f"{user.username} is the last active admin: make someone else an admin first, "
@@ -68,7 +68,7 @@ def _keeps_an_admin(user: Any, admins: set[int], *, still_admin: bool) -> None:
         )
 
 
-def _check_may_change(actor: Any, user: Any) -> None:
+def _check_may_change(actor: AbstractUser | None, user: AbstractUser) -> None:
     ensure_role(actor, ADMIN)
     if user.is_superuser and actor is not None and not actor.is_superuser:
         raise PermissionDenied(f"{user.username} is a superuser: only a superuser can change them.")
@@ -80,7 +80,7 @@ def _clean_role(role: str) -> str:
     return role
 
 
-def _apply_role(user: Any, role: str) -> None:
+def _apply_role(user: AbstractUser, role: str) -> None:
     role_groups = [Group.objects.get_or_create(name=name)[0] for name in ROLES]
     user.groups.remove(*role_groups)
     user.groups.add(next(g for g in role_groups if g.name == role))
@@ -122,11 +122,11 @@ def _clean_new_person(username: str, email: str) -> tuple[str, str]:
 class NewPassword:
     """A person and the password generated for them: shown once, never stored in clear."""
 
-    user: Any
+    user: AbstractUser
     password: str
 
 
-def person_create(*, username: str, email: str = "", role: str, actor: Any) -> NewPassword:
+def person_create(*, username: str, email: str = "", role: str, actor: AbstractUser | None) -> NewPassword:
     ensure_role(actor, ADMIN)
     username, email = _clean_new_person(username, email)
     role = _clean_role(role)
@@ -138,7 +138,7 @@ def person_create(*, username: str, email: str = "", role: str, actor: Any) -> N
     return NewPassword(user=user, password=password)
 
 
-def person_set_role(*, user: Any, role: str, actor: Any) -> Any:
+def person_set_role(*, user: AbstractUser, role: str, actor: AbstractUser | None) -> AbstractUser:
     _check_may_change(actor, user)
     role = _clean_role(role)
     with transaction.atomic():
@@ -158,7 +158,7 @@ def person_set_role(*, user: Any, role: str, actor: Any) -> Any:
     return user
 
 
-def person_set_active(*, user: Any, active: bool, actor: Any) -> Any:
+def person_set_active(*, user: AbstractUser, active: bool, actor: AbstractUser | None) -> AbstractUser:
     _check_may_change(actor, user)
     if not active and actor is not None and actor.pk == user.pk:
         raise ValidationError("You cannot deactivate yourself; ask another admin.")
@@ -176,7 +176,7 @@ def person_set_active(*, user: Any, active: bool, actor: Any) -> Any:
     return user
 
 
-def person_reset_password(*, user: Any, actor: Any) -> NewPassword:
+def person_reset_password(*, user: AbstractUser, actor: AbstractUser | None) -> NewPassword:
     """A new generated password; the old one and every session of the person stop working."""
     _check_may_change(actor, user)
     password = generate_password()
@@ -189,7 +189,7 @@ def person_reset_password(*, user: Any, actor: Any) -> NewPassword:
     return NewPassword(user=user, password=password)
 
 
-def person_unlock(*, user: Any, actor: Any) -> int:
+def person_unlock(*, user: AbstractUser, actor: AbstractUser | None) -> int:
     """Clear the failed sign-ins recorded for this user name (from every address)."""
     ensure_role(actor, ADMIN)
     with transaction.atomic():
@@ -199,7 +199,9 @@ def person_unlock(*, user: Any, actor: Any) -> int:
     return count
 
 
-def _audit(user: Any, action: str, summary: str, actor: Any, data: dict[str, object] | None = None) -> None:
+def _audit(
+    user: AbstractUser, action: str, summary: str, actor: AbstractUser | None, data: dict[str, object] | None = None
+) -> None:
     """An audit event `person.<action>` about `user`; its data always names them."""
     audit_record(
         action=f"person.{action}",
@@ -244,18 +246,18 @@ class Person:
         return str(self.user.username)
 
 
-def people_list(*, actor: Any) -> list[Person]:
+def people_list(*, actor: AbstractUser | None) -> list[Person]:
     ensure_role(actor, ADMIN)
     users = list(_users().prefetch_related("groups").order_by("username"))
     locked = locked_usernames([u.username for u in users])
     return [_person(u, locked) for u in users]
 
 
-def person_get(*, username: str, actor: Any) -> Person:
+def person_get(*, username: str, actor: AbstractUser | None) -> Person:
     ensure_role(actor, ADMIN)
     user = _users().prefetch_related("groups").get(username=username)
     return _person(user, locked_usernames([user.username]))
 
 
-def _person(user: Any, locked: set[str]) -> Person:
+def _person(user: AbstractUser, locked: set[str]) -> Person:
     return Person(user=user, role=_role_of(user), last_login=user.last_login, locked=user.username in locked)

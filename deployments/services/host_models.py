@@ -14,7 +14,7 @@ needs it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -23,10 +23,14 @@ from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, ModelFormat, OperationKind
 from deployments.models import DeploymentRevision, HostModel, ModelVariant, Operation, active_revision_id_of
+from hardware.models import Host
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
 from .secrets import hub_token_check
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 MAX_FILES = 10_000
 
@@ -43,7 +47,7 @@ def downloadable(variant: ModelVariant) -> str:
     return ""
 
 
-def download_candidates(*, host: Any) -> Any:
+def download_candidates(*, host: Host) -> Any:
     """The catalog models the panel can download to `host`: imported from a hub with their commit
     and files, or Ollama tags; less those already on it."""
     hub = ModelVariant.objects.exclude(revision="").exclude(hub_files=[])
@@ -51,7 +55,7 @@ def download_candidates(*, host: Any) -> Any:
     return (hub | ollama).exclude(copies__host=host).order_by("name")
 
 
-def download_notes(*, host: Any) -> list[str]:
+def download_notes(*, host: Host) -> list[str]:
     """Why the download form offers nothing (or nothing would arrive), each with its fix."""
     notes = []
     if not host.model_dirs:
@@ -72,11 +76,11 @@ def download_notes(*, host: Any) -> list[str]:
     return notes
 
 
-def host_model_of(*, host: Any, variant: ModelVariant) -> HostModel | None:
+def host_model_of(*, host: Host, variant: ModelVariant) -> HostModel | None:
     return HostModel.objects.filter(host=host, model_variant=variant).first()
 
 
-def download_active(*, host: Any, variant: ModelVariant) -> Operation | None:
+def download_active(*, host: Host, variant: ModelVariant) -> Operation | None:
     return (
         Operation.objects.filter(
             host=host, kind=OperationKind.DOWNLOAD, state__in=ACTIVE_STATES, params__variant=variant.pk
@@ -87,7 +91,9 @@ def download_active(*, host: Any, variant: ModelVariant) -> Operation | None:
 
 
 @transaction.atomic
-def download_request(*, host: Any, variant: ModelVariant, token_secret: str = "", actor: Any) -> Operation:
+def download_request(
+    *, host: Host, variant: ModelVariant, token_secret: str = "", actor: AbstractUser | None
+) -> Operation:
     """Queue a download of `variant`'s files to `host`. Raises ValidationError (nothing written)
     when the model has no repository facts, is already there or on its way, or the secret is
     not the host's."""
@@ -196,7 +202,7 @@ class HostModelRow:
     delete_refusal: str  # why it cannot be deleted now ("" when it can)
 
 
-def _needed_by(host: Any, variant_id: int) -> tuple[DeploymentRevision | None, str]:
+def _needed_by(host: Host, variant_id: int) -> tuple[DeploymentRevision | None, str]:
     """The revision that needs the copy now, and why ("" when none)."""
     active_id = active_revision_id_of(host)
     if active_id:
@@ -218,7 +224,7 @@ def _needed_by(host: Any, variant_id: int) -> tuple[DeploymentRevision | None, s
     return None, ""
 
 
-def host_model_list(*, host: Any) -> list[HostModelRow]:
+def host_model_list(*, host: Host) -> list[HostModelRow]:
     copies = list(HostModel.objects.filter(host=host).select_related("model_variant").order_by("path"))
     by_variant: dict[int, list[DeploymentRevision]] = {}
     for revision in DeploymentRevision.objects.filter(
@@ -233,7 +239,7 @@ def host_model_list(*, host: Any) -> list[HostModelRow]:
 
 
 @transaction.atomic
-def host_model_delete_request(*, copy: HostModel, actor: Any) -> Operation:
+def host_model_delete_request(*, copy: HostModel, actor: AbstractUser | None) -> Operation:
     """Ask the host to delete a downloaded copy; refused while a revision in use needs it."""
     ensure_role(actor, OPERATOR)
     _, why = _needed_by(copy.host, copy.model_variant_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -31,6 +31,9 @@ from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError,
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 EXTRAS_KEY = "ansible"
 MAX_IMPORT_BYTES = 1_000_000
@@ -48,7 +51,7 @@ class AnsibleImportResult:
     notes: tuple[str, ...] = field(default_factory=tuple)  # warnings and secrets to set up
 
 
-def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[ModelVariant, bool]:
+def _find_or_create_variant(*, parsed: AnsibleImport, actor: AbstractUser | None) -> tuple[ModelVariant, bool]:
     """The catalog variant the group_vars name (repo id, Ollama tag or name); a stub when none."""
     model = parsed.model.strip()
     if not model:
@@ -100,7 +103,7 @@ def revision_import_ansible(
     message: str,
     tag: str = "",
     engine_version: str | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> AnsibleImportResult:
     """A new revision of `host` from a group_vars text (engine version: the file's, or given)."""
     ensure_role(actor, OPERATOR)
@@ -254,7 +257,7 @@ def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
         raise ValidationError({error_key: f"The imported facts are not plausible: {exc}"}) from exc
 
 
-def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: Any) -> ModelVariant:
+def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: AbstractUser | None) -> ModelVariant:
     _checked_facts(variant, error_key=error_key)
     for model_field in variant._meta.concrete_fields:  # every text the import set, e.g. quant_method
         value = getattr(variant, model_field.attname)
@@ -284,7 +287,7 @@ def model_variant_import_hf_config(
     weights_bytes: int | None = None,
     tool_call_parser: str = "",
     reasoning_parser: str = "",
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> ModelVariant:
     """A new ModelVariant from a Hugging Face config.json text.
 
@@ -374,7 +377,7 @@ def model_variant_import_gguf(
     name: str = "",
     family: str = "",
     generation: str = "",
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> ModelVariant:
     """A new ModelVariant from the header of a GGUF file readable by the panel: an absolute path, or a
     name inside the model folders (`model.gguf`, `sub/model.gguf`; `panel_model_dirs`).

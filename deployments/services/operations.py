@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -25,6 +26,9 @@ from deployments.models import DeploymentRevision, Operation
 from hardware.models import Host
 from notifications.events import operation_event
 from notifications.services import notify
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 LOG_LIMIT = 200_000  # characters of log kept per operation (the tail)
 # A running operation whose worker has not touched it for this long is `lost`.
@@ -53,7 +57,7 @@ def operation_create(
     revision: DeploymentRevision | None = None,
     params: dict[str, Any] | None = None,
     enqueue: Callable[[Operation], None] | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> Operation:
     """Insert the Operation (taking the host lock for exclusive kinds) and enqueue on commit."""
     op = Operation(
@@ -82,7 +86,7 @@ def operation_create(
     return op
 
 
-def operation_begin(*, op_id: Any, worker: str) -> Operation | None:
+def operation_begin(*, op_id: UUID | str, worker: str) -> Operation | None:
     """Mark a queued operation running. None when it is gone or already ended (idempotent
     redelivery: a task that arrives twice must not act twice)."""
     with transaction.atomic():
@@ -150,7 +154,7 @@ def _audit_safe(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k in {"rolled_back", "rollback_failed", "revision", "previous"}}
 
 
-def operation_cancel(*, op: Operation, actor: Any) -> Operation:
+def operation_cancel(*, op: Operation, actor: AbstractUser | None) -> Operation:
     """Queued: cancelled at once. Running: the task stops at its next safe point."""
     ensure_role(actor, OPERATOR)
     with transaction.atomic():

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -187,7 +187,7 @@ def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
 revision_new = by_method(get=revision_new_page, post=revision_create_view)
 
 
-def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
+def _preview(request: HttpRequest, host: str, data: QueryDict) -> HttpResponse:
     host_obj = _host_or_404(host)
     context: dict[str, Any] = {"report": None, "report_error": "", "errors": [], "launch": None, "memory": None}
     form = RevisionForm(data, host=host_obj, preview=True)
