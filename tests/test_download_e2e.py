@@ -88,7 +88,7 @@ def test_import_download_switch_serve(hub, agent, monkeypatch, operator, admin_u
     secret_set(host=host, name="hf-token", value=TOKEN, actor=admin_user, hub_token=True)
 
     # Import by repository id: the gated repo's header read with the host secret's token.
-    variant = model_variant_import_hub(repo_id=REPO, token_host=host, token_secret="hf-token", actor=operator)
+    variant = model_variant_import_hub(repo_id=REPO, token=f"{host.name}/hf-token", actor=operator)
     item = hub.repos[REPO].files[GGUF]
     assert variant.revision == hub.repos[REPO].sha and variant.weights_bytes == item.size
     revision = revision_create(
@@ -164,7 +164,7 @@ def test_cancel_resume_and_delete_through_the_agent(hub, agent, monkeypatch, ope
     from deployments.services.secrets import secret_set as set_secret
 
     set_secret(host=host, name="hf", value="hf_reader", actor=None, hub_token=True)
-    variant = model_variant_import_hub(repo_id=REPO, token_host=host, token_secret="hf", actor=operator)
+    variant = model_variant_import_hub(repo_id=REPO, token=f"{host.name}/hf", actor=operator)
     item = hub.repos[REPO].files[GGUF]
     hub.rate = 40 * 2**20  # ~6 s for the file
     first = download_request(host=host, variant=variant, token_secret="hf", actor=operator)

@@ -30,14 +30,22 @@ from .imports import _save_variant, _text_arg, _unique_name
 FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token": "token_secret"}
 
 
-def hub_token(*, host: Any, secret: str) -> str | None:
-    """The token a host's hub-token secret holds, or None when no secret is named."""
+def hub_token(ref: str) -> str | None:
+    """The token a `HOST/NAME` reference names (the secret NAME of host HOST, which an admin
+    marked as a hub token), or None for no reference. Anything else, an unknown host included,
+    is refused in the one wording that tells nothing of what exists (ValidationError on
+    token_secret)."""
+    from hardware.models import Host
+
     from .secrets import hub_token_reveal
 
-    secret = (secret or "").strip()
-    if not secret:
+    ref = (ref or "").strip()
+    if not ref:
         return None
-    return hub_token_reveal(host=host, name=secret)
+    host_name, _, name = ref.partition("/")
+    if not host_name or not name:
+        raise ValidationError({"token_secret": "Name a hub token as HOST/NAME, e.g. gpu1/hf-token."})
+    return hub_token_reveal(host=Host.objects.filter(name=host_name).first(), name=name)
 
 
 def _skipped_note(model: Any) -> str:
@@ -70,12 +78,12 @@ def model_variant_import_hub(
     name: str = "",
     family: str = "",
     generation: str = "",
-    token_host: Any = None,
-    token_secret: str = "",
+    token: str = "",
     actor: Any,
 ) -> ModelVariant:
-    """A new ModelVariant read from the hub (HF_ENDPOINT honoured). Raises ValidationError keyed
-    by repo_id, revision, file, token_secret or name; nothing is stored then."""
+    """A new ModelVariant read from the hub (HF_ENDPOINT honoured), with the hub token `token`
+    names as HOST/NAME (`hub_token`). Raises ValidationError keyed by repo_id, revision, file,
+    token_secret or name; nothing is stored then."""
     from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
     from deployments.importers.hub import HubError, hub_read
 
@@ -88,7 +96,7 @@ def model_variant_import_hub(
     name = _text_arg(name, field="name", max_len=200)
     if not repo_id:
         raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
-    token = hub_token(host=token_host, secret=token_secret)
+    token = hub_token(token)
     try:
         model = hub_read(
             repo_id, revision=revision, gguf_file=gguf_file, token=token, deadline_s=settings.HUB_REQUEST_DEADLINE_S

@@ -46,23 +46,16 @@ def _import_page(
 
 def _import_hub(request: HttpRequest, form: HubImportForm) -> Any:
     """The variant read from the hub, or None with the form's errors set."""
-    from hardware.models import Host
-
     if not form.is_valid():
         return None
     data = form.cleaned_data
-    host, secret = None, ""
-    if data["token"]:
-        host_name, _, secret = data["token"].partition("/")
-        host = Host.objects.filter(name=host_name).first()
     try:
         return model_variant_import_hub(
             repo_id=data["repo_id"],
             revision=data["revision"],
             gguf_file=data["file"],
             name=data["name"],
-            token_host=host,
-            token_secret=secret,
+            token=data["token"],
             actor=request.user,
         )
     except ValidationError as exc:

@@ -83,9 +83,10 @@ def refusal(**kwargs) -> str:
 
 def test_another_hosts_api_key_is_refused_like_a_missing_name_and_never_reaches_the_hub(hub, hosts, operator):
     gpu1, gpu2 = hosts
-    existing = refusal(token_host=gpu2, token_secret="engine-key", actor=operator)
-    missing = refusal(token_host=gpu2, token_secret="no-such-secret", actor=operator)
-    assert existing == missing == HUB_REFUSAL
+    existing = refusal(token=f"{gpu2.name}/engine-key", actor=operator)
+    missing = refusal(token=f"{gpu2.name}/no-such-secret", actor=operator)
+    unknown_host = refusal(token="no-such-host/engine-key", actor=operator)
+    assert existing == missing == unknown_host == HUB_REFUSAL
     assert "engine-key" not in existing and "no-such-secret" not in missing
     assert not any(r["token"] for r in hub.requests)  # no secret went to the hub
     assert not ModelVariant.objects.exists()
@@ -249,5 +250,5 @@ def test_an_admin_sets_and_marks_secrets_on_the_host_secrets_page(hub, hosts, cl
     assert gpu1.secrets.get(name="engine-key").hub_token
     assert client.post(mark, {}).status_code == 302
     assert not gpu1.secrets.get(name="engine-key").hub_token
-    assert refusal(token_host=gpu1, token_secret="engine-key", actor=operator) == HUB_REFUSAL
-    assert model_variant_import_hub(repo_id="meta/gated-27b", token_host=gpu1, token_secret="hf", actor=operator)
+    assert refusal(token=f"{gpu1.name}/engine-key", actor=operator) == HUB_REFUSAL
+    assert model_variant_import_hub(repo_id="meta/gated-27b", token=f"{gpu1.name}/hf", actor=operator)

@@ -88,20 +88,13 @@ class Command(PanelCommand):
     def _import(self, o: dict[str, Any]) -> None:
         from deployments.services.hub_imports import model_variant_import_hub
 
-        host, secret = None, ""
-        if o["token_secret"]:
-            host_name, sep, secret = o["token_secret"].partition("/")
-            if not sep or not secret:
-                raise BadInput("--token-secret takes HOST/NAME, e.g. --token-secret gpu1/hf-token.")
-            host = get_host(host_name)
         with change_context("cli"):
             variant = model_variant_import_hub(
                 repo_id=o["repo_id"],
                 revision=o["revision"],
                 gguf_file=o["file"],
                 name=o["name"],
-                token_host=host,
-                token_secret=secret,
+                token=o["token_secret"],
                 actor=get_actor(o["user"]),
             )
         size = f"{variant.weights_bytes / 2**30:.2f} GiB of weights" if variant.weights_bytes else "weights unknown"
