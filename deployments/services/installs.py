@@ -269,10 +269,11 @@ RATE_FROM = 0.02  # below this share of a compile, its rate so far says too litt
 def install_time_left(op: Operation, *, now: datetime | None = None) -> str:
     """The time an install that is compiling has left, as the operation page says it ("" when
     it is not compiling). The agent reports the compile's fraction done as the progress
-    (hostagent.install_progress). Two figures for the whole install: the time so far divided by
-    the fraction done (the rate so far), and the host's own last compile (else the rough
-    per-core figure); the rate counts for as much as the compile has done (at 10 % the past
-    compile weighs 90 %, at 80 % 20 %), so the first minutes do not swing the figure."""
+    (hostagent.install_progress). Two figures for the whole install's time: the time so far
+    divided by the fraction done (the rate so far), and the host's own last compile (else the
+    rough per-core figure); the rate counts for as much as the compile has done (at 10 % the
+    past compile weighs 90 %, at 80 % 20 %), so the first minutes do not swing the figure. What
+    is left is the share not done of that blend."""
     if op.kind != OperationKind.INSTALL or not op.is_active or op.started_at is None:
         return ""
     if not (op.stage or "").startswith(COMPILING_STAGE):
@@ -291,7 +292,7 @@ def install_time_left(op: Operation, *, now: datetime | None = None) -> str:
         total, basis = before, before_is
     else:
         return ""
-    left = max(0.0, total - elapsed)
+    left = (1.0 - done) * total
     if left < 60:
         return f"less than a minute left (from {basis})"
     return f"about {round(left / 60)} minute{'s' if round(left / 60) != 1 else ''} left (from {basis})"

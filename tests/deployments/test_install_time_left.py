@@ -57,12 +57,16 @@ def test_with_no_past_compile_the_rate_so_far_counts_with_the_rough_figure() -> 
 
 def test_the_hosts_last_compile_weighs_most_early_and_the_rate_late() -> None:
     host = with_last_compile(Host.objects.create(name="box", cpu_cores=16), 30 * 60)
-    # 10 % in 1 minute (a 10-minute pace) but the last compile took 30: 0.1*10 + 0.9*30 = 28 in all.
-    assert install_time_left(compiling(host, done=0.1, minutes=1)).startswith("about 27 minutes left")
-    # 90 % in 18 minutes (a 20-minute pace): 0.9*20 + 0.1*30 = 21 in all, 3 left.
+    # 10 % in 1 minute (a 10-minute pace) but the last compile took 30: 0.1*10 + 0.9*30 = 28 in all,
+    # 90 % of that left. A 10-minute pace alone would say 9.
+    assert install_time_left(compiling(host, done=0.1, minutes=1)).startswith("about 25 minutes left")
+    # 90 % in 18 minutes (a 20-minute pace): 0.9*20 + 0.1*30 = 21 in all, 10 % of it left.
     assert install_time_left(compiling(host, done=0.9, minutes=18)) == (
-        "about 3 minutes left (from its rate so far and this host's last compile)"
+        "about 2 minutes left (from its rate so far and this host's last compile)"
     )
+    # The same share done at another pace: the rate so far moves the figure.
+    assert install_time_left(compiling(host, done=0.5, minutes=5)).startswith("about 10 minutes left")
+    assert install_time_left(compiling(host, done=0.5, minutes=25)).startswith("about 20 minutes left")
     assert install_time_left(compiling(host, done=0.01, minutes=0.2)).startswith("about 30 minutes left (from this")
     assert install_time_left(compiling(host, done=1.0, minutes=21)).startswith("less than a minute left")
 
