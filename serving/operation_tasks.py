@@ -17,3 +17,8 @@ OPERATION_TASKS: dict[str, str] = {
     "download": "agent.download",
     "model_delete": "agent.model_delete",
 }
+
+# The stage an install reports while it compiles, as "compiling: 42 % (step 3/3: ...)"; its progress
+# is then the compile's share done, read from the build's own output (hostagent.install_progress),
+# and the panel's operation page estimates the time left from it (deployments.services.installs).
+COMPILING_STAGE = "compiling"

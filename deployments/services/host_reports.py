@@ -29,6 +29,13 @@ from .revisions import revision_mark_active
 from .serving import serving_restore
 
 WATCHDOG_EVENTS = ("restarted", "restart_failed", "gave_up")
+# What became of an operation's work when its host's agent restarted in the middle of it.
+LOST_IN_A_RESTART = {
+    OperationKind.INSTALL: "The host's agent restarted in the middle of this install: the agent stopped the "
+    "build it left running and nothing was recorded as installed. Install again (what pip downloaded is cached).",
+    OperationKind.DOWNLOAD: "The host's agent restarted in the middle of this download: the parts fetched so far "
+    "are kept, and downloading the same files again resumes where this one stopped.",
+}
 MAX_SAMPLES = 10_000  # per report; a buffered backlog comes in several
 
 
@@ -48,6 +55,7 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
         host=host,
         worker_gone=True,
         reason="the host's worker stopped in the middle of this operation (it restarted since)",
+        by_kind=LOST_IN_A_RESTART,
     )
     host_reconcile(host=host, engine_state=engine_state)
     restore = serving_restore(host=host, engine_state=engine_state)  # its engine did not survive the restart

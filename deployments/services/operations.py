@@ -175,11 +175,14 @@ def operation_cancel(*, op: Operation, actor: AbstractUser | None) -> Operation:
     return op
 
 
-def operations_mark_lost(*, host: Host | None = None, worker_gone: bool = False, reason: str) -> list[Operation]:
+def operations_mark_lost(
+    *, host: Host | None = None, worker_gone: bool = False, reason: str, by_kind: dict[str, str] | None = None
+) -> list[Operation]:
     """Running operations whose worker is gone become `lost`, which frees the host lock.
 
     `worker_gone=True` (an agent starting up on `host`) marks every running operation of the
-    host; otherwise only those whose heartbeat is older than LOST_AFTER.
+    host; otherwise only those whose heartbeat is older than LOST_AFTER. `by_kind`: the reason
+    for an operation of that kind (what became of its work), `reason` for the others.
     """
     qs = Operation.objects.filter(state=OperationState.RUNNING)
     if host is not None:
@@ -191,11 +194,11 @@ def operations_mark_lost(*, host: Host | None = None, worker_gone: bool = False,
         for op in qs.select_for_update().select_related("host"):
             op.state = OperationState.LOST
             op.finished_at = timezone.now()
-            op.error = reason
+            op.error = (by_kind or {}).get(op.kind, reason)
             op.save(update_fields=["state", "finished_at", "error"])
             audit_record(
                 action="operation.lost",
-                summary=f"{op.kind} on {op.host.name} lost: {reason}",
+                summary=f"{op.kind} on {op.host.name} lost: {op.error}",
                 obj=op,
                 host=op.host,
                 actor=None,

