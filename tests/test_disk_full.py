@@ -18,7 +18,7 @@ import pytest
 
 from core.atomicfile import DiskFullError
 from hostagent.outbox import Outbox
-from hostagent.runtime.model_downloads import DiskFull, WantedFile, download_files
+from hostagent.runtime.model_downloads import RESERVE_ENV, DiskFull, WantedFile, download_files
 from hostagent.runtime.state import StateDir
 from tests.support.embedded import embedded_env, manage
 from tests.support.fake_hub import FakeHub
@@ -81,21 +81,26 @@ def test_agent_state_and_outbox_writes_on_a_full_disk_keep_what_was_there(tmp_pa
         assert len(outbox) == 2
 
 
-def test_a_download_that_fills_the_disk_fails_with_the_reason_and_is_resumable(tmp_path):
-    """The hub gives no size up front (so the free-space preflight cannot refuse it): the disk fills mid-way."""
+def test_a_download_that_fills_the_disk_fails_with_the_reason_and_is_resumable(tmp_path, monkeypatch):
+    """The catalog gives no size and no reserve is kept (so the free-space preflight lets it start): the disk
+    fills mid-way."""
+    monkeypatch.setenv(RESERVE_ENV, "0")
     hub = FakeHub().start()
     try:
         item_path = Path(gemma_model_path())
         hub.add_repo("acme/gemma", {"model.gguf": item_path})
         item = hub.repos["acme/gemma"].files["model.gguf"]
-        with tmpfs(tmp_path / "disk", 16) as disk, pytest.raises(DiskFull) as full:
-            download_files(
-                repo_id="acme/gemma", revision=hub.repos["acme/gemma"].sha,
-                files=[WantedFile("model.gguf", None, item.sha256, item.git_sha1)],
-                folder=disk / "m", endpoint=hub.url, token=None, on_progress=lambda p, m: False,
-            )  # fmt: skip
+        with tmpfs(tmp_path / "disk", 16) as disk:
+            with pytest.raises(DiskFull) as full:
+                download_files(
+                    repo_id="acme/gemma", revision=hub.repos["acme/gemma"].sha,
+                    files=[WantedFile("model.gguf", None, item.sha256, item.git_sha1)],
+                    folder=disk / "m", endpoint=hub.url, token=None, on_progress=lambda p, m: False,
+                )  # fmt: skip
             assert "the disk filled up while writing model.gguf" in str(full.value)
             assert not (disk / "m" / "model.gguf").exists()  # only a verified file is ever put in place
+            part = next((disk / "m").rglob("model.gguf.part"))
+            assert 0 < part.stat().st_size <= 16 * MiB  # what arrived is kept, for a resume once there is room
     finally:
         hub.stop()
 
