@@ -40,7 +40,7 @@ def atomic_writer(path: str | os.PathLike[str], *, mode: int = 0o600, binary: bo
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full_os_error(exc):
             raise DiskFullError(target) from exc
         raise
     fsync_dir(target.parent)
@@ -49,11 +49,12 @@ def atomic_writer(path: str | os.PathLike[str], *, mode: int = 0o600, binary: bo
 class DiskFullError(OSError):
     """A write found the disk (or the user's quota) full; what was there before is kept."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(
-            errno.ENOSPC,
-            f"The disk holding {path.parent} is full: {path.name} was not written (the previous one is kept)",
-        )
+    def __init__(self, path: Path, *, kept: str = " (the previous one is kept)") -> None:
+        super().__init__(errno.ENOSPC, f"The disk holding {path.parent} is full: {path.name} was not written{kept}")
+
+
+def is_disk_full_os_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, mode: int = 0o600) -> None:

@@ -16,13 +16,13 @@ DISK_FULL_SENTENCE = (
 def is_disk_full(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) says the disk or a quota is full: an OSError with ENOSPC or
     EDQUOT, SQLite's "database or disk is full", PostgreSQL's disk_full (SQLSTATE 53100)."""
-    import errno
+    from core.atomicfile import is_disk_full_os_error
 
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             return False
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+        if is_disk_full_os_error(seen):
             return True
         if getattr(seen, "sqlstate", None) == "53100" or "database or disk is full" in str(seen):
             return True

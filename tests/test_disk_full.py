@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,3 +160,22 @@ def test_a_page_whose_write_meets_a_full_disk_says_so_and_the_panel_stays_up(cli
     assert "The panel's disk is full: this change was not saved" in response.content.decode()
     assert not Secret.objects.exists()
     assert client.get(f"/hosts/{host.name}/secrets/").status_code == 200
+
+
+def test_an_engine_start_on_a_full_disk_fails_with_the_reason_and_starts_nothing(tmp_path):
+    """The engine's log cannot take the start's header: the start ends before anything runs."""
+    from hostagent.runtime.strays import port_is_free
+    from hostagent.runtime.supervisor import Supervisor
+    from tests.hostagent.runtime.test_supervisor import llama_spec
+    from tests.support.llama import free_port
+
+    with tmpfs(tmp_path / "disk", 1) as disk:
+        supervisor = Supervisor(disk / "state", stop_grace=2.0)
+        (disk / "state" / "engine.log").write_text("an earlier start's output\n")
+        fill(disk)
+        port = free_port()
+        with pytest.raises(DiskFullError, match=r"is full: engine.log was not written: nothing was started"):
+            supervisor.start(llama_spec(port, binary=sys.executable, model="unused.gguf"), revision_label="r1")
+        assert supervisor.state.read_engine() is None
+        assert port_is_free(port)
+        assert (disk / "state" / "engine.log").read_text() == "an earlier start's output\n"

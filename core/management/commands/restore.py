@@ -30,8 +30,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Restored the backup of {done['created_at']} "
             f"(panel {done['panel_version']}, {done['database']['method']}): "
-            f"{done['restored_rows']:,} rows in {len(done['row_counts'])} tables, as counted when it was made, "
-            f"in {done['seconds']:.2f} s."
+            f"{done['restored_rows']:,} rows in {done['restored_tables']} tables, each as many as the manifest "
+            f"counted, in {done['seconds']:.2f} s."
         )
         if done["migrated_forward"]:
             self.stdout.write("It was made at older migrations: it has been migrated forward to this panel's.")
