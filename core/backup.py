@@ -226,6 +226,7 @@ def backup_restore(*, source: Path, force: bool = False, using: str = "default")
     return {
         **manifest,
         "restored_rows": sum(counted.values()),
+        "restored_tables": len(counted),
         "migrated_forward": older,
         "key_written": str(key_file) if key_file else "",
         "seconds": round(time.monotonic() - started, 2),

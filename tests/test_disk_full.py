@@ -163,7 +163,7 @@ def test_a_page_whose_write_meets_a_full_disk_says_so_and_the_panel_stays_up(cli
 
 
 def test_an_engine_start_on_a_full_disk_fails_with_the_reason_and_starts_nothing(tmp_path):
-    """The engine's log cannot take the start's header: the start ends before anything runs."""
+    """The start cannot note its watchdog pause (or the log its header): it ends before anything runs."""
     from hostagent.runtime.strays import port_is_free
     from hostagent.runtime.supervisor import Supervisor
     from tests.hostagent.runtime.test_supervisor import llama_spec
@@ -174,7 +174,7 @@ def test_an_engine_start_on_a_full_disk_fails_with_the_reason_and_starts_nothing
         (disk / "state" / "engine.log").write_text("an earlier start's output\n")
         fill(disk)
         port = free_port()
-        with pytest.raises(DiskFullError, match=r"is full: engine.log was not written: nothing was started"):
+        with pytest.raises(DiskFullError, match=r"The disk holding .*/state.* is full: .* was not written"):
             supervisor.start(llama_spec(port, binary=sys.executable, model="unused.gguf"), revision_label="r1")
         assert supervisor.state.read_engine() is None
         assert port_is_free(port)
