@@ -98,7 +98,7 @@ def _sqlite_dump(target: Path, *, using: str) -> dict[str, int]:
 
 def sqlite_check(path: Path) -> None:
     """Refuse a copy that SQLite itself finds damaged."""
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as copy:
+    with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as copy:
         verdict = copy.execute("PRAGMA integrity_check").fetchone()[0]
     if verdict != "ok":
         raise BackupError(f"{path} fails SQLite's integrity check ({verdict}): nothing was restored.")

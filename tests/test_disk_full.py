@@ -8,6 +8,7 @@ write only (PostgreSQL's own disk cannot be filled from a test)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -15,9 +16,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from django.db import OperationalError
 
 from core.atomicfile import DiskFullError
+from core.errors import is_disk_full
 from hostagent.outbox import Outbox
 from hostagent.runtime.model_downloads import RESERVE_ENV, DiskFull, WantedFile, download_files
 from hostagent.runtime.state import StateDir
@@ -179,3 +183,24 @@ def test_an_engine_start_on_a_full_disk_fails_with_the_reason_and_starts_nothing
         assert supervisor.state.read_engine() is None
         assert port_is_free(port)
         assert (disk / "state" / "engine.log").read_text() == "an earlier start's output\n"
+
+
+def _caused(outer: Exception, cause: BaseException) -> Exception:
+    outer.__cause__ = cause
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("exc", "full"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), True),
+        (_caused(OperationalError("could not extend file"), psycopg.errors.DiskFull()), True),  # SQLSTATE 53100
+        (OperationalError("database or disk is full"), True),  # SQLite
+        (OperationalError("database is locked"), False),
+        (OSError(errno.EACCES, "Permission denied"), False),
+    ],
+    ids=["ENOSPC", "EDQUOT", "postgresql", "sqlite", "locked", "EACCES"],
+)
+def test_a_full_disk_is_told_apart_from_other_failures(exc, full):
+    assert is_disk_full(exc) is full
