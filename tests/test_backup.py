@@ -26,6 +26,13 @@ def _backup(tmp_path: Path) -> Path:
     return folder
 
 
+def _restored(before: dict, manifest: dict) -> dict:
+    """The history as it was, and the restore's own audit event after it."""
+    summary = f"restored the backup of {manifest['created_at']} ({manifest['database']['method']})"
+    event = ("backup.restore", summary, None)
+    return {**before, "audit": [*before["audit"], event]}
+
+
 @pytest.fixture
 def key_file(tmp_path: Path, settings) -> Path:
     """The embedded default's key file, holding the key the panel runs with."""
@@ -66,7 +73,7 @@ def test_a_restore_into_an_emptied_panel_brings_back_the_history_and_its_secrets
 
     assert key_file.read_text().strip() == old_key  # the backup's key is back where the panel reads it
     settings.SECRET_KEY = old_key
-    assert fingerprint() == before
+    assert fingerprint() == _restored(before, manifest)
     assert all(h["secrets_decrypt"] == ["api", "hf"] for h in before["hosts"].values())
 
 
@@ -80,7 +87,7 @@ def test_a_restore_refuses_a_panel_with_history_and_replaces_it_when_forced(tmp_
     assert User.objects.filter(username="made-after-the-backup").exists()  # nothing changed
 
     call_command("restore", str(folder), force=True)
-    assert fingerprint() == before
+    assert fingerprint() == _restored(before, json.loads((folder / "manifest.json").read_text()))
     assert not User.objects.filter(username="made-after-the-backup").exists()
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from controlpanel.context import change_context
+from core.audit import audit_record
 from core.backup import BackupError, backup_restore
 
 
@@ -27,6 +29,13 @@ class Command(BaseCommand):
             done = backup_restore(source=Path(options["source"]).absolute(), force=options["force"])
         except (BackupError, OSError) as exc:
             raise CommandError(f"Restore failed: {exc}") from exc
+        with change_context("cli"):  # the restored history says where it came from
+            audit_record(
+                action="backup.restore",
+                summary=f"restored the backup of {done['created_at']} ({done['database']['method']})",
+                data={"panel_version": done["panel_version"], "migration_heads": done["migration_heads"]},
+                actor=None,
+            )
         self.stdout.write(
             f"Restored the backup of {done['created_at']} "
             f"(panel {done['panel_version']}, {done['database']['method']}): "
