@@ -5,12 +5,14 @@ random moment, then the panel is started again on the same data folder. Per roun
 SQLite's `PRAGMA integrity_check`, the writes committed before the loss and found after, whether
 every state file and outbox entry under the agent's folder parses (a killed writer's temporary
 file swept at the start, never read), whether a probe then goes through the broker to the agent
-and back, and the recovery time (start to healthy). Too slow for the suite (a minute and a half
-a round on a loaded 2-core machine); tests/test_atomic_writes.py and tests/test_disk_full.py
-test each write path fast. A SIGKILL leaves the page cache to the kernel: core/atomicfile.py's
-fsyncs carry the same promise through a real power cut.
+and back, the recovery time (start to healthy), and with `--engine` (Gemma on llama-server served
+first) the seconds until the engine serves again, restored by the agent as the host's desired
+state. Too slow for the suite (a minute and a half a round on a loaded 2-core machine);
+tests/test_atomic_writes.py and tests/test_disk_full.py test each write path fast. A SIGKILL
+leaves the page cache to the kernel: core/atomicfile.py's fsyncs carry the same promise through a
+real power cut.
 
-    python bench/power_loss.py --rounds 5
+    python bench/power_loss.py --rounds 5 [--engine]
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support.embedded import EmbeddedPanel, embedded_env, prepare  # noqa: E402
-from tests.support.llama import free_port  # noqa: E402
-from tests.test_embedded import PROBE  # noqa: E402
+from tests.support.llama import free_port, gemma_model_path  # noqa: E402
+from tests.test_embedded import PROBE, SWITCH  # noqa: E402
 
 WRITER = """
 from core.audit import audit_record
@@ -56,7 +58,20 @@ def torn_files(host_dir: Path) -> list[str]:
     return bad + [str(p.relative_to(host_dir)) for p in host_dir.rglob("*.tmp")]
 
 
-def one_round(panel: EmbeddedPanel, data: Path) -> tuple[dict[str, object], EmbeddedPanel]:
+def engine_back(port: int, timeout: float) -> float | None:
+    """Seconds until the engine answers /health again (the agent restores what the host should serve)."""
+    import httpx
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
+    return None
+
+
+def one_round(panel: EmbeddedPanel, data: Path, engine_port: int | None) -> tuple[dict[str, object], EmbeddedPanel]:
     writer = subprocess.Popen(
         [sys.executable, "manage.py", "shell", "-v", "0", "-c", WRITER],
         cwd=ROOT, env=panel.env, stdout=subprocess.PIPE, text=True, start_new_session=True,
@@ -82,14 +97,16 @@ def one_round(panel: EmbeddedPanel, data: Path) -> tuple[dict[str, object], Embe
     again.wait_healthy(timeout=120)
     recovery = time.monotonic() - t0
     probe = json.loads(again.django(PROBE).strip().splitlines()[-1])["state"]
+    engine = engine_back(engine_port, 180) if engine_port else "n/a"
     row = {"integrity": check, "acknowledged": int(last), "found": found, "torn": torn_files(data / "host"),
-           "probe": probe, "recovery_s": round(recovery, 1)}  # fmt: skip
+           "probe": probe, "recovery_s": round(recovery, 1), "engine_back_s": engine}  # fmt: skip
     return row, again
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--engine", action="store_true", help="serve Gemma on llama-server first; it must come back")
     args = parser.parse_args()
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CONTROLPANEL_HOST_STATE_DIR"):
         os.environ.pop(name, None)
@@ -99,9 +116,15 @@ def main() -> None:
     sound = 0
     try:
         panel.wait_healthy(timeout=120)
+        engine_port = free_port() if args.engine else None
+        if engine_port:
+            out = panel.django(SWITCH.format(model=gemma_model_path(), port=engine_port))
+            switched = json.loads(out.strip().splitlines()[-1])
+            assert switched["state"] == "succeeded", switched
         for number in range(1, args.rounds + 1):
-            row, panel = one_round(panel, data)
+            row, panel = one_round(panel, data, engine_port)
             ok = row["integrity"] == "ok" and not row["torn"] and row["probe"] == "succeeded"
+            ok = ok and row["engine_back_s"] is not None
             ok = ok and int(row["found"]) >= int(row["acknowledged"])  # type: ignore[call-overload]
             sound += ok
             print(f"round {number}: {'sound' if ok else 'BROKEN'} {json.dumps(row)}", flush=True)
