@@ -93,7 +93,7 @@ def one_round(panel: EmbeddedPanel, data: Path, engine_port: int | None) -> tupl
         db.execute("DELETE FROM deployments_auditevent WHERE action='power.test'")
         db.commit()
     t0 = time.monotonic()
-    again = EmbeddedPanel(data, panel.port).start()
+    again = EmbeddedPanel(data, panel.port, extra_env=extra_env(engine_port)).start()
     again.wait_healthy(timeout=120)
     recovery = time.monotonic() - t0
     probe = json.loads(again.django(PROBE).strip().splitlines()[-1])["state"]
@@ -101,6 +101,11 @@ def one_round(panel: EmbeddedPanel, data: Path, engine_port: int | None) -> tupl
     row = {"integrity": check, "acknowledged": int(last), "found": found, "torn": torn_files(data / "host"),
            "probe": probe, "recovery_s": round(recovery, 1), "engine_back_s": engine}  # fmt: skip
     return row, again
+
+
+def extra_env(engine_port: int | None) -> dict[str, str]:
+    """With an engine, the folder of the Gemma file is a model folder of this host."""
+    return {"CONTROLPANEL_MODEL_DIRS": str(Path(gemma_model_path()).parent)} if engine_port else {}
 
 
 def main() -> None:
@@ -111,12 +116,12 @@ def main() -> None:
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "CONTROLPANEL_HOST_STATE_DIR"):
         os.environ.pop(name, None)
     data = Path(tempfile.mkdtemp(prefix="power-loss-")) / "data"
-    prepare(data, embedded_env(data))
-    panel = EmbeddedPanel(data, free_port()).start()
+    engine_port = free_port() if args.engine else None
+    prepare(data, embedded_env(data, **extra_env(engine_port)))
+    panel = EmbeddedPanel(data, free_port(), extra_env=extra_env(engine_port)).start()
     sound = 0
     try:
         panel.wait_healthy(timeout=120)
-        engine_port = free_port() if args.engine else None
         if engine_port:
             out = panel.django(SWITCH.format(model=gemma_model_path(), port=engine_port))
             switched = json.loads(out.strip().splitlines()[-1])

@@ -63,6 +63,15 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, mode: int =
         handle.write(data)
 
 
+def fsync_file(path: Path) -> None:
+    """Flush a file another writer made (a database copy, a dump) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(folder: Path) -> None:
     """Flush a folder's entries (a rename, a new file) to the disk; a no-op where unsupported."""
     try:

@@ -35,7 +35,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
 from . import backup_db
-from .atomicfile import fsync_dir, write_atomic
+from .atomicfile import fsync_dir, fsync_file, write_atomic
 from .backup_db import BackupError
 
 FORMAT = 1
@@ -108,6 +108,7 @@ def backup_create(*, output: Path, using: str = "default") -> tuple[Path, dict[s
             "row_counts": counts,
             "files": {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(staging.iterdir())},
         }
+        fsync_file(db_file)  # written by sqlite3, pg_dump or dumpdata: on the disk before the folder is named
         write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", mode=0o600)
         fsync_dir(staging)
         staging.rename(final)
@@ -178,6 +179,12 @@ def _check_migrations(manifest: dict[str, Any]) -> bool:
 def _key_plan(source: Path, force: bool) -> Path | None:
     """Where the backup's key goes (the embedded key file), or None when the environment sets the
     key: then it must already be the backup's, else the restored secrets could not be read."""
+    apart = source / "secrets_encryption_key"
+    if apart.is_file() and apart.read_text().strip() != getattr(settings, "SECRETS_ENCRYPTION_KEY", "") and not force:
+        raise BackupError(
+            f"SECRETS_ENCRYPTION_KEY differs from the backup's: set it to the key in {apart} first (the restored "
+            "secrets are encrypted under it), or add --force. Nothing was restored."
+        )
     backed_up = (source / "secret_key").read_text().strip() if (source / "secret_key").is_file() else ""
     key_file = Path(settings.SECRET_KEY_FILE)
     embedded = key_file.is_file() and key_file.read_text().strip() == settings.SECRET_KEY
