@@ -58,16 +58,24 @@ def torn_files(host_dir: Path) -> list[str]:
     return bad + [str(p.relative_to(host_dir)) for p in host_dir.rglob("*.tmp")]
 
 
-def engine_back(port: int, timeout: float) -> float | None:
-    """Seconds until the engine answers /health again (the agent restores what the host should serve)."""
+def engine_back(port: int, since: float, timeout: float) -> float | None:
+    """Seconds from `since` (the restart) until the engine answers /health again (the agent restores
+    what the host should serve)."""
     import httpx
 
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
+    while time.monotonic() - since < timeout:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return round(time.monotonic() - t0, 1)
+                return round(time.monotonic() - since, 1)
         time.sleep(0.5)
+    return None
+
+
+def engine_pid(data: Path) -> int | None:
+    """The pid engine.json records (the agent's record of what it started), if any."""
+    for record in (data / "host").glob("*/engine.json"):
+        with contextlib.suppress(OSError, ValueError):
+            return int(json.loads(record.read_text())["pid"])
     return None
 
 
@@ -81,6 +89,7 @@ def one_round(panel: EmbeddedPanel, data: Path, engine_port: int | None) -> tupl
     deadline = time.monotonic() + random.uniform(0.5, 3.0)  # noqa: S311 - a random moment, not a secret
     while time.monotonic() < deadline:
         last = writer.stdout.readline().strip() or last
+    engine_before = engine_pid(data)
     for pid in [p.pid for p in panel.tree()] + [writer.pid]:  # the power goes
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -97,9 +106,10 @@ def one_round(panel: EmbeddedPanel, data: Path, engine_port: int | None) -> tupl
     again.wait_healthy(timeout=120)
     recovery = time.monotonic() - t0
     probe = json.loads(again.django(PROBE).strip().splitlines()[-1])["state"]
-    engine = engine_back(engine_port, 180) if engine_port else "n/a"
+    engine = engine_back(engine_port, t0, 240) if engine_port else "n/a"
     row = {"integrity": check, "acknowledged": int(last), "found": found, "torn": torn_files(data / "host"),
-           "probe": probe, "recovery_s": round(recovery, 1), "engine_back_s": engine}  # fmt: skip
+           "probe": probe, "recovery_s": round(recovery, 1), "engine_back_s": engine,
+           "engine_pids": [engine_before, engine_pid(data)]}  # fmt: skip
     return row, again
 
 
