@@ -62,10 +62,13 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     env_number,
 )
 
+# The embedded default's key (when DJANGO_SECRET_KEY is not set); `manage.py restore` puts a backup's key back here.
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
+
 
 def _embedded_secret_key() -> str:
     """A per-installation key kept in the data folder, so a laptop needs no configuration."""
-    path = DATA_DIR / "secret_key"
+    path = SECRET_KEY_FILE
     if not path.exists():
         with contextlib.suppress(FileExistsError):  # another process of the panel made it first
             write_private(path, secrets.token_urlsafe(50))
@@ -152,6 +155,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "controlpanel.middleware.LoginRequiredMiddleware",
+    "controlpanel.middleware.DiskFullMiddleware",
     "controlpanel.context.ChangeContextMiddleware",
     # Last, as django-axes wants: turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",

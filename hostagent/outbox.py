@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import remove_stale_tmp, write_atomic
+
 log = logging.getLogger("controlpanel.agent")
 MAX_ENTRIES = 20_000  # telemetry beyond this is dropped oldest first; results are always kept
 
@@ -27,12 +29,8 @@ class Outbox:
         with self._lock:
             self._seq += 1
             name = f"{time.time_ns():020d}-{self._seq:06d}-{kind}.json"
-        target = self.folder / name
-        tmp = target.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump({"path": path, "body": body}, handle)
-        tmp.rename(target)
+        # Whole or absent: a kill or a full disk mid-write leaves no half entry to send.
+        write_atomic(self.folder / name, json.dumps({"path": path, "body": body}))
         self._trim()
 
     def entries(self) -> list[Path]:
@@ -50,6 +48,7 @@ class Outbox:
         """Send entries oldest first while `send` says it got through; returns how many went."""
         sent = 0
         with self._lock:
+            remove_stale_tmp(self.folder)
             for path in self.entries():
                 try:
                     entry = json.loads(path.read_text())

@@ -16,6 +16,7 @@ from tools.code_figures import backup_imports, import_graph
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("django", "celery", "kombu", "httpx", "pynvml", "psycopg", "redis")
 PURE = [
+    "core.atomicfile",
     "core.hub_paths",
     "core.secrets_mask",
     "serving.arch",
@@ -257,6 +258,7 @@ PURE_CORE = (
     "serving",
     "core.limits",
     "core.errors",
+    "core.atomicfile",
     "core.hub_paths",
     "core.hub_client",
     "core.secrets_mask",

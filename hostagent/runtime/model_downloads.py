@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import write_atomic
 from core.hub_client import transport_errors
 from core.hub_paths import hub_path_problem
 
@@ -191,7 +192,7 @@ def _read_verified(folder: Path) -> dict[str, str]:
 def _write_verified(folder: Path, verified: dict[str, str]) -> None:
     marker = _verified_marker(folder)
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("".join(f"{digest} {name}\n" for name, digest in sorted(verified.items())))
+    write_atomic(marker, "".join(f"{digest} {name}\n" for name, digest in sorted(verified.items())))
 
 
 class _Sink:

@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import remove_stale_tmp, write_atomic
+
 from .errors import SupervisorBusyError
 from .processes import is_alive, read_stat
 
@@ -83,6 +85,8 @@ class StateDir:
         self.starts_file = self.path / "starts.jsonl"
         self.path.mkdir(parents=True, exist_ok=True)
         self.pauses.mkdir(exist_ok=True)
+        for folder in (self.path, self.pauses):  # what a killed writer left is never read
+            remove_stale_tmp(folder)
 
     # engine.json -----------------------------------------------------------------
     def read_engine(self) -> EngineRecord | None:
@@ -111,9 +115,7 @@ class StateDir:
             handle.write((("\n" if torn else "") + json.dumps(entry, sort_keys=True) + "\n").encode())
         starts = self.read_starts()
         if len(starts) > 2 * STARTS_KEPT:
-            tmp = self.starts_file.with_name(f".{self.starts_file.name}.{os.getpid()}.tmp")
-            tmp.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in starts[-STARTS_KEPT:]))
-            tmp.replace(self.starts_file)
+            write_atomic(self.starts_file, "".join(json.dumps(e, sort_keys=True) + "\n" for e in starts[-STARTS_KEPT:]))
 
     def read_starts(self) -> list[dict[str, Any]]:
         """The recorded starts, oldest first (a line being written is skipped)."""
@@ -200,7 +202,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically (temp file + rename), so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    """Write atomically (temp file, fsync, rename), so a reader never sees half a file, even
+    after a power loss or a full disk (core.atomicfile)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True))

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import httpx
 
+from core.atomicfile import DiskFullError, is_disk_full_os_error
 from core.secrets_mask import mask_text
 from serving.engines.base import PRIVATE_FILE, LaunchSpec
 
@@ -344,8 +345,12 @@ class Supervisor:
             )
 
         with open(self.log_path, "ab") as log:
-            log.write(header.encode())
-            log.flush()
+            try:
+                os.write(log.fileno(), header.encode())  # unbuffered: a failed write leaves nothing to flush
+            except OSError as exc:  # nothing started: the start fails with the reason
+                if is_disk_full_os_error(exc):
+                    raise DiskFullError(self.log_path, kept=": nothing was started") from exc
+                raise
             try:
                 proc = subprocess.Popen(
                     argv,

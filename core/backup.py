@@ -1,0 +1,259 @@
+"""Backups of the panel and their restore (docs/production.md, "Backups").
+
+A backup is one folder, `controlpanel-backup-<UTC time>`, built under a temporary name and renamed
+when complete (a folder with that name is always whole):
+
+    manifest.json            panel version, database kind and method, migrations applied (and the
+                             heads), row counts per table, size and sha256 of every file, created at
+    db.sqlite3 | db.pgdump | db.json     the database (core.backup_db says how each is made)
+    secret_key               the key the panel signs with and encrypts its secrets under (0600)
+    secrets_encryption_key   only where SECRETS_ENCRYPTION_KEY is set apart from it (0600)
+
+A restore checks the manifest and every checksum, refuses a backup made at migrations this code
+does not know, and refuses to replace a database that holds history unless forced; only then does
+it change anything. It restores the database, checks the row counts against the manifest, brings
+an older backup forward (`migrate`), and puts the key back where the panel reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connections
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.recorder import MigrationRecorder
+
+from . import backup_db
+from .atomicfile import fsync_dir, fsync_file, write_atomic
+from .backup_db import BackupError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+KEY_FILES = {"secret_key": "SECRET_KEY", "secrets_encryption_key": "SECRETS_ENCRYPTION_KEY"}
+# What "a database that holds history" means: any of these has a row.
+HISTORY = ("auth.User", "hardware.Host", "deployments.DeploymentRevision", "deployments.Operation", "core.AuditEvent")
+
+__all__ = ["BackupError", "backup_create", "backup_restore", "manifest_read"]
+
+
+def panel_version() -> str:
+    try:
+        return metadata.version("llm-controlpanel")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _applied(using: str) -> list[tuple[str, str]]:
+    return sorted(MigrationRecorder(connections[using]).applied_migrations())
+
+
+def _heads(applied: list[tuple[str, str]], loader: MigrationLoader) -> dict[str, str]:
+    """Per app, the last of its applied migrations (by the code's graph)."""
+    done = set(applied)
+    heads: dict[str, str] = {}
+    for node in applied:
+        known = node in loader.graph.nodes
+        children = loader.graph.node_map[node].children if known else set()
+        if not any(c[0] == node[0] and c in done for c in children):
+            heads[node[0]] = node[1]
+    return dict(sorted(heads.items()))
+
+
+def backup_create(*, output: Path, using: str = "default") -> tuple[Path, dict[str, Any]]:
+    """Write a backup folder under `output`; returns its path and its manifest."""
+    output.mkdir(mode=0o700, parents=True, exist_ok=True)
+    started = time.monotonic()
+    created = datetime.now(UTC)
+    staging = output / f".controlpanel-backup-{created:%Y%m%dT%H%M%S}-{os.getpid()}.tmp"
+    final = output / f"controlpanel-backup-{created:%Y%m%dT%H%M%SZ}"
+    if final.exists():
+        raise BackupError(f"{final} already exists: wait a second, or choose another --output folder.")
+    staging.mkdir(mode=0o700)
+    try:
+        method = backup_db.method_for(using)
+        db_file = staging / backup_db.FILES[method]
+        counts = backup_db.dump(method, db_file, using=using)
+        os.chmod(db_file, 0o600)
+        for name, setting in KEY_FILES.items():
+            value = getattr(settings, setting, "") or ""
+            if value and (name == "secret_key" or value != settings.SECRET_KEY):
+                write_atomic(staging / name, value + "\n", mode=0o600)
+        applied = _applied(using)
+        manifest = {
+            "format": FORMAT,
+            "panel_version": panel_version(),
+            "created_at": created.isoformat(timespec="seconds"),
+            "database": {"vendor": connections[using].vendor, "method": method, "file": db_file.name},
+            "migration_heads": _heads(applied, MigrationLoader(None, ignore_no_migrations=True)),
+            "migrations": [f"{app}.{name}" for app, name in applied],
+            "row_counts": counts,
+            "files": {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(staging.iterdir())},
+        }
+        fsync_file(db_file)  # written by sqlite3, pg_dump or dumpdata: on the disk before the folder is named
+        write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", mode=0o600)
+        fsync_dir(staging)
+        staging.rename(final)
+        fsync_dir(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    manifest["seconds"] = round(time.monotonic() - started, 2)
+    return final, manifest
+
+
+def manifest_read(source: Path) -> dict[str, Any]:
+    """The manifest, with every file it lists present and matching its checksum."""
+    path = source / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BackupError(f"{source} is not a backup of the panel: it has no {MANIFEST}.") from None
+    except (OSError, ValueError) as exc:
+        raise BackupError(f"{path} cannot be read as a manifest ({exc}): nothing was restored.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"{path} is not a manifest of backup format {FORMAT}: nothing was restored.")
+    for name, facts in manifest.get("files", {}).items():
+        file = source / Path(name).name
+        if not file.is_file():
+            raise BackupError(f"{file} is missing from the backup: nothing was restored.")
+        if file.stat().st_size != facts["bytes"] or _sha256(file) != facts["sha256"]:
+            raise BackupError(
+                f"{file} does not match its checksum in the manifest (damaged or changed since): nothing was restored."
+            )
+    return manifest
+
+
+def _history_rows(using: str) -> dict[str, int]:
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        tables = set(connection.introspection.table_names(cursor))
+        counts = {}
+        for label in HISTORY:
+            model = apps.get_model(label)
+            if model._meta.db_table in tables:
+                counts[model._meta.verbose_name_plural] = model._base_manager.using(using).count()
+    return {name: n for name, n in counts.items() if n}
+
+
+def _check_migrations(manifest: dict[str, Any]) -> bool:
+    """Refuse a backup with migrations this code does not have; True when it is older than the code."""
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    known = {f"{app}.{name}" for app, name in loader.graph.nodes}
+    unknown = [m for m in manifest["migrations"] if m not in known]
+    if unknown:
+        raise BackupError(
+            f"This backup was made by a panel ahead of this one (version {manifest['panel_version']}, migrations "
+            f"{', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''} unknown here): restore it with that "
+            "version or a newer one. Nothing was restored."
+        )
+    leaves = {f"{app}.{name}" for app, name in loader.graph.leaf_nodes()}
+    older = not leaves <= set(manifest["migrations"])
+    if older and manifest["database"]["method"] == backup_db.DJANGO_DUMP:
+        raise BackupError(
+            f"This Django-level dump was made at older migrations ({manifest['migration_heads']}); it restores only "
+            f"into the panel version that made it ({manifest['panel_version']}), which then upgrades it. "
+            "Nothing was restored."
+        )
+    return older
+
+
+def _key_plan(source: Path, force: bool) -> Path | None:
+    """Where the backup's key goes (the embedded key file), or None when the environment sets the
+    key: then it must already be the backup's, else the restored secrets could not be read."""
+    apart = source / "secrets_encryption_key"
+    if apart.is_file() and apart.read_text().strip() != getattr(settings, "SECRETS_ENCRYPTION_KEY", "") and not force:
+        raise BackupError(
+            f"SECRETS_ENCRYPTION_KEY differs from the backup's: set it to the key in {apart} first (the restored "
+            "secrets are encrypted under it), or add --force. Nothing was restored."
+        )
+    backed_up = (source / "secret_key").read_text().strip() if (source / "secret_key").is_file() else ""
+    key_file = Path(settings.SECRET_KEY_FILE)
+    embedded = key_file.is_file() and key_file.read_text().strip() == settings.SECRET_KEY
+    if not backed_up or embedded or backed_up == settings.SECRET_KEY:
+        return key_file if backed_up and embedded else None
+    if not force:
+        raise BackupError(
+            f"DJANGO_SECRET_KEY differs from the backup's key: set it to the key in {source / 'secret_key'} first "
+            "(the restored secrets and sessions are encrypted and signed with it), or add --force. "
+            "Nothing was restored."
+        )
+    return None
+
+
+def backup_restore(*, source: Path, force: bool = False, using: str = "default") -> dict[str, Any]:
+    """Restore the backup folder `source` into `using`; returns the manifest plus what was done."""
+    started = time.monotonic()
+    manifest = manifest_read(source)
+    database = manifest["database"]
+    vendor = connections[using].vendor
+    if database["vendor"] != vendor:
+        raise BackupError(
+            f"This backup is of a {database['vendor']} database and this panel runs on {vendor}: "
+            "restore it into a panel on the same kind of database. Nothing was restored."
+        )
+    older = _check_migrations(manifest)
+    held = _history_rows(using)
+    if held and not force:
+        what = ", ".join(f"{n} {name}" for name, n in held.items())
+        raise BackupError(
+            f"The target database already holds history ({what}): a restore replaces all of it. "
+            "Add --force to replace it. Nothing was restored."
+        )
+    key_file = _key_plan(source, force)
+    db_file = source / database["file"]
+    if database["method"] == backup_db.SQLITE:
+        backup_db.sqlite_check(db_file)
+    elif database["method"] == backup_db.PG_DUMP:
+        backup_db.drop_all_tables(using)  # the dump recreates every table
+    backup_db.load(database["method"], db_file, using=using)
+    counted = _counts_after(using, manifest)
+    if older:
+        call_command("migrate", verbosity=0, interactive=False, database=using)
+    if key_file is not None:
+        write_atomic(key_file, (source / "secret_key").read_text().strip(), mode=0o600)
+    return {
+        **manifest,
+        "restored_rows": sum(counted.values()),
+        "restored_tables": len(counted),
+        "migrated_forward": older,
+        "key_written": str(key_file) if key_file else "",
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
+def _counts_after(using: str, manifest: dict[str, Any]) -> dict[str, int]:
+    """Every table's rows as the manifest counted them (a Django-level dump leaves django_migrations
+    to `migrate`); a difference is an error that names the table."""
+    expected = dict(manifest["row_counts"])
+    if manifest["database"]["method"] == backup_db.DJANGO_DUMP:
+        expected.pop(MigrationRecorder.Migration._meta.db_table, None)
+    with connections[using].cursor() as cursor:
+        present = set(connections[using].introspection.table_names(cursor))
+        missing = sorted(set(expected) - present)
+        if missing:
+            raise BackupError(f"The restore left out tables {', '.join(missing[:5])}: restore again, or report it.")
+        counted = backup_db.table_counts(cursor, using, list(expected))
+    wrong = {t: (counted[t], n) for t, n in expected.items() if counted[t] != n}
+    if wrong:
+        table, (got, want) = next(iter(sorted(wrong.items())))
+        raise BackupError(f"After the restore {table} has {got} rows, the backup {want}: restore again, or report it.")
+    return counted
