@@ -1,4 +1,5 @@
-"""Login is required everywhere except the login page, static files and the agent API (which
+"""Login is required everywhere except the login page, static files, /metrics (its own token or
+loopback: deployments.views.metrics) and the agent API (which
 authenticates each request by its host's token instead)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 
-OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/api/v1/", "/agent/v1/")
+OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/metrics", "/api/v1/", "/agent/v1/")
 
 
 class LoginRequiredMiddleware:

@@ -23,7 +23,10 @@ class ServedRevision(models.Model):
     )
     mode = models.CharField(max_length=12, choices=ServeMode.choices, default=ServeMode.ON_DEMAND)
     idle_ttl_s = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Unload after this long unused (empty: never)."
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Unload after this long unused (empty: never).",
     )
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -57,7 +60,7 @@ class InferenceKey(models.Model):
     name = models.SlugField(max_length=63, unique=True)
     sha256 = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=16)  # shown to tell keys apart: "cpk_AbCd1234"
-    models = models.JSONField(null=True, blank=True)  # names or aliases it may use; null: all
+    allowed_models = models.JSONField(null=True, blank=True)  # names or aliases it may use; null: all
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -106,9 +109,7 @@ class FrontDoor(models.Model):
     host = models.OneToOneField("hardware.Host", primary_key=True, on_delete=models.CASCADE, related_name="front_door")
     max_waiting = models.PositiveIntegerField(default=256, validators=[MaxValueValidator(100_000)])
     max_wait_s = models.FloatField(default=300.0, validators=[MinValueValidator(0.0), MaxValueValidator(86_400.0)])
-    drain_timeout_s = models.FloatField(
-        default=120.0, validators=[MinValueValidator(0.0), MaxValueValidator(86_400.0)]
-    )
+    drain_timeout_s = models.FloatField(default=120.0, validators=[MinValueValidator(0.0), MaxValueValidator(86_400.0)])
     reported_version = models.CharField(max_length=64, blank=True)
     bind = models.CharField(max_length=100, blank=True)
     state = models.JSONField(default=list, blank=True)  # FrontDoor.state() rows of the last report

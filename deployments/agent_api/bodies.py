@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -480,9 +480,11 @@ def _usage_row(row: Any, at: str) -> dict[str, Any]:
     row = obj(row, at, optional=False)
     raw_day = text(row.get("day"), f"{at}.day", most=10, optional=False) or ""
     try:
-        day = datetime.strptime(raw_day, "%Y-%m-%d").date()
+        day = date.fromisoformat(raw_day) if len(raw_day) == 10 else None
     except ValueError:
-        raise ValidationError(f"{at}.day must be a date, YYYY-MM-DD.") from None
+        day = None
+    if day is None:
+        raise ValidationError(f"{at}.day must be a date, YYYY-MM-DD.")
     low, high = _window()
     if not low.date() <= day <= high.date():
         raise ValidationError(f"{at}.day must lie between 2000 and a day from now, not {raw_day}.")
@@ -506,6 +508,9 @@ def serving_report(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": text(body.get("version"), "version", most=64) or "",
         "bind": text(body.get("bind"), "bind", most=100) or "",
-        "state": [_door_state_row(r, f"state[{i}]") for i, r in enumerate(seq(body.get("state"), "state", most=MAX_DOOR_MODELS))],
+        "state": [
+            _door_state_row(r, f"state[{i}]")
+            for i, r in enumerate(seq(body.get("state"), "state", most=MAX_DOOR_MODELS))
+        ],
         "usage": usage,
     }

@@ -23,7 +23,7 @@ from hardware.models import Host
 
 from .serving_set import model_name, served_set
 
-ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 def alias_list(host: Host) -> list[ModelAlias]:
@@ -37,7 +37,7 @@ def alias_set(*, host: Host, name: str, revision: DeploymentRevision, actor: Any
     host = Host.objects.select_for_update().get(pk=host.pk)
     name = (name or "").strip()
     if not ALIAS_NAME.match(name):
-        raise ValidationError({"name": "An alias is 1 to 63 lower-case letters, digits, '.', '_' or '-'."})
+        raise ValidationError({"name": "An alias is 1 to 63 lower-case letters, digits, _ or -."})
     if revision.host_id != host.pk:
         raise ValidationError({"revision": f"r{revision.number} is not a revision of {host.name}."})
     served = served_set(host)

@@ -54,7 +54,7 @@ def key_create(*, name: str, models: str | list[str] | None = None, actor: Any) 
         name=name,
         sha256=hashlib.sha256(secret.encode()).hexdigest(),
         prefix=secret[:SHOWN_PREFIX],
-        models=allowed,
+        allowed_models=allowed,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
     key.full_clean()
@@ -73,8 +73,8 @@ def key_create(*, name: str, models: str | list[str] | None = None, actor: Any) 
 def key_models_set(*, key: InferenceKey, models: str | list[str] | None, actor: Any) -> InferenceKey:
     ensure_role(actor, ADMIN)
     allowed = key_models(models)
-    before, key.models = key.models, allowed
-    key.save(update_fields=["models"])
+    before, key.allowed_models = key.allowed_models, allowed
+    key.save(update_fields=["allowed_models"])
     audit_record(
         action="key.models",
         summary=f"inference key {key.name} now for " + (", ".join(allowed) if allowed else "every model"),
@@ -99,4 +99,4 @@ def key_revoke(*, key: InferenceKey, actor: Any) -> InferenceKey:
 def key_table() -> dict[str, Any]:
     """What every front door gets: hostagent.frontdoor.keys.KeyTable's shape, unrevoked keys only."""
     live = InferenceKey.objects.filter(revoked_at__isnull=True).order_by("name")
-    return {"keys": [{"name": k.name, "sha256": k.sha256, "models": k.models} for k in live]}
+    return {"keys": [{"name": k.name, "sha256": k.sha256, "models": k.allowed_models} for k in live]}

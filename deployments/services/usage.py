@@ -35,9 +35,7 @@ def usage_record(*, host: Host, rows: Iterable[dict[str, Any]]) -> int:
     days = {r["day"] for r in rows}
     stored = {(u.day, u.key, u.model): u for u in UsageDay.objects.filter(host=host, day__in=days)}
     numbers = {int(m.group(1)) for r in rows if (m := REVISION_SUFFIX.search(r["model"]))}
-    revisions = dict(
-        DeploymentRevision.objects.filter(host=host, number__in=numbers).values_list("number", "pk")
-    )
+    revisions = dict(DeploymentRevision.objects.filter(host=host, number__in=numbers).values_list("number", "pk"))
     now = timezone.now()
     new: list[UsageDay] = []
     grown: list[UsageDay] = []
