@@ -71,11 +71,12 @@ def usage_since(days: int) -> date:
 
 def usage_totals(*, by: tuple[str, ...], days: int = 31, host: Host | None = None) -> list[dict[str, Any]]:
     """Totals over the last `days` UTC days grouped by `by` (of "day", "key", "host__name",
-    "model", "revision__number"), largest first."""
+    "model", "revision__number"), the busiest first (per day: the newest day first)."""
     rows = UsageDay.objects.filter(day__gte=usage_since(days))
     if host is not None:
         rows = rows.filter(host=host)
-    totals = rows.values(*by).annotate(**{c: Sum(c) for c in COUNTS}).order_by("-requests", *by)
+    first = ("-day",) if "day" in by else ()  # the newest day first, then the busiest
+    totals = rows.values(*by).annotate(**{c: Sum(c) for c in COUNTS}).order_by(*first, "-requests", *by)
     return list(totals)
 
 

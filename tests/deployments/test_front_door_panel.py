@@ -293,6 +293,10 @@ def test_pages_show_the_loaded_set_the_aliases_keys_and_usage_totals(client, wor
     assert 'id="front-door"' in page and "tiny-r2" in page
     usage = client.get("/usage/?days=7").content.decode()
     assert "15 requests · 107 prompt tokens · 53 completion tokens · 1 errors" in usage
+    by_key = usage.split('id="usage-by-key"')[1].split("</table>")[0]
+    assert by_key.index("aider-alice") < by_key.index(">ci<")  # per key, the busiest first
+    by_revision = usage.split('id="usage-by-revision"')[1].split("</table>")[0]
+    assert 'href="/hosts/alpha/revisions/2/">tiny-r2</a>' in by_revision
     response = client.post("/hosts/alpha/front-door/aliases/", {"name": "fast", "revision": "2"})
     assert response.status_code == 302 and ModelAlias.objects.get(name="fast").revision == world["r"][2]
     response = client.post("/hosts/alpha/front-door/mode/", {"revision": "2", "mode": "pinned"})
