@@ -3,6 +3,8 @@ forms, the inference keys (admins) and usage per key, revision and day."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
@@ -61,54 +63,59 @@ def _revision(host: Host, number: int) -> DeploymentRevision:
     return found
 
 
+def _host_change(request: HttpRequest, host: Host, change: Callable[[], str]) -> HttpResponse:
+    """Run one change of the host's front door; its message or the refusal goes to the host page."""
+    try:
+        done = change()
+    except ValidationError as exc:
+        _errors(request, exc)
+    else:
+        messages.success(request, done)
+    return redirect("hardware:host_detail", name=host.name)
+
+
+def _host_form(
+    request: HttpRequest, host: str, form_class: type[ServeModeForm | AliasForm], change: Callable[[Host, dict], str]
+) -> HttpResponse:
+    found = get_object_or_404(Host, name=host)
+    form = form_class(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("hardware:host_detail", name=found.name)
+    return _host_change(request, found, lambda: change(found, form.cleaned_data))
+
+
 @require_POST
 @role_required(OPERATOR)
 def host_serve_mode(request: HttpRequest, host: str) -> HttpResponse:
-    found = get_object_or_404(Host, name=host)
-    form = ServeModeForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
-    else:
-        data = form.cleaned_data
-        try:
-            revision = _revision(found, data["revision"])
-            serving_mode_set(revision=revision, mode=data["mode"], idle_ttl_s=data["idle_ttl_s"], actor=request.user)
-        except ValidationError as exc:
-            _errors(request, exc)
-        else:
-            messages.success(request, f"r{data['revision']}: {data['mode']}.")
-    return redirect("hardware:host_detail", name=found.name)
+    def change(found: Host, data: dict) -> str:
+        revision = _revision(found, data["revision"])
+        serving_mode_set(revision=revision, mode=data["mode"], idle_ttl_s=data["idle_ttl_s"], actor=request.user)
+        return f"r{revision.number}: {data['mode']}."
+
+    return _host_form(request, host, ServeModeForm, change)
 
 
 @require_POST
 @role_required(OPERATOR)
 def host_alias_set(request: HttpRequest, host: str) -> HttpResponse:
-    found = get_object_or_404(Host, name=host)
-    form = AliasForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
-    else:
-        data = form.cleaned_data
-        try:
-            alias_set(host=found, name=data["name"], revision=_revision(found, data["revision"]), actor=request.user)
-        except ValidationError as exc:
-            _errors(request, exc)
-        else:
-            messages.success(request, f"{data['name']} now points at r{data['revision']}.")
-    return redirect("hardware:host_detail", name=found.name)
+    def change(found: Host, data: dict) -> str:
+        alias_set(host=found, name=data["name"], revision=_revision(found, data["revision"]), actor=request.user)
+        return f"{data['name']} now points at r{data['revision']}."
+
+    return _host_form(request, host, AliasForm, change)
 
 
 @require_POST
 @role_required(OPERATOR)
 def host_alias_delete(request: HttpRequest, host: str, alias: str) -> HttpResponse:
     found = get_object_or_404(Host, name=host)
-    try:
+
+    def change() -> str:
         alias_delete(host=found, name=alias, actor=request.user)
-    except ValidationError as exc:
-        _errors(request, exc)
-    else:
-        messages.success(request, f"Deleted the alias {alias}.")
-    return redirect("hardware:host_detail", name=found.name)
+        return f"Deleted the alias {alias}."
+
+    return _host_change(request, found, change)
 
 
 @never_cache

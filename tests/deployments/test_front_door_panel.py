@@ -329,3 +329,10 @@ def test_commands_key_and_alias(world, operator):
     assert refused.value.returncode == 2 and "does not serve r3" in str(refused.value)
     call_command("alias", "delete", "--host", "alpha", "coder", stdout=io.StringIO())
     assert not ModelAlias.objects.exists()
+    made = io.StringIO()
+    call_command(
+        "revision", "create", "--host", "alpha", "--from", "2", "--port", "8009", "--message", "served too",
+        "--serve", "on-demand", stdout=made,
+    )  # fmt: skip
+    entry = ServedRevision.objects.get(revision__number=int(made.getvalue().strip()))
+    assert entry.mode == "on-demand" and entry.host == world["host"]
