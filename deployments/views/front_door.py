@@ -29,7 +29,7 @@ USAGE_DAYS = (1, 7, 31)
 
 
 def front_door_context(request: HttpRequest, host: Host) -> dict[str, object]:
-    """What `hardware/_front_door.html` shows (the host page includes it, the poller refreshes it)."""
+    """What `hardware/_front_door.html` shows: the host page loads it, then polls it every 5 s."""
     return {
         "host": host,
         "fd": front_door_live(host),

@@ -33,7 +33,6 @@ from deployments.services.installs import install_carried, install_list, install
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
 from deployments.views.benchmarks import safe_headline
-from deployments.views.front_door import front_door_context
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
 
@@ -182,7 +181,6 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         context["credential"] = (
             card.host.credentials.filter(revoked_at__isnull=True).select_related("created_by").first()
         )
-    context.update(front_door_context(request, card.host))
     return render(request, "hardware/host_detail.html", context)
 
 
