@@ -112,7 +112,7 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _register() -> None:
-    from .endpoints import benchmarks, hosts, models, operations, revisions
+    from .endpoints import benchmarks, front_door, hosts, models, operations, revisions
 
     api.add_router("/hosts/", hosts.router)
     api.add_router("/hosts/", revisions.router)
@@ -120,6 +120,9 @@ def _register() -> None:
     api.add_router("/benchmarks/", benchmarks.router)
     api.add_router("/models/", models.router)
     api.add_router("/operations/", operations.router)
+    api.add_router("/hosts/", front_door.hosts)
+    api.add_router("/keys/", front_door.keys)
+    api.add_router("/usage/", front_door.usage)
 
 
 _register()

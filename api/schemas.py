@@ -204,3 +204,85 @@ class ExportOut(Schema):
     filename: str
     content: str
     notes: list[str] = Field(default_factory=list, description="What the file could not say, one line each.")
+
+
+# --- the front door ------------------------------------------------------------------------------
+
+
+class ServedOut(Schema):
+    revision: int
+    name: str = Field(description="The front door's name for it: <served name>-r<number>.")
+    mode: Literal["pinned", "on-demand"]
+    idle_ttl_s: int | None
+    active: bool = Field(description="The host's active revision: always served, pinned.")
+    aliases: list[str]
+    phase: str | None = Field(None, description="As the host's front door last reported it.")
+    in_flight: int | None = None
+    waiting: int | None = None
+    memory_planned: dict[str, int] = Field(description="The planner's bytes per device (gpu0.. or ram).")
+
+
+class ServingList(Schema):
+    items: list[ServedOut]
+    count: int
+    reported_at: datetime | None = Field(description="When the front door last reported.")
+
+
+class ServeIn(Schema):
+    mode: Literal["pinned", "on-demand", "off"]
+    idle_ttl_s: int | None = Field(None, ge=1, le=10**7, description="On demand: unload after this long unused.")
+
+
+class AliasOut(Schema):
+    name: str
+    revision: int
+
+
+class AliasList(Schema):
+    items: list[AliasOut]
+    count: int
+
+
+class AliasIn(Schema):
+    revision: int = Field(ge=1, le=2**31 - 1)
+
+
+class KeyOut(Schema):
+    name: str
+    prefix: str
+    models: list[str] | None = Field(description="Names or aliases it may use; null: every model.")
+    created_at: datetime
+    created_by: str | None
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyOut):
+    secret: str = Field(description="The key itself: shown this once, never again.")
+
+
+class KeyList(Schema):
+    items: list[KeyOut]
+    count: int
+
+
+class KeyIn(Schema):
+    name: str = Field(max_length=63)
+    models: list[str] | None = Field(None, max_length=100)
+
+
+class UsageOut(Schema):
+    day: str | None = None
+    key: str | None = None
+    host: str | None = None
+    model: str | None = None
+    revision: int | None = None
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    errors: int
+
+
+class UsageList(Schema):
+    items: list[UsageOut]
+    count: int
+    days: int

@@ -117,6 +117,9 @@ CONTENT_SECURITY_POLICY = {
 # How many reverse proxies you run in front of the panel: the client address (login throttling,
 # the audit log) is then read from X-Forwarded-For as the outermost of them saw it.
 CONTROLPANEL_PROXY_COUNT = env.int("CONTROLPANEL_PROXY_COUNT", default=0)
+# The panel's Prometheus /metrics: with a token, scrapers send `Authorization: Bearer <token>`;
+# without one, only clients on the panel's own machine (loopback) are answered (docs/metrics.md).
+CONTROLPANEL_METRICS_TOKEN = env.str("CONTROLPANEL_METRICS_TOKEN", default="")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = env.int("DJANGO_SESSION_COOKIE_AGE", default=14 * 24 * 3600)

@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from controlpanel.people.password import ThrottledPasswordChangeView
+from deployments.views.metrics import metrics
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -32,6 +33,7 @@ urlpatterns = [
     path("notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("metrics", metrics, name="metrics"),  # Prometheus: a bearer token or loopback (docs/metrics.md)
     # The automation API (personal tokens) and the page that manages those tokens.
     path("api/v1/", include("api.urls")),
     path("account/tokens/", include("api.views")),

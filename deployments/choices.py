@@ -53,3 +53,10 @@ TERMINAL_STATES = (
     OperationState.CANCELLED,
     OperationState.LOST,
 )
+
+
+class ServeMode(models.TextChoices):
+    """How the host's front door serves a revision (hostagent.frontdoor.table.Mode's values)."""
+
+    PINNED = "pinned", "Pinned (kept loaded)"
+    ON_DEMAND = "on-demand", "On demand (loaded when asked for, unloaded when idle or for room)"

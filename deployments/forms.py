@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
-from deployments.choices import Engine
+from deployments.choices import Engine, ServeMode
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.benchmarks import profile_from_input
 from hardware.models import Host
@@ -563,3 +563,32 @@ class SecretForm(forms.Form):
 
 class SecretMarkForm(forms.Form):
     hub_token = forms.BooleanField(required=False, label="Hugging Face token")
+
+
+# --- the front door ------------------------------------------------------------------------------
+
+
+class ServeModeForm(forms.Form):
+    """How a host's front door serves one of its revisions (or not at all)."""
+
+    revision = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="Revision number")
+    mode = forms.ChoiceField(choices=[*ServeMode.choices, ("off", "Not served")])
+    idle_ttl_s = forms.IntegerField(
+        required=False, min_value=1, max_value=10**7, label="Idle time (s)", help_text="On demand: unload after."
+    )
+
+
+class AliasForm(forms.Form):
+    name = forms.SlugField(max_length=63, help_text="A stable name clients use, e.g. coder.")
+    revision = forms.IntegerField(min_value=1, max_value=2**31 - 1, label="Revision number")
+
+
+class InferenceKeyForm(forms.Form):
+    name = forms.SlugField(max_length=63, help_text="Who or what uses it, e.g. aider-alice.")
+    models = forms.CharField(
+        required=False, max_length=4000, help_text="Names or aliases it may use, comma-separated (empty: every model)."
+    )
+
+
+class InferenceKeyModelsForm(forms.Form):
+    models = forms.CharField(required=False, max_length=4000, help_text="Comma-separated; empty: every model.")

@@ -370,3 +370,7 @@ class EngineLogRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_id} engine log from {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+# The front door's models live in their own module; importing them here registers them.
+from .front_door_models import FrontDoor, InferenceKey, ModelAlias, ServedRevision, UsageDay  # noqa: E402, F401

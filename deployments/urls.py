@@ -4,6 +4,7 @@ from .views import (
     diff,
     engine_log,
     exports,
+    front_door,
     host_models,
     models,
     operations,
@@ -26,4 +27,5 @@ urlpatterns = [
     *benchmarks.urlpatterns,
     *diff.urlpatterns,
     *exports.urlpatterns,
+    *front_door.urlpatterns,
 ]

@@ -64,6 +64,14 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "deployments:host_secrets": ({"host": "h1"}, "admin", "admin"),
     "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", "admin"),
     "deployments:host_model_delete": ({"host": "h1", "pk": 1}, "viewer", "operator"),
+    "deployments:host_front_door": ({"host": "h1"}, "viewer", None),
+    "deployments:host_serve_mode": ({"host": "h1"}, "viewer", "operator"),
+    "deployments:host_alias_set": ({"host": "h1"}, "viewer", "operator"),
+    "deployments:host_alias_delete": ({"host": "h1", "alias": "coder"}, "viewer", "operator"),
+    "deployments:key_list": ({}, "admin", "admin"),
+    "deployments:key_revoke": ({"name": "ci"}, "admin", "admin"),
+    "deployments:key_models": ({"name": "ci"}, "admin", "admin"),
+    "deployments:usage": ({}, "viewer", None),
     "password_change": ({}, "viewer", "viewer"),
     "password_change_done": ({}, "viewer", None),
     "people:list": ({}, "admin", None),
@@ -86,7 +94,8 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "api_tokens:new": ({}, "viewer", "viewer"),
     "api_tokens:revoke": ({}, "viewer", "viewer"),
 }
-OPEN = {"login", "logout"}
+# /metrics answers a bearer token or loopback, not a session (tests/deployments/test_panel_metrics.py).
+OPEN = {"login", "logout", "metrics"}
 # The agent API answers host tokens only (tests/test_agent_api.py checks what each token may do).
 AGENT_API = {
     "agent_api:hello": {},
@@ -96,6 +105,8 @@ AGENT_API = {
     "agent_api:telemetry": {},
     "agent_api:event": {},
     "agent_api:engine_log": {},
+    "agent_api:serving": {},
+    "agent_api:serving_report": {},
     "agent_api:launch": {"revision_id": 1},
     "agent_api:operations": {},
     "agent_api:begin": {"op_id": OP},
@@ -114,6 +125,11 @@ POST_ONLY = {
     "hardware:host_token",
     "deployments:host_model_delete",
     "deployments:host_secret_mark",
+    "deployments:host_serve_mode",
+    "deployments:host_alias_set",
+    "deployments:host_alias_delete",
+    "deployments:key_revoke",
+    "deployments:key_models",
     "people:role",
     "people:active",
     "people:password",

@@ -24,16 +24,20 @@ from django.urls import Resolver404, get_resolver, resolve, reverse
 from controlpanel.people.forms import PersonCreateForm, RoleForm
 from core.models import AuditEvent
 from deployments.forms import (
+    AliasForm,
     AnsibleImportForm,
     BenchmarkForm,
     CommentForm,
     GgufImportForm,
     HfConfigImportForm,
     HubImportForm,
+    InferenceKeyForm,
+    InferenceKeyModelsForm,
     PlaygroundForm,
     RevisionForm,
     SecretForm,
     SecretMarkForm,
+    ServeModeForm,
     SwitchForm,
 )
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
@@ -179,6 +183,13 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     # A host secret (admins): set or rotate one; mark it as a hub token.
     "deployments:host_secrets": ({"host": "h1"}, "admin", {"name": "matrix-key", "value": "v", "hub_token": "on"}),
     "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", {"hub_token": "on"}),
+    # The front door: a revision's serving mode, aliases (operators); inference keys (admins).
+    "deployments:host_serve_mode": ({"host": "h1"}, "operator", {"revision": "1", "mode": "off", "idle_ttl_s": ""}),
+    "deployments:host_alias_set": ({"host": "h1"}, "operator", {"name": "coder", "revision": "1"}),
+    "deployments:host_alias_delete": ({"host": "h1", "alias": "coder"}, "operator", {}),
+    "deployments:key_list": ({}, "admin", {"name": "matrix-key", "models": ""}),
+    "deployments:key_revoke": ({"name": "ci"}, "admin", {}),
+    "deployments:key_models": ({"name": "ci"}, "admin", {"models": "coder"}),
     "people:add": ({}, "admin", {"username": "newbie", "email": "", "role": "viewer"}),
     "people:role": ({"username": "vera"}, "admin", {"role": "viewer"}),
     "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
@@ -219,6 +230,10 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "notifications:rule_edit": [(RuleForm, "")],
     "deployments:host_secrets": [(SecretForm, "")],
     "deployments:host_secret_mark": [(SecretMarkForm, "")],
+    "deployments:host_serve_mode": [(ServeModeForm, "")],
+    "deployments:host_alias_set": [(AliasForm, "")],
+    "deployments:key_list": [(InferenceKeyForm, "")],
+    "deployments:key_models": [(InferenceKeyModelsForm, "")],
 }
 REVISION_FIELDS = {
     "engine": "vllm",
@@ -348,6 +363,9 @@ def test_every_post_url_and_field_is_covered(people):
         "deployments:host_model_delete",
         "api_tokens:revoke",
         "deployments:revision_chat",
+        "deployments:host_alias_delete",  # the front door's: shown only with an alias or a key
+        "deployments:key_revoke",
+        "deployments:key_models",
     }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -444,3 +444,73 @@ def finish(body: dict[str, Any]) -> dict[str, Any]:
         text(install.get("engine"), "install.engine", most=40)
         text(install.get("version"), "install.version", most=100)
     return {"state": str(state), "result": result, "error": error, "benchmark": benchmark, "install": install}
+
+
+MAX_DOOR_MODELS = 256  # models one front door reports (its routing table's)
+MAX_USAGE_ROWS = 10_000  # (day, key, model) rows: 31 days of many keys and models
+
+
+def _door_state_row(row: Any, at: str) -> dict[str, Any]:
+    row = obj(row, at, optional=False)
+    checked = {
+        "name": text(row.get("name"), f"{at}.name", most=200, optional=False),
+        "aliases": [text(a, f"{at}.aliases", most=63) for a in seq(row.get("aliases"), f"{at}.aliases", most=64)],
+        "mode": text(row.get("mode"), f"{at}.mode", most=20),
+        "phase": text(row.get("phase"), f"{at}.phase", most=20),
+        "in_flight": number(row.get("in_flight"), f"{at}.in_flight", high=1_000_000, whole=True),
+        "waiting": number(row.get("waiting"), f"{at}.waiting", high=1_000_000, whole=True),
+        "idle_s": number(row.get("idle_s"), f"{at}.idle_s", high=1e9),
+        "last_load_s": number(row.get("last_load_s"), f"{at}.last_load_s", high=1e6),
+        "removed": bool(row.get("removed")),
+    }
+    for sizes in ("memory", "measured"):
+        found = obj(row.get(sizes), f"{at}.{sizes}")
+        if len(found) > MAX_GPUS_PER_HOST + 1:
+            raise ValidationError(f"{at}.{sizes} names too many devices.")
+        checked[sizes] = {
+            text(device, f"{at}.{sizes}", most=16, optional=False): number(
+                size, f"{at}.{sizes}.{device}", high=MAX_GPU_BYTES * 1024, whole=True
+            )
+            for device, size in found.items()
+        }
+    return checked
+
+
+def _usage_row(row: Any, at: str) -> dict[str, Any]:
+    row = obj(row, at, optional=False)
+    raw_day = text(row.get("day"), f"{at}.day", most=10, optional=False) or ""
+    try:
+        day = date.fromisoformat(raw_day) if len(raw_day) == 10 else None
+    except ValueError:
+        day = None
+    if day is None:
+        raise ValidationError(f"{at}.day must be a date, YYYY-MM-DD.")
+    low, high = _window()
+    if not low.date() <= day <= high.date():
+        raise ValidationError(f"{at}.day must lie between 2000 and a day from now, not {raw_day}.")
+    return {
+        "day": day,
+        "key": text(row.get("key"), f"{at}.key", most=63) or "",
+        "model": text(row.get("model"), f"{at}.model", most=200, optional=False),
+        **{c: number(row.get(c, 0), f"{at}.{c}", whole=True) for c in USAGE_COUNTS},
+    }
+
+
+USAGE_COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
+
+
+def serving_report(body: dict[str, Any]) -> dict[str, Any]:
+    """A front door's report: {version, bind, state: [...], usage: [...]}, checked."""
+    rows = seq(body.get("usage"), "usage", most=MAX_USAGE_ROWS)
+    usage = [_usage_row(row, f"usage[{i}]") for i, row in enumerate(rows)]
+    if len({(u["day"], u["key"], u["model"]) for u in usage}) != len(usage):
+        raise ValidationError("usage lists one (day, key, model) twice.")
+    return {
+        "version": text(body.get("version"), "version", most=64) or "",
+        "bind": text(body.get("bind"), "bind", most=100) or "",
+        "state": [
+            _door_state_row(r, f"state[{i}]")
+            for i, r in enumerate(seq(body.get("state"), "state", most=MAX_DOOR_MODELS))
+        ],
+        "usage": usage,
+    }

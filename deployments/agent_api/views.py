@@ -12,6 +12,7 @@ from deployments.choices import ACTIVE_STATES
 from deployments.models import DeploymentRevision, Operation
 from deployments.services import host_reports
 from deployments.services.engine_logs import engine_log_append
+from deployments.services.front_door import front_door_document, front_door_report
 from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_heartbeat, host_probe_record, telemetry_record, usage_record
@@ -165,3 +166,29 @@ def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) 
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"recorded": recorded})
+
+
+def _etag_matches(request: HttpRequest, version: str) -> bool:
+    sent = request.headers.get("If-None-Match", "")
+    return any(tag.strip().removeprefix("W/").strip('"') == version for tag in sent.split(",") if tag.strip())
+
+
+@host_endpoint(("GET",))
+def serving(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    """The host's front-door document (PROTOCOL.md); 304 when the agent has this version."""
+    document = front_door_document(host)
+    version = document["version"]
+    response = HttpResponse(status=304) if _etag_matches(request, version) else JsonResponse(document)
+    response["ETag"] = f'"{version}"'
+    response["Cache-Control"] = "no-store"  # it carries the host's engine keys
+    return response
+
+
+@host_endpoint(("POST",))
+def serving_report(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    try:
+        report = bodies.serving_report(body)
+    except (ValidationError, TypeError, ValueError) as exc:
+        return _refused(exc)
+    front_door_report(host=host, **report)
+    return HttpResponse(status=204)

@@ -14,6 +14,7 @@ from core.audit import audit_record
 from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import engine_config_for_values
+from deployments.services.aliases import aliases_follow_switch
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
@@ -247,6 +248,7 @@ def revision_mark_active(*, revision: DeploymentRevision, actor: Any, reason: st
     deployment = Deployment(host=host, active_revision=revision, serving=True)  # a switch means: serve it
     deployment.save()  # an UPDATE of the host's row, or its INSERT the first time
     host.deployment = deployment
+    aliases_follow_switch(host=host, previous_id=previous, revision=revision, actor=actor)
     audit_record(
         action="host.activate",
         summary=f"{host.name} now serves r{revision.number} ({reason})",

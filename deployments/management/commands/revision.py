@@ -7,6 +7,7 @@ from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
+from deployments.choices import ServeMode
 from deployments.management.cli import (
     BadInput,
     PanelCommand,
@@ -19,6 +20,7 @@ from deployments.management.cli import (
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
 from deployments.services.revisions import revision_create
+from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
 
 NUMBER = bounded_int(1, MAX_INT)  # a revision number
@@ -48,6 +50,7 @@ class Command(PanelCommand):
             help="start from revision N's settings (it becomes the parent)",
         )
         create.add_argument("--user", default=None)
+        create.add_argument("--serve", choices=ServeMode.values, help="serve it through the host's front door too")
         lst = sub.add_parser("list")
         lst.add_argument("--host", required=True)
         show = sub.add_parser("show")
@@ -109,6 +112,8 @@ class Command(PanelCommand):
         except ValidationError as exc:
             raise BadInput(describe(exc)) from exc
         self.stdout.write(str(revision.number))
+        if o["serve"]:  # a refusal leaves the revision made (its number printed) and exits 2 with the reason
+            serving_mode_set(revision=revision, mode=o["serve"], actor=get_actor(o["user"]))
 
     def _list(self, host: Host, o: dict[str, Any]) -> None:
         rows = DeploymentRevision.objects.filter(host=host).select_related("model_variant", "author")

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from controlpanel.context import change_context
+from deployments.management.cli import BadInput, PanelCommand, bounded_int, get_actor, get_host, host_action
+from deployments.models import DeploymentRevision
+from deployments.services.aliases import alias_delete, alias_list, alias_set
+
+
+class Command(PanelCommand):
+    help = (
+        "Aliases of a host's front door, stable names clients use: `alias set --host H NAME --revision N` creates or "
+        "moves one; `alias list --host H`; `alias delete --host H NAME`. A switch moves the aliases of the revision "
+        "it replaces."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        put = host_action(sub, "set", "create or move an alias to one of the host's served revisions")
+        put.add_argument("name")
+        put.add_argument("--revision", required=True, type=bounded_int(1, 2**31 - 1))
+        put.add_argument("--user", default=None)
+        host_action(sub, "list")
+        delete = host_action(sub, "delete")
+        delete.add_argument("name")
+        delete.add_argument("--user", default=None)
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        host = get_host(o["host"])
+        if o["action"] == "list":
+            for alias in alias_list(host):
+                self.stdout.write(f"{alias.name}\tr{alias.revision.number}")
+            return
+        with change_context("cli"):
+            if o["action"] == "delete":
+                alias_delete(host=host, name=o["name"], actor=get_actor(o["user"]))
+                self.stdout.write(f"Deleted {host.name}'s alias {o['name']}.")
+                return
+            revision = DeploymentRevision.objects.filter(host=host, number=o["revision"]).first()
+            if revision is None:
+                raise BadInput(f"{host.name} has no revision r{o['revision']}.")
+            alias = alias_set(host=host, name=o["name"], revision=revision, actor=get_actor(o["user"]))
+        self.stdout.write(f"{host.name}: {alias.name} -> r{revision.number}.")

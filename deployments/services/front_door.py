@@ -1,0 +1,112 @@
+"""The front door's document for one host (what `GET /agent/v1/serving` answers) and its report.
+
+The document is the host's serving set as a routing table (hostagent.frontdoor.table), each
+model with its revision's launch (deployments.agent_api.orders.revision_launch, the engine's
+API key resolved: it goes to its own host only), the inference keys' digests and the door's
+bounds. Its `version` is a digest of the rest, so an agent asks again cheaply (ETag, 304).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.models import FrontDoor, ModelAlias
+from hardware.models import Host
+
+from .inference_keys import key_table
+from .serving_set import planned_memory, served_set
+from .usage import usage_record
+
+STATE_ROWS = 256  # models a report's state may list
+
+
+def door_of(host: Host) -> FrontDoor:
+    door = FrontDoor.objects.filter(host=host).first()
+    return door if door is not None else FrontDoor(host=host)
+
+
+def front_door_document(host: Host) -> dict[str, Any]:
+    """What the host's front door serves now, with its `version`."""
+    from deployments.agent_api.orders import revision_launch
+
+    aliases: dict[int, list[str]] = {}
+    for alias in ModelAlias.objects.filter(host=host).order_by("name"):
+        aliases.setdefault(alias.revision_id, []).append(alias.name)
+    models = []
+    for served in served_set(host):
+        revision = served.revision
+        launch = revision_launch(revision)
+        config = launch.get("config") or {}
+        from deployments.revision_views import effective_served_name
+
+        models.append(
+            {
+                "name": served.name,
+                "aliases": aliases.get(revision.pk, []),
+                "upstream": f"http://127.0.0.1:{revision.port}",
+                "upstream_model": effective_served_name(revision),
+                "api_key": config.get("api_key") or None,
+                "mode": str(served.mode),
+                "idle_ttl_s": float(served.idle_ttl_s) if served.idle_ttl_s else None,
+                "memory": planned_memory(revision),
+                "revision": revision.number,
+                "launch": launch,
+            }
+        )
+    door = door_of(host)
+    document: dict[str, Any] = {
+        "door": {
+            "max_waiting": door.max_waiting,
+            "max_wait_s": float(door.max_wait_s),
+            "drain_timeout_s": float(door.drain_timeout_s),
+        },
+        "models": models,
+        "keys": key_table(),
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return {"version": hashlib.sha256(encoded.encode()).hexdigest()[:32], **document}
+
+
+@transaction.atomic
+def front_door_report(
+    *, host: Host, version: str, bind: str, state: list[dict[str, Any]], usage: list[dict[str, Any]]
+) -> None:
+    """Keep the front door's last state (checked by the agent API) and its usage totals."""
+    door = FrontDoor.objects.select_for_update().filter(host=host).first() or FrontDoor(host=host)
+    door.reported_version, door.bind, door.state = version, bind, state
+    door.reported_at = timezone.now()
+    door.save()
+    usage_record(host=host, rows=usage)
+
+
+def front_door_live(host: Host) -> dict[str, Any]:
+    """The host page's front-door section: each served revision with the last report's facts."""
+    door = FrontDoor.objects.filter(host=host).first()
+    reported = {row.get("name"): row for row in (door.state if door else []) if isinstance(row, dict)}
+    rows = []
+    for served in served_set(host):
+        seen = reported.pop(served.name, None) or {}
+        rows.append(
+            {
+                "served": served,
+                "name": served.name,
+                "phase": seen.get("phase") or ("not reported" if door and door.reported_at else "–"),
+                "in_flight": seen.get("in_flight"),
+                "waiting": seen.get("waiting"),
+                "planned": sum(planned_memory(served.revision).values()) or None,
+                "measured": sum(v for v in (seen.get("measured") or {}).values() if isinstance(v, int)) or None,
+            }
+        )
+    leaving = [row for row in reported.values() if row.get("phase") != "unloaded"]
+    return {
+        "door": door,
+        "rows": rows,
+        "leaving": leaving,
+        "aliases": list(ModelAlias.objects.filter(host=host).select_related("revision").order_by("name")),
+        "waiting": sum(r["waiting"] or 0 for r in rows) + sum(int(r.get("waiting") or 0) for r in leaving),
+    }

@@ -1,0 +1,180 @@
+"""A host's serving set: the revisions its front door serves and how (docs/front-door.md).
+
+The host's active revision (what its last switch applied) is always served, pinned: today's
+switch is the simplest serving set. Other revisions of the host join it `pinned` (kept loaded)
+or `on-demand` (loaded when a request names them, unloaded when idle or when room is needed),
+or leave it. A change is audited and refused, with nothing changed, when it breaks a rule:
+two served revisions on one port, a served name that is an alias, a revision the planner
+refuses, pinned revisions whose planned memory does not fit the host, a revision aliases still
+point at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from controlpanel.roles import OPERATOR, ensure_role
+from core.audit import audit_record
+from deployments.choices import ServeMode
+from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, active_revision_id_of
+from hardware.models import Host
+from serving.diffing import fmt
+
+from .planning import plan_for_revision
+from .preflight import FAIL, memory_need, panel_preflight
+
+NOT_SERVED = "off"  # the mode a form or command gives to take a revision out of the set
+
+
+@dataclass(frozen=True)
+class Served:
+    """One revision of the serving set as the front door gets it."""
+
+    revision: DeploymentRevision
+    mode: str
+    idle_ttl_s: int | None
+    active: bool
+
+    @property
+    def name(self) -> str:
+        return model_name(self.revision)
+
+
+def model_name(revision: DeploymentRevision) -> str:
+    """The front door's name for a revision: `<served name, slugified>-r<number>`."""
+    from deployments.revision_views import effective_served_name
+
+    base = slugify(effective_served_name(revision).replace("/", "-").replace(".", "-")) or "model"
+    return f"{base[:120]}-r{revision.number}"
+
+
+def served_set(host: Host) -> list[Served]:
+    """The host's serving set, its active revision first (pinned), then the others by number."""
+    active_id = active_revision_id_of(host)
+    served: list[Served] = []
+    if active_id:
+        active = DeploymentRevision.objects.select_related("host", "model_variant").get(pk=active_id)
+        served.append(Served(active, ServeMode.PINNED, None, True))
+    entries = ServedRevision.objects.filter(host=host).select_related("revision__model_variant", "revision__host")
+    served += [Served(e.revision, e.mode, e.idle_ttl_s, False) for e in entries if e.revision_id != active_id]
+    return served
+
+
+def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str, int]:
+    """The planner's bytes per device for `revision` ("gpu0".. for the GPUs it uses, or "ram" on a
+    CPU-only host); {} when the planner cannot tell."""
+    if report is None:
+        try:
+            report = plan_for_revision(revision)
+        except Exception:  # noqa: BLE001 - a planner that cannot read the knobs knows no size
+            return {}
+    if revision.host.cpu_only:
+        weights, kv = memory_need(revision, report)
+        return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
+    overheads = sum(v for v in (report.overheads_per_gpu or {}).values() if isinstance(v, int))
+    per_gpu = (report.weights_bytes_per_gpu or 0) + (report.kv_pool_bytes_per_gpu or 0) + overheads
+    if not per_gpu or not report.gpus_used:
+        return {}
+    return {f"gpu{i}": per_gpu for i in range(report.gpus_used)}
+
+
+def host_capacity(host: Host) -> dict[str, int]:
+    """Each device's memory as the host reported it (what a pinned set must fit in)."""
+    if host.cpu_only:
+        return {"ram": host.ram_bytes} if host.ram_bytes else {}
+    return {f"gpu{g.index}": g.memory_bytes for g in host.gpus.all() if g.memory_bytes}
+
+
+def _fit(host: Host, pinned: Iterable[DeploymentRevision]) -> list[str]:
+    """Why the pinned revisions' planned memory does not fit the host ([] when it does)."""
+    capacity = host_capacity(host)
+    total: dict[str, int] = {}
+    for revision in pinned:
+        for device, size in planned_memory(revision).items():
+            total[device] = total.get(device, 0) + size
+    return [
+        f"{device}: {fmt.size_bytes(need)} planned, {fmt.size_bytes(capacity[device])} present"
+        for device, need in sorted(total.items())
+        if device in capacity and need > capacity[device]
+    ]
+
+
+def _refusals(host: Host, revision: DeploymentRevision, mode: str, current: list[Served]) -> list[str]:
+    others = [s for s in current if s.revision.pk != revision.pk]
+    reasons = [
+        f"r{s.revision.number} is served on port {revision.port} already"
+        for s in others
+        if s.revision.port == revision.port
+    ]
+    name = model_name(revision)
+    if ModelAlias.objects.filter(host=host, name=name).exists():
+        reasons.append(f"{name} is an alias on {host.name}")
+    try:
+        report = plan_for_revision(revision)
+    except Exception as exc:  # noqa: BLE001 - PlanInputError and the like: the planner cannot read it
+        return [*reasons, f"the planner cannot read r{revision.number}: {exc}"]
+    reasons += [f"planner: {f.code}: {f.message}" for f in report.findings if f.severity == "error"]
+    reasons += [f"{c.name}: {c.message}" for c in panel_preflight(revision, report) if c.status == FAIL]
+    if mode == ServeMode.PINNED:
+        pinned = [s.revision for s in others if s.mode == ServeMode.PINNED] + [revision]
+        short = _fit(host, pinned)
+        if short:
+            reasons.append("the pinned revisions do not fit: " + "; ".join(short))
+    return reasons
+
+
+@transaction.atomic
+def serving_mode_set(
+    *, revision: DeploymentRevision, mode: str, idle_ttl_s: int | None = None, actor: Any
+) -> ServedRevision | None:
+    """Serve `revision` through its host's front door `pinned` or `on-demand`, or take it out of the
+    set (`mode="off"`). Answers the set's row (None when taken out)."""
+    ensure_role(actor, OPERATOR)
+    host = Host.objects.select_for_update().get(pk=revision.host_id)
+    if mode not in (*ServeMode.values, NOT_SERVED):
+        raise ValidationError({"mode": f"The mode is pinned, on-demand or off, not {mode!r}."})
+    if idle_ttl_s is not None and (isinstance(idle_ttl_s, bool) or not isinstance(idle_ttl_s, int) or idle_ttl_s < 1):
+        raise ValidationError({"idle_ttl_s": "The idle time is a whole number of seconds, at least 1 (empty: never)."})
+    if revision.pk == active_revision_id_of(host):
+        raise ValidationError(
+            f"r{revision.number} is {host.name}'s active revision: always served, pinned. Switch to another first."
+        )
+    entry = ServedRevision.objects.filter(revision=revision).first()
+    before = {"mode": entry.mode, "idle_ttl_s": entry.idle_ttl_s} if entry else {"mode": NOT_SERVED}
+    if mode == NOT_SERVED:
+        aliased = list(ModelAlias.objects.filter(host=host, revision=revision).values_list("name", flat=True))
+        if aliased:
+            raise ValidationError(f"Aliases point at r{revision.number}: {', '.join(aliased)}. Move them first.")
+        if entry is not None:
+            entry.delete()
+            _audit(host, revision, before, {"mode": NOT_SERVED}, actor)
+        return None
+    reasons = _refusals(host, revision, mode, served_set(host))
+    if reasons:
+        raise ValidationError(f"{host.name} cannot serve r{revision.number} {mode}: " + "; ".join(reasons))
+    entry = entry or ServedRevision(host=host, revision=revision)
+    entry.mode, entry.idle_ttl_s, entry.updated_at = mode, idle_ttl_s, timezone.now()
+    entry.full_clean()
+    entry.save()
+    _audit(host, revision, before, {"mode": mode, "idle_ttl_s": idle_ttl_s}, actor)
+    return entry
+
+
+def _audit(host: Host, revision: DeploymentRevision, before: dict[str, Any], after: dict[str, Any], actor: Any) -> None:
+    ttl = after.get("idle_ttl_s")
+    idle = f", unloaded after {ttl} s idle" if ttl else ""
+    audit_record(
+        action="serving.mode",
+        summary=f"{host.name} serves r{revision.number} {after['mode']}{idle}",
+        obj=revision,
+        host=host,
+        data={"before": before, "after": after},
+        actor=actor,
+    )

@@ -1,0 +1,85 @@
+"""Usage of the front doors per host, UTC day, inference key and served model: requests, prompt
+and completion tokens, errors.
+
+A host's front door sends its running totals (hostagent.frontdoor.usage.UsageLedger rows); the
+panel keeps, per (host, day, key, model), the largest value of each count it was sent. Totals
+only grow, so a report sent twice, or an older one resent from the agent's outbox after a newer
+one, changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import date, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from deployments.models import DeploymentRevision, UsageDay
+from hardware.models import Host
+
+COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
+REVISION_SUFFIX = re.compile(r"-r(\d+)$")
+
+
+@transaction.atomic
+def usage_record(*, host: Host, rows: Iterable[dict[str, Any]]) -> int:
+    """Store checked usage rows ({day: date, key, model, counts...}); answers how many changed."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    Host.objects.select_for_update().filter(pk=host.pk).first()  # one report of a host at a time
+    days = {r["day"] for r in rows}
+    stored = {(u.day, u.key, u.model): u for u in UsageDay.objects.filter(host=host, day__in=days)}
+    numbers = {int(m.group(1)) for r in rows if (m := REVISION_SUFFIX.search(r["model"]))}
+    revisions = dict(DeploymentRevision.objects.filter(host=host, number__in=numbers).values_list("number", "pk"))
+    now = timezone.now()
+    new: list[UsageDay] = []
+    grown: list[UsageDay] = []
+    for row in rows:
+        at = (row["day"], row["key"], row["model"])
+        found = stored.get(at)
+        if found is None:
+            match = REVISION_SUFFIX.search(row["model"])
+            found = UsageDay(
+                host=host,
+                day=row["day"],
+                key=row["key"],
+                model=row["model"],
+                revision_id=revisions.get(int(match.group(1))) if match else None,
+                updated_at=now,
+                **{c: row[c] for c in COUNTS},
+            )
+            stored[at] = found
+            new.append(found)
+        elif any(row[c] > getattr(found, c) for c in COUNTS):
+            for c in COUNTS:
+                setattr(found, c, max(row[c], getattr(found, c)))
+            found.updated_at = now
+            grown.append(found)
+    UsageDay.objects.bulk_create(new)
+    UsageDay.objects.bulk_update(grown, [*COUNTS, "updated_at"])
+    return len(new) + len(grown)
+
+
+def usage_since(days: int) -> date:
+    return timezone.now().date() - timedelta(days=max(days, 1) - 1)
+
+
+def usage_totals(*, by: tuple[str, ...], days: int = 31, host: Host | None = None) -> list[dict[str, Any]]:
+    """Totals over the last `days` UTC days grouped by `by` (of "day", "key", "host__name",
+    "model", "revision__number"), the busiest first (per day: the newest day first)."""
+    rows = UsageDay.objects.filter(day__gte=usage_since(days))
+    if host is not None:
+        rows = rows.filter(host=host)
+    first = ("-day",) if "day" in by else ()  # the newest day first, then the busiest
+    totals = rows.values(*by).annotate(**{c: Sum(c) for c in COUNTS}).order_by(*first, "-requests", *by)
+    return list(totals)
+
+
+def usage_grand_total(*, days: int = 31) -> dict[str, int]:
+    found = UsageDay.objects.filter(day__gte=usage_since(days)).aggregate(**{c: Sum(c) for c in COUNTS})
+    return {c: found[c] or 0 for c in COUNTS}

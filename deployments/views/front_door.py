@@ -1,0 +1,198 @@
+"""The front door in the browser: a host's live front-door section (loaded set, aliases) with its
+forms, the inference keys (admins) and usage per key, revision and day."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import path
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
+from deployments import presenters
+from deployments.choices import ServeMode
+from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm, apply_error
+from deployments.models import DeploymentRevision, InferenceKey
+from deployments.services.aliases import alias_delete, alias_set
+from deployments.services.front_door import front_door_live
+from deployments.services.inference_keys import key_create, key_models_set, key_revoke
+from deployments.services.serving_set import NOT_SERVED, serving_mode_set
+from deployments.services.usage import usage_grand_total, usage_totals
+from hardware.models import Host
+
+USAGE_DAYS = (1, 7, 31)
+
+
+def front_door_context(request: HttpRequest, host: Host) -> dict[str, object]:
+    """What `hardware/_front_door.html` shows: the host page loads it, then polls it every 5 s."""
+    return {
+        "host": host,
+        "fd": front_door_live(host),
+        "can_operate": has_role(request.user, OPERATOR),
+        "modes": [*ServeMode.choices, (NOT_SERVED, "Not served")],
+    }
+
+
+@require_GET
+@role_required(VIEWER)
+def host_front_door(request: HttpRequest, host: str) -> HttpResponse:
+    found = get_object_or_404(Host, name=host)
+    return render(request, "hardware/_front_door.html", front_door_context(request, found))
+
+
+def _errors(request: HttpRequest, exc: ValidationError) -> None:
+    for message in presenters.validation_messages(exc):
+        messages.error(request, message)
+
+
+def _form_errors(request: HttpRequest, form: ServeModeForm | AliasForm) -> None:
+    for field, errors in form.errors.items():
+        for error in errors:
+            messages.error(request, f"{field}: {error}" if field != "__all__" else error)
+
+
+def _revision(host: Host, number: int) -> DeploymentRevision:
+    found = DeploymentRevision.objects.select_related("host", "model_variant").filter(host=host, number=number).first()
+    if found is None:
+        raise ValidationError({"revision": f"{host.name} has no revision r{number}."})
+    return found
+
+
+def _host_change(request: HttpRequest, host: Host, change: Callable[[], str]) -> HttpResponse:
+    """Run one change of the host's front door; its message or the refusal goes to the host page."""
+    try:
+        done = change()
+    except ValidationError as exc:
+        _errors(request, exc)
+    else:
+        messages.success(request, done)
+    return redirect("hardware:host_detail", name=host.name)
+
+
+def _host_form(
+    request: HttpRequest, host: str, form_class: type[ServeModeForm | AliasForm], change: Callable[[Host, dict], str]
+) -> HttpResponse:
+    found = get_object_or_404(Host, name=host)
+    form = form_class(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return redirect("hardware:host_detail", name=found.name)
+    return _host_change(request, found, lambda: change(found, form.cleaned_data))
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_serve_mode(request: HttpRequest, host: str) -> HttpResponse:
+    def change(found: Host, data: dict) -> str:
+        revision = _revision(found, data["revision"])
+        serving_mode_set(revision=revision, mode=data["mode"], idle_ttl_s=data["idle_ttl_s"], actor=request.user)
+        return f"r{revision.number}: {data['mode']}."
+
+    return _host_form(request, host, ServeModeForm, change)
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_alias_set(request: HttpRequest, host: str) -> HttpResponse:
+    def change(found: Host, data: dict) -> str:
+        alias_set(host=found, name=data["name"], revision=_revision(found, data["revision"]), actor=request.user)
+        return f"{data['name']} now points at r{data['revision']}."
+
+    return _host_form(request, host, AliasForm, change)
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_alias_delete(request: HttpRequest, host: str, alias: str) -> HttpResponse:
+    found = get_object_or_404(Host, name=host)
+
+    def change() -> str:
+        alias_delete(host=found, name=alias, actor=request.user)
+        return f"Deleted the alias {alias}."
+
+    return _host_change(request, found, change)
+
+
+@never_cache
+@role_required(ADMIN)
+def key_list(request: HttpRequest) -> HttpResponse:
+    """The inference keys; a new key's secret is shown on the answer to its POST, once."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    form = InferenceKeyForm(request.POST if request.method == "POST" else None)
+    created = None
+    if form.is_bound and form.is_valid():
+        try:
+            key, secret = key_create(
+                name=form.cleaned_data["name"], models=form.cleaned_data["models"], actor=request.user
+            )
+        except ValidationError as exc:
+            apply_error(form, exc, fallback="name")
+        else:
+            created = {"key": key, "secret": secret}
+            form = InferenceKeyForm()
+    keys = InferenceKey.objects.select_related("created_by").order_by("revoked_at", "name")
+    return render(request, "deployments/keys.html", {"keys": keys, "form": form, "created": created})
+
+
+@require_POST
+@role_required(ADMIN)
+def key_revoke_view(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        key_revoke(key=get_object_or_404(InferenceKey, name=name), actor=request.user)
+    except ValidationError as exc:
+        _errors(request, exc)
+    else:
+        messages.success(request, f"Revoked {name}: every front door refuses it from its next poll.")
+    return redirect("deployments:key_list")
+
+
+@require_POST
+@role_required(ADMIN)
+def key_models_view(request: HttpRequest, name: str) -> HttpResponse:
+    key = get_object_or_404(InferenceKey, name=name)
+    form = InferenceKeyModelsForm(request.POST)
+    if form.is_valid():
+        try:
+            key_models_set(key=key, models=form.cleaned_data["models"], actor=request.user)
+        except ValidationError as exc:
+            _errors(request, exc)
+        else:
+            messages.success(request, f"{name}'s models changed.")
+    return redirect("deployments:key_list")
+
+
+@require_GET
+@role_required(VIEWER)
+def usage(request: HttpRequest) -> HttpResponse:
+    try:
+        days = int(request.GET.get("days") or 7)
+    except ValueError:
+        days = 7
+    days = days if days in USAGE_DAYS else 7
+    context = {
+        "days": days,
+        "choices": USAGE_DAYS,
+        "total": usage_grand_total(days=days),
+        "by_key": usage_totals(by=("key",), days=days),
+        "by_revision": usage_totals(by=("host__name", "model", "revision__number"), days=days),
+        "by_day": usage_totals(by=("day", "key", "host__name", "model"), days=days),
+    }
+    return render(request, "deployments/usage.html", context)
+
+
+urlpatterns = [
+    path("hosts/<slug:host>/front-door/", host_front_door, name="host_front_door"),
+    path("hosts/<slug:host>/front-door/mode/", host_serve_mode, name="host_serve_mode"),
+    path("hosts/<slug:host>/front-door/aliases/", host_alias_set, name="host_alias_set"),
+    path("hosts/<slug:host>/front-door/aliases/<slug:alias>/delete/", host_alias_delete, name="host_alias_delete"),
+    path("keys/", key_list, name="key_list"),
+    path("keys/<slug:name>/revoke/", key_revoke_view, name="key_revoke"),
+    path("keys/<slug:name>/models/", key_models_view, name="key_models"),
+    path("usage/", usage, name="usage"),
+]
