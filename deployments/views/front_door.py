@@ -14,9 +14,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
+from core.http import apply_error
 from deployments import presenters
 from deployments.choices import ServeMode
-from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm, apply_error
+from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
 from deployments.models import DeploymentRevision, InferenceKey
 from deployments.services.aliases import alias_delete, alias_set
 from deployments.services.front_door import front_door_live
