@@ -20,17 +20,19 @@ from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, is_partial
 from deployments import presenters, selectors
 from deployments.choices import Engine
+from deployments.engine_installs import host_binary
 from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
 from deployments.revision_views import changes_between
-from deployments.runtime_bridge import engine_config_for_values
+from deployments.runtime_bridge import host_facts, spec_for_values
 from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
-from deployments.services.revisions import comment_create, engine_default_port, revision_create
+from deployments.services.revisions import comment_create, engine_default_port, revision_derive
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
+from serving.launch import launch
 from serving.planner import PlanInputError
 
 from .playground import playground_context
@@ -180,19 +182,21 @@ def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            revision = revision_create(
+            revision = revision_derive(
                 host=host_obj,
-                engine=data["engine"],
-                engine_version=data["engine_version"].strip(),
-                model_variant=data["model_variant"],
-                knobs=data["knobs"],
-                env=data["env"],
-                served_name=data["served_name"].strip(),
-                port=data["port"],
-                tag=data["tag"],
                 parent=data["parent_revision"],
-                api_key_secret=data["api_key_secret"],
-                hf_token_secret=data["hf_token_secret"],
+                changes={  # the form carries every field: each replaces the parent's
+                    "engine": data["engine"],
+                    "version": data["engine_version"].strip(),
+                    "model": data["model_variant"],
+                    "knobs": data["knobs"],
+                    "env": data["env"],
+                    "served_name": data["served_name"].strip(),
+                    "port": data["port"],
+                    "api_key_secret": data["api_key_secret"],
+                    "hf_token_secret": data["hf_token_secret"],
+                },
+                tag=data["tag"],
                 message=data["message"],
                 actor=request.user,
             )
@@ -233,7 +237,7 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
     if context["report"] is not None:  # the switch preflight's own RAM check, as you type
         context["memory"] = ram_check(host_obj, values["model_variant"], context["report"])
     try:
-        config = engine_config_for_values(
+        spec = spec_for_values(
             engine=values["engine"],
             engine_version=values["engine_version"].strip(),
             model=values["model_variant"],
@@ -241,10 +245,11 @@ def _preview(request: HttpRequest, host: str, data: Any) -> HttpResponse:
             env=values["env"],
             served_name=values["served_name"].strip(),
             port=values["port"] or engine_default_port(values["engine"]),
-            host=presenters.engine_bind_host(host_obj),  # where the host's agent binds engines
+            api_key_secret=values.get("api_key_secret") or "",
         )
-        spec = get_adapter(values["engine"]).launch_spec(config)
-        context["launch"] = presenters.Launch(argv=spec.masked_argv(), env=spec.masked_env())
+        binary = host_binary(host_obj, spec.engine, spec.version)
+        made = launch(spec, host_facts(host_obj, model=values["model_variant"], binary=binary))
+        context["launch"] = presenters.Launch(argv=made.masked_argv(), env=made.masked_env())
     except (EngineConfigError, PlanInputError) as exc:
         field = getattr(exc, "field", None)
         context["errors"].append(f"{field + ': ' if field else ''}{exc}")
