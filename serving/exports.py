@@ -33,6 +33,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from serving.diffing.context import ServedContext, revision_context, vision_state
 from serving.diffing.view import RevisionView, engine_label
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 API_KEY_ENV = "LLM_API_KEY"
 NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 2, §4 i)
@@ -159,14 +161,10 @@ def serves_tool_calls(view: RevisionView) -> bool:
     """Whether the server parses the model's tool calls into `tool_calls` (else a client's tool
     request fails, or the call arrives as text): vLLM with enable_auto_tool_choice, SGLang with a
     tool_call_parser, llama.cpp unless its Jinja templates are off, Ollama always."""
-    knobs = view.knobs
-    if view.engine == "vllm":
-        return bool(knobs.get("enable_auto_tool_choice"))
-    if view.engine == "sglang":
-        return bool(knobs.get("tool_call_parser"))
-    if view.engine == "llama.cpp":
-        return knobs.get("jinja") is not False
-    return view.engine == "ollama"
+    try:
+        return get_adapter(view.engine).serves_tool_calls(view.knobs)
+    except EngineConfigError:
+        return False
 
 
 def client_target(

@@ -191,6 +191,10 @@ class EngineAdapter(Protocol):
     install_executable: str | None  # the executable inside an install folder ("bin/vllm")
     vision_needs_projector: bool  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository: bool  # a model name it is given is looked up on the hub (vLLM, SGLang)
+    quantization_knob: str  # the knob that names a checkpoint's quantization ("" = read from the file)
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""

@@ -369,6 +369,12 @@ class CheckedAdapter:
     install_executable: str | None = None  # the executable inside an install folder ("bin/vllm")
     vision_needs_projector = False  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository = False  # a model name it is given is looked up on the hub (vLLM, SGLang)
+    quantization_knob = ""  # the knob that names a checkpoint's quantization ("" = read from the file)
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool
+        request fails, or the call arrives as text). SGLang: with a tool_call_parser."""
+        return bool(knobs.get("tool_call_parser"))
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads: the host's downloaded copy when there is one, else the repository."""

@@ -232,6 +232,10 @@ class LlamaCppAdapter(Adapter):
     context_knob = "ctx_size"
     vision_needs_projector = True
 
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Through its Jinja chat templates, unless they are turned off."""
+        return knobs.get("jinja") is not False
+
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """A GGUF file: the host's downloaded copy, else the catalog's file (or its repository)."""
         return local_copy or model.gguf_file or model.repo_id or model.name

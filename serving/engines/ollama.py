@@ -101,6 +101,9 @@ class OllamaAdapter(Adapter):
     context_knob = "context_length"
     fetches_own_weights = True  # `ollama pull` into its own store: no host copy is swapped in
 
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        return True  # always, for a model whose template has tools
+
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """An Ollama tag: the catalog name of an Ollama model, else its repository."""
         return model.name if model.format == "ollama" else (model.repo_id or model.name)

@@ -8,6 +8,7 @@ vllm/entrypoints/openai/cli_args.py as summarised in shared/reference/engines.md
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from serving.engines.adapter import PipAdapter
@@ -173,6 +174,11 @@ class VllmAdapter(PipAdapter):
     context_knob = "max_model_len"
     install_executable = "bin/vllm"
     loads_hub_repository = True
+    quantization_knob = "quantization"
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Only with enable_auto_tool_choice (and its parser)."""
+        return bool(knobs.get("enable_auto_tool_choice"))
 
     def context_tokens(self, value: Any) -> int | None:
         return max_model_len_tokens(value)

@@ -319,3 +319,21 @@ def test_a_refused_context_is_refused_at_creation_with_the_engines_sentence(clie
     for said in _refusals(client, ctx_host, operator, engine, CONTEXT_KNOB[engine], value):
         assert sentence in said.replace('\\"', '"')
     assert ctx_host.revisions.count() == before
+
+
+def test_client_exports_of_a_remote_host_without_an_address_refuse_naming_the_fix(catalog, operator):
+    """A host on another machine declared without an address: a laptop would connect to itself."""
+    from serving.exports import NotExportable
+
+    host = HostFactory(name="far", address="127.0.0.1")
+    model = ModelVariant.objects.get(name=MODEL_FOR["vllm"])
+    revision = revision_create(
+        host=host, engine="vllm", model_variant=model, knobs={"max_model_len": 8192}, message="m", actor=operator
+    )
+    for target in ("opencode", "hermes", "aider-settings"):
+        with pytest.raises(NotExportable, match="far's address is 127.0.0.1.*Hosts > far > Address"):
+            revision_export(revision, target)
+    host.address = "far.lan"
+    host.save()
+    revision.refresh_from_db()
+    assert "http://far.lan:8001/v1" in revision_export(revision, "opencode").content
