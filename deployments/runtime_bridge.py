@@ -8,6 +8,7 @@ Secrets are resolved only when `resolve_secrets=True`, which only the agent's or
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +34,12 @@ def engine_bind_host(host: Host) -> str:
     if isinstance(reported, str) and _BIND_HOST.fullmatch(reported):
         return reported
     return str(settings.ENGINE_BIND_HOST)
+
+
+def runs_on_this_machine(host: Host) -> bool:
+    """The host is the panel's own machine: the embedded agent registers under this machine's
+    short host name (hostagent.probe.local_host_name), so a loopback address reaches it here."""
+    return host.name == (socket.gethostname().split(".")[0].lower() or "localhost")
 
 
 def model_ref(model: ModelVariant) -> ModelRef:

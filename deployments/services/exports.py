@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from deployments.engine_installs import revision_binary
 from deployments.models import DeploymentRevision
 from deployments.revision_views import revision_view
-from deployments.runtime_bridge import local_weights
+from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
 from serving.engines.base import EngineConfigError, LaunchSpec
@@ -77,10 +77,8 @@ def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = Tr
 def unreachable_reason(host: Host) -> str:
     """Why a client on another machine cannot reach `host`'s engines ("" when it can): the host
     is not this machine and its address is loopback, so a laptop would connect to itself."""
-    from hostagent.probe import local_host_name
-
     facts = HostFacts(reachable_address=(host.address or "").strip())
-    if facts.reachable_from_elsewhere or host.name == local_host_name():
+    if facts.reachable_from_elsewhere or runs_on_this_machine(host):
         return ""
     return (
         f"{host.name}'s address is {facts.reachable_address or 'not set'}, which every client reaches as itself: "

@@ -319,10 +319,10 @@ def whole_tokens(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return value if abs(value) <= INT_MAX else None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= INT_MAX:
         return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,12}", value.strip()):
+    if isinstance(value, str) and len(value) <= 32 and re.fullmatch(r"-?[0-9]{1,12}", value.strip()):
         return int(value.strip())
     return None
 

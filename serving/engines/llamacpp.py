@@ -138,9 +138,11 @@ def _ctx_size(value: Any) -> int:
     trained context. stoi stops at the first letter, so `32k` would silently be 32 tokens; text
     with no digits first ends llama-server with `error while handling argument "--ctx-size": stoi`."""
     tokens = whole_tokens(value)
-    text = str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    text = value.strip()[:24] if isinstance(value, str) else ""
+    if tokens is None and isinstance(value, int) and not isinstance(value, bool):
+        tokens = -1  # a whole number far past any context: the range sentence below
     if tokens is None:
-        lead = re.match(r"-?[0-9]+", text)
+        lead = re.match(r"-?[0-9]{1,12}(?![0-9])", text)
         if lead:
             number = int(lead.group(0))
             raise EngineConfigError(

@@ -337,3 +337,21 @@ def test_client_exports_of_a_remote_host_without_an_address_refuse_naming_the_fi
     host.save()
     revision.refresh_from_db()
     assert "http://far.lan:8001/v1" in revision_export(revision, "opencode").content
+
+
+def test_the_seed_import_on_a_host_without_model_folders_offers_to_record_hf_home(catalog, operator, admin_user):
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    host = HostFactory(name="bare", address="bare.lan", model_dirs=[])
+    text = (FIXTURES / "ansible" / "all.yml").read_text()
+    with pytest.raises(ValidationError) as refused:
+        revision_import_ansible(host=host, text=text, message="the lab", actor=operator)
+    said = " ".join(refused.value.message_dict["env"])
+    assert "An admin can record /opt/vllm/hf-cache as bare's model folder" in said
+    with pytest.raises(PermissionDenied):
+        revision_import_ansible(host=host, text=text, message="the lab", record_model_dirs=True, actor=operator)
+    result = revision_import_ansible(host=host, text=text, message="the lab", record_model_dirs=True, actor=admin_user)
+    host.refresh_from_db()
+    assert host.model_dirs == ["/opt/vllm/hf-cache"]
+    assert result.revision.env["HF_HOME"] == "/opt/vllm/hf-cache"
+    assert any("/opt/vllm/hf-cache is now one of bare's model folders" in n for n in result.notes)
