@@ -27,6 +27,7 @@ from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import model_reference
 from hardware.models import Host
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.engines.registry import get_adapter
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
@@ -57,7 +58,7 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: Any) -> tuple[Model
         variant = ModelVariant.objects.filter(**lookup).order_by("is_demo", "pk").first()
         if variant is not None:
             return variant, False
-    is_ollama = parsed.engine == "ollama"
+    is_ollama = get_adapter(parsed.engine).fetches_own_weights  # a tag in the engine's own store
     variant = ModelVariant(
         name=model if is_ollama else basename,
         repo_id="" if is_ollama else model,

@@ -19,7 +19,7 @@ from controlpanel.params import int_param, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, is_partial
 from deployments import presenters, selectors
-from deployments.choices import Engine
+from deployments.choices import Engine, ModelFormat
 from deployments.engine_installs import host_binary
 from deployments.forms import CommentForm, RevisionForm, SwitchForm, apply_error
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
@@ -282,7 +282,7 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
 
     variant = revision.model_variant
     weights_missing = (
-        variant.format != "ollama"
+        variant.format != ModelFormat.OLLAMA
         and not downloadable(variant)
         and host_model_of(host=revision.host, variant=variant) is None
         and download_active(host=revision.host, variant=variant) is None

@@ -192,9 +192,15 @@ class EngineAdapter(Protocol):
     vision_needs_projector: bool  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository: bool  # a model name it is given is looked up on the hub (vLLM, SGLang)
     quantization_knob: str  # the knob that names a checkpoint's quantization ("" = read from the file)
+    path_executable: str | None  # the executable's name on PATH when nothing is installed (None: none)
+    env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
+    ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """The knobs that serve `sequences` requests at once, each with `context` tokens."""
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""

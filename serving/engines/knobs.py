@@ -370,6 +370,15 @@ class CheckedAdapter:
     vision_needs_projector = False  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository = False  # a model name it is given is looked up on the hub (vLLM, SGLang)
     quantization_knob = ""  # the knob that names a checkpoint's quantization ("" = read from the file)
+    path_executable: str | None = None  # the executable's name on PATH when nothing is installed
+    env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
+    ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+
+    concurrency_knob = ""  # the knob that caps the requests served at once
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """The knobs that serve `sequences` requests at once, each with `context` tokens."""
+        return {self.context_knob: context, self.concurrency_knob: sequences}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool

@@ -233,6 +233,14 @@ class LlamaCppAdapter(Adapter):
     knobs = KNOBS
     context_knob = "ctx_size"
     vision_needs_projector = True
+    path_executable = "llama-server"
+    concurrency_knob = "parallel"
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """`--ctx-size` is the whole KV cache, split between the `--parallel` slots."""
+        return {"ctx_size": context * sequences, "parallel": sequences}
+
+    ggml_kv_cache = True
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Through its Jinja chat templates, unless they are turned off."""

@@ -100,6 +100,10 @@ class OllamaAdapter(Adapter):
     knobs = KNOBS
     context_knob = "context_length"
     fetches_own_weights = True  # `ollama pull` into its own store: no host copy is swapped in
+    path_executable = "ollama"
+    concurrency_knob = "num_parallel"
+    env_knobs = {variable: knob for knob, variable in ENV_OF.items()}
+    ggml_kv_cache = True  # Ollama runs llama.cpp's engine
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         return True  # always, for a model whose template has tools

@@ -107,6 +107,7 @@ class SglangAdapter(PipAdapter):
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
     quantization_knob = "quantization"
+    concurrency_knob = "max_running_requests"
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]

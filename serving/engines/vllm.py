@@ -175,6 +175,8 @@ class VllmAdapter(PipAdapter):
     install_executable = "bin/vllm"
     loads_hub_repository = True
     quantization_knob = "quantization"
+    path_executable = "vllm"
+    concurrency_knob = "max_num_seqs"
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Only with enable_auto_tool_choice (and its parser)."""

@@ -448,14 +448,6 @@ KNOB_TABLES: dict[str, dict[str, Apply]] = {
     "ollama": OLLAMA_KNOBS,
 }
 
-# Ollama takes its server-wide settings from the environment (envconfig/config.go).
-_OLLAMA_ENV = {
-    "OLLAMA_CONTEXT_LENGTH": "num_ctx",
-    "OLLAMA_NUM_PARALLEL": "num_parallel",
-    "OLLAMA_KV_CACHE_TYPE": "kv_cache_type",
-    "OLLAMA_FLASH_ATTENTION": "flash_attention",
-}
-
 
 def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     """Validate and resolve knobs for `engine`; PlanInputError on unknown names or bad values."""
@@ -464,8 +456,10 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
         raise PlanInputError(f"unknown engine {engine!r}; expected one of {', '.join(KNOB_TABLES)}", field="engine")
     out: dict[str, Any] = {}
     merged: dict[str, Any] = {}
-    if engine == "ollama":
-        merged.update({knob: env[var] for var, knob in _OLLAMA_ENV.items() if var in env})
+    adapter = get_adapter(engine)
+    # Settings an engine reads from variables (Ollama's OLLAMA_*), as the knobs they stand for.
+    from_env = {knob: env[var] for var, knob in adapter.env_knobs.items() if var in env and knob in table}
+    merged.update(from_env)
     for raw_name, value in knobs.items():
         merged[str(raw_name).replace("-", "_").lstrip("_")] = value
     for name, value in merged.items():
@@ -478,7 +472,7 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
     names = {k: out.pop(k) for k in ("kv_bytes_k_name", "kv_bytes_v_name") if k in out}
     if names:
         out["kv_dtype"] = f"{names.get('kv_bytes_k_name', 'f16')}/{names.get('kv_bytes_v_name', 'f16')}"
-    if engine in ("llama.cpp", "ollama"):
+    if adapter.ggml_kv_cache:
         out.setdefault("kv_bytes_k", LLAMA_CACHE_TYPES["f16"])  # common/common.h: f16 default
         out.setdefault("kv_bytes_v", LLAMA_CACHE_TYPES["f16"])
         out.setdefault("kv_dtype", "f16/f16")
