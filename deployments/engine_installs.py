@@ -68,12 +68,31 @@ def host_binary(host: Host, engine: str, version: str) -> str | None:
     return None
 
 
+def _carried_executable(host: Host, engine: str, version: str) -> str | None:
+    """The executable of the build the host's worker carries itself (its agent reports it), which a
+    revision runs when nothing is installed: at "latest", or pinned to that very build."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    builds, paths = state.get("carried"), state.get("carried_executables")
+    build = builds.get(engine) if isinstance(builds, dict) else None
+    path = paths.get(engine) if isinstance(paths, dict) else None
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None
+    try:
+        pinned = get_adapter(engine).install_version(version) if version else ""
+    except EngineConfigError:
+        return None
+    return path if not pinned or pinned == build else None
+
+
 def revision_binary(revision: DeploymentRevision) -> str | None:
     """The executable the revision runs on its host: the install of its engine version the host
     recorded, else the venv an Ansible import named; None when neither is known."""
     found = host_binary(revision.host, revision.engine, revision.engine_version)
     if found:
         return found
+    carried = _carried_executable(revision.host, revision.engine, revision.engine_version)
+    if carried:
+        return carried
     venv = ansible_venv(revision)  # only a vLLM role names one
     inside = _in_folder(revision.engine)
     return f"{venv}/{inside}" if venv and inside else None

