@@ -209,9 +209,10 @@ def revision_import_ansible(
     if record_model_dirs:
         added = _record_cache_folders(host, parsed.env, actor=actor)
         notes += [f"{folder} is now one of {host.name}'s model folders (the role's HF_HOME)." for folder in added]
-    # vLLM: the parse records the given version, or the one the role installs; Ollama's file pins its own.
+    # A version given wins (vLLM's parse already took it; an Ollama file's own pin gives way to
+    # it); else the file's pin, or the vLLM the role installs.
     version = parsed.engine_version
-    if engine_version is not None and parsed.engine != "vllm":
+    if engine_version is not None and engine_version.strip():
         version = engine_version.strip()
     try:
         revision = revision_create(
