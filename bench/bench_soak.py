@@ -302,8 +302,11 @@ class Soak:
         from deployments.runtime_bridge import engine_config_for_revision
         from hostagent.binaries import resolve_binary
         from serving.engines.registry import get_adapter
+        from serving.launch import HostFacts
 
-        config = engine_config_for_revision(revision, bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
+        config = engine_config_for_revision(
+            revision, facts=HostFacts(bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
+        )
         spec = get_adapter("llama.cpp").launch_spec(config)
         t0 = time.monotonic()
         proc = subprocess.Popen(

@@ -57,6 +57,7 @@ def main() -> None:
     from hostagent.binaries import resolve_binary
     from hostagent.local import supervisor_for
     from serving.engines.registry import get_adapter
+    from serving.launch import HostFacts
     from tests.support.llama import free_port, gemma_model_path
     from tests.support.panel import PanelServer
 
@@ -116,7 +117,9 @@ def main() -> None:
             revision = revisions[i % 2]
             supervisor_for(name).stop(grace=10)
             spec = get_adapter("llama.cpp").launch_spec(
-                engine_config_for_revision(revision, bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
+                engine_config_for_revision(
+                    revision, facts=HostFacts(bind_host="127.0.0.1", binary=resolve_binary("llama.cpp", ""))
+                )
             )
             t0 = time.perf_counter()
             proc = subprocess.Popen(

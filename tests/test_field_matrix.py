@@ -147,6 +147,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
             "engine_version": "",
             "tag": "",
             "message": "from Ansible",
+            "record_model_dirs": "",
         },
     ),
     "deployments:operation_cancel": ({"pk": "00000000-0000-0000-0000-000000000001"}, "operator", {}),

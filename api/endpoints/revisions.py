@@ -14,7 +14,7 @@ from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import changes_between
 from deployments.services.exports import revision_export
-from deployments.services.revisions import revision_create
+from deployments.services.revisions import revision_derive
 from hardware.models import Host
 from serving.exports import NotExportable
 
@@ -65,41 +65,30 @@ def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status
             raise ValidationError({"parent": f"{host.name} has no revision r{payload.parent}."})
     else:
         base = DeploymentRevision.objects.filter(host=host).order_by("-number").first()
-    engine = payload.engine or (base.engine if base else None)
-    model_name = payload.model or (base.model_variant.name if base else None)
-    if not engine or not model_name:
+    model = None
+    if payload.model is not None:
+        model = ModelVariant.objects.filter(name=payload.model).first()
+        if model is None:
+            raise ValidationError({"model": f"No model {payload.model[:80]!r} in the catalog (GET /api/v1/models/)."})
+    if base is None and (not payload.engine or model is None):
         raise ValidationError({"engine": "engine and model are needed for a host's first revision."})
-    model = ModelVariant.objects.filter(name=model_name).first()
-    if model is None:
-        raise ValidationError({"model": f"No model {model_name[:80]!r} in the catalog (GET /api/v1/models/)."})
-    same_engine = base is not None and base.engine == engine
-    knobs = dict(payload.knobs) if payload.knobs is not None else (dict(base.knobs) if same_engine and base else {})
-    for key, value in (payload.set or {}).items():
-        if value is None:
-            knobs.pop(key, None)
-        else:
-            knobs[key] = value
-    version = payload.engine_version
-    if version is None:
-        version = base.engine_version if same_engine and base else ""
-    revision = revision_create(
+    revision = revision_derive(
         host=host,
-        engine=engine,
-        engine_version=version,
-        model_variant=model,
-        knobs=knobs,
-        env=dict(payload.env) if payload.env is not None else (dict(base.env) if base else {}),
-        served_name=payload.served_name if payload.served_name is not None else (base.served_name if base else ""),
-        port=payload.port if payload.port is not None else (base.port if base else None),
+        parent=base,
+        changes={
+            "engine": payload.engine or None,
+            "version": payload.engine_version,
+            "model": model,
+            "knobs": payload.knobs,
+            "set": payload.set,
+            "env": payload.env,
+            "served_name": payload.served_name,
+            "port": payload.port,
+            "api_key_secret": payload.api_key_secret,
+            "hf_token_secret": payload.hf_token_secret,
+        },
         tag=payload.tag,
         message=payload.message,
-        parent=base,
-        api_key_secret=payload.api_key_secret
-        if payload.api_key_secret is not None
-        else (base.api_key_secret if base else ""),
-        hf_token_secret=(
-            payload.hf_token_secret if payload.hf_token_secret is not None else (base.hf_token_secret if base else "")
-        ),
         actor=user,
     )
     return Status(201, revision_dict(_revision(host, revision.number)))

@@ -9,19 +9,17 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from deployments.models import DeploymentRevision, HostModel, Operation, Secret, active_revision_id_of
-from deployments.runtime_bridge import engine_config_for_revision
+from deployments.models import DeploymentRevision, Operation, Secret, active_revision_id_of
+from deployments.runtime_bridge import engine_config_for_revision, revision_host_facts, revision_spec
 from hardware.models import Host
-from serving.diffing.context import served_context as context_of
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
+from serving.launch import served_context as launch_context
 
 
 def served_context(revision: DeploymentRevision) -> int | None:
-    """The context one request can use on the server: the diff's and the exports' answer
-    (serving.diffing.context), never a second reading of the knobs."""
-    context = context_of(
-        revision.engine, revision.knobs or {}, native=revision.model_variant.model_arch.native_context, env=revision.env
-    )
-    return context.per_sequence
+    """The context one request can use on the server: the launch's answer (serving.launch)."""
+    return launch_context(revision_spec(revision)).per_sequence
 
 
 def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
@@ -40,15 +38,22 @@ def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
 
 
 def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
-    """The launch of `revision`: the engine config (bind address and executable are the host's
-    to choose), its API key resolved, and the facts the host's preflight checks."""
+    """The launch of `revision`: its serving spec (serving.launch.RevisionSpec) and the engine
+    config it makes (the host's copy of downloaded weights swapped in; the bind address and
+    executable are the host's to add), its API key resolved, and the facts the host's
+    preflight checks. The agent calls serving.launch.launch on the same spec."""
     error = ""
+    facts = revision_host_facts(revision)
     try:
-        config = dataclasses.asdict(engine_config_for_revision(revision, resolve_secrets=True))
+        config = dataclasses.asdict(engine_config_for_revision(revision, resolve_secrets=True, facts=facts))
     except (Secret.DoesNotExist, ValidationError) as exc:  # a secret deleted or made under another key
         missing = f"the secret {revision.api_key_secret} is not set on this host"
         error = missing if isinstance(exc, Secret.DoesNotExist) else "; ".join(exc.messages)
-        config = dataclasses.asdict(engine_config_for_revision(revision, resolve_secrets=False))
+        config = dataclasses.asdict(engine_config_for_revision(revision, facts=facts))
+        config["api_key"] = None
+    except EngineConfigError as exc:  # stored before the engine's rule existed: the host refuses it
+        error = f"{exc.field + ': ' if exc.field else ''}{exc}"
+        config = {}
     for local in ("host", "binary", "gpu_indices"):
         config.pop(local, None)
     variant = revision.model_variant
@@ -58,11 +63,10 @@ def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
         "repo_id": variant.repo_id,
         "weights_bytes": variant.weights_bytes,
     }
-    copy = HostModel.objects.filter(host=revision.host, model_variant=variant).first()
-    if copy is not None and copy.path.startswith("/") and revision.engine != "ollama":
+    copy = facts.local_weights if not get_adapter(revision.engine).fetches_own_weights else None
+    if copy:
         # The copy a download put on this host's disk: the engine opens it, not the hub's name.
-        config["model"] = copy.path
-        model.update(gguf_file=copy.path if variant.format == "gguf" else "", repo_id=copy.path)
+        model.update(gguf_file=copy if variant.format == "gguf" else "", repo_id=copy)
         model["weights_bytes"] = variant.weights_bytes if variant.format == "gguf" else None
     return {
         "id": revision.pk,
@@ -70,6 +74,8 @@ def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
         "label": f"r{revision.number}",
         "engine": revision.engine,
         "engine_version": revision.engine_version,
+        "spec": revision_spec(revision).to_dict(),
+        "local_weights": copy,
         "config": config,
         "model": model,
         "served_context": served_context(revision),

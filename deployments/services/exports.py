@@ -16,16 +16,16 @@ Reads only. Secrets are never resolved: the API key appears masked where it goes
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
-from core.secrets_mask import MASK
 from deployments.engine_installs import revision_binary
 from deployments.models import DeploymentRevision
 from deployments.revision_views import revision_view
-from deployments.runtime_bridge import engine_config_for_revision
+from deployments.runtime_bridge import local_weights, runs_on_this_machine
+from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
+from hardware.models import Host
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -38,8 +38,9 @@ from serving.exports import (
     client_exports,
     client_target,
 )
+from serving.launch import HostFacts
 
-from .imports import export_bind_host, revision_export_ansible
+from .imports import revision_export_ansible
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
 HOST_TARGETS = ("start-script", "systemd", "ansible")
@@ -55,12 +56,12 @@ class TargetExport:
 
 
 def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = True) -> LaunchSpec:
-    """The revision's launch with its installed executable and the API key masked.
+    """The revision's launch exactly as the host runs it (serving.launch.launch with the host's
+    facts, runtime_bridge), the API key masked: the revision page shows the same argv.
 
     NotExportable when the executable is unknown (`need_binary`) or the stored settings do
     not make a launch."""
-    binary = revision_binary(revision)
-    if need_binary and binary is None:
+    if need_binary and revision_binary(revision) is None:
         version = revision.engine_version or "latest"
         raise NotExportable(
             f"no {revision.engine} {version} install is recorded on {revision.host.name}, so the path of the "
@@ -68,19 +69,31 @@ def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = Tr
             "install the engine from the host page first"
         )
     try:
-        config = engine_config_for_revision(revision, bind_host=export_bind_host(revision), binary=binary)
-        if revision.api_key_secret:
-            config = dataclasses.replace(config, api_key=MASK)
-        return get_adapter(revision.engine).launch_spec(config)
+        return bridged_launch_spec(revision)
     except (EngineConfigError, KeyError) as exc:
         raise NotExportable(f"the revision's settings do not make a launch: {exc}") from exc
 
 
+def unreachable_reason(host: Host) -> str:
+    """Why a client on another machine cannot reach `host`'s engines ("" when it can): the host
+    is not this machine and its address is loopback, so a laptop would connect to itself."""
+    facts = HostFacts(reachable_address=(host.address or "").strip())
+    if facts.reachable_from_elsewhere or runs_on_this_machine(host):
+        return ""
+    return (
+        f"{host.name}'s address is {facts.reachable_address or 'not set'}, which every client reaches as itself: "
+        f"set the address laptops reach {host.name} at (the admin's Hosts > {host.name} > Address), "
+        "and bind its engines where they can reach them (CONTROLPANEL_ENGINE_BIND_HOST, docs/gpu-hosts.md)"
+    )
+
+
 def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
+    """What the client configs say: the host's reachable address and the revision's port."""
     return client_target(
         revision_view(revision),
-        base_url=base_url_for(revision.host.address, revision.port),
+        base_url=base_url_for(revision.host.address or "127.0.0.1", revision.port),
         api_key_required=bool(revision.api_key_secret),
+        unreachable=unreachable_reason(revision.host),
     )
 
 
@@ -91,7 +104,8 @@ def revision_client_exports(revision: DeploymentRevision) -> list[NamedExport]:
 def _model_reference_problem(revision: DeploymentRevision) -> str:
     """Why the engine could not find the revision's model by the name it is given ("" if it can)."""
     variant = revision.model_variant
-    if revision.engine in ("vllm", "sglang") and not variant.repo_id and variant.format == "hf":
+    loads_hub_name = get_adapter(revision.engine).loads_hub_repository
+    if loads_hub_name and not variant.repo_id and variant.format == "hf" and not local_weights(revision.host, variant):
         return (
             f"the model {variant.name!r} has no repository id in the catalog, so the engine would look for a "
             f"hub repository named {variant.name!r}, which does not exist: add its repo id to the catalog"

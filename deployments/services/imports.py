@@ -28,6 +28,7 @@ from deployments.runtime_bridge import model_reference
 from hardware.models import Host
 from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.engines.registry import get_adapter
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
@@ -61,7 +62,7 @@ def _find_or_create_variant(*, parsed: AnsibleImport, actor: AbstractUser | None
         variant = ModelVariant.objects.filter(**lookup).order_by("is_demo", "pk").first()
         if variant is not None:
             return variant, False
-    is_ollama = parsed.engine == "ollama"
+    is_ollama = get_adapter(parsed.engine).fetches_own_weights  # a tag in the engine's own store
     variant = ModelVariant(
         name=model if is_ollama else basename,
         repo_id="" if is_ollama else model,
@@ -95,6 +96,82 @@ def parse_ansible_text(text: str, *, engine_version: str | None = None) -> Ansib
         raise ValidationError({"text": f"Not a group_vars file the panel accepts: {exc}."}) from exc
 
 
+_LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
+
+
+def _bind_notes(host: Host, role_bind: str) -> list[str]:
+    """What the role's bind address (`--host`) becomes on this host: the agent binds every engine
+    where its CONTROLPANEL_ENGINE_BIND_HOST says, which the revision cannot change."""
+    from deployments.runtime_bridge import engine_bind_host
+
+    bind = engine_bind_host(host)
+    role_bind = (role_bind or "").strip()
+    if not role_bind or role_bind == bind or "{" in role_bind:
+        return []
+    if role_bind in _LOOPBACK_BINDS:
+        return [
+            f"The role binds {role_bind} (this machine only); {host.name}'s agent binds engines on {bind} "
+            "(CONTROLPANEL_ENGINE_BIND_HOST): set it to 127.0.0.1 in the agent's environment to keep them local."
+        ]
+    return [
+        f"The role binds {role_bind} so laptops reach the engine; {host.name}'s agent binds engines on {bind} "
+        f"(CONTROLPANEL_ENGINE_BIND_HOST, the host's setting, not the revision's): set "
+        f"CONTROLPANEL_ENGINE_BIND_HOST={role_bind} in the agent's environment and restart it to serve the LAN "
+        "as the role did (docs/gpu-hosts.md)."
+    ]
+
+
+def _cache_folders(env: dict[str, str]) -> list[str]:
+    """The role's cache folders (HF_HOME and the like): absolute paths the engine writes to."""
+    found: list[str] = []
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):
+        value = str(env.get(name) or "").rstrip("/")
+        if value.startswith("/") and "{" not in value and value not in found:
+            found.append(value)
+    return found
+
+
+def _outside(host: Host, folders: list[str]) -> list[str]:
+    roots = [r.rstrip("/") for r in (host.model_dirs or []) if isinstance(r, str) and r.startswith("/")]
+    return [f for f in folders if not any(f == r or f.startswith(r + "/") for r in roots)]
+
+
+def _record_cache_folders(host: Host, env: dict[str, str], *, actor: Any) -> list[str]:
+    """Add the role's cache folders that lie outside the host's model folders to them (admin)."""
+    from controlpanel.roles import ADMIN
+
+    missing = _outside(host, _cache_folders(env))
+    if not missing:
+        return []
+    ensure_role(actor, ADMIN)
+    host.model_dirs = [*(host.model_dirs or []), *missing]
+    audited_save(
+        host,
+        action="host.model_dirs",
+        summary=f"{host.name}: {', '.join(missing)} recorded as model folders (an Ansible import's HF_HOME)",
+        host=host,
+        data={"added": missing},
+        actor=actor,
+    )
+    return missing
+
+
+def _with_model_dir_offer(exc: ValidationError, host: Host, env: dict[str, str]) -> ValidationError:
+    """The refusal of a role whose HF_HOME lies outside the host's model folders, with the offer
+    an admin can take: record that folder as a model folder while importing."""
+    missing = _outside(host, _cache_folders(env))
+    if not missing or not hasattr(exc, "error_dict") or "env" not in exc.error_dict:
+        return exc
+    offer = (
+        f" An admin can record {', '.join(missing)} as {host.name}'s model folder"
+        f"{'s' if len(missing) > 1 else ''} while importing (the form's 'Record the role's HF_HOME as a model "
+        "folder', or `import_ansible --record-model-dirs`); add it to the agent's CONTROLPANEL_MODEL_DIRS too."
+    )
+    errors = {k: [m for e in v for m in e.messages] for k, v in exc.error_dict.items()}
+    errors["env"] = [m + offer for m in errors["env"]]
+    return ValidationError(errors)
+
+
 @transaction.atomic
 def revision_import_ansible(
     *,
@@ -103,9 +180,12 @@ def revision_import_ansible(
     message: str,
     tag: str = "",
     engine_version: str | None = None,
+    record_model_dirs: bool = False,
     actor: AbstractUser | None,
 ) -> AnsibleImportResult:
-    """A new revision of `host` from a group_vars text (engine version: the file's, or given)."""
+    """A new revision of `host` from a group_vars text (engine version: the file's, or given).
+    With `record_model_dirs` (an admin only) the role's cache folder (HF_HOME) becomes one of the
+    host's model folders first, so a host with none yet takes the seed lab's setup as it is."""
     ensure_role(actor, OPERATOR)
     if not (message or "").strip():
         raise ValidationError({"message": "A revision needs a message saying what changed and why."})
@@ -129,24 +209,32 @@ def revision_import_ansible(
             "notes": notes,
         }
     }
-    # vLLM: the parse records the given version, or the one the role installs; Ollama's file pins its own.
+    notes += _bind_notes(host, parsed.host)
+    if record_model_dirs:
+        added = _record_cache_folders(host, parsed.env, actor=actor)
+        notes += [f"{folder} is now one of {host.name}'s model folders (the role's HF_HOME)." for folder in added]
+    # A version given wins (vLLM's parse already took it; an Ollama file's own pin gives way to
+    # it); else the file's pin, or the vLLM the role installs.
     version = parsed.engine_version
-    if engine_version is not None and parsed.engine != "vllm":
+    if engine_version is not None and engine_version.strip():
         version = engine_version.strip()
-    revision = revision_create(
-        host=host,
-        engine=parsed.engine,
-        engine_version=version,
-        model_variant=variant,
-        knobs=parsed.knobs,
-        env=parsed.env,
-        served_name=parsed.served_name,
-        port=parsed.port,
-        tag=tag,
-        message=message,
-        extras=extras,
-        actor=actor,
-    )
+    try:
+        revision = revision_create(
+            host=host,
+            engine=parsed.engine,
+            engine_version=version,
+            model_variant=variant,
+            knobs=parsed.knobs,
+            env=parsed.env,
+            served_name=parsed.served_name,
+            port=parsed.port,
+            tag=tag,
+            message=message,
+            extras=extras,
+            actor=actor,
+        )
+    except ValidationError as exc:
+        raise _with_model_dir_offer(exc, host, parsed.env) from exc
     audit_record(
         action="revision.import",
         summary=f"{host.name} r{revision.number} imported from Ansible group_vars",

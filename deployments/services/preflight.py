@@ -97,7 +97,7 @@ def port_check(revision: DeploymentRevision) -> Check:
 
 def weights_check(revision: DeploymentRevision) -> Check:
     variant = revision.model_variant
-    if variant.revision and variant.hub_files and revision.engine != "ollama":
+    if variant.revision and variant.hub_files and not get_adapter(revision.engine).fetches_own_weights:
         from .host_models import download_active, host_model_of
 
         copy = host_model_of(host=revision.host, variant=variant)

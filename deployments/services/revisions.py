@@ -13,12 +13,13 @@ from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
 from core.audit import audit_record
 from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
-from deployments.runtime_bridge import engine_config_for_values
+from deployments.runtime_bridge import model_ref, revision_spec, spec_for_values
 from deployments.services.aliases import aliases_follow_switch
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
 from serving.engines.registry import get_adapter
+from serving.launch import HostFacts, derive, engine_config
 from serving.safety import UnsafeValueError, check_json_value
 
 
@@ -94,7 +95,7 @@ def revision_concerns(
     or when a path lies outside the host's model folders. Returns every concern (paths,
     code, admin-only variables), so callers can require an admin and show them."""
     try:
-        config = engine_config_for_values(
+        spec = spec_for_values(
             engine=engine,
             engine_version=engine_version,
             model=model,
@@ -103,7 +104,7 @@ def revision_concerns(
             served_name=served_name,
             port=port,
         )
-        concerns = get_adapter(engine).concerns(config)
+        concerns = get_adapter(engine).concerns(engine_config(spec, HostFacts()))
         check_paths_under(concerns, host.model_dirs or [], host=host.name)
     except EngineConfigError as exc:
         raise ValidationError({_field(exc.field): str(exc)}) from exc
@@ -220,6 +221,50 @@ def revision_create(
         actor=actor,
     )
     return revision
+
+
+def revision_derive(
+    *,
+    host: Host,
+    parent: DeploymentRevision | None,
+    changes: dict[str, Any],
+    message: str,
+    tag: str = "",
+    extras: dict[str, Any] | None = None,
+    actor: Any,
+) -> DeploymentRevision:
+    """Record a new revision made from `parent` with `changes` (serving.launch.derive: the one
+    rule the web form, the API and the CLI share). `changes` takes RevisionSpec's fields, with
+    `model` a ModelVariant, plus `set` / `set_env` for single knobs and variables (None
+    removes one); a value of None is "not given"."""
+    model = changes.get("model")
+    if model is None and parent is None:
+        raise ValidationError({"model_variant": "A host's first revision needs a model."})
+    given = {**changes, "model": model_ref(model) if model is not None else None}
+    base = revision_spec(parent) if parent is not None else None
+    if base is None and given.get("port") is None:
+        given["port"] = 0  # the engine's own default port (revision_create)
+    try:
+        spec = derive(base, given)
+    except EngineConfigError as exc:
+        raise ValidationError({_field(exc.field): str(exc)}) from exc
+    return revision_create(
+        host=host,
+        engine=spec.engine,
+        engine_version=spec.version,
+        model_variant=model if model is not None else parent.model_variant,  # type: ignore[union-attr]
+        knobs=dict(spec.knobs),
+        env=dict(spec.env),
+        served_name=spec.served_name,
+        port=spec.port or None,
+        tag=tag,
+        message=message,
+        parent=parent,
+        api_key_secret=spec.api_key_secret,
+        hf_token_secret=spec.hf_token_secret,
+        extras=extras,
+        actor=actor,
+    )
 
 
 @transaction.atomic

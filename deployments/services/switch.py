@@ -9,9 +9,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
-from deployments.choices import OperationKind
+from deployments.choices import ModelFormat, OperationKind
 from deployments.models import DeploymentRevision, Operation, active_revision_of
 from hardware.models import Host
+from serving.engines.registry import get_adapter
 from serving.planner import PlanInputError
 
 from .dispatch import operation_dispatch
@@ -37,7 +38,11 @@ def _weights_on_host(revision: DeploymentRevision) -> None:
     from .host_models import download_active, downloadable, host_model_of
 
     variant = revision.model_variant
-    if revision.engine == "ollama" or downloadable(variant) or variant.format == "ollama":
+    if (
+        get_adapter(revision.engine).fetches_own_weights
+        or downloadable(variant)
+        or variant.format == ModelFormat.OLLAMA
+    ):
         return
     if host_model_of(host=revision.host, variant=variant) is not None:
         return

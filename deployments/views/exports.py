@@ -134,6 +134,7 @@ def ansible_import_submit(request: HttpRequest, host: str) -> HttpResponse:
             message=data["message"],
             tag=data["tag"],
             engine_version=data["engine_version"] or None,
+            record_model_dirs=data["record_model_dirs"],
             actor=request.user,
         ),
         fallback="text",

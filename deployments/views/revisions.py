@@ -19,18 +19,20 @@ from controlpanel.params import int_param, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, form_save, is_partial
 from deployments import presenters, selectors
-from deployments.choices import Engine
+from deployments.choices import Engine, ModelFormat
+from deployments.engine_installs import host_binary
 from deployments.forms import CommentForm, RevisionForm, SwitchForm
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
 from deployments.revision_views import changes_between
-from deployments.runtime_bridge import engine_config_for_values
+from deployments.runtime_bridge import host_facts, spec_for_values
 from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
-from deployments.services.revisions import comment_create, engine_default_port, revision_create
+from deployments.services.revisions import comment_create, engine_default_port, revision_derive
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
+from serving.launch import launch
 from serving.planner import PlanInputError
 
 from .playground import playground_context
@@ -173,15 +175,36 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
 def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
     host_obj = _host_or_404(host)
     form = RevisionForm(request.POST, host=host_obj)
-    revision = form_save(
-        form, lambda data: revision_create(host=host_obj, **data, actor=request.user), fallback="knobs"
-    )
+    revision = form_save(form, lambda data: _derive(host_obj, data, request.user), fallback="knobs")
     if revision is not None:
         url = reverse("deployments:revision_detail", args=[host_obj.name, revision.number])
         messages.success(request, f"Recorded r{revision.number}.")
         return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
     start = form.cleaned_data.get("parent") if hasattr(form, "cleaned_data") else None
     return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
+
+
+def _derive(host: Host, data: dict[str, Any], actor: Any) -> DeploymentRevision:
+    """The form's revision, made from its parent by the one rule (services.revisions.revision_derive):
+    the form carries every field, so each replaces the parent's."""
+    return revision_derive(
+        host=host,
+        parent=data["parent"],
+        changes={
+            "engine": data["engine"],
+            "version": data["engine_version"],
+            "model": data["model_variant"],
+            "knobs": data["knobs"],
+            "env": data["env"],
+            "served_name": data["served_name"],
+            "port": data["port"],
+            "api_key_secret": data["api_key_secret"],
+            "hf_token_secret": data["hf_token_secret"],
+        },
+        tag=data["tag"],
+        message=data["message"],
+        actor=actor,
+    )
 
 
 revision_new = by_method(get=revision_new_page, post=revision_create_view)
@@ -206,14 +229,19 @@ def _preview(request: HttpRequest, host: str, data: QueryDict) -> HttpResponse:
     if context["report"] is not None:  # the switch preflight's own RAM check, as you type
         context["memory"] = ram_check(host_obj, values["model_variant"], context["report"])
     try:
-        config = engine_config_for_values(
-            **settings,
-            served_name=values["served_name"],
+        spec = spec_for_values(
+            engine=values["engine"],
+            engine_version=values["engine_version"].strip(),
+            model=values["model_variant"],
+            knobs=values["knobs"],
+            env=values["env"],
+            served_name=values["served_name"].strip(),
             port=values["port"] or engine_default_port(values["engine"]),
-            host=presenters.engine_bind_host(host_obj),  # where the host's agent binds engines
+            api_key_secret=values.get("api_key_secret") or "",
         )
-        spec = get_adapter(values["engine"]).launch_spec(config)
-        context["launch"] = presenters.Launch(argv=spec.masked_argv(), env=spec.masked_env())
+        binary = host_binary(host_obj, spec.engine, spec.version)
+        made = launch(spec, host_facts(host_obj, model=values["model_variant"], binary=binary))
+        context["launch"] = presenters.Launch(argv=made.masked_argv(), env=made.masked_env())
     except (EngineConfigError, PlanInputError) as exc:
         field = getattr(exc, "field", None)
         context["errors"].append(f"{field + ': ' if field else ''}{exc}")
@@ -246,7 +274,7 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
 
     variant = revision.model_variant
     weights_missing = (
-        variant.format != "ollama"
+        variant.format != ModelFormat.OLLAMA
         and not downloadable(variant)
         and host_model_of(host=revision.host, variant=variant) is None
         and download_active(host=revision.host, variant=variant) is None

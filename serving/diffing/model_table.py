@@ -13,6 +13,8 @@ from serving.diffing import fmt
 from serving.diffing.context import revision_context, vision_state
 from serving.diffing.rows import CHANGED, SAME, DiffRow, DiffSection
 from serving.diffing.view import RevisionView, engine_label
+from serving.engines.base import EngineConfigError
+from serving.engines.registry import get_adapter
 
 _IDENTITY = ("name", "repo_id", "gguf_file", "quantization")
 
@@ -115,8 +117,12 @@ def quantization(view: RevisionView) -> str:
     flat = label.lower().replace(" ", "").replace("-", "")
     if method and method.lower().replace("-", "").replace("_", "") not in flat:
         label = f"{method} {label}".strip()
-    if view.engine in ("vllm", "sglang"):
-        flag = view.knobs.get("quantization")
+    try:
+        knob = get_adapter(view.engine).quantization_knob
+    except EngineConfigError:
+        knob = ""
+    if knob:
+        flag = view.knobs.get(knob)
         label += f" ({flag} flag)" if flag else " (auto-detected)"
     return label
 

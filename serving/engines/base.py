@@ -7,6 +7,7 @@ the ORM and never do HTTP themselves (callers inject an `httpx.Client` where nee
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -85,6 +86,32 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class ModelRef:
+    """The model a revision serves, as the catalog names it (the adapter picks what its engine
+    loads: a repository, a GGUF file, an Ollama tag)."""
+
+    name: str
+    repo_id: str = ""
+    gguf_file: str = ""
+    format: str = "hf"  # "hf" | "gguf" | "ollama" | ...
+    mmproj_file: str = ""
+    native_context: int | None = None
+
+
+@dataclass(frozen=True)
+class ServedContext:
+    """The context a server runs with, as its engine reads its knobs."""
+
+    total: int | None  # the context the engine was configured with (all slots, for llama.cpp)
+    per_sequence: int | None  # what one request can use: the figure clients need
+    source: str  # which setting it comes from, in words
+
+    @property
+    def known(self) -> bool:
+        return self.per_sequence is not None
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
 
@@ -104,6 +131,7 @@ class LaunchSpec:
     # from a file but not from its environment: the host writes them 0600 into its state
     # folder and replaces each argv element `PRIVATE_FILE + name` with the file's path.
     private_files: dict[str, str] = field(default_factory=dict)
+    served_context: int | None = None  # tokens one request can use (None: chosen by the engine at start)
 
     def masked_argv(self) -> list[str]:
         return [mask_text(a, self.secret_values) for a in self.argv]
@@ -158,6 +186,41 @@ class EngineAdapter(Protocol):
 
     name: str
     default_port: int
+    context_knob: str  # the knob that sets the served context ("" = none)
+    fetches_own_weights: bool  # the engine pulls its model itself: no host copy is swapped in
+    install_executable: str | None  # the executable inside an install folder ("bin/vllm")
+    vision_needs_projector: bool  # images need a separate projector file (llama.cpp's mmproj)
+    loads_hub_repository: bool  # a model name it is given is looked up on the hub (vLLM, SGLang)
+    quantization_knob: str  # the knob that names a checkpoint's quantization ("" = read from the file)
+    path_executable: str | None  # the executable's name on PATH when nothing is installed (None: none)
+    env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
+    ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """The knobs that serve `sequences` requests at once, each with `context` tokens."""
+
+    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
+        """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""
+
+    def launch_knobs(self, knobs: Mapping[str, Any], model: ModelRef) -> dict[str, Any]:
+        """The revision's knobs as the engine is given them (panel-side switches resolved)."""
+
+    def context_tokens(self, value: Any) -> int | None:
+        """The context knob's value read as the engine reads it (None: chosen at start);
+        EngineConfigError with the engine's own reason when it refuses the value."""
+
+    def served_context(
+        self,
+        knobs: Mapping[str, Any],
+        *,
+        native: int | None,
+        env: Mapping[str, Any] | None = None,
+        planned: int | None = None,
+    ) -> ServedContext:
+        """The context the engine serves with these knobs (`planned`: the planner's figure)."""
 
     def validate(self, config: EngineConfig) -> None:
         """Raise EngineConfigError for unknown or unsafe knobs before anything runs."""

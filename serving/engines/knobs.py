@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, shown_value
+from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext, shown_value
 from serving.engines.envpolicy import classify_env
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.safety import UnsafeValueError, check_json_value
@@ -314,12 +314,107 @@ def openai_launch_spec(
     )
 
 
+def whole_tokens(value: Any) -> int | None:
+    """A plain whole number of tokens (an int, or digits with an optional minus), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) <= INT_MAX else None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= INT_MAX:
+        return int(value)
+    if isinstance(value, str) and len(value) <= 32 and re.fullmatch(r"-?[0-9]{1,12}", value.strip()):
+        return int(value.strip())
+    return None
+
+
+def sized_context(
+    knobs: Mapping[str, Any],
+    name: str,
+    parse: Callable[[Any], int | None],
+    *,
+    native: int | None,
+    planned: int | None,
+) -> ServedContext:
+    """The served context of an engine whose one knob `name` is the per-request context (vLLM,
+    SGLang): unset = the model's native context; a value the parser reads as None = chosen by
+    the engine at start (the planner's figure when there is one)."""
+    raw = knobs.get(name)
+    if raw in (None, ""):
+        if native:
+            return ServedContext(native, native, f"model's native context ({name} unset)")
+        return ServedContext(planned, planned, "planner") if planned else ServedContext(None, None, "unknown")
+    try:
+        value = parse(raw)
+    except EngineConfigError:
+        value = None
+    if value is not None:
+        return ServedContext(value, value, name)
+    if planned:
+        return ServedContext(planned, planned, f"{name}={raw}: planner's figure")
+    return ServedContext(None, None, f"{name}={raw}: chosen by the engine at start")
+
+
 class CheckedAdapter:
     """What every adapter checks before anything else: the common fields, the engine version,
-    and each knob against the adapter's table; then the engine's own rules (`_check_rules`)."""
+    and each knob against the adapter's table; then the engine's own rules (`_check_rules`).
+
+    It also holds the engine facts every adapter answers (overridden where the engine differs):
+    which knob sets the context and how the engine reads it, the model reference it loads,
+    whether it fetches its own weights, and where an install keeps its executable."""
 
     name: str
     knobs: Mapping[str, KnobSpec]
+    context_knob: str = ""  # the knob that sets the served context
+    fetches_own_weights: bool = False  # the engine pulls its model itself (Ollama): no local copy is swapped in
+    install_executable: str | None = None  # the executable inside an install folder ("bin/vllm")
+    vision_needs_projector = False  # images need a separate projector file (llama.cpp's mmproj)
+    loads_hub_repository = False  # a model name it is given is looked up on the hub (vLLM, SGLang)
+    quantization_knob = ""  # the knob that names a checkpoint's quantization ("" = read from the file)
+    path_executable: str | None = None  # the executable's name on PATH when nothing is installed
+    env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
+    ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+
+    concurrency_knob = ""  # the knob that caps the requests served at once
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """The knobs that serve `sequences` requests at once, each with `context` tokens."""
+        return {self.context_knob: context, self.concurrency_knob: sequences}
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool
+        request fails, or the call arrives as text). SGLang: with a tool_call_parser."""
+        return bool(knobs.get("tool_call_parser"))
+
+    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
+        """What the engine loads: the host's downloaded copy when there is one, else the repository."""
+        if local_copy and not self.fetches_own_weights:
+            return local_copy
+        return model.repo_id or model.name
+
+    def launch_knobs(self, knobs: Mapping[str, Any], model: ModelRef) -> dict[str, Any]:
+        """The knobs as the engine is given them: `vision` (a panel-side switch) taken out."""
+        out = dict(knobs)
+        out.pop("vision", None)
+        return out
+
+    def context_tokens(self, value: Any) -> int | None:
+        """The context the engine serves for `value` of its context knob, read as the engine reads
+        it (None: chosen at start). EngineConfigError with the engine's reason when it refuses it."""
+        spec = self.knobs.get(self.context_knob)
+        if spec is None:
+            return None
+        return whole_tokens(normalise_knob(spec, value))
+
+    def served_context(
+        self,
+        knobs: Mapping[str, Any],
+        *,
+        native: int | None,
+        env: Mapping[str, Any] | None = None,
+        planned: int | None = None,
+    ) -> ServedContext:
+        """What context the engine serves with these knobs. `planned` = the planner's figure."""
+        return sized_context(knobs, self.context_knob, self.context_tokens, native=native, planned=planned)
 
     def validate(self, config: EngineConfig) -> None:
         self._checked(config)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from serving.engines.base import (
     InstallTarget,
     KvCapacity,
     LaunchSpec,
+    ModelRef,
+    ServedContext,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -34,6 +37,7 @@ from serving.engines.knobs import (
     fmt_number,
     openai_launch_spec,
     reads_path,
+    whole_tokens,
 )
 from serving.engines.policy import Concern, model_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
@@ -136,10 +140,41 @@ def _tensor_split(value: Any) -> str:
     return ",".join(numbers)
 
 
+def _ctx_size(value: Any) -> int:
+    """`--ctx-size N` is read with std::stoi (common/arg.cpp): a whole number; 0 = the model's
+    trained context. stoi stops at the first letter, so `32k` would silently be 32 tokens; text
+    with no digits first ends llama-server with `error while handling argument "--ctx-size": stoi`."""
+    tokens = whole_tokens(value)
+    text = value.strip()[:24] if isinstance(value, str) else ""
+    if tokens is None and isinstance(value, int) and not isinstance(value, bool):
+        tokens = -1  # a whole number far past any context: the range sentence below
+    if tokens is None:
+        lead = re.match(r"-?[0-9]{1,12}(?![0-9])", text)
+        if lead:
+            number = int(lead.group(0))
+            raise EngineConfigError(
+                f"llama-server reads --ctx-size {text} as {number} tokens (std::stoi stops at the first letter): "
+                f"write the number of tokens, e.g. {number * 1000} or {number * 1024}",
+                field="ctx_size",
+            )
+        raise EngineConfigError(
+            f'error while handling argument "--ctx-size": stoi ({shown_value(value)} is not a number; '
+            "llama-server takes a whole number of tokens, 0 = the model's trained context)",
+            field="ctx_size",
+        )
+    if not 0 <= tokens <= MAX_CONTEXT:
+        raise EngineConfigError(
+            f"ctx_size must be 0 (the model's trained context) or a number of tokens up to {MAX_CONTEXT:,}, "
+            f"not {shown_value(value)} (llama.cpp has no -1 or auto for it)",
+            field="ctx_size",
+        )
+    return tokens
+
+
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("ctx_size", "int", minimum=0, maximum=MAX_CONTEXT),
+        KnobSpec("ctx_size", "int", normalise=_ctx_size),
         KnobSpec("parallel", "int", minimum=1, maximum=4096),
         KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers),
         KnobSpec("flash_attn", "str", normalise=_flash_attn),
@@ -203,6 +238,65 @@ class LlamaCppAdapter(Adapter):
     name = "llama.cpp"
     default_port = 8080
     knobs = KNOBS
+    context_knob = "ctx_size"
+    vision_needs_projector = True
+    path_executable = "llama-server"
+    concurrency_knob = "parallel"
+
+    def context_for(self, context: int, sequences: int) -> dict[str, Any]:
+        """`--ctx-size` is the whole KV cache, split between the `--parallel` slots."""
+        return {"ctx_size": context * sequences, "parallel": sequences}
+
+    ggml_kv_cache = True
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Through its Jinja chat templates, unless they are turned off."""
+        return knobs.get("jinja") is not False
+
+    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
+        """A GGUF file: the host's downloaded copy, else the catalog's file (or its repository)."""
+        return local_copy or model.gguf_file or model.repo_id or model.name
+
+    def launch_knobs(self, knobs: Mapping[str, Any], model: ModelRef) -> dict[str, Any]:
+        """A vision GGUF's projector added as `mmproj`, unless the revision turned vision off or
+        names one itself."""
+        out = dict(knobs)
+        wants_vision = out.pop("vision", True)
+        if model.mmproj_file and wants_vision and "mmproj" not in out:
+            out["mmproj"] = model.mmproj_file
+        return out
+
+    def served_context(
+        self,
+        knobs: Mapping[str, Any],
+        *,
+        native: int | None,
+        env: Mapping[str, Any] | None = None,
+        planned: int | None = None,
+    ) -> ServedContext:
+        """`--ctx-size` is the *whole* KV cache. Without a unified KV cache it is split evenly
+        between `--parallel` slots, so one request can use only ctx_size / parallel
+        (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max, n_ctx padded to 256). The KV is
+        unified when asked (`--kv-unified`) or when parallel is left on auto. 0 = the model's
+        trained context; unset = whatever the build and `-fit` choose, so unknown."""
+        raw = whole_tokens(knobs.get("ctx_size"))
+        if raw is None:
+            if planned:
+                return ServedContext(planned, planned, "planner (ctx_size unset)")
+            return ServedContext(None, None, "ctx_size unset: the build and -fit choose it")
+        if raw == 0:
+            if not native:
+                return ServedContext(None, None, "ctx_size 0 = the model's trained context, which is unknown")
+            total, source = native, "ctx_size 0 = the model's trained context"
+        else:
+            total, source = raw, "ctx_size"
+        parallel = whole_tokens(knobs.get("parallel"))
+        unified = knobs.get("kv_unified")
+        is_unified = bool(unified) if unified is not None else parallel in (None, -1)
+        if parallel and parallel > 1 and not is_unified:
+            per_slot = -(-total // 256) * 256 // parallel
+            return ServedContext(total, per_slot, f"{source} / parallel {parallel} (per slot, KV not unified)")
+        return ServedContext(total, total, source + (" (unified KV)" if parallel and parallel > 1 else ""))
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         fa = knobs.get("flash_attn")

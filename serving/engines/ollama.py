@@ -9,6 +9,7 @@ Prometheus /metrics endpoint**: `parse_metrics` returns an empty EngineMetrics a
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from serving.engines.adapter import Adapter
@@ -20,9 +21,11 @@ from serving.engines.base import (
     InstallTarget,
     KvCapacity,
     LaunchSpec,
+    ModelRef,
+    ServedContext,
     shown_value,
 )
-from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch_spec, reads_path
+from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch_spec, reads_path, whole_tokens
 from serving.engines.policy import Concern
 from serving.engines.versions import parse_version
 
@@ -47,6 +50,21 @@ def _flash(value: Any) -> str:
     raise EngineConfigError("flash_attention must be on or off (unset = auto)", field="flash_attention")
 
 
+def _context_length(value: Any) -> int:
+    """OLLAMA_CONTEXT_LENGTH is read with strconv.ParseUint (envconfig/config.go): anything but a
+    whole number is logged "invalid environment variable, using default" and ignored, so the
+    server would run with a context chosen from VRAM instead of the one asked for."""
+    tokens = whole_tokens(value)
+    if tokens is None or not 0 < tokens <= MAX_CONTEXT:
+        raise EngineConfigError(
+            f'Ollama ignores OLLAMA_CONTEXT_LENGTH={shown_value(str(value))} ("invalid environment variable, '
+            f'using default") and picks a context from VRAM: write a whole number of tokens from 1 to '
+            f"{MAX_CONTEXT:,}, such as 32768",
+            field="context_length",
+        )
+    return tokens
+
+
 # knob -> OLLAMA_* variable
 ENV_OF = {
     "context_length": "OLLAMA_CONTEXT_LENGTH",
@@ -63,7 +81,7 @@ ENV_OF = {
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("context_length", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("context_length", "int", normalise=_context_length),
         KnobSpec("num_parallel", "int", minimum=1, maximum=4096),
         KnobSpec("keep_alive", "str", normalise=_keep_alive),
         KnobSpec("kv_cache_type", "choice", choices=("f16", "q8_0", "q4_0")),
@@ -80,6 +98,42 @@ class OllamaAdapter(Adapter):
     name = "ollama"
     default_port = 11434
     knobs = KNOBS
+    context_knob = "context_length"
+    fetches_own_weights = True  # `ollama pull` into its own store: no host copy is swapped in
+    path_executable = "ollama"
+    concurrency_knob = "num_parallel"
+    env_knobs = {variable: knob for knob, variable in ENV_OF.items()}
+    ggml_kv_cache = True  # Ollama runs llama.cpp's engine
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        return True  # always, for a model whose template has tools
+
+    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
+        """An Ollama tag: the catalog name of an Ollama model, else its repository."""
+        return model.name if model.format == "ollama" else (model.repo_id or model.name)
+
+    def served_context(
+        self,
+        knobs: Mapping[str, Any],
+        *,
+        native: int | None,
+        env: Mapping[str, Any] | None = None,
+        planned: int | None = None,
+    ) -> ServedContext:
+        """The knob, else OLLAMA_CONTEXT_LENGTH in env (unset: chosen from VRAM, 4k/32k/256k, so
+        unknown); every parallel request gets the full length."""
+        value = None
+        for raw in (knobs.get("context_length"), (env or {}).get("OLLAMA_CONTEXT_LENGTH")):
+            if raw not in (None, "") and value is None:
+                try:
+                    value = _context_length(raw)
+                except EngineConfigError:
+                    value = None
+        if value:
+            return ServedContext(value, value, "OLLAMA_CONTEXT_LENGTH")
+        if planned:
+            return ServedContext(planned, planned, "planner")
+        return ServedContext(None, None, "OLLAMA_CONTEXT_LENGTH unset: Ollama picks it from VRAM")
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("kv_cache_type") in ("q8_0", "q4_0") and knobs.get("flash_attention") == "0":

@@ -18,6 +18,7 @@ from serving.engines.base import (
     EngineMetrics,
     KvCapacity,
     LaunchSpec,
+    shown_value,
 )
 from serving.engines.knobs import (
     MAX_CONTEXT,
@@ -30,6 +31,7 @@ from serving.engines.knobs import (
     openai_launch_spec,
     overrides_config,
     reads_path_or_repo,
+    whole_tokens,
 )
 from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
@@ -47,6 +49,25 @@ def _chat_template(name: str, value: Any) -> list[Concern]:
     return [path_concern(name, text, what="a chat template file")]
 
 
+def _context_length(value: Any) -> int:
+    """`--context-length` is argparse `type=int` in server_args.py: a plain whole number. No
+    suffix, no `auto` and no -1 (unset is the model's native context)."""
+    tokens = whole_tokens(value)
+    if tokens is None:
+        raise EngineConfigError(
+            f"argument --context-length: invalid int value: {shown_value(str(value))} (SGLang takes a whole "
+            "number of tokens such as 32768; leave it unset for the model's native context)",
+            field="context_length",
+        )
+    if not 0 < tokens <= MAX_CONTEXT:
+        raise EngineConfigError(
+            f"context_length must be a positive number of tokens up to {MAX_CONTEXT:,}, not {shown_value(value)} "
+            "(SGLang has no 'auto' or -1: leave it unset for the model's native context)",
+            field="context_length",
+        )
+    return tokens
+
+
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
@@ -55,7 +76,7 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS),
         KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS),
         KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True),
-        KnobSpec("context_length", "int", minimum=1, maximum=MAX_CONTEXT),
+        KnobSpec("context_length", "int", normalise=_context_length),
         KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576),
         KnobSpec("max_total_tokens", "int", minimum=1),
         KnobSpec("chunked_prefill_size", "int", minimum=-1, maximum=MAX_CONTEXT),
@@ -82,6 +103,11 @@ class SglangAdapter(PipAdapter):
     name = "sglang"
     default_port = 30000
     knobs = KNOBS
+    context_knob = "context_length"
+    install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
+    loads_hub_repository = True
+    quantization_knob = "quantization"
+    concurrency_knob = "max_running_requests"
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]

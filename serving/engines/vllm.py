@@ -8,6 +8,7 @@ vllm/entrypoints/openai/cli_args.py as summarised in shared/reference/engines.md
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from serving.engines.adapter import PipAdapter
@@ -64,7 +65,15 @@ def max_model_len_tokens(value: Any) -> int | None:
             )
         else:
             tokens = int(number) * _BINARY.get(suffix, 1)
-    if tokens is None or not 0 < tokens <= MAX_CONTEXT:
+    if tokens is None:
+        # vLLM's own refusal (argparse, with the type human_readable_int_or_auto), then how to write it.
+        raise EngineConfigError(
+            f"argument --max-model-len: invalid human_readable_int_or_auto value: {shown_value(text or value)}; "
+            f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,} (65536, 32k = 32,000, "
+            "32K = 32,768) or 'auto'",
+            field="max_model_len",
+        )
+    if not 0 < tokens <= MAX_CONTEXT:
         raise EngineConfigError(
             f"max_model_len must be a positive number of tokens up to {MAX_CONTEXT:,} (65536, 32k = 32,000, "
             f"32K = 32,768) or 'auto'; got {shown_value(value)}",
@@ -162,6 +171,19 @@ class VllmAdapter(PipAdapter):
     name = "vllm"
     default_port = 8000
     knobs = KNOBS
+    context_knob = "max_model_len"
+    install_executable = "bin/vllm"
+    loads_hub_repository = True
+    quantization_knob = "quantization"
+    path_executable = "vllm"
+    concurrency_knob = "max_num_seqs"
+
+    def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
+        """Only with enable_auto_tool_choice (and its parser)."""
+        return bool(knobs.get("enable_auto_tool_choice"))
+
+    def context_tokens(self, value: Any) -> int | None:
+        return max_model_len_tokens(value)
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):

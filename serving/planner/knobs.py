@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.engines.base import EngineConfigError
-from serving.engines.vllm import max_model_len_tokens
+from serving.engines.registry import get_adapter
 from serving.planner.inputs import PlanInputError
 
 # vLLM CacheDType (vllm/config/cache.py) -> bytes per element; "auto" = model dtype.
@@ -163,16 +163,20 @@ def _text(name: str, value: Any) -> str | None:
     return text or None
 
 
-def _length(name: str, value: Any) -> int | None:
-    """vLLM --max-model-len, as vLLM itself reads it (the adapter's parser: "32k" = 32,000,
-    "32K" = 32,768); None = auto / -1 (the largest that fits). SGLang's --context-length is a plain
-    int, which the same parser reads the same way."""
-    if value is None:
-        return None
-    try:
-        return max_model_len_tokens(value)
-    except EngineConfigError as exc:
-        raise PlanInputError(str(exc).replace("max_model_len", name, 1), field=name) from None
+def _context(engine: str) -> Callable[[str, Any], int | None]:
+    """The engine's context knob read as the engine reads it (its adapter's `context_tokens`:
+    vLLM's "32k" = 32,000 and "32K" = 32,768, SGLang's plain int, llama.cpp's 0 = native);
+    None = auto / -1 (the largest that fits) or unset. PlanInputError with the engine's reason."""
+
+    def parse(name: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        try:
+            return get_adapter(engine).context_tokens(value)
+        except EngineConfigError as exc:
+            raise PlanInputError(str(exc), field=name) from None
+
+    return parse
 
 
 def _json_obj(name: str, value: Any) -> dict[str, Any] | None:
@@ -216,10 +220,6 @@ def _ignore(out: dict[str, Any], name: str, value: Any) -> None:
 
 def _pos(name: str, value: Any) -> int:
     return _int(name, value)
-
-
-def _nonneg(name: str, value: Any) -> int:
-    return _int(name, value, minimum=0)
 
 
 def _util(name: str, value: Any) -> float:
@@ -333,7 +333,7 @@ _COMMON_IGNORED = ("host", "port", "served_model_name", "api_key", "model", "see
 VLLM_KNOBS: dict[str, Apply] = {
     "tensor_parallel_size": _set("tp", _pos),
     "pipeline_parallel_size": _set("pp", _pos),
-    "max_model_len": _set("max_model_len", _length),
+    "max_model_len": _set("max_model_len", _context("vllm")),
     "max_num_seqs": _set("max_num_seqs", _pos),
     "max_num_batched_tokens": _set("max_num_batched_tokens", _pos),
     "gpu_memory_utilization": _set("mem_util", _util),
@@ -369,8 +369,8 @@ SGLANG_KNOBS: dict[str, Apply] = {
     "tensor_parallel_size": _set("tp", _pos),
     "pp_size": _set("pp", _pos),
     "pipeline_parallel_size": _set("pp", _pos),
-    "context_length": _set("max_model_len", _length),
-    "max_model_len": _set("max_model_len", _length),
+    "context_length": _set("max_model_len", _context("sglang")),
+    "max_model_len": _set("max_model_len", _context("sglang")),
     "max_running_requests": _set("max_num_seqs", _pos),
     "max_num_seqs": _set("max_num_seqs", _pos),
     "chunked_prefill_size": _set("max_num_batched_tokens", _pos),
@@ -391,7 +391,7 @@ SGLANG_KNOBS: dict[str, Apply] = {
 }
 
 LLAMA_KNOBS: dict[str, Apply] = {
-    "ctx_size": _set("ctx_size", _nonneg),
+    "ctx_size": _set("ctx_size", _context("llama.cpp")),
     "parallel": _set("parallel", lambda n, v: _int(n, v, minimum=-1)),
     "n_gpu_layers": _ngl,
     "gpu_layers": _ngl,
@@ -430,7 +430,8 @@ LLAMA_KNOBS: dict[str, Apply] = {
 }
 
 OLLAMA_KNOBS: dict[str, Apply] = {
-    "num_ctx": _set("ctx_size", _nonneg),
+    "num_ctx": _set("ctx_size", _context("ollama")),
+    "context_length": _set("ctx_size", _context("ollama")),
     "num_parallel": _set("parallel", _pos),
     "kv_cache_type": _ollama_kv,
     "flash_attention": _set("flash_attn", lambda n, v: "on" if _bool(n, v) else "off"),
@@ -447,14 +448,6 @@ KNOB_TABLES: dict[str, dict[str, Apply]] = {
     "ollama": OLLAMA_KNOBS,
 }
 
-# Ollama takes its server-wide settings from the environment (envconfig/config.go).
-_OLLAMA_ENV = {
-    "OLLAMA_CONTEXT_LENGTH": "num_ctx",
-    "OLLAMA_NUM_PARALLEL": "num_parallel",
-    "OLLAMA_KV_CACHE_TYPE": "kv_cache_type",
-    "OLLAMA_FLASH_ATTENTION": "flash_attention",
-}
-
 
 def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     """Validate and resolve knobs for `engine`; PlanInputError on unknown names or bad values."""
@@ -463,8 +456,10 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
         raise PlanInputError(f"unknown engine {engine!r}; expected one of {', '.join(KNOB_TABLES)}", field="engine")
     out: dict[str, Any] = {}
     merged: dict[str, Any] = {}
-    if engine == "ollama":
-        merged.update({knob: env[var] for var, knob in _OLLAMA_ENV.items() if var in env})
+    adapter = get_adapter(engine)
+    # Settings an engine reads from variables (Ollama's OLLAMA_*), as the knobs they stand for.
+    from_env = {knob: env[var] for var, knob in adapter.env_knobs.items() if var in env and knob in table}
+    merged.update(from_env)
     for raw_name, value in knobs.items():
         merged[str(raw_name).replace("-", "_").lstrip("_")] = value
     for name, value in merged.items():
@@ -477,7 +472,7 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
     names = {k: out.pop(k) for k in ("kv_bytes_k_name", "kv_bytes_v_name") if k in out}
     if names:
         out["kv_dtype"] = f"{names.get('kv_bytes_k_name', 'f16')}/{names.get('kv_bytes_v_name', 'f16')}"
-    if engine in ("llama.cpp", "ollama"):
+    if adapter.ggml_kv_cache:
         out.setdefault("kv_bytes_k", LLAMA_CACHE_TYPES["f16"])  # common/common.h: f16 default
         out.setdefault("kv_bytes_v", LLAMA_CACHE_TYPES["f16"])
         out.setdefault("kv_dtype", "f16/f16")

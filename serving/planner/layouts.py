@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from serving.arch import ModelArch
+from serving.engines.registry import get_adapter
 from serving.planner import findings as F
+from serving.planner.inputs import GPU_SPLIT_ENGINES
 
 
 def tp_problems(arch: ModelArch, tp: int) -> list[tuple[str, str]]:
@@ -77,7 +79,7 @@ def describe_layout(
     --split-mode (layer: whole layers per GPU; row: each layer's rows across GPUs; none: one GPU),
     --tensor-split shares and how many GPUs hold layers; Ollama splits by layer by itself."""
     gpus = f"{used} of {present} GPU{'s' if present != 1 else ''}"
-    if engine in ("vllm", "sglang"):
+    if engine in GPU_SPLIT_ENGINES:
         return f"TP {tp} × PP {pp} on {gpus}"
     if not present:
         return "CPU only"
@@ -86,7 +88,7 @@ def describe_layout(
     if not used:  # a partial offload of an unknown number of layers: which GPUs hold some is unknown
         gpus = f"the {present} GPU{'s' if present != 1 else ''}"
     offload = f", -ngl {n_gpu_layers}" if n_gpu_layers is not None and n_gpu_layers < 999 else ""
-    if engine == "ollama":
+    if "split_mode" not in getattr(get_adapter(engine), "knobs", {}):  # Ollama: it splits by layer itself
         return f"layer split over {gpus}{offload}"
     if split_mode == "none":
         return f"--split-mode none: the whole model on one GPU ({gpus}){offload}"

@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Mapping
 
+from serving.engines.registry import get_adapter
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
@@ -234,7 +235,7 @@ def _context(ctx: Context) -> None:
     if s.native_override and not s.rope_factor:
         trained = s.native_override
     if requested and trained and requested > trained and not s.rope_factor and not gpu_split:
-        knob = "context_length" if ctx.request.engine == "ollama" else "ctx_size"
+        knob = get_adapter(ctx.request.engine).context_knob
         ctx.add(
             WARNING,
             F.CONTEXT_BEYOND_NATIVE,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.arch import ModelArch
+from serving.engines.registry import get_adapter
 from serving.planner.findings import Severity
 from serving.planner.fit import plan
 from serving.planner.gpus import GpuSpec
@@ -93,14 +94,7 @@ def what_fits(
         for layout_knobs, label, n_used, host in options:
             for context in contexts:
                 knobs = dict(model.knobs) | layout_knobs
-                if model.engine == "vllm":
-                    knobs |= {"max_model_len": context, "max_num_seqs": max_num_seqs}
-                elif model.engine == "sglang":
-                    knobs |= {"context_length": context, "max_running_requests": max_num_seqs}
-                elif model.engine == "llama.cpp":
-                    knobs |= {"ctx_size": context * max_num_seqs, "parallel": max_num_seqs}
-                else:
-                    knobs |= {"num_ctx": context, "num_parallel": max_num_seqs}
+                knobs |= get_adapter(model.engine).context_for(context, max_num_seqs)
                 request = PlanRequest(
                     arch=model.arch,
                     engine=model.engine,

@@ -32,6 +32,7 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
     """A host with two GPUs, r1 active and r2 recorded, and a finished benchmark on r1."""
     host = HostFactory(
         name="lab",
+        address="lab.lan",
         last_heartbeat=timezone.now(),
         nvml_available=True,
         engine_installs={"vllm": {"0.17.0": {"path": "/opt/venvs/vllm-0.17.0"}}},

@@ -276,7 +276,7 @@ def test_systemd_accepts_our_unit_and_it_runs_the_installed_executable(catalog, 
 def test_the_export_command_prints_each_target_or_one_line_why_not(catalog, stand_in_venv, tmp_path):
     from tests.hardware.factories import HostFactory
 
-    host = HostFactory(name="gpu1")
+    host = HostFactory(name="gpu1", address="gpu1.lan")
     revision = _revision(host)
     _installed(host, "0.22.0", stand_in_venv)
     for target in ("opencode", "hermes", "aider-settings", "aider-metadata", "systemd", "start-script", "ansible"):

@@ -36,8 +36,9 @@ EXPECTED = json.loads((FIXTURES / "ansible" / "expected_vllm_argv.json").read_te
 
 def _lab():
     """The seed's host: its HF cache (/opt/vllm/hf-cache) lies under a reported model folder,
-    as the revision path policy requires for HF_HOME."""
-    return HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    as the revision path policy requires for HF_HOME. Its agent binds engines on 0.0.0.0
+    (CONTROLPANEL_ENGINE_BIND_HOST), as the seed's role does."""
+    return HostFactory(name="lab", model_dirs=["/opt/vllm"], engine_state={"bind_host": "0.0.0.0"})
 
 
 def _import(host, operator, **kwargs):

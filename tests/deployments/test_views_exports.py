@@ -29,7 +29,7 @@ def test_exports_show_client_configs_with_served_name_and_real_context(client, c
     client.force_login(viewer)
     page = client.get(reverse("deployments:revision_exports", args=["lab", 1])).content.decode()
     assert "opencode.json" in page and "config.yaml" in page and ".aider.model.settings.yml" in page
-    assert "http://127.0.0.1:8001/v1" in page
+    assert "http://lab.lan:8001/v1" in page
     assert "&quot;qwen&quot;" in page  # served name in the JSON
     assert "context_length: 32768" in page  # Hermes gets the server's real context
     assert "EMPTY" in page  # no API key: the placeholder clients send
@@ -47,7 +47,7 @@ def test_exports_never_show_a_secret(client, catalog, operator, admin_user, view
 
 
 def test_group_vars_download(client, catalog, operator, viewer):
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    host = HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     revision_import_ansible(host=host, text=ALL_YML.read_text(), message="import", actor=operator)
     client.force_login(viewer)
     response = client.get(reverse("deployments:revision_exports", args=["lab", 1]), {"download": "group_vars"})
@@ -57,7 +57,7 @@ def test_group_vars_download(client, catalog, operator, viewer):
 
 
 def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operator, viewer):
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    host = HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     revision_create(
         host=host,
         engine="llama.cpp",
@@ -73,7 +73,7 @@ def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operato
 
 
 def test_ansible_import_page_upload_creates_a_revision(client, catalog, operator):
-    HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     url = reverse("deployments:ansible_import", args=["lab"])
     assert "group_vars" in client.get(url).content.decode()
@@ -89,7 +89,7 @@ def test_ansible_import_page_upload_creates_a_revision(client, catalog, operator
 
 
 def test_ansible_import_paste(client, catalog, operator):
-    HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     response = client.post(
         reverse("deployments:ansible_import", args=["lab"]),
@@ -110,7 +110,7 @@ def test_ansible_import_paste(client, catalog, operator):
     ],
 )  # fmt: skip
 def test_ansible_import_errors_beside_the_field(client, catalog, operator, data, field, text):
-    HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     client.force_login(operator)
     response = client.post(reverse("deployments:ansible_import", args=["lab"]), data)
     assert response.status_code == 200
@@ -120,7 +120,7 @@ def test_ansible_import_errors_beside_the_field(client, catalog, operator, data,
 
 
 def test_viewer_cannot_import(client, catalog, viewer):
-    HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
     client.force_login(viewer)
     response = client.post(reverse("deployments:ansible_import", args=["lab"]), {"text": "x: 1", "message": "m"})
     assert response.status_code == 403

@@ -23,6 +23,7 @@ def make_lab(operator, *, name: str = "lab", knobs: dict | None = None, gpus: in
     """A host with two RTX 3090s and r1 (vLLM, Qwen3.8-27B, TP 2) active."""
     host = HostFactory(  # online (an offline host offers no Switch), with the vLLM build r1 pins installed
         name=name,
+        address=f"{name}.lan",  # where laptops reach it: the client exports point there
         last_heartbeat=timezone.now(),
         engine_installs={"vllm": {"0.17.0": {"path": "/opt/venvs/vllm-0.17.0", "installed_at": "2026-11-30T10:00:00"}}},
     )

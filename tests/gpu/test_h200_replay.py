@@ -214,11 +214,12 @@ def test_the_cuda_builds_context_is_what_llama_cpp_calls_unaccounted():
 @pytest.mark.django_db
 def test_the_argv_the_panel_builds_is_what_ran_and_the_engine_did_what_it_says(h200_revisions):
     from deployments.runtime_bridge import engine_config_for_revision
+    from serving.launch import HostFacts
 
     for revision, number in zip(h200_revisions[:2], (1, 2), strict=True):
         log = startup(number)
         ran = shlex.split(log.split("===== argv: ", 1)[1].splitlines()[0])
-        config = engine_config_for_revision(revision, bind_host="127.0.0.1", binary=ran[0])
+        config = engine_config_for_revision(revision, facts=HostFacts(bind_host="127.0.0.1", binary=ran[0]))
         built = list(ADAPTER.launch_spec(config).argv)
         model_at = built.index("--model") + 1
         built[model_at] = ran[model_at]  # the GGUF lived in the GPU host's model folder

@@ -21,6 +21,11 @@ class Command(PanelCommand):
         parser.add_argument("--tag", default="")
         parser.add_argument("--engine-version", default=None, help="the engine version it runs (default: the file's)")
         parser.add_argument("--user", default=None, help="record this user as the author")
+        parser.add_argument(
+            "--record-model-dirs",
+            action="store_true",
+            help="admin: add the role's HF_HOME to the host's model folders when it lies outside them",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = get_host(options["host"])
@@ -42,6 +47,7 @@ class Command(PanelCommand):
                     message=options["message"],
                     tag=options["tag"],
                     engine_version=options["engine_version"],
+                    record_model_dirs=options["record_model_dirs"],
                     actor=actor,
                 )
             except ValidationError as exc:

@@ -10,6 +10,7 @@ from deployments.services.planning import gpu_type_specs, host_gpu_specs, model_
 from hardware.models import GpuType
 from serving.planner import GpuSpec, PlanInputError, PlanRequest, plan
 from serving.planner.fit import MAX_GPUS
+from serving.planner.inputs import GPU_SPLIT_ENGINES
 
 GIB = 1024**3
 # One GPU's memory: from 1 GiB to 16 TiB (today's largest GPU has 288 GB).
@@ -91,7 +92,7 @@ class Command(PanelCommand):
         def num(v: Any) -> str:
             return "unknown" if v is None else f"{v:,}"
 
-        if d["engine"] in ("vllm", "sglang"):
+        if d["engine"] in GPU_SPLIT_ENGINES:
             layout = f"TP={d['tensor_parallel_size']} PP={d['pipeline_parallel_size']}"
         else:  # llama.cpp and Ollama have no TP x PP: their split as they name it
             layout = d["layout"]

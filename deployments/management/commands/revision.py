@@ -19,7 +19,7 @@ from deployments.management.cli import (
 )
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
-from deployments.services.revisions import revision_create
+from deployments.services.revisions import revision_derive
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
 
@@ -78,35 +78,28 @@ class Command(PanelCommand):
 
     def _create(self, host: Host, o: dict[str, Any]) -> None:
         base = self._revision(host, o["from_number"]) if o["from_number"] else None
-        engine = o["engine"] or (base.engine if base else None)
-        model_name = o["model"] or (base.model_variant.name if base else None)
-        if not engine or not model_name:
+        model = None
+        if o["model"]:
+            model = ModelVariant.objects.filter(name=o["model"]).first()
+            if model is None:
+                raise BadInput(f"No model {o['model']!r} in the catalog (see the Models page or `catalog load`).")
+        if base is None and (not o["engine"] or model is None):
             raise BadInput("--engine and --model are needed (or --from N to start from a revision).")
-        model = ModelVariant.objects.filter(name=model_name).first()
-        if model is None:
-            raise BadInput(f"No model {model_name!r} in the catalog (see the Models page or `catalog load`).")
-        same_engine = base is not None and base.engine == engine
-        version = o["engine_version"]
-        if version is None:
-            version = base.engine_version if same_engine else ""
-        knobs = dict(base.knobs) if same_engine else {}
-        knobs.update(parse_pairs(o["set"], what="--set", typed=True))
-        env = dict(base.env) if base else {}
-        env.update(parse_pairs(o["env"], what="--env", typed=False))
         try:
-            revision = revision_create(
+            revision = revision_derive(
                 host=host,
-                engine=engine,
-                engine_version=version,
-                model_variant=model,
-                knobs=knobs,
-                env=env,
-                served_name=o["served_name"] if o["served_name"] is not None else (base.served_name if base else ""),
-                port=o["port"] or (base.port if base else None),
+                parent=base,
+                changes={
+                    "engine": o["engine"] or None,
+                    "version": o["engine_version"],
+                    "model": model,
+                    "set": parse_pairs(o["set"], what="--set", typed=True),
+                    "set_env": parse_pairs(o["env"], what="--env", typed=False),
+                    "served_name": o["served_name"],
+                    "port": o["port"],
+                },
                 tag=o["tag"],
                 message=o["message"],
-                parent=base,
-                api_key_secret=base.api_key_secret if base else "",
                 actor=get_actor(o["user"]),
             )
         except ValidationError as exc:
