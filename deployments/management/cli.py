@@ -17,7 +17,7 @@ from django.db import DataError
 
 from controlpanel.params import parse_int
 from deployments.choices import ACTIVE_STATES
-from deployments.models import Operation
+from deployments.models import DeploymentRevision, Operation
 from hardware.models import Host
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -219,6 +219,13 @@ def get_host(name: str) -> Host:
     except Host.DoesNotExist:
         known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
         raise BadInput(f"No host named {name!r} (known: {known}).") from None
+
+
+def get_revision(host: Host, number: int) -> DeploymentRevision:
+    revision = host.revisions.filter(number=number).first()
+    if revision is None:
+        raise BadInput(f"{host.name} has no revision r{number}.")
+    return revision
 
 
 def get_actor(username: str | None) -> Any:

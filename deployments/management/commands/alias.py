@@ -6,15 +6,14 @@ from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
 from deployments.management.cli import (
-    BadInput,
     PanelCommand,
     bounded_int,
     get_actor,
     get_host,
+    get_revision,
     host_action,
     named_action,
 )
-from deployments.models import DeploymentRevision
 from deployments.services.aliases import alias_delete, alias_list, alias_set
 
 
@@ -39,8 +38,6 @@ class Command(PanelCommand):
                 alias_delete(host=host, name=o["name"], actor=get_actor(o["user"]))
                 self.stdout.write(f"Deleted {host.name}'s alias {o['name']}.")
                 return
-            revision = DeploymentRevision.objects.filter(host=host, number=o["revision"]).first()
-            if revision is None:
-                raise BadInput(f"{host.name} has no revision r{o['revision']}.")
+            revision = get_revision(host, o["revision"])
             alias = alias_set(host=host, name=o["name"], revision=revision, actor=get_actor(o["user"]))
         self.stdout.write(f"{host.name}: {alias.name} -> r{revision.number}.")
