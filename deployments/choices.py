@@ -47,12 +47,6 @@ class OperationState(models.TextChoices):
 
 
 ACTIVE_STATES = (OperationState.QUEUED, OperationState.RUNNING)
-TERMINAL_STATES = (
-    OperationState.SUCCEEDED,
-    OperationState.FAILED,
-    OperationState.CANCELLED,
-    OperationState.LOST,
-)
 
 
 class ServeMode(models.TextChoices):

@@ -17,7 +17,7 @@ from django.db import DataError
 
 from controlpanel.params import parse_int
 from deployments.choices import ACTIVE_STATES
-from deployments.models import Operation
+from deployments.models import DeploymentRevision, Operation
 from hardware.models import Host
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -151,13 +151,29 @@ def host_action(actions: argparse._SubParsersAction[Any], name: str, help: str |
     return action
 
 
+def named_action(
+    actions: argparse._SubParsersAction[Any], name: str, help: str | None = None, *, host: bool = True
+) -> CommandParser:
+    """A subcommand that changes one named thing: NAME, `--host NAME` when the thing is a host's
+    (`host_action`), and `--user`."""
+    action = host_action(actions, name, help) if host else actions.add_parser(name, help=help)
+    action.add_argument("name")
+    add_user_option(action)
+    return action
+
+
+def add_user_option(parser: CommandParser) -> None:
+    """`--user`: who acts (default: the machine's own administrator, acting from its shell)."""
+    parser.add_argument("--user", default=None, help="act as this user (roles apply)")
+
+
 def add_operation_options(parser: CommandParser) -> None:
     """The options of a command that queues an operation: --wait, --timeout and --user."""
     parser.add_argument("--wait", action="store_true", help="follow the operation's log until it ends")
     parser.add_argument(
         "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
     )
-    parser.add_argument("--user", default=None, help="act as this user (roles apply)")
+    add_user_option(parser)
 
 
 def parse_value(text: str) -> Any:
@@ -203,6 +219,13 @@ def get_host(name: str) -> Host:
     except Host.DoesNotExist:
         known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
         raise BadInput(f"No host named {name!r} (known: {known}).") from None
+
+
+def get_revision(host: Host, number: int) -> DeploymentRevision:
+    revision = host.revisions.filter(number=number).first()
+    if revision is None:
+        raise BadInput(f"{host.name} has no revision r{number}.")
+    return revision
 
 
 def get_actor(username: str | None) -> Any:

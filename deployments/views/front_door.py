@@ -51,10 +51,11 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
         messages.error(request, message)
 
 
-def _form_errors(request: HttpRequest, form: ServeModeForm | AliasForm) -> None:
-    for field, errors in form.errors.items():
-        for error in errors:
-            messages.error(request, f"{field}: {error}" if field != "__all__" else error)
+def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm) -> dict:
+    """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
+    if not form.is_valid():
+        raise ValidationError(form.errors.as_data())
+    return form.cleaned_data
 
 
 def _revision(host: Host, number: int) -> DeploymentRevision:
@@ -64,14 +65,19 @@ def _revision(host: Host, number: int) -> DeploymentRevision:
     return found
 
 
-def _host_change(request: HttpRequest, host: Host, change: Callable[[], str]) -> HttpResponse:
-    """Run one change of the host's front door; its message or the refusal goes to the host page."""
+def _change(request: HttpRequest, change: Callable[[], str]) -> None:
+    """Run one change; its message, or the refusal, shows on the next page."""
     try:
         done = change()
     except ValidationError as exc:
         _errors(request, exc)
     else:
         messages.success(request, done)
+
+
+def _host_change(request: HttpRequest, host: Host, change: Callable[[], str]) -> HttpResponse:
+    """Run one change of the host's front door; back to the host page."""
+    _change(request, change)
     return redirect("hardware:host_detail", name=host.name)
 
 
@@ -80,10 +86,7 @@ def _host_form(
 ) -> HttpResponse:
     found = get_object_or_404(Host, name=host)
     form = form_class(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
-        return redirect("hardware:host_detail", name=found.name)
-    return _host_change(request, found, lambda: change(found, form.cleaned_data))
+    return _host_change(request, found, lambda: change(found, _cleaned(form)))
 
 
 @require_POST
@@ -144,12 +147,13 @@ def key_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 @role_required(ADMIN)
 def key_revoke_view(request: HttpRequest, name: str) -> HttpResponse:
-    try:
-        key_revoke(key=get_object_or_404(InferenceKey, name=name), actor=request.user)
-    except ValidationError as exc:
-        _errors(request, exc)
-    else:
-        messages.success(request, f"Revoked {name}: every front door refuses it from its next poll.")
+    key = get_object_or_404(InferenceKey, name=name)
+
+    def change() -> str:
+        key_revoke(key=key, actor=request.user)
+        return f"Revoked {name}: every front door refuses it from its next poll."
+
+    _change(request, change)
     return redirect("deployments:key_list")
 
 
@@ -158,13 +162,12 @@ def key_revoke_view(request: HttpRequest, name: str) -> HttpResponse:
 def key_models_view(request: HttpRequest, name: str) -> HttpResponse:
     key = get_object_or_404(InferenceKey, name=name)
     form = InferenceKeyModelsForm(request.POST)
-    if form.is_valid():
-        try:
-            key_models_set(key=key, models=form.cleaned_data["models"], actor=request.user)
-        except ValidationError as exc:
-            _errors(request, exc)
-        else:
-            messages.success(request, f"{name}'s models changed.")
+
+    def change() -> str:
+        key_models_set(key=key, models=_cleaned(form)["models"], actor=request.user)
+        return f"{name}'s models changed."
+
+    _change(request, change)
     return redirect("deployments:key_list")
 
 

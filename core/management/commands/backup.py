@@ -1,5 +1,6 @@
-"""`manage.py backup [--output DIR]`: a consistent copy of the database, the key and a manifest
-(core/backup.py; docs/production.md, "Backups")."""
+"""`manage.py backup [--output DIR]`: back up the panel: a consistent snapshot of the database, its
+secret key and a manifest (versions, migrations, row counts, checksums), as one folder under
+--output (default: DATA_DIR/backups). core/backup.py; docs/production.md, "Backups"."""
 
 from __future__ import annotations
 
@@ -13,10 +14,7 @@ from core.backup import BackupError, backup_create
 
 
 class Command(BaseCommand):
-    help = (
-        "Back up the panel: a consistent snapshot of the database, its secret key and a manifest "
-        "(versions, migrations, row counts, checksums), as one folder under --output (default: DATA_DIR/backups)."
-    )
+    help = __doc__
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--output", type=Path, default=None, help="the folder to write the backup folder in")

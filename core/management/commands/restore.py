@@ -1,5 +1,7 @@
-"""`manage.py restore DIR [--force]`: put a backup made by `manage.py backup` back (core/backup.py;
-docs/production.md, "Backups"). Stop the panel's processes first."""
+"""`manage.py restore DIR [--force]`: restore a backup folder made by `manage.py backup`. Checks its
+manifest and checksums, refuses migrations this panel does not know and a database that already
+holds history (unless --force), then restores the database and the secret key. Stop the panel's
+processes first (core/backup.py; docs/production.md, "Backups")."""
 
 from __future__ import annotations
 
@@ -14,11 +16,7 @@ from core.backup import BackupError, backup_restore
 
 
 class Command(BaseCommand):
-    help = (
-        "Restore a backup folder made by `manage.py backup`: checks its manifest and checksums, refuses "
-        "migrations this panel does not know and a database that already holds history (unless --force), "
-        "then restores the database and the secret key. Stop the panel first."
-    )
+    help = __doc__
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("source", type=Path, help="the backup folder (controlpanel-backup-...)")

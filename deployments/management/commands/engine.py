@@ -1,4 +1,6 @@
-"""`manage.py engine install|list`: install an engine version on a host, see what is installed."""
+"""`manage.py engine install|list`: engines on a host. `install` queues an install of an engine
+version (exit 0 when queued, or with --wait when it succeeded; 1 when it failed or was cancelled;
+2 for bad input). `list`: the installed engines and versions."""
 
 from __future__ import annotations
 
@@ -15,10 +17,7 @@ from deployments.services.installs import install_list, install_request
 
 
 class Command(PanelCommand):
-    help = (
-        "Engines on a host. `install`: queue an install (exit 0 when queued, or with --wait when it "
-        "succeeded; 1 when it failed or was cancelled; 2 for bad input). `list`: installed engines and versions."
-    )
+    help = __doc__
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)

@@ -16,11 +16,7 @@ from serving.planner.fit import MAX_GPUS
 
 
 class Command(PanelCommand):
-    help = (
-        "Hosts: `host register-local [--name N]` probes this machine; `host list` prints every host; "
-        "`host token NAME` issues its agent's token (printed once, the old one revoked; `--revoke` only revokes); "
-        "`host broker-user NAME [--url URL]` prints a Redis user for its agent that reaches its own queue only."
-    )
+    help = "Hosts: record this machine or another by hand, list them, issue their agents' tokens and broker users."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)

@@ -5,27 +5,22 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import BadInput, PanelCommand, get_actor
+from deployments.management.cli import BadInput, PanelCommand, add_user_option, get_actor, named_action
 from deployments.models import InferenceKey
 from deployments.services.inference_keys import key_create, key_revoke
 
 
 class Command(PanelCommand):
-    help = (
-        "Inference keys for the hosts' front doors: `key create --name N [--models a,b]` prints the key once "
-        "(the panel keeps its digest only); `key list`; `key revoke NAME`."
-    )
+    help = "Inference keys for the hosts' front doors; the panel keeps their digests only."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="make a key and print it, once")
         create.add_argument("--name", required=True)
         create.add_argument("--models", default="", help="names or aliases it may use, comma-separated (default: all)")
-        create.add_argument("--user", default=None)
+        add_user_option(create)
         sub.add_parser("list", help="names, prefixes, models (never a key)")
-        revoke = sub.add_parser("revoke", help="the front doors refuse it from their next poll")
-        revoke.add_argument("name")
-        revoke.add_argument("--user", default=None)
+        named_action(sub, "revoke", "the front doors refuse it from their next poll", host=False)
 
     def handle(self, *args: Any, **o: Any) -> None:
         if o["action"] == "list":

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 
 from controlpanel.context import change_context
-from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host, host_action
+from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host, host_action, named_action
 from deployments.services.secrets import secret_mark, secret_set
 
 
@@ -25,24 +25,19 @@ def _hub_flag(parser: CommandParser, *, required: bool) -> None:
 
 
 class Command(PanelCommand):
-    help = (
-        "Host secrets (engine API keys, hub tokens), encrypted at rest and named by revisions: "
-        "`secret set --host H NAME [--hub-token]` reads the value from a prompt or stdin, never from the command "
-        "line; `secret mark --host H NAME --hub-token|--no-hub-token` changes only the mark; "
-        "`secret list --host H` prints names only."
-    )
+    help = "Host secrets (engine API keys, hub tokens), encrypted at rest and named by revisions."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
-        put = host_action(sub, "set", "create or rotate a secret (the value is read, not passed)")
-        put.add_argument("name")
-        put.add_argument("--user", default=None)
+        put = named_action(
+            sub,
+            "set",
+            "create or rotate a secret: its value is read from a prompt or stdin, never from the command line",
+        )
         _hub_flag(put, required=False)
-        mark = host_action(sub, "mark", "mark or unmark a secret as a hub token (its value unchanged)")
-        mark.add_argument("name")
-        mark.add_argument("--user", default=None)
+        mark = named_action(sub, "mark", "mark or unmark a secret as a hub token (its value unchanged)")
         _hub_flag(mark, required=True)
-        host_action(sub, "list")
+        host_action(sub, "list", "the host's secrets, names only")
 
     def handle(self, *args: Any, **o: Any) -> None:
         host = get_host(o["host"])

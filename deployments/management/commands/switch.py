@@ -8,7 +8,15 @@ from django.core.management.base import CommandError, CommandParser
 from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
 from deployments.choices import OperationState
-from deployments.management.cli import BadInput, PanelCommand, add_operation_options, bounded_int, get_actor, get_host
+from deployments.management.cli import (
+    BadInput,
+    PanelCommand,
+    add_operation_options,
+    bounded_int,
+    get_actor,
+    get_host,
+    get_revision,
+)
 from deployments.services.switch import PlanRefused, switch_request
 
 
@@ -27,9 +35,7 @@ class Command(PanelCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = get_host(options["host"])
-        revision = host.revisions.filter(number=options["revision"]).first()
-        if revision is None:
-            raise BadInput(f"{host.name} has no revision r{options['revision']}.")
+        revision = get_revision(host, options["revision"])
         with change_context("cli"):
             try:
                 op = switch_request(
