@@ -22,6 +22,9 @@ class AgentContext:
     # memory only: they hold API keys). The heartbeat and the watchdog use the running one's.
     launches: dict[str, dict[str, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set when the host's serving may have changed (an operation ended): the front door asks
+    # the panel for its table at once instead of at its next poll.
+    serving_poke: threading.Event = field(default_factory=threading.Event)
 
     def remember(self, launch: dict[str, Any] | None) -> None:
         if launch and launch.get("id") is not None:

@@ -40,3 +40,29 @@ def launch_spec(launch: dict[str, Any], *, installs: dict[str, Any] | None = Non
     paths = [(c.field, c.path) for c in adapter.concerns(config) if c.kind == "path"]
     confine(paths, model_dirs, cwd=cwd)
     return dataclasses.replace(adapter.launch_spec(config), cwd=cwd)
+
+
+def launch_port(launch: dict[str, Any]) -> int:
+    """The port a revision's launch asks its engine to listen on."""
+    return int((launch.get("config") or {}).get("port") or 0)
+
+
+def with_port(launch: dict[str, Any], port: int) -> dict[str, Any]:
+    """`launch` with its engine on `port` (the front door runs each on-demand revision on a port
+    of its own, since revisions made for switching share one)."""
+    return {**launch, "config": {**(launch.get("config") or {}), "port": port}}
+
+
+def launch_installs(launch: dict[str, Any]) -> dict[str, Any]:
+    installs = launch.get("installs")
+    return installs if isinstance(installs, dict) else {}
+
+
+def launch_revision(launch: dict[str, Any]) -> tuple[str, str]:
+    """(revision id, label such as "r12") of a launch."""
+    return str(launch.get("id") or ""), str(launch.get("label") or f"r{launch.get('number', '?')}")
+
+
+def launch_api_key(launch: dict[str, Any]) -> str | None:
+    """The engine's own API key, which the front door sends upstream and clients never see."""
+    return (launch.get("config") or {}).get("api_key") or None
