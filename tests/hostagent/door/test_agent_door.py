@@ -26,7 +26,7 @@ from hostagent.frontdoor.settings import SettingsError
 from hostagent.launch import launch_spec
 from hostagent.panel import HttpPanel
 from hostagent.runtime.supervisor import Supervisor
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import free_port, gemma_launch, gemma_model_path
 
 pytestmark = pytest.mark.engine
 
@@ -37,29 +37,7 @@ ASK = [{"role": "user", "content": "Say hello."}]
 
 
 def launch(number: int, *, ctx: int, port: int, model: str | None = None) -> dict[str, Any]:
-    """A revision's launch as the panel sends it (deployments.agent_api.orders.revision_launch)."""
-    path = model or gemma_model_path()
-    config = {
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "model": path,
-        "served_name": f"gemma-r{number}",
-        "port": port,
-        "knobs": {"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
-        "env": {},
-        "api_key": ENGINE_KEY,
-    }
-    return {
-        "id": 100 + number,
-        "number": number,
-        "label": f"r{number}",
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "config": config,
-        "model": {"gguf_file": path, "mmproj_file": "", "repo_id": "", "weights_bytes": None},
-        "installs": {},
-        "error": "",
-    }
+    return gemma_launch(number, ctx=ctx, port=port, model=model, api_key=ENGINE_KEY)
 
 
 def model(name: str, spec: dict[str, Any], mode: str, *aliases: str, memory: int = PLANNED) -> dict[str, Any]:
