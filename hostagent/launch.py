@@ -47,12 +47,6 @@ def launch_port(launch: dict[str, Any]) -> int:
     return int((launch.get("config") or {}).get("port") or 0)
 
 
-def with_port(launch: dict[str, Any], port: int) -> dict[str, Any]:
-    """`launch` with its engine on `port` (the front door runs each on-demand revision on a port
-    of its own, since revisions made for switching share one)."""
-    return {**launch, "config": {**(launch.get("config") or {}), "port": port}}
-
-
 def launch_installs(launch: dict[str, Any]) -> dict[str, Any]:
     installs = launch.get("installs")
     return installs if isinstance(installs, dict) else {}

@@ -151,6 +151,8 @@ class HttpPanel:
                 return None
             if response.status_code >= 400:
                 raise PanelError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+            if not response.content:  # 204: taken, nothing to say
+                return {}
             data = response.json()
             return data if isinstance(data, dict) else {}
 

@@ -66,6 +66,7 @@ class AgentLoader:
         self.stop_grace = stop_grace
         self.poll_s = poll_s
         self.served: dict[str, Served] = {}
+        self.claimed: set[str] = set()  # revisions a switch is taking over: the supervisor's from now on
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
 
     def update(self, served: Mapping[str, Served]) -> None:
@@ -74,6 +75,10 @@ class AgentLoader:
 
     def supervisor_of(self, revision_id: str) -> Supervisor:
         return Supervisor(self.root / f"r{revision_id}", stop_grace=self.stop_grace)
+
+    def started(self, revision_id: str) -> str | None:
+        """The model name of this loader's engine of `revision_id`, if it started one."""
+        return next((name for name, rev in self._started.items() if rev == revision_id), None)
 
     def running(self) -> set[str]:
         """The models whose engines this loader started and that still run."""
@@ -85,7 +90,7 @@ class AgentLoader:
         served = self.served.get(name)
         if served is None:
             raise LoadError(f"`{name}` is not served by this host any more")
-        if served.pinned or self._active(served.revision_id):
+        if served.pinned or served.revision_id in self.claimed or self._active(served.revision_id):
             await asyncio.to_thread(self._wait_pinned, served)
             return
         await asyncio.to_thread(self._start, served)
@@ -116,7 +121,7 @@ class AgentLoader:
             mine = status.running and status.revision_id == served.revision_id
             if mine and status.healthy:
                 return
-            if not mine:
+            if not mine and served.revision_id not in self.claimed:  # a switch to it may still start it
                 now = status.revision_label if status.running else "nothing"
                 raise LoadError(
                     f"`{served.name}` is this host's pinned revision {served.label}, which its engine supervisor "

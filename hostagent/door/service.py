@@ -30,7 +30,7 @@ from hostagent.panel import CredentialRefused, PanelAway, PanelError
 
 from .loader import AgentLoader
 from .memory import host_free_memory_async
-from .tables import PortBook, ServingSet, ServingStore, serving_set
+from .tables import ServingSet, ServingStore, serving_set
 
 __all__ = ["FrontDoorService", "door_settings", "start_front_door"]
 
@@ -64,7 +64,6 @@ class FrontDoorService:
         self.gpus = gpus
         self.interval = interval
         self.store = ServingStore(state)
-        self.ports = PortBook()
         self.loader = AgentLoader(ctx.supervisor, state / "ondemand", gpus=gpus, ready_timeout=ready_timeout)
         self.version: str | None = None
         self.loop = asyncio.new_event_loop()
@@ -111,6 +110,7 @@ class FrontDoorService:
             len(kept.table.models) if kept else 0,
             self.started_s,
         )
+        self.ctx.door = self  # a switch asks it to give its revision's engine up first
         self._sync = threading.Thread(target=self._follow, name="front-door-sync", daemon=True)
         self._sync.start()
 
@@ -124,6 +124,8 @@ class FrontDoorService:
         """Stop following the panel, stop listening (answers in flight finish), stop the
         on-demand engines this door started; a last report says what it served."""
         self._closing.set()
+        if self.ctx.door is self:
+            self.ctx.door = None
         self.ctx.serving_poke.set()
         if self._sync is not None:
             self._sync.join(timeout=10)
@@ -162,13 +164,29 @@ class FrontDoorService:
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
 
+    # -- a switch of the host's supervisor ------------------------------------------------------------
+
+    def hand_over(self, revision_id: str) -> None:
+        """A switch to `revision_id` begins: drain and stop the door's own engine of it (it holds
+        the port the switch starts it on) and start none until handed_over()."""
+        self.loader.claimed.add(revision_id)
+        name, door = self.loader.started(revision_id), self.door
+        if name is None or door is None:
+            return
+        log.info("front door: handing %s over to the switch", name)
+        wait = door.settings.drain_timeout_s + 60.0
+        if not self.call(lambda: door.scheduler.give_up(name), timeout=wait):
+            log.warning("front door: %s still answers requests after draining; the switch's port check decides", name)
+
+    def handed_over(self, revision_id: str) -> None:
+        self.loader.claimed.discard(revision_id)
+
     # -- the panel's serving set --------------------------------------------------------------------
 
     def _set(self, answer: Mapping[str, Any]) -> ServingSet:
         record = self.ctx.supervisor.state.read_engine()
         return serving_set(
             answer,
-            ports=self.ports,
             bind_host=settings.ENGINE_BIND_HOST,
             active_revision=record.revision_id if record is not None else None,
         )

@@ -2,10 +2,9 @@
 front door serves: its RoutingTable, its KeyTable, its queue and drain limits, and for the loader
 each model's revision and launch.
 
-The agent, not the panel, says where each engine listens: the pinned revision on the port of its
-launch (the supervisor's switch starts it there), each on-demand revision on a free port the agent
-picks once and keeps (revisions made for switching share one port, and two of them may run at
-once behind the door). Upstreams point at the engine bind address (CONTROLPANEL_ENGINE_BIND_HOST).
+Each engine listens on its launch's port (the panel refuses two served revisions on one port; a
+table that has them is refused here too), at the host's engine bind address
+(CONTROLPANEL_ENGINE_BIND_HOST): the agent builds each upstream from them.
 
 The last answer is kept in <state>/private/serving.json (0600, in a 0700 folder, like the engines'
 key files), so an agent restarted while the panel is away serves again at once.
@@ -16,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +22,12 @@ from typing import Any
 
 from hostagent.frontdoor import KeyTable, RoutingTable, ServedModel
 from hostagent.frontdoor.table import Mode, TableError
-from hostagent.launch import launch_api_key, launch_port, launch_revision, with_port
+from hostagent.launch import launch_api_key, launch_port, launch_revision
 from serving.engines.knobs import url_host
 
 from .loader import Served
 
-__all__ = ["PortBook", "ServingSet", "ServingStore", "serving_set"]
+__all__ = ["ServingSet", "ServingStore", "serving_set"]
 
 LIMITS = {"max_waiting": "queue_max", "max_wait_s": "queue_wait_s", "drain_timeout_s": "drain_timeout_s"}
 
@@ -43,54 +41,32 @@ class ServingSet:
     limits: dict[str, float]  # FrontDoorSettings fields the panel set for this host
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PortBook:
-    """One port per on-demand revision, picked free once and kept while the agent runs."""
-
-    def __init__(self) -> None:
-        self._ports: dict[str, int] = {}
-
-    def port_for(self, revision_id: str, taken: set[int]) -> int:
-        port = self._ports.get(revision_id)
-        while port is None or port in taken:
-            port = _free_port()
-        self._ports[revision_id] = port
-        return port
-
-
-def serving_set(
-    answer: Mapping[str, Any], *, ports: PortBook, bind_host: str, active_revision: str | None = None
-) -> ServingSet:
-    """Raises TableError (the whole answer refused) when a model or key breaks a rule."""
+def serving_set(answer: Mapping[str, Any], *, bind_host: str, active_revision: str | None = None) -> ServingSet:
+    """Raises TableError (the whole answer refused) when a model or key breaks a rule. The host's
+    active revision is the panel's first model when it is pinned, or the one the host's supervisor
+    runs (`active_revision`, its record's): the supervisor's engine, which the door never starts."""
     rows = answer.get("models")
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise TableError('the serving answer has no "models" list')
-    launches = [row.get("launch") if isinstance(row.get("launch"), dict) else None for row in rows]
-    # Pinned (and the revision the supervisor runs) first: they keep their launch's port.
-    fixed = [
-        str(row.get("mode")) == Mode.PINNED or (launch is not None and launch_revision(launch)[0] == active_revision)
-        for row, launch in zip(rows, launches, strict=True)
-    ]
-    taken = {launch_port(launch) for launch, pin in zip(launches, fixed, strict=True) if pin and launch}
-    models, served = [], {}
-    for row, launch, pin in zip(rows, launches, fixed, strict=True):
+    models: list[ServedModel] = []
+    served: dict[str, Served] = {}
+    ports: dict[int, str] = {}
+    for index, row in enumerate(rows):
         entry = {k: v for k, v in row.items() if k not in ("revision", "launch")}
-        if launch is not None:
+        launch = row.get("launch")
+        if isinstance(launch, dict):
             revision_id, label = launch_revision(launch)
-            port = launch_port(launch) if pin else ports.port_for(revision_id, taken)
-            taken.add(port)
-            launch = launch if pin else with_port(launch, port)
+            port = launch_port(launch)
+            if port in ports:
+                raise TableError(f"{ports[port]} and {label} both listen on port {port}")
+            ports[port] = label
             entry["upstream"] = f"http://{url_host(bind_host)}:{port}"
             entry["api_key"] = entry.get("api_key") or launch_api_key(launch)
         model = ServedModel.from_dict(entry)
         models.append(model)
-        if launch is not None:
-            served[model.name] = Served(model.name, revision_id, label, launch, pinned=pin)
+        if isinstance(launch, dict):
+            active = (index == 0 and model.mode is Mode.PINNED) or revision_id == active_revision
+            served[model.name] = Served(model.name, revision_id, label, launch, pinned=active)
     table = RoutingTable(tuple(models))
     try:
         keys = KeyTable.from_dict(answer.get("keys") or {"keys": []})

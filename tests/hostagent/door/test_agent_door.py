@@ -57,9 +57,8 @@ def model(name: str, spec: dict[str, Any], mode: str, *aliases: str, memory: int
 class World:
     def __init__(self, state: Path) -> None:
         self.state = state
-        self.port = free_port()  # the port every revision's launch asks for, as the panel makes them
-        self.r1 = launch(1, ctx=1024, port=self.port)
-        self.r2 = launch(2, ctx=2048, port=self.port)
+        self.r1 = launch(1, ctx=1024, port=free_port())
+        self.r2 = launch(2, ctx=2048, port=free_port())
         self.host_sup = Supervisor(state / "host")
         away = free_port()  # nothing listens there: the panel is away
         self.panel = HttpPanel(f"http://127.0.0.1:{away}", "cph_test", outbox_dir=state / "outbox", timeout=2)
@@ -132,7 +131,7 @@ def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_ow
     first_token_s = time.monotonic() - t0
     assert chunks[-1].choices[0].finish_reason is not None and chunks[0].model == "gemma-r2"
     status = world.ondemand(2).status()
-    assert status.running and status.revision_label == "r2" and status.port != world.port
+    assert status.running and status.revision_label == "r2" and status.port == world.r2["config"]["port"]
     log = Path(status.log_path or "").read_text()
     assert "panel: starting llama.cpp revision r2" in log and ENGINE_KEY not in log
     assert world.service.loader.running() == {"gemma-r2"}
@@ -175,7 +174,7 @@ def test_an_alias_moves_and_a_removed_model_drains_while_another_streams(world: 
 
 
 def test_a_failed_load_answers_clearly_and_leaves_the_loaded_set(world: World) -> None:
-    missing = launch(3, ctx=1024, port=world.port, model=str(world.state / "gone.gguf"))
+    missing = launch(3, ctx=1024, port=free_port(), model=str(world.state / "gone.gguf"))
     world.service.apply(
         world.answer(
             model("gemma-r1", world.r1, "pinned", "coder"), model("broken", missing, "on-demand"), version="v4"
@@ -194,7 +193,7 @@ def test_a_failed_load_answers_clearly_and_leaves_the_loaded_set(world: World) -
 
 def test_room_is_the_hosts_real_free_memory_in_bytes(world: World) -> None:
     free = host_free_memory(gpus=False)["ram"]
-    big = launch(4, ctx=1024, port=world.port)
+    big = launch(4, ctx=1024, port=free_port())
     too_big = model("huge", big, "on-demand", memory=free + (64 << 30))
     world.service.apply(world.answer(world.pinned(), too_big, version="v5"))
     body = {"model": "huge", "messages": ASK, "max_tokens": 2}
@@ -237,6 +236,19 @@ def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(
     assert door is not None
     usage = {row["model"]: row["requests"] for row in world.service.call(door.usage)}
     assert usage["gemma-r1"] == served["gemma-r1"] + 1  # totals go on from where they were
+
+
+def test_a_switch_to_a_revision_the_door_loaded_on_demand_takes_its_engine_over(world: World) -> None:
+    world.service.apply(world.answer(world.pinned(), model("gemma-r2", world.r2, "on-demand", "fast"), version="v7"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.ondemand(2).status().running  # the door's own engine of r2, on r2's port
+    with world.ctx.switching("102"):  # what hostagent.operations.switch does around a switch to r2
+        assert not world.ondemand(2).status().running  # drained and stopped: the port is free
+        world.host_sup.start(launch_spec(world.r2), revision_label="r2", revision_id="102", verify=False)
+    # The panel's next answer: r2 is the active revision, first and pinned.
+    world.service.apply(world.answer(model("gemma-r2", world.r2, "pinned", "fast"), version="v8"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.service.loader.running() == set() and world.host_sup.status().revision_label == "r2"
 
 
 def test_the_bind_setting_turns_the_door_off_or_stops_a_bad_value() -> None:
