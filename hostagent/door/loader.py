@@ -80,6 +80,21 @@ class AgentLoader:
         """The model name of this loader's engine of `revision_id`, if it started one."""
         return next((name for name, rev in self._started.items() if rev == revision_id), None)
 
+    def engines(self, loaded: set[str]) -> dict[str, Supervisor]:
+        """The supervisor of each loaded model's engine: the host's for the pinned revision."""
+        sups = {}
+        for name in loaded:
+            served = self.served.get(name)
+            if served is not None and (served.pinned or self._active(served.revision_id)):
+                sups[name] = self.supervisor
+            elif name in self._started:
+                sups[name] = self.supervisor_of(self._started[name])
+        return sups
+
+    def exited(self) -> list[str]:
+        """Models whose engine this loader started and that died since (crash, OOM kill)."""
+        return [name for name, rev in self._started.items() if not self.supervisor_of(rev).status().running]
+
     def running(self) -> set[str]:
         """The models whose engines this loader started and that still run."""
         return {name for name, rev in self._started.items() if self.supervisor_of(rev).status().running}

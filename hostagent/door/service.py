@@ -29,7 +29,7 @@ from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
 
 from .loader import AgentLoader
-from .memory import host_free_memory_async
+from .memory import engine_memory, host_free_memory_async
 from .tables import ServingSet, ServingStore, serving_set
 
 __all__ = ["FrontDoorService", "door_settings", "start_front_door"]
@@ -236,14 +236,32 @@ class FrontDoorService:
         door = self.door
         if door is None:
             return
-        state, usage = self.call(lambda: (door.state(), door.usage()))
+        state, usage, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
+        measured = engine_memory(self.loader.engines(loaded), gpus=self.gpus)
+        for row in state:
+            if row["name"] in measured:
+                row["measured"] = measured[row["name"]]
         self.store.save_usage(usage)
         body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage}
         self.ctx.panel.serving_report(body)
 
+    def reap(self) -> None:
+        """An on-demand engine that died is unloaded in the door, so the next request loads it
+        again instead of failing on a dead port."""
+        door = self.door
+        if door is None:
+            return
+        for name in self.loader.exited():
+            log.warning("front door: the engine of %s exited; it loads again on the next request", name)
+
+            async def unload(name: str = name) -> bool:
+                return await door.scheduler.give_up(name, "exited")
+
+            self.call(unload, timeout=door.settings.drain_timeout_s + 60)
+
     def _follow(self) -> None:
         while not self._closing.is_set():
-            for step in (self.poll, self.report):
+            for step in (self.poll, self.reap, self.report):
                 try:
                     step()
                     self._said.pop(step.__name__, None)

@@ -7,6 +7,8 @@ of their own. One door and one pinned engine for the module; each test adds what
 from __future__ import annotations
 
 import json
+import os
+import signal
 import stat
 import threading
 import time
@@ -204,6 +206,20 @@ def test_room_is_the_hosts_real_free_memory_in_bytes(world: World) -> None:
     assert world.state_of()["gemma-r1"]["phase"] == "loaded"
 
 
+def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: World) -> None:
+    world.service.apply(world.answer(world.pinned(), model("gemma-r2", world.r2, "on-demand", "fast"), version="v6"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    pid = world.ondemand(2).status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # an OOM kill, say
+    deadline = time.monotonic() + 30
+    while world.state_of()["gemma-r2"]["phase"] != "unloaded":
+        assert time.monotonic() < deadline, world.state_of()
+        time.sleep(0.1)
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.ondemand(2).status().pid != pid
+
+
 def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(world: World) -> None:
     world.service.apply(
         world.answer(
@@ -221,7 +237,9 @@ def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(
     assert report["body"]["bind"] == world.service.bind
     served = {row["model"]: row["requests"] for row in report["body"]["usage"]}
     assert served["gemma-r1"] >= 2 and served["gemma-r2"] >= 3
-    assert {row["name"] for row in report["body"]["state"]} == {"gemma-r1", "gemma-r2"}
+    rows = {row["name"]: row for row in report["body"]["state"]}
+    assert set(rows) == {"gemma-r1", "gemma-r2"}
+    assert rows["gemma-r1"]["measured"]["ram"] > 50 * MIB  # what its engine's processes hold
     private = world.state / "private" / "serving.json"
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert world.ondemand(2).status().running
