@@ -47,24 +47,13 @@ class Served:
 
 
 class AgentLoader:
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        root: Path,
-        *,
-        gpus: bool,
-        ready_timeout: float = 900.0,
-        pinned_wait_s: float = 900.0,
-        stop_grace: float = 30.0,
-        poll_s: float = 0.2,
-    ) -> None:
+    PINNED_WAIT_S = 900.0  # how long a request may wait for the host's pinned engine to be healthy
+    STOP_GRACE_S = 30.0  # SIGTERM, then SIGKILL after this
+    POLL_S = 0.2
+
+    def __init__(self, supervisor: Supervisor, root: Path, *, gpus: bool, ready_timeout: float = 900.0) -> None:
         self.supervisor = supervisor  # the host's own: the pinned revision's
-        self.root = root
-        self.gpus = gpus
-        self.ready_timeout = ready_timeout
-        self.pinned_wait_s = pinned_wait_s
-        self.stop_grace = stop_grace
-        self.poll_s = poll_s
+        self.root, self.gpus, self.ready_timeout = root, gpus, ready_timeout
         self.served: dict[str, Served] = {}
         self.claimed: set[str] = set()  # revisions a switch is taking over: the supervisor's from now on
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
@@ -74,7 +63,7 @@ class AgentLoader:
         self.served = dict(served)
 
     def supervisor_of(self, revision_id: str) -> Supervisor:
-        return Supervisor(self.root / f"r{revision_id}", stop_grace=self.stop_grace)
+        return Supervisor(self.root / f"r{revision_id}", stop_grace=self.STOP_GRACE_S)
 
     def started(self, revision_id: str) -> str | None:
         """The model name of this loader's engine of `revision_id`, if it started one."""
@@ -130,7 +119,7 @@ class AgentLoader:
 
     def _wait_pinned(self, served: Served) -> None:
         """Return once the host's supervisor serves `served` and it answers its health check."""
-        deadline = time.monotonic() + self.pinned_wait_s
+        deadline = time.monotonic() + self.PINNED_WAIT_S
         while True:
             status = self.supervisor.status(probe=True)
             mine = status.running and status.revision_id == served.revision_id
@@ -143,8 +132,8 @@ class AgentLoader:
                     f"runs; it runs {now} now: start or switch to {served.label} from the panel"
                 )
             if time.monotonic() >= deadline:
-                raise LoadError(f"{served.label}'s engine is not healthy after {self.pinned_wait_s:g} s")
-            time.sleep(self.poll_s)
+                raise LoadError(f"{served.label}'s engine is not healthy after {self.PINNED_WAIT_S:g} s")
+            time.sleep(self.POLL_S)
 
     def _start(self, served: Served) -> None:
         sup = self.supervisor_of(served.revision_id)
@@ -180,7 +169,7 @@ class AgentLoader:
         them): the door starts knowing nothing loaded, so they would hold memory unrouted."""
         stopped = []
         for folder in sorted(self.root.glob("r*")) if self.root.is_dir() else []:
-            result = Supervisor(folder, stop_grace=self.stop_grace).stop()
+            result = Supervisor(folder, stop_grace=self.STOP_GRACE_S).stop()
             if result.was_running:
                 stopped.append(result.revision_label or folder.name)
         if stopped:

@@ -87,6 +87,10 @@ class World:
     def pinned(self) -> dict[str, Any]:
         return model("gemma-r1", self.r1, "pinned", "coder")
 
+    def both(self, version: str) -> dict[str, Any]:
+        """r1 pinned (`coder`), r2 on demand (`fast`)."""
+        return self.answer(self.pinned(), model("gemma-r2", self.r2, "on-demand", "fast"), version=version)
+
     def state_of(self) -> dict[str, dict[str, Any]]:
         return {row["name"]: row for row in httpx.get(f"{self.url}/frontdoor/state", timeout=10).json()["models"]}
 
@@ -119,13 +123,7 @@ def test_the_pinned_revision_answers_through_the_door_from_the_hosts_own_engine(
 
 
 def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_own(world: World) -> None:
-    world.service.apply(
-        world.answer(
-            model("gemma-r1", world.r1, "pinned", "coder"),
-            model("gemma-r2", world.r2, "on-demand", "fast"),
-            version="v2",
-        )
-    )
+    world.service.apply(world.both("v2"))
     assert world.state_of()["gemma-r2"]["phase"] == "unloaded"
     t0 = time.monotonic()
     stream = world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=4, stream=True)
@@ -207,7 +205,7 @@ def test_room_is_the_hosts_real_free_memory_in_bytes(world: World) -> None:
 
 
 def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: World) -> None:
-    world.service.apply(world.answer(world.pinned(), model("gemma-r2", world.r2, "on-demand", "fast"), version="v6"))
+    world.service.apply(world.both("v6"))
     assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
     pid = world.ondemand(2).status().pid
     assert pid is not None
@@ -221,13 +219,7 @@ def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: Wo
 
 
 def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(world: World) -> None:
-    world.service.apply(
-        world.answer(
-            model("gemma-r1", world.r1, "pinned", "coder"),
-            model("gemma-r2", world.r2, "on-demand", "fast"),
-            version="v6",
-        )
-    )
+    world.service.apply(world.both("v6"))
     assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
     world.service.report()
     kept = [json.loads(p.read_text()) for p in world.panel.outbox.entries() if p.name.endswith("-serving.json")]
@@ -257,7 +249,7 @@ def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(
 
 
 def test_a_switch_to_a_revision_the_door_loaded_on_demand_takes_its_engine_over(world: World) -> None:
-    world.service.apply(world.answer(world.pinned(), model("gemma-r2", world.r2, "on-demand", "fast"), version="v7"))
+    world.service.apply(world.both("v7"))
     assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
     assert world.ondemand(2).status().running  # the door's own engine of r2, on r2's port
     with world.ctx.switching("102"):  # what hostagent.operations.switch does around a switch to r2
