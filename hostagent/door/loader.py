@@ -80,9 +80,20 @@ class AgentLoader:
                 sups[name] = self.supervisor_of(self._started[name])
         return sups
 
-    def exited(self) -> list[str]:
-        """Models whose engine this loader started and that died since (crash, OOM kill)."""
-        return [name for name, rev in self._started.items() if not self.supervisor_of(rev).status().running]
+    def exited(self, loaded: set[str]) -> list[str]:
+        """Loaded models whose engine is gone: one this loader started that died (crash, OOM
+        kill), or the pinned revision when the host's supervisor no longer runs it (Stop)."""
+        gone = [name for name, rev in self._started.items() if not self.supervisor_of(rev).status().running]
+        status = self.supervisor.status()
+        for name in loaded - set(self._started):
+            served = self.served.get(name)
+            if (
+                served is not None
+                and served.pinned
+                and not (status.running and status.revision_id == served.revision_id)
+            ):
+                gone.append(name)
+        return gone
 
     def running(self) -> set[str]:
         """The models whose engines this loader started and that still run."""

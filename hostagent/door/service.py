@@ -246,13 +246,13 @@ class FrontDoorService:
         self.ctx.panel.serving_report(body)
 
     def reap(self) -> None:
-        """An on-demand engine that died is unloaded in the door, so the next request loads it
-        again instead of failing on a dead port."""
+        """A loaded model whose engine is gone (died, or the pinned one stopped) is unloaded in the
+        door, so the next request loads it again, or says why not, instead of failing on a dead port."""
         door = self.door
         if door is None:
             return
-        for name in self.loader.exited():
-            log.warning("front door: the engine of %s exited; it loads again on the next request", name)
+        for name in self.loader.exited(self.call(door.scheduler.loaded)):
+            log.warning("front door: the engine of %s is gone; the next request for it loads it again", name)
 
             async def unload(name: str = name) -> bool:
                 return await door.scheduler.give_up(name, "exited")

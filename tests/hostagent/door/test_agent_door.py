@@ -261,6 +261,19 @@ def test_a_switch_to_a_revision_the_door_loaded_on_demand_takes_its_engine_over(
     assert world.service.loader.running() == set() and world.host_sup.status().revision_label == "r2"
 
 
+def test_a_stopped_pinned_engine_is_said_so_to_clients(world: World) -> None:
+    assert world.host_sup.status().revision_label == "r2"  # the previous test switched the host to r2
+    world.host_sup.stop(grace=5)  # what the operator's Stop does
+    deadline = time.monotonic() + 30
+    while world.state_of()["gemma-r2"]["phase"] == "loaded":
+        assert time.monotonic() < deadline, world.state_of()
+        time.sleep(0.1)
+    answer = httpx.post(f"{world.url}/v1/chat/completions", json={"model": "fast", "messages": ASK}, timeout=60)
+    error = answer.json()["error"]
+    assert answer.status_code == 503 and error["code"] == "model_load_failed"
+    assert "pinned revision r2" in error["message"] and "runs nothing now" in error["message"]
+
+
 def test_the_bind_setting_turns_the_door_off_or_stops_a_bad_value() -> None:
     assert door_settings({"CONTROLPANEL_FRONT_DOOR_BIND": "off"}) is None
     on = door_settings({})
