@@ -11,6 +11,7 @@ reports its state and usage totals (POST serving/report, through the outbox when
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -116,9 +117,9 @@ class FrontDoorService:
 
     @property
     def bind(self) -> str:
+        """HOST:PORT it listens on (the port bound, when the settings asked for any)."""
         port = self.door.port if self.door is not None else self.settings.port
-        host = self.settings.host
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return dataclasses.replace(self.settings, port=port).bind
 
     def close(self, timeout: float = 90.0) -> None:
         """Stop following the panel, stop listening (answers in flight finish), stop the
