@@ -22,6 +22,7 @@ from controlpanel.hardening import parse_proxy_ssl_header, write_private
 from controlpanel.settings_shared import (  # noqa: F401 - settings the agent shares
     AGENT_ENGINE_LOG_S,
     AGENT_HEARTBEAT_S,
+    AGENT_SERVING_S,
     BASE_DIR,
     CELERY_ACCEPT_CONTENT,
     CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP,

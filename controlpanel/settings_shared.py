@@ -93,6 +93,8 @@ AGENT_HEARTBEAT_S = env.int("CONTROLPANEL_AGENT_HEARTBEAT_S", default=15)
 TELEMETRY_INTERVAL_S = env.int("CONTROLPANEL_TELEMETRY_INTERVAL_S", default=10)
 # How often the agent sends the engine's new log lines to the panel (the host page follows them).
 AGENT_ENGINE_LOG_S = env_number("CONTROLPANEL_AGENT_ENGINE_LOG_S", 1.0, 0.1, 60, cast=float)
+# How often the agent asks the panel for its front door's table and reports the door's usage.
+AGENT_SERVING_S = env_number("CONTROLPANEL_AGENT_SERVING_S", 5.0, 0.2, 300, cast=float)
 # Raw telemetry kept at full rate; older samples are rolled up to one per minute.
 TELEMETRY_RAW_RETENTION_H = env.int("CONTROLPANEL_TELEMETRY_RAW_RETENTION_H", default=24)
 TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_D", default=30)

@@ -13,6 +13,8 @@ from django.conf import settings
 from hostagent.runtime.childenv import forget_variable, host_pass_list
 
 from .context import AgentContext, set_current
+from .door.service import door_settings, start_front_door
+from .frontdoor.settings import SettingsError
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
 from .operations.install import stop_leftover_installs
@@ -108,6 +110,10 @@ def register(ctx: AgentContext, *, address: str) -> dict[str, Any]:
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
     from controlpanel.celery import app
 
+    try:
+        door = door_settings()  # a bad CONTROLPANEL_FRONT_DOOR_* stops the start before anything runs
+    except SettingsError as exc:
+        raise AgentConfigError(str(exc)) from exc
     ctx, who = connect(name=name)
     set_current(ctx)
     leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
@@ -124,6 +130,15 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         flush=True,
     )
     use_own_broker_keys(app, who["queue"])
+    try:
+        front_door = start_front_door(ctx, door=door, gpus=answer["nvml"])
+    except OSError as exc:  # the agent's switches and reports matter more than the door: go on without it
+        front_door = None
+        log.error(
+            "front door off: it cannot listen on %s (%s); set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off",
+            door.bind if door else "?",
+            exc.strerror or exc,
+        )
     stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=answer["nvml"])
     dog = start_watchdog(ctx) if watchdog else None
     try:
@@ -142,6 +157,8 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         stop.set()
         if dog is not None:
             dog.stop(timeout=5)
+        if front_door is not None:
+            front_door.close()
 
 
 def use_own_broker_keys(app: Any, queue: str) -> None:

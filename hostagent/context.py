@@ -4,13 +4,23 @@ runs tasks in the agent's own process, one at a time)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hostagent.runtime.supervisor import Supervisor
 
 from .panel import PanelPort
+
+
+class HandOver(Protocol):
+    """The front door's side of a switch (hostagent.door.service.FrontDoorService)."""
+
+    def hand_over(self, revision_id: str) -> None: ...
+
+    def handed_over(self, revision_id: str) -> None: ...
 
 
 @dataclass
@@ -22,6 +32,23 @@ class AgentContext:
     # memory only: they hold API keys). The heartbeat and the watchdog use the running one's.
     launches: dict[str, dict[str, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set when the host's serving may have changed (an operation ended): the front door asks
+    # the panel for its table at once instead of at its next poll.
+    serving_poke: threading.Event = field(default_factory=threading.Event)
+    door: HandOver | None = None  # the front door, when it runs
+
+    @contextlib.contextmanager
+    def switching(self, revision_id: str) -> Iterator[None]:
+        """While a switch to `revision_id` runs: the front door drains and stops its own engine of
+        that revision (loaded on demand, on the same port) and starts no other until it is over."""
+        door = self.door
+        if door is not None:
+            door.hand_over(revision_id)
+        try:
+            yield
+        finally:
+            if door is not None:
+                door.handed_over(revision_id)
 
     def remember(self, launch: dict[str, Any] | None) -> None:
         if launch and launch.get("id") is not None:

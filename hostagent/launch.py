@@ -52,3 +52,23 @@ def launch_spec(launch: dict[str, Any], *, installs: dict[str, Any] | None = Non
     paths = [(c.field, c.path) for c in get_adapter(engine).concerns(config) if c.kind == "path"]
     confine(paths, model_dirs, cwd=cwd)
     return dataclasses.replace(made, cwd=cwd)
+
+
+def launch_port(launch: dict[str, Any]) -> int:
+    """The port a revision's launch asks its engine to listen on."""
+    return int((launch.get("config") or {}).get("port") or 0)
+
+
+def launch_installs(launch: dict[str, Any]) -> dict[str, Any]:
+    installs = launch.get("installs")
+    return installs if isinstance(installs, dict) else {}
+
+
+def launch_revision(launch: dict[str, Any]) -> tuple[str, str]:
+    """(revision id, label such as "r12") of a launch."""
+    return str(launch.get("id") or ""), str(launch.get("label") or f"r{launch.get('number', '?')}")
+
+
+def launch_api_key(launch: dict[str, Any]) -> str | None:
+    """The engine's own API key, which the front door sends upstream and clients never see."""
+    return (launch.get("config") or {}).get("api_key") or None

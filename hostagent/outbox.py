@@ -40,8 +40,11 @@ class Outbox:
         return len(self.entries())
 
     def _trim(self) -> None:
-        telemetry = [p for p in self.entries() if p.name.endswith("-telemetry.json")]
-        for path in telemetry[: max(0, len(telemetry) - MAX_ENTRIES)]:
+        entries = self.entries()
+        telemetry = [p for p in entries if p.name.endswith("-telemetry.json")]
+        # The front door's reports are running totals: the newest says all the older ones do.
+        serving = [p for p in entries if p.name.endswith("-serving.json")]
+        for path in telemetry[: max(0, len(telemetry) - MAX_ENTRIES)] + serving[:-1]:
             path.unlink(missing_ok=True)
 
     def drain(self, send: Callable[[str, dict[str, Any]], bool]) -> int:

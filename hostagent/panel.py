@@ -82,6 +82,10 @@ class PanelPort(Protocol):
 
     def flush(self) -> int: ...
 
+    def serving(self, version: str | None) -> dict[str, Any] | None: ...
+
+    def serving_report(self, body: dict[str, Any]) -> None: ...
+
 
 class HttpPanel:
     """PanelPort over HTTP(S) with the host's bearer token."""
@@ -112,9 +116,11 @@ class HttpPanel:
         self._lock = threading.Lock()
 
     # transport -------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         try:
-            response = self.client.request(method, path, json=body if method == "POST" else None)
+            response = self.client.request(method, path, json=body if method == "POST" else None, headers=headers)
         except httpx.HTTPError as exc:
             raise PanelAway(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code in (502, 503, 504):
@@ -145,6 +151,8 @@ class HttpPanel:
                 return None
             if response.status_code >= 400:
                 raise PanelError(f"{method} {path}: {response.status_code} {response.text[:500]}")
+            if not response.content:  # 204: taken, nothing to say
+                return {}
             data = response.json()
             return data if isinstance(data, dict) else {}
 
@@ -274,3 +282,22 @@ class HttpPanel:
         if install is not None:
             body["install"] = install
         self._durable(f"operations/{op_id}/finish", body, kind="finish", patience=self.report_patience)
+
+    def serving(self, version: str | None) -> dict[str, Any] | None:
+        """The host's serving set (the front door's models, keys and limits), or None when it is
+        still `version` (304). Raises PanelAway or PanelError: the door keeps what it has."""
+        headers = {"If-None-Match": version} if version else None
+        response = self._request("GET", "serving", headers=headers)
+        if response.status_code == 304:
+            return None
+        if response.status_code >= 400:
+            raise PanelError(f"GET serving: {response.status_code} {response.text[:500]}")
+        data = response.json()
+        if not isinstance(data, dict):
+            raise PanelError("GET serving: the answer is not a JSON object")
+        return data
+
+    def serving_report(self, body: dict[str, Any]) -> None:
+        """The front door's state and usage totals. Totals only grow, so a report sent twice is
+        harmless; while the panel is away only the newest waits in the outbox."""
+        self._durable("serving/report", body, kind="serving", patience=0.0)

@@ -160,7 +160,7 @@ def _meminfo(field: str) -> int | None:
     return None
 
 
-def _engine_rss(sup: Supervisor) -> int:
+def engine_rss(sup: Supervisor) -> int:
     """Resident memory of the engine we are about to stop (freed before the new one loads)."""
     record = sup.state.read_engine()
     if record is None:
@@ -185,7 +185,7 @@ def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> 
     available = _meminfo("MemAvailable")
     if available is None:
         return Check("memory", HOST, "This host does not say how much memory is available.", False)
-    freed = _engine_rss(sup)
+    freed = engine_rss(sup)
     room = available + freed
     what = f"weights {weights or 0:,} + KV cache {kv or 0:,} = {need:,} bytes"
     have = f"{available:,} bytes available" + (f" + {freed:,} held by the engine the switch stops" if freed else "")

@@ -10,6 +10,7 @@ GET  /frontdoor/state, /frontdoor/usage                      for the agent; loop
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -93,6 +94,14 @@ class FrontDoor:
 
     def update_keys(self, keys: KeyTable) -> None:
         self.keys = keys
+
+    def update_limits(self, **limits: float) -> None:
+        """New queue and drain bounds (`queue_max`, `queue_wait_s`, `drain_timeout_s`), from the
+        next request and the next unload on."""
+        if "queue_max" in limits:
+            limits["queue_max"] = int(limits["queue_max"])
+        self.settings = dataclasses.replace(self.settings, **limits)  # type: ignore[arg-type]
+        self.scheduler.settings = self.settings
 
     def usage(self) -> list[dict[str, Any]]:
         """Totals per day, key and model: requests, prompt and completion tokens, errors."""

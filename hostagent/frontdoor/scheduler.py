@@ -474,6 +474,18 @@ class Scheduler:
                 continue
             self._grant(slot)
 
+    async def give_up(self, name: str, reason: str = "switch") -> bool:
+        """Drain and unload `name` now (the host's switch takes its engine over): True once it is
+        unloaded or was not loaded; False when its requests outlived the drain timeout (it serves
+        on, nothing cut)."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return True
+        async with self._lock:
+            if slot.phase is not Phase.LOADED:
+                return True
+            return await self._unload(slot, reason)
+
     # -- idle and removed models ------------------------------------------------------------------
 
     def _due(self, slot: _Slot, now: float) -> str | None:

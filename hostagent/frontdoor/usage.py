@@ -60,6 +60,18 @@ class UsageLedger:
     def rows(self) -> list[dict[str, Any]]:
         return [asdict(row) for _, row in sorted(self._rows.items())]
 
+    def restore(self, rows: list[dict[str, Any]]) -> None:
+        """Take back totals kept from an earlier run (the agent restarted), so they keep growing."""
+        for data in rows:
+            try:
+                row = UsageRow(**{k: data[k] for k in UsageRow.__dataclass_fields__})
+            except (KeyError, TypeError):
+                continue
+            at = (row.day, row.key, row.model)
+            if at not in self._rows or self._rows[at].requests < row.requests:
+                self._rows[at] = row
+        self._prune(self._today())
+
 
 def _event_end(data: bytes) -> int:
     """Index just past the last complete server-sent event in `data`, or -1."""

@@ -63,3 +63,4 @@ def run_operation(ctx: AgentContext, op_id: str) -> None:
     finally:
         stop_event.set()
         beat.join(timeout=2)
+        ctx.serving_poke.set()  # a switch or stop may have changed what the front door serves

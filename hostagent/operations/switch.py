@@ -54,7 +54,13 @@ def _what(ctx: AgentContext, order: dict[str, Any]) -> str:
 
 def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
     """A switch to the order's revision, or (kind `launch`) a start of the active revision with
-    nothing to roll back to: preflight, stop what runs, start, wait until healthy, verify."""
+    nothing to roll back to: preflight, stop what runs, start, wait until healthy, verify. The
+    front door first gives up its own engine of that revision, if it loaded one on demand."""
+    with ctx.switching(str(order["revision"]["id"])):
+        _switch(ctx, order)
+
+
+def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
     op_id = order["id"]
     launch, previous = order["revision"], order.get("previous")
     installs = order["host"].get("engine_installs") or {}

@@ -57,6 +57,8 @@ class AgentProcess:
             CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1",
             CONTROLPANEL_AGENT_HEARTBEAT_S="1",
             CONTROLPANEL_ENGINE_READY_TIMEOUT_S="60",
+            # Several agents run on this machine at once: a test that wants the front door sets a port.
+            CONTROLPANEL_FRONT_DOOR_BIND="off",
         )
         env.update(self.extra_env)  # a test may set its own model folders, HF_ENDPOINT, ...
         return env

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 @functools.cache
@@ -74,3 +75,32 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def gemma_launch(
+    number: int, *, ctx: int, port: int, model: str | None = None, api_key: str | None = None
+) -> dict[str, Any]:
+    """A llama.cpp revision's launch of the test model, as the panel sends it to an agent
+    (deployments.agent_api.orders.revision_launch): revision id 100 + number, served as gemma-rN."""
+    path = model or gemma_model_path()
+    config = {
+        "engine": "llama.cpp",
+        "engine_version": "",
+        "model": path,
+        "served_name": f"gemma-r{number}",
+        "port": port,
+        "knobs": {"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
+        "env": {},
+        "api_key": api_key,
+    }
+    return {
+        "id": 100 + number,
+        "number": number,
+        "label": f"r{number}",
+        "engine": "llama.cpp",
+        "engine_version": "",
+        "config": config,
+        "model": {"gguf_file": path, "mmproj_file": "", "repo_id": "", "weights_bytes": None},
+        "installs": {},
+        "error": "",
+    }

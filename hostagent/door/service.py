@@ -1,0 +1,297 @@
+"""The front door in the agent's process: its own thread and event loop, started before the
+agent's Celery worker and stopped after it; and a thread that keeps its tables in step with the
+panel (GET serving every CONTROLPANEL_AGENT_SERVING_S, at once after an operation ends) and
+reports its state and usage totals (POST serving/report, through the outbox when the panel is away).
+
+    service = start_front_door(ctx, gpus=True)   # None when CONTROLPANEL_FRONT_DOOR_BIND=off
+    ...
+    service.close()                               # stop listening, finish answers, stop on-demand engines
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.conf import settings
+
+from hostagent.context import AgentContext
+from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable
+from hostagent.frontdoor.settings import BIND_ENV
+from hostagent.frontdoor.table import TableError
+from hostagent.local import state_dir
+from hostagent.panel import CredentialRefused, PanelAway, PanelError
+
+from .loader import AgentLoader
+from .memory import engine_memory, host_free_memory_async
+from .tables import ServingSet, ServingStore, serving_set
+
+__all__ = ["FrontDoorService", "door_settings", "start_front_door"]
+
+log = logging.getLogger("controlpanel.agent")
+T = TypeVar("T")
+OFF = "off"
+
+
+def door_settings(environ: Mapping[str, str] | None = None) -> FrontDoorSettings | None:
+    """The door's settings from the host's environment; None when CONTROLPANEL_FRONT_DOOR_BIND
+    is `off`. Raises SettingsError naming a bad variable."""
+    environ = os.environ if environ is None else environ
+    if (environ.get(BIND_ENV) or "").strip().lower() == OFF:
+        return None
+    return FrontDoorSettings.from_env(environ)
+
+
+class FrontDoorService:
+    def __init__(
+        self,
+        ctx: AgentContext,
+        door_settings: FrontDoorSettings,
+        *,
+        gpus: bool,
+        state: Path,
+        interval: float,
+        ready_timeout: float = 900.0,
+    ) -> None:
+        self.ctx = ctx
+        self.settings = door_settings
+        self.gpus = gpus
+        self.interval = interval
+        self.store = ServingStore(state)
+        self.loader = AgentLoader(ctx.supervisor, state / "ondemand", gpus=gpus, ready_timeout=ready_timeout)
+        self.version: str | None = None
+        self.loop = asyncio.new_event_loop()
+        self.door: FrontDoor | None = None
+        self.started_s: float | None = None  # seconds from start() to listening
+        self._thread = threading.Thread(target=self.loop.run_forever, name="front-door", daemon=True)
+        self._sync: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._said: dict[str, str] = {}  # per step, the problem last logged
+
+    # -- life ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen (raises OSError when the bind address is taken), serve the last table kept on
+        disk at once, then follow the panel from a thread of its own."""
+        t0 = time.monotonic()
+        self.loader.stop_leftovers()
+        kept = self._kept()
+        self._thread.start()
+
+        async def begin() -> FrontDoor:
+            table, keys = (kept.table, kept.keys) if kept else (RoutingTable(), KeyTable())
+            if kept:
+                self.loader.update(kept.served)
+            door = FrontDoor(
+                table, self.loader, lambda: host_free_memory_async(gpus=self.gpus), self.settings, keys=keys
+            )
+            door.ledger.restore(self.store.usage())
+            if kept and kept.limits:
+                door.update_limits(**kept.limits)
+            await door.start()
+            return door
+
+        try:
+            self.door = self.call(begin)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self.version = kept.version if kept else None
+        self.started_s = time.monotonic() - t0
+        log.info(
+            "front door listening on %s (%d model(s) from the kept table, %.2f s)",
+            self.bind,
+            len(kept.table.models) if kept else 0,
+            self.started_s,
+        )
+        self.ctx.door = self  # a switch asks it to give its revision's engine up first
+        self._sync = threading.Thread(target=self._follow, name="front-door-sync", daemon=True)
+        self._sync.start()
+
+    @property
+    def bind(self) -> str:
+        """HOST:PORT it listens on (the port bound, when the settings asked for any)."""
+        port = self.door.port if self.door is not None else self.settings.port
+        return dataclasses.replace(self.settings, port=port).bind
+
+    def close(self, timeout: float = 90.0) -> None:
+        """Stop following the panel, stop listening (answers in flight finish), stop the
+        on-demand engines this door started; a last report says what it served."""
+        self._closing.set()
+        if self.ctx.door is self:
+            self.ctx.door = None
+        self.ctx.serving_poke.set()
+        if self._sync is not None:
+            self._sync.join(timeout=10)
+        if self.door is not None:
+            try:
+                self.report()
+            except Exception:  # noqa: BLE001 - the last report is a courtesy; stopping goes on
+                log.exception("front door: the last report failed")
+            door = self.door
+
+            async def end() -> None:
+                try:
+                    await door.stop()
+                finally:
+                    await self.loader.close()
+
+            try:
+                asyncio.run_coroutine_threadsafe(end(), self.loop).result(timeout)
+            except Exception:  # noqa: BLE001 - stopping goes on whatever happened
+                log.exception("front door did not stop cleanly")
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    def call(self, fn: Callable[[], Any], timeout: float = 30.0) -> Any:
+        """Run `fn` on the door's event loop (a coroutine function is awaited there)."""
+
+        async def run() -> Any:
+            result = fn()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
+
+    # -- a switch of the host's supervisor ------------------------------------------------------------
+
+    def hand_over(self, revision_id: str) -> None:
+        """A switch to `revision_id` begins: drain and stop the door's own engine of it (it holds
+        the port the switch starts it on) and start none until handed_over()."""
+        self.loader.claimed.add(revision_id)
+        name, door = self.loader.started(revision_id), self.door
+        if name is None or door is None:
+            return
+        log.info("front door: handing %s over to the switch", name)
+        wait = door.settings.drain_timeout_s + 60.0
+        if not self.call(lambda: door.scheduler.give_up(name), timeout=wait):
+            log.warning("front door: %s still answers requests after draining; the switch's port check decides", name)
+
+    def handed_over(self, revision_id: str) -> None:
+        self.loader.claimed.discard(revision_id)
+
+    # -- the panel's serving set --------------------------------------------------------------------
+
+    def _set(self, answer: Mapping[str, Any]) -> ServingSet:
+        record = self.ctx.supervisor.state.read_engine()
+        return serving_set(
+            answer,
+            bind_host=settings.ENGINE_BIND_HOST,
+            active_revision=record.revision_id if record is not None else None,
+        )
+
+    def _kept(self) -> ServingSet | None:
+        answer = self.store.answer()
+        if answer is None:
+            return None
+        try:
+            return self._set(answer)
+        except TableError as exc:
+            log.warning("front door: the kept serving table is refused (%s); waiting for the panel", exc)
+            return None
+
+    def apply(self, answer: Mapping[str, Any]) -> ServingSet:
+        """Serve `answer` from the next request on (raises TableError, nothing changed)."""
+        new = self._set(answer)
+        for served in new.served.values():
+            self.ctx.remember(served.launch if served.pinned else None)
+        door = self.door
+        assert door is not None
+
+        def swap() -> None:
+            self.loader.update(new.served)
+            door.update_table(new.table)
+            door.update_keys(new.keys)
+            if new.limits:
+                door.update_limits(**new.limits)
+
+        self.call(swap)
+        self.store.save_answer(answer)
+        self.version = new.version
+        log.info(
+            "front door: serving set %s, %d model(s), %d key(s)", new.version, len(new.table.models), len(new.keys.keys)
+        )
+        return new
+
+    def poll(self) -> bool:
+        """Ask the panel once; True when the table changed."""
+        answer = self.ctx.panel.serving(self.version)
+        if answer is None:
+            return False
+        self.apply(answer)
+        return True
+
+    def report(self) -> None:
+        door = self.door
+        if door is None:
+            return
+        state, usage, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
+        measured = engine_memory(self.loader.engines(loaded), gpus=self.gpus)
+        for row in state:
+            if row["name"] in measured:
+                row["measured"] = measured[row["name"]]
+        self.store.save_usage(usage)
+        body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage}
+        self.ctx.panel.serving_report(body)
+
+    def reap(self) -> None:
+        """A loaded model whose engine is gone (died, or the pinned one stopped) is unloaded in the
+        door, so the next request loads it again, or says why not, instead of failing on a dead port."""
+        door = self.door
+        if door is None:
+            return
+        for name in self.loader.exited(self.call(door.scheduler.loaded)):
+            log.warning("front door: the engine of %s is gone; the next request for it loads it again", name)
+
+            async def unload(name: str = name) -> bool:
+                return await door.scheduler.give_up(name, "exited")
+
+            self.call(unload, timeout=door.settings.drain_timeout_s + 60)
+
+    def _follow(self) -> None:
+        while not self._closing.is_set():
+            for step in (self.poll, self.reap, self.report):
+                try:
+                    step()
+                    self._said.pop(step.__name__, None)
+                except (PanelAway, PanelError, CredentialRefused, TableError) as exc:
+                    self._quietly(step.__name__, f"front door: {step.__name__}: {exc}")
+                except Exception:  # noqa: BLE001 - the door keeps serving whatever the panel says
+                    log.exception("front door: %s failed", step.__name__)
+            self.ctx.serving_poke.wait(self.interval)
+            self.ctx.serving_poke.clear()
+
+    def _quietly(self, step: str, message: str) -> None:
+        """Log a problem once while it lasts (the loop asks every few seconds)."""
+        if message != self._said.get(step):
+            log.warning("%s (keeping the current table)", message)
+            self._said[step] = message
+
+
+def start_front_door(ctx: AgentContext, *, door: FrontDoorSettings | None, gpus: bool) -> FrontDoorService | None:
+    """Start the door when `door` (door_settings()) is set; None when it is off."""
+    if door is None:
+        log.info("front door off (%s=off)", BIND_ENV)
+        return None
+    service = FrontDoorService(
+        ctx,
+        door,
+        gpus=gpus,
+        state=state_dir(ctx.host),
+        interval=settings.AGENT_SERVING_S,
+        ready_timeout=settings.ENGINE_READY_TIMEOUT_S,
+    )
+    service.start()
+    return service

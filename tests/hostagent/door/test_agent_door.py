@@ -1,0 +1,282 @@
+"""The front door as the agent runs it, with real llama-servers (Gemma 3 270M): its table fed
+directly as the panel's serving answer, a real HttpPanel towards a panel that is away (reports go
+to the outbox), the host's own supervisor running the pinned revision, and the agent's loader
+starting on-demand revisions through the switch's path (launch, preflight, health gate) on ports
+of their own. One door and one pinned engine for the module; each test adds what it needs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from hostagent.context import AgentContext
+from hostagent.door.memory import host_free_memory
+from hostagent.door.service import FrontDoorService, door_settings
+from hostagent.frontdoor import FrontDoorSettings
+from hostagent.frontdoor.settings import SettingsError
+from hostagent.launch import launch_spec
+from hostagent.panel import HttpPanel
+from hostagent.runtime.supervisor import Supervisor
+from tests.support.llama import free_port, gemma_launch, gemma_model_path
+
+pytestmark = pytest.mark.engine
+
+ENGINE_KEY = "engine-key-door-Qx71-never-shown"
+MIB = 1 << 20
+PLANNED = 300 * MIB
+ASK = [{"role": "user", "content": "Say hello."}]
+
+
+def launch(number: int, *, ctx: int, port: int, model: str | None = None) -> dict[str, Any]:
+    return gemma_launch(number, ctx=ctx, port=port, model=model, api_key=ENGINE_KEY)
+
+
+def model(name: str, spec: dict[str, Any], mode: str, *aliases: str, memory: int = PLANNED) -> dict[str, Any]:
+    return {
+        "name": name,
+        "aliases": list(aliases),
+        "upstream": "http://127.0.0.1:9",  # the agent says where its engines listen
+        "upstream_model": spec["config"]["served_name"],
+        "mode": mode,
+        "idle_ttl_s": None,
+        "memory": {"ram": memory},
+        "revision": spec["number"],
+        "launch": spec,
+    }
+
+
+class World:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.r1 = launch(1, ctx=1024, port=free_port())
+        self.r2 = launch(2, ctx=2048, port=free_port())
+        self.host_sup = Supervisor(state / "host")
+        away = free_port()  # nothing listens there: the panel is away
+        self.panel = HttpPanel(f"http://127.0.0.1:{away}", "cph_test", outbox_dir=state / "outbox", timeout=2)
+        self.ctx = AgentContext(host="door-host", panel=self.panel, supervisor=self.host_sup)
+        self.service = self.open()
+
+    def open(self) -> FrontDoorService:
+        settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=120, drain_timeout_s=60, memory_settle_s=2)
+        service = FrontDoorService(self.ctx, settings, gpus=False, state=self.state, interval=0.3, ready_timeout=120)
+        service.start()
+        return service
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.service.bind}"
+
+    def client(self) -> OpenAI:
+        return OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0, timeout=120)
+
+    def answer(self, *models: dict[str, Any], version: str) -> dict[str, Any]:
+        door = {"max_waiting": 32, "max_wait_s": 120, "drain_timeout_s": 60}
+        return {"version": version, "door": door, "models": list(models), "keys": {"keys": []}}
+
+    def pinned(self) -> dict[str, Any]:
+        return model("gemma-r1", self.r1, "pinned", "coder")
+
+    def both(self, version: str) -> dict[str, Any]:
+        """r1 pinned (`coder`), r2 on demand (`fast`)."""
+        return self.answer(self.pinned(), model("gemma-r2", self.r2, "on-demand", "fast"), version=version)
+
+    def state_of(self) -> dict[str, dict[str, Any]]:
+        return {row["name"]: row for row in httpx.get(f"{self.url}/frontdoor/state", timeout=10).json()["models"]}
+
+    def ondemand(self, number: int) -> Supervisor:
+        return Supervisor(self.state / "ondemand" / f"r{100 + number}")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    state = tmp_path_factory.mktemp("door-state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CONTROLPANEL_MODEL_DIRS", f"{Path(gemma_model_path()).parent}:{state}")
+        w = World(state)
+        try:
+            w.host_sup.start(launch_spec(w.r1), revision_label="r1", revision_id="101", verify=False)
+            w.service.apply(w.answer(model("gemma-r1", w.r1, "pinned", "coder"), version="v1"))
+            yield w
+        finally:
+            w.service.close()
+            w.host_sup.stop(grace=5)
+
+
+def test_the_pinned_revision_answers_through_the_door_from_the_hosts_own_engine(world: World) -> None:
+    answer = world.client().chat.completions.create(model="coder", messages=ASK, max_tokens=3)
+    assert answer.model == "gemma-r1" and answer.choices[0].message.content
+    assert world.service.loader.running() == set()  # no second copy of r1
+    assert not (world.state / "ondemand" / "r101").exists()
+    listed = {m.id for m in world.client().models.list().data}
+    assert listed == {"gemma-r1", "coder"}
+
+
+def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_own(world: World) -> None:
+    world.service.apply(world.both("v2"))
+    assert world.state_of()["gemma-r2"]["phase"] == "unloaded"
+    t0 = time.monotonic()
+    stream = world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=4, stream=True)
+    chunks = list(stream)
+    first_token_s = time.monotonic() - t0
+    assert chunks[-1].choices[0].finish_reason is not None and chunks[0].model == "gemma-r2"
+    status = world.ondemand(2).status()
+    assert status.running and status.revision_label == "r2" and status.port == world.r2["config"]["port"]
+    log = Path(status.log_path or "").read_text()
+    assert "panel: starting llama.cpp revision r2" in log and ENGINE_KEY not in log
+    assert world.service.loader.running() == {"gemma-r2"}
+    state = world.state_of()["gemma-r2"]
+    assert state["phase"] == "loaded" and state["last_load_s"] > 0
+    print(f"on-demand load through the agent: {state['last_load_s']:.2f} s, first token {first_token_s:.2f} s")
+
+
+def test_an_alias_moves_and_a_removed_model_drains_while_another_streams(world: World) -> None:
+    assert world.ondemand(2).status().running
+    tokens: list[str] = []
+    failures: list[BaseException] = []
+
+    def long_stream() -> None:
+        try:
+            stream = world.client().chat.completions.create(
+                model="gemma-r2", messages=[{"role": "user", "content": "Count to fifty."}], max_tokens=60, stream=True
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    tokens.append(chunk.choices[0].delta.content)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            failures.append(exc)
+
+    streaming = threading.Thread(target=long_stream)
+    streaming.start()
+    deadline = time.monotonic() + 60
+    while not tokens and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # `fast` moves to r1 and r2 leaves the table while r2 is still streaming.
+    world.service.apply(world.answer(model("gemma-r1", world.r1, "pinned", "coder", "fast"), version="v3"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r1"
+    streaming.join(120)
+    assert failures == [] and len(tokens) > 10  # the stream was not cut
+    deadline = time.monotonic() + 30
+    while world.ondemand(2).status().running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not world.ondemand(2).status().running  # unloaded once its last request was answered
+    assert world.service.loader.running() == set()
+
+
+def test_a_failed_load_answers_clearly_and_leaves_the_loaded_set(world: World) -> None:
+    missing = launch(3, ctx=1024, port=free_port(), model=str(world.state / "gone.gguf"))
+    world.service.apply(
+        world.answer(
+            model("gemma-r1", world.r1, "pinned", "coder"), model("broken", missing, "on-demand"), version="v4"
+        )
+    )
+    before = {name for name, row in world.state_of().items() if row["phase"] == "loaded"}
+    body = {"model": "broken", "messages": ASK, "max_tokens": 2}
+    answer = httpx.post(f"{world.url}/v1/chat/completions", json=body, timeout=60)
+    error = answer.json()["error"]
+    assert answer.status_code == 503 and error["code"] == "model_load_failed"
+    assert "r3 was refused before it started" in error["message"] and "gone.gguf is not there" in error["message"]
+    assert ENGINE_KEY not in answer.text
+    assert {name for name, row in world.state_of().items() if row["phase"] == "loaded"} == before
+    assert not world.ondemand(3).status().running
+
+
+def test_room_is_the_hosts_real_free_memory_in_bytes(world: World) -> None:
+    free = host_free_memory(gpus=False)["ram"]
+    big = launch(4, ctx=1024, port=free_port())
+    too_big = model("huge", big, "on-demand", memory=free + (64 << 30))
+    world.service.apply(world.answer(world.pinned(), too_big, version="v5"))
+    body = {"model": "huge", "messages": ASK, "max_tokens": 2}
+    answer = httpx.post(f"{world.url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "no_room"
+    assert "ram: needs" in answer.json()["error"]["message"]
+    assert not world.ondemand(4).status().running  # nothing was started, nothing unloaded
+    assert world.state_of()["gemma-r1"]["phase"] == "loaded"
+
+
+def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: World) -> None:
+    world.service.apply(world.both("v6"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    pid = world.ondemand(2).status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # an OOM kill, say
+    deadline = time.monotonic() + 30
+    while world.state_of()["gemma-r2"]["phase"] != "unloaded":
+        assert time.monotonic() < deadline, world.state_of()
+        time.sleep(0.1)
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.ondemand(2).status().pid != pid
+
+
+def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(world: World) -> None:
+    world.service.apply(world.both("v6"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    world.service.report()
+    kept = [json.loads(p.read_text()) for p in world.panel.outbox.entries() if p.name.endswith("-serving.json")]
+    assert len(kept) == 1  # running totals: only the newest report waits
+    report = kept[0]
+    assert report["path"] == "serving/report" and report["body"]["version"] == "v6"
+    assert report["body"]["bind"] == world.service.bind
+    served = {row["model"]: row["requests"] for row in report["body"]["usage"]}
+    assert served["gemma-r1"] >= 2 and served["gemma-r2"] >= 3
+    rows = {row["name"]: row for row in report["body"]["state"]}
+    assert set(rows) == {"gemma-r1", "gemma-r2"}
+    assert rows["gemma-r1"]["measured"]["ram"] > 50 * MIB  # what its engine's processes hold
+    private = world.state / "private" / "serving.json"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert world.ondemand(2).status().running
+
+    world.service.close()  # the agent stops: on-demand engines stop with it, the pinned one keeps serving
+    assert not world.ondemand(2).status().running and world.host_sup.status().running
+    world.service = world.open()  # ...and starts again while the panel is away
+    assert world.service.version == "v6"
+    answer = world.client().chat.completions.create(model="coder", messages=ASK, max_tokens=2)
+    assert answer.model == "gemma-r1"
+    door = world.service.door
+    assert door is not None
+    usage = {row["model"]: row["requests"] for row in world.service.call(door.usage)}
+    assert usage["gemma-r1"] == served["gemma-r1"] + 1  # totals go on from where they were
+
+
+def test_a_switch_to_a_revision_the_door_loaded_on_demand_takes_its_engine_over(world: World) -> None:
+    world.service.apply(world.both("v7"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.ondemand(2).status().running  # the door's own engine of r2, on r2's port
+    with world.ctx.switching("102"):  # what hostagent.operations.switch does around a switch to r2
+        assert not world.ondemand(2).status().running  # drained and stopped: the port is free
+        world.host_sup.start(launch_spec(world.r2), revision_label="r2", revision_id="102", verify=False)
+    # The panel's next answer: r2 is the active revision, first and pinned.
+    world.service.apply(world.answer(model("gemma-r2", world.r2, "pinned", "fast"), version="v8"))
+    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    assert world.service.loader.running() == set() and world.host_sup.status().revision_label == "r2"
+
+
+def test_a_stopped_pinned_engine_is_said_so_to_clients(world: World) -> None:
+    assert world.host_sup.status().revision_label == "r2"  # the previous test switched the host to r2
+    world.host_sup.stop(grace=5)  # what the operator's Stop does
+    deadline = time.monotonic() + 30
+    while world.state_of()["gemma-r2"]["phase"] == "loaded":
+        assert time.monotonic() < deadline, world.state_of()
+        time.sleep(0.1)
+    answer = httpx.post(f"{world.url}/v1/chat/completions", json={"model": "fast", "messages": ASK}, timeout=60)
+    error = answer.json()["error"]
+    assert answer.status_code == 503 and error["code"] == "model_load_failed"
+    assert "pinned revision r2" in error["message"] and "runs nothing now" in error["message"]
+
+
+def test_the_bind_setting_turns_the_door_off_or_stops_a_bad_value() -> None:
+    assert door_settings({"CONTROLPANEL_FRONT_DOOR_BIND": "off"}) is None
+    on = door_settings({})
+    assert on is not None and on.bind == "127.0.0.1:4000"
+    with pytest.raises(SettingsError, match="CONTROLPANEL_FRONT_DOOR_BIND"):
+        door_settings({"CONTROLPANEL_FRONT_DOOR_BIND": "4000"})
