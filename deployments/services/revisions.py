@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import model_ref, revision_spec, spec_for_values
@@ -184,12 +184,10 @@ def revision_create(
         message=message.strip(),
         tag=tag.strip(),
     )
-    revision.full_clean()
-    revision.save()
-    audit_record(
+    audited_save(
+        revision,
         action="revision.create",
         summary=f"{host.name} r{revision.number}: {revision.message.splitlines()[0][:200]}",
-        obj=revision,
         host=host,
         data={
             "number": revision.number,
