@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.secrets_mask import MASK
-from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext
+from serving.engines.base import ContextInputs, EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext
 from serving.engines.registry import get_adapter
 
 __all__ = [
@@ -114,7 +114,7 @@ def served_context(spec: RevisionSpec, *, planned: int | None = None) -> ServedC
     """The context one request can use, as the engine reads the spec's knobs."""
     adapter = get_adapter(spec.engine)
     knobs = adapter.launch_knobs(spec.knobs, spec.model)
-    return adapter.served_context(knobs, native=spec.model.native_context, env=spec.env, planned=planned)
+    return adapter.served_context(ContextInputs(knobs, spec.model.native_context, spec.env, planned))
 
 
 def launch(spec: RevisionSpec, facts: HostFacts, *, api_key: str | None = None) -> LaunchSpec:

@@ -24,7 +24,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from deployments.choices import ModelFormat
 from deployments.models import ModelVariant
 
-from .imports import _save_variant, _text_arg, _unique_name
+from .imports import _save_variant, _text_arg, _unique_name, _variant_text
 
 # HubError.field -> the form field (and command option) it concerns.
 FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token": "token_secret"}
@@ -88,12 +88,12 @@ def model_variant_import_hub(
     from deployments.importers.hub import HubError, hub_read
 
     ensure_role(actor, OPERATOR)
-    repo_id = _text_arg(repo_id, field="repo_id", max_len=300)
+    repo_id = _variant_text(repo_id, "repo_id")
     revision = _text_arg(revision, field="revision", max_len=200)
     gguf_file = _text_arg(gguf_file, field="file", max_len=300)
-    family = _text_arg(family, field="family", max_len=100)
-    generation = _text_arg(generation, field="generation", max_len=100)
-    name = _text_arg(name, field="name", max_len=200)
+    family = _variant_text(family, "family")
+    generation = _variant_text(generation, "generation")
+    name = _variant_text(name, "name")
     if not repo_id:
         raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
     token = hub_token(token)

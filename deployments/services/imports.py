@@ -320,8 +320,13 @@ def _text_arg(value: str, *, field: str, max_len: int) -> str:
         raise ValidationError({field: str(exc)}) from exc
 
 
+def _variant_text(value: str, field: str) -> str:
+    """A text argument for the ModelVariant field of that name, bounded by the field's own length."""
+    return _text_arg(value, field=field, max_len=ModelVariant._meta.get_field(field).max_length)
+
+
 def _unique_name(name: str) -> str:
-    name = _text_arg(name, field="name", max_len=200)
+    name = _variant_text(name, "name")
     if not name:
         raise ValidationError({"name": "Give the model a name."})
     if ModelVariant.objects.filter(name=name).exists():
@@ -385,12 +390,12 @@ def model_variant_import_hf_config(
 
     ensure_role(actor, OPERATOR)
     name = _unique_name(name)
-    repo_id = _text_arg(repo_id, field="repo_id", max_len=300)
-    family = _text_arg(family, field="family", max_len=100)
-    generation = _text_arg(generation, field="generation", max_len=100)
-    quantization = _text_arg(quantization, field="quantization", max_len=60)
-    tool_call_parser = _text_arg(tool_call_parser, field="tool_call_parser", max_len=60)
-    reasoning_parser = _text_arg(reasoning_parser, field="reasoning_parser", max_len=60)
+    repo_id = _variant_text(repo_id, "repo_id")
+    family = _variant_text(family, "family")
+    generation = _variant_text(generation, "generation")
+    quantization = _variant_text(quantization, "quantization")
+    tool_call_parser = _variant_text(tool_call_parser, "tool_call_parser")
+    reasoning_parser = _variant_text(reasoning_parser, "reasoning_parser")
     if weights_bytes is not None and (
         isinstance(weights_bytes, bool)
         or not isinstance(weights_bytes, int)
@@ -476,8 +481,8 @@ def model_variant_import_gguf(
 
     ensure_role(actor, OPERATOR)
     text = _text_arg(path, field="path", max_len=500)
-    family = _text_arg(family, field="family", max_len=100)
-    generation = _text_arg(generation, field="generation", max_len=100)
+    family = _variant_text(family, "family")
+    generation = _variant_text(generation, "generation")
     if not text:
         raise ValidationError({"path": "Give the path of a .gguf file."})
     file = Path(text)

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import model_ref, revision_spec, spec_for_values
@@ -19,7 +19,7 @@ from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
 from serving.engines.registry import get_adapter
-from serving.launch import HostFacts, derive, engine_config
+from serving.launch import HostFacts, RevisionSpec, derive, engine_config
 from serving.safety import UnsafeValueError, check_json_value
 
 
@@ -78,33 +78,14 @@ def _tag_free(host: Host, tag: str) -> None:
         )
 
 
-def revision_concerns(
-    *,
-    host: Host,
-    engine: str,
-    engine_version: str,
-    model: ModelVariant,
-    knobs: dict[str, Any],
-    env: dict[str, str],
-    served_name: str = "",
-    port: int = 8080,
-) -> list[Concern]:
+def revision_concerns(host: Host, spec: RevisionSpec) -> list[Concern]:
     """Validate a revision's engine settings and say what reaches beyond serving.
 
     Raises ValidationError when the adapter or the environment policy refuses something,
     or when a path lies outside the host's model folders. Returns every concern (paths,
     code, admin-only variables), so callers can require an admin and show them."""
     try:
-        spec = spec_for_values(
-            engine=engine,
-            engine_version=engine_version,
-            model=model,
-            knobs=knobs,
-            env=env,
-            served_name=served_name,
-            port=port,
-        )
-        concerns = get_adapter(engine).concerns(engine_config(spec, HostFacts()))
+        concerns = get_adapter(spec.engine).concerns(engine_config(spec, HostFacts()))
         check_paths_under(concerns, host.model_dirs or [], host=host.name)
     except EngineConfigError as exc:
         raise ValidationError({_field(exc.field): str(exc)}) from exc
@@ -162,8 +143,7 @@ def revision_create(
     ):
         if secret_name and not host.secrets.filter(name=secret_name).exists():
             raise ValidationError({secret_field: f"Host {host.name} has no secret named {secret_name!r}."})
-    concerns = revision_concerns(
-        host=host,
+    spec = spec_for_values(
         engine=engine,
         engine_version=engine_version,
         model=model_variant,
@@ -172,6 +152,7 @@ def revision_create(
         served_name=served_name,
         port=port,
     )
+    concerns = revision_concerns(host, spec)
     needs_admin = gated(concerns)
     if needs_admin and actor is not None and not has_role(actor, ADMIN):
         first = needs_admin[0]
@@ -203,12 +184,10 @@ def revision_create(
         message=message.strip(),
         tag=tag.strip(),
     )
-    revision.full_clean()
-    revision.save()
-    audit_record(
+    audited_save(
+        revision,
         action="revision.create",
         summary=f"{host.name} r{revision.number}: {revision.message.splitlines()[0][:200]}",
-        obj=revision,
         host=host,
         data={
             "number": revision.number,

@@ -153,7 +153,6 @@ PROFILES: dict[str, BenchmarkProfile] = {
         ),
         BenchmarkProfile(
             name="single-stream",
-            concurrency=(1,),
             num_requests=5,
             input_tokens=256,
             output_tokens=256,
@@ -169,7 +168,6 @@ PROFILES: dict[str, BenchmarkProfile] = {
         ),
         BenchmarkProfile(
             name="long-context",
-            concurrency=(1,),
             num_requests=2,
             output_tokens=16,
             context_fraction=0.9,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from serving.diffing.view import RevisionView
-from serving.engines.base import EngineConfigError, ServedContext
+from serving.engines.base import ContextInputs, EngineConfigError, ServedContext
 from serving.engines.knobs import whole_tokens
 from serving.engines.registry import get_adapter
 
@@ -36,7 +36,7 @@ def served_context(
         return (
             ServedContext(native, native, "model's native context") if native else ServedContext(None, None, "unknown")
         )
-    return adapter.served_context(knobs, native=native, env=env or {}, planned=planned)
+    return adapter.served_context(ContextInputs(knobs, native, env or {}, planned))
 
 
 def revision_context(view: RevisionView) -> ServedContext:

@@ -112,6 +112,17 @@ class ServedContext:
 
 
 @dataclass(frozen=True)
+class ContextInputs:
+    """What an engine's served context is read from: the knobs as the engine is given them, the
+    model's native context, the server's environment and the planner's figure (`planned`)."""
+
+    knobs: Mapping[str, Any]
+    native: int | None = None
+    env: Mapping[str, Any] = field(default_factory=dict)
+    planned: int | None = None
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
 
@@ -212,14 +223,7 @@ class EngineAdapter(Protocol):
         """The context knob's value read as the engine reads it (None: chosen at start);
         EngineConfigError with the engine's own reason when it refuses the value."""
 
-    def served_context(
-        self,
-        knobs: Mapping[str, Any],
-        *,
-        native: int | None,
-        env: Mapping[str, Any] | None = None,
-        planned: int | None = None,
-    ) -> ServedContext:
+    def served_context(self, asked: ContextInputs) -> ServedContext:
         """The context the engine serves with these knobs (`planned`: the planner's figure)."""
 
     def validate(self, config: EngineConfig) -> None:

@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext, shown_value
+from serving.engines.base import (
+    ContextInputs,
+    EngineConfig,
+    EngineConfigError,
+    LaunchSpec,
+    ModelRef,
+    ServedContext,
+    shown_value,
+)
 from serving.engines.envpolicy import classify_env
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.safety import UnsafeValueError, check_json_value
@@ -405,16 +413,11 @@ class CheckedAdapter:
             return None
         return whole_tokens(normalise_knob(spec, value))
 
-    def served_context(
-        self,
-        knobs: Mapping[str, Any],
-        *,
-        native: int | None,
-        env: Mapping[str, Any] | None = None,
-        planned: int | None = None,
-    ) -> ServedContext:
+    def served_context(self, asked: ContextInputs) -> ServedContext:
         """What context the engine serves with these knobs. `planned` = the planner's figure."""
-        return sized_context(knobs, self.context_knob, self.context_tokens, native=native, planned=planned)
+        return sized_context(
+            asked.knobs, self.context_knob, self.context_tokens, native=asked.native, planned=asked.planned
+        )
 
     def validate(self, config: EngineConfig) -> None:
         self._checked(config)

@@ -17,6 +17,7 @@ from typing import Any
 
 from serving.engines.adapter import Adapter
 from serving.engines.base import (
+    ContextInputs,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
@@ -266,19 +267,13 @@ class LlamaCppAdapter(Adapter):
             out["mmproj"] = model.mmproj_file
         return out
 
-    def served_context(
-        self,
-        knobs: Mapping[str, Any],
-        *,
-        native: int | None,
-        env: Mapping[str, Any] | None = None,
-        planned: int | None = None,
-    ) -> ServedContext:
+    def served_context(self, asked: ContextInputs) -> ServedContext:
         """`--ctx-size` is the *whole* KV cache. Without a unified KV cache it is split evenly
         between `--parallel` slots, so one request can use only ctx_size / parallel
         (src/llama-context.cpp: n_ctx_seq = n_ctx / n_seq_max, n_ctx padded to 256). The KV is
         unified when asked (`--kv-unified`) or when parallel is left on auto. 0 = the model's
         trained context; unset = whatever the build and `-fit` choose, so unknown."""
+        knobs, native, planned = asked.knobs, asked.native, asked.planned
         raw = whole_tokens(knobs.get("ctx_size"))
         if raw is None:
             if planned:

@@ -14,6 +14,7 @@ from typing import Any
 
 from serving.engines.adapter import Adapter
 from serving.engines.base import (
+    ContextInputs,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
@@ -112,18 +113,11 @@ class OllamaAdapter(Adapter):
         """An Ollama tag: the catalog name of an Ollama model, else its repository."""
         return model.name if model.format == "ollama" else (model.repo_id or model.name)
 
-    def served_context(
-        self,
-        knobs: Mapping[str, Any],
-        *,
-        native: int | None,
-        env: Mapping[str, Any] | None = None,
-        planned: int | None = None,
-    ) -> ServedContext:
+    def served_context(self, asked: ContextInputs) -> ServedContext:
         """The knob, else OLLAMA_CONTEXT_LENGTH in env (unset: chosen from VRAM, 4k/32k/256k, so
         unknown); every parallel request gets the full length."""
         value = None
-        for raw in (knobs.get("context_length"), (env or {}).get("OLLAMA_CONTEXT_LENGTH")):
+        for raw in (asked.knobs.get("context_length"), asked.env.get("OLLAMA_CONTEXT_LENGTH")):
             if raw not in (None, "") and value is None:
                 try:
                     value = _context_length(raw)
@@ -131,8 +125,8 @@ class OllamaAdapter(Adapter):
                     value = None
         if value:
             return ServedContext(value, value, "OLLAMA_CONTEXT_LENGTH")
-        if planned:
-            return ServedContext(planned, planned, "planner")
+        if asked.planned:
+            return ServedContext(asked.planned, asked.planned, "planner")
         return ServedContext(None, None, "OLLAMA_CONTEXT_LENGTH unset: Ollama picks it from VRAM")
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:

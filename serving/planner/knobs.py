@@ -329,6 +329,14 @@ def _ollama_kv(out: dict[str, Any], name: str, value: Any) -> None:
 
 
 _COMMON_IGNORED = ("host", "port", "served_model_name", "api_key", "model", "seed", "trust_remote_code")
+# SGLang's knobs the planner reads no memory from.
+_SGLANG_IGNORED = (
+    "disable_radix_cache",
+    "enable_metrics",
+    "max_total_tokens",
+    "speculative_num_draft_tokens",
+    "speculative_eagle_topk",
+)
 
 VLLM_KNOBS: dict[str, Apply] = {
     "tensor_parallel_size": _set("tp", _pos),
@@ -382,12 +390,7 @@ SGLANG_KNOBS: dict[str, Apply] = {
     "reasoning_parser": _set("reasoning_parser", _text),
     "tool_call_parser": _set("tool_parser", _text),
     "attention_backend": _set("attention_backend", _text),
-    "disable_radix_cache": _ignore,
-    "enable_metrics": _ignore,
-    "max_total_tokens": _ignore,
-    "speculative_num_draft_tokens": _ignore,
-    "speculative_eagle_topk": _ignore,
-    **dict.fromkeys(_COMMON_IGNORED, _ignore),
+    **dict.fromkeys(_COMMON_IGNORED + _SGLANG_IGNORED, _ignore),
 }
 
 LLAMA_KNOBS: dict[str, Apply] = {
