@@ -191,8 +191,10 @@ def revision_export(revision: DeploymentRevision, target: str) -> TargetExport:
     """The file `target` runs for `revision` (module docstring), or NotExportable."""
     if target in CLIENT_TARGETS:
         _title, build = CLIENT_EXPORTS[target]
-        made = build(revision_export_target(revision))
-        return TargetExport(target, made.filename, made.content)
+        client = revision_export_target(revision)
+        made = build(client)
+        where = "through" if client.via_door else "at the engine itself:"
+        return TargetExport(target, made.filename, made.content, (f"{where} {client.route}",))
     if target not in HOST_TARGETS:
         raise NotExportable(f"unknown export target {target!r} (one of {', '.join(TARGETS)})")
     problem = _model_reference_problem(revision)

@@ -76,7 +76,11 @@ def test_the_exports_name_the_front_door_and_the_alias_and_survive_a_switch(lab,
     assert 'api_key: "EMPTY"' in before["hermes"]  # no inference key yet: the door is open
     revision_mark_active(revision=lab[2], actor=operator)  # the switch moves `coder` to r2
     assert _exports(lab[2]) == before
-    assert "8001" in revision_export(lab[1], "opencode").content  # r1 left the door: at its engine
+    left = revision_export(lab[1], "opencode")  # r1 left the door: at its engine, saying why
+    assert "8001" in left.content and "does not serve r1" in left.notes[0]
+    assert revision_export(lab[2], "opencode").notes == (
+        "through lab's front door as the alias coder: a switch moves it",
+    )
 
 
 def test_with_inference_keys_the_configs_read_the_users_key_never_the_engines(lab, admin_user):
