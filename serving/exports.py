@@ -20,9 +20,9 @@ No secret can appear: a view only names secrets, and the key is always a placeho
 (`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere) or
 `EMPTY` when the server takes none. Through the host's front door (`through_door`) the configs
 name the door and the revision's alias, and the key is the user's inference key
-(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. The context written into each config is the one the
-server really runs with (serving.diffing.context): for llama.cpp that is the per-slot
-context, ctx_size / parallel, because one request can never use more than its slot.
+(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. The context written into each
+config is the one the server really runs with (serving.diffing.context): for llama.cpp that is
+the per-slot context, ctx_size / parallel, because one request can never use more than its slot.
 """
 
 from __future__ import annotations
