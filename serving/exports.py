@@ -18,16 +18,18 @@ Each config writes what the client would otherwise take from its own defaults:
 
 No secret can appear: a view only names secrets, and the key is always a placeholder
 (`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere) or
-`EMPTY` when the server takes none. The context written into each config is the one the
-server really runs with (serving.diffing.context): for llama.cpp that is the per-slot
-context, ctx_size / parallel, because one request can never use more than its slot.
+`EMPTY` when the server takes none. Through the host's front door (`through_door`) the configs
+name the door and the revision's alias, and the key is the user's inference key
+(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. The context written into each
+config is the one the server really runs with (serving.diffing.context): for llama.cpp that is
+the per-slot context, ctx_size / parallel, because one request can never use more than its slot.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
@@ -37,6 +39,7 @@ from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 
 API_KEY_ENV = "LLM_API_KEY"
+DOOR_KEY_ENV = "CONTROLPANEL_KEY"  # the user's inference key for the front door (docs/front-door.md)
 NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 2, §4 i)
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
 HERMES_COMPRESSION_THRESHOLD = 0.75  # seed 2 §4 c: use the window before the lossy summary pass
@@ -77,14 +80,21 @@ class ClientTarget:
     sampling: dict[str, float] = field(default_factory=dict)  # the catalog's preset for this use
     sampling_preset: str = ""  # its name ("thinking", "non_thinking", ...)
     unreachable: str = ""  # why a client on another machine cannot reach base_url ("" = it can)
+    key_env: str = API_KEY_ENV  # the environment variable the configs read the key from
+    route: str = ""  # what base_url is (the front door and alias, or the engine and why), for the page
 
     @property
     def context_tokens(self) -> int | None:
         return self.context.per_sequence
 
     @property
+    def via_door(self) -> bool:
+        """The configs go through the host's front door (`through_door`)."""
+        return self.key_env == DOOR_KEY_ENV
+
+    @property
     def key_placeholder(self) -> str:
-        return f"${{{API_KEY_ENV}}}" if self.api_key_required else NO_KEY
+        return f"${{{self.key_env}}}" if self.api_key_required else NO_KEY
 
     def require_context(self, client: str) -> int:
         """The per-request context, or NotExportable: a client told nothing falls back to its
@@ -195,6 +205,22 @@ def client_target(
     )
 
 
+def through_door(
+    target: ClientTarget, *, base_url: str, model: str, api_key_required: bool, route: str
+) -> ClientTarget:
+    """`target` reached through the host's front door: its URL, the name the door answers for the
+    revision (an alias when it has one, so the config survives a switch), and the user's
+    inference key (`${CONTROLPANEL_KEY}`), never the engine's own key."""
+    return replace(
+        target,
+        served_name=model,
+        base_url=_clean_url(base_url),
+        api_key_required=api_key_required,
+        key_env=DOOR_KEY_ENV,
+        route=route,
+    )
+
+
 def _yaml_str(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
 
@@ -225,7 +251,7 @@ def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", pr
         model["modalities"] = {"input": ["text", "image"], "output": ["text"]}
     options: dict[str, str] = {"baseURL": target.base_url}
     if target.api_key_required:
-        options["apiKey"] = f"{{env:{API_KEY_ENV}}}"
+        options["apiKey"] = f"{{env:{target.key_env}}}"
     provider = {
         "npm": "@ai-sdk/openai-compatible",
         "name": provider_name or f"{target.served_name} ({engine_label(target.engine)})",
@@ -335,7 +361,7 @@ def aider_model_metadata(target: ClientTarget) -> Export:
 
 def aider_env(target: ClientTarget) -> Export:
     target.require_reachable("aider")
-    key = f'"${{{API_KEY_ENV}}}"' if target.api_key_required else NO_KEY
+    key = f'"${{{target.key_env}}}"' if target.api_key_required else NO_KEY
     lines = [
         "# Point aider at the server (or put openai-api-base / model in .aider.conf.yml).",
         f"export OPENAI_API_BASE={shlex.quote(target.base_url)}",
@@ -349,7 +375,7 @@ def aider_env(target: ClientTarget) -> Export:
 
 
 def curl_snippet(target: ClientTarget) -> Export:
-    auth = f' \\\n  -H "Authorization: Bearer ${{{API_KEY_ENV}}}"' if target.api_key_required else ""
+    auth = f' \\\n  -H "Authorization: Bearer ${{{target.key_env}}}"' if target.api_key_required else ""
     body = {
         "model": target.served_name,
         "messages": [{"role": "user", "content": "Say hello in one sentence."}],
@@ -368,7 +394,7 @@ def curl_snippet(target: ClientTarget) -> Export:
 
 
 def python_snippet(target: ClientTarget) -> Export:
-    key = f'os.environ["{API_KEY_ENV}"]' if target.api_key_required else repr(NO_KEY)
+    key = f'os.environ["{target.key_env}"]' if target.api_key_required else repr(NO_KEY)
     lines = [f"# {target.served_name} through the openai client. Context: {target.context_note}"]
     lines += ["import os", ""] if target.api_key_required else [""]
     lines += [

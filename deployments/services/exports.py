@@ -4,7 +4,9 @@ One entry point, `revision_export(revision, target)`, returns the file a target 
 is, or raises `NotExportable` with the reason. Targets:
 
 - clients (serving.exports): opencode, hermes, aider-settings, aider-metadata (and the
-  page's aider-env, curl, python);
+  page's aider-env, curl, python), through the host's front door and the revision's alias when
+  the door has reported and serves the revision (`door_route`), else at the engine itself, the
+  page saying why;
 - the host's own launch, as a person would run it: start-script and systemd, with the same
   argv and environment as the revision's launch and the executable the host has installed
   for the revision's engine version (Host.engine_installs; systemd finds no bare `vllm`);
@@ -16,12 +18,12 @@ Reads only. Secrets are never resolved: the API key appears masked where it goes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.core.exceptions import ValidationError
 
 from deployments.engine_installs import revision_binary
-from deployments.models import DeploymentRevision
+from deployments.models import DeploymentRevision, FrontDoor, InferenceKey, ModelAlias
 from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
@@ -37,13 +39,16 @@ from serving.exports import (
     base_url_for,
     client_exports,
     client_target,
+    through_door,
 )
 from serving.launch import HostFacts
 
 from .imports import revision_export_ansible
+from .serving_set import served_set
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
 HOST_TARGETS = ("start-script", "systemd", "ansible")
+DOOR_DEFAULT_PORT = 4000  # CONTROLPANEL_FRONT_DOOR_BIND's default, 127.0.0.1:4000 (docs/front-door.md)
 TARGETS = CLIENT_TARGETS + HOST_TARGETS
 
 
@@ -88,7 +93,8 @@ def unreachable_reason(host: Host) -> str:
 
 
 def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
-    """What the client configs say: the host's reachable address and the revision's port."""
+    """The revision's engine itself: the host's reachable address and the revision's port (the
+    playground's address; the exports' when the front door cannot carry them)."""
     return client_target(
         revision_view(revision),
         base_url=base_url_for(revision.host.address or "127.0.0.1", revision.port),
@@ -97,8 +103,76 @@ def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
     )
 
 
+@dataclass(frozen=True)
+class DoorRoute:
+    base_url: str  # the front door's /v1 ("" when the configs cannot go through it)
+    model: str  # the name the door answers for the revision: its alias, or its own name
+    why: str  # the route for the page: the door and the name, or why the configs name the engine
+
+
+def _door_port(bind: str) -> tuple[str, int]:
+    """The last report's bind ("0.0.0.0:4000", "[::]:4000") as (host, port); the door's default
+    port when it is not HOST:PORT. The panel reads no agent code (tests/test_layers.py)."""
+    host, _sep, port = bind.strip().rpartition(":")
+    if host and port.isdigit() and 0 < int(port) < 65536:
+        return host.strip("[]"), int(port)
+    return "", DOOR_DEFAULT_PORT
+
+
+def door_route(revision: DeploymentRevision) -> DoorRoute:
+    """Where client configs reach `revision` through its host's front door (docs/front-door.md,
+    Clients): the host's reachable address and the port of the door's last report, the model
+    named by the revision's alias (the first by name) so a switch that moves it breaks nothing."""
+    host = revision.host
+    direct = "these configs name the engine directly, and the next switch breaks them"
+    door = FrontDoor.objects.filter(host=host).first()
+    if door is None or door.reported_at is None:
+        return DoorRoute(
+            "", "", f"{host.name}'s front door has not reported (off, or its agent has none yet): {direct}"
+        )
+    served = {s.revision.pk: s.name for s in served_set(host)}
+    if revision.pk not in served:
+        return DoorRoute(
+            "", "", f"{host.name}'s front door does not serve r{revision.number} (not in its serving set): {direct}"
+        )
+    bind_host, port = _door_port(door.bind)
+    if bind_host in ("127.0.0.1", "localhost", "::1") and not runs_on_this_machine(host):
+        return DoorRoute(
+            "",
+            "",
+            f"{host.name}'s front door listens on {door.bind}, which other machines cannot reach "
+            f"(set CONTROLPANEL_FRONT_DOOR_BIND=0.0.0.0:{port} on {host.name}): {direct}",
+        )
+    alias = ModelAlias.objects.filter(host=host, revision=revision).order_by("name").first()
+    url = base_url_for(host.address or "127.0.0.1", port)
+    if alias is not None:
+        return DoorRoute(url, alias.name, f"{host.name}'s front door as the alias {alias.name}: a switch moves it")
+    return DoorRoute(
+        url,
+        served[revision.pk],
+        f"{host.name}'s front door as {served[revision.pk]}, r{revision.number}'s own name: "
+        "give it an alias (manage.py alias set) and the configs survive a switch",
+    )
+
+
+def revision_export_target(revision: DeploymentRevision) -> ClientTarget:
+    """What the client configs say: the front door and the alias when the door carries the
+    revision (`door_route`), else the engine itself with the reason in `route`."""
+    direct = revision_client_target(revision)
+    route = door_route(revision)
+    if not route.base_url:
+        return replace(direct, route=route.why)
+    return through_door(
+        direct,
+        base_url=route.base_url,
+        model=route.model,
+        api_key_required=InferenceKey.objects.filter(revoked_at__isnull=True).exists(),
+        route=route.why,
+    )
+
+
 def revision_client_exports(revision: DeploymentRevision) -> list[NamedExport]:
-    return client_exports(revision_client_target(revision))
+    return client_exports(revision_export_target(revision))
 
 
 def _model_reference_problem(revision: DeploymentRevision) -> str:
@@ -117,8 +191,10 @@ def revision_export(revision: DeploymentRevision, target: str) -> TargetExport:
     """The file `target` runs for `revision` (module docstring), or NotExportable."""
     if target in CLIENT_TARGETS:
         _title, build = CLIENT_EXPORTS[target]
-        made = build(revision_client_target(revision))
-        return TargetExport(target, made.filename, made.content)
+        client = revision_export_target(revision)
+        made = build(client)
+        where = "through" if client.via_door else "at the engine itself:"
+        return TargetExport(target, made.filename, made.content, (f"{where} {client.route}",))
     if target not in HOST_TARGETS:
         raise NotExportable(f"unknown export target {target!r} (one of {', '.join(TARGETS)})")
     problem = _model_reference_problem(revision)

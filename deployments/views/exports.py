@@ -16,7 +16,7 @@ from core.http import by_method, form_save
 from deployments import selectors
 from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
-from deployments.services.exports import revision_client_target, revision_export
+from deployments.services.exports import revision_export, revision_export_target
 from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
 from serving.exports import NotExportable, client_exports
@@ -30,10 +30,11 @@ def _revision_or_404(host: str, number: int) -> DeploymentRevision:
 
 
 def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]], Any]:
-    """The client configs (opencode, Hermes, Aider, curl, openai) with the served name and the
-    context the server really runs with; the API key is only ever a placeholder. One that
-    cannot tell its client the truth carries why instead of a file."""
-    target = revision_client_target(revision)
+    """The client configs (opencode, Hermes, Aider, curl, openai) through the host's front door
+    and the revision's alias (or at the engine, saying why), with the context the server really
+    runs with; the API key is only ever a placeholder. One that cannot tell its client the truth
+    carries why instead of a file."""
+    target = revision_export_target(revision)
     clients = [
         {
             "key": item.key,

@@ -30,10 +30,12 @@ from serving.exports import (
     client_target,
     hermes_config,
     opencode_config,
+    through_door,
 )
 from tests.support.client_tools import opencode_bin, tool_python
 
 BASE = "http://10.0.0.5:8001/v1"
+DOOR = "http://10.0.0.5:4000/v1"  # the host's front door (issue 27): configs name it and an alias
 SERVED = "Qwen3.8-27B-W4A16-AWQ"
 QWEN38 = RevisionView(
     number=4,
@@ -195,3 +197,49 @@ def test_aider_loads_our_settings_and_window(tmp_path, view, temperature, params
     assert seen["edit_format"] == "diff"
     assert seen["max_input_tokens"] == target.context_tokens
     assert seen["max_output_tokens"] == params["max_tokens"]
+
+
+# --- through the front door (issue 27) -----------------------------------------------------------
+
+
+def _door_target(key_required: bool = True):
+    direct = client_target(QWEN38, base_url=BASE, api_key_required=True)
+    return through_door(direct, base_url=DOOR, model="coder", api_key_required=key_required, route="door")
+
+
+def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_path):
+    """Hermes resolves the door, `coder` and the user's CONTROLPANEL_KEY (not the engine's
+    LLM_API_KEY); opencode loads the door and `selfhosted/coder`; aider finds `openai/coder`."""
+    target = _door_target()
+    hermes_home = tmp_path / "hermes"
+    hermes_home.mkdir()
+    (hermes_home / "config.yaml").write_text(hermes_config(target).content)
+    (hermes_home / ".env").write_text("CONTROLPANEL_KEY=cpk_user\nLLM_API_KEY=sk-engine\n")
+    env = _isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
+    seen = _run_python(tool_python("hermes-agent"), HERMES_PROBE, env, tmp_path)
+    assert seen["runtime"] == {"provider": "custom", "base_url": DOOR, "api_key": "cpk_user"}
+    assert seen["model"]["default"] == "coder"
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "opencode.json").write_text(opencode_config(target).content)
+    env = _isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1")
+    done = subprocess.run(  # noqa: S603 - the real opencode binary
+        [str(opencode_bin()), "debug", "config"],
+        cwd=project,
+        env={**env, "CONTROLPANEL_KEY": "cpk_user"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = json.loads(done.stdout)
+    assert config["model"] == "selfhosted/coder"
+    assert config["provider"]["selfhosted"]["options"] == {"baseURL": DOOR, "apiKey": "***"}  # opencode masks it
+
+    (tmp_path / ".aider.model.settings.yml").write_text(aider_model_settings(target).content)
+    (tmp_path / ".aider.model.metadata.json").write_text(aider_model_metadata(target).content)
+    env = _isolated_env(tmp_path, OPENAI_API_BASE=DOOR, OPENAI_API_KEY="cpk_user", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    seen = _run_python(tool_python("aider-chat"), AIDER_PROBE % "coder", env, tmp_path)
+    assert seen["max_input_tokens"] == target.context_tokens and seen["use_temperature"] == 1.0
