@@ -162,10 +162,11 @@ def _differences(role: dict[str, Any], ours: dict[str, Any]) -> dict[str, tuple[
 
 
 def test_the_role_runs_the_imported_seed_setup_exactly_as_we_do(catalog, operator, stand_in_venv, tmp_path):
-    """vLLM 0.12 (VLLM_ATTENTION_BACKEND still selects the backend): no difference at all."""
+    """vLLM 0.12 (VLLM_ATTENTION_BACKEND still selects the backend): no difference at all, on a
+    host whose agent binds engines where the role does (0.0.0.0, as the seed lab's agent reports)."""
     from tests.hardware.factories import HostFactory
 
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    host = HostFactory(name="lab", model_dirs=["/opt/vllm"], engine_state={"bind_host": "0.0.0.0"})
     revision = revision_import_ansible(
         host=host, text=GROUP_VARS, message="the lab", engine_version="0.12.0", actor=operator
     ).revision
@@ -184,7 +185,7 @@ def test_on_the_vllm_the_role_installs_only_the_ignored_attention_variable_diffe
 ):
     from tests.hardware.factories import HostFactory
 
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    host = HostFactory(name="lab", model_dirs=["/opt/vllm"], engine_state={"bind_host": "0.0.0.0"})
     result = revision_import_ansible(host=host, text=GROUP_VARS, message="the lab", actor=operator)
     revision = result.revision
     assert revision.engine_version == "0.33.0"  # what `vllm>=0.17.0` installs: the newest release
