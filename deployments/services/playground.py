@@ -1,8 +1,9 @@
 """The chat playground on a revision's page: try the model a host serves without curl.
 
 The browser talks only to the panel. `playground_chat` sends the conversation to the engine's
-OpenAI `/v1/chat/completions` (`stream: true`) at the address the revision's client exports
-give (`Host.address` and the revision's port: deployments.services.exports), with the engine's
+OpenAI `/v1/chat/completions` (`stream: true`) at the engine itself (`Host.address` and the
+revision's port: deployments.services.exports.revision_client_target; the client exports go
+through the host's front door instead), with the engine's
 API key from the host's secrets, which never reaches the page, and turns the engine's stream
 into the page's own Server-Sent Events:
 
