@@ -33,6 +33,7 @@ def door_of(host: Host) -> FrontDoor:
 def front_door_document(host: Host) -> dict[str, Any]:
     """What the host's front door serves now, with its `version`."""
     from deployments.agent_api.orders import revision_launch
+    from deployments.revision_views import effective_served_name
 
     aliases: dict[int, list[str]] = {}
     for alias in ModelAlias.objects.filter(host=host).order_by("name"):
@@ -42,8 +43,6 @@ def front_door_document(host: Host) -> dict[str, Any]:
         revision = served.revision
         launch = revision_launch(revision)
         config = launch.get("config") or {}
-        from deployments.revision_views import effective_served_name
-
         models.append(
             {
                 "name": served.name,
