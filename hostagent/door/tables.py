@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.atomicfile import write_atomic
 from hostagent.frontdoor import KeyTable, RoutingTable, ServedModel
 from hostagent.frontdoor.table import Mode, TableError
 from hostagent.launch import launch_api_key, launch_port, launch_revision
@@ -88,12 +88,9 @@ class ServingStore:
         self.usage_file = state / "frontdoor-usage.json"
 
     def _write(self, path: Path, data: Any) -> None:
+        """Whole or not at all, 0600 (the answer holds engine keys): core.atomicfile's rule."""
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        tmp.replace(path)
+        write_atomic(path, json.dumps(data))
 
     @staticmethod
     def _read(path: Path) -> Any:
