@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.secrets_mask import MASK
+from serving.binds import is_loopback, is_wildcard
 from serving.engines.base import ContextInputs, EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext
 from serving.engines.registry import get_adapter
 
@@ -37,8 +38,6 @@ __all__ = [
     "launch",
     "served_context",
 ]
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "::", "[::]", "")  # noqa: S104 - names, not a bind
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,8 @@ class HostFacts:
     @property
     def reachable_from_elsewhere(self) -> bool:
         """Clients on other machines can reach this address (not loopback, not unset)."""
-        return self.reachable_address.strip().lower() not in LOOPBACK
+        address = self.reachable_address.strip()
+        return bool(address) and not (is_loopback(address) or is_wildcard(address))
 
 
 def engine_config(spec: RevisionSpec, facts: HostFacts, *, api_key: str | None = None) -> EngineConfig:

@@ -20,6 +20,7 @@ PURE = [
     "core.hub_paths",
     "core.secrets_mask",
     "serving.arch",
+    "serving.binds",
     "serving.safety",
     "serving.planner",
     "serving.engines.registry",

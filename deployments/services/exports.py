@@ -28,6 +28,7 @@ from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
+from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -48,7 +49,6 @@ from .serving_set import served_set
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
 HOST_TARGETS = ("start-script", "systemd", "ansible")
-DOOR_DEFAULT_PORT = 4000  # CONTROLPANEL_FRONT_DOOR_BIND's default, 127.0.0.1:4000 (docs/front-door.md)
 TARGETS = CLIENT_TARGETS + HOST_TARGETS
 
 
@@ -112,11 +112,11 @@ class DoorRoute:
 
 def _door_port(bind: str) -> tuple[str, int]:
     """The last report's bind ("0.0.0.0:4000", "[::]:4000") as (host, port); the door's default
-    port when it is not HOST:PORT. The panel reads no agent code (tests/test_layers.py)."""
-    host, _sep, port = bind.strip().rpartition(":")
-    if host and port.isdigit() and 0 < int(port) < 65536:
-        return host.strip("[]"), int(port)
-    return "", DOOR_DEFAULT_PORT
+    port when it is not HOST:PORT (serving.binds, read as the agent reads its setting)."""
+    try:
+        return split_bind(bind)
+    except ValueError:
+        return "", split_bind(FRONT_DOOR_DEFAULT_BIND)[1]
 
 
 def door_route(revision: DeploymentRevision) -> DoorRoute:
@@ -136,7 +136,7 @@ def door_route(revision: DeploymentRevision) -> DoorRoute:
             "", "", f"{host.name}'s front door does not serve r{revision.number} (not in its serving set): {direct}"
         )
     bind_host, port = _door_port(door.bind)
-    if bind_host in ("127.0.0.1", "localhost", "::1") and not runs_on_this_machine(host):
+    if is_loopback(bind_host) and not runs_on_this_machine(host):
         return DoorRoute(
             "",
             "",

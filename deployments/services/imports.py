@@ -28,6 +28,7 @@ from deployments.runtime_bridge import model_reference
 from hardware.models import Host
 from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.binds import is_loopback
 from serving.engines.registry import get_adapter
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
@@ -96,9 +97,6 @@ def parse_ansible_text(text: str, *, engine_version: str | None = None) -> Ansib
         raise ValidationError({"text": f"Not a group_vars file the panel accepts: {exc}."}) from exc
 
 
-_LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
-
-
 def _bind_notes(host: Host, role_bind: str) -> list[str]:
     """What the role's bind address (`--host`) becomes on this host: the agent binds every engine
     where its CONTROLPANEL_ENGINE_BIND_HOST says, which the revision cannot change."""
@@ -108,7 +106,7 @@ def _bind_notes(host: Host, role_bind: str) -> list[str]:
     role_bind = (role_bind or "").strip()
     if not role_bind or role_bind == bind or "{" in role_bind:
         return []
-    if role_bind in _LOOPBACK_BINDS:
+    if is_loopback(role_bind):
         return [
             f"The role binds {role_bind} (this machine only); {host.name}'s agent binds engines on {bind} "
             "(CONTROLPANEL_ENGINE_BIND_HOST): set it to 127.0.0.1 in the agent's environment to keep them local."
