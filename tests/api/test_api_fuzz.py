@@ -71,3 +71,49 @@ def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, worl
         assert response.json()["detail"]
         after = (DeploymentRevision.objects.count(), Operation.objects.count(), BenchmarkRun.objects.count())
         assert after == before, (endpoint, body)
+
+
+# The front door's bodies (issue 27): a served revision's mode, an alias, an inference key.
+DOOR_ENDPOINTS = {
+    ("put", "hosts/lab/serving/2/"): ["mode", "idle_ttl_s"],
+    ("put", "hosts/lab/aliases/coder/"): ["revision"],
+    ("post", "keys/"): ["name", "models"],
+}
+DOOR_TOKENS: dict[int, str] = {}
+
+
+def _door_rows() -> tuple[int, ...]:
+    from deployments.models import InferenceKey, ModelAlias, ServedRevision
+
+    return (ServedRevision.objects.count(), ModelAlias.objects.count(), InferenceKey.objects.count())
+
+
+@settings(
+    database=None,
+    deadline=None,
+    max_examples=120,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_any_front_door_body_is_answered_in_json_and_a_refusal_changes_nothing(client, world, admin_user, data):  # noqa: F811
+    method, endpoint = data.draw(st.sampled_from(sorted(DOOR_ENDPOINTS)))
+    body = data.draw(
+        st.one_of(
+            json_values, st.dictionaries(st.sampled_from(DOOR_ENDPOINTS[method, endpoint]), json_values, max_size=3)
+        )
+    )
+    if admin_user.pk not in DOOR_TOKENS:  # one token for the whole test
+        DOOR_TOKENS[admin_user.pk] = token_create(user=admin_user, name="fuzz", actor=admin_user).secret
+    before = _door_rows()
+    response = getattr(client, method)(
+        f"/api/v1/{endpoint}",
+        data=_dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {DOOR_TOKENS[admin_user.pk]}",
+    )
+    assert response.status_code < 500, (endpoint, body, response.content[:300])
+    assert response.status_code not in (401, 403), "the admin's token must get past sign-in, or nothing is tested"
+    assert response["Content-Type"].startswith("application/json")
+    if response.status_code >= 400:
+        assert response.json()["detail"]
+        assert _door_rows() == before, (endpoint, body)
