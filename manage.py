@@ -35,7 +35,14 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except Exception as exc:
+        from core.errors import disk_full_command_message, is_disk_full, settings_data_dir
+
+        if not is_disk_full(exc, folder=settings_data_dir()):
+            raise
+        sys.exit(disk_full_command_message(" ".join(sys.argv[1:2]), exc))  # one sentence, no traceback
 
 
 if __name__ == "__main__":

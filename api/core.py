@@ -18,7 +18,9 @@ from ninja.errors import ValidationError as SchemaError
 from ninja.security import HttpBearer
 
 from deployments.services.operations import HostBusyError
+from deployments.services.review import ChangeRequested
 from deployments.services.switch import PlanRefused
+from rollouts.services import RolloutOverlap
 
 from .tokens import token_authenticate
 
@@ -80,8 +82,22 @@ def _plan_refused(request: HttpRequest, exc: PlanRefused) -> HttpResponse:
 
 
 @api.exception_handler(HostBusyError)
-def _busy(request: HttpRequest, exc: HostBusyError) -> HttpResponse:
+@api.exception_handler(RolloutOverlap)
+def _conflict(request: HttpRequest, exc: HostBusyError | RolloutOverlap) -> HttpResponse:
+    """The host is busy with another operation, or its group with another rollout: 409."""
     return api.create_response(request, {"detail": " ".join(exc.messages)}, status=409)
+
+
+@api.exception_handler(ChangeRequested)
+def _change_requested(request: HttpRequest, exc: ChangeRequested) -> HttpResponse:
+    """A protected host: the change waits for a review (202, with the request to follow)."""
+    from changes.models import ChangeRequest
+
+    from .serialize import change_dict
+
+    change = ChangeRequest.objects.select_related("host", "author").get(pk=exc.change.pk)
+    body = {"detail": " ".join(exc.messages), "change_request": change_dict(change)}
+    return api.create_response(request, body, status=202)
 
 
 @api.exception_handler(ValidationError)
@@ -112,7 +128,7 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _register() -> None:
-    from .endpoints import benchmarks, front_door, hosts, models, operations, revisions
+    from .endpoints import benchmarks, changes, front_door, hosts, models, operations, revisions, rollouts, schedules
 
     api.add_router("/hosts/", hosts.router)
     api.add_router("/hosts/", revisions.router)
@@ -123,6 +139,10 @@ def _register() -> None:
     api.add_router("/hosts/", front_door.hosts)
     api.add_router("/keys/", front_door.keys)
     api.add_router("/usage/", front_door.usage)
+    api.add_router("/changes/", changes.router)
+    api.add_router("/schedules/", schedules.router)
+    api.add_router("/hosts/", rollouts.hosts)
+    api.add_router("/rollouts/", rollouts.router)
 
 
 _register()

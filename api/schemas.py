@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ninja import Field, Schema
+
+if TYPE_CHECKING:
+    from deployments.services.gates import GateRequest
 
 
 class Error(Schema):
@@ -44,6 +47,11 @@ class OperationOut(Schema):
     finished_at: datetime | None
     url: str
     benchmark: int | None = Field(None, description="A benchmark operation's run, once it has started.")
+    gate: dict[str, Any] | None = Field(
+        None,
+        description="The switch's benchmark gate this operation is a step of (one operation's answers only): "
+        "state, profile, limits, the operations and runs, and the comparison that decided it (`verdict`).",
+    )
 
 
 # What an endpoint that queues an operation answers: 202 with the operation to follow; 400 bad
@@ -162,9 +170,29 @@ class DiffOut(Schema):
     sections: list[DiffSectionOut]
 
 
+class GateIn(Schema):
+    profile: str = Field(description="The named benchmark profile the gate runs (quick, single-stream, ...).")
+    max_drop: dict[str, float] = Field(
+        description="Limits in percent per figure: decode and throughput at most that much below the previous "
+        'revision\'s run, ttft_p95 and j_per_token at most that much above, e.g. {"decode": 5, "ttft_p95": 10}.'
+    )
+
+    def request(self) -> GateRequest:
+        """The gate as switch_request and rollout_start take it (ValidationError on bad input)."""
+        from deployments.services.gates import gate_from_input
+
+        return gate_from_input(profile=self.profile, limits=self.max_drop)
+
+
 class SwitchIn(Schema):
     revision: int
     override_reason: str = Field("", description="Admins only: switch despite planner errors, with a reason.")
+    gate: GateIn | None = Field(
+        None,
+        description="A benchmark gate: after the health gate the profile runs on the new revision and a "
+        "regression beyond a limit rolls back; the answer is the gate's first operation (the switch, or the "
+        "previous revision's run of the profile when it has none).",
+    )
 
 
 class BenchmarkIn(Schema):
@@ -286,3 +314,104 @@ class UsageList(Schema):
     items: list[UsageOut]
     count: int
     days: int
+
+
+# --- change requests (changes/) -----------------------------------------------------------------
+
+
+class ChangeCommentOut(Schema):
+    author: str | None
+    verdict: str
+    body: str
+    created_at: datetime
+
+
+class ChangeOut(Schema):
+    id: int
+    host: str
+    kind: str = Field(description="switch, alias, serving or rollout")
+    params: dict[str, Any] = Field(
+        description="What the change runs: revision, and name / mode / override_reason (a rollout: group, kind, "
+        "change, batch_size, canary); `when` when it runs at a time once approved"
+    )
+    summary: str
+    state: str = Field(description="open, changes_requested, approved, rejected or withdrawn")
+    author: str | None
+    decided_by: str | None
+    stale: list[str] = Field(description="How the host changed since it was proposed ([]: not stale)")
+    operation: str | None = Field(description="The operation an approved switch queued")
+    rollout: int | None = Field(None, description="The rollout an approved rollout request started")
+    scheduled: int | None = Field(None, description="The scheduled change an approved request with a time became")
+    created_at: datetime
+    decided_at: datetime | None
+    url: str
+    comments: list[ChangeCommentOut] = []
+
+
+class ChangeList(Schema):
+    items: list[ChangeOut]
+    count: int
+
+
+class ChangeIn(Schema):
+    host: str
+    kind: str = Field(description="switch, alias or serving")
+    revision: int
+    name: str = Field("", description="alias: the alias to create or move")
+    mode: str = Field("", description="serving: pinned, on-demand or off")
+    idle_ttl_s: int | None = Field(None, description="serving: unload after this many idle seconds")
+    override_reason: str = Field("", description="switch, admins only: despite planner errors")
+    at: datetime | None = Field(None, description="switch or alias: once approved it runs then (a time with its zone)")
+    window: bool = Field(
+        False, description="switch or alias: once approved it runs in the host's next maintenance window"
+    )
+
+
+class DecisionIn(Schema):
+    comment: str = ""
+
+
+class VerdictIn(Schema):
+    verdict: str = Field(description="comment, approve, request_changes, reject, reconfirm or withdraw")
+    comment: str = ""
+
+
+CHANGE_ANSWERS: dict[int, Any] = {200: ChangeOut, 400: Error, 403: Error, 404: Error, 409: Error}
+
+
+# --- scheduled changes ----------------------------------------------------------------------------
+
+
+class ScheduleIn(Schema):
+    kind: Literal["switch", "alias"] = Field(description="What to change: a switch, or an alias move.")
+    host: str = Field(max_length=100)
+    revision: int = Field(ge=1, le=2**31 - 1)
+    name: str = Field("", max_length=63, description="The alias to move (kind alias).")
+    override_reason: str = Field("", max_length=1000, description="Admins only (kind switch): despite planner errors.")
+    at: datetime | None = Field(None, description="When, with a time zone (e.g. 2026-12-05T02:00Z); or `window`.")
+    window: bool = Field(False, description="In the host's next maintenance window (the one open now, if it is).")
+
+
+class ScheduledOut(Schema):
+    id: int
+    kind: str
+    host: str
+    change: str  # in words: "switch to r5"
+    params: dict[str, Any]
+    run_at: datetime
+    run_until: datetime
+    in_window: bool
+    state: str
+    scheduled_by: str | None
+    attempts: int
+    last_error: str
+    outcome: str
+    operation: str | None  # the id of the operation it queued
+    finished_at: datetime | None
+    change_request: int | None = Field(None, description="The approved change request it runs (a protected host)")
+    approved_by: str | None = Field(None, description="Who approved that request")
+
+
+class ScheduleList(Schema):
+    items: list[ScheduledOut]
+    count: int

@@ -6,18 +6,21 @@ from typing import Any
 
 from django.urls import reverse
 
+from changes.models import ChangeRequest
 from deployments.choices import OperationState
 from deployments.models import (
     BenchmarkRun,
     DeploymentRevision,
     ModelVariant,
     Operation,
+    SwitchGate,
     active_revision_id_of,
     active_revision_of,
 )
 from deployments.presenters import launch_for_revision, operation_outcome, operation_result
 from deployments.selectors.hosts import HostCard
 from deployments.services.benchmarks import benchmark_summary
+from deployments.services.gates import gate_of
 
 ENDED = {OperationState.SUCCEEDED, OperationState.FAILED, OperationState.CANCELLED, OperationState.LOST}
 
@@ -137,3 +140,68 @@ def benchmark_dict(run: BenchmarkRun) -> dict[str, Any]:
         "summary": benchmark_summary(run),
         "results": run.results if isinstance(run.results, dict) else {},
     }
+
+
+def gate_dict(gate: SwitchGate | None) -> dict[str, Any] | None:
+    """A switch's benchmark gate as the API shows it, with the comparison that decided it."""
+    if gate is None:
+        return None
+
+    def op_id(op: Operation | None) -> str | None:
+        return str(op.pk) if op is not None else None
+
+    return {
+        "state": gate.state,
+        "revision": gate.revision.number,
+        "previous": gate.previous.number,
+        "profile": gate.profile_label,
+        "limits": gate.limits,
+        "reason": gate.reason,
+        "operations": {
+            "baseline": op_id(gate.baseline_op),
+            "switch": op_id(gate.switch_op),
+            "benchmark": op_id(gate.benchmark_op),
+            "rollback": op_id(gate.rollback_op),
+        },
+        "runs": {"baseline": gate.baseline_run_id, "candidate": gate.candidate_run_id},
+        "verdict": gate.verdict or None,
+    }
+
+
+def operation_with_gate(op: Operation) -> dict[str, Any]:
+    """operation_dict with the gate the operation is a step of."""
+    return {**operation_dict(op), "gate": gate_dict(gate_of(op))}
+
+
+def change_dict(change: ChangeRequest, *, comments: bool = False) -> dict[str, Any]:
+    """A change request as the API answers it (changes/)."""
+    from changes.services import stale_reasons
+
+    out: dict[str, Any] = {
+        "id": change.pk,
+        "host": change.host.name,
+        "kind": change.kind,
+        "params": change.params if isinstance(change.params, dict) else {},
+        "summary": change.summary,
+        "state": change.state,
+        "author": change.author.username if change.author else None,
+        "decided_by": change.decided_by.username if change.decided_by else None,
+        "stale": stale_reasons(change),
+        "operation": str(change.operation_id) if change.operation_id else None,
+        "rollout": change.rollout_id,
+        "scheduled": change.scheduled_id,
+        "created_at": change.created_at,
+        "decided_at": change.decided_at,
+        "url": change.get_absolute_url(),
+    }
+    if comments:
+        out["comments"] = [
+            {
+                "author": c.author.username if c.author else None,
+                "verdict": c.verdict,
+                "body": c.body,
+                "created_at": c.created_at,
+            }
+            for c in change.comments.select_related("author")
+        ]
+    return out

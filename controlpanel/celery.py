@@ -1,14 +1,24 @@
 """The Celery app. Settings come from Django's settings under the CELERY_ namespace."""
 
+import logging
 import os
+import time
 from typing import Any
 
 from celery import Celery
+from celery import Task as CeleryTask
 from celery.worker.consumer import Consumer as CeleryConsumer
+from celery.worker.request import Request as CeleryRequest
+from kombu.transport import virtual
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 
-app = Celery("controlpanel")
+log = logging.getLogger("controlpanel.celery")
+# How long a worker keeps acknowledging a finished task while the broker is away before it
+# leaves the message to come back after the visibility timeout (where it finds its row ended).
+ACK_RETRY_S = 300.0
+
+app = Celery("controlpanel", task_cls="controlpanel.celery:Task")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
@@ -28,3 +38,46 @@ class Consumer(CeleryConsumer):
         for name in _QUIET:
             kwargs.pop(name, None)
         super().__init__(*args, worker_options={**(worker_options or {}), **_QUIET}, **kwargs)
+
+
+def acknowledge(message: Any, errors: tuple[type[BaseException], ...], retry_s: float = ACK_RETRY_S) -> bool:
+    """Acknowledge `message`, again and again while the broker is away (the Redis transport's
+    acknowledgement is two deletes, which a reconnected client makes as well as the first).
+    False after `retry_s`: the message is then released here only, for Redis to hand it back
+    after the visibility timeout (its task then finds its row taken and does nothing)."""
+    deadline = time.monotonic() + retry_s
+    pause = 0.5
+    while True:
+        try:
+            message.ack()
+            return True
+        except errors as exc:
+            if time.monotonic() + pause > deadline:
+                log.error("could not acknowledge task message %s (%s): left for redelivery", message.delivery_tag, exc)
+                qos = getattr(message.channel, "qos", None)
+                if isinstance(qos, virtual.QoS):  # free this worker's prefetch slot, or it never consumes again
+                    virtual.QoS.ack(qos, message.delivery_tag)
+                return False
+            log.warning("the broker is away (%s): acknowledging task message %s again in %.1f s", exc,
+                        message.delivery_tag, pause)  # fmt: skip
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+
+class Request(CeleryRequest):  # type: ignore[misc]
+    """A task's message in a worker. acks_late and a broker lost while the task ran: the
+    acknowledgement at its end failed, was logged and was forgotten (Celery's default), which
+    left the message holding the worker's only prefetch slot: the worker never took another
+    task, nor noticed that the broker had come back. Here it is acknowledged once the broker is
+    back (docs/architecture.md, "Tasks and acknowledgements")."""
+
+    def acknowledge(self) -> None:
+        if not self.acknowledged:
+            acknowledge(self._message, tuple(self._connection_errors) or (OSError,))
+            self.acknowledged = True
+
+
+class Task(CeleryTask):  # type: ignore[misc]
+    """Every task of this app: its messages are handled by `Request` in a worker."""
+
+    Request = "controlpanel.celery:Request"

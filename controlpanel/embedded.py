@@ -13,7 +13,11 @@ this order, each in its own session so only this process signals them:
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
    kept in memory only and written to the agent's standard input, never its environment, which
    its processes could read in /proc), the panel's URL, no database URL and no secret key.
-4. `web` - gunicorn.
+4. `router` - the lab router (`manage.py router`, controlpanel/router), unless
+   CONTROLPANEL_ROUTER_BIND is `off`: one OpenAI endpoint in front of every host's front door,
+   an async process of its own beside the sync web workers. When its address is taken it exits
+   with controlpanel.router.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
+5. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
 last log lines; more than MAX_RESTARTS restarts of one process within WINDOW_S stops the
@@ -79,6 +83,7 @@ class Child:
     restart_due: float | None = None
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     env: dict[str, str] | None = None  # its own environment (the agent's holds no database URL)
+    final_exit: int | None = None  # an exit code after which it is not restarted (it says why itself)
     stdin_data: bytes | None = None  # written to its standard input at each start (the agent's token)
 
     @property
@@ -162,6 +167,11 @@ class Panel:
         worker += ["-n", "panel@%h", "--loglevel=INFO", "--without-mingle", "--without-gossip"]
         self.children.append(Child("worker", worker, self.log_dir))
         self.children.append(Child("agent", [py, "manage.py", "agent"], self.log_dir))
+        if settings.ROUTER_HOST is not None:
+            from controlpanel.router.run import CANNOT_LISTEN
+
+            router = Child("router", [py, "manage.py", "router"], self.log_dir, final_exit=CANNOT_LISTEN)
+            self.children.append(router)
         web = [py, "-m", "gunicorn", "controlpanel.wsgi", "-b", bind, "-w", "2", "--threads", "4"]
         web += ["--graceful-timeout", "3", "--access-logfile", "-", *_gunicorn_no_control_socket()]
         self.children.append(Child("web", web, self.log_dir))
@@ -308,6 +318,11 @@ class Panel:
         assert child.proc is not None
         code = child.proc.returncode
         child.signal_group(signal.SIGKILL)  # what the leader left behind in its group (pool processes)
+        if code is not None and code == child.final_exit:
+            child.restart_due = float("inf")  # never: what it needs will not come by itself
+            said = f"{child.name} (pid {child.proc.pid}) cannot run (exit {code}); the panel runs on without it"
+            self.loud(said, child)
+            return True
         how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
         while child.restarts and child.restarts[0] < now - self.window_s:
             child.restarts.popleft()

@@ -1,6 +1,6 @@
-"""Login is required everywhere except the login page, static files, /metrics (its own token or
-loopback: deployments.views.metrics) and the agent API (which authenticates each request by its
-host's token instead). A full disk is said in one sentence."""
+"""Login is required everywhere except the sign-in pages (the password form, single sign-on's start
+and callback), static files, /metrics (its own token or loopback: deployments.views.metrics) and
+the agent API (which authenticates each request by its host's token instead). A full disk is said in one sentence."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 from core.errors import DISK_FULL_SENTENCE, is_disk_full
 
-OPEN_PREFIXES = ("/accounts/login/", "/static/", "/healthz", "/metrics", "/api/v1/", "/agent/v1/")
+OPEN_PREFIXES = ("/accounts/login/", "/accounts/sso/", "/static/", "/healthz", "/metrics", "/api/v1/", "/agent/v1/")
 
 
 class LoginRequiredMiddleware:

@@ -98,7 +98,7 @@ class StrictIntegerField(forms.IntegerField):
         kwargs.setdefault("min_value", -MAX_INT)
         super().__init__(*args, **kwargs)
 
-    def to_python(self, value: Any) -> int | None:
+    def to_python(self, value: object) -> int | None:
         if value in self.empty_values:
             return None
         if isinstance(value, bool):
@@ -121,7 +121,7 @@ class FiniteFloatField(forms.FloatField):
     def __init__(self, *args: Any, max_value: float, **kwargs: Any) -> None:
         super().__init__(*args, max_value=max_value, **kwargs)
 
-    def to_python(self, value: Any) -> float | None:
+    def to_python(self, value: object) -> float | None:
         if isinstance(value, str) and len(value.strip()) > 40:
             raise ValidationError("That number is too long.", code="invalid")
         if isinstance(value, str) and not value.isascii():  # float() reads '٣' as 3.0
@@ -135,7 +135,7 @@ class FiniteFloatField(forms.FloatField):
 class StrictModelChoiceField(forms.ModelChoiceField):
     """ModelChoiceField whose key must be plain ASCII digits (Django's reads `'٣'` as pk 3)."""
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: object) -> Any:
         if value not in self.empty_values and not isinstance(value, int) and not _INT_RE.fullmatch(str(value)):
             raise ValidationError(self.error_messages["invalid_choice"], code="invalid_choice")
         return super().to_python(value)

@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import secrets
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
@@ -60,8 +61,10 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     WATCHDOG_TIMEOUT_S,
     WATCHDOG_WINDOW_S,
     env,
+    env_choice,
     env_number,
 )
+from serving.binds import is_wildcard, split_bind
 
 # The embedded default's key (when DJANGO_SECRET_KEY is not set); `manage.py restore` puts a backup's key back here.
 SECRET_KEY_FILE = DATA_DIR / "secret_key"
@@ -142,7 +145,12 @@ INSTALLED_APPS = [
     "hardware",
     "deployments",
     "notifications",
+    "changes",
+    "schedules",
     "api",
+    "controlpanel.people",
+    "rollouts",
+    "controlpanel.router",
 ]
 
 MIDDLEWARE = [
@@ -179,6 +187,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "controlpanel.roles.role_context",
+                "controlpanel.people.signin.sign_in_context",
             ],
         },
     },
@@ -222,11 +231,57 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     # First: refuses a sign-in while its user name + address is locked out (django-axes).
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # User name and password; refuses (and ends password sessions) with local passwords off.
+    "controlpanel.people.oidc.LocalPasswordBackend",
+    # Single sign-on: answers only the provider's callback (mozilla-django-oidc's code flow).
+    "controlpanel.people.oidc.SsoBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:index"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Single sign-on with OpenID Connect (docs/sso.md) ------------------------------------------
+# On when a client id is set. Endpoints come from the provider's discovery document (the issuer's
+# URL, or its /.well-known/openid-configuration) unless set one by one. mozilla-django-oidc reads
+# the OIDC_* names; controlpanel.people.oidc reads the others.
+CONTROLPANEL_OIDC_DISCOVERY_URL = env.str("CONTROLPANEL_OIDC_DISCOVERY_URL", default="")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("CONTROLPANEL_OIDC_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT = env.str("CONTROLPANEL_OIDC_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT = env.str("CONTROLPANEL_OIDC_USERINFO_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT = env.str("CONTROLPANEL_OIDC_JWKS_ENDPOINT", default="")
+OIDC_RP_CLIENT_ID = env.str("CONTROLPANEL_OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("CONTROLPANEL_OIDC_CLIENT_SECRET", default="")
+# Keycloak refuses a scope it does not know; Dex and Okta send groups only for a `groups` scope.
+OIDC_RP_SCOPES = env.str("CONTROLPANEL_OIDC_SCOPES", default="openid email profile")
+# The ID token's signature algorithms mozilla-django-oidc checks (HS* with the client secret).
+OIDC_RP_SIGN_ALGO = env_choice(
+    "CONTROLPANEL_OIDC_SIGN_ALGO",
+    "RS256",
+    ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "HS256", "HS384", "HS512"),
+)
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso_callback"
+CONTROLPANEL_OIDC_GROUPS_CLAIM = env.str("CONTROLPANEL_OIDC_GROUPS_CLAIM", default="groups")
+CONTROLPANEL_OIDC_USERNAME_CLAIM = env.str("CONTROLPANEL_OIDC_USERNAME_CLAIM", default="preferred_username")
+# Which of the provider's groups give which role, checked at start (controlpanel.roles.parse_role_map).
+CONTROLPANEL_OIDC_ROLE_MAP = env.str("CONTROLPANEL_OIDC_ROLE_MAP", default="")
+CONTROLPANEL_OIDC_PROVIDER_NAME = env.str("CONTROLPANEL_OIDC_PROVIDER_NAME", default="single sign-on")
+CONTROLPANEL_OIDC_BUTTON_LABEL = env.str(
+    "CONTROLPANEL_OIDC_BUTTON_LABEL", default=f"Sign in with {CONTROLPANEL_OIDC_PROVIDER_NAME}"
+)
+# RP-initiated logout: set, signing out of the panel after a single sign-on ends the provider's
+# session too (the browser goes there with the ID token as id_token_hint and comes back to the
+# sign-in page). Checked at start (controlpanel.people.apps).
+CONTROLPANEL_OIDC_END_SESSION_ENDPOINT = env.str("CONTROLPANEL_OIDC_END_SESSION_ENDPOINT", default="")
+OIDC_STORE_ID_TOKEN = bool(CONTROLPANEL_OIDC_END_SESSION_ENDPOINT)  # in the session, for id_token_hint
+OIDC_OP_LOGOUT_URL_METHOD = "controlpanel.people.oidc.provider_logout_url"
+# The sign-out form's answer sends the browser there: the policy lets a form's redirect go to it.
+_end_session = urlsplit(CONTROLPANEL_OIDC_END_SESSION_ENDPOINT)
+if _end_session.scheme in ("http", "https") and _end_session.netloc:
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(f"{_end_session.scheme}://{_end_session.netloc}")
+# `off`: the sign-in page offers single sign-on only; passwords neither sign in nor change.
+CONTROLPANEL_LOCAL_PASSWORDS = env.bool("CONTROLPANEL_LOCAL_PASSWORDS", default=True)
 
 # --- Login throttling (django-axes) -----------------------------------------------------------
 # After LOGIN_FAILURE_LIMIT wrong passwords for one user name from one address, that pair is
@@ -265,7 +320,12 @@ CELERY_BEAT_SCHEDULE = {
     "check-host-presence": {"task": "notifications.tasks.check_host_presence", "schedule": 30.0},
     "retry-notifications": {"task": "notifications.tasks.retry_notifications", "schedule": 30.0},
     "prune-notifications": {"task": "notifications.tasks.prune_notifications", "schedule": 3600.0},
+    "run-scheduled-changes": {"task": "schedules.tasks.run_scheduled_changes", "schedule": 30.0},
 }
+# A change scheduled at an exact time that finds its host busy (another switch, an install, a
+# benchmark) is tried again on each beat tick for this many seconds, then fails with the reason.
+# A change placed in a maintenance window is tried until the window closes.
+SCHEDULE_BUSY_RETRY_S = env_number("CONTROLPANEL_SCHEDULE_BUSY_RETRY_S", 1800, 60, 86_400)
 
 # --- Notifications (notifications app) --------------------------------------------------------------
 # Where people reach the panel: links in notifications are made absolute with it.
@@ -305,3 +365,26 @@ ENGINE_LOG_RUN_BYTES = env_number("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", 512 * 102
 # Each request an import makes to the hub (model info, config.json, a GGUF header range) ends
 # within this many seconds overall, however slowly the server drips its answer.
 HUB_REQUEST_DEADLINE_S = env_number("CONTROLPANEL_HUB_REQUEST_DEADLINE_S", 120.0, 0.1, 3600.0, cast=float)
+
+# --- The lab router (controlpanel/router: `manage.py router`, docs/front-door.md) -------------------
+# One OpenAI endpoint for the whole lab: routes /v1/ to a host whose front door serves the model.
+# `off`: the embedded supervisor starts no router (`manage.py router` refuses to start).
+ROUTER_BIND = env.str("CONTROLPANEL_ROUTER_BIND", default="127.0.0.1:4100").strip()
+try:
+    ROUTER_HOST, ROUTER_PORT = (None, None) if ROUTER_BIND.lower() == "off" else split_bind(ROUTER_BIND)
+except ValueError:
+    raise ImproperlyConfigured(
+        f"CONTROLPANEL_ROUTER_BIND must be HOST:PORT (e.g. 127.0.0.1:4100) or off, not {ROUTER_BIND!r}."
+    ) from None
+# Where clients reach it (its `/v1` is shown on the Keys and Exports pages); default: its bind,
+# on loopback when it listens on every interface.
+ROUTER_URL = env.str("CONTROLPANEL_ROUTER_URL", default="").strip().rstrip("/")
+if ROUTER_URL and not ROUTER_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"CONTROLPANEL_ROUTER_URL must be an http(s) URL, not {ROUTER_URL!r}.")
+if not ROUTER_URL and ROUTER_HOST is not None:
+    _shown = "127.0.0.1" if is_wildcard(ROUTER_HOST) else ROUTER_HOST
+    ROUTER_URL = f"http://{f'[{_shown}]' if ':' in _shown else _shown}:{ROUTER_PORT}"
+# How often it reads its route table from the database, and how old a front door's last report
+# may be before the router stops sending it requests (doors report every CONTROLPANEL_AGENT_SERVING_S).
+ROUTER_REFRESH_S = env_number("CONTROLPANEL_ROUTER_REFRESH_S", 5.0, 0.2, 300, cast=float)
+ROUTER_STALE_S = env_number("CONTROLPANEL_ROUTER_STALE_S", 30.0, 1, 86_400, cast=float)

@@ -33,6 +33,14 @@ def env_number(name: str, default: float, low: float, high: float, *, cast: type
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` from the environment; anything else stops the start, naming the choices."""
+    raw = env.str(name, default=default)
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {raw!r}.")
+    return raw
+
+
 # Files the panel's processes create (SQLite database and journal, secret key, broker messages,
 # engine logs and pid files, static files) are readable by their own user only: 0600 files,
 # 0700 folders. `keep` leaves the inherited umask alone.
@@ -66,6 +74,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 6 * 360
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Acknowledged after the task ran; a task whose worker died is not redelivered: the row it names
+# (Operation, Delivery) is the truth and beat's sweeps finish or resend it (docs/architecture.md,
+# "Tasks and acknowledgements").
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from controlpanel.people.password import ThrottledPasswordChangeView
+from controlpanel.people.signin import SignInView, SignOutView, SsoCallbackView, SsoStartView
 from deployments.views.metrics import metrics
 
 
@@ -25,8 +26,11 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
 handler400 = bad_request
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", SignInView.as_view(), name="login"),
+    # Single sign-on (docs/sso.md): off (404) until CONTROLPANEL_OIDC_CLIENT_ID is set.
+    path("accounts/sso/start/", SsoStartView.as_view(), name="sso_login"),
+    path("accounts/sso/callback/", SsoCallbackView.as_view(), name="sso_callback"),
+    path("accounts/logout/", SignOutView.as_view(), name="logout"),
     path("accounts/password/", ThrottledPasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("people/", include("controlpanel.people.views")),
@@ -41,7 +45,10 @@ urlpatterns = [
     path("agent/v1/", include("deployments.agent_api.urls")),
     # Browsers ask for /favicon.ico whatever the page links: send them to the static icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("", include("changes.urls")),
+    path("", include("schedules.urls")),
     path("", include("deployments.dashboard_urls")),
     path("", include("deployments.host_urls")),
     path("", include("deployments.urls")),
+    path("", include("rollouts.urls")),
 ]

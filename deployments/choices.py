@@ -54,3 +54,18 @@ class ServeMode(models.TextChoices):
 
     PINNED = "pinned", "Pinned (kept loaded)"
     ON_DEMAND = "on-demand", "On demand (loaded when asked for, unloaded when idle or for room)"
+
+
+class GateState(models.TextChoices):
+    """Where a switch's benchmark gate is (deployments.services.gates)."""
+
+    BASELINE = "baseline", "Measuring the previous revision first"
+    SWITCHING = "switching", "Switching"
+    MEASURING = "measuring", "Measuring the new revision"
+    ROLLING_BACK = "rolling_back", "Rolling back"
+    PASSED = "passed", "Passed: the new revision stays"
+    ROLLED_BACK = "rolled_back", "Failed: rolled back to the previous revision"
+    STOPPED = "stopped", "Stopped before a verdict"
+
+
+GATE_ACTIVE_STATES = (GateState.BASELINE, GateState.SWITCHING, GateState.MEASURING, GateState.ROLLING_BACK)

@@ -29,7 +29,7 @@ MAX_WEIGHTS_GIB = 100 * 1024
 # --- KNOB=VALUE text <-> typed dicts -------------------------------------------------------------
 
 
-def value_to_text(value: Any) -> str:
+def value_to_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list):
@@ -88,7 +88,7 @@ def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
     return typed
 
 
-def check_json_field(form: forms.Form, name: str, value: Any) -> Any:
+def check_json_field(form: forms.Form, name: str, value: object) -> Any:
     """`check_json_value` on a parsed JSON-ish field; a form error beside it when unsafe."""
     try:
         return check_json_value(value, field=name)
@@ -297,7 +297,40 @@ class PlaygroundForm(forms.Form):
         return [*self.cleaned_data["history"], {"role": "user", "content": self.cleaned_data["prompt"]}]
 
 
-class SwitchForm(forms.Form):
+class GateFields(forms.Form):
+    """A benchmark gate as people type it: on the switch form, and on the rollout form (where the
+    canary's switch carries it). cleaned_data["gate"] is a GateRequest, or None for no gate."""
+
+    gate_profile = forms.ChoiceField(
+        choices=[("", "No benchmark gate")] + [(name, f"{name}: {p.description}") for name, p in PROFILES.items()],
+        required=False,
+        label="Benchmark gate",
+        help_text="After the health check, run this profile on the new revision and compare it with the previous "
+        "revision's run of it (measured first when it has none); beyond a limit, roll back.",
+    )
+    gate_limits = forms.CharField(
+        required=False,
+        max_length=200,
+        initial="decode=5,ttft_p95=10",
+        label="Gate limits (%)",
+        help_text="decode, throughput: at most that much below; ttft_p95, j_per_token: at most that much above.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        data["gate"] = None
+        if data.get("gate_profile"):
+            from deployments.services.gates import gate_from_input
+
+            try:
+                data["gate"] = gate_from_input(profile=data["gate_profile"], limits=data.get("gate_limits") or "")
+            except ValidationError as exc:  # its messages name gate_profile or gate_limits
+                self.add_error(None, exc)
+        return data
+
+
+class SwitchForm(GateFields):
+    field_order = ["override_reason", "gate_profile", "gate_limits"]
     override_reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),
         required=False,

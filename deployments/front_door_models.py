@@ -113,6 +113,10 @@ class FrontDoor(models.Model):
     reported_version = models.CharField(max_length=64, blank=True)
     bind = models.CharField(max_length=100, blank=True)
     state = models.JSONField(default=list, blank=True)  # FrontDoor.state() rows of the last report
+    # What the dashboard's card shows of the last report (services.front_door.door_card): counts by
+    # phase, waiting, planned bytes of the loaded set, the alias table. Kept apart from `state` so
+    # the card's fingerprint moves only when these do, not with every report's idle seconds.
+    card = models.JSONField(default=dict, blank=True)
     reported_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

@@ -27,7 +27,7 @@ from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
 from serving.safety import UnsafeValueError, check_json_value
 
-from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, ModelFormat, OperationKind, OperationState
+from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, GateState, ModelFormat, OperationKind, OperationState
 
 
 class ModelVariant(models.Model):
@@ -345,6 +345,42 @@ class BenchmarkRun(models.Model):
         return profile_label(self.profile, self.profile_name)
 
 
+class SwitchGate(models.Model):
+    """A switch that must prove itself: after its health gate, `profile` runs on the new revision
+    and is judged against the previous revision's run of the same profile under `limits`
+    ({metric: percent}, serving.benchmarking.gate); beyond a limit, the host rolls back.
+    `verdict` keeps the comparison that decided it. Moved on only by deployments.services.gates."""
+
+    host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="switch_gates")
+    revision = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="+")
+    previous = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="+")
+    profile = models.JSONField(default=dict)
+    limits = models.JSONField(default=dict)
+    state = models.CharField(max_length=20, choices=GateState.choices, default=GateState.SWITCHING)
+    switch_params = models.JSONField(default=dict, blank=True)  # the switch's own, as switch_request made them
+    baseline_op = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    switch_op = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    benchmark_op = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rollback_op = models.ForeignKey(Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    baseline_run = models.ForeignKey(BenchmarkRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    candidate_run = models.ForeignKey(BenchmarkRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    verdict = models.JSONField(default=dict, blank=True)  # serving.benchmarking.gate.GateVerdict.to_dict()
+    reason = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"gate of r{self.revision_id} on {self.host_id} ({self.state})"
+
+    @property
+    def profile_label(self) -> str:
+        return profile_label(self.profile, str(self.profile.get("name") or ""))
+
+
 class EngineLogRun(models.Model):
     """One start of a host's engine (a switch's launch or a watchdog restart) and its log as the
     host's agent sent it: masked on the host, whole lines, the last ENGINE_LOG_RUN_BYTES kept.
@@ -374,3 +410,4 @@ class EngineLogRun(models.Model):
 
 # The front door's models live in their own module; importing them here registers them.
 from .front_door_models import FrontDoor, InferenceKey, ModelAlias, ServedRevision, UsageDay  # noqa: E402, F401
+from .memory_models import MeasuredMemory, OutsideProcess, PlannerErrorPoint  # noqa: E402, F401

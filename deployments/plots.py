@@ -824,3 +824,23 @@ def usage_charts(rows: Sequence[Mapping[str, Any]], *, gap_s: float = 180.0) -> 
             empty_message=empty,
         ),
     }
+
+
+def planner_error_chart(points: Sequence[Mapping[str, Any]]) -> str:
+    """A host's planner error over time (deployments.memory_models.PlannerErrorPoint rows: ts,
+    label, planned_bytes, measured_bytes): measured minus planned, in % of planned, one line per
+    revision and device. Above 0 the engine held more than the planner said."""
+    lines: dict[str, list[Point]] = {}
+    for row in points:
+        planned, measured = _num(row.get("planned_bytes")), _num(row.get("measured_bytes"))
+        error = 100.0 * (measured - planned) / planned if planned and measured is not None else None
+        lines.setdefault(str(row.get("label")), []).append((_epoch(row["ts"]), error))
+    return line_chart(
+        [Series(name, line) for name, line in lines.items()],
+        title="Planner error: measured vs planned memory (%)",
+        y_label="%",
+        x_time=True,
+        y_min=None,
+        markers=True,
+        empty_message="no memory measured on this host yet",
+    )

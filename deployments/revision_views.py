@@ -6,6 +6,7 @@ from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.presenters import Launch, launch_for_revision, report_for_revision
+from deployments.selectors.memory import memory_for_diff
 from serving.diffing import RevisionDiff, RevisionView, diff_revisions
 
 MODEL_FIELDS = (
@@ -62,7 +63,9 @@ def _measured_context(items: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def revision_view(revision: DeploymentRevision, *, planner: bool = True, benchmarks: bool = True) -> RevisionView:
+def revision_view(
+    revision: DeploymentRevision, *, planner: bool = True, benchmarks: bool = True, memory: bool = True
+) -> RevisionView:
     report = report_for_revision(revision)[0] if planner else None
     items = benchmark_items(revision) if benchmarks else []
     launch = launch_for_revision(revision)
@@ -85,6 +88,7 @@ def revision_view(revision: DeploymentRevision, *, planner: bool = True, benchma
         benchmarks=tuple(items),
         argv=tuple(launch.argv) if not launch.error else None,
         served_context=_measured_context(items),
+        memory=memory_for_diff(revision) if memory else {},
     )
 
 

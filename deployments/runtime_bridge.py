@@ -78,18 +78,18 @@ def spec_for_values(
     )
 
 
+# The revision's columns that make its spec, each under spec_for_values' own name.
+SPEC_COLUMNS = ("engine_version", "knobs", "env", "served_name", "port", "api_key_secret", "hf_token_secret")
+
+
+def revision_values(revision: DeploymentRevision) -> dict[str, Any]:
+    """A revision's spec inputs, as spec_for_values (and the planner, for its share) take them."""
+    values = {column: getattr(revision, column) for column in SPEC_COLUMNS}
+    return values | {"engine": revision.engine, "model": revision.model_variant}
+
+
 def revision_spec(revision: DeploymentRevision) -> RevisionSpec:
-    return spec_for_values(
-        engine=revision.engine,
-        engine_version=revision.engine_version,
-        model=revision.model_variant,
-        knobs=revision.knobs,
-        env=revision.env,
-        served_name=revision.served_name,
-        port=revision.port,
-        api_key_secret=revision.api_key_secret,
-        hf_token_secret=revision.hf_token_secret,
-    )
+    return spec_for_values(**revision_values(revision))
 
 
 def local_weights(host: Host, model: ModelVariant) -> str | None:

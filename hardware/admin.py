@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import GPU, GpuType, Host
+from .models import GPU, GpuType, Host, HostTag
 
 
 @admin.register(GpuType)
@@ -13,8 +13,14 @@ class GPUInline(admin.TabularInline):
     extra = 0
 
 
+class HostTagInline(admin.TabularInline):
+    model = HostTag
+    extra = 1
+    verbose_name = "tag (group)"
+
+
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
     list_display = ("name", "address", "queue", "last_heartbeat", "is_demo")
     readonly_fields = ("engine_state", "last_heartbeat", "last_probe_at")
-    inlines = [GPUInline]
+    inlines = [GPUInline, HostTagInline]

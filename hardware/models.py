@@ -228,3 +228,18 @@ class HostCredential(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class HostTag(models.Model):
+    """A host's group (`gpu-a`, `edge`): what a rollout across hosts targets. A host has any
+    number of tags; a tag names every host that carries it."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="tags")
+    name = models.SlugField(max_length=40)
+
+    class Meta:
+        ordering = ["name", "host"]
+        constraints = [models.UniqueConstraint(fields=["host", "name"], name="hosttag_unique_per_host")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}:{self.name}"

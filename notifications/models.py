@@ -96,7 +96,9 @@ class Delivery(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     seconds = models.FloatField(null=True, blank=True)  # how long the channel took to answer (or fail)
     attempts = models.PositiveSmallIntegerField(default=0)  # sends tried so far
-    retry_at = models.DateTimeField(null=True, blank=True, db_index=True)  # when a RETRY is sent again
+    # When a RETRY is sent again; while sending, when its worker counts as dead; while pending, when
+    # it is queued again (services._deliveries_recover).
+    retry_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -38,6 +38,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RULE_EVENT_VALUES = {value for value, _ in RULE_EVENTS}
 DELIVER_TASK = "notifications.tasks.deliver_notification"  # notifications.tasks registers it
+# A delivery being sent ends within the task's time limit (notifications.tasks, 150 s): one still
+# `sending` after this long lost its worker (SIGKILL, OOM, the machine), and is sent again.
+SEND_DEADLINE = timedelta(seconds=180)
+# A delivery still `pending` this long after it was queued lost its message: it is queued again
+# (the claim in delivery_send takes it once, so a second message does nothing).
+PENDING_RESEND_AFTER = timedelta(minutes=10)
+WORKER_LOST = "The worker sending it stopped (killed, or its machine went away) before the channel answered."
 
 
 # --- channels and rules (admins) ---------------------------------------------------------------
@@ -376,7 +383,7 @@ def _finish(pk: UUID | str, *, delivered: bool, error: str = "", seconds: float 
     )
 
 
-def _retry_later(delivery: Delivery, error: str) -> bool:
+def _retry_later(delivery: Delivery, error: str, *, now: datetime | None = None) -> bool:
     """Mark a failed delivery (`attempts` as now stored) to be sent again after the next wait of
     NOTIFICATIONS_RETRY_S; False when it has had them all, or is a test message (the person
     sending it watches)."""
@@ -388,15 +395,17 @@ def _retry_later(delivery: Delivery, error: str) -> bool:
         Delivery.objects.filter(pk=delivery.pk, state__in=(DeliveryState.PENDING, DeliveryState.SENDING)).update(
             state=DeliveryState.RETRY,
             error=mask_text(error)[:2000],
-            retry_at=timezone.now() + timedelta(seconds=wait),
-            finished_at=timezone.now(),
+            retry_at=(now or timezone.now()) + timedelta(seconds=wait),
+            finished_at=now or timezone.now(),
         )
     )
 
 
 def deliveries_retry(*, now: datetime | None = None) -> int:
-    """Beat: queue again the deliveries whose retry is due; returns how many."""
+    """Beat: queue again the deliveries whose retry is due; returns how many. First, those whose
+    worker died while sending are marked for a retry, and those whose message was lost queued again."""
     now = now or timezone.now()
+    _deliveries_recover(now)
     due = list(Delivery.objects.filter(state=DeliveryState.RETRY, retry_at__lte=now).order_by("retry_at")[:500])
     queued = 0
     for delivery in due:
@@ -407,6 +416,24 @@ def deliveries_retry(*, now: datetime | None = None) -> int:
             _enqueue(delivery)
             queued += 1
     return queued
+
+
+def _deliveries_recover(now: datetime) -> None:
+    """The Delivery row is the truth, not the broker's message (docs/architecture.md, "Tasks and
+    acknowledgements"): a send whose deadline passed is retried (it may have reached the channel:
+    a notification may arrive twice, never not at all), a pending one whose message is gone is
+    queued again."""
+    for delivery in Delivery.objects.filter(state=DeliveryState.SENDING, retry_at__lte=now)[:500]:
+        if not _retry_later(delivery, WORKER_LOST, now=now):
+            Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.SENDING).update(
+                state=DeliveryState.FAILED, error=WORKER_LOST, retry_at=None, finished_at=now
+            )
+    pending = Delivery.objects.filter(state=DeliveryState.PENDING, created_at__lt=now - PENDING_RESEND_AFTER)
+    for delivery in pending.filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))[:500]:
+        if Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(
+            retry_at=now + PENDING_RESEND_AFTER
+        ):
+            _enqueue(delivery)
 
 
 def deliveries_prune(*, now: datetime | None = None) -> int:
@@ -422,7 +449,7 @@ def delivery_send(*, delivery_id: UUID | str) -> str:
     sent again later (NOTIFICATIONS_RETRY_S). A delivery already taken (a message delivered
     twice) is left alone."""
     taken = Delivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING).update(
-        state=DeliveryState.SENDING, attempts=F("attempts") + 1
+        state=DeliveryState.SENDING, attempts=F("attempts") + 1, retry_at=timezone.now() + SEND_DEADLINE
     )
     if not taken:
         return "skipped"

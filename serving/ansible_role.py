@@ -114,7 +114,7 @@ def venv_of(binary: str | None) -> str | None:
     return None
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 

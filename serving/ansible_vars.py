@@ -161,7 +161,7 @@ class AnsibleImport:
 # --- templates -------------------------------------------------------------------------------
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: object) -> list[str]:
     """Every string in `value`, keys included (iterative: no recursion limit to hit)."""
     found: list[str] = []
     stack = [value]
@@ -182,7 +182,7 @@ def _holds_template(text: str) -> bool:
     return any(marker in text for marker in TEMPLATE_MARKERS)
 
 
-def is_template(value: Any) -> bool:
+def is_template(value: object) -> bool:
     """Whether Ansible would template anything in `value` (a string, or one nested in a
     list or mapping, keys included)."""
     return any(_holds_template(text) for text in _strings(value))
@@ -265,7 +265,7 @@ for _tag in ("tag:yaml.org,2002:binary", "tag:yaml.org,2002:set", "tag:yaml.org,
 _GroupVarsLoader.add_constructor(None, _refuse_tag)  # any other tag (SafeLoader's fallback)
 
 
-def _check_parsed(data: Any) -> None:
+def _check_parsed(data: object) -> None:
     """Caps measured on the parsed value, aliases expanded (the composer's budget bounds the
     input; this bounds what a shared anchor expands to)."""
     try:
@@ -313,17 +313,17 @@ def load_group_vars(text: str) -> dict[str, Any]:
 # --- parsing ---------------------------------------------------------------------------------
 
 
-def _empty(value: Any) -> bool:
+def _empty(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip() == "")
 
 
-def _truthy(value: Any) -> bool:
+def _truthy(value: object) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value)
 
 
-def _number(value: Any, name: str) -> Any:
+def _number(value: object, name: str) -> Any:
     """ "0.95" -> 0.95, "4096" -> 4096 (Ansible often quotes numbers); else unchanged.
     A number that is not finite or beyond 64 bits is refused, naming the variable."""
     if isinstance(value, str):
@@ -343,11 +343,11 @@ def _number(value: Any, name: str) -> Any:
     return value
 
 
-def _integer(value: Any) -> int | None:
+def _integer(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _text(value: Any, name: str) -> str:
+def _text(value: object, name: str) -> str:
     """A variable that must be one value (text, number or boolean), as text."""
     if isinstance(value, dict | list | tuple):
         raise AnsibleVarsError(
@@ -360,7 +360,7 @@ def _refuse_constant(token: str) -> Any:
     raise ValueError(f"{token} is not a number JSON allows")
 
 
-def _json_or_text(value: Any, name: str) -> Any:
+def _json_or_text(value: object, name: str) -> Any:
     if isinstance(value, str):
         try:
             value = json.loads(value, parse_constant=_refuse_constant)
@@ -624,12 +624,12 @@ def _represent_unsafe(dumper: yaml.SafeDumper, data: _Unsafe) -> yaml.Node:
 _GroupVarsDumper.add_representer(_Unsafe, _represent_unsafe)
 
 
-def _neutralised(value: Any, variable: str) -> tuple[Any, bool]:
+def _neutralised(value: object, variable: str) -> tuple[Any, bool]:
     """`value` with every string Ansible would template (keys included) made `!unsafe`,
     except plain references the policy allows; and whether anything was."""
     changed = False
 
-    def walk(item: Any) -> Any:
+    def walk(item: object) -> Any:
         nonlocal changed
         if isinstance(item, str):
             if _needs_unsafe(item, variable):

@@ -88,12 +88,12 @@ class ArchFactError(ValueError):
         self.fact = fact
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_int(value: Any, *, least: int, most: int, label: str) -> int:
+def check_int(value: object, *, least: int, most: int, label: str) -> int:
     """A whole number in [least, most]; an integral float (64.0) counts, bool and text do not."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
@@ -104,7 +104,7 @@ def check_int(value: Any, *, least: int, most: int, label: str) -> int:
     return value
 
 
-def check_text(value: Any, *, most: int, label: str) -> str:
+def check_text(value: object, *, most: int, label: str) -> str:
     """Text without NUL or other control characters, at most `most` characters."""
     if not isinstance(value, str):
         raise ArchFactError(f"{label} must be text, not {_show(value)}", fact=label)
@@ -115,7 +115,7 @@ def check_text(value: Any, *, most: int, label: str) -> str:
     return value
 
 
-def check_fact(name: str, value: Any, *, label: str | None = None) -> Any:
+def check_fact(name: str, value: object, *, label: str | None = None) -> Any:
     """`value` made plain for fact `name` (None stays None); ArchFactError when implausible.
 
     `label` is what the error calls it (e.g. the config.json key the value came from)."""
@@ -136,7 +136,7 @@ def check_fact(name: str, value: Any, *, label: str | None = None) -> Any:
     raise ArchFactError(f"{label} is not an architecture fact", fact=label)
 
 
-def check_layer_types(value: Any, *, label: str = "layer_types", most: int = MAX_LAYERS) -> tuple[str, ...]:
+def check_layer_types(value: object, *, label: str = "layer_types", most: int = MAX_LAYERS) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise ArchFactError(f"{label} must be a list, not {_show(value)}", fact=label)
     if len(value) > most:

@@ -10,6 +10,7 @@ from __future__ import annotations
 OPERATION_TASKS: dict[str, str] = {
     "switch": "agent.switch",
     "launch": "agent.launch",  # a start of the active revision: carried out as a switch with nothing to roll back to
+    "rollback": "agent.rollback",  # back to the previous revision (a benchmark gate's verdict): a switch to it
     "stop": "agent.stop",
     "probe": "agent.probe",
     "benchmark": "agent.benchmark",

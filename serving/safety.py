@@ -40,7 +40,7 @@ def check_text_value(text: str, *, field: str, max_len: int = MAX_TEXT) -> str:
     return text
 
 
-def check_number(value: Any, *, field: str) -> int | float:
+def check_number(value: object, *, field: str) -> int | float:
     """A finite int or float within a 64-bit range (bool is not a number here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise UnsafeValueError(f"{field} must be a number, not {value!r}", field=field)
@@ -52,7 +52,7 @@ def check_number(value: Any, *, field: str) -> int | float:
 
 
 def check_json_value(
-    value: Any,
+    value: object,
     *,
     field: str,
     max_depth: int = MAX_DEPTH,
@@ -64,7 +64,7 @@ def check_json_value(
     nesting and size are bounded. Raise UnsafeValueError naming `field` otherwise."""
     count = 0
 
-    def walk(item: Any, depth: int, where: str) -> None:
+    def walk(item: object, depth: int, where: str) -> None:
         nonlocal count
         count += 1
         if count > max_items:

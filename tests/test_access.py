@@ -21,6 +21,7 @@ OP = "00000000-0000-0000-0000-000000000001"
 BENCH_OP = "00000000-0000-0000-0000-000000000002"
 CHANNEL = "00000000-0000-0000-0000-0000000000c1"
 RULE = "00000000-0000-0000-0000-0000000000a1"
+ROLLOUT = 900_001  # far above the ids the tests' own rollouts take from the sequence
 # name -> (kwargs, GET role, POST role or None when the URL takes no POST)
 ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "dashboard:index": ({}, "viewer", None),
@@ -81,6 +82,7 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "people:active": ({"username": "vera"}, "admin", "admin"),
     "people:password": ({"username": "vera"}, "admin", "admin"),
     "people:unlock": ({"username": "vera"}, "admin", "admin"),
+    "people:sso_groups": ({"username": "vera"}, "admin", "admin"),
     "notifications:index": ({}, "admin", None),
     "notifications:deliveries": ({}, "admin", None),
     "notifications:channel_new": ({}, "admin", "admin"),
@@ -90,12 +92,28 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "notifications:rule_new": ({}, "admin", "admin"),
     "notifications:rule_edit": ({"pk": RULE}, "admin", "admin"),
     "notifications:rule_delete": ({"pk": RULE}, "admin", "admin"),
+    "schedules:list": ({}, "viewer", None),
+    "schedules:cancel": ({"pk": 1}, "viewer", "operator"),
+    "schedules:window": ({"host": "h1"}, "viewer", "operator"),
     "api_tokens:list": ({}, "viewer", None),
     "api_tokens:new": ({}, "viewer", "viewer"),
     "api_tokens:revoke": ({}, "viewer", "viewer"),
+    "changes:list": ({}, "viewer", None),
+    "changes:detail": ({"pk": 1}, "viewer", None),
+    "changes:decide": ({"pk": 1}, "viewer", "operator"),
+    "changes:host_review": ({"host": "h1"}, "admin", "admin"),
+    "rollouts:list": ({}, "viewer", None),
+    "rollouts:new": ({}, "viewer", "operator"),
+    "rollouts:detail": ({"pk": ROLLOUT}, "viewer", None),
+    "rollouts:status": ({"pk": ROLLOUT}, "viewer", None),
+    "rollouts:pause": ({"pk": ROLLOUT}, "viewer", "operator"),
+    "rollouts:resume": ({"pk": ROLLOUT}, "viewer", "operator"),
+    "rollouts:cancel": ({"pk": ROLLOUT}, "viewer", "operator"),
+    "rollouts:host_tags": ({"name": "h1"}, "viewer", "operator"),
 }
 # /metrics answers a bearer token or loopback, not a session (tests/deployments/test_panel_metrics.py).
-OPEN = {"login", "logout", "metrics"}
+# Single sign-on's start and callback are sign-in pages (tests/test_sso.py, tests/browser/test_sso_browser.py).
+OPEN = {"login", "logout", "metrics", "sso_login", "sso_callback"}
 # The agent API answers host tokens only (tests/test_agent_api.py checks what each token may do).
 AGENT_API = {
     "agent_api:hello": {},
@@ -134,14 +152,27 @@ POST_ONLY = {
     "people:active",
     "people:password",
     "people:unlock",
+    "people:sso_groups",
     "notifications:channel_delete",
     "notifications:channel_test",
     "notifications:rule_delete",
+    "changes:decide",
+    "changes:host_review",
+    "schedules:cancel",
+    "rollouts:pause",
+    "rollouts:resume",
+    "rollouts:cancel",
+    "rollouts:host_tags",
 }
 VIEWER_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "viewer")
 ADMIN_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "admin" and n not in POST_ONLY)
 # Live widgets of a finished operation answer 286 so htmx stops polling.
-STOPPED = {"deployments:operation_status", "hardware:operation_widget", "deployments:benchmark_progress_status"}
+STOPPED = {
+    "deployments:operation_status",
+    "hardware:operation_widget",
+    "deployments:benchmark_progress_status",
+    "rollouts:status",  # the world's rollout has ended
+}
 
 
 def _names(resolver: URLResolver, prefix: str = "") -> set[str]:
@@ -211,6 +242,22 @@ def world(catalog, operator):
         url_ciphertext=url_encrypt("json://127.0.0.1:9/"),
     )
     Rule.objects.create(id=uuid.UUID(RULE), channel=channel, host=host, events=["switch.failed"])
+    from changes.models import ChangeRequest
+
+    # A request of operator's to switch h1 to r1 (h1 itself does not require review).
+    ChangeRequest.objects.create(
+        id=1, host=host, kind="switch", params={"revision": 1}, summary="Switch h1 to r1", author=operator
+    )
+    # Its id is given: the next request a page opens (a matrix POST protects h1) takes the one after.
+    from django.core.management.color import no_style
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [ChangeRequest]):
+            cursor.execute(sql)
+    from rollouts.models import Rollout
+
+    Rollout.objects.create(id=ROLLOUT, group="lab", kind="revision", change={"set": {"threads": 4}}, state="succeeded")
     return host
 
 

@@ -10,24 +10,29 @@ is a host secret (the engine then refuses requests without it) and benchmarks it
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 
 from deployments.choices import OperationState
-from deployments.models import BenchmarkRun, DeploymentRevision, active_revision_id_of
+from deployments.models import BenchmarkRun, DeploymentRevision, MeasuredMemory, ModelVariant, active_revision_id_of
 from deployments.services.benchmarks import benchmark_request, profile_from_input
+from deployments.services.planning import planned_memory
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
+from serving.diffing import fmt
 from tests.support.operations import wait_done
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 API_KEY = "sk-e2e-only-the-engine-and-its-host-know-0123"
 
 
+@pytest.mark.parametrize("lab", [{"CONTROLPANEL_TELEMETRY_INTERVAL_S": "1"}], indirect=True)
 def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secret_and_benchmarks(
     lab, operator: User, admin_user: User
 ) -> None:
@@ -49,6 +54,9 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
 
     # A switch whose API key is a host secret: the agent gets it from the panel for this launch.
     secret_set(host=host, name="engine-key", value=API_KEY, actor=admin_user)
+    # Its size as an import records it (the planner's weights): memory is planned against measured below.
+    ModelVariant.objects.filter(pk=lab["gemma"].pk).update(weights_bytes=Path(lab["gemma"].gguf_file).stat().st_size)
+    lab["gemma"].refresh_from_db()
     from deployments.services.revisions import revision_create
 
     revision = revision_create(
@@ -77,6 +85,26 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     running = supervisor_for(host.name).status().argv
     shown = launch_for_revision(DeploymentRevision.objects.get(pk=revision.pk)).argv
     assert running == shown and "--ctx-size" in running
+
+    # Memory planned against measured: the agent's telemetry reports the engine's resident memory
+    # (RSS, a CPU host), stored beside the planner's weights + KV cache and shown on its page.
+    # The first reading may come from while the engine was still loading (CI saw 63 MB of a
+    # 253 MB plan): the row keeps the peak, so wait for a reading taken once the weights are in.
+    planned = planned_memory(DeploymentRevision.objects.get(pk=revision.pk))["ram"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = MeasuredMemory.objects.filter(revision=revision, device="ram").first()
+        if seen is not None and seen.peak_bytes > 0.5 * planned:
+            break
+        time.sleep(0.2)
+    measured = MeasuredMemory.objects.get(revision=revision, device="ram")
+    assert measured.planned_bytes == planned and measured.peak_bytes >= measured.latest_bytes > 0
+    print(f"gemma 3 270M on llama-server, ctx 2048: planned {planned:,} bytes, RSS {measured.peak_bytes:,} bytes")
+    assert 0.5 * planned < measured.peak_bytes < 2.0 * planned  # the weights are most of both
+    admin_client = Client()
+    admin_client.force_login(admin_user)
+    page = admin_client.get(f"/hosts/{host.name}/revisions/{revision.number}/").content.decode()
+    assert 'data-device="ram"' in page and fmt.exact_bytes(planned) in page
 
     # A benchmark through the key, measured on the host, stored on the panel.
     profile = profile_from_input(name="quick", concurrency=[1], requests=2, input_tokens=32, output_tokens=8)

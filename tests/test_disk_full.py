@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -45,6 +46,20 @@ def tmpfs(where: Path, size_mib: int) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)  # noqa: S603, S607
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded default's data folder with its SQLite database migrated, made once per module."""
+    data = tmp_path_factory.mktemp("migrated")
+    manage(embedded_env(data), "migrate", "--noinput", "-v0")
+    return data
+
+
+def migrated_copy(migrated: Path, data: Path) -> dict[str, str]:
+    """The migrated database copied onto `data` (a small tmpfs); the environment of a panel there."""
+    shutil.copy2(migrated / "db.sqlite3", data / "db.sqlite3")
+    return embedded_env(data)
 
 
 def fill(folder: Path) -> Path:
@@ -134,10 +149,9 @@ print("R=" + json.dumps({"error": error, "hosts_while_full": hosts_while_full, "
 """
 
 
-def test_a_database_write_on_a_full_disk_fails_whole_and_the_database_stays_sound(tmp_path):
+def test_a_database_write_on_a_full_disk_fails_whole_and_the_database_stays_sound(tmp_path, migrated):
     with tmpfs(tmp_path / "data", 24) as data:
-        env = embedded_env(data)
-        manage(env, "migrate", "--noinput", "-v0")
+        env = migrated_copy(migrated, data)
         result = json.loads(manage(env, "shell", "-c", SQLITE_FULL).split("R=", 1)[1])
     assert result["error"] is not None and "database or disk is full" in result["error"]
     assert result["hosts_while_full"] == 0  # the failed transaction left nothing half-stored
@@ -204,3 +218,56 @@ def _caused(outer: Exception, cause: BaseException) -> Exception:
 )
 def test_a_full_disk_is_told_apart_from_other_failures(exc, full):
     assert is_disk_full(exc) is full
+
+
+AGENT_REPORT_FULL = """
+import json, time
+from django.conf import settings
+from django.test import Client
+from tests.test_disk_full import fill
+from hardware.credentials import host_token_issue
+from hardware.models import HostSample
+host, token = host_token_issue(name="gpu-1", actor=None)
+client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+now = time.time()
+body = {"gpu_samples": [], "host_samples": [{"timestamp": now - i, "cpu_percent": 5.0} for i in range(500)]}
+def post():
+    answer = client.post("/agent/v1/telemetry", data=json.dumps(body), content_type="application/json")
+    return answer.status_code, answer.headers.get("Content-Type"), answer.content.decode()
+filler = fill(settings.DATA_DIR)
+full = post()
+rows_while_full = HostSample.objects.count()
+filler.unlink()
+again = post()
+print("R=" + json.dumps({"full": full, "rows_while_full": rows_while_full, "again": again[0],
+                          "rows_after": HostSample.objects.count()}))
+"""
+
+
+def test_an_agent_report_on_a_full_disk_is_refused_whole_with_507_so_the_agent_keeps_it(tmp_path, migrated):
+    """The agent API skips the pages' middleware: it says so itself, in JSON. A 5xx is "the panel is
+    away" to the agent (hostagent/panel.py), which keeps the report in its outbox and sends it again."""
+    with tmpfs(tmp_path / "data", 24) as data:
+        env = migrated_copy(migrated, data)
+        result = json.loads(manage(env, "shell", "-c", AGENT_REPORT_FULL).split("R=", 1)[1])
+    status, content_type, text = result["full"]
+    assert status == 507 and content_type == "application/json"
+    assert "The panel's disk is full: this change was not saved" in json.loads(text)["error"]
+    assert result["rows_while_full"] == 0  # nothing half-stored
+    assert result["again"] in (200, 204) and result["rows_after"] == 500  # the same report, once there is room
+
+
+def test_a_command_on_a_full_disk_says_so_in_one_sentence_without_a_traceback(tmp_path, migrated):
+    with tmpfs(tmp_path / "data", 24) as data:
+        env = migrated_copy(migrated, data)
+        filler = fill(data)
+        out = subprocess.run(  # noqa: S603 - fixed argv
+            [sys.executable, "manage.py", "catalog", "load"], cwd=Path(__file__).resolve().parent.parent,
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        filler.unlink()
+        assert out.returncode == 1
+        assert "Traceback" not in out.stderr, out.stderr
+        assert "manage.py catalog: the disk is full (" in out.stderr
+        assert "What it was writing was not saved" in out.stderr
+        manage(env, "catalog", "load")  # room again: the same command goes through

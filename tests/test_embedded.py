@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.embedded import EmbeddedPanel, copy_prepared, embedded_env, prepare
@@ -72,6 +73,13 @@ def _wait(predicate, timeout: float, what: str, panel: EmbeddedPanel) -> None:
         time.sleep(0.1)
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _restarted(panel: EmbeddedPanel, name: str, old_pid: int) -> bool:
     pid = panel.child_pid(name)
     return pid is not None and pid != old_pid
@@ -119,6 +127,10 @@ def test_serves_carries_tasks_over_its_own_redis_and_ctrl_c_stops_it(panel: Embe
     result = _last_json(panel.django(PROBE))
     assert result["state"] == "succeeded", result
     _wait(lambda: "reap_lost_operations" in panel.log("worker"), 10, "the panel worker's task", panel)
+    # The lab router, its own async process beside the web server, answers on its bind.
+    router = f"http://{panel.env['CONTROLPANEL_ROUTER_BIND']}"
+    _wait(lambda: _answers(f"{router}/health"), 30, "the lab router", panel)
+    assert httpx.get(f"{router}/v1/models", timeout=5).json()["object"] == "list"
 
     _stop_and_check_nothing_left(panel, signal.SIGINT)
     assert not (redis_dir / "redis.sock").exists()

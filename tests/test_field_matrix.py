@@ -21,6 +21,7 @@ from django.contrib.auth.views import PasswordChangeView
 from django.test import Client
 from django.urls import Resolver404, get_resolver, resolve, reverse
 
+from changes.forms import DecisionForm, HostReviewForm
 from controlpanel.people.forms import PersonCreateForm, RoleForm
 from core.models import AuditEvent
 from deployments.forms import (
@@ -43,7 +44,9 @@ from deployments.forms import (
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.views.hosts import InstallForm
 from notifications.forms import ChannelForm, RuleForm
-from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, RULE, _names, token_api
+from rollouts.forms import HostTagsForm, RolloutForm
+from schedules.forms import WhenForm, WindowForm
+from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, ROLLOUT, RULE, _names, token_api
 from tests.test_access import world as access_world
 
 pytestmark = pytest.mark.django_db
@@ -137,7 +140,12 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     ),
     "deployments:revision_new": ({"host": "h1"}, "operator", {}),  # filled in by _revision_fields
     "deployments:revision_preview": ({"host": "h1"}, "viewer", {}),  # the same form, no message needed
-    "deployments:revision_switch": ({"host": "h1", "number": 1}, "operator", {"override_reason": ""}),
+    # Now, or scheduled: at a time or in the host's next maintenance window (schedules.forms.WhenForm).
+    "deployments:revision_switch": (
+        {"host": "h1", "number": 1},
+        "operator",
+        {"override_reason": "", "gate_profile": "quick", "gate_limits": "decode=5,ttft_p95=10", "when": "", "at": ""},
+    ),
     "deployments:ansible_import": (
         {"host": "h1"},
         "operator",
@@ -186,7 +194,11 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", {"hub_token": "on"}),
     # The front door: a revision's serving mode, aliases (operators); inference keys (admins).
     "deployments:host_serve_mode": ({"host": "h1"}, "operator", {"revision": "1", "mode": "off", "idle_ttl_s": ""}),
-    "deployments:host_alias_set": ({"host": "h1"}, "operator", {"name": "coder", "revision": "1"}),
+    "deployments:host_alias_set": (
+        {"host": "h1"},
+        "operator",
+        {"name": "coder", "revision": "1", "when": "", "at": ""},
+    ),
     "deployments:host_alias_delete": ({"host": "h1", "alias": "coder"}, "operator", {}),
     "deployments:key_list": ({}, "admin", {"name": "matrix-key", "models": ""}),
     "deployments:key_revoke": ({"name": "ci"}, "admin", {}),
@@ -196,6 +208,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "people:active": ({"username": "vera"}, "admin", {"active": "1"}),
     "people:password": ({"username": "vera"}, "admin", {}),
     "people:unlock": ({"username": "vera"}, "admin", {}),
+    "people:sso_groups": ({"username": "vera"}, "admin", {}),
     "notifications:channel_new": (
         {},
         "admin",
@@ -207,8 +220,42 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "notifications:rule_new": ({}, "admin", NOTIFICATION_RULE),
     "notifications:rule_edit": ({"pk": RULE}, "admin", NOTIFICATION_RULE),
     "notifications:rule_delete": ({"pk": RULE}, "admin", {}),
+    # Scheduled changes: cancel one; a host's maintenance window (or remove it).
+    "schedules:cancel": ({"pk": 1}, "operator", {}),
+    "schedules:window": (
+        {"host": "h1"},
+        "operator",
+        {"weekdays": "5", "start": "02:00", "end": "04:00", "timezone": "Europe/Berlin", "remove": ""},
+    ),
     "api_tokens:new": ({}, "viewer", {"name": "ci job"}),
     "api_tokens:revoke": ({}, "viewer", {"token": "1"}),
+    "changes:decide": ({"pk": 1}, "operator", {"verdict": "comment", "comment": "looks fine"}),
+    "changes:host_review": ({"host": "h1"}, "admin", {"required": ""}),
+    # Rollouts across hosts: start one over a group; pause, resume, cancel (the world's has ended).
+    "rollouts:new": (
+        {},
+        "operator",
+        {
+            "group": "lab",
+            "kind": "revision",
+            "knobs": "threads=4",
+            "env": "",
+            "model": "",
+            "message": "from the matrix",
+            "alias": "",
+            "tag": "",
+            "batch_size": "1",
+            "canary": "",
+            "gate_profile": "",
+            "gate_limits": "decode=5,ttft_p95=10",
+            "when": "",  # now; or at a time, or in the canary's window (schedules.forms.WhenForm)
+            "at": "",
+        },
+    ),
+    "rollouts:pause": ({"pk": ROLLOUT}, "operator", {}),
+    "rollouts:resume": ({"pk": ROLLOUT}, "operator", {}),
+    "rollouts:cancel": ({"pk": ROLLOUT}, "operator", {}),
+    "rollouts:host_tags": ({"name": "h1"}, "operator", {"tags": "lab, edge"}),
 }
 # The form classes behind each URL (field names with their prefix): a field added to a class
 # must be listed in FORMS even before a template shows it.
@@ -220,7 +267,7 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:revision_chat": [(PlaygroundForm, "")],
     "deployments:revision_new": [(RevisionForm, "")],
     "deployments:revision_preview": [(RevisionForm, "")],
-    "deployments:revision_switch": [(SwitchForm, "")],
+    "deployments:revision_switch": [(SwitchForm, ""), (WhenForm, "")],
     "deployments:ansible_import": [(AnsibleImportForm, "")],
     "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-"), (HubImportForm, "hub-")],
     "people:add": [(PersonCreateForm, "")],
@@ -232,9 +279,14 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:host_secrets": [(SecretForm, "")],
     "deployments:host_secret_mark": [(SecretMarkForm, "")],
     "deployments:host_serve_mode": [(ServeModeForm, "")],
-    "deployments:host_alias_set": [(AliasForm, "")],
+    "deployments:host_alias_set": [(AliasForm, ""), (WhenForm, "")],
+    "schedules:window": [(WindowForm, "")],
     "deployments:key_list": [(InferenceKeyForm, "")],
     "deployments:key_models": [(InferenceKeyModelsForm, "")],
+    "changes:decide": [(DecisionForm, "")],
+    "changes:host_review": [(HostReviewForm, "")],
+    "rollouts:new": [(RolloutForm, ""), (WhenForm, "")],
+    "rollouts:host_tags": [(HostTagsForm, "")],
 }
 REVISION_FIELDS = {
     "engine": "vllm",
@@ -361,12 +413,18 @@ def test_every_post_url_and_field_is_covered(people):
         "hardware:host_start",
         "deployments:operation_cancel",
         "people:unlock",
+        "people:sso_groups",  # only for a person who signs in with SSO and whose role was set by hand
         "deployments:host_model_delete",
         "api_tokens:revoke",
         "deployments:revision_chat",
         "deployments:host_alias_delete",  # the front door's: shown only with an alias or a key
         "deployments:key_revoke",
         "deployments:key_models",
+        "schedules:cancel",  # shown only beside a pending scheduled change
+        # a rollout's buttons: shown only while it is open (the world's has ended)
+        "rollouts:pause",
+        "rollouts:resume",
+        "rollouts:cancel",
     }
 
 

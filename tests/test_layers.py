@@ -19,6 +19,7 @@ PURE = [
     "core.atomicfile",
     "core.hub_paths",
     "core.secrets_mask",
+    "core.maintenance",
     "serving.arch",
     "serving.binds",
     "serving.safety",
@@ -31,6 +32,7 @@ PURE = [
     "serving.benchmarking.profiles",
     "serving.benchmarking.results",
     "serving.benchmarking.workload",
+    "serving.rollouts",
 ]
 # The host runtime uses the OS and HTTP, but never the ORM (GPU hosts may later run without DB access).
 RUNTIME = [
@@ -211,14 +213,13 @@ def test_the_host_runtime_and_probes_live_in_the_agent_package():
     assert not (ROOT / "hardware" / "runtime").exists() and not (ROOT / "hardware" / "probes").exists()
 
 
-def test_imports_back_up_the_layers_are_few_and_known():
+def test_the_one_import_back_up_the_layers_is_known():
     """Bottom to top: controlpanel's plumbing, core, serving, hardware (and the agent beside it),
-    notifications, deployments, api, controlpanel's top. Imports from a layer into one above it: at
-    most 3, and these ones (notifications' events and regression checks read a revision and a run)."""
-    assert backup_imports(_import_graph()) == [
-        "notifications.events -> deployments.models",
-        "notifications.selectors -> deployments.models",
-    ]
+    notifications, deployments, api, controlpanel's top. One import runs from a layer into one
+    above it: the settings check the lab router's bind with the pure core's one reading of
+    HOST:PORT (the notifications' event builders are handed the serving revision and the previous
+    benchmark run they tell of)."""
+    assert backup_imports(_import_graph()) == ["controlpanel.settings -> serving.binds"]
 
 
 def _reaching(graph: dict[str, set[str]], prefix: str, into: tuple[str, ...]) -> list[str]:
@@ -267,7 +268,8 @@ PURE_CORE = (
 AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded),
 # `manage.py host register-local` and the import of a local GGUF read that machine with the agent's
-# own code (its probe, its model-folder rules). Nowhere else does the panel's side run host code.
+# own code (its probe, its model-folder rules). Nowhere else does the panel's side run host code,
+# but for the lab router's use of the front door's data plane (below).
 PANEL_RUNS_HOST_CODE = {
     "controlpanel.embedded -> hostagent.probe",
     "controlpanel.embedded -> hostagent.runtime.processes",
@@ -276,6 +278,11 @@ PANEL_RUNS_HOST_CODE = {
     "deployments.services.imports -> hostagent.runtime.confine",
     "deployments.services.imports -> hostagent.runtime.errors",
     "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error
+    # The lab router (controlpanel/router) checks inference keys with the front doors' own key table,
+    # answers errors in their shape and reaches them as they reach engines: the doors' Django-free data plane.
+    "controlpanel.router.app -> hostagent.frontdoor.keys",
+    "controlpanel.router.app -> hostagent.frontdoor.proxy",
+    "controlpanel.router.forward -> hostagent.frontdoor.proxy",
 }
 
 

@@ -57,6 +57,10 @@ def test_a_setting_out_of_its_range_stops_the_start_naming_it(tmp_path):
         ("CONTROLPANEL_CARD_CACHE_ENTRIES", "lots", "from 300 to 1,000,000"),
         ("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", "1e99", "from 4,096 to"),
         ("CONTROLPANEL_AGENT_ENGINE_LOG_S", "nan", "from 0.1 to 60"),
+        ("CONTROLPANEL_OIDC_SIGN_ALGO", "none", "one of RS256"),  # an unsigned ID token, never
+        ("CONTROLPANEL_ROUTER_BIND", "4100", "HOST:PORT (e.g. 127.0.0.1:4100) or off"),
+        ("CONTROLPANEL_ROUTER_URL", "lab.example:4100", "an http(s) URL"),
+        ("CONTROLPANEL_ROUTER_REFRESH_S", "0", "from 0.2 to 300"),
     ):
         clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
         clean.update(
@@ -68,3 +72,30 @@ def test_a_setting_out_of_its_range_stops_the_start_naming_it(tmp_path):
             out.stderr[-300:],
         )
     assert _settings_under({"CONTROLPANEL_DATA_DIR": str(tmp_path), "CONTROLPANEL_NOTIFICATIONS_RETRY_S": ""})
+
+
+def test_an_end_session_endpoint_is_checked_at_start_and_let_through_the_sign_out_form(tmp_path):
+    """CONTROLPANEL_OIDC_END_SESSION_ENDPOINT: set, the sign-out form's redirect may go to the
+    provider (the policy's form-action) and the ID token is kept for id_token_hint; a value that
+    is no URL, or set with single sign-on off, stops the start naming it."""
+    probe = (
+        "import json, django; from django.conf import settings; django.setup(); "
+        "policy = settings.CONTENT_SECURITY_POLICY['DIRECTIVES']; "
+        "print(json.dumps([policy['form-action'], settings.OIDC_STORE_ID_TOKEN]))"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    base.update(CONTROLPANEL_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="controlpanel.settings")
+    good = {
+        "CONTROLPANEL_OIDC_CLIENT_ID": "panel",
+        "CONTROLPANEL_OIDC_END_SESSION_ENDPOINT": "https://sso.example.org/realms/lab/protocol/openid-connect/logout",
+    }
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**base, **good}, capture_output=True, text=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [["'self'", "https://sso.example.org"], True]
+    for wrong, said in (
+        ({"CONTROLPANEL_OIDC_END_SESSION_ENDPOINT": "sso/logout"}, "end-session URL"),
+        ({"CONTROLPANEL_OIDC_CLIENT_ID": ""}, "single sign-on is off"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", probe], cwd=ROOT, env={**base, **good, **wrong}, capture_output=True, text=True
+        )
+        assert out.returncode != 0 and "CONTROLPANEL_OIDC_END_SESSION_ENDPOINT" in out.stderr and said in out.stderr

@@ -28,7 +28,7 @@ from tests.support.history import SECRET_VALUES, fingerprint
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STATES = ("first", "before-split", "previous")
-OURS = ("core", "hardware", "deployments", "notifications", "api")
+OURS = ("core", "hardware", "deployments", "notifications", "api", "people")
 ANCHORS = {"first": [("deployments", "0002_initial")], "before-split": [("deployments", "0005_revision_port_default")]}
 
 

@@ -22,7 +22,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGES = ("controlpanel", "core", "serving", "hardware", "deployments", "notifications", "api", "hostagent")
+PACKAGES = (
+    "controlpanel",
+    "core",
+    "serving",
+    "hardware",
+    "deployments",
+    "schedules",
+    "notifications",
+    "changes",
+    "api",
+    "hostagent",
+)
 NOT_PRODUCTION = ("tests", "bench", "tools", "docs", "examples", "scripts")
 
 # The stack, bottom to top. controlpanel's plumbing (settings, the Celery app, the broker's
@@ -44,7 +55,10 @@ PLUMBING = tuple(
     )
 )
 RANKS = {"plumbing": 0, "core": 1, "serving": 2, "hardware": 3, "hostagent": 3, "notifications": 4}
-RANKS |= {"deployments": 5, "api": 6, "controlpanel": 7}
+# schedules stands beside deployments: it runs deployments' services when a change is due, and
+# deployments' entry points (the switch page, the alias form, the commands) offer "later" through it.
+# changes (change requests of protected hosts) runs deployments' services: it sits on them.
+RANKS |= {"deployments": 5, "schedules": 5, "changes": 6, "api": 7, "controlpanel": 8}
 # Where the serving core and the agent's runtime lived before they had packages of their own.
 OLD_HOMES = {
     "serving": tuple(

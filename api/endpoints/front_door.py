@@ -13,7 +13,8 @@ from controlpanel.roles import ADMIN, OPERATOR, VIEWER
 from deployments.models import DeploymentRevision, FrontDoor, InferenceKey
 from deployments.services.aliases import alias_delete, alias_list, alias_set
 from deployments.services.inference_keys import key_create, key_revoke
-from deployments.services.serving_set import planned_memory, served_set, serving_mode_set
+from deployments.services.planning import planned_memory
+from deployments.services.serving_set import served_set, serving_mode_set
 from deployments.services.usage import usage_totals
 from hardware.models import Host
 

@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from ninja import Router, Status
 
 from api.schemas import OPERATION_QUEUED, Error, HostList, HostOut, SwitchIn
-from api.serialize import host_dict, operation_dict
+from api.serialize import host_dict, operation_with_gate
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import DeploymentRevision
 from deployments.selectors import hosts as selectors
@@ -46,5 +46,6 @@ def host_switch(request: HttpRequest, name: str, payload: SwitchIn) -> Status:
         from django.core.exceptions import ValidationError
 
         raise ValidationError({"revision": f"{host.name} has no revision r{payload.revision}."})
-    op = switch_request(revision=revision, override_reason=payload.override_reason, actor=user)
-    return Status(202, operation_dict(op))
+    gate = payload.gate.request() if payload.gate is not None else None
+    op = switch_request(revision=revision, override_reason=payload.override_reason, gate=gate, actor=user)
+    return Status(202, operation_with_gate(op))

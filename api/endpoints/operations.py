@@ -9,7 +9,7 @@ from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
 from api.schemas import Error, OperationLog, OperationOut
-from api.serialize import operation_dict
+from api.serialize import operation_dict, operation_with_gate
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import Operation
 from deployments.services.operations import operation_cancel
@@ -33,7 +33,7 @@ def _operation(op_id: str) -> Operation:
 @router.get("{op_id}/", response={200: OperationOut, 404: Error}, summary="An operation's state and result")
 def operation_get(request: HttpRequest, op_id: str) -> dict[str, Any]:
     actor(request, VIEWER)
-    return operation_dict(_operation(op_id))
+    return operation_with_gate(_operation(op_id))
 
 
 @router.get("{op_id}/log/", response={200: OperationLog, 404: Error}, summary="An operation's log")

@@ -28,6 +28,8 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, OPERATOR, ROLES, VIEWER, ensure_role
 from core.audit import audit_record
 
+from .models import SsoAccount
+
 GENERATED_PASSWORD_BYTES = 15  # 20 URL-safe characters
 
 
@@ -126,8 +128,17 @@ class NewPassword:
     password: str
 
 
+def _check_local_passwords() -> None:
+    if not settings.CONTROLPANEL_LOCAL_PASSWORDS:
+        raise ValidationError(
+            "Local passwords are off (CONTROLPANEL_LOCAL_PASSWORDS): people sign in with single sign-on, "
+            "and join the panel at their first sign-in."
+        )
+
+
 def person_create(*, username: str, email: str = "", role: str, actor: AbstractUser | None) -> NewPassword:
     ensure_role(actor, ADMIN)
+    _check_local_passwords()
     username, email = _clean_new_person(username, email)
     role = _clean_role(role)
     password = generate_password()
@@ -154,7 +165,10 @@ def person_set_role(*, user: AbstractUser, role: str, actor: AbstractUser | None
             user.is_staff = False
             user.save(update_fields=["is_superuser", "is_staff"])
         _apply_role(user, role)
-        _audit(user, "role", f"{user.username}: {before} -> {role}", actor, {"from": before, "to": role})
+        # A person who signs in with SSO keeps a role given by hand: their groups stop setting it.
+        by_hand = SsoAccount.objects.filter(user=user).update(role_by_hand=True) > 0
+        data = {"from": before, "to": role, **({"sso_role_by_hand": True} if by_hand else {})}
+        _audit(user, "role", f"{user.username}: {before} -> {role}", actor, data)
     return user
 
 
@@ -179,6 +193,7 @@ def person_set_active(*, user: AbstractUser, active: bool, actor: AbstractUser |
 def person_reset_password(*, user: AbstractUser, actor: AbstractUser | None) -> NewPassword:
     """A new generated password; the old one and every session of the person stop working."""
     _check_may_change(actor, user)
+    _check_local_passwords()
     password = generate_password()
     with transaction.atomic():
         user = _users().select_for_update().get(pk=user.pk)
@@ -240,24 +255,32 @@ class Person:
     role: str | None
     last_login: datetime | None
     locked: bool
+    sso: SsoAccount | None  # how they sign in through the provider, if they do
 
     @property
     def username(self) -> str:
         return str(self.user.username)
 
+    @property
+    def signs_in_with(self) -> list[str]:
+        """`password`, the provider's name, or both."""
+        ways = ["password"] if self.user.has_usable_password() else []
+        return ways + ([self.sso.provider] if self.sso is not None else [])
+
 
 def people_list(*, actor: AbstractUser | None) -> list[Person]:
     ensure_role(actor, ADMIN)
-    users = list(_users().prefetch_related("groups").order_by("username"))
+    users = list(_users().select_related("sso_account").prefetch_related("groups").order_by("username"))
     locked = locked_usernames([u.username for u in users])
     return [_person(u, locked) for u in users]
 
 
 def person_get(*, username: str, actor: AbstractUser | None) -> Person:
     ensure_role(actor, ADMIN)
-    user = _users().prefetch_related("groups").get(username=username)
+    user = _users().select_related("sso_account").prefetch_related("groups").get(username=username)
     return _person(user, locked_usernames([user.username]))
 
 
 def _person(user: AbstractUser, locked: set[str]) -> Person:
-    return Person(user=user, role=_role_of(user), last_login=user.last_login, locked=user.username in locked)
+    sso = getattr(user, "sso_account", None)  # None when they have none (a reverse one-to-one)
+    return Person(user=user, role=_role_of(user), last_login=user.last_login, locked=user.username in locked, sso=sso)

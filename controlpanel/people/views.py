@@ -1,8 +1,11 @@
-"""People pages for admins: list, add, change role, deactivate/reactivate, reset a password,
-unlock after a login lockout. Every change goes through controlpanel.people.services."""
+"""People pages for admins: list, add, change role (or hand an SSO person's role back to their
+groups), deactivate/reactivate, reset a password, unlock after a login lockout. Every change goes
+through controlpanel.people.services (or .sso)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib import messages
@@ -17,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from controlpanel.roles import ADMIN, role_required
 from core.http import by_method, form_save
 
-from . import services
+from . import services, sso
 from .forms import PersonCreateForm, RoleForm
 
 
@@ -98,31 +101,40 @@ def _refused(request: HttpRequest, username: str, exc: ValidationError) -> HttpR
     return redirect("people:detail", username=username)
 
 
+def _refusals_said(view: Callable[[HttpRequest, str], HttpResponse]) -> Callable[[HttpRequest, str], HttpResponse]:
+    """A change the services refuse (ValidationError) is said on the person's page."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, username: str) -> HttpResponse:
+        try:
+            return view(request, username)
+        except ValidationError as exc:
+            return _refused(request, username, exc)
+
+    return wrapped
+
+
 @require_POST
 @role_required(ADMIN)
+@_refusals_said
 def person_role(request: HttpRequest, username: str) -> HttpResponse:
     user = _target(username)
     form = RoleForm(request.POST)
     if not form.is_valid():
-        return _refused(request, username, ValidationError("Choose a role: viewer, operator or admin."))
-    try:
-        services.person_set_role(user=user, role=form.cleaned_data["role"], actor=request.user)
-    except ValidationError as exc:
-        return _refused(request, username, exc)
+        raise ValidationError("Choose a role: viewer, operator or admin.")
+    services.person_set_role(user=user, role=form.cleaned_data["role"], actor=request.user)
     return _done(request, username, f"{username} is now {form.cleaned_data['role']}.")
 
 
 @require_POST
 @role_required(ADMIN)
+@_refusals_said
 def person_active(request: HttpRequest, username: str) -> HttpResponse:
     user = _target(username)
     wanted = request.POST.get("active")
     if wanted not in ("0", "1"):
-        return _refused(request, username, ValidationError("Say whether to activate (1) or deactivate (0)."))
-    try:
-        services.person_set_active(user=user, active=wanted == "1", actor=request.user)
-    except ValidationError as exc:
-        return _refused(request, username, exc)
+        raise ValidationError("Say whether to activate (1) or deactivate (0).")
+    services.person_set_active(user=user, active=wanted == "1", actor=request.user)
     if wanted == "1":
         return _done(request, username, f"{username} can sign in again.")
     return _done(request, username, f"{username} is deactivated: signed out everywhere and cannot sign in.")
@@ -131,10 +143,18 @@ def person_active(request: HttpRequest, username: str) -> HttpResponse:
 @never_cache
 @require_POST
 @role_required(ADMIN)
+@_refusals_said
 def person_password(request: HttpRequest, username: str) -> HttpResponse:
-    user = _target(username)
-    new = services.person_reset_password(user=user, actor=request.user)
+    new = services.person_reset_password(user=_target(username), actor=request.user)
     return _password_page(request, new, created=False)
+
+
+@require_POST
+@role_required(ADMIN)
+@_refusals_said
+def person_sso_groups(request: HttpRequest, username: str) -> HttpResponse:
+    role = sso.person_follow_groups(user=_target(username), actor=request.user)
+    return _done(request, username, f"{username}'s role follows their groups again: {role or 'no role'} for now.")
 
 
 @require_POST
@@ -161,6 +181,7 @@ urlpatterns = [
                 path("active/", person_active, name="active"),
                 path("password/", person_password, name="password"),
                 path("unlock/", person_unlock, name="unlock"),
+                path("sso-groups/", person_sso_groups, name="sso_groups"),
             ]
         ),
     ),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -72,7 +73,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _depth(data: Any) -> None:
+def _depth(data: object) -> None:
     stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
         item, depth = stack.pop()
@@ -87,7 +88,7 @@ def _depth(data: Any) -> None:
 # --- fields -------------------------------------------------------------------------------------
 
 
-def obj(value: Any, field: str, *, optional: bool = True) -> dict[str, Any]:
+def obj(value: object, field: str, *, optional: bool = True) -> dict[str, Any]:
     if value is None and optional:
         return {}
     if not isinstance(value, dict):
@@ -95,7 +96,7 @@ def obj(value: Any, field: str, *, optional: bool = True) -> dict[str, Any]:
     return value
 
 
-def seq(value: Any, field: str, *, most: int) -> list[Any]:
+def seq(value: object, field: str, *, most: int) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -105,7 +106,9 @@ def seq(value: Any, field: str, *, most: int) -> list[Any]:
     return value
 
 
-def text(value: Any, field: str, *, most: int = MAX_TEXT, optional: bool = True, one_line: bool = True) -> str | None:
+def text(
+    value: object, field: str, *, most: int = MAX_TEXT, optional: bool = True, one_line: bool = True
+) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -119,7 +122,7 @@ def text(value: Any, field: str, *, most: int = MAX_TEXT, optional: bool = True,
     return value
 
 
-def log_text(value: Any, field: str, *, keep: int) -> str:
+def log_text(value: object, field: str, *, keep: int) -> str:
     """Text that reports what happened (a log, an error, a message): kept, not refused, for the
     agent would only send it again. Its last `keep` characters, after a line saying how many were
     cut; NUL and lone surrogates (PostgreSQL stores neither) replaced."""
@@ -134,7 +137,7 @@ def log_text(value: Any, field: str, *, keep: int) -> str:
 
 
 def number(
-    value: Any, field: str, *, low: float = 0, high: float = BIG, optional: bool = True, whole: bool = False
+    value: object, field: str, *, low: float = 0, high: float = BIG, optional: bool = True, whole: bool = False
 ) -> Any:
     """A finite int (or float unless `whole`) in [low, high]; None when optional and absent."""
     if value is None and optional:
@@ -153,7 +156,7 @@ def _window() -> tuple[datetime, datetime]:
     return EARLIEST, timezone.now() + AHEAD
 
 
-def epoch(value: Any, field: str) -> datetime | None:
+def epoch(value: object, field: str) -> datetime | None:
     """Seconds since 1970 as a time within [2000, now + a day]; None when absent."""
     if value is None:
         return None
@@ -162,7 +165,7 @@ def epoch(value: Any, field: str) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
-def iso_time(value: Any, field: str) -> datetime | None:
+def iso_time(value: object, field: str) -> datetime | None:
     """An ISO 8601 time within [2000, now + a day]; None when absent or empty."""
     if value in (None, ""):
         return None
@@ -181,7 +184,7 @@ def iso_time(value: Any, field: str) -> datetime | None:
     return when
 
 
-def json_value(value: Any, field: str, *, most_bytes: int) -> Any:
+def json_value(value: object, field: str, *, most_bytes: int) -> Any:
     """Plain JSON (keys text, no NUL, finite 64-bit numbers) of at most `most_bytes` encoded."""
     try:
         check_json_value(value, field=field, max_items=1_000_000, max_depth=MAX_DEPTH, max_text=most_bytes)
@@ -193,7 +196,7 @@ def json_value(value: Any, field: str, *, most_bytes: int) -> Any:
     return value
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     shown = repr(value)
     return shown if len(shown) <= 40 else shown[:40] + "…"
 
@@ -212,7 +215,7 @@ FACT_TEXT = {
 FACT_COUNTS = {"cpu_logical_cores": MAX_CORES, "cpu_physical_cores": MAX_CORES, "cpu_usable_cores": MAX_CORES}
 
 
-def facts(value: Any) -> dict[str, Any]:
+def facts(value: object) -> dict[str, Any]:
     """`hostagent.probes.host.HostFacts.to_dict()` plus `address` and `model_dirs`."""
     data = obj(value, "facts")
     for key, most in FACT_TEXT.items():
@@ -228,7 +231,7 @@ def facts(value: Any) -> dict[str, Any]:
 P2P_KEYS = ("read", "write", "nvlink", "atomics")
 
 
-def inventory(value: Any) -> dict[str, Any]:
+def inventory(value: object) -> dict[str, Any]:
     """`hostagent.probes.nvml.GpuInventory.to_dict()`: at most MAX_GPUS_PER_HOST GPUs, each
     with a distinct index, and the pairs between them."""
     data = obj(value, "inventory")
@@ -280,7 +283,7 @@ def inventory(value: Any) -> dict[str, Any]:
     return data
 
 
-def engine_state(value: Any) -> dict[str, Any]:
+def engine_state(value: object) -> dict[str, Any]:
     """What the host's engine is doing, as its agent sees it (stored and shown as reported)."""
     return json_value(obj(value, "engine_state"), "engine_state", most_bytes=MAX_STATE_BYTES)
 
@@ -288,7 +291,7 @@ def engine_state(value: Any) -> dict[str, Any]:
 # --- heartbeat and telemetry --------------------------------------------------------------------
 
 
-def engine_metrics(value: Any, field: str = "engine_metrics") -> dict[str, Any] | None:
+def engine_metrics(value: object, field: str = "engine_metrics") -> dict[str, Any] | None:
     """The engine's metrics in the common shape: at most MAX_METRICS names, each value null or a
     finite number, 0 or more (gauges, ratios and counters alike)."""
     if value is None:
@@ -315,7 +318,7 @@ GPU_READINGS = {
 }
 
 
-def gpu_samples(value: Any) -> list[dict[str, Any]]:
+def gpu_samples(value: object) -> list[dict[str, Any]]:
     """`hostagent.probes.nvml.GpuSample.to_dict()` each: readings null or in range, a time in the window."""
     samples = seq(value, "gpu_samples", most=MAX_SAMPLES)
     for n, sample in enumerate(samples):
@@ -334,7 +337,7 @@ def gpu_samples(value: Any) -> list[dict[str, Any]]:
     return samples
 
 
-def engine_samples(value: Any) -> list[dict[str, Any]]:
+def engine_samples(value: object) -> list[dict[str, Any]]:
     """Engine metrics kept while the panel was away: `ts` (seconds) plus the metrics."""
     samples = seq(value, "engine_samples", most=MAX_SAMPLES)
     for n, sample in enumerate(samples):
@@ -359,7 +362,7 @@ HOST_READINGS = {
 }
 
 
-def host_samples(value: Any) -> list[dict[str, Any]]:
+def host_samples(value: object) -> list[dict[str, Any]]:
     """`hostagent.probes.host_usage.HostUsage.to_dict()` each: readings null or in range, a time
     in the window."""
     samples = seq(value, "host_samples", most=MAX_SAMPLES)
@@ -372,12 +375,53 @@ def host_samples(value: Any) -> list[dict[str, Any]]:
     return samples
 
 
-def telemetry(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """GPU samples, engine samples, and the host's CPU and memory samples."""
+MAX_ENGINES = 64  # engines one host runs at once (its own and the front door's)
+MAX_OUTSIDE = 256  # processes the panel did not start, listed in one report (hostagent.held)
+DEVICE = re.compile(r"(gpu\d{1,4}|ram)")
+
+
+def memory(value: object) -> dict[str, Any] | None:
+    """`hostagent.held.memory_report`: each engine's bytes per device by revision id, and the GPU
+    memory held by processes the panel did not start; None when the report has none."""
+    if value is None:
+        return None
+    data = obj(value, "memory", optional=False)
+    epoch(data.get("ts"), "memory.ts")
+    engines = []
+    for n, engine in enumerate(seq(data.get("engines"), "memory.engines", most=MAX_ENGINES)):
+        where = f"memory.engines[{n}]"
+        engine = obj(engine, where, optional=False)
+        revision_id = str(engine.get("revision_id"))
+        if not revision_id.isdigit() or len(revision_id) > 18:
+            raise ValidationError(f"{where}.revision_id must be a revision's id.")
+        devices = obj(engine.get("devices"), f"{where}.devices", optional=False)
+        if len(devices) > MAX_GPUS_PER_HOST + 1:
+            raise ValidationError(f"{where}.devices names more devices than a host has.")
+        for device, size in devices.items():
+            if not DEVICE.fullmatch(device) or int(device[3:] or 0) > MAX_GPU_INDEX:
+                raise ValidationError(f"{where}.devices: {_show(device)} is not gpuN or ram.")
+            number(size, f"{where}.devices.{device}", high=MAX_HOST_BYTES, optional=False, whole=True)
+        engines.append({"revision_id": revision_id, "devices": devices})
+    outside = seq(data.get("outside"), "memory.outside", most=MAX_OUTSIDE)
+    for n, row in enumerate(outside):
+        where = f"memory.outside[{n}]"
+        row = obj(row, where, optional=False)
+        number(row.get("pid"), f"{where}.pid", high=2**31, optional=False, whole=True)
+        text(row.get("name"), f"{where}.name", most=64, optional=False)
+        number(row.get("gpu"), f"{where}.gpu", high=MAX_GPU_INDEX, optional=False, whole=True)
+        number(row.get("bytes"), f"{where}.bytes", high=MAX_GPU_BYTES, optional=False, whole=True)
+    return {"ts": data.get("ts"), "engines": engines, "outside": outside}
+
+
+def telemetry(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+    """GPU samples, engine samples, the host's CPU and memory samples, and what each engine holds."""
     return (
         gpu_samples(body.get("gpu_samples")),
         engine_samples(body.get("engine_samples")),
         host_samples(body.get("host_samples")),
+        memory(body.get("memory")),
     )
 
 
@@ -407,7 +451,7 @@ def engine_log(body: dict[str, Any]) -> dict[str, Any]:
     return run
 
 
-def worker(value: Any, default: str) -> str:
+def worker(value: object, default: str) -> str:
     return text(value, "worker", most=200) or default
 
 

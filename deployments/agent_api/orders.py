@@ -37,6 +37,16 @@ def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
     return {"weights": weights, "kv": kv}
 
 
+def _memory_planned(revision: DeploymentRevision) -> dict[str, int] | None:
+    """The planner's bytes per GPU (`gpuN`) on a GPU host: the host's preflight compares them with
+    what NVML says is free (hostagent.preflight.gpu_memory_checks)."""
+    if revision.host.cpu_only:
+        return None
+    from deployments.services.planning import planned_memory
+
+    return planned_memory(revision) or None
+
+
 def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
     """The launch of `revision`: its serving spec (serving.launch.RevisionSpec) and the engine
     config it makes (the host's copy of downloaded weights swapped in; the bind address and
@@ -80,6 +90,7 @@ def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:
         "model": model,
         "served_context": served_context(revision),
         "memory_need": _memory_need(revision),
+        "memory_planned": _memory_planned(revision),
         "installs": revision.host.engine_installs if isinstance(revision.host.engine_installs, dict) else {},
         "error": error,
     }
@@ -105,7 +116,7 @@ def operation_order(op: Operation) -> dict[str, Any]:
     )
     previous = None
     active_id = active_revision_id_of(host)
-    if op.kind == "switch" and active_id:
+    if op.kind in ("switch", "rollback") and active_id:
         active = DeploymentRevision.objects.select_related("model_variant", "host").get(pk=active_id)
         previous = revision_launch(active)
     order: dict[str, Any] = {

@@ -13,9 +13,10 @@ from deployments.models import DeploymentRevision, Operation
 from deployments.services import host_reports
 from deployments.services.engine_logs import engine_log_append
 from deployments.services.front_door import front_door_document, front_door_report
+from deployments.services.measured_memory import measured_memory_record
 from deployments.services.operations import operation_progress
 from hardware.models import Host
-from hardware.services import host_heartbeat, host_probe_record, telemetry_record, usage_record
+from hardware.services import host_probe_record, telemetry_record, usage_record
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -70,7 +71,7 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
             bodies.engine_state(body.get("engine_state")),
             bodies.engine_metrics(body.get("engine_metrics")),
         )
-        host_heartbeat(host=host, engine_state=state, engine_metrics=metrics)
+        host_reports.host_alive(host=host, engine_state=state, engine_metrics=metrics)
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
@@ -79,13 +80,14 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",), max_body=MAX_BODY)
 def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        gpu_samples, engine_samples, host_samples = bodies.telemetry(body)
+        gpu_samples, engine_samples, host_samples, memory = bodies.telemetry(body)
         gpu = telemetry_record(host=host, samples=gpu_samples)
         engine = host_reports.engine_samples_record(host=host, samples=engine_samples)
         usage = usage_record(host=host, samples=host_samples)
+        held = {"memory": measured_memory_record(host=host, report=memory)} if memory is not None else {}
     except (ValidationError, TypeError, ValueError, OverflowError) as exc:
         return _refused(exc)
-    return JsonResponse({"gpu_samples": gpu, "engine_samples": engine, "host_samples": usage})
+    return JsonResponse({"gpu_samples": gpu, "engine_samples": engine, "host_samples": usage, **held})
 
 
 @host_endpoint(("POST",))

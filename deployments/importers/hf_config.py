@@ -88,11 +88,11 @@ class HfImport:
     model_type: str | None = None
 
 
-def _first(*values: Any) -> Any:
+def _first(*values: object) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _object(value: Any, label: str) -> Mapping[str, Any] | None:
+def _object(value: object, label: str) -> Mapping[str, Any] | None:
     """A nested object of the config, or None when absent; anything else is an error."""
     if value is None:
         return None
@@ -101,11 +101,11 @@ def _object(value: Any, label: str) -> Mapping[str, Any] | None:
     return value
 
 
-def _int(value: Any, label: str, least: int, most: int) -> int | None:
+def _int(value: object, label: str, least: int, most: int) -> int | None:
     return None if value is None else check_int(value, least=least, most=most, label=label)
 
 
-def _text(value: Any, label: str, most: int = MAX_NAME) -> str | None:
+def _text(value: object, label: str, most: int = MAX_NAME) -> str | None:
     return None if value is None else check_text(value, most=most, label=label)
 
 

@@ -15,6 +15,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DataError
 
+from controlpanel.context import change_context
 from controlpanel.params import parse_int
 from deployments.choices import ACTIVE_STATES
 from deployments.models import DeploymentRevision, Operation
@@ -112,6 +113,27 @@ class PanelCommand(BaseCommand):
         return follow(op, timeout=timeout, write=self.stdout.write) if wait else None
 
 
+Actions = argparse._SubParsersAction  # what `add_actions` adds a command's subcommands to
+
+
+class ActionCommand(PanelCommand):
+    """A command of subcommands (`manage.py key create|list|revoke`): `add_actions` declares
+    them (`actions.add_parser`, `host_action`, `named_action`); `handle` runs the method named
+    after the one given (`do_list` for list, `do_broker_user` for broker-user) with the options,
+    in the command line's change context (its audit rows say `cli`)."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        self.add_actions(parser.add_subparsers(dest="action", required=True))
+
+    def add_actions(self, actions: Actions[Any]) -> None:
+        raise NotImplementedError
+
+    def handle(self, *args: str, **options: Any) -> None:
+        run: Callable[[dict[str, Any]], None] = getattr(self, "do_" + options["action"].replace("-", "_"))
+        with change_context("cli"):
+            run(options)
+
+
 # --- argument types (argparse rejects what they refuse with exit status 2) ----------------------
 
 
@@ -144,16 +166,14 @@ def bounded_float(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def host_action(actions: argparse._SubParsersAction[Any], name: str, help: str | None = None) -> CommandParser:
+def host_action(actions: Actions[Any], name: str, help: str | None = None) -> CommandParser:
     """A subcommand (from `parser.add_subparsers()`) that acts on one host: `--host NAME`, required."""
     action: CommandParser = actions.add_parser(name, help=help)
     action.add_argument("--host", required=True)
     return action
 
 
-def named_action(
-    actions: argparse._SubParsersAction[Any], name: str, help: str | None = None, *, host: bool = True
-) -> CommandParser:
+def named_action(actions: Actions[Any], name: str, help: str | None = None, *, host: bool = True) -> CommandParser:
     """A subcommand that changes one named thing: NAME, `--host NAME` when the thing is a host's
     (`host_action`), and `--user`."""
     action = host_action(actions, name, help) if host else actions.add_parser(name, help=help)
@@ -174,6 +194,44 @@ def add_operation_options(parser: CommandParser) -> None:
         "--timeout", type=bounded_float(0, MAX_WAIT_S), default=None, help="seconds to wait (with --wait)"
     )
     add_user_option(parser)
+
+
+def add_gate_options(parser: CommandParser, *, what: str = "the switch") -> None:
+    """--gate PROFILE --max-drop LIMITS: a benchmark gate (read back with gate_option)."""
+    parser.add_argument(
+        "--gate", metavar="PROFILE", default=None, help=f"a benchmark gate: the named profile to run after {what}"
+    )
+    parser.add_argument(
+        "--max-drop",
+        metavar="LIMITS",
+        default=None,
+        help="the gate's limits in percent: decode and throughput at most that much below the previous "
+        "revision, ttft_p95 and j_per_token at most that much above, e.g. decode=5,ttft_p95=10",
+    )
+
+
+def gate_option(options: dict[str, Any]) -> Any:
+    """The GateRequest --gate and --max-drop give, or None without them (BadInput when one comes
+    without the other, or either is bad)."""
+    if (options["gate"] is None) != (options["max_drop"] is None):
+        raise BadInput("--gate and --max-drop go together: a profile to run and the limits it must keep.")
+    if options["gate"] is None:
+        return None
+    from deployments.services.gates import gate_from_input
+
+    try:
+        return gate_from_input(profile=options["gate"], limits=options["max_drop"])
+    except ValidationError as exc:
+        raise BadInput("; ".join(exc.messages)) from exc
+
+
+def gate_lines(verdict: dict[str, Any] | None) -> list[str]:
+    """A gate's comparison, one line a figure, as the commands print it."""
+    lines = []
+    for row in (verdict or {}).get("rows", []):
+        judged = "not judged" if row["passed"] is None else ("within" if row["passed"] else "BEYOND")
+        lines.append(f"  {row['label']} ({row['level']}): {judged}: {row['note']}")
+    return lines
 
 
 def parse_value(text: str) -> Any:

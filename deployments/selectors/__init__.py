@@ -46,6 +46,24 @@ def revision_get(*, host_name: str, number: int) -> DeploymentRevision:
     )
 
 
+def revision_kept(host: Host, params: dict[str, Any]) -> DeploymentRevision:
+    """The revision a waiting change names by number in its kept `params` (a change request, a
+    scheduled change: a host's numbers never change), read now; ValidationError on `revision`."""
+    from django.core.exceptions import ValidationError
+
+    number = params.get("revision")
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 2**31 - 1:
+        raise ValidationError({"revision": "A revision number is a whole number from 1 (r5: 5)."})
+    found = (
+        DeploymentRevision.objects.select_related("host", "model_variant", "author")
+        .filter(host=host, number=number)
+        .first()
+    )
+    if found is None:
+        raise ValidationError({"revision": f"{host.name} has no revision r{number}."})
+    return found
+
+
 def model_list() -> QuerySet[ModelVariant]:
     return ModelVariant.objects.order_by("is_demo", "family", "name")
 

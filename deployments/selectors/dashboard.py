@@ -5,7 +5,8 @@ A card's fingerprint is an md5 the database computes over what the card's templa
 host's HOST_FIELDS, its deployment's DEPLOYMENT_FIELDS with the active revision's
 REVISION_FIELDS and model name, how many GPUs it has, the first GPUS_SHOWN GPUs' GPU_FIELDS each
 with its latest raw telemetry sample's id (samples are never edited: a new sample is a new id),
-and the first running operation's OP_FIELDS with its revision's number (PostgreSQL has md5;
+the first running operation's OP_FIELDS with its revision's number, and its front door's
+card line (FrontDoor.card) (PostgreSQL has md5;
 Django gives SQLite one). `card_version` joins it with what Python decides: whether the host is
 online and, while it is not, how long ago it last reported, and its CPU and RAM figures as the
 card rounds them (`usage_view`: noise sends no card).
@@ -35,7 +36,7 @@ from django.db.models.functions import MD5, Cast, JSONArray
 from django.utils import timezone
 
 from deployments.choices import ACTIVE_STATES
-from deployments.models import DeploymentRevision, Operation
+from deployments.models import DeploymentRevision, FrontDoor, Operation
 from deployments.selectors.hosts import (
     CARD_GPU,
     CARD_SAMPLE,
@@ -71,6 +72,7 @@ SUBQUERIES = {
     "operation": """(SELECT {array}({operation_columns}, r.number){text}
         FROM {operation} o LEFT JOIN {revision} r ON r.id = o.revision_id
         WHERE o.host_id = {host}.id AND o.state IN ({active}) ORDER BY o.created_at, o.id LIMIT 1)""",
+    "door": "(SELECT d.{door_card}{text} FROM {door} d WHERE d.{door_host} = {host}.id)",
 }
 
 
@@ -98,6 +100,9 @@ def _subqueries(vendor: str) -> dict[str, str]:
         "sample": q(GpuSample._meta.db_table),
         "revision": q(DeploymentRevision._meta.db_table),
         "operation": q(Operation._meta.db_table),
+        "door": q(FrontDoor._meta.db_table),
+        "door_card": q(FrontDoor._meta.get_field("card").column),
+        "door_host": q(FrontDoor._meta.get_field("host").column),
         "index": q("index"),  # a keyword in SQLite
         "gpus_shown": GPUS_SHOWN,
         "active": ", ".join(f"'{state}'" for state in ACTIVE_STATES),
@@ -125,6 +130,7 @@ def card_sql() -> dict[str, Any]:
         "card_gpus": raw["gpus"],
         "card_op": raw["operation"],
         "card_gpu_count": raw["gpu_count"],
+        "card_door": raw["door"],
     }
 
 
@@ -207,6 +213,7 @@ def dashboard_cards(host_ids: Sequence[int]) -> list[HostCard]:
             continue  # gone since the index was read
         gpus = [GpuCard(_gpu(row, host_id), samples.get(row[-1])) for row in gpu_rows[host_id]]
         card = HostCard(host, gpus, _operation(host.card_op, host), host.card_gpu_count - len(gpus))  # type: ignore[attr-defined]
+        card.door = json.loads(host.card_door) if host.card_door else None  # type: ignore[attr-defined]
         card.version = card_version(host.card_fp, host.last_heartbeat, now, card.usage)  # type: ignore[attr-defined]
         cards.append(card)
     return cards

@@ -182,6 +182,7 @@ class HostCard:
     # equal versions render the same card, so the dashboard sends only cards whose version the
     # browser does not have. "" where no one caches the card (the host page, the API).
     version: str = ""
+    door: dict[str, Any] | None = None  # the front door's last report in a line (FrontDoor.card)
 
     @property
     def gpus_more_label(self) -> str:

@@ -10,7 +10,7 @@ whatever the host's main engine is. Aliases of other served revisions stay where
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -21,7 +21,11 @@ from core.audit import audit_record
 from deployments.models import DeploymentRevision, ModelAlias
 from hardware.models import Host
 
+from .review import Approval, approval_stamp, review_check, reviewed
 from .serving_set import model_name, served_set
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 ALIAS_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -30,9 +34,13 @@ def alias_list(host: Host) -> list[ModelAlias]:
     return list(ModelAlias.objects.filter(host=host).select_related("revision").order_by("name"))
 
 
+@reviewed
 @transaction.atomic
-def alias_set(*, host: Host, name: str, revision: DeploymentRevision, actor: Any) -> ModelAlias:
-    """Create the alias `name` on `host`, or move it, to `revision` (one the host serves)."""
+def alias_set(
+    *, host: Host, name: str, revision: DeploymentRevision, actor: AbstractUser | None, approval: Approval | None = None
+) -> ModelAlias:
+    """Create the alias `name` on `host`, or move it, to `revision` (one the host serves). On a
+    host that requires review a person's move opens a change request instead (ChangeRequested)."""
     ensure_role(actor, OPERATOR)
     host = Host.objects.select_for_update().get(pk=host.pk)
     name = (name or "").strip()
@@ -51,17 +59,25 @@ def alias_set(*, host: Host, name: str, revision: DeploymentRevision, actor: Any
     before = alias.revision.number if alias else None
     if alias is not None and alias.revision_id == revision.pk:
         return alias
+    moved = f"from r{before} " if before is not None else ""
+    review_check(
+        host=host,
+        kind="alias",
+        params={"name": name, "revision": revision.number, "before": before},
+        summary=f"{host.name}: alias {name} {moved}to r{revision.number}",
+        actor=actor,
+        approval=approval,
+    )
     alias = alias or ModelAlias(host=host, name=name)
     alias.revision, alias.updated_at = revision, timezone.now()
     alias.full_clean()
     alias.save()
-    moved = f"from r{before} " if before is not None else ""
     audit_record(
         action="alias.set",
         summary=f"{host.name}: alias {name} {moved}to r{revision.number}",
         obj=alias,
         host=host,
-        data={"name": name, "before": before, "after": revision.number},
+        data={"name": name, "before": before, "after": revision.number, **approval_stamp(approval)},
         actor=actor,
     )
     return alias
@@ -76,7 +92,7 @@ def _names_a_revision(host: Host, name: str) -> bool:
 
 
 @transaction.atomic
-def alias_delete(*, host: Host, name: str, actor: Any) -> None:
+def alias_delete(*, host: Host, name: str, actor: AbstractUser | None) -> None:
     ensure_role(actor, OPERATOR)
     alias = ModelAlias.objects.select_related("revision").filter(host=host, name=name).first()
     if alias is None:
@@ -92,7 +108,9 @@ def alias_delete(*, host: Host, name: str, actor: Any) -> None:
     )
 
 
-def aliases_follow_switch(*, host: Host, previous_id: int | None, revision: DeploymentRevision, actor: Any) -> int:
+def aliases_follow_switch(
+    *, host: Host, previous_id: int | None, revision: DeploymentRevision, actor: AbstractUser | None
+) -> int:
     """Move the aliases of the revision a switch replaced to the new active one; answers how many."""
     if not previous_id or previous_id == revision.pk:
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,6 +13,7 @@ from django.utils import timezone
 from controlpanel.roles import OPERATOR, ensure_role
 from deployments.choices import OperationKind
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
+from deployments.selectors.benchmarks import previous_benchmark_run
 from hardware.models import Host
 from notifications.events import benchmark_event
 from notifications.services import notify
@@ -21,6 +22,9 @@ from serving.benchmarking.profiles import BenchmarkProfile, equivalent_commands,
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 def profile_from_input(
@@ -63,10 +67,24 @@ def profile_from_input(
 
 @transaction.atomic
 def benchmark_request(
-    *, host: Host, profile: BenchmarkProfile, actor: Any, revision: DeploymentRevision | None = None
+    *, host: Host, profile: BenchmarkProfile, actor: AbstractUser | None, revision: DeploymentRevision | None = None
 ) -> Operation:
     """Benchmark what the host serves (its active revision). Runs on the host's own queue."""
     ensure_role(actor, OPERATOR)
+    return benchmark_enqueue(host=host, profile=profile, revision=revision, actor=actor)
+
+
+def benchmark_enqueue(
+    *,
+    host: Host,
+    profile: BenchmarkProfile,
+    actor: AbstractUser | None,
+    revision: DeploymentRevision | None = None,
+    params: dict[str, Any] | None = None,
+) -> Operation:
+    """benchmark_request without the role check, for a run the panel queues on someone's behalf
+    (a switch's benchmark gate, authorised when the switch was asked for). `params` adds to the
+    operation's own."""
     active = active_revision_of(host)
     revision = revision or active
     if revision is None:
@@ -81,7 +99,7 @@ def benchmark_request(
         kind=OperationKind.BENCHMARK,
         host=host,
         revision=revision,
-        params={"profile": profile.to_dict(), "revision": revision.number},
+        params={**(params or {}), "profile": profile.to_dict(), "revision": revision.number},
         enqueue=operation_dispatch,
         actor=actor,
     )
@@ -120,7 +138,8 @@ def benchmark_run_record(*, run: BenchmarkRun, result: dict[str, Any]) -> Benchm
     run.energy_j = result.get("energy_j")
     run.finished_at = timezone.now()
     run.save(update_fields=["results", "raw", "status", "energy_j", "finished_at"])
-    notify(benchmark_event(run))  # slower than the previous revision's run: the rules' thresholds decide
+    # slower than the previous revision's run: the rules' thresholds decide
+    notify(benchmark_event(run, previous_benchmark_run(run)))
     return run
 
 
@@ -149,7 +168,7 @@ def benchmark_export(run: BenchmarkRun) -> dict[str, Any]:
 
 def level_summary(level: dict[str, Any]) -> dict[str, Any]:
     """The figures the CLI's --json and the comparison use, per level."""
-    keys = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+    keys = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tokens_per_s", "engine_decode_tokens_per_s")
     summary = {k: {p: (level.get(k) or {}).get(p) for p in ("mean", "p50", "p90", "p99")} for k in keys}
     for k in (
         "output_tokens_per_s",

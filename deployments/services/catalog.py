@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -11,9 +11,12 @@ from deployments.catalog_data import GPU_TYPES, MODEL_VARIANTS
 from deployments.models import ModelVariant
 from hardware.models import GpuType
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
 
 @transaction.atomic
-def catalog_load(*, actor: Any = None) -> dict[str, int]:
+def catalog_load(*, actor: AbstractUser | None = None) -> dict[str, int]:
     created = {"gpu_types": 0, "model_variants": 0}
     for data in GPU_TYPES:
         _, new = GpuType.objects.update_or_create(short_name=data["short_name"], defaults=data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 
@@ -15,9 +15,12 @@ from hardware.services import host_declare
 from .catalog import catalog_load
 from .revisions import revision_create, revision_mark_active
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
 
 @transaction.atomic
-def demo_load(*, actor: Any = None) -> list[Host]:
+def demo_load(*, actor: AbstractUser | None = None) -> list[Host]:
     catalog_load(actor=actor)
     hosts = []
     for spec in DEMO_HOSTS:
@@ -47,7 +50,7 @@ def demo_load(*, actor: Any = None) -> list[Host]:
 
 
 @transaction.atomic
-def demo_remove(*, actor: Any = None) -> int:
+def demo_remove(*, actor: AbstractUser | None = None) -> int:
     hosts = list(Host.objects.filter(is_demo=True))
     for host in hosts:
         Deployment.objects.filter(host=host).update(active_revision=None)

@@ -28,7 +28,6 @@ from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
-from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -44,6 +43,7 @@ from serving.exports import (
 )
 from serving.launch import HostFacts
 
+from .front_door import door_base_url
 from .imports import revision_export_ansible
 from .serving_set import served_set
 
@@ -96,7 +96,7 @@ def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
     """The revision's engine itself: the host's reachable address and the revision's port (the
     playground's address; the exports' when the front door cannot carry them)."""
     return client_target(
-        revision_view(revision),
+        revision_view(revision, memory=False),
         base_url=base_url_for(revision.host.address or "127.0.0.1", revision.port),
         api_key_required=bool(revision.api_key_secret),
         unreachable=unreachable_reason(revision.host),
@@ -108,15 +108,6 @@ class DoorRoute:
     base_url: str  # the front door's /v1 ("" when the configs cannot go through it)
     model: str  # the name the door answers for the revision: its alias, or its own name
     why: str  # the route for the page: the door and the name, or why the configs name the engine
-
-
-def _door_port(bind: str) -> tuple[str, int]:
-    """The last report's bind ("0.0.0.0:4000", "[::]:4000") as (host, port); the door's default
-    port when it is not HOST:PORT (serving.binds, read as the agent reads its setting)."""
-    try:
-        return split_bind(bind)
-    except ValueError:
-        return "", split_bind(FRONT_DOOR_DEFAULT_BIND)[1]
 
 
 def door_route(revision: DeploymentRevision) -> DoorRoute:
@@ -135,16 +126,10 @@ def door_route(revision: DeploymentRevision) -> DoorRoute:
         return DoorRoute(
             "", "", f"{host.name}'s front door does not serve r{revision.number} (not in its serving set): {direct}"
         )
-    bind_host, port = _door_port(door.bind)
-    if is_loopback(bind_host) and not runs_on_this_machine(host):
-        return DoorRoute(
-            "",
-            "",
-            f"{host.name}'s front door listens on {door.bind}, which other machines cannot reach "
-            f"(set CONTROLPANEL_FRONT_DOOR_BIND=0.0.0.0:{port} on {host.name}): {direct}",
-        )
+    url, problem = door_base_url(host, door)
+    if problem:
+        return DoorRoute("", "", f"{problem}: {direct}")
     alias = ModelAlias.objects.filter(host=host, revision=revision).order_by("name").first()
-    url = base_url_for(host.address or "127.0.0.1", port)
     if alias is not None:
         return DoorRoute(url, alias.name, f"{host.name}'s front door as the alias {alias.name}: a switch moves it")
     return DoorRoute(

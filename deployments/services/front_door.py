@@ -16,10 +16,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from deployments.models import FrontDoor, ModelAlias
+from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import Host
+from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
+from serving.exports import base_url_for
 
 from .inference_keys import key_table
-from .serving_set import planned_memory, served_set
+from .planning import planned_memory
+from .serving_set import served_set
 from .usage import usage_record
 
 STATE_ROWS = 256  # models a report's state may list
@@ -28,6 +32,22 @@ STATE_ROWS = 256  # models a report's state may list
 def door_of(host: Host) -> FrontDoor:
     door = FrontDoor.objects.filter(host=host).first()
     return door if door is not None else FrontDoor(host=host)
+
+
+def door_base_url(host: Host, door: FrontDoor) -> tuple[str, str]:
+    """Where other machines reach the host's front door: its `/v1` URL at the host's address and
+    the port of the door's last report (`bind`; CONTROLPANEL_FRONT_DOOR_BIND's default port when
+    it has none), and "" with why not when the door listens on loopback on another machine."""
+    try:
+        bind_host, port = split_bind(door.bind)
+    except ValueError:
+        bind_host, port = "", split_bind(FRONT_DOOR_DEFAULT_BIND)[1]
+    if is_loopback(bind_host) and not runs_on_this_machine(host):
+        return "", (
+            f"{host.name}'s front door listens on {door.bind}, which other machines cannot reach "
+            f"(set CONTROLPANEL_FRONT_DOOR_BIND=0.0.0.0:{port} on {host.name})"
+        )
+    return base_url_for(host.address or "127.0.0.1", port), ""
 
 
 def front_door_document(host: Host) -> dict[str, Any]:
@@ -78,9 +98,37 @@ def front_door_report(
     """Keep the front door's last state (checked by the agent API) and its usage totals."""
     door = FrontDoor.objects.select_for_update().filter(host=host).first() or FrontDoor(host=host)
     door.reported_version, door.bind, door.state = version, bind, state
+    door.card = door_card(state)
     door.reported_at = timezone.now()
     door.save()
     usage_record(host=host, rows=usage)
+
+
+def door_card(state: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loaded set in a line, from a report's state rows: how many models are loaded (and of
+    those idle: nothing in flight), loading (or draining / unloading), requests waiting, the
+    planned bytes of what is loaded or loading, and each alias with the model it routes to."""
+    rows = [row for row in state if isinstance(row, dict)]
+    loaded = [row for row in rows if row.get("phase") == "loaded"]
+    busy = [row for row in rows if row.get("phase") in ("loading", "draining", "unloading")]
+
+    def planned(row: dict[str, Any]) -> int:
+        memory = row.get("memory")
+        return sum(v for v in memory.values() if isinstance(v, int)) if isinstance(memory, dict) else 0
+
+    return {
+        "loaded": len(loaded),
+        "idle": sum(1 for row in loaded if not row.get("in_flight")),
+        "loading": len(busy),
+        "waiting": sum(int(row.get("waiting") or 0) for row in rows if isinstance(row.get("waiting"), int)),
+        "planned": sum(planned(row) for row in loaded + busy),
+        "aliases": sorted(
+            [str(alias), str(row.get("name"))]
+            for row in rows
+            if not row.get("removed")
+            for alias in (row.get("aliases") if isinstance(row.get("aliases"), list) else [])
+        ),
+    }
 
 
 def front_door_live(host: Host) -> dict[str, Any]:
@@ -97,6 +145,7 @@ def front_door_live(host: Host) -> dict[str, Any]:
                 "phase": seen.get("phase") or ("not reported" if door and door.reported_at else "–"),
                 "in_flight": seen.get("in_flight"),
                 "waiting": seen.get("waiting"),
+                "idle_s": seen.get("idle_s") if seen.get("phase") == "loaded" and not seen.get("in_flight") else None,
                 "planned": sum(planned_memory(served.revision).values()) or None,
                 "measured": sum(v for v in (seen.get("measured") or {}).values() if isinstance(v, int)) or None,
             }

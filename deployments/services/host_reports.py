@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
-from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_id_of
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_id_of, active_revision_of
 from hardware.models import EngineSample, Host
 from hardware.services import ENGINE_SAMPLE_FIELDS, host_heartbeat, host_probe_record
 from notifications.events import watchdog_event
@@ -74,6 +74,20 @@ def host_reconcile(*, host: Host, engine_state: Any) -> None:
     is one of the host's own and healthy."""
     state = engine_state if isinstance(engine_state, dict) else {}
     host_heartbeat(host=host, engine_state=state)
+    _point_at_serving(host, state)
+
+
+def host_alive(*, host: Host, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None) -> None:
+    """A heartbeat: the agent is alive, and what its engine serves is what the host serves once
+    nothing is under way there. A switch lost to an agent's restart may have left the engine it
+    started running, still loading when the agent registered again: the first heartbeat after
+    it turned healthy points the host at it (bench/chaos.py found the pointer left behind)."""
+    host_heartbeat(host=host, engine_state=engine_state, engine_metrics=engine_metrics)
+    if not Operation.objects.filter(host=host, state__in=ACTIVE_STATES).exists():
+        _point_at_serving(host, engine_state)
+
+
+def _point_at_serving(host: Host, state: dict[str, Any]) -> None:
     rev_id = str(state.get("revision_id") or "")
     if (
         state.get("running")
@@ -106,7 +120,7 @@ def operation_host_finish(
     install: dict[str, Any] | None = None,
 ) -> bool:
     """The host's agent ends its operation, with what it measured or installed, in one
-    transaction. A switch that succeeded points the host at its revision.
+    transaction. A switch (or a rollback) that succeeded points the host at its revision.
 
     A report that arrives after the panel marked the operation `lost` (the panel was away and
     the agent kept the report until it came back) still ends it with the host's word; then a
@@ -152,7 +166,7 @@ def operation_host_finish(
 
         host_model_forget(op=locked)
     if (
-        locked.kind == OperationKind.SWITCH
+        locked.kind in (OperationKind.SWITCH, OperationKind.ROLLBACK)
         and state == OperationState.SUCCEEDED
         and locked.revision is not None
         and not late
@@ -164,7 +178,7 @@ def operation_host_finish(
     return True
 
 
-def _host_path(value: Any, field: str) -> str:
+def _host_path(value: object, field: str) -> str:
     """A path the host reports (pages, scripts and units show and run it): absolute, one line."""
     text = value if isinstance(value, str) else ""
     if not text.startswith("/") or len(text) > 1000 or any(c in text for c in "\x00\n\r"):
@@ -176,7 +190,8 @@ def watchdog_event_record(*, host: Host, kind: str, message: str) -> None:
     if kind not in WATCHDOG_EVENTS:
         raise ValidationError(f"Unknown watchdog event {kind!r}.")
     audit_record(action=f"watchdog.{kind}", summary=str(message)[:300], host=host, actor=None)
-    notify(watchdog_event(host, kind, str(message)))
+    serving = active_revision_of(host)
+    notify(watchdog_event(host, kind, str(message), serving=serving.number if serving else None))
 
 
 def engine_samples_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
@@ -193,5 +208,5 @@ def engine_samples_record(*, host: Host, samples: list[dict[str, Any]]) -> int:
     return len(rows)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -14,7 +14,7 @@ are skipped (the entry's source says how many), never stored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -25,6 +25,9 @@ from deployments.choices import ModelFormat
 from deployments.models import ModelVariant
 
 from .imports import _save_variant, _text_arg, _unique_name, _variant_text
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 # HubError.field -> the form field (and command option) it concerns.
 FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token": "token_secret"}
@@ -79,7 +82,7 @@ def model_variant_import_hub(
     family: str = "",
     generation: str = "",
     token: str = "",
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> ModelVariant:
     """A new ModelVariant read from the hub (HF_ENDPOINT honoured), with the hub token `token`
     names as HOST/NAME (`hub_token`). Raises ValidationError keyed by repo_id, revision, file,

@@ -134,7 +134,7 @@ def _outside(host: Host, folders: list[str]) -> list[str]:
     return [f for f in folders if not any(f == r or f.startswith(r + "/") for r in roots)]
 
 
-def _record_cache_folders(host: Host, env: dict[str, str], *, actor: Any) -> list[str]:
+def _record_cache_folders(host: Host, env: dict[str, str], *, actor: AbstractUser | None) -> list[str]:
     """Add the role's cache folders that lie outside the host's model folders to them (admin)."""
     from controlpanel.roles import ADMIN
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -19,6 +19,9 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
 from deployments.models import InferenceKey
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 KEY_PREFIX = "cpk_"
 SHOWN_PREFIX = 12  # characters of the key kept to tell keys apart ("cpk_" + 8)
@@ -40,7 +43,9 @@ def key_models(value: str | list[str] | None) -> list[str] | None:
 
 
 @transaction.atomic
-def key_create(*, name: str, models: str | list[str] | None = None, actor: Any) -> tuple[InferenceKey, str]:
+def key_create(
+    *, name: str, models: str | list[str] | None = None, actor: AbstractUser | None
+) -> tuple[InferenceKey, str]:
     """A new key and its secret (the only time the secret is seen)."""
     ensure_role(actor, ADMIN)
     name = (name or "").strip()
@@ -70,7 +75,7 @@ def key_create(*, name: str, models: str | list[str] | None = None, actor: Any) 
 
 
 @transaction.atomic
-def key_models_set(*, key: InferenceKey, models: str | list[str] | None, actor: Any) -> InferenceKey:
+def key_models_set(*, key: InferenceKey, models: str | list[str] | None, actor: AbstractUser | None) -> InferenceKey:
     ensure_role(actor, ADMIN)
     allowed = key_models(models)
     before, key.allowed_models = key.allowed_models, allowed
@@ -86,7 +91,7 @@ def key_models_set(*, key: InferenceKey, models: str | list[str] | None, actor: 
 
 
 @transaction.atomic
-def key_revoke(*, key: InferenceKey, actor: Any) -> InferenceKey:
+def key_revoke(*, key: InferenceKey, actor: AbstractUser | None) -> InferenceKey:
     ensure_role(actor, ADMIN)
     if key.revoked_at is not None:
         raise ValidationError(f"The key {key.name} is revoked already.")

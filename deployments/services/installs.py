@@ -14,7 +14,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -32,6 +32,9 @@ from serving.operation_tasks import COMPILING_STAGE
 from .dispatch import operation_dispatch
 from .operations import operation_create
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
 LATEST = "latest"  # the key an install without a version is recorded under
 
 
@@ -39,7 +42,9 @@ def install_key(version: str) -> str:
     return version or LATEST
 
 
-def _check_install_folders(host: Host, actor: Any, *, wheelhouse: str | None, source_dir: str | None) -> None:
+def _check_install_folders(
+    host: Host, actor: AbstractUser | None, *, wheelhouse: str | None, source_dir: str | None
+) -> None:
     """A wheelhouse or source folder: an admin's, inside the folders the host reports it allows."""
     given = [(field, value) for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)) if value]
     if not given:
@@ -81,7 +86,7 @@ def install_request(
     source_dir: str | None = None,
     cuda: bool | None = None,
     wheelhouse: str | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> Operation:
     """Queue an install of `engine` at `version` on `host` (operator or admin).
 
@@ -133,7 +138,7 @@ def install_record(
     path: str,
     binary: str = "",
     details: dict[str, Any] | None = None,
-    actor: Any = None,
+    actor: AbstractUser | None = None,
 ) -> dict[str, Any]:
     """Record that `engine` `version` is installed on `host` at `path` (a venv or build folder).
 

@@ -8,7 +8,7 @@ fails or is found `lost`, the host is free again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -16,14 +16,15 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat, Right
+from django.dispatch import Signal
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, person_of
 from core.secrets_mask import mask_text
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
-from deployments.models import DeploymentRevision, Operation
-from hardware.models import Host
+from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from hardware.models import Host, online_at
 from notifications.events import operation_event
 from notifications.services import notify
 
@@ -33,6 +34,22 @@ if TYPE_CHECKING:
 LOG_LIMIT = 200_000  # characters of log kept per operation (the tail)
 # A running operation whose worker has not touched it for this long is `lost`.
 LOST_AFTER = timedelta(seconds=90)
+# A queued operation of an idle, online host older than this lost its message (a broker that
+# restarted without it, an agent killed between taking it and beginning it): it is sent again.
+RESEND_AFTER = timedelta(seconds=30)
+
+# Sent once, after the commit, when an operation ends (succeeded, failed, cancelled or lost),
+# with `operation=` the ended row: what follows an operation (a benchmark gate, the next wave
+# of a rollout, a change request's outcome) listens here instead of being called from here.
+operation_ended = Signal()
+
+
+def _announce_end(op: Operation) -> None:
+    # A benchmark that ended without the host's figures (lost, failed or cancelled before it
+    # measured) is no longer running: its run says how it ended (a late report still fills it in).
+    running = BenchmarkRun.objects.filter(operation_id=op.pk, status="running")
+    running.update(status=op.state, finished_at=op.finished_at)
+    transaction.on_commit(lambda: operation_ended.send(sender=Operation, operation=op))
 
 
 class HostBusyError(ValidationError):
@@ -148,6 +165,7 @@ def operation_finish(
             actor=None,
         )
         notify(operation_event(op))  # a failed switch, install or download; sent after commit
+        _announce_end(op)
 
 
 def _audit_safe(result: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +182,7 @@ def operation_cancel(*, op: Operation, actor: AbstractUser | None) -> Operation:
             op.finished_at = timezone.now()
             op.error = "Cancelled before it started."
             op.save(update_fields=["state", "finished_at", "error"])
+            _announce_end(op)
         elif op.state == OperationState.RUNNING:
             op.cancel_requested = True
             op.save(update_fields=["cancel_requested"])
@@ -204,5 +223,36 @@ def operations_mark_lost(
                 actor=None,
             )
             notify(operation_event(op))
+            _announce_end(op)
             lost.append(op)
     return lost
+
+
+def operations_resend_stranded(*, now: datetime | None = None) -> list[Operation]:
+    """Queued operations whose message is gone are sent to their host again.
+
+    An online host with nothing running takes a queued operation's message within seconds; one
+    still queued after RESEND_AFTER lost it (the broker restarted without it, or an agent was
+    killed after taking it and before beginning it: Redis gives that one back only after the
+    visibility timeout), or was never sent (the broker was away when it was asked for; none is
+    sent while it still is). One whose message still waits on the queue is left alone (an agent that
+    does not consume its queue gets no pile of copies). Sending again is safe: the task id is the
+    operation's and operation_begin acts once, so a second message that does arrive finds it
+    begun and does nothing (docs/architecture.md, "Tasks and acknowledgements")."""
+    from deployments.services.dispatch import broker_errors, operation_dispatch, operation_message_waiting
+
+    now = now or timezone.now()
+    busy = Operation.objects.filter(state=OperationState.RUNNING).values("host_id")
+    stranded = (
+        Operation.objects.filter(state=OperationState.QUEUED, created_at__lt=now - RESEND_AFTER)
+        .exclude(host_id__in=busy)
+        .select_related("host")
+        .order_by("created_at")
+    )
+    try:
+        sent = [op for op in stranded if online_at(op.host.last_heartbeat, now) and not operation_message_waiting(op)]
+    except broker_errors():
+        return []  # the broker is away: they stay queued, for the sweep after it is back
+    for op in sent:
+        operation_dispatch(op)
+    return sent

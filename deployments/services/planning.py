@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.runtime_bridge import launch_knobs
+from deployments.runtime_bridge import launch_knobs, revision_values
 from hardware.models import GPU, GpuType, Host
 from serving.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
 
@@ -108,14 +108,9 @@ def plan_for_values(
 
 
 def plan_for_revision(revision: DeploymentRevision) -> FitReport:
-    return plan_for_values(
-        host=revision.host,
-        model=revision.model_variant,
-        engine=revision.engine,
-        engine_version=revision.engine_version,
-        knobs=revision.knobs,
-        env=revision.env,
-    )
+    values = revision_values(revision)
+    planned = ("model", "engine", "engine_version", "knobs", "env")
+    return plan_for_values(host=revision.host, **{name: values[name] for name in planned})
 
 
 def model_source(ref: str) -> dict[str, Any]:
@@ -160,3 +155,37 @@ def model_source(ref: str) -> dict[str, Any]:
     except (OSError, GgufHeaderError, HfConfigError) as exc:
         raise PlanInputError(f"Cannot read {ref}: {exc}", field="model") from exc
     raise PlanInputError(f"{ref!r} is not a catalog model, a config.json or a .gguf file.", field="model")
+
+
+def weights_and_kv(variant: ModelVariant, report: Any) -> tuple[int | None, int | None]:
+    """(weights bytes, KV cache bytes) the engine holds in RAM on a CPU-only host: the variant's
+    imported size and the planner's FitReport (or its to_dict()) KV cache; None where unknown."""
+    weights = variant.weights_bytes
+    kv = report.get("kv_cache_bytes") if isinstance(report, dict) else getattr(report, "kv_cache_bytes", None)
+    return weights, kv if isinstance(kv, int) and not isinstance(kv, bool) else None
+
+
+def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
+    """`weights_and_kv` of a revision's model (what the agent's order carries to the host)."""
+    return weights_and_kv(revision.model_variant, report)
+
+
+def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str, int]:
+    """The planner's bytes per device for `revision` ("gpu0".. for the GPUs it uses, or "ram" on a
+    CPU-only host); {} when the planner cannot tell."""
+    if report is None:
+        try:
+            report = plan_for_revision(revision)
+        except Exception:  # noqa: BLE001 - a planner that cannot read the knobs knows no size
+            return {}
+    if revision.host.cpu_only:
+        weights, kv = memory_need(revision, report)
+        return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
+    parts = report.overheads_per_gpu or {}
+    # The parts and their "total" (serving.planner.memory.Overheads.to_dict): counted once.
+    total = parts.get("total")
+    overheads = total if isinstance(total, int) else sum(v for v in parts.values() if isinstance(v, int))
+    per_gpu = (report.weights_bytes_per_gpu or 0) + (report.kv_pool_bytes_per_gpu or 0) + overheads
+    if not per_gpu or not report.gpus_used:
+        return {}
+    return {f"gpu{i}": per_gpu for i in range(report.gpus_used)}

@@ -25,7 +25,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from django.core.exceptions import ValidationError
@@ -40,6 +40,9 @@ from serving.benchmarking.stats import StreamTimer, tpot
 from serving.exports import ClientTarget
 
 from .exports import revision_client_target
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 FALLBACK_MAX_TOKENS = 512  # when the served context is unknown (exports.default_max_output has none)
 CONNECT_TIMEOUT_S = 5.0
@@ -164,7 +167,7 @@ def _body(chat: ChatRequest, *, model: str, defaults: PlaygroundDefaults) -> dic
     return body
 
 
-def playground_chat(*, revision: DeploymentRevision, chat: ChatRequest, actor: Any) -> Iterator[bytes]:
+def playground_chat(*, revision: DeploymentRevision, chat: ChatRequest, actor: AbstractUser | None) -> Iterator[bytes]:
     """Check, audit and open one chat with the revision's engine; the stream of the page's events.
 
     Raises PermissionDenied (not an operator), PlaygroundUnavailable (the host does not serve the

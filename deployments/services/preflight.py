@@ -12,11 +12,13 @@ from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
-from serving.checks import FAIL, HOST, OK, Check
+from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.engines.versions import parse_version
+
+from .planning import memory_need, planned_memory, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
@@ -128,19 +130,6 @@ def weights_check(revision: DeploymentRevision) -> Check:
     )
 
 
-def weights_and_kv(variant: ModelVariant, report: Any) -> tuple[int | None, int | None]:
-    """(weights bytes, KV cache bytes) the engine holds in RAM on a CPU-only host: the variant's
-    imported size and the planner's FitReport (or its to_dict()) KV cache; None where unknown."""
-    weights = variant.weights_bytes
-    kv = report.get("kv_cache_bytes") if isinstance(report, dict) else getattr(report, "kv_cache_bytes", None)
-    return weights, kv if isinstance(kv, int) and not isinstance(kv, bool) else None
-
-
-def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
-    """`weights_and_kv` of a revision's model (what the agent's order carries to the host)."""
-    return weights_and_kv(revision.model_variant, report)
-
-
 def ram_check(host: Host, variant: ModelVariant, report: Any) -> Check | None:
     """Weights + KV cache against a CPU-only host's RAM (None on a GPU host). The switch preflight
     and the live planner of the New revision form both ask this, so they say the same thing."""
@@ -171,10 +160,32 @@ def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
     return ram_check(revision.host, revision.model_variant, report)
 
 
+def gpu_memory_checks(revision: DeploymentRevision) -> list[Check]:
+    """On a GPU host where processes the panel did not start held memory at its last report: the
+    plan's bytes on each of those GPUs against what they leave of it (the host checks again
+    against what NVML says is free, before anything is stopped)."""
+    if revision.host.cpu_only:
+        return []
+    from deployments.selectors.memory import outside_on_gpu
+
+    outside = outside_on_gpu(revision.host)
+    if not outside:
+        return []
+    sizes = {g.index: g.memory_bytes for g in revision.host.gpus.all()}
+    checks = []
+    for device, need in sorted(planned_memory(revision).items()):
+        index = int(device[3:]) if device[3:].isdigit() else None
+        if index in outside and sizes.get(index):
+            held = outside[index]
+            left = sizes[index] - sum(size for _pid, _name, size in held)
+            checks.append(gpu_room_check(gpu=index, need=need, left=left, holders=held))
+    return checks
+
+
 def panel_preflight(revision: DeploymentRevision, report: Any = None) -> list[Check]:
     """The switch preflight as far as the panel can tell; `report` is the planner's FitReport."""
     checks = [engine_check(revision), port_check(revision), weights_check(revision)]
     memory = memory_check(revision, report)
     if memory is not None:
         checks.append(memory)
-    return checks
+    return checks + gpu_memory_checks(revision)

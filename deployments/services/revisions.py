@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -21,6 +21,9 @@ from serving.engines.policy import Concern, check_paths_under
 from serving.engines.registry import get_adapter
 from serving.launch import HostFacts, RevisionSpec, derive, engine_config
 from serving.safety import UnsafeValueError, check_json_value
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 def _field(name: str | None) -> str:
@@ -114,7 +117,7 @@ def revision_create(
     api_key_secret: str = "",
     hf_token_secret: str = "",
     extras: dict[str, Any] | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> DeploymentRevision:
     """Record a new immutable revision for `host`; its parent is `parent` or the host's latest."""
     ensure_role(actor, OPERATOR)
@@ -210,7 +213,7 @@ def revision_derive(
     message: str,
     tag: str = "",
     extras: dict[str, Any] | None = None,
-    actor: Any,
+    actor: AbstractUser | None,
 ) -> DeploymentRevision:
     """Record a new revision made from `parent` with `changes` (serving.launch.derive: the one
     rule the web form, the API and the CLI share). `changes` takes RevisionSpec's fields, with
@@ -247,7 +250,7 @@ def revision_derive(
 
 
 @transaction.atomic
-def comment_create(*, revision: DeploymentRevision, body: str, actor: Any) -> RevisionComment:
+def comment_create(*, revision: DeploymentRevision, body: str, actor: AbstractUser | None) -> RevisionComment:
     ensure_role(actor, VIEWER)
     if not body.strip():
         raise ValidationError({"body": "A comment cannot be empty."})
@@ -265,7 +268,7 @@ def comment_create(*, revision: DeploymentRevision, body: str, actor: Any) -> Re
 
 
 @transaction.atomic
-def revision_mark_active(*, revision: DeploymentRevision, actor: Any, reason: str = "switch") -> None:
+def revision_mark_active(*, revision: DeploymentRevision, actor: AbstractUser | None, reason: str = "switch") -> None:
     """Point the host at `revision`: only a successful switch (or a demo import) does this."""
     host = revision.host
     previous = active_revision_id_of(host)

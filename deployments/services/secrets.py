@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
@@ -24,6 +24,9 @@ from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record
 from deployments.models import Secret
 from hardware.models import Host
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 def _fernet() -> Fernet:
@@ -41,7 +44,9 @@ def _hub_note(hub_token: bool) -> str:
 
 
 @transaction.atomic
-def secret_set(*, host: Host, name: str, value: str, actor: Any, hub_token: bool | None = None) -> Secret:
+def secret_set(
+    *, host: Host, name: str, value: str, actor: AbstractUser | None, hub_token: bool | None = None
+) -> Secret:
     """Create or rotate a secret. `hub_token` marks it as a Hugging Face token (True), unmarks
     it (False) or keeps what it was (None; a new secret is not one)."""
     ensure_role(actor, ADMIN)
@@ -65,7 +70,7 @@ def secret_set(*, host: Host, name: str, value: str, actor: Any, hub_token: bool
 
 
 @transaction.atomic
-def secret_mark(*, host: Host, name: str, hub_token: bool, actor: Any) -> Secret:
+def secret_mark(*, host: Host, name: str, hub_token: bool, actor: AbstractUser | None) -> Secret:
     """Mark (or unmark) an existing secret as a hub token, its value unchanged."""
     ensure_role(actor, ADMIN)
     secret = Secret.objects.select_for_update().filter(host=host, name=name).first()

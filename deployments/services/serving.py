@@ -11,7 +11,7 @@ switch; a restore is not tried again after one failed, until someone presses Sta
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -24,6 +24,9 @@ from hardware.models import Host
 
 from .dispatch import operation_dispatch
 from .operations import HostBusyError, operation_create
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ def serving_wanted(host: Host) -> bool:
     return bool(deployment and deployment.active_revision_id and deployment.serving)
 
 
-def _serving_set(host: Host, serving: bool, actor: Any) -> None:
+def _serving_set(host: Host, serving: bool, actor: AbstractUser | None) -> None:
     changed = Deployment.objects.filter(host=host).exclude(serving=serving).update(serving=serving)
     if changed:
         audit_record(
@@ -51,7 +54,7 @@ def _serving_set(host: Host, serving: bool, actor: Any) -> None:
         )
 
 
-def _launch(*, host: Host, revision: DeploymentRevision, reason: str, actor: Any) -> Operation:
+def _launch(*, host: Host, revision: DeploymentRevision, reason: str, actor: AbstractUser | None) -> Operation:
     return operation_create(
         kind=OperationKind.LAUNCH,
         host=host,
@@ -63,7 +66,7 @@ def _launch(*, host: Host, revision: DeploymentRevision, reason: str, actor: Any
 
 
 @transaction.atomic
-def start_request(*, host: Host, actor: Any) -> Operation:
+def start_request(*, host: Host, actor: AbstractUser | None) -> Operation:
     """Start the host's active revision again (after Stop, or a start that failed); from now on
     the host serves it after every restart."""
     ensure_role(actor, OPERATOR)
@@ -79,7 +82,7 @@ def start_request(*, host: Host, actor: Any) -> Operation:
 
 
 @transaction.atomic
-def stop_request(*, host: Host, actor: Any) -> Operation:
+def stop_request(*, host: Host, actor: AbstractUser | None) -> Operation:
     """Stop the host's engine; it stays stopped, after restarts too, until Start or a switch."""
     ensure_role(actor, OPERATOR)
     op = operation_create(kind=OperationKind.STOP, host=host, enqueue=operation_dispatch, actor=actor)

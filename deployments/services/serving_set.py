@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -27,8 +27,12 @@ from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, a
 from hardware.models import Host
 from serving.diffing import fmt
 
-from .planning import plan_for_revision
-from .preflight import FAIL, memory_need, panel_preflight
+from .planning import plan_for_revision, planned_memory
+from .preflight import FAIL, panel_preflight
+from .review import Approval, approval_stamp, review_check, reviewed
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 NOT_SERVED = "off"  # the mode a form or command gives to take a revision out of the set
 
@@ -65,24 +69,6 @@ def served_set(host: Host) -> list[Served]:
     entries = ServedRevision.objects.filter(host=host).select_related("revision__model_variant", "revision__host")
     served += [Served(e.revision, e.mode, e.idle_ttl_s, False) for e in entries if e.revision_id != active_id]
     return served
-
-
-def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str, int]:
-    """The planner's bytes per device for `revision` ("gpu0".. for the GPUs it uses, or "ram" on a
-    CPU-only host); {} when the planner cannot tell."""
-    if report is None:
-        try:
-            report = plan_for_revision(revision)
-        except Exception:  # noqa: BLE001 - a planner that cannot read the knobs knows no size
-            return {}
-    if revision.host.cpu_only:
-        weights, kv = memory_need(revision, report)
-        return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
-    overheads = sum(v for v in (report.overheads_per_gpu or {}).values() if isinstance(v, int))
-    per_gpu = (report.weights_bytes_per_gpu or 0) + (report.kv_pool_bytes_per_gpu or 0) + overheads
-    if not per_gpu or not report.gpus_used:
-        return {}
-    return {f"gpu{i}": per_gpu for i in range(report.gpus_used)}
 
 
 def host_capacity(host: Host) -> dict[str, int]:
@@ -130,12 +116,19 @@ def _refusals(host: Host, revision: DeploymentRevision, mode: str, current: list
     return reasons
 
 
+@reviewed
 @transaction.atomic
 def serving_mode_set(
-    *, revision: DeploymentRevision, mode: str, idle_ttl_s: int | None = None, actor: Any
+    *,
+    revision: DeploymentRevision,
+    mode: str,
+    idle_ttl_s: int | None = None,
+    actor: AbstractUser | None,
+    approval: Approval | None = None,
 ) -> ServedRevision | None:
     """Serve `revision` through its host's front door `pinned` or `on-demand`, or take it out of the
-    set (`mode="off"`). Answers the set's row (None when taken out)."""
+    set (`mode="off"`). Answers the set's row (None when taken out). On a host that requires review a
+    person's change opens a change request instead (ChangeRequested, deployments.services.review)."""
     ensure_role(actor, OPERATOR)
     host = Host.objects.select_for_update().get(pk=revision.host_id)
     if mode not in (*ServeMode.values, NOT_SERVED):
@@ -153,21 +146,49 @@ def serving_mode_set(
         if aliased:
             raise ValidationError(f"Aliases point at r{revision.number}: {', '.join(aliased)}. Move them first.")
         if entry is not None:
+            _review(host, revision, mode, idle_ttl_s, actor, approval)
             entry.delete()
-            _audit(host, revision, before, {"mode": NOT_SERVED}, actor)
+            _audit(host, revision, before, {"mode": NOT_SERVED}, actor, approval)
         return None
     reasons = _refusals(host, revision, mode, served_set(host))
     if reasons:
         raise ValidationError(f"{host.name} cannot serve r{revision.number} {mode}: " + "; ".join(reasons))
+    _review(host, revision, mode, idle_ttl_s, actor, approval)
     entry = entry or ServedRevision(host=host, revision=revision)
     entry.mode, entry.idle_ttl_s, entry.updated_at = mode, idle_ttl_s, timezone.now()
     entry.full_clean()
     entry.save()
-    _audit(host, revision, before, {"mode": mode, "idle_ttl_s": idle_ttl_s}, actor)
+    _audit(host, revision, before, {"mode": mode, "idle_ttl_s": idle_ttl_s}, actor, approval)
     return entry
 
 
-def _audit(host: Host, revision: DeploymentRevision, before: dict[str, Any], after: dict[str, Any], actor: Any) -> None:
+def _review(
+    host: Host,
+    revision: DeploymentRevision,
+    mode: str,
+    idle_ttl_s: int | None,
+    actor: AbstractUser | None,
+    approval: Approval | None,
+) -> None:
+    idle = f", unloaded after {idle_ttl_s} s idle" if idle_ttl_s else ""
+    review_check(
+        host=host,
+        kind="serving",
+        params={"revision": revision.number, "mode": mode, "idle_ttl_s": idle_ttl_s},
+        summary=f"{host.name} serves r{revision.number} {mode}{idle}",
+        actor=actor,
+        approval=approval,
+    )
+
+
+def _audit(
+    host: Host,
+    revision: DeploymentRevision,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    actor: AbstractUser | None,
+    approval: Approval | None = None,
+) -> None:
     ttl = after.get("idle_ttl_s")
     idle = f", unloaded after {ttl} s idle" if ttl else ""
     audit_record(
@@ -175,6 +196,6 @@ def _audit(host: Host, revision: DeploymentRevision, before: dict[str, Any], aft
         summary=f"{host.name} serves r{revision.number} {after['mode']}{idle}",
         obj=revision,
         host=host,
-        data={"before": before, "after": after},
+        data={"before": before, "after": after, **approval_stamp(approval)},
         actor=actor,
     )

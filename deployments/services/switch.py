@@ -3,7 +3,7 @@ record whether the host should serve at all, are deployments.services.serving's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -16,8 +16,13 @@ from serving.engines.registry import get_adapter
 from serving.planner import PlanInputError
 
 from .dispatch import operation_dispatch
+from .gates import GateRequest, gate_open, gate_params
 from .operations import operation_create
 from .planning import plan_for_revision
+from .review import Approval, approval_stamp, review_check, reviewed
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 class PlanRefused(ValidationError):
@@ -51,18 +56,26 @@ def _weights_on_host(revision: DeploymentRevision) -> None:
     raise WeightsMissing(f"{variant.name} is not on {revision.host.name}'s disk{state}.")
 
 
+@reviewed
 @transaction.atomic
 def switch_request(
     *,
     revision: DeploymentRevision,
     override_reason: str = "",
-    actor: Any,
+    gate: GateRequest | None = None,
+    actor: AbstractUser | None,
+    approval: Approval | None = None,
 ) -> Operation:
     """Ask the revision's host to switch to it.
 
     The planner runs first: error findings block, unless an admin overrides with a reason
     (recorded on the operation and in the audit log). The host lock then refuses a second
-    switch while one is queued or running.
+    switch while one is queued or running. With a `gate`, the switch must then hold up under
+    a benchmark against the previous revision (deployments.services.gates); the operation
+    answered is the gate's first: the switch, or the previous revision's run to compare with.
+    On a host that requires review a person's switch (gate included) opens a change request
+    instead (ChangeRequested, deployments.services.review); `approval`: the approved request
+    running, recorded on the operation beside the author (`actor`).
     """
     ensure_role(actor, OPERATOR)
     host = revision.host
@@ -81,7 +94,8 @@ def switch_request(
             raise ValidationError("Only an admin may override the planner.")
     elif override:
         override = ""  # nothing to override
-    previous = active_revision_of(host)
+    # Read now, not from the revision's cached host: another switch may have moved it since.
+    previous = active_revision_of(Host.objects.select_related("deployment__active_revision").get(pk=host.pk))
     params: dict[str, Any] = {
         "revision": revision.number,
         "previous": previous.number if previous else None,
@@ -92,6 +106,19 @@ def switch_request(
     }
     if override:
         params["override_reason"] = override
+    now = f" (now r{previous.number})" if previous else ""
+    proposal = {"revision": revision.number, "override_reason": override} | gate_params(gate)
+    review_check(
+        host=host,
+        kind=OperationKind.SWITCH,
+        params=proposal,
+        summary=f"Switch {host.name} to r{revision.number}{now}",
+        actor=actor,
+        approval=approval,
+    )
+    params |= approval_stamp(approval)
+    if gate is not None:
+        return gate_open(revision=revision, previous=previous, gate=gate, switch_params=params, actor=actor)
     return operation_create(
         kind=OperationKind.SWITCH,
         host=host,
@@ -103,6 +130,6 @@ def switch_request(
 
 
 @transaction.atomic
-def probe_request(*, host: Host, actor: Any) -> Operation:
+def probe_request(*, host: Host, actor: AbstractUser | None) -> Operation:
     ensure_role(actor, OPERATOR)
     return operation_create(kind=OperationKind.PROBE, host=host, enqueue=operation_dispatch, actor=actor)

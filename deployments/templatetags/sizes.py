@@ -5,8 +5,6 @@ filesizeformat (which says "GB" for GiB)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -17,7 +15,7 @@ register = template.Library()
 
 
 @register.filter
-def size(value: Any) -> SafeString | str:
+def size(value: object) -> SafeString | str:
     """A byte count as GiB/MiB/KiB with the exact bytes in a title; "unknown" for anything else."""
     if fmt.number(value) is None:
         return fmt.UNKNOWN

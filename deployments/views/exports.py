@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -75,6 +76,7 @@ def revision_exports(request: HttpRequest, host: str, number: int) -> HttpRespon
         "target": target,
         "ansible": None,
         "ansible_error": "",
+        "router_url": settings.ROUTER_URL,  # the lab router's: the same name, whichever host serves it
     }
     try:
         context["ansible"] = revision_export(revision, "ansible")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
@@ -22,9 +23,13 @@ from deployments.models import DeploymentRevision, InferenceKey
 from deployments.services.aliases import alias_delete, alias_set
 from deployments.services.front_door import front_door_live
 from deployments.services.inference_keys import key_create, key_models_set, key_revoke
+from deployments.services.review import ChangeRequested
 from deployments.services.serving_set import NOT_SERVED, serving_mode_set
 from deployments.services.usage import usage_grand_total, usage_totals
 from hardware.models import Host
+from schedules.choices import ChangeKind
+from schedules.forms import WhenForm
+from schedules.services import change_schedule
 
 USAGE_DAYS = (1, 7, 31)
 
@@ -51,7 +56,7 @@ def _errors(request: HttpRequest, exc: ValidationError) -> None:
         messages.error(request, message)
 
 
-def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm) -> dict:
+def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | WhenForm) -> dict:
     """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
     if not form.is_valid():
         raise ValidationError(form.errors.as_data())
@@ -69,6 +74,8 @@ def _change(request: HttpRequest, change: Callable[[], str]) -> None:
     """Run one change; its message, or the refusal, shows on the next page."""
     try:
         done = change()
+    except ChangeRequested as exc:  # a protected host: the change waits for a review
+        messages.info(request, " ".join(exc.messages))
     except ValidationError as exc:
         _errors(request, exc)
     else:
@@ -103,8 +110,16 @@ def host_serve_mode(request: HttpRequest, host: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATOR)
 def host_alias_set(request: HttpRequest, host: str) -> HttpResponse:
+    when = WhenForm(request.POST)
+
     def change(found: Host, data: dict) -> str:
-        alias_set(host=found, name=data["name"], revision=_revision(found, data["revision"]), actor=request.user)
+        revision = _revision(found, data["revision"])
+        _cleaned(when)
+        if later := when.later():  # beat runs the same alias_set when it is due
+            params = {"name": data["name"], "revision": revision.number}
+            scheduled = change_schedule(kind=ChangeKind.ALIAS, host=found, params=params, **later, actor=request.user)
+            return f"{data['name']} moves to r{revision.number} at {scheduled.run_at:%Y-%m-%d %H:%M} UTC."
+        alias_set(host=found, name=data["name"], revision=revision, actor=request.user)
         return f"{data['name']} now points at r{data['revision']}."
 
     return _host_form(request, host, AliasForm, change)
@@ -141,7 +156,8 @@ def key_list(request: HttpRequest) -> HttpResponse:
             created = {"key": key, "secret": secret}
             form = InferenceKeyForm()
     keys = InferenceKey.objects.select_related("created_by").order_by("revoked_at", "name")
-    return render(request, "deployments/keys.html", {"keys": keys, "form": form, "created": created})
+    context = {"keys": keys, "form": form, "created": created, "router_url": settings.ROUTER_URL}
+    return render(request, "deployments/keys.html", context)
 
 
 @require_POST

@@ -8,7 +8,7 @@ their URLs keep the `hardware:` names (`deployments.host_urls`) and their templa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import messages
@@ -29,12 +29,16 @@ from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
+from deployments.selectors import memory as memory_selectors
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
 from deployments.views.benchmarks import safe_headline
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 TELEMETRY_HOURS = 1.0
 TELEMETRY_CACHE_S = 600
@@ -166,6 +170,8 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
             host.revisions.select_related("model_variant", "author").order_by("-number")[:HISTORY_ON_PAGE]
         ),
         "operations": selectors.host_recent_operations(host=host),
+        "outside": memory_selectors.host_outside_processes(host),
+        "planner_error": memory_selectors.host_planner_error(host),
         "benchmarks": [(r, safe_headline(r.results)) for r in runs],
     }
 
@@ -234,7 +240,7 @@ def host_install(request: HttpRequest, name: str) -> HttpResponse:
         return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
     values = form.cleaned_data
 
-    def install(*, host: Host, actor: Any) -> Operation:
+    def install(*, host: Host, actor: AbstractUser | None) -> Operation:
         return install_request(
             host=host,
             engine=values["engine"],

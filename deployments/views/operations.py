@@ -14,7 +14,9 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, is_partial
 from deployments import presenters, selectors
+from deployments.choices import GATE_ACTIVE_STATES
 from deployments.models import Operation
+from deployments.services.gates import gate_of
 from deployments.services.installs import install_time_left
 from deployments.services.operations import operation_cancel
 
@@ -27,8 +29,11 @@ def _operation_or_404(pk: str) -> Operation:
 
 
 def _status_context(op: Operation, **extra: Any) -> dict[str, Any]:
+    gate = gate_of(op)
     return {
         "op": op,
+        "gate": gate,  # a switch's benchmark gate this operation is a step of
+        "following": op.is_active or (gate is not None and gate.state in GATE_ACTIVE_STATES),
         "outcome": presenters.operation_outcome(op),
         "log_lines": presenters.fold_log(op.log),
         "time_left": install_time_left(op),  # an install that compiles
@@ -48,8 +53,9 @@ def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
     op = _operation_or_404(pk)
     # When it has ended, the fragment also empties the Cancel slot (out of band): no Cancel
     # button stays on a finished operation's page.
-    response = render(request, "deployments/_operation_status.html", _status_context(op, polled=True))
-    if not op.is_active:
+    context = _status_context(op, polled=True)
+    response = render(request, "deployments/_operation_status.html", context)
+    if not context["following"]:  # the operation ended, and the gate it is a step of too
         return HttpResponseStopPolling(response.content)
     return response
 

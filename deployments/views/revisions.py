@@ -3,7 +3,7 @@ and the switch to a revision (confirmation with findings and the diff from the a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -25,17 +25,26 @@ from deployments.forms import CommentForm, RevisionForm, SwitchForm
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
 from deployments.revision_views import changes_between
 from deployments.runtime_bridge import host_facts, spec_for_values
+from deployments.selectors.memory import revision_memory
+from deployments.services.gates import gate_params
 from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
+from deployments.services.review import ChangeRequested
 from deployments.services.revisions import comment_create, engine_default_port, revision_derive
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
+from schedules.choices import ChangeKind
+from schedules.forms import WhenForm
+from schedules.services import change_schedule
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.launch import launch
 from serving.planner import PlanInputError
 
 from .playground import playground_context
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200
@@ -97,6 +106,7 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
         "launch": presenters.launch_for_revision(revision),
         "report": report,
         "report_error": report_error,
+        "memory": revision_memory(revision),
         "benchmarks": presenters.benchmark_rows(runs),
         "switches": presenters.switch_history(revision),
         "comments": revision.comments.select_related("author"),
@@ -184,7 +194,7 @@ def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
     return render(request, "deployments/revision_new.html", _new_context(host_obj, form, start))
 
 
-def _derive(host: Host, data: dict[str, Any], actor: Any) -> DeploymentRevision:
+def _derive(host: Host, data: dict[str, Any], actor: AbstractUser | None) -> DeploymentRevision:
     """The form's revision, made from its parent by the one rule (services.revisions.revision_derive):
     the form carries every field, so each replaces the parent's."""
     return revision_derive(
@@ -266,7 +276,9 @@ revision_preview = by_method(get=revision_preview_get, post=revision_preview_pos
 # --- switch ------------------------------------------------------------------------------------
 
 
-def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list[str]) -> dict[str, Any]:
+def _switch_context(
+    revision: DeploymentRevision, form: SwitchForm, errors: list[str], when: WhenForm | None = None
+) -> dict[str, Any]:
     report, report_error = presenters.report_for_revision(revision)
     active = active_revision_of(revision.host)
     preflight = panel_preflight(revision, report)
@@ -291,6 +303,7 @@ def _switch_context(revision: DeploymentRevision, form: SwitchForm, errors: list
         "preflight_problems": [c for c in preflight if c.status == "fail"],
         "form": form,
         "errors": errors,
+        "when": when,
     }
 
 
@@ -311,13 +324,22 @@ def revision_switch_confirm(request: HttpRequest, host: str, number: int) -> Htt
 @role_required(OPERATOR)
 def revision_switch_request(request: HttpRequest, host: str, number: int) -> HttpResponse:
     revision = _revision_or_404(host, number)
-    form = SwitchForm(request.POST)
+    form, when = SwitchForm(request.POST), WhenForm(request.POST)
     errors: list[str] = []
-    if form.is_valid():
+    if form.is_valid() and when.is_valid():
+        reason, gate = form.cleaned_data["override_reason"], form.cleaned_data["gate"]
         try:
-            op = switch_request(
-                revision=revision, override_reason=form.cleaned_data["override_reason"], actor=request.user
-            )
+            if later := when.later():  # "schedule it": beat runs the same switch_request when it is due
+                params = {"revision": revision.number, "override_reason": reason} | gate_params(gate)
+                change = change_schedule(
+                    kind=ChangeKind.SWITCH, host=revision.host, params=params, **later, actor=request.user
+                )
+                messages.success(
+                    request, f"Switch to r{revision.number} scheduled for {change.run_at:%Y-%m-%d %H:%M} UTC."
+                )
+                url = reverse("schedules:list") + f"?host={revision.host.name}"
+                return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
+            op = switch_request(revision=revision, override_reason=reason, gate=gate, actor=request.user)
         except PlanRefused as exc:
             errors.append(
                 "The planner found errors."
@@ -326,12 +348,16 @@ def revision_switch_request(request: HttpRequest, host: str, number: int) -> Htt
             context = _switch_context(revision, form, errors)
             context["report"] = exc.report.to_dict()
             return _render_switch(request, context)
+        except ChangeRequested as exc:  # a protected host: the switch waits for a review
+            messages.info(request, " ".join(exc.messages))
+            url = exc.change.get_absolute_url()
+            return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
         except (HostBusyError, ValidationError) as exc:
             errors.extend(presenters.validation_messages(exc))
         else:
             url = reverse("deployments:operation_detail", args=[op.pk])
             return HttpResponseClientRedirect(url) if is_partial(request) else redirect(url)
-    return _render_switch(request, _switch_context(revision, form, errors))
+    return _render_switch(request, _switch_context(revision, form, errors, when))
 
 
 revision_switch = by_method(get=revision_switch_confirm, post=revision_switch_request)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hostagent.frontdoor.scheduler import NotYet
 from hostagent.launch import launch_installs, launch_spec
 from hostagent.preflight import host_preflight
 from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
+from hostagent.runtime.watchdog import Watchdog
 from serving.engines.base import EngineConfigError
 
 __all__ = ["AgentLoader", "LoadError", "Served"]
@@ -47,20 +49,29 @@ class Served:
 
 
 class AgentLoader:
-    PINNED_WAIT_S = 900.0  # how long a request may wait for the host's pinned engine to be healthy
     STOP_GRACE_S = 30.0  # SIGTERM, then SIGKILL after this
-    POLL_S = 0.2
 
     def __init__(self, supervisor: Supervisor, root: Path, *, gpus: bool, ready_timeout: float = 900.0) -> None:
         self.supervisor = supervisor  # the host's own: the pinned revision's
         self.root, self.gpus, self.ready_timeout = root, gpus, ready_timeout
         self.served: dict[str, Served] = {}
         self.claimed: set[str] = set()  # revisions a switch is taking over: the supervisor's from now on
+        # The pinned revision a switch replaces -> None while the switch runs, then the monotonic
+        # time until which requests for it still wait for the panel's new table (a rollback
+        # serves it again at once).
+        self.leaving: dict[str, float | None] = {}
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
 
     def update(self, served: Mapping[str, Served]) -> None:
         """The table's models from now on (on the door's event loop, with the table)."""
         self.served = dict(served)
+        still = {s.revision_id for s in self.served.values() if s.pinned}
+        for revision_id, until in list(self.leaving.items()):
+            if until is not None and revision_id not in still:
+                del self.leaving[revision_id]  # the new table took over from it
+
+    def name_of(self, revision_id: str) -> str | None:
+        return next((s.name for s in self.served.values() if s.revision_id == revision_id), None)
 
     def supervisor_of(self, revision_id: str) -> Supervisor:
         return Supervisor(self.root / f"r{revision_id}", stop_grace=self.STOP_GRACE_S)
@@ -102,12 +113,14 @@ class AgentLoader:
     # -- the Loader protocol --------------------------------------------------------------------
 
     async def load(self, name: str) -> None:
-        served = self.served.get(name)
-        if served is None:
-            raise LoadError(f"`{name}` is not served by this host any more")
-        if served.pinned or served.revision_id in self.claimed or self._active(served.revision_id):
-            await asyncio.to_thread(self._wait_pinned, served)
-            return
+        while True:
+            served = self.served.get(name)
+            if served is None:
+                raise LoadError(f"`{name}` is not served by this host any more")
+            if not (served.pinned or served.revision_id in self.claimed or self._active(served.revision_id)):
+                break
+            if await asyncio.to_thread(self._wait_pinned, served):
+                return
         await asyncio.to_thread(self._start, served)
         self._started[name] = served.revision_id
 
@@ -128,23 +141,39 @@ class AgentLoader:
         record = self.supervisor.state.read_engine()
         return record is not None and record.revision_id == revision_id
 
-    def _wait_pinned(self, served: Served) -> None:
-        """Return once the host's supervisor serves `served` and it answers its health check."""
-        deadline = time.monotonic() + self.PINNED_WAIT_S
-        while True:
-            status = self.supervisor.status(probe=True)
-            mine = status.running and status.revision_id == served.revision_id
-            if mine and status.healthy:
-                return
-            if not mine and served.revision_id not in self.claimed:  # a switch to it may still start it
-                now = status.revision_label if status.running else "nothing"
-                raise LoadError(
-                    f"`{served.name}` is this host's pinned revision {served.label}, which its engine supervisor "
-                    f"runs; it runs {now} now: start or switch to {served.label} from the panel"
-                )
-            if time.monotonic() >= deadline:
-                raise LoadError(f"{served.label}'s engine is not healthy after {self.PINNED_WAIT_S:g} s")
-            time.sleep(self.POLL_S)
+    def _wait_pinned(self, served: Served) -> bool:
+        """True once the host's supervisor serves `served` and it answers its health check; False
+        when the table now serves it on demand (load it so). NotYet while it starts, while a
+        switch replaces it (until the panel's new table routes its aliases on) and while its
+        engine, crashed, waits for the watchdog's restart; LoadError when nothing will serve it."""
+        rev = served.revision_id
+        current = self.served.get(served.name)
+        if current is None or current.revision_id != rev:
+            raise LoadError(f"`{served.name}` is not served by this host any more")
+        if not (current.pinned or rev in self.claimed or self._active(rev)):
+            return False
+        status = self.supervisor.status(probe=True)
+        mine = status.running and status.revision_id == rev
+        until = self.leaving.get(rev, 0.0)
+        switching = rev in self.leaving and until is None
+        after_switch = until is not None and time.monotonic() < until
+        if mine and status.healthy and not switching:
+            return True
+        # Crashed, the watchdog to restart it (or restarting it: between its stop and start the
+        # record is gone, the supervisor's lock held).
+        crashed = not status.running and (status.revision_id == rev or self.supervisor.state.busy())
+        crashed = crashed and not self._gave_up()
+        if mine or crashed or switching or after_switch or rev in self.claimed:
+            raise NotYet(served.name)
+        now = status.revision_label if status.running else "nothing"
+        raise LoadError(
+            f"`{served.name}` is this host's pinned revision {served.label}, which its engine supervisor "
+            f"runs; it runs {now} now: start or switch to {served.label} from the panel"
+        )
+
+    def _gave_up(self) -> bool:
+        """The watchdog gave up restarting the host's engine (its budget is spent)."""
+        return Watchdog(self.supervisor, lambda: None).gave_up
 
     def _start(self, served: Served) -> None:
         sup = self.supervisor_of(served.revision_id)
@@ -175,14 +204,28 @@ class AgentLoader:
             sup.forget_secrets()
         log.info("front door: %s (%s) loaded in %.1f s", served.name, served.label, time.monotonic() - t0)
 
-    def stop_leftovers(self) -> list[str]:
-        """Stop on-demand engines a previous agent left running (killed before it could stop
-        them): the door starts knowing nothing loaded, so they would hold memory unrouted."""
-        stopped = []
+    def adopt_leftovers(self, served: Mapping[str, Served]) -> list[str]:
+        """On-demand engines a previous agent left running (it was killed before it could stop
+        them). An engine of a revision `served` (the kept table) still serves on demand, alive and
+        answering its health check, is this loader's again, found by revision as the pinned one
+        is: its model name is returned for the door to count loaded, nothing is restarted. Any
+        other is stopped: the door would not route to it, and it would hold memory."""
+        wanted = {s.revision_id: s.name for s in served.values() if not s.pinned}
+        adopted, stopped = [], []
         for folder in sorted(self.root.glob("r*")) if self.root.is_dir() else []:
-            result = Supervisor(folder, stop_grace=self.STOP_GRACE_S).stop()
+            sup = Supervisor(folder, stop_grace=self.STOP_GRACE_S)
+            status = sup.status(probe=True)
+            rev = status.revision_id or ""
+            name = wanted.get(rev)
+            if name and status.running and status.healthy and folder.name == f"r{rev}" and not self._active(rev):
+                self._started[name] = rev
+                adopted.append(f"{name} (pid {status.pid})")
+                continue
+            result = sup.stop()
             if result.was_running:
                 stopped.append(result.revision_label or folder.name)
+        if adopted:
+            log.info("front door: on-demand engines still running adopted again: %s", ", ".join(adopted))
         if stopped:
             log.warning("front door: stopped on-demand engines left running: %s", ", ".join(stopped))
-        return stopped
+        return [name for name in self._started if name in wanted.values()]

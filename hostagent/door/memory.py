@@ -5,14 +5,14 @@ free: the front door decides room from these bytes, never from a count of models
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
-from hostagent.preflight import engine_rss
+from hostagent.held import gpu_holders, group_pids, held_by, rss_bytes
 from hostagent.probes.host_usage import memory_available, parse_meminfo
-from hostagent.runtime.processes import group_members
 from hostagent.runtime.supervisor import Supervisor
 
-__all__ = ["engine_memory", "host_free_memory", "host_free_memory_async"]
+__all__ = ["engine_memory", "free_for_loads", "host_free_memory", "host_free_memory_async"]
 
 
 def host_free_memory(*, gpus: bool) -> dict[str, int]:
@@ -43,22 +43,30 @@ def engine_memory(sups: dict[str, Supervisor], *, gpus: bool) -> dict[str, dict[
     measured: dict[str, dict[str, int]] = {}
     if not gpus:
         for name, sup in sups.items():
-            if (rss := engine_rss(sup)) > 0:
+            if (rss := rss_bytes(group_pids(sup))) > 0:
                 measured[name] = {"ram": rss}
         return measured
     from hostagent.probes.nvml import sample_gpus
 
-    held: dict[int, dict[str, int]] = {}  # pid -> bytes per GPU
-    for sample in sample_gpus():
-        for process in sample.processes or ():
-            if process.used_memory_bytes is not None:
-                held.setdefault(process.pid, {})[f"gpu{sample.index}"] = process.used_memory_bytes
+    holders = gpu_holders(sample_gpus())
     for name, sup in sups.items():
-        record = sup.state.read_engine()
-        devices: dict[str, int] = {}
-        for pid in group_members(record.pgid) if record is not None else ():
-            for device, size in held.get(pid, {}).items():
-                devices[device] = devices.get(device, 0) + size
-        if devices:
+        if devices := held_by(holders, group_pids(sup)):
             measured[name] = devices
     return measured
+
+
+def free_for_loads(
+    planned: Mapping[str, Mapping[str, int]], sups: dict[str, Supervisor], *, gpus: bool
+) -> dict[str, int]:
+    """What a new load may use: the host's free bytes less what the loaded engines (`planned`, by
+    model name) may still grow into, each counted at the larger of its planned and its measured
+    bytes. An engine that holds less than planned now (a CPU engine's KV cache fills as it works)
+    keeps its room: a second model is not let in on memory the first one will need."""
+    free = host_free_memory(gpus=gpus)
+    measured = engine_memory(sups, gpus=gpus)
+    for name, plan in planned.items():
+        held = measured.get(name, {})
+        for device, size in plan.items():
+            if device in free:
+                free[device] -= max(0, size - held.get(device, 0))
+    return free

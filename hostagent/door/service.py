@@ -26,11 +26,12 @@ from hostagent.context import AgentContext
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable
 from hostagent.frontdoor.settings import BIND_ENV
 from hostagent.frontdoor.table import TableError
+from hostagent.held import ONDEMAND_DIR
 from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
 
 from .loader import AgentLoader
-from .memory import engine_memory, host_free_memory_async
+from .memory import engine_memory, free_for_loads
 from .tables import ServingSet, ServingStore, serving_set
 
 __all__ = ["FrontDoorService", "door_settings", "start_front_door"]
@@ -65,7 +66,7 @@ class FrontDoorService:
         self.gpus = gpus
         self.interval = interval
         self.store = ServingStore(state)
-        self.loader = AgentLoader(ctx.supervisor, state / "ondemand", gpus=gpus, ready_timeout=ready_timeout)
+        self.loader = AgentLoader(ctx.supervisor, state / ONDEMAND_DIR, gpus=gpus, ready_timeout=ready_timeout)
         self.version: str | None = None
         self.loop = asyncio.new_event_loop()
         self.door: FrontDoor | None = None
@@ -81,17 +82,17 @@ class FrontDoorService:
         """Listen (raises OSError when the bind address is taken), serve the last table kept on
         disk at once, then follow the panel from a thread of its own."""
         t0 = time.monotonic()
-        self.loader.stop_leftovers()
         kept = self._kept()
+        adopted = self.loader.adopt_leftovers(kept.served if kept else {})
         self._thread.start()
 
         async def begin() -> FrontDoor:
             table, keys = (kept.table, kept.keys) if kept else (RoutingTable(), KeyTable())
             if kept:
                 self.loader.update(kept.served)
-            door = FrontDoor(
-                table, self.loader, lambda: host_free_memory_async(gpus=self.gpus), self.settings, keys=keys
-            )
+            door = FrontDoor(table, self.loader, self._free_memory, self.settings, keys=keys)
+            for name in adopted:  # before the pinned loads start: what they hold is counted
+                door.scheduler.adopt(name)
             door.ledger.restore(self.store.usage())
             if kept and kept.limits:
                 door.update_limits(**kept.limits)
@@ -114,6 +115,15 @@ class FrontDoorService:
         self.ctx.door = self  # a switch asks it to give its revision's engine up first
         self._sync = threading.Thread(target=self._follow, name="front-door-sync", daemon=True)
         self._sync.start()
+
+    async def _free_memory(self) -> dict[str, int]:
+        """Free bytes per device for the door's next load (memory.free_for_loads): the loaded
+        models' planned bytes are theirs even where their engines hold less yet."""
+        door = self.door
+        rows = door.scheduler.state() if door is not None else []
+        planned = {row["name"]: row["memory"] for row in rows if row["phase"] == "loaded"}
+        sups = self.loader.engines(set(planned))
+        return await asyncio.to_thread(free_for_loads, planned, sups, gpus=self.gpus)
 
     @property
     def bind(self) -> str:
@@ -167,20 +177,40 @@ class FrontDoorService:
 
     # -- a switch of the host's supervisor ------------------------------------------------------------
 
+    LEAVING_GRACE_S = 30.0  # after a switch, how long requests for the revision it replaced wait for the new table
+
     def hand_over(self, revision_id: str) -> None:
         """A switch to `revision_id` begins: drain and stop the door's own engine of it (it holds
-        the port the switch starts it on) and start none until handed_over()."""
+        the port the switch starts it on) and start none until handed_over(); drain the pinned
+        revision it replaces (requests in flight finish, new ones wait for the switch and follow
+        their alias to the new revision)."""
         self.loader.claimed.add(revision_id)
-        name, door = self.loader.started(revision_id), self.door
-        if name is None or door is None:
+        door = self.door
+        if door is None:
             return
-        log.info("front door: handing %s over to the switch", name)
         wait = door.settings.drain_timeout_s + 60.0
-        if not self.call(lambda: door.scheduler.give_up(name), timeout=wait):
-            log.warning("front door: %s still answers requests after draining; the switch's port check decides", name)
+        name = self.loader.started(revision_id)
+        if name is not None:
+            log.info("front door: handing %s over to the switch", name)
+            if not self.call(lambda: door.scheduler.give_up(name), timeout=wait):
+                log.warning("front door: %s still answers after draining; the switch's port check decides", name)
+        record = self.ctx.supervisor.state.read_engine()
+        outgoing = record.revision_id if record is not None else None
+        if outgoing and outgoing != revision_id:
+            self.loader.leaving[outgoing] = None
+            old = self.loader.name_of(outgoing)
+            if old is not None:
+                log.info("front door: draining %s before the switch stops it", old)
+                if not self.call(lambda: door.scheduler.give_up(old, "switch"), timeout=wait):
+                    log.warning("front door: %s still answers requests after draining; the switch stops it", old)
 
     def handed_over(self, revision_id: str) -> None:
         self.loader.claimed.discard(revision_id)
+        until = time.monotonic() + self.LEAVING_GRACE_S
+        for outgoing, at in list(self.loader.leaving.items()):
+            if at is None:
+                self.loader.leaving[outgoing] = until
+        self.ctx.serving_poke.set()
 
     # -- the panel's serving set --------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -21,7 +22,7 @@ from aiohttp import web
 
 from .keys import InferenceKey, KeyTable
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .proxy import CLIENT_GONE, Answer, Upstream, error_response
+from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
 from .settings import FrontDoorSettings
 from .table import RoutingTable
@@ -138,7 +139,7 @@ class FrontDoor:
             self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
             return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
         label = payload["model"]
-        model = self.scheduler.table.resolve(label)
+        model = self.scheduler.resolve(label)
         if model is None:
             self.metrics.requests.labels("", "", key_name, endpoint, "404").inc()
             return error_response(404, f"The model `{label}` does not exist on this host.", code="model_not_found")
@@ -147,27 +148,36 @@ class FrontDoor:
             return error_response(
                 403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
             )
-        try:
-            lease = await self.scheduler.acquire(label)
-        except asyncio.CancelledError:  # the client hung up while its model loaded
-            self._account(key_name, model.name, label, endpoint, Answer(status=CLIENT_GONE))
-            raise
-        except Refused as refused:
-            self._account(key_name, model.name, label, endpoint, Answer(status=refused.status))
-            return error_response(
-                refused.status, refused.message, code=refused.code, kind=refused.kind, retry_after=refused.retry_after
-            )
-        assert self._upstream is not None
-        try:
-            return await self._upstream.forward(
-                request,
-                lease,
-                payload,
-                endpoint,
-                lambda answer: self._account(key_name, lease.model.name, label, endpoint, answer),
-            )
-        finally:
-            self.scheduler.release(lease)
+        for attempt in range(2):
+            try:
+                lease = await self.scheduler.acquire(label)
+            except asyncio.CancelledError:  # the client hung up while its model loaded
+                self._account(key_name, model.name, label, endpoint, Answer(status=CLIENT_GONE))
+                raise
+            except Refused as refused:
+                self._account(key_name, model.name, label, endpoint, Answer(status=refused.status))
+                return error_response(
+                    refused.status,
+                    refused.message,
+                    code=refused.code,
+                    kind=refused.kind,
+                    retry_after=refused.retry_after,
+                )
+            assert self._upstream is not None
+            try:
+                return await self._upstream.forward(
+                    request,
+                    lease,
+                    dict(payload),
+                    endpoint,
+                    functools.partial(self._account, key_name, lease.model.name, label, endpoint),
+                    gone_ok=attempt == 0,
+                )
+            except EngineGone:  # nothing reached the engine: it is loaded again, and asked again
+                await self.scheduler.lost(lease)
+            finally:
+                self.scheduler.release(lease)
+        raise AssertionError("unreachable: the second attempt answers")
 
     def _account(self, key: str, model: str, alias: str, endpoint: str, answer: Answer) -> None:
         prompt, completion = tokens_of(answer.usage)

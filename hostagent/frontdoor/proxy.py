@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from aiohttp import web
 from .scheduler import Lease
 from .usage import UsageStream
 
-__all__ = ["CLIENT_GONE", "Answer", "Upstream", "error_response"]
+__all__ = ["CLIENT_GONE", "Answer", "EngineGone", "Upstream", "error_response", "post"]
 
 log = logging.getLogger("controlpanel.frontdoor")
 
@@ -38,6 +38,10 @@ def error_response(
     body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
     return web.json_response(body, status=status, headers=headers)
+
+
+class EngineGone(Exception):
+    """The engine refused the connection (its process is gone): nothing was sent, nothing answered."""
 
 
 @dataclass
@@ -68,9 +72,13 @@ class Upstream:
         payload: dict[str, Any],
         endpoint: str,
         done: Callable[[Answer], None],
+        *,
+        gone_ok: bool = False,
     ) -> web.StreamResponse:
         """Send `payload` to the lease's engine and answer the client; `done` gets the outcome
-        once, whatever happens (a client gone, an engine gone)."""
+        once, whatever happens (a client gone, an engine gone). With `gone_ok`, an engine that
+        refuses the connection raises EngineGone instead (and `done` is not called): the caller
+        loads it again and retries."""
         model = lease.model
         stream = payload.get("stream") is True and endpoint != "/v1/embeddings"
         strip = False
@@ -85,10 +93,19 @@ class Upstream:
         if model.api_key:
             headers["Authorization"] = f"Bearer {model.api_key}"
         data = json.dumps(payload).encode()
-        answer = Answer(status=502)
+        answer, report = Answer(status=502), True
         try:
             try:
                 upstream = await self._post(model.url(endpoint), data, headers)
+            except aiohttp.ClientConnectorError as exc:
+                if gone_ok:
+                    report = False
+                    raise EngineGone(str(exc)) from exc
+                log.warning("front door: %s did not answer: %s", model.name, exc)
+                return error_response(
+                    502, f"The engine serving `{model.name}` did not answer.", code="upstream_unavailable",
+                    kind="server_error",
+                )  # fmt: skip
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("front door: %s did not answer: %s", model.name, exc)
                 return error_response(
@@ -116,17 +133,15 @@ class Upstream:
             finally:
                 upstream.close()  # a no-op for an answer read to its end; else the engine sees us hang up
         except asyncio.CancelledError:
-            answer.status, answer.ok = CLIENT_GONE, False
+            if not answer.ok:  # a client that hangs up after the whole answer was written got it
+                answer.status = CLIENT_GONE
             raise
         finally:
-            done(answer)
+            if report:
+                done(answer)
 
     async def _post(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        try:
-            return await self.session.post(url, data=data, headers=headers)
-        except aiohttp.ServerDisconnectedError:
-            # A pooled connection the engine closed as it was reused: nothing reached it. Once more.
-            return await self.session.post(url, data=data, headers=headers)
+        return await post(self.session, url, data, headers)
 
     async def _pass_stream(
         self,
@@ -150,16 +165,35 @@ class Upstream:
             rest = reader.close()
             if rest:
                 await response.write(rest)
-            await response.write_eof()
+            # Everything up to [DONE] is written: a client that hangs up now (most do, on [DONE])
+            # was answered, whatever the end of the response meets.
             answer.ok = True
+            await response.write_eof()
         except ConnectionResetError:
-            answer.status = CLIENT_GONE
+            if not answer.ok:
+                answer.status = CLIENT_GONE
         except aiohttp.ClientError as exc:
             # The engine broke off mid-answer (it died, or was stopped): the client's stream ends here.
             log.warning("front door: stream from %s broke off: %s", request.path, exc)
             answer.status = 502
-        answer.usage = reader.usage
+        finally:
+            answer.usage = reader.usage
         return response
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, data: bytes, headers: Mapping[str, str]
+) -> aiohttp.ClientResponse:
+    """POST on a pooled connection, once more on a fresh one when the pooled one was found closed
+    (the lab router's way to the front doors too). ClientConnectorError: refused, nothing sent."""
+    try:
+        return await session.post(url, data=data, headers=headers)
+    except aiohttp.ClientConnectorError:
+        raise  # refused: no connection was made (the caller knows what that means)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        # A pooled connection closed or reset as it was reused (the server closed it idle, or
+        # died): nothing reached it. Once more, on a fresh connection: a dead server refuses it.
+        return await session.post(url, data=data, headers=headers)
 
 
 def _usage_of(body: bytes) -> dict[str, Any] | None:

@@ -14,9 +14,15 @@
 - A failed load answers its waiting requests with LoadFailed and loads back what it unloaded, so
   the loaded set is what it was.
 - A lease holds the model it was granted on: when an alias moves (`update_table`), requests in
-  flight finish on the old engine and new ones go to the new.
+  flight finish on the old engine. An alias that moves from a loaded model to one that is not
+  loaded keeps routing to the old one while the new one loads, and flips once it is loaded (or
+  its load failed); requests waiting for a model by an alias that now names another follow it.
+- `lost(lease)`: the lease's engine is gone (a connection refused): the model is marked unloaded
+  at once, so the request (and the next ones) load it again instead of failing on a dead port.
 - Idle on-demand models are unloaded after their `idle_ttl_s`; models removed from the table
   once their last request is answered.
+- `adopt(name)`: an engine the loader found still running (the agent restarted) is loaded from
+  then on, with nothing started.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ __all__ = [
     "LoadFailed",
     "Loader",
     "NoRoom",
+    "NotYet",
     "Phase",
     "QueueFull",
     "Refused",
@@ -55,6 +62,7 @@ __all__ = [
 log = logging.getLogger("controlpanel.frontdoor")
 
 REAP_EVERY_S = 0.5
+NOT_YET_POLL_S = 0.25
 DEFAULT_LOAD_ESTIMATE_S = 5.0
 MAX_MESSAGE = 2000  # characters of a loader's error shown to clients
 
@@ -64,7 +72,9 @@ class Loader(Protocol):
 
     `load(name)` returns once the engine serves `name` at its table entry's upstream (health gate
     passed) and raises on failure, leaving no process behind. It must be idempotent: an engine
-    already serving returns at once (the front door starts knowing nothing loaded).
+    already serving returns at once (the front door starts knowing nothing loaded). It raises
+    NotYet when the engine will come up without its doing (another process starts it): the
+    scheduler frees its lock and asks again shortly.
     `unload(name)` returns once the engine has stopped and its memory is released. A load's
     error message is shown to the clients that waited: it must hold no secret."""
 
@@ -119,6 +129,12 @@ class Busy(LoadFailed):
     code, result = "model_busy", "busy"
 
 
+class NotYet(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a Loader's load(): the engine is not up yet but will be without this load's doing
+    (another process starts it). The scheduler frees its lock and asks again shortly, while the
+    requests keep waiting within their queue bound."""
+
+
 class Removed(Refused):
     code = "model_removed"
 
@@ -136,6 +152,7 @@ class _Waiter:
     future: asyncio.Future[Lease]
     alias: str
     since: float
+    slot: _Slot
 
 
 @dataclass(eq=False)
@@ -187,6 +204,7 @@ class Scheduler:
         self._slots: dict[str, _Slot] = {}
         self._lock = asyncio.Lock()  # one load or unload at a time: memory is read between them
         self._waiting = 0
+        self._holds: dict[str, str] = {}  # alias -> the loaded model it stays on while its new one loads
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
         self.update_table(table)
@@ -210,8 +228,17 @@ class Scheduler:
 
     # -- requests ---------------------------------------------------------------------------
 
+    def resolve(self, label: str) -> ServedModel | None:
+        """The model a request for `label` goes to now (an alias being moved: its old model while
+        the new one loads)."""
+        held = self._holds.get(label)
+        slot = self._slots.get(held) if held is not None else None
+        if slot is not None and slot.phase is Phase.LOADED:
+            return slot.model
+        return self._table.resolve(label)
+
     async def acquire(self, label: str) -> Lease:
-        model = self._table.resolve(label)
+        model = self.resolve(label)
         if model is None:
             raise UnknownModel(f"The model `{label}` does not exist on this host.")
         slot = self._slots[model.name]
@@ -223,7 +250,7 @@ class Scheduler:
                 f"{self._waiting} requests are already waiting for models to load on this host; try again later.",
                 retry_after=self._retry_after(slot),
             )
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock())
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock(), slot)
         slot.waiters.append(waiter)
         self._waiting += 1
         self._show_depth(slot)
@@ -243,8 +270,8 @@ class Scheduler:
         finally:
             self._waiting -= 1
             with contextlib.suppress(ValueError):
-                slot.waiters.remove(waiter)
-            self._show_depth(slot)
+                waiter.slot.waiters.remove(waiter)
+            self._show_depth(waiter.slot)
             if not granted:
                 self._abandon(waiter)
 
@@ -297,7 +324,9 @@ class Scheduler:
 
     def update_table(self, table: RoutingTable) -> None:
         """Serve `table` from now on: new models are known (pinned ones loaded), moved aliases
-        route new requests to their new model, removed models unload once idle."""
+        route new requests to their new model (once it is loaded, when the old one is), removed
+        models unload once idle."""
+        routes = {label: model.name for label in self._labels() if (model := self.resolve(label)) is not None}
         self._table = table
         for model in table.models:
             slot = self._slots.get(model.name)
@@ -309,10 +338,58 @@ class Scheduler:
         for name, slot in self._slots.items():
             if name not in served:
                 slot.retired = True
-                removed = f"`{name}` was removed from this host while the request waited."
-                self._fail(slot, Removed(removed, retry_after=1))
             elif slot.model.mode is Mode.PINNED and self._started:
                 self._ensure_loading(slot)
+        self._holds = {}
+        for model in table.models:
+            target = self._slots[model.name]
+            for label in model.aliases:
+                before = self._slots.get(routes.get(label, model.name))
+                moving = before is not None and before is not target and before.phase is Phase.LOADED
+                if moving and before is not None and target.phase is not Phase.LOADED:
+                    self._holds[label] = before.name
+                    if self._started:
+                        self._ensure_loading(target)
+        self._reroute()
+
+    def _labels(self) -> list[str]:
+        return [label for model in self._table.models for label in model.aliases]
+
+    def _wanted(self, slot: _Slot) -> bool:
+        """An alias waits for `slot` to load before it flips to it."""
+        return any(
+            (model := self._table.resolve(label)) is not None and model.name == slot.name for label in self._holds
+        )
+
+    def _flip(self, slot: _Slot) -> None:
+        """`slot` is loaded, or could not be: the aliases held for it route to it from now on."""
+        for label in [label for label in self._holds if self._table.resolve(label) == slot.model]:
+            del self._holds[label]
+        self._reroute()
+
+    def _reroute(self) -> None:
+        """Requests waiting by a label that now names another model wait for that one; those
+        whose label names nothing any more are answered."""
+        for slot in list(self._slots.values()):
+            for waiter in list(slot.waiters):
+                dest = self.resolve(waiter.alias)
+                if dest is not None and dest.name == slot.name:
+                    continue
+                slot.waiters.remove(waiter)
+                if dest is None:
+                    if not waiter.future.done():
+                        removed = f"`{waiter.alias}` was removed from this host while the request waited."
+                        waiter.future.set_exception(Removed(removed, retry_after=1))
+                    continue
+                other = self._slots[dest.name]
+                other.waiters.append(waiter)
+                waiter.slot = other
+                self._show_depth(other)
+                if other.phase is Phase.LOADED:
+                    self._grant(other)
+                elif self._started:
+                    self._ensure_loading(other)
+            self._show_depth(slot)
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -327,25 +404,40 @@ class Scheduler:
             slot.load_task = self._spawn(self._bring_up(slot))
 
     async def _bring_up(self, slot: _Slot) -> None:
+        while await self._try_bring_up(slot):
+            await asyncio.sleep(NOT_YET_POLL_S)  # the lock is free meanwhile: other loads and drains go on
+
+    async def _try_bring_up(self, slot: _Slot) -> bool:
+        """One attempt under the lock; True: the loader said NotYet, try again shortly."""
         async with self._lock:
             if slot.retired:
-                return
+                if slot.phase is Phase.LOADING:
+                    slot.phase = Phase.UNLOADED
+                return False
             if slot.phase is Phase.LOADED:
                 self._grant(slot)
-                return
-            if not slot.waiters and slot.model.mode is not Mode.PINNED:
-                return  # everyone who asked gave up meanwhile
+                return False
+            if not slot.waiters and slot.model.mode is not Mode.PINNED and not self._wanted(slot):
+                if slot.phase is Phase.LOADING:
+                    slot.phase = Phase.UNLOADED
+                return False  # everyone who asked gave up meanwhile
             evicted: list[_Slot] = []
             try:
                 await self._make_room(slot, evicted)
                 await self._load(slot)
+            except NotYet:
+                slot.phase = Phase.LOADING
+                return True
             except LoadFailed as error:
                 self.metrics.loads.labels(slot.name, error.result).inc()
                 log.warning("front door: %s", error.message)
                 self._fail(slot, error)
+                self._flip(slot)
                 await self._restore(evicted)
-                return
+                return False
             self._grant(slot)
+            self._flip(slot)
+            return False
 
     async def _load(self, slot: _Slot) -> None:
         slot.phase = Phase.LOADING
@@ -354,6 +446,8 @@ class Scheduler:
             await self.loader.load(slot.name)
         except asyncio.CancelledError:
             slot.phase = Phase.UNLOADED
+            raise
+        except NotYet:
             raise
         except Exception as exc:
             slot.phase = Phase.UNLOADED
@@ -473,6 +567,40 @@ class Scheduler:
                 log.warning("front door: restoring: %s", error.message)
                 continue
             self._grant(slot)
+
+    async def lost(self, lease: Lease) -> None:
+        """The lease's engine refused the connection: it is gone (killed, crashed). The model is
+        unloaded at once (nothing to drain), so a new acquire() loads it again."""
+        slot = lease._slot
+        if slot.phase is not Phase.LOADED:
+            return
+        async with self._lock:
+            if slot.phase is not Phase.LOADED:
+                return
+            log.warning("front door: the engine of %s is gone; loading it again", slot.name)
+            slot.phase = Phase.UNLOADING
+            self.metrics.loaded.labels(slot.name).set(0)
+            try:
+                await self.loader.unload(slot.name)  # the supervisor's record of a dead process
+            except Exception:
+                log.exception("front door: cleaning up after %s failed", slot.name)
+            finally:
+                slot.phase = Phase.UNLOADED
+            self.metrics.unloads.labels(slot.name, "exited").inc()
+
+    def adopt(self, name: str) -> bool:
+        """`name`'s engine already runs and answers (the agent restarted while the door's
+        on-demand engines kept running, and its loader found it by revision): it is loaded from
+        now on, its idle time starting now, with nothing started or restarted. False when the
+        table does not serve it or it is not unloaded."""
+        slot = self._slots.get(name)
+        if slot is None or slot.retired or slot.phase is not Phase.UNLOADED:
+            return False
+        slot.phase = Phase.LOADED
+        slot.last_used = self.clock()
+        self.metrics.loaded.labels(name).set(1)
+        log.info("front door: %s adopted, its engine still running", name)
+        return True
 
     async def give_up(self, name: str, reason: str = "switch") -> bool:
         """Drain and unload `name` now (the host's switch takes its engine over): True once it is

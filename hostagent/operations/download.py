@@ -16,6 +16,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,13 @@ class _Reports:
 
 
 def run_download(ctx: AgentContext, order: dict[str, Any]) -> None:
+    """A download from the source the order names: the hub (by default), or an Ollama server's own pull."""
+    source = (order.get("params") or {}).get("source")
+    SOURCES.get(source if isinstance(source, str) else "hub", _download_from_hub)(ctx, order)
+
+
+def _download_from_hub(ctx: AgentContext, order: dict[str, Any]) -> None:
     op_id, params, panel = order["id"], order.get("params") or {}, ctx.panel
-    if params.get("source") == "ollama":
-        _pull_ollama(ctx, order)
-        return
     token = order.get("hub_token") or None
     repo_id, revision = str(params.get("repo_id") or ""), str(params.get("revision") or "")
     try:
@@ -229,3 +233,10 @@ def _pull_ollama(ctx: AgentContext, order: dict[str, Any]) -> None:
         panel.finish(op_id, state="failed", error=f"Ollama at {base} did not answer: {exc}")
         return
     panel.finish(op_id, state="failed", error=f"Ollama's pull of {tag} ended without success.")
+
+
+# The order's "source" -> what fetches the model (the panel's download_request names it).
+SOURCES: dict[str, Callable[[AgentContext, dict[str, Any]], None]] = {
+    "hub": _download_from_hub,
+    "ollama": _pull_ollama,
+}

@@ -187,7 +187,7 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
     details: dict[str, Any] = {"package_version": result.version, "distribution": distribution} if distribution else {}
     if source_dir:
         details["source_dir"] = source_dir
-    if not binary and engine != "ollama":
+    if not binary and not adapter.installs_system_wide:
         summary["reason"] = f"the install finished but no {engine} executable was found in {path}"
         panel.finish(op_id, state="failed", result=summary, error=summary["reason"])
         return

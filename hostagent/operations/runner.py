@@ -21,6 +21,7 @@ Handler = Callable[[AgentContext, dict[str, Any]], None]
 HANDLERS: dict[str, Handler] = {
     "switch": switch.run_switch,
     "launch": switch.run_switch,  # start the active revision: the same preflight, start and health gate
+    "rollback": switch.run_switch,  # a switch back to the previous revision, with the same health gate
     "stop": stop.run_stop,
     "probe": probe.run_probe,
     "benchmark": benchmark.run_benchmark,

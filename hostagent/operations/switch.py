@@ -49,7 +49,23 @@ def _what(ctx: AgentContext, order: dict[str, Any]) -> str:
     if order["kind"] == "launch":  # a start of the active revision (after Stop, or restored after a restart)
         why = " again after a restart" if (order.get("params") or {}).get("reason") == "restore" else ""
         return f"starting r{number} on {ctx.host}{why}"
+    if order["kind"] == "rollback":
+        why = (order.get("params") or {}).get("reason") or ""
+        return (
+            f"rolling {ctx.host} back to r{number}"
+            + (f" from r{previous['number']}" if previous else "")
+            + (f": {why}" if why else "")
+        )
     return f"switching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else "")
+
+
+def _gpus_now(sup: Supervisor) -> dict[str, Any]:
+    """NVML's samples now and the pids of every engine the panel runs here (the GPU memory check)."""
+    from hostagent.held import engine_supervisors, group_pids
+    from hostagent.probes.nvml import sample_gpus
+
+    ours = {pid for engine in engine_supervisors(sup).values() for pid in group_pids(engine)}
+    return {"gpu_samples": sample_gpus() or None, "ours": ours}  # None: no NVML here, nothing to check
 
 
 def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
@@ -83,7 +99,10 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
             error=f"r{number} was refused on the host ({reason}); the engine was not touched.",
         )
         return
-    checks = host_preflight(launch, spec, sup, installs=installs, cpu_only=bool(order["host"].get("cpu_only")))
+    cpu_only = bool(order["host"].get("cpu_only"))
+    checks = host_preflight(
+        launch, spec, sup, installs=installs, cpu_only=cpu_only, **({} if cpu_only else _gpus_now(sup))
+    )
     said = "\n".join(f"preflight {check.name}: {check.status}: {check.message}" for check in checks)
     failed = [c for c in checks if c.failed]
     if failed:

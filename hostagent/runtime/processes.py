@@ -24,6 +24,9 @@ PROC = Path("/proc")
 # Popen objects of engines this process started, so that we can reap them (and read their
 # exit code) instead of leaving zombies. Keyed by pid.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+# Exit codes of the last children reaped, for exit_status() after reap() dropped the Popen.
+_ended: dict[int, int] = {}
+_ENDED_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def register_child(proc: subprocess.Popen[bytes]) -> None:
     """Keep `proc` (an engine this process started) for its exit code, and reap it as it exits:
     an engine that crashes, or is stopped through its process group, never stays a zombie."""
     _children[proc.pid] = proc
+    _ended.pop(proc.pid, None)
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
 
 
@@ -96,7 +100,25 @@ def reap(pid: int) -> int | None:
     code = proc.poll()
     if code is not None:
         _children.pop(pid, None)
+        _ended[pid] = code
+        while len(_ended) > _ENDED_KEPT:
+            del _ended[next(iter(_ended))]
     return code
+
+
+def exit_status(pid: int) -> str | None:
+    """How `pid`, an engine this process started, ended ("exit code 1", "killed by SIGKILL"),
+    or None while it runs or when it is not our child (its status went to its own parent).
+    A reaped child's status is remembered (the last few), so ask as often as you like."""
+    proc = _children.get(pid)
+    code = proc.poll() if proc is not None else _ended.get(pid)
+    if code is None:
+        return None
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def is_alive(pid: int, start_ticks: int | None = None) -> bool:

@@ -22,7 +22,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,12 @@ class EngineRecord:
     def from_json(cls, data: dict[str, Any]) -> EngineRecord:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def carried(self, into: type) -> dict[str, Any]:
+        """This record's values for every field the dataclass `into` shares with it by name:
+        what a start's result or a status says of the engine comes from one record."""
+        wanted = {f.name for f in fields(into)}
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name in wanted}
 
 
 class StateDir:
@@ -136,6 +142,11 @@ class StateDir:
             if self.log_file.stat().st_size > ROTATE_BYTES:
                 self.log_file.replace(self.log_file.with_suffix(".log.1"))
 
+    def fresh_watchdog_budget(self) -> None:
+        """Forget the watchdog's restart history, a give-up and a pending retry: the engine just
+        started (by a person, not by the watchdog) gets the whole restart budget."""
+        write_json(self.watchdog_file, {"restarts": [], "gave_up": None, "retry": None})
+
     def clear_watchdog_retry(self) -> None:
         """A user stopped the engine on purpose: the watchdog must not bring it back."""
         data = read_json(self.watchdog_file)
@@ -172,6 +183,16 @@ class StateDir:
         return active
 
     # lock ------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """A start or stop holds the supervisor lock now (in this process or another)."""
+        with open(self.lock_file, "a+") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return False
+
     @contextlib.contextmanager
     def locked(self, timeout: float = 30.0) -> Iterator[None]:
         """Hold the host's supervisor lock (flock, so it is released if the holder dies)."""

@@ -171,8 +171,12 @@ class Supervisor:
         ready_timeout: float = 600.0,
         verify: bool = True,
         stop_grace: float | None = None,
+        by_watchdog: bool = False,
     ) -> StartResult:
         """Stop what runs, start `spec`, wait until ready, verify one chat completion.
+
+        A start made by a person (anything but the watchdog's restart, `by_watchdog`) gives the
+        watchdog a fresh restart budget once the engine is ready.
 
         Raises PortBusyError (port held by a non-engine, left running), EngineExitedError
         (the process died while loading), EngineNotReadyError (timeout) or
@@ -250,23 +254,14 @@ class Supervisor:
             record.phase = "ready"
             record.ready_at = utc_now_iso()
             self.state.write_engine(record)
+            if not by_watchdog:
+                self.state.fresh_watchdog_budget()
             seconds = time.monotonic() - t0
             message = f"revision {revision_label} is serving {spec.served_name} ({seconds:.1f} s)"
             progress("ready", 1.0, message)
             return StartResult(
-                pid=record.pid,
-                pgid=record.pgid,
-                engine=spec.engine,
-                port=spec.port,
-                served_name=spec.served_name,
-                revision_label=revision_label,
-                revision_id=revision_id,
-                started_at=record.started_at,
-                seconds=seconds,
-                ready=ready,
-                chat=chat,
-                stopped=stopped,
-                log_path=str(self.log_path),
+                **record.carried(StartResult)
+                | {"seconds": seconds, "ready": ready, "chat": chat, "stopped": stopped, "log_path": str(self.log_path)}
             )
 
     def restart(
@@ -286,6 +281,7 @@ class Supervisor:
             on_progress=on_progress,
             ready_timeout=ready_timeout,
             verify=verify,
+            by_watchdog=True,
         )
 
     def _with_private_files(self, spec: LaunchSpec) -> list[str]:
@@ -505,24 +501,15 @@ class Supervisor:
             started = datetime.fromisoformat(record.started_at)
             uptime = (datetime.now(UTC) - started).total_seconds()
         return EngineStatus(
-            running=alive,
-            phase=record.phase if alive else "dead",
-            pid=record.pid,
-            pgid=record.pgid,
-            engine=record.engine,
-            revision_label=record.revision_label,
-            revision_id=record.revision_id,
-            served_name=record.served_name,
-            host=record.host,
-            port=record.port,
-            started_at=record.started_at,
-            ready_at=record.ready_at,
-            uptime_seconds=uptime,
-            argv=list(record.argv),
-            log_path=record.log_path,
-            health_url=record.health_url,
-            healthy=healthy,
-            watchdog_paused=paused,
+            **record.carried(EngineStatus)
+            | {
+                "running": alive,
+                "phase": record.phase if alive else "dead",
+                "uptime_seconds": uptime,
+                "argv": list(record.argv),
+                "healthy": healthy,
+                "watchdog_paused": paused,
+            }
         )
 
     def log_tail(self, lines: int = 200) -> list[str]:

@@ -2,7 +2,11 @@
 
 Defaults are the seed's Ansible watchdog: probe every 30 s with a 10 s timeout (healthy =
 the process runs, /health is 200 and /v1/models lists something), restart after 10
-consecutive failures, at most 5 restarts in 3600 s, then give up and raise an alert. It
+consecutive failures, at most 5 restarts in 3600 s, then give up and raise an alert. An
+engine whose recorded process is gone (killed, OOM-killed, crashed) is restarted at the
+next check, without waiting for the failure threshold: only a live engine that answers
+badly or slowly gets the benefit of the doubt. Both kinds of restart count against the
+same budget. It
 does nothing while paused (a switch or a load holds a pause file in the state folder, so
 this works across processes) and leaves a start in progress alone until its ready
 timeout has passed.
@@ -14,7 +18,9 @@ timeout has passed.
 
 `tick()` is one step, for a Celery beat task or a test. The restart history and the
 give-up are kept in STATE_DIR/watchdog.json, so a worker restart does not reset the budget;
-a new start by a user (a switch) does.
+a new start by a user (a switch, a start, a rollback: any Supervisor.start not made by the
+watchdog) does, once that engine is ready: crashes of an earlier engine never leave a freshly
+started one unwatched.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from serving.engines.base import LaunchSpec
 
 from .errors import HostRuntimeError
 from .local_http import engine_client
-from .processes import is_alive
+from .processes import exit_status, is_alive
 from .readiness import api_key_from_spec
 from .state import EngineRecord, read_json, write_json
 from .supervisor import Supervisor
@@ -41,7 +47,7 @@ from .supervisor import Supervisor
 EventKind = Literal[
     "ok",  # healthy
     "failure",  # unhealthy, below the threshold
-    "restarted",  # restarted after `failure_threshold` failures
+    "restarted",  # restarted: its process was gone, or after `failure_threshold` failures
     "restart_failed",  # the restart did not become ready (counted against the budget)
     "gave_up",  # the budget is spent: alert someone (emitted once)
     "halted",  # still given up; nothing done until a new start by a user or reset()
@@ -115,7 +121,7 @@ class Watchdog:
     def reset(self) -> None:
         """Forget the restart history and a give-up (an operator acknowledged the alert)."""
         self.consecutive_failures = 0
-        self._save({"restarts": [], "gave_up": None, "retry": None})
+        self.supervisor.state.fresh_watchdog_budget()
 
     @property
     def gave_up(self) -> bool:
@@ -160,6 +166,7 @@ class Watchdog:
             self._save(data)
             in_window = 0
 
+        gone = False  # the recorded engine process is dead: no threshold to wait for
         if record is None:
             if data["retry"] is None:
                 self.consecutive_failures = 0
@@ -178,9 +185,10 @@ class Watchdog:
             if problem is None:
                 self.consecutive_failures = 0
                 return event("ok", f"revision {label} is healthy", record)
+            gone = not alive
 
         self.consecutive_failures += 1
-        if self.consecutive_failures < self.failure_threshold:
+        if not gone and self.consecutive_failures < self.failure_threshold:
             return event("failure", f"{problem} ({self.consecutive_failures}/{self.failure_threshold})", record)
 
         if in_window >= self.max_restarts:
@@ -207,7 +215,7 @@ class Watchdog:
         try:
             if record is None:
                 result = self.supervisor.start(
-                    spec, revision_label=label or "", ready_timeout=self.ready_timeout, verify=False
+                    spec, revision_label=label or "", ready_timeout=self.ready_timeout, verify=False, by_watchdog=True
                 )
             else:
                 result = self.supervisor.restart(spec, ready_timeout=self.ready_timeout)
@@ -219,9 +227,10 @@ class Watchdog:
             self._save(data)
             failed = event("restart_failed", f"restart of revision {label} failed: {reason}", record)
             return replace(failed, log_tail=tail)
+        why = f"at once: {problem}" if gone else f"after: {problem}"
         return WatchdogEvent(
             "restarted",
-            f"restarted revision {label} after: {problem} (pid {result.pid}, ready in {result.ready.seconds:.1f} s)",
+            f"restarted revision {label} {why} (new pid {result.pid}, ready in {result.ready.seconds:.1f} s)",
             now,
             0,
             len(data["restarts"]),
@@ -236,7 +245,8 @@ class Watchdog:
     def _probe(self, record: EngineRecord, alive: bool) -> str | None:
         """None if healthy, else what is wrong."""
         if not alive:
-            return f"the engine process (pid {record.pid}) is gone"
+            ended = exit_status(record.pid)
+            return f"the engine process (pid {record.pid}) is gone{f' ({ended})' if ended else ''}"
         try:
             with engine_client(self.timeout) as http:
                 health = http.get(record.health_url)
@@ -255,7 +265,7 @@ class Watchdog:
                 if not (models.json().get("data") or []):
                     return f"{record.models_url} lists no model"
         except httpx.TimeoutException:
-            return f"no answer within {self.timeout:.0f} s"
+            return f"no answer within {self.timeout:g} s"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__} on {record.health_url}"
         except ValueError:

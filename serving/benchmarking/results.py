@@ -62,6 +62,12 @@ class RequestRecord(_Stored):
         value = self.tpot_ms
         return 1000.0 / value if value else None
 
+    @property
+    def engine_decode_tokens_per_s(self) -> float | None:
+        """The engine's own decode rate for this request (llama.cpp's `timings.predicted_per_second`,
+        its clock from the first generated token to the last); None when the engine sent none."""
+        return stats.engine_decode_rate(self.server_timings)
+
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "tpot_ms": self.tpot_ms}
 
@@ -90,6 +96,9 @@ class LevelResult(_Stored):
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     goodput_requests_per_s: float | None = None  # only when SLOs were given
+    # The engine's own decode clock per request (llama.cpp's timings), beside decode_tokens_per_s
+    # (the panel's, from the stream): None when the engine reports no timings.
+    engine_decode_tokens_per_s: dict[str, float | None] | None = None
     retried: int = 0  # requests sent again after a stale kept-alive connection (not failures)
     slos: dict[str, float] = field(default_factory=dict)
     requests: list[RequestRecord] = field(default_factory=list)
@@ -121,6 +130,7 @@ def build_level(
     e2es = [r.e2e_ms for r in good if r.e2e_ms is not None]
     tpots = [t for t in (r.tpot_ms for r in good) if t is not None]
     decode = [d for d in (r.decode_tokens_per_s for r in good) if d is not None]
+    engine_decode = [d for d in (r.engine_decode_tokens_per_s for r in good) if d is not None]
     itls = [gap for r in good for gap in r.itl_ms]
     out_sum = sum(r.output_tokens or 0 for r in good)
     in_sum = sum(r.input_tokens or 0 for r in good)
@@ -152,6 +162,7 @@ def build_level(
         input_tokens_mean=stats.mean(r.input_tokens for r in good if r.input_tokens is not None),
         output_tokens_mean=stats.mean(r.output_tokens for r in good if r.output_tokens is not None),
         goodput_requests_per_s=goodput,
+        engine_decode_tokens_per_s=stats.summarize(engine_decode) if engine_decode else None,
         retried=sum(1 for r in records if r.retried),
         slos=dict(slos or {}),
         requests=list(records),

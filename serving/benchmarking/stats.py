@@ -117,6 +117,20 @@ class StreamTimer:
         return self.completion_tokens if self.completion_tokens is not None else self.output_chunks
 
 
+def engine_decode_rate(timings: Mapping[str, Any] | None) -> float | None:
+    """Decode tokens/s by the engine's own clock: llama.cpp's `timings.predicted_per_second` (its
+    tokens after the first over the time from the first to the last, as the panel's TPOT counts
+    them); None without timings or with fewer than two tokens (no decode to time)."""
+    if not isinstance(timings, Mapping):
+        return None
+    count, rate = timings.get("predicted_n"), timings.get("predicted_per_second")
+    if isinstance(count, bool) or not isinstance(count, int | float) or count < 2:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)
+
+
 def tpot(e2e: float | None, ttft: float | None, output_tokens: int | None) -> float | None:
     """Time per output token after the first; None when it is undefined (<= 1 token)."""
     if e2e is None or ttft is None or not output_tokens or output_tokens <= 1:

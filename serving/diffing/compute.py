@@ -10,6 +10,7 @@ from core.secrets_mask import MASK, is_secret_name, mask_text
 from serving.diffing import fmt
 from serving.diffing.argv import argv_section
 from serving.diffing.benchmarks import benchmark_sections
+from serving.diffing.memory import memory_section
 from serving.diffing.model_table import model_changed, model_section
 from serving.diffing.planner_delta import planner_section
 from serving.diffing.rows import CHANGED, DiffSection, RevisionDiff, compare_row, mapping_rows
@@ -33,7 +34,7 @@ def _view(value: RevisionView | Mapping[str, Any]) -> RevisionView:
     return value if isinstance(value, RevisionView) else RevisionView.from_dict(value)
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return None if value in (None, "") else str(value)
 
 
@@ -68,7 +69,7 @@ def env_section(old: RevisionView, new: RevisionView) -> DiffSection:
     return DiffSection("env", "Environment", tuple(rows))
 
 
-def _masked(value: Any) -> Any:
+def _masked(value: object) -> Any:
     return mask_text(value) if isinstance(value, str) else value
 
 
@@ -101,6 +102,9 @@ def diff_revisions(
     planner = planner_section(a.planner, b.planner)
     if planner is not None:
         sections.append(planner)
+    memory = memory_section(a.memory, b.memory)
+    if memory is not None:
+        sections.append(memory)
     sections.extend(benchmark_sections(a.benchmarks, b.benchmarks))
     argv = argv_section(a.argv, b.argv, noise=noise_knobs)
     if argv is not None:

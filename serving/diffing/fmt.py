@@ -11,7 +11,7 @@ ABSENT = "–"
 GB = 1000**3
 
 
-def number(value: Any) -> float | None:
+def number(value: object) -> float | None:
     """A finite number, or None (bools, text and NaN are not numbers here)."""
     if isinstance(value, bool) or value is None:
         return None
@@ -20,7 +20,7 @@ def number(value: Any) -> float | None:
     return None
 
 
-def count(value: Any) -> str:
+def count(value: object) -> str:
     """262144 -> "262,144"."""
     n = number(value)
     if n is None:
@@ -28,7 +28,7 @@ def count(value: Any) -> str:
     return f"{n:,.0f}" if n.is_integer() else f"{n:,.2f}"
 
 
-def size_bytes(value: Any) -> str:
+def size_bytes(value: object) -> str:
     """Binary units, as engines print them: 8192 -> "8 KiB", 2.25 GiB -> "2.25 GiB"."""
     n = number(value)
     if n is None:
@@ -39,13 +39,13 @@ def size_bytes(value: Any) -> str:
     return f"{n:.0f} B"
 
 
-def exact_bytes(value: Any) -> str:
+def exact_bytes(value: object) -> str:
     """51832042176 -> "51,832,042,176 bytes": the exact figure behind a size_bytes()."""
     n = number(value)
     return UNKNOWN if n is None else f"{n:,.0f} bytes"
 
 
-def disk_gb(value: Any) -> str:
+def disk_gb(value: object) -> str:
     """Weights on disk in decimal GB, as model cards state them: "~19.5 GB"."""
     n = number(value)
     if n is None:
@@ -53,7 +53,7 @@ def disk_gb(value: Any) -> str:
     return f"~{_trim(n / GB, 1)} GB"
 
 
-def params(value: Any) -> str:
+def params(value: object) -> str:
     """35_000_000_000 -> "35B", 270_000_000 -> "270M"."""
     n = number(value)
     if n is None:
@@ -64,7 +64,7 @@ def params(value: Any) -> str:
     return f"{n:.0f}"
 
 
-def measure(value: Any, digits: int = 1) -> str:
+def measure(value: object, digits: int = 1) -> str:
     n = number(value)
     if n is None:
         return UNKNOWN
@@ -73,7 +73,7 @@ def measure(value: Any, digits: int = 1) -> str:
     return f"{n:,.{digits}f}"
 
 
-def fixed(value: Any, digits: int = 3) -> str:
+def fixed(value: object, digits: int = 3) -> str:
     n = number(value)
     return UNKNOWN if n is None else f"{n:,.{digits}f}"
 
@@ -83,7 +83,7 @@ def _trim(value: float, digits: int = 2) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def relative(old: Any, new: Any) -> str:
+def relative(old: object, new: object) -> str:
     """How new compares to old: "x3.2" when it at least doubled, "+45%" / "-75%" otherwise."""
     a, b = number(old), number(new)
     if a is None or b is None or a == b:
@@ -96,7 +96,7 @@ def relative(old: Any, new: Any) -> str:
     return f"{(ratio - 1) * 100:+.0f}%"
 
 
-def value(raw: Any) -> str:
+def value(raw: object) -> str:
     """A knob or env value as a person would type it."""
     if raw is None:
         return ABSENT
@@ -109,7 +109,7 @@ def value(raw: Any) -> str:
     return str(raw)
 
 
-def normalised(raw: Any) -> Any:
+def normalised(raw: object) -> Any:
     """What two values are compared by: "65536" == 65536, "true" == True, dict key order ignored."""
     if isinstance(raw, str):
         text = raw.strip()

@@ -14,12 +14,11 @@ from typing import Any
 
 from core.secrets_mask import mask_env
 from serving.arch import ModelArch
-
-ENGINE_LABELS = {"vllm": "vLLM", "llama.cpp": "llama.cpp", "ollama": "Ollama", "sglang": "SGLang"}
+from serving.engines.registry import engine_label as label_of
 
 
 def engine_label(engine: str) -> str:
-    return ENGINE_LABELS.get(engine, engine or "unknown engine")
+    return label_of(engine) if engine else "unknown engine"
 
 
 @dataclass(frozen=True)
@@ -44,12 +43,14 @@ class RevisionView:
     benchmarks: Sequence[Mapping[str, Any]] = ()  # newest first; each has profile_name and levels
     argv: Sequence[str] | None = None  # masked launch argv
     served_context: int | None = None  # measured (e.g. /props n_ctx); overrides what knobs imply
+    # {device: {"planned": bytes, "peak": bytes}}: the planner's and the host's measured memory
+    memory: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RevisionView:
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
-        for key in ("knobs", "env", "model"):
+        for key in ("knobs", "env", "model", "memory"):
             if values.get(key) is None:
                 values.pop(key, None)
         if values.get("benchmarks") is None:

@@ -50,7 +50,7 @@ class InstallStep:
         return [*prefix, *self.argv]
 
 
-def shown_value(value: Any) -> str:
+def shown_value(value: object) -> str:
     """A rejected value as an error message shows it: never a 5,000-digit wall of text."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -196,6 +196,7 @@ class EngineAdapter(Protocol):
     behaviour it gives (install_steps) is written once, here."""
 
     name: str
+    label: str  # the engine's name as people write it ("vLLM")
     default_port: int
     context_knob: str  # the knob that sets the served context ("" = none)
     fetches_own_weights: bool  # the engine pulls its model itself: no host copy is swapped in
@@ -204,6 +205,9 @@ class EngineAdapter(Protocol):
     loads_hub_repository: bool  # a model name it is given is looked up on the hub (vLLM, SGLang)
     quantization_knob: str  # the knob that names a checkpoint's quantization ("" = read from the file)
     path_executable: str | None  # the executable's name on PATH when nothing is installed (None: none)
+    source_build_executable: str | None  # the executable a source build leaves in its tree (llama.cpp)
+    carried_package: str | None  # a pip build carrying the executable: its module's get_binary_path() names it
+    installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
 
@@ -219,7 +223,7 @@ class EngineAdapter(Protocol):
     def launch_knobs(self, knobs: Mapping[str, Any], model: ModelRef) -> dict[str, Any]:
         """The revision's knobs as the engine is given them (panel-side switches resolved)."""
 
-    def context_tokens(self, value: Any) -> int | None:
+    def context_tokens(self, value: object) -> int | None:
         """The context knob's value read as the engine reads it (None: chosen at start);
         EngineConfigError with the engine's own reason when it refuses the value."""
 

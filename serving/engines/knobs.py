@@ -79,7 +79,7 @@ def reads_path(what: str) -> Callable[[str, Any], list[Concern]]:
 def reads_path_or_repo(what: str) -> Callable[[str, Any], list[Concern]]:
     """A knob naming another model: a repository (code concern) or a path."""
 
-    def concerns(name: str, value: Any) -> list[Concern]:
+    def concerns(name: str, value: object) -> list[Concern]:
         found = source_concern(name, str(value), what=what)
         return [found] if found else []
 
@@ -99,11 +99,11 @@ TRUST_REMOTE_CODE = KnobSpec(
 )
 
 
-def overrides_config(name: str, value: Any) -> list[Concern]:
+def overrides_config(name: str, value: object) -> list[Concern]:
     return override_concerns(name, value) if isinstance(value, Mapping) else []
 
 
-def _as_bool(name: str, value: Any) -> bool:
+def _as_bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
@@ -149,7 +149,7 @@ def _as_number(spec: KnobSpec, value: Any) -> int | float:
     return number
 
 
-def _as_json(name: str, value: Any) -> dict[str, Any]:
+def _as_json(name: str, value: object) -> dict[str, Any]:
     if isinstance(value, str):
         check_text(name, value, allow_dash=False)
         try:
@@ -167,7 +167,7 @@ def _as_json(name: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def normalise_knob(spec: KnobSpec, value: Any) -> Any:
+def normalise_knob(spec: KnobSpec, value: object) -> Any:
     """Return the checked, normalised value of one knob (raise EngineConfigError)."""
     name = spec.name
     if spec.normalise is not None:
@@ -246,7 +246,7 @@ def fmt_number(value: int | float) -> str:
     return str(value)
 
 
-def compact_json(value: Any) -> str:
+def compact_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
 
 
@@ -322,7 +322,7 @@ def openai_launch_spec(
     )
 
 
-def whole_tokens(value: Any) -> int | None:
+def whole_tokens(value: object) -> int | None:
     """A plain whole number of tokens (an int, or digits with an optional minus), else None."""
     if isinstance(value, bool):
         return None
@@ -371,6 +371,7 @@ class CheckedAdapter:
     whether it fetches its own weights, and where an install keeps its executable."""
 
     name: str
+    label: str  # the engine's name as people write it ("vLLM")
     knobs: Mapping[str, KnobSpec]
     context_knob: str = ""  # the knob that sets the served context
     fetches_own_weights: bool = False  # the engine pulls its model itself (Ollama): no local copy is swapped in
@@ -379,6 +380,9 @@ class CheckedAdapter:
     loads_hub_repository = False  # a model name it is given is looked up on the hub (vLLM, SGLang)
     quantization_knob = ""  # the knob that names a checkpoint's quantization ("" = read from the file)
     path_executable: str | None = None  # the executable's name on PATH when nothing is installed
+    source_build_executable: str | None = None  # the executable a source build leaves in its tree
+    carried_package: str | None = None  # a pip build carrying the executable (its module's get_binary_path())
+    installs_system_wide = False  # its installer puts the executable where it chooses, not in the install folder
     env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
 
@@ -405,7 +409,7 @@ class CheckedAdapter:
         out.pop("vision", None)
         return out
 
-    def context_tokens(self, value: Any) -> int | None:
+    def context_tokens(self, value: object) -> int | None:
         """The context the engine serves for `value` of its context knob, read as the engine reads
         it (None: chosen at start). EngineConfigError with the engine's reason when it refuses it."""
         spec = self.knobs.get(self.context_knob)

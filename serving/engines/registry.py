@@ -16,6 +16,12 @@ ADAPTERS: dict[str, EngineAdapter] = {
 }
 
 
+def engine_label(name: str) -> str:
+    """The engine's name as people write it ("vLLM" for vllm); an unknown name as it is."""
+    adapter = ADAPTERS.get(name) if isinstance(name, str) else None
+    return adapter.label if adapter is not None else name
+
+
 def get_adapter(name: str) -> EngineAdapter:
     """The adapter for `name`; EngineConfigError(field="engine") when unknown."""
     try:

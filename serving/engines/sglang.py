@@ -41,7 +41,7 @@ KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 
-def _chat_template(name: str, value: Any) -> list[Concern]:
+def _chat_template(name: str, value: object) -> list[Concern]:
     # A built-in template name (chatml, llama-3-instruct, ...) or a file.
     text = str(value)
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", text) and not text.endswith((".jinja", ".json")):
@@ -49,7 +49,7 @@ def _chat_template(name: str, value: Any) -> list[Concern]:
     return [path_concern(name, text, what="a chat template file")]
 
 
-def _context_length(value: Any) -> int:
+def _context_length(value: object) -> int:
     """`--context-length` is argparse `type=int` in server_args.py: a plain whole number. No
     suffix, no `auto` and no -1 (unset is the model's native context)."""
     tokens = whole_tokens(value)
@@ -101,6 +101,7 @@ KNOBS: dict[str, KnobSpec] = {
 
 class SglangAdapter(PipAdapter):
     name = "sglang"
+    label = "SGLang"
     default_port = 30000
     knobs = KNOBS
     context_knob = "context_length"

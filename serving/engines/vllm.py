@@ -40,7 +40,7 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _HUMAN_INT = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)([kmgtKMGT]?)")
 
 
-def max_model_len_tokens(value: Any) -> int | None:
+def max_model_len_tokens(value: object) -> int | None:
     """The context `--max-model-len VALUE` gives, read as vLLM reads it; None = `auto` / -1 (the
     largest that fits, chosen at start). vLLM's `human_readable_int_or_auto`: an int; lower-case
     k/m/g/t are powers of 1000 and may carry decimals ("25.6k" = 25,600); upper-case K/M/G/T are
@@ -82,7 +82,7 @@ def max_model_len_tokens(value: Any) -> int | None:
     return tokens
 
 
-def _max_model_len(value: Any) -> int | str:
+def _max_model_len(value: object) -> int | str:
     """Kept as typed when it has a suffix (the command line shows what the operator wrote)."""
     tokens = max_model_len_tokens(value)
     if tokens is None:
@@ -91,7 +91,7 @@ def _max_model_len(value: Any) -> int | str:
     return tokens if text.isdigit() or isinstance(value, int) else text
 
 
-def _chat_template(name: str, value: Any) -> list[Concern]:
+def _chat_template(name: str, value: object) -> list[Concern]:
     # `--chat-template` is a file path or the template text itself (rendered sandboxed).
     text = str(value)
     if "{{" in text or "{%" in text:
@@ -99,12 +99,12 @@ def _chat_template(name: str, value: Any) -> list[Concern]:
     return [path_concern(name, text, what="a chat template file")]
 
 
-def _generation_config(name: str, value: Any) -> list[Concern]:
+def _generation_config(name: str, value: object) -> list[Concern]:
     # "auto" (the model's), "vllm" (vLLM's defaults) or a folder holding generation_config.json.
     return [] if value in ("auto", "vllm") else [path_concern(name, str(value), what="a generation config folder")]
 
 
-def _speculative_config(name: str, value: Any) -> list[Concern]:
+def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
     found: list[Concern] = []
     for key in ("model", "tokenizer"):
         if isinstance(value.get(key), str):
@@ -169,6 +169,7 @@ _NEGATABLE = {
 
 class VllmAdapter(PipAdapter):
     name = "vllm"
+    label = "vLLM"
     default_port = 8000
     knobs = KNOBS
     context_knob = "max_model_len"
@@ -182,7 +183,7 @@ class VllmAdapter(PipAdapter):
         """Only with enable_auto_tool_choice (and its parser)."""
         return bool(knobs.get("enable_auto_tool_choice"))
 
-    def context_tokens(self, value: Any) -> int | None:
+    def context_tokens(self, value: object) -> int | None:
         return max_model_len_tokens(value)
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:

@@ -117,7 +117,7 @@ class Settings:
 # ---- value parsers -------------------------------------------------------------------------
 
 
-def _int(name: str, value: Any, *, minimum: int = 1) -> int:
+def _int(name: str, value: object, *, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise PlanInputError(f"{name} must be a whole number, not {value!r}", field=name)
     try:
@@ -143,7 +143,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _bool(name: str, value: Any) -> bool:
+def _bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -154,7 +154,7 @@ def _bool(name: str, value: Any) -> bool:
     raise PlanInputError(f"{name} must be true or false, not {value!r}", field=name)
 
 
-def _text(name: str, value: Any) -> str | None:
+def _text(name: str, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str | int | float):
@@ -168,7 +168,7 @@ def _context(engine: str) -> Callable[[str, Any], int | None]:
     vLLM's "32k" = 32,000 and "32K" = 32,768, SGLang's plain int, llama.cpp's 0 = native);
     None = auto / -1 (the largest that fits) or unset. PlanInputError with the engine's reason."""
 
-    def parse(name: str, value: Any) -> int | None:
+    def parse(name: str, value: object) -> int | None:
         if value is None:
             return None
         try:
@@ -179,7 +179,7 @@ def _context(engine: str) -> Callable[[str, Any], int | None]:
     return parse
 
 
-def _json_obj(name: str, value: Any) -> dict[str, Any] | None:
+def _json_obj(name: str, value: object) -> dict[str, Any] | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, Mapping):
@@ -194,7 +194,7 @@ def _json_obj(name: str, value: Any) -> dict[str, Any] | None:
     raise PlanInputError(f"{name} must be a JSON object, not {value!r}", field=name)
 
 
-def _choice(name: str, value: Any, choices: Mapping[str, Any] | frozenset[str] | tuple[str, ...]) -> str:
+def _choice(name: str, value: object, choices: Mapping[str, Any] | frozenset[str] | tuple[str, ...]) -> str:
     text = str(value).strip().lower() if value is not None else ""
     if text not in choices:
         allowed = ", ".join(sorted(choices))
@@ -208,37 +208,37 @@ Apply = Callable[[dict[str, Any], str, Any], None]
 
 
 def _set(key: str, parse: Callable[[str, Any], Any]) -> Apply:
-    def apply(out: dict[str, Any], name: str, value: Any) -> None:
+    def apply(out: dict[str, Any], name: str, value: object) -> None:
         out[key] = parse(name, value)
 
     return apply
 
 
-def _ignore(out: dict[str, Any], name: str, value: Any) -> None:
+def _ignore(out: dict[str, Any], name: str, value: object) -> None:
     """Accepted knob that does not change the fit (ports, names, secrets, sampling...)."""
 
 
-def _pos(name: str, value: Any) -> int:
+def _pos(name: str, value: object) -> int:
     return _int(name, value)
 
 
-def _util(name: str, value: Any) -> float:
+def _util(name: str, value: object) -> float:
     return _float(name, value, low=0.0, high=1.0)
 
 
-def _vllm_kv_dtype(out: dict[str, Any], name: str, value: Any) -> None:
+def _vllm_kv_dtype(out: dict[str, Any], name: str, value: object) -> None:
     dtype = _choice(name, value or "auto", VLLM_KV_DTYPES)
     out["kv_dtype"] = dtype
     out["kv_bytes_k"] = out["kv_bytes_v"] = VLLM_KV_DTYPES[dtype]
 
 
-def _sglang_kv_dtype(out: dict[str, Any], name: str, value: Any) -> None:
+def _sglang_kv_dtype(out: dict[str, Any], name: str, value: object) -> None:
     dtype = _choice(name, value or "auto", SGLANG_KV_DTYPES)
     out["kv_dtype"] = dtype
     out["kv_bytes_k"] = out["kv_bytes_v"] = SGLANG_KV_DTYPES[dtype]
 
 
-def _quantization(out: dict[str, Any], name: str, value: Any) -> None:
+def _quantization(out: dict[str, Any], name: str, value: object) -> None:
     text = _text(name, value)
     if text is None or text.lower() in {"none", "auto"}:
         out["quantization"] = None
@@ -246,7 +246,7 @@ def _quantization(out: dict[str, Any], name: str, value: Any) -> None:
     out["quantization"] = _choice(name, text, VLLM_QUANTIZATIONS)
 
 
-def _spec_config(out: dict[str, Any], name: str, value: Any) -> None:
+def _spec_config(out: dict[str, Any], name: str, value: object) -> None:
     config = _json_obj(name, value)
     if not config:
         return
@@ -257,19 +257,19 @@ def _spec_config(out: dict[str, Any], name: str, value: Any) -> None:
     out["spec_tokens"] = _int(f"{name}.num_speculative_tokens", config.get("num_speculative_tokens", 1))
 
 
-def _sglang_spec(out: dict[str, Any], name: str, value: Any) -> None:
+def _sglang_spec(out: dict[str, Any], name: str, value: object) -> None:
     text = _text(name, value)
     if text:
         out["spec_method"] = "mtp" if text.upper() == "NEXTN" else text.lower()
         out.setdefault("spec_tokens", 1)
 
 
-def _offload(out: dict[str, Any], name: str, value: Any) -> None:
+def _offload(out: dict[str, Any], name: str, value: object) -> None:
     gib = _float(name, value, low=-1e-9, high=1e6) if value not in (None, "") else 0.0
     out["cpu_offload_bytes"] = int(gib * (1 << 30))
 
 
-def _hf_overrides(out: dict[str, Any], name: str, value: Any) -> None:
+def _hf_overrides(out: dict[str, Any], name: str, value: object) -> None:
     overrides: dict[str, Any] = _json_obj(name, value) or {}
     nested = overrides.get("text_config")
     text_cfg: dict[str, Any] = nested if isinstance(nested, dict) else {}
@@ -282,26 +282,26 @@ def _hf_overrides(out: dict[str, Any], name: str, value: Any) -> None:
 
 
 def _mamba(key: str) -> Apply:
-    def apply(out: dict[str, Any], name: str, value: Any) -> None:
+    def apply(out: dict[str, Any], name: str, value: object) -> None:
         out[key] = MAMBA_DTYPES[_choice(name, value or "auto", MAMBA_DTYPES)]
 
     return apply
 
 
 def _cache_type(key: str) -> Apply:
-    def apply(out: dict[str, Any], name: str, value: Any) -> None:
+    def apply(out: dict[str, Any], name: str, value: object) -> None:
         out[key] = LLAMA_CACHE_TYPES[_choice(name, value or "f16", LLAMA_CACHE_TYPES)]
         out[key + "_name"] = str(value or "f16").lower()
 
     return apply
 
 
-def _ngl(out: dict[str, Any], name: str, value: Any) -> None:
+def _ngl(out: dict[str, Any], name: str, value: object) -> None:
     text = str(value).strip().lower()
     out["n_gpu_layers"] = None if text in {"auto", "all", "-1"} else _int(name, value, minimum=0)
 
 
-def _flash_attn(out: dict[str, Any], name: str, value: Any) -> None:
+def _flash_attn(out: dict[str, Any], name: str, value: object) -> None:
     # llama.cpp#15746: on|off|auto, aliases 1/0/-1; older builds: a bare switch (true).
     text = str(value).strip().lower()
     mapping = {"on": "on", "1": "on", "true": "on", "off": "off", "0": "off", "false": "off"}
@@ -311,7 +311,7 @@ def _flash_attn(out: dict[str, Any], name: str, value: Any) -> None:
     out["flash_attn"] = mapping[text]
 
 
-def _tensor_split(out: dict[str, Any], name: str, value: Any) -> None:
+def _tensor_split(out: dict[str, Any], name: str, value: object) -> None:
     parts = value if isinstance(value, list | tuple) else str(value).replace("/", ",").split(",")
     try:
         split = tuple(float(p) for p in parts if str(p).strip())
@@ -322,7 +322,7 @@ def _tensor_split(out: dict[str, Any], name: str, value: Any) -> None:
     out["tensor_split"] = split
 
 
-def _ollama_kv(out: dict[str, Any], name: str, value: Any) -> None:
+def _ollama_kv(out: dict[str, Any], name: str, value: object) -> None:
     kind = _choice(name, value or "f16", ("f16", "q8_0", "q4_0"))  # Ollama envconfig
     out["kv_bytes_k"] = out["kv_bytes_v"] = LLAMA_CACHE_TYPES[kind]
     out["kv_bytes_k_name"] = out["kv_bytes_v_name"] = kind

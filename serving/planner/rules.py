@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from serving.engines.registry import get_adapter
+from serving.engines.registry import engine_label, get_adapter
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
@@ -19,9 +19,6 @@ from serving.planner.report import Context
 from serving.planner.versions import version_in, version_lt
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
-
-
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp", "ollama": "Ollama"}
 
 
 def gib(n: float) -> str:
@@ -36,8 +33,7 @@ def run(ctx: Context) -> None:
         _quantization(ctx)
         _parsers(ctx)
         _gpu_quirks(ctx)
-        if ctx.request.engine == "vllm":
-            _hybrid_block(ctx)
+        _hybrid_block(ctx)  # vLLM's hybrid attention block (fit sets ctx.hybrid_block for vLLM alone)
     else:
         _llama_cache_types(ctx)
         _vision_projector(ctx)
@@ -71,7 +67,7 @@ def is_old_qwen3(ctx: Context) -> bool:
 
 
 def _engine_name(ctx: Context) -> str:
-    return ENGINE_NAMES.get(ctx.request.engine, ctx.request.engine)
+    return engine_label(ctx.request.engine)
 
 
 def _layout_advice(ctx: Context) -> str:

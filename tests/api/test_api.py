@@ -79,7 +79,39 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
         )
         for tps in (100.0, 80.0)
     ]
-    return {"host": host, "runs": runs}
+    from django.contrib.auth.models import Group
+
+    from changes.models import ChangeRequest
+    from changes.services import host_state
+
+    author = User.objects.create_user(username="pat")  # another operator's request: anyone else may decide it
+    author.groups.add(Group.objects.get_or_create(name="operator")[0])
+    change = ChangeRequest.objects.create(
+        host=host,
+        kind="switch",
+        params={"revision": 2},
+        summary="Switch lab to r2 (now r1)",
+        author=author,
+        base=host_state(host),
+    )
+
+    from datetime import time, timedelta
+
+    from schedules.services import change_schedule, window_set
+
+    window_set(host=host, weekdays=[0, 1, 2, 3, 4, 5, 6], start=time(2), end=time(4), tz="UTC", actor=operator)
+    at = timezone.now() + timedelta(days=1)
+    scheduled = change_schedule(kind="switch", host=host, params={"revision": 2}, at=at, actor=operator)
+
+    from hardware.services import host_tags_set
+    from rollouts.models import Rollout
+
+    host_tags_set(host=host, tags=["fleet"], actor=operator)
+    rollouts = [  # one running, one paused, neither holding a host
+        Rollout.objects.create(group="fleet", kind="revision", change={"set": {"threads": 4}}, state=state)
+        for state in ("running", "paused")
+    ]
+    return {"host": host, "runs": runs, "change": change, "scheduled": scheduled, "rollouts": rollouts}
 
 
 def _token(user: User | None) -> str:
@@ -122,12 +154,42 @@ ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
     ("POST", "/api/v1/keys/", {"name": "app", "models": ["coder"]}, "admin", 201),
     ("POST", "/api/v1/keys/ci/revoke/", None, "admin", 200),
     ("GET", "/api/v1/usage/?by=revision&days=7", None, "viewer", 200),
+    ("GET", "/api/v1/changes/", None, "viewer", 200),
+    ("POST", "/api/v1/changes/", {"host": "lab", "kind": "switch", "revision": 2}, "operator", 201),
+    ("GET", "/api/v1/changes/{change}/", None, "viewer", 200),
+    ("POST", "/api/v1/changes/{change}/approve/", {"comment": "ok"}, "operator", 200),
+    ("POST", "/api/v1/changes/{change}/reject/", {}, "operator", 200),
+    ("POST", "/api/v1/changes/{change}/decide/", {"verdict": "comment", "comment": "hm"}, "operator", 200),
+    ("GET", "/api/v1/schedules/?host=lab", None, "viewer", 200),
+    ("POST", "/api/v1/schedules/", {"kind": "switch", "host": "lab", "revision": 2, "window": True}, "operator", 201),
+    ("POST", "/api/v1/schedules/{scheduled}/cancel/", None, "operator", 200),
+    ("PUT", "/api/v1/hosts/lab/tags/", {"tags": ["fleet", "edge"]}, "operator", 200),
+    ("GET", "/api/v1/rollouts/", None, "viewer", 200),
+    (
+        "POST",
+        "/api/v1/rollouts/",
+        {"group": "fleet", "set": {"max_model_len": 8192}, "message": "api"},
+        "operator",
+        201,
+    ),
+    ("GET", "/api/v1/rollouts/{rollout}/", None, "viewer", 200),
+    ("POST", "/api/v1/rollouts/{rollout}/pause/", None, "operator", 200),
+    ("POST", "/api/v1/rollouts/{paused}/resume/", None, "operator", 200),
+    ("POST", "/api/v1/rollouts/{rollout}/cancel/", None, "operator", 200),
 ]
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
 
 def _fill(path: str, world: dict[str, Any], op: Operation) -> str:
-    return path.format(run=world["runs"][0].pk, run2=world["runs"][1].pk, op=op.pk)
+    rollouts = {"rollout": world["rollouts"][0].pk, "paused": world["rollouts"][1].pk}
+    return path.format(
+        run=world["runs"][0].pk,
+        run2=world["runs"][1].pk,
+        op=op.pk,
+        change=world["change"].pk,
+        scheduled=world["scheduled"].pk,
+        **rollouts,
+    )
 
 
 @pytest.mark.parametrize("method,path,body,lowest,ok", ENDPOINTS, ids=[f"{m} {p}" for m, p, *_ in ENDPOINTS])
@@ -175,10 +237,14 @@ def test_the_openapi_document_validates_and_lists_every_endpoint(client):
             .replace("/{run}/{run2}/", "/{a}/{b}/")
             .replace("/{run}/", "/{run_id}/")
             .replace("/{op}/", "/{op_id}/")
+            .replace("/{change}/", "/{change_id}/")
             .replace("/serving/2/", "/serving/{number}/")
             .replace("/aliases/fast/", "/aliases/{alias}/")
             .replace("/aliases/coder/", "/aliases/{alias}/")
             .replace("/keys/ci/", "/keys/{key}/")
+            .replace("/{scheduled}/", "/{change_id}/")
+            .replace("/{rollout}/", "/{rollout_id}/")
+            .replace("/{paused}/", "/{rollout_id}/")
             .split("?")[0]
         )
         assert method.lower() in paths[template], (method, template, sorted(paths))

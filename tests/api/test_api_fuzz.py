@@ -17,7 +17,7 @@ from tests.api.test_api import world  # noqa: F401 - the fixture: host "lab" wit
 BODY_ENDPOINTS = ["hosts/lab/revisions/", "hosts/lab/switch/", "hosts/lab/benchmarks/"]
 FIELDS = {
     "hosts/lab/revisions/": ["parent", "engine", "model", "knobs", "set", "env", "port", "served_name", "message"],
-    "hosts/lab/switch/": ["revision", "override_reason"],
+    "hosts/lab/switch/": ["revision", "override_reason", "gate"],
     "hosts/lab/benchmarks/": ["profile", "concurrency", "input_tokens", "output_tokens", "requests", "slos"],
 }
 TOKENS: dict[int, str] = {}
@@ -73,25 +73,47 @@ def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, worl
         assert after == before, (endpoint, body)
 
 
-# The front door's bodies (issue 27): a served revision's mode, an alias, an inference key.
+# The front door's bodies (issue 27): a served revision's mode, an alias, an inference key; and
+# the team's (issues 28, 30): a change request, a scheduled change, a rollout, a host's tags.
 DOOR_ENDPOINTS = {
     ("put", "hosts/lab/serving/2/"): ["mode", "idle_ttl_s"],
     ("put", "hosts/lab/aliases/coder/"): ["revision"],
     ("post", "keys/"): ["name", "models"],
+    ("post", "changes/"): ["host", "kind", "revision", "name", "mode", "idle_ttl_s", "override_reason", "at", "window"],
+    ("post", "schedules/"): ["kind", "host", "revision", "name", "override_reason", "at", "window"],
+    ("post", "rollouts/"): [
+        "group",
+        "kind",
+        "set",
+        "set_env",
+        "model",
+        "message",
+        "batch_size",
+        "canary",
+        "gate",
+        "at",
+        "window",
+    ],
+    ("put", "hosts/lab/tags/"): ["tags"],
 }
 DOOR_TOKENS: dict[int, str] = {}
 
 
 def _door_rows() -> tuple[int, ...]:
+    from changes.models import ChangeRequest
     from deployments.models import InferenceKey, ModelAlias, ServedRevision
+    from hardware.models import HostTag
+    from rollouts.models import Rollout
+    from schedules.models import ScheduledChange
 
-    return (ServedRevision.objects.count(), ModelAlias.objects.count(), InferenceKey.objects.count())
+    models = (ServedRevision, ModelAlias, InferenceKey, ChangeRequest, ScheduledChange, Rollout, HostTag)
+    return tuple(model.objects.count() for model in models) + (DeploymentRevision.objects.count(),)
 
 
 @settings(
     database=None,
     deadline=None,
-    max_examples=120,
+    max_examples=200,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(data=st.data())

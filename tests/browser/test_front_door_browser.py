@@ -1,5 +1,6 @@
-"""The host page's front-door section changes live in a real browser: a new report from the
-host's front door (requests waiting, a model's phase) shows within a poll or two, no reload."""
+"""The host page's front-door section and the dashboard's card change live in a real browser: a
+new report from the host's front door (requests waiting, a model's phase, the loaded set) shows
+within a poll or two, no reload."""
 
 from __future__ import annotations
 
@@ -19,12 +20,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _report(token: str, phase: str, waiting: int) -> None:
-    body = {
-        "version": "v1",
-        "bind": "127.0.0.1:4000",
-        "state": [{"name": "tiny-r1", "mode": "pinned", "phase": phase, "in_flight": 1, "waiting": waiting}],
-        "usage": [],
-    }
+    row = {"name": "tiny-r1", "mode": "pinned", "phase": phase, "in_flight": 1, "waiting": waiting}
+    row |= {"aliases": ["coder"], "memory": {"ram": 1 << 30}}
+    body = {"version": "v1", "bind": "127.0.0.1:4000", "state": [row], "usage": []}
     response = Client().post(
         "/agent/v1/serving/report", json.dumps(body), content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
@@ -61,4 +59,14 @@ def test_the_front_door_section_changes_live(live_server: Any, page: Any, viewer
     _report(token, "loaded", 0)
     expect(section.locator("tr[data-model='tiny-r1'] .fd-phase")).to_have_text("loaded", timeout=15_000)
     expect(section.locator(".fd-waiting")).to_have_text("0 waiting")
+
+    page.goto(f"{live_server.url}/")  # the dashboard's card of the host, polled as the page does
+    line = page.locator("#host-card-door .front-door-line")
+    expect(line.locator(".fd-loaded")).to_have_text("1 loaded")
+    expect(line).to_contain_text("1 GiB planned")
+    expect(line.locator(".fd-aliases")).to_contain_text("coder→tiny-r1")
+    _report(token, "loading", 3)
+    expect(line.locator(".fd-loaded")).to_have_text("0 loaded", timeout=15_000)
+    expect(line.locator(".fd-loading")).to_have_text("1 loading")
+    expect(line.locator(".fd-waiting")).to_have_text("3 waiting")
     assert page.native_dialogs == []

@@ -257,3 +257,32 @@ def test_a_card_of_a_host_long_away_does_not_change_every_minute() -> None:
     assert at(hours_ago, now) == at(hours_ago, now + timedelta(minutes=1))
     assert at(hours_ago, now) != at(hours_ago, now + timedelta(hours=1))
     assert at(minutes_ago, now) != at(minutes_ago, now + timedelta(minutes=1))
+
+
+def test_a_front_door_report_moves_the_card_when_its_line_changes_and_not_for_idle_seconds(fleet: list[Host]) -> None:
+    from deployments.services.front_door import front_door_report
+
+    serving = fleet[0]
+
+    def report(phase: str, waiting: int, idle_s: float) -> dict[int, str]:
+        row = {"name": "m-r1", "phase": phase, "in_flight": 0, "waiting": waiting, "idle_s": idle_s}
+        row |= {"aliases": ["coder"], "memory": {"gpu0": 1 << 30}}
+        front_door_report(host=serving, version="v1", bind="127.0.0.1:4000", state=[row], usage=[])
+        return card_index().versions
+
+    first = report("loaded", 0, 1.0)
+    assert report("loaded", 0, 7.5) == first  # a new report, the same line: no card is sent
+    moved = report("loading", 2, 0.0)
+    assert moved[serving.pk] != first[serving.pk]
+    assert {k: v for k, v in moved.items() if k != serving.pk} == {k: v for k, v in first.items() if k != serving.pk}
+    card = dashboard_cards([serving.pk])[0]
+    assert card.door == {
+        "loaded": 0,
+        "idle": 0,
+        "loading": 1,
+        "waiting": 2,
+        "planned": 1 << 30,
+        "aliases": [["coder", "m-r1"]],
+    }
+    html = render_to_string("dashboard/_host_card.html", {"card": card})
+    assert "1 loading" in html and "2 waiting" in html and "1 GiB</span> planned" in html

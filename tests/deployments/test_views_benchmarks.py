@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from api.tokens import token_create
 from core.audit import audit_record
 from core.models import AuditEvent
 from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_of
@@ -48,9 +49,16 @@ def served(catalog):
 
 
 def record_run(
-    revision, *, speed: float = 1.0, levels=(1, 4), energy_j: float | None = 12.0, retried: int = 0
+    revision,
+    *,
+    speed: float = 1.0,
+    levels=(1, 4),
+    energy_j: float | None = 12.0,
+    retried: int = 0,
+    engine_rate: float | None = None,
 ) -> BenchmarkRun:
-    """A finished run with results built by the real aggregation code."""
+    """A finished run with results built by the real aggregation code; `engine_rate`: the decode
+    tokens/s llama.cpp's own timings report on each request (none without)."""
     op = Operation.objects.create(
         kind="benchmark", host=revision.host, revision=revision, state="succeeded", exclusive=False
     )
@@ -81,6 +89,9 @@ def record_run(
                 output_tokens=16,
                 output_chunks=16,
                 retried=i < retried,
+                server_timings=None
+                if engine_rate is None
+                else {"predicted_n": 16, "predicted_ms": 15000.0 / engine_rate, "predicted_per_second": engine_rate},
             )
             for i in range(4)
         ]
@@ -88,6 +99,27 @@ def record_run(
     result = RunResult(profile=run.profile, status="completed", model="gemma", levels=built, duration_s=2.0)
     result.set_energy(energy_j, 100.0 if energy_j else None, "counter" if energy_j else None)
     return benchmark_run_record(run=run, result=result.to_dict())
+
+
+def test_the_engines_own_decode_is_shown_beside_the_panels_on_the_page_and_in_the_api(client, operator, served):
+    r2 = active_revision_of(served)
+    run = record_run(r2, engine_rate=195.0)  # the panel's: 1000 / 5 ms = 200 tok/s per stream
+    client.force_login(operator)
+    html = client.get(reverse("deployments:benchmark_detail", args=[run.pk])).content.decode()
+    assert "Engine&#x27;s decode tok/s p50" in html or "Engine's decode tok/s p50" in html
+    cells = [c.split("</td>")[0] for c in html.split('<td class="engine-decode">')[1:]]
+    assert cells == ["195.0", "195.0"]  # one a level
+    token = token_create(user=operator, name="t", actor=operator).secret
+    got = client.get(f"/api/v1/benchmarks/{run.pk}/", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    for level in got["results"]["levels"]:
+        assert level["decode_tokens_per_s"]["p50"] == pytest.approx(200.0)
+        assert level["engine_decode_tokens_per_s"]["p50"] == pytest.approx(195.0)
+    assert got["summary"]["levels"][0]["engine_decode_tokens_per_s"]["mean"] == pytest.approx(195.0)
+    assert got["summary"]["levels"][0]["decode_tokens_per_s"]["mean"] == pytest.approx(200.0)
+    # A run without the engine's timings (another engine, an older run) says so, never 0.
+    other = record_run(r2)
+    html = client.get(reverse("deployments:benchmark_detail", args=[other.pk])).content.decode()
+    assert html.count('<td class="engine-decode"><span class="sub">not reported</span>') == 2
 
 
 # --- start -----------------------------------------------------------------------------------------

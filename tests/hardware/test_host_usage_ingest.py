@@ -83,6 +83,30 @@ def test_the_agents_loop_reports_this_machines_cpu_and_memory_to_the_panel(
         assert abs((timezone.now() - sample.ts).total_seconds()) < 60
 
 
+def test_a_panel_that_does_not_answer_delays_the_reports_never_the_readings(tmp_path: Path, settings: Any) -> None:
+    """A stopped web server accepts connections and answers nothing: each send waits out the port's
+    timeout. The readings go on every interval all the same and wait in the outbox, none missing
+    (bench/chaos.py's engine-away fault found a gap of a timeout's length)."""
+    from tests.support.receivers import SilentReceiver
+
+    settings.TELEMETRY_INTERVAL_S = 0.2
+    settings.HOST_STATE_DIR = tmp_path / "state"
+    with SilentReceiver() as silent:
+        panel = HttpPanel(f"http://127.0.0.1:{silent.port}", "hct_x", outbox_dir=tmp_path / "outbox", timeout=2.0)
+        ctx = AgentContext(host="cpu-box", panel=panel, supervisor=supervisor_for("cpu-box"))
+        stop = threading.Event()
+        loop = threading.Thread(target=telemetry_loop, args=(ctx, stop), kwargs={"gpus": False})
+        loop.start()
+        time.sleep(4.0)
+        stop.set()
+        loop.join(timeout=15)
+    assert not loop.is_alive()
+    kept = [json.loads(p.read_text())["body"] for p in sorted((tmp_path / "outbox").glob("*-telemetry.json"))]
+    stamps = sorted(s["timestamp"] for body in kept for s in body["host_samples"])
+    assert len(stamps) >= 10  # about 20 readings in 4 s; the first send alone blocked 2 s
+    assert max(b - a for a, b in zip(stamps, stamps[1:], strict=False)) < 1.0  # no gap of a timeout's length
+
+
 @pytest.mark.django_db
 def test_a_report_is_stored_as_measured_in_one_insert() -> None:
     host, token = host_token_issue(name="h200-x1", actor=None)

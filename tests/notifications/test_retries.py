@@ -16,6 +16,8 @@ from notifications.choices import DeliveryState
 from notifications.events import presence_event
 from notifications.models import Delivery
 from notifications.services import (
+    PENDING_RESEND_AFTER,
+    SEND_DEADLINE,
     channel_create,
     channel_test_send,
     deliveries_prune,
@@ -121,3 +123,32 @@ def test_a_channel_disabled_meanwhile_gets_no_retry(admin_user: Any, hook: Any) 
     assert delivery_send(delivery_id=delivery.pk) == DeliveryState.FAILED
     delivery.refresh_from_db()
     assert "disabled before the message was sent again" in delivery.error and len(hook.received) == 1
+
+
+def test_a_send_whose_worker_died_is_retried_and_a_pending_one_whose_message_was_lost_is_queued_again(
+    admin_user: Any, hook: Any
+) -> None:
+    """The row is the truth, not the broker's message (docs/architecture.md): a `sending` row past
+    its deadline lost its worker; a `pending` one ten minutes old lost its message. The real panel
+    worker SIGKILLed mid-send: tests/test_worker_killed_mid_task.py."""
+    hook.status = 200
+    delivery = _offline_delivery(admin_user, hook.port)
+    Delivery.objects.filter(pk=delivery.pk).update(state=DeliveryState.SENDING, attempts=1,
+                                                   retry_at=timezone.now() + SEND_DEADLINE)  # fmt: skip
+    deliveries_retry()
+    assert Delivery.objects.get(pk=delivery.pk).state == DeliveryState.SENDING  # its worker may still be at it
+    deliveries_retry(now=timezone.now() + SEND_DEADLINE + timedelta(seconds=1))
+    row = Delivery.objects.get(pk=delivery.pk)
+    assert row.state == DeliveryState.RETRY and "worker sending it stopped" in row.error
+
+    lost = Delivery.objects.get(pk=delivery.pk)  # another one, queued; say the broker lost its message
+    lost.pk, lost.state, lost.attempts, lost.retry_at, lost.error = None, DeliveryState.PENDING, 0, None, ""
+    lost.save(force_insert=True)
+    later = timezone.now() + PENDING_RESEND_AFTER + timedelta(seconds=1)
+    deliveries_retry(now=later - timedelta(minutes=5))
+    assert Delivery.objects.get(pk=lost.pk).retry_at is None  # not yet: it may still be in a long queue
+    deliveries_retry(now=later)
+    assert Delivery.objects.get(pk=lost.pk).retry_at == later + PENDING_RESEND_AFTER  # queued again, next look then
+    assert delivery_send(delivery_id=lost.pk) == DeliveryState.DELIVERED
+    assert delivery_send(delivery_id=lost.pk) == "skipped"  # the first message, if it shows up: nothing twice
+    assert len(hook.received) == 1

@@ -65,8 +65,10 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        # Telemetry is off unless a test sets its interval (it wants the reports, e.g. memory held).
+        telemetry = [] if "CONTROLPANEL_TELEMETRY_INTERVAL_S" in self.extra_env else ["--no-telemetry"]
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "agent", "--name", self.name, "--no-telemetry", "--loglevel", "INFO"],
+            [sys.executable, "manage.py", "agent", "--name", self.name, *telemetry, "--loglevel", "INFO"],
             cwd=ROOT,
             env=self.environment(),
             stdout=log,

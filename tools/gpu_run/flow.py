@@ -120,6 +120,7 @@ def main() -> int:  # noqa: C901 - one script, one flow
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--partial", action="store_true", help="then switch to r3: 8 layers on the GPU, -fa off")
+    parser.add_argument("--gate", action="store_true", help="then two gated switches from r1 (issue 28)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -392,6 +393,71 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     figures["telemetry_rows_total"] = GpuSample.objects.count()
     if args.partial:
         switch_to(3, revs[2])
+        switch_to(4, revs[0])
+    if args.gate:
+        gated_switches(figures, revs, nvml, actor=actor, wait=wait, cpu=args.cpu)
+
+
+def gated_switches(figures: dict[str, Any], revs: list[Any], nvml: Nvml, *, actor: Any, wait: Any, cpu: bool) -> None:
+    """Issue 28 on a real GPU: from r1, a gated switch to a revision made slower on purpose (it
+    prefills 16 tokens at a time: the first token comes far later) must roll back, and one to a
+    revision equal to r1 must stay. Each gate's verdict, its two runs (with llama.cpp's own
+    per-request timings beside the panel's clock) and the GPU memory while each serves."""
+    from deployments.choices import GATE_ACTIVE_STATES
+    from deployments.models import BenchmarkRun, SwitchGate
+    from deployments.services.benchmarks import benchmark_export
+    from deployments.services.gates import gate_from_input
+    from deployments.services.planning import plan_for_revision
+    from deployments.services.revisions import revision_derive
+    from deployments.services.switch import switch_request
+    from serving.benchmarking.profiles import BenchmarkProfile
+
+    base = revs[0]
+    profile = BenchmarkProfile(
+        name="gate-h200", concurrency=(1, 8), num_requests=24, input_tokens=512, output_tokens=256, warmup_requests=2
+    )
+    if cpu:  # the rehearsal: the same steps, a load a CPU finishes in seconds
+        profile = BenchmarkProfile(name="gate-cpu", num_requests=4, input_tokens=96, output_tokens=8, warmup_requests=0)
+    gate = gate_from_input(profile=profile, limits="decode=5,ttft_p95=15,j_per_token=10")
+    slow, equal = (
+        revision_derive(host=base.host, parent=base, changes=changes, message=message, actor=actor)
+        for changes, message in (
+            ({"set": {"batch_size": 16, "ubatch_size": 16}}, "prefill 16 tokens at a time (slower on purpose)"),
+            ({"set": {}}, "the same as r1"),
+        )
+    )
+    figures["gates"] = []
+    for target in (slow, equal):
+        t = time.monotonic()
+        first = switch_request(revision=target, gate=gate, actor=actor)
+        row = SwitchGate.objects.filter(baseline_op=first).first() or SwitchGate.objects.get(switch_op=first)
+        peak: list[dict[str, Any]] = []
+        while row.state in GATE_ACTIVE_STATES and time.monotonic() - t < 900:
+            time.sleep(1.0)
+            row.refresh_from_db()
+            if row.state == "measuring" and not peak:
+                peak = nvml.samples()  # the new revision serves: its memory under the gate's load
+        for op in (row.baseline_op, row.switch_op, row.benchmark_op, row.rollback_op):
+            if op is not None:
+                wait(op, timeout=120)
+        runs = {
+            "baseline": row.baseline_run,
+            "candidate": row.candidate_run or BenchmarkRun.objects.filter(operation=row.benchmark_op).first(),
+        }
+        entry = {
+            "revision": target.number,
+            "message": target.message,
+            "state": row.state,
+            "reason": row.reason,
+            "verdict": row.verdict,
+            "seconds": round(time.monotonic() - t, 1),
+            "planner": plan_for_revision(target).to_dict(),
+            "gpu_samples_while_measured": peak,
+            "runs": {k: benchmark_export(v) if v else None for k, v in runs.items()},
+        }
+        nvml.take(f"gate_r{target.number}", peak)
+        figures["gates"].append(entry)
+        log(f"gate to r{target.number}: {row.state} in {entry['seconds']} s ({row.reason[:200]})")
 
 
 if __name__ == "__main__":

@@ -7,30 +7,23 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandParser
 
 from api.models import ApiToken
 from api.tokens import token_create, token_revoke
-from deployments.management.cli import BadInput, PanelCommand, describe
+from deployments.management.cli import ActionCommand, Actions, BadInput, describe
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Personal API tokens: create (printed once), list, revoke."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        create = sub.add_parser("create", help="Create a token for a user and print it once.")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        create = actions.add_parser("create", help="Create a token for a user and print it once.")
         create.add_argument("--user", required=True)
         create.add_argument("--name", default="")
-        listing = sub.add_parser("list", help="List tokens (never their values).")
-        listing.add_argument("--user")
-        revoke = sub.add_parser("revoke", help="Revoke a token by its prefix (as `list` shows it).")
-        revoke.add_argument("prefix")
+        actions.add_parser("list", help="List tokens (never their values).").add_argument("--user")
+        actions.add_parser("revoke", help="Revoke a token by its prefix (as `list` shows it).").add_argument("prefix")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        getattr(self, f"_{options['action']}")(options)
-
-    def _create(self, o: dict[str, Any]) -> None:
+    def do_create(self, o: dict[str, Any]) -> None:
         user = get_user_model().objects.filter(username=o["user"]).first()
         if user is None:
             raise BadInput(f"No user {o['user']!r}.")
@@ -41,7 +34,7 @@ class Command(PanelCommand):
         self.stdout.write(new.secret)
         self.stderr.write(f"Token '{new.token.name}' for {user.username}: shown once, store it now.")
 
-    def _list(self, o: dict[str, Any]) -> None:
+    def do_list(self, o: dict[str, Any]) -> None:
         rows = ApiToken.objects.select_related("user").order_by("user__username", "-created_at")
         if o["user"]:
             rows = rows.filter(user__username=o["user"])
@@ -50,7 +43,7 @@ class Command(PanelCommand):
             used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never used"
             self.stdout.write(f"{t.prefix}…  {t.user.username:<16} {t.name[:30]:<30} {state:<18} {used}")
 
-    def _revoke(self, o: dict[str, Any]) -> None:
+    def do_revoke(self, o: dict[str, Any]) -> None:
         prefix = o["prefix"].rstrip("…").rstrip(".")
         matches = list(ApiToken.objects.filter(prefix=prefix, revoked_at__isnull=True)[:2])
         if len(matches) != 1:

@@ -2,11 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from controlpanel.context import change_context
 from deployments.management.cli import (
-    PanelCommand,
+    ActionCommand,
+    Actions,
     bounded_int,
     get_actor,
     get_host,
@@ -15,29 +13,44 @@ from deployments.management.cli import (
     named_action,
 )
 from deployments.services.aliases import alias_delete, alias_list, alias_set
+from deployments.services.review import ChangeRequested
+from schedules.choices import ChangeKind
+from schedules.cli import add_when_options, scheduled_line, when_of
+from schedules.services import change_schedule
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Aliases of a host's front door, stable names for its clients; a switch moves the replaced revision's."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        put = named_action(sub, "set", "create or move an alias to one of the host's served revisions")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        put = named_action(actions, "set", "create or move an alias to one of the host's served revisions")
         put.add_argument("--revision", required=True, type=bounded_int(1, 2**31 - 1))
-        host_action(sub, "list", "the host's aliases and the revisions they point at")
-        named_action(sub, "delete", "delete an alias")
+        add_when_options(put)
+        host_action(actions, "list", "the host's aliases and the revisions they point at")
+        named_action(actions, "delete", "delete an alias")
 
-    def handle(self, *args: Any, **o: Any) -> None:
+    def do_list(self, o: dict[str, Any]) -> None:
+        for alias in alias_list(get_host(o["host"])):
+            self.stdout.write(f"{alias.name}\tr{alias.revision.number}")
+
+    def do_delete(self, o: dict[str, Any]) -> None:
         host = get_host(o["host"])
-        if o["action"] == "list":
-            for alias in alias_list(host):
-                self.stdout.write(f"{alias.name}\tr{alias.revision.number}")
-            return
-        with change_context("cli"):
-            if o["action"] == "delete":
-                alias_delete(host=host, name=o["name"], actor=get_actor(o["user"]))
-                self.stdout.write(f"Deleted {host.name}'s alias {o['name']}.")
+        alias_delete(host=host, name=o["name"], actor=get_actor(o["user"]))
+        self.stdout.write(f"Deleted {host.name}'s alias {o['name']}.")
+
+    def do_set(self, o: dict[str, Any]) -> None:
+        host = get_host(o["host"])
+        revision = get_revision(host, o["revision"])
+        try:
+            if (later := when_of(o)) is not None:
+                params = {"name": o["name"], "revision": revision.number}
+                change = change_schedule(
+                    kind=ChangeKind.ALIAS, host=host, params=params, **later, actor=get_actor(o["user"])
+                )
+                self.stdout.write(scheduled_line(change))
                 return
-            revision = get_revision(host, o["revision"])
             alias = alias_set(host=host, name=o["name"], revision=revision, actor=get_actor(o["user"]))
+        except ChangeRequested as exc:  # a protected host: the move (at its time) waits for a review
+            self.stdout.write(" ".join(exc.messages))
+            return
         self.stdout.write(f"{host.name}: {alias.name} -> r{revision.number}.")

@@ -8,20 +8,18 @@ import json
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from controlpanel.context import change_context
 from deployments.choices import Engine, OperationState
-from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host, host_action
+from deployments.management import cli
 from deployments.services.installs import install_list, install_request
 
 
-class Command(PanelCommand):
+class Command(cli.ActionCommand):
     help = __doc__
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        install = host_action(sub, "install", "install an engine version on a host (runs on the host's agent)")
+    def add_actions(self, actions: cli.Actions[Any]) -> None:
+        install = cli.host_action(actions, "install", "install an engine version on a host (runs on the host's agent)")
         install.add_argument("--engine", required=True, help=", ".join(Engine.values))
         install.add_argument("--version", default="", help="exact version: 0.22.0 for vLLM/SGLang, b6500 for llama.cpp")
         install.add_argument(
@@ -43,29 +41,25 @@ class Command(PanelCommand):
             help="air-gapped hosts, admin only: pip installs only from this folder on the host (in a folder its "
             "CONTROLPANEL_INSTALL_DIRS allows)",
         )
-        add_operation_options(install)
-        lst = host_action(sub, "list", "installed engines and versions")
+        cli.add_operation_options(install)
+        lst = cli.host_action(actions, "list", "installed engines and versions")
         lst.add_argument("--json", action="store_true")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        host = get_host(options["host"])
-        if options["action"] == "list":
-            self._list(host, options)
-            return
-        with change_context("cli"):
-            try:
-                op = install_request(
-                    host=host,
-                    engine=options["engine"],
-                    version=options["version"],
-                    source_dir=options["source_dir"],
-                    cuda=options["cuda"],
-                    wheelhouse=options["wheelhouse"],
-                    actor=get_actor(options["user"]),
-                )
-            except (ValidationError, PermissionDenied) as exc:
-                messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
-                raise BadInput("; ".join(messages)) from exc
+    def do_install(self, options: dict[str, Any]) -> None:
+        host = cli.get_host(options["host"])
+        try:
+            op = install_request(
+                host=host,
+                engine=options["engine"],
+                version=options["version"],
+                source_dir=options["source_dir"],
+                cuda=options["cuda"],
+                wheelhouse=options["wheelhouse"],
+                actor=cli.get_actor(options["user"]),
+            )
+        except (ValidationError, PermissionDenied) as exc:
+            messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+            raise cli.BadInput("; ".join(messages)) from exc
         label = f"{op.params['engine']} {op.params['version'] or '(latest)'}"
         op = self.queued(op, f"Install of {label} on {host.name}", wait=options["wait"], timeout=options["timeout"])
         if op is None:
@@ -75,7 +69,8 @@ class Command(PanelCommand):
             return
         raise CommandError(op.error or f"Install {op.state}.", returncode=1)
 
-    def _list(self, host: Any, options: dict[str, Any]) -> None:
+    def do_list(self, options: dict[str, Any]) -> None:
+        host = cli.get_host(options["host"])
         rows = install_list(host=host)
         if options["json"]:
             self.stdout.write(json.dumps(rows, indent=2))

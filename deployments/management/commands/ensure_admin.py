@@ -3,6 +3,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandParser
 
@@ -16,6 +17,12 @@ class Command(PanelCommand):
         parser.add_argument("--username", default="admin")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.CONTROLPANEL_LOCAL_PASSWORDS:
+            # The break-glass way in (docs/sso.md): the password below signs in only with passwords on.
+            self.stdout.write(
+                "Local passwords are off (CONTROLPANEL_LOCAL_PASSWORDS=off): a password login works only after "
+                "setting it on and restarting the panel (docs/sso.md#break-glass)."
+            )
         user_model = get_user_model()
         if user_model.objects.filter(is_superuser=True).exists():
             self.stdout.write(

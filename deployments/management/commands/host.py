@@ -4,27 +4,25 @@ import shlex
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from controlpanel.context import change_context
 from controlpanel.params import parse_int
-from deployments.management.cli import PanelCommand
+from deployments.management.cli import ActionCommand, Actions
 from deployments.models import active_revision_of
 from hardware.models import GpuType, Host
 from hardware.services import host_declare, host_probe_record
 from serving.planner.fit import MAX_GPUS
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Hosts: record this machine or another by hand, list them, issue their agents' tokens and broker users."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        reg = sub.add_parser("register-local", help="probe this machine (NVML) and record it as a host")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        reg = actions.add_parser("register-local", help="probe this machine (NVML) and record it as a host")
         reg.add_argument("--name", default=None)
         reg.add_argument("--address", default="127.0.0.1")
-        sub.add_parser("list", help="name, online, engine, active revision, GPUs")
-        dec = sub.add_parser("declare", help="record a host by hand before its agent first reports")
+        actions.add_parser("list", help="name, online, engine, active revision, GPUs")
+        dec = actions.add_parser("declare", help="record a host by hand before its agent first reports")
         dec.add_argument("name")
         dec.add_argument("--address", default="127.0.0.1")
         dec.add_argument(
@@ -42,12 +40,17 @@ class Command(PanelCommand):
             help="a folder its engines may open files in (repeatable); its agent's own list replaces these",
         )
 
-        tok = sub.add_parser(
+        tag = actions.add_parser("tag", help="print a host's groups (tags), or replace them with the ones given")
+        tag.add_argument("name")
+        tag.add_argument("tags", nargs="*", metavar="TAG", help="the host's groups from now on")
+        tag.add_argument("--clear", action="store_true", help="remove every tag")
+
+        tok = actions.add_parser(
             "token", help="issue the host's agent token (printed once on stdout; earlier tokens are revoked)"
         )
         tok.add_argument("name")
         tok.add_argument("--revoke", action="store_true", help="only revoke the host's tokens, issue none")
-        bro = sub.add_parser(
+        bro = actions.add_parser(
             "broker-user",
             help="print a Redis ACL user for the host's agent (its own queue only) with a new password, "
             "and the broker URL it uses (printed once)",
@@ -60,22 +63,7 @@ class Command(PanelCommand):
             "(default: the panel's CELERY_BROKER_URL, credentials left out)",
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        with change_context("cli"):
-            if options["action"] == "register-local":
-                from hostagent.probe import local_host_name
-
-                self._register(options["name"] or local_host_name(), options["address"])
-            elif options["action"] == "declare":
-                self._declare(options)
-            elif options["action"] == "token":
-                self._token(options["name"], revoke=options["revoke"])
-            elif options["action"] == "broker-user":
-                self._broker_user(options["name"], options["url"])
-            else:
-                self._list()
-
-    def _declare(self, o: dict[str, Any]) -> None:
+    def do_declare(self, o: dict[str, Any]) -> None:
         gpus = []
         for item in o["gpu"]:
             short, _, count_text = item.rpartition(":")
@@ -96,10 +84,25 @@ class Command(PanelCommand):
             raise CommandError("; ".join(exc.messages), returncode=2) from exc
         self.stdout.write(f"Declared host {host.name} with {host.gpus.count()} GPU(s); queue {host.queue}.")
 
-    def _token(self, name: str, *, revoke: bool) -> None:
+    def do_tag(self, o: dict[str, Any]) -> None:
+        from hardware.services import host_tag_names, host_tags_set
+
+        name, tags, clear = o["name"], o["tags"], o["clear"]
+        host = Host.objects.filter(name=name).first()
+        if host is None:
+            raise CommandError(f"No host named {name[:80]!r}.", returncode=2)
+        if tags or clear:
+            try:
+                host_tags_set(host=host, tags=[] if clear else tags, actor=None)
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages), returncode=2) from exc
+        self.stdout.write(" ".join(host_tag_names(host)))
+
+    def do_token(self, o: dict[str, Any]) -> None:
         """The token alone on stdout (so `TOKEN=$(manage.py host token NAME)` works), the rest on stderr."""
         from hardware.credentials import host_token_issue, host_token_revoke
 
+        name, revoke = o["name"], o["revoke"]
         try:
             if revoke:
                 host = Host.objects.filter(name=name).first()
@@ -118,7 +121,7 @@ class Command(PanelCommand):
         )
         self.stdout.write(token)
 
-    def _broker_user(self, name: str, url: str | None) -> None:
+    def do_broker_user(self, o: dict[str, Any]) -> None:
         """The ACL lines and the host's broker URL on stdout (the password is in the URL only: the
         ACL lines hold its SHA-256); how to use them on stderr."""
         from django.conf import settings
@@ -126,6 +129,7 @@ class Command(PanelCommand):
         from controlpanel.broker import without_credentials
         from hardware.credentials import host_broker_user_issue
 
+        name, url = o["name"], o["url"]
         base = url or without_credentials(settings.CELERY_BROKER_URL)
         try:
             host, user = host_broker_user_issue(name=name, broker_url=base, actor=None)
@@ -145,20 +149,20 @@ class Command(PanelCommand):
         self.stdout.write(f"# CELERY_BROKER_URL of {host.name}")
         self.stdout.write(user.url)
 
-    def _register(self, name: str, address: str) -> None:
+    def do_register_local(self, o: dict[str, Any]) -> None:
         """This machine, probed here (the embedded default, where the panel and the host are one)."""
-        from hostagent.probe import probe_local
+        from hostagent.probe import local_host_name, probe_local
 
         facts, inventory = probe_local()
-        facts["address"] = address
-        host = host_probe_record(name=name, facts=facts, inventory=inventory)
+        facts["address"] = o["address"]
+        host = host_probe_record(name=o["name"] or local_host_name(), facts=facts, inventory=inventory)
         gpus = host.gpus.count()
         kind = f"{gpus} GPU(s)" if gpus else f"CPU-only ({inventory.get('reason') or 'no NVIDIA driver'})"
         self.stdout.write(f"Registered host {host.name} (queue {host.queue}): {kind}.")
         for m in host.probe_mismatches:
             self.stdout.write(self.style.WARNING(f"  mismatch: {m}"))
 
-    def _list(self) -> None:
+    def do_list(self, o: dict[str, Any]) -> None:
         hosts = Host.objects.select_related("deployment__active_revision__model_variant").prefetch_related("gpus")
         if not hosts:
             raise CommandError("No hosts yet.")

@@ -2,43 +2,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from controlpanel.context import change_context
-from deployments.management.cli import BadInput, PanelCommand, add_user_option, get_actor, named_action
+from deployments.management.cli import ActionCommand, Actions, BadInput, add_user_option, get_actor, named_action
 from deployments.models import InferenceKey
 from deployments.services.inference_keys import key_create, key_revoke
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Inference keys for the hosts' front doors; the panel keeps their digests only."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        create = sub.add_parser("create", help="make a key and print it, once")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        create = actions.add_parser("create", help="make a key and print it, once")
         create.add_argument("--name", required=True)
         create.add_argument("--models", default="", help="names or aliases it may use, comma-separated (default: all)")
         add_user_option(create)
-        sub.add_parser("list", help="names, prefixes, models (never a key)")
-        named_action(sub, "revoke", "the front doors refuse it from their next poll", host=False)
+        actions.add_parser("list", help="names, prefixes, models (never a key)")
+        named_action(actions, "revoke", "the front doors refuse it from their next poll", host=False)
 
-    def handle(self, *args: Any, **o: Any) -> None:
-        if o["action"] == "list":
-            for key in InferenceKey.objects.order_by("name"):
-                state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "live"
-                models = ",".join(key.allowed_models) if key.allowed_models else "all models"
-                self.stdout.write(f"{key.name}\t{key.prefix}…\t{models}\t{state}")
-            return
-        if o["action"] == "revoke":
-            key = InferenceKey.objects.filter(name=o["name"]).first()
-            if key is None:
-                raise BadInput(f"No inference key named {o['name']!r}.")
-            with change_context("cli"):
-                key_revoke(key=key, actor=get_actor(o["user"]))
-            self.stdout.write(f"Revoked {key.name}.")
-            return
-        with change_context("cli"):
-            key, secret = key_create(name=o["name"], models=o["models"], actor=get_actor(o["user"]))
+    def do_list(self, o: dict[str, Any]) -> None:
+        for key in InferenceKey.objects.order_by("name"):
+            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "live"
+            models = ",".join(key.allowed_models) if key.allowed_models else "all models"
+            self.stdout.write(f"{key.name}\t{key.prefix}…\t{models}\t{state}")
+
+    def do_revoke(self, o: dict[str, Any]) -> None:
+        key = InferenceKey.objects.filter(name=o["name"]).first()
+        if key is None:
+            raise BadInput(f"No inference key named {o['name']!r}.")
+        key_revoke(key=key, actor=get_actor(o["user"]))
+        self.stdout.write(f"Revoked {key.name}.")
+
+    def do_create(self, o: dict[str, Any]) -> None:
+        key, secret = key_create(name=o["name"], models=o["models"], actor=get_actor(o["user"]))
         self.stderr.write(
             f"Inference key {key.name} for {', '.join(key.allowed_models or ['every model'])}; shown once:"
         )

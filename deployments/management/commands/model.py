@@ -2,15 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandError
 
-from controlpanel.context import change_context
 from deployments.choices import OperationState
-from deployments.management.cli import BadInput, PanelCommand, add_operation_options, get_actor, get_host, host_action
-from deployments.models import HostModel, ModelVariant
+from deployments.management.cli import (
+    ActionCommand,
+    Actions,
+    BadInput,
+    add_operation_options,
+    get_actor,
+    get_host,
+    host_action,
+)
+from deployments.models import HostModel, ModelVariant, Operation
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = (
         "Catalog models from Hugging Face: `model import REPO_ID [--revision R] [--file NAME.gguf] "
         "[--token-secret HOST/NAME]` reads the repository's config.json, safetensors index and generation "
@@ -20,9 +27,8 @@ class Command(PanelCommand):
         "disk. `model delete --host H NAME [--wait]`: refused while a revision in use needs it."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        imp = sub.add_parser("import", help="add a model to the catalog from its Hugging Face repository")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        imp = actions.add_parser("import", help="add a model to the catalog from its Hugging Face repository")
         imp.add_argument("repo_id")
         imp.add_argument("--revision", default="", help="branch, tag or commit (default: main)")
         imp.add_argument("--file", default="", help="the GGUF file to import, for a repository of GGUF quants")
@@ -31,24 +37,16 @@ class Command(PanelCommand):
             "--token-secret", default="", help="HOST/NAME: the host secret holding a token, for gated repositories"
         )
         imp.add_argument("--user", default=None)
-        down = host_action(sub, "download", "download a catalog model's files to a host")
+        down = host_action(actions, "download", "download a catalog model's files to a host")
         down.add_argument("model", help="the catalog name")
         down.add_argument("--token-secret", default="", help="the host's secret holding a token (gated repositories)")
-        remove = host_action(sub, "delete", "delete a downloaded model from a host's disk")
+        remove = host_action(actions, "delete", "delete a downloaded model from a host's disk")
         remove.add_argument("model", help="the catalog name")
         for cmd in (down, remove):
             add_operation_options(cmd)
-        host_action(sub, "list", "models on a host's disk")
+        host_action(actions, "list", "models on a host's disk")
 
-    def handle(self, *args: Any, **o: Any) -> None:
-        if o["action"] == "import":
-            self._import(o)
-        elif o["action"] == "list":
-            self._list(o)
-        else:
-            self._operate(o)
-
-    def _list(self, o: dict[str, Any]) -> None:
+    def do_list(self, o: dict[str, Any]) -> None:
         from deployments.services.host_models import host_model_list
 
         host = get_host(o["host"])
@@ -59,44 +57,50 @@ class Command(PanelCommand):
                 f"{row.copy.model_variant.name}\t{row.copy.size_bytes:,} bytes\t{row.copy.path}\t{revisions}{kept}"
             )
 
-    def _operate(self, o: dict[str, Any]) -> None:
-        from deployments.services.host_models import download_request, host_model_delete_request
+    def do_download(self, o: dict[str, Any]) -> None:
+        from deployments.services.host_models import download_request
 
-        host = get_host(o["host"])
+        host, variant = get_host(o["host"]), self._variant(o)
+        op = download_request(host=host, variant=variant, token_secret=o["token_secret"], actor=get_actor(o["user"]))
+        self._follow(op, variant, o)
+
+    def do_delete(self, o: dict[str, Any]) -> None:
+        from deployments.services.host_models import host_model_delete_request
+
+        host, variant = get_host(o["host"]), self._variant(o)
+        copy = HostModel.objects.filter(host=host, model_variant=variant).first()
+        if copy is None:
+            raise BadInput(f"{variant.name} is not on {host.name}'s disk (as far as the panel knows).")
+        self._follow(host_model_delete_request(copy=copy, actor=get_actor(o["user"])), variant, o)
+
+    def _variant(self, o: dict[str, Any]) -> ModelVariant:
         variant = ModelVariant.objects.filter(name=o["model"]).first()
         if variant is None:
             raise BadInput(f"No catalog model named {o['model']!r}.")
-        with change_context("cli"):
-            if o["action"] == "download":
-                op = download_request(
-                    host=host, variant=variant, token_secret=o["token_secret"], actor=get_actor(o["user"])
-                )
-            else:
-                copy = HostModel.objects.filter(host=host, model_variant=variant).first()
-                if copy is None:
-                    raise BadInput(f"{variant.name} is not on {host.name}'s disk (as far as the panel knows).")
-                op = host_model_delete_request(copy=copy, actor=get_actor(o["user"]))
-        what = f"{op.get_kind_display()} of {variant.name} on {host.name}"
-        op = self.queued(op, what, wait=o["wait"], timeout=o["timeout"])
-        if op is None:
-            return
-        if op.state != OperationState.SUCCEEDED:
-            raise CommandError(op.error or f"{op.get_kind_display()} {op.state}.", returncode=1)
-        where = op.result.get("path") or op.result.get("deleted") or ""
-        self.stdout.write(self.style.SUCCESS(f"{op.get_kind_display()} of {variant.name} done: {where}"))
+        return variant
 
-    def _import(self, o: dict[str, Any]) -> None:
+    def _follow(self, op: Operation, variant: ModelVariant, o: dict[str, Any]) -> None:
+        finished = self.queued(
+            op, f"{op.get_kind_display()} of {variant.name} on {op.host.name}", wait=o["wait"], timeout=o["timeout"]
+        )
+        if finished is None:
+            return
+        if finished.state != OperationState.SUCCEEDED:
+            raise CommandError(finished.error or f"{finished.get_kind_display()} {finished.state}.", returncode=1)
+        where = finished.result.get("path") or finished.result.get("deleted") or ""
+        self.stdout.write(self.style.SUCCESS(f"{finished.get_kind_display()} of {variant.name} done: {where}"))
+
+    def do_import(self, o: dict[str, Any]) -> None:
         from deployments.services.hub_imports import model_variant_import_hub
 
-        with change_context("cli"):
-            variant = model_variant_import_hub(
-                repo_id=o["repo_id"],
-                revision=o["revision"],
-                gguf_file=o["file"],
-                name=o["name"],
-                token=o["token_secret"],
-                actor=get_actor(o["user"]),
-            )
+        variant = model_variant_import_hub(
+            repo_id=o["repo_id"],
+            revision=o["revision"],
+            gguf_file=o["file"],
+            name=o["name"],
+            token=o["token_secret"],
+            actor=get_actor(o["user"]),
+        )
         size = f"{variant.weights_bytes / 2**30:.2f} GiB of weights" if variant.weights_bytes else "weights unknown"
         what = variant.gguf_file or "config.json"
         self.stdout.write(

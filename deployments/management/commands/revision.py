@@ -3,14 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandParser
 
-from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
 from deployments.choices import ServeMode
 from deployments.management.cli import (
+    ActionCommand,
+    Actions,
     BadInput,
-    PanelCommand,
     bounded_int,
     describe,
     get_actor,
@@ -26,12 +25,11 @@ from hardware.models import Host
 NUMBER = bounded_int(1, MAX_INT)  # a revision number
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Revisions: create, list, show, diff."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        create = sub.add_parser("create", help="record a new revision; prints its number")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        create = actions.add_parser("create", help="record a new revision; prints its number")
         create.add_argument("--host", required=True)
         create.add_argument("--engine")
         create.add_argument("--engine-version", default=None)
@@ -51,20 +49,15 @@ class Command(PanelCommand):
         )
         create.add_argument("--user", default=None)
         create.add_argument("--serve", choices=ServeMode.values, help="serve it through the host's front door too")
-        lst = sub.add_parser("list")
+        lst = actions.add_parser("list")
         lst.add_argument("--host", required=True)
-        show = sub.add_parser("show")
+        show = actions.add_parser("show")
         show.add_argument("--host", required=True)
         show.add_argument("number", type=NUMBER)
-        diff = sub.add_parser("diff")
+        diff = actions.add_parser("diff")
         diff.add_argument("--host", required=True)
         diff.add_argument("a", type=NUMBER)
         diff.add_argument("b", type=NUMBER)
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        host = get_host(options["host"])
-        with change_context("cli"):
-            getattr(self, f"_{options['action']}")(host, options)
 
     def _revision(self, host: Host, number: int) -> DeploymentRevision:
         revision = (
@@ -76,7 +69,8 @@ class Command(PanelCommand):
             raise BadInput(f"{host.name} has no revision r{number}.")
         return revision
 
-    def _create(self, host: Host, o: dict[str, Any]) -> None:
+    def do_create(self, o: dict[str, Any]) -> None:
+        host = get_host(o["host"])
         base = self._revision(host, o["from_number"]) if o["from_number"] else None
         model = None
         if o["model"]:
@@ -108,7 +102,8 @@ class Command(PanelCommand):
         if o["serve"]:  # a refusal leaves the revision made (its number printed) and exits 2 with the reason
             serving_mode_set(revision=revision, mode=o["serve"], actor=get_actor(o["user"]))
 
-    def _list(self, host: Host, o: dict[str, Any]) -> None:
+    def do_list(self, o: dict[str, Any]) -> None:
+        host = get_host(o["host"])
         rows = DeploymentRevision.objects.filter(host=host).select_related("model_variant", "author")
         active_id = active_revision_id_of(host)
         for r in rows.order_by("number"):
@@ -120,7 +115,8 @@ class Command(PanelCommand):
                 f"{r.model_variant.name[:32]:<32} {who:<10} {r.created_at:%Y-%m-%d} {first}"
             )
 
-    def _show(self, host: Host, o: dict[str, Any]) -> None:
+    def do_show(self, o: dict[str, Any]) -> None:
+        host = get_host(o["host"])
         r = self._revision(host, o["number"])
         self.stdout.write(
             f"r{r.number}"
@@ -142,9 +138,10 @@ class Command(PanelCommand):
             self.stdout.write("command: " + " ".join(launch.argv))
         self.stdout.write("\n" + r.message)
 
-    def _diff(self, host: Host, o: dict[str, Any]) -> None:
+    def do_diff(self, o: dict[str, Any]) -> None:
         from deployments.revision_views import changes_between
         from serving.diffing import render_text
 
+        host = get_host(o["host"])
         a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
         self.stdout.write(render_text(changes_between(a, b)))

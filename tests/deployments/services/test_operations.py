@@ -7,12 +7,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from deployments.choices import OperationState
+from deployments.choices import OperationKind, OperationState
 from deployments.models import ModelVariant, Operation
 from deployments.services.operations import (
     HostBusyError,
     operation_begin,
     operation_cancel,
+    operation_create,
+    operation_ended,
+    operation_finish,
     operation_progress,
     operations_mark_lost,
 )
@@ -101,3 +104,105 @@ def test_planner_errors_block_a_switch_unless_an_admin_overrides_with_a_reason(c
     op = switch_request(revision=trap, override_reason="testing a patched vLLM", actor=admin_user)
     assert op.params["override_reason"] == "testing a patched vLLM"
     assert op.params["planner"]["errors"]
+
+
+def _switch_row(revision, operator):
+    return operation_create(kind=OperationKind.SWITCH, host=revision.host, revision=revision, actor=operator)
+
+
+def test_every_end_of_an_operation_is_announced_once_after_commit(
+    revision, operator, django_capture_on_commit_callbacks
+):
+    """What follows an operation (a gate, a rollout's next wave) hears of each end exactly once."""
+    heard: list[tuple[str, str]] = []
+
+    def listener(sender, operation, **kwargs):
+        heard.append((str(operation.pk), operation.state))
+
+    operation_ended.connect(listener)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            cancelled = _switch_row(revision, operator)
+            operation_cancel(op=cancelled, actor=operator)
+        with django_capture_on_commit_callbacks(execute=True):
+            done = _switch_row(revision, operator)
+            operation_begin(op_id=done.pk, worker="w")
+            operation_finish(op_id=done.pk, state=OperationState.SUCCEEDED)
+            operation_finish(op_id=done.pk, state=OperationState.FAILED)  # a late second report: no news
+        with django_capture_on_commit_callbacks(execute=True):
+            lost = _switch_row(revision, operator)
+            operation_begin(op_id=lost.pk, worker="w")
+            operations_mark_lost(host=revision.host, worker_gone=True, reason="agent restarted")
+    finally:
+        operation_ended.disconnect(listener)
+    assert heard == [
+        (str(cancelled.pk), OperationState.CANCELLED),
+        (str(done.pk), OperationState.SUCCEEDED),
+        (str(lost.pk), OperationState.LOST),
+    ]
+
+
+def _messages_for(queue: str) -> list[str]:
+    """The task ids waiting on a host's queue in the real broker (kombu's Redis list)."""
+    import json
+
+    import redis
+    from django.conf import settings
+
+    raw = redis.Redis.from_url(settings.CELERY_BROKER_URL).lrange(queue, 0, -1)
+    return [json.loads(m)["headers"]["id"] for m in raw]
+
+
+def test_a_queued_operation_whose_message_was_lost_is_sent_again_once_its_host_is_idle(revision, operator):
+    """A broker restarted without the message (or an agent killed after taking it) would leave the
+    switch queued forever, holding the host lock: the beat sends it again (same task id), and
+    only to an online host with nothing running, which would have taken it by now."""
+    import redis
+    from django.conf import settings
+
+    host = revision.host
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(host.queue)
+    Host = type(host)
+    Host.objects.filter(pk=host.pk).update(last_heartbeat=timezone.now())
+    op = switch_request(revision=revision, actor=operator)
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(host.queue)  # the broker lost it
+    assert reap_lost_operations() == 0 and _messages_for(host.queue) == []  # still fresh: it may be on its way
+
+    Operation.objects.filter(pk=op.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    Host.objects.filter(pk=host.pk).update(last_heartbeat=timezone.now() - timedelta(hours=1))
+    reap_lost_operations()
+    assert _messages_for(host.queue) == []  # an offline host: nothing to send it to
+
+    Host.objects.filter(pk=host.pk).update(last_heartbeat=timezone.now())
+    reap_lost_operations()
+    assert _messages_for(host.queue) == [str(op.pk)]  # sent again, under the operation's own id
+    reap_lost_operations()
+    assert _messages_for(host.queue) == [str(op.pk)]  # waiting there: not sent a second time
+    assert operation_begin(op_id=op.pk, worker="agent") is not None
+    assert operation_begin(op_id=op.pk, worker="agent") is None  # the first message, late, does nothing
+
+    other = Operation.objects.create(kind=OperationKind.PROBE, host=host, exclusive=False)
+    Operation.objects.filter(pk=other.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(host.queue)
+    reap_lost_operations()
+    assert _messages_for(host.queue) == []  # the host is busy with the switch: the probe waits its turn
+
+
+def test_a_benchmark_whose_operation_was_lost_does_not_stay_running_until_its_late_report(revision, operator):
+    """The host's agent was killed mid-benchmark: the run says `lost`, not `running` forever; the
+    figures, if the host kept them and sends them later, still fill it in."""
+    from deployments.models import BenchmarkRun
+    from deployments.services.host_reports import operation_host_begin, operation_host_finish
+
+    op = operation_create(kind=OperationKind.BENCHMARK, host=revision.host, revision=revision,
+                          params={"profile": {"name": "quick"}}, actor=operator)  # fmt: skip
+    operation_host_begin(host=revision.host, op_id=op.pk, worker="agent")
+    assert BenchmarkRun.objects.get(operation=op).status == "running"
+    operations_mark_lost(host=revision.host, worker_gone=True, reason="the agent restarted")
+    run = BenchmarkRun.objects.get(operation=op)
+    assert run.status == "lost" and run.finished_at is not None
+
+    op.refresh_from_db()
+    operation_host_finish(op=op, state=OperationState.SUCCEEDED, result={}, error="",
+                          benchmark={"status": "completed", "levels": []})  # fmt: skip
+    assert BenchmarkRun.objects.get(operation=op).status == "completed"

@@ -28,7 +28,8 @@ from hostagent.frontdoor.settings import SettingsError
 from hostagent.launch import launch_spec
 from hostagent.panel import HttpPanel
 from hostagent.runtime.supervisor import Supervisor
-from tests.support.llama import free_port, gemma_launch, gemma_model_path
+from hostagent.runtime.watchdog import Watchdog, WatchdogEvent
+from tests.support.llama import free_port, gemma_launch, gemma_model_path, serving_entry
 
 pytestmark = pytest.mark.engine
 
@@ -43,17 +44,7 @@ def launch(number: int, *, ctx: int, port: int, model: str | None = None) -> dic
 
 
 def model(name: str, spec: dict[str, Any], mode: str, *aliases: str, memory: int = PLANNED) -> dict[str, Any]:
-    return {
-        "name": name,
-        "aliases": list(aliases),
-        "upstream": "http://127.0.0.1:9",  # the agent says where its engines listen
-        "upstream_model": spec["config"]["served_name"],
-        "mode": mode,
-        "idle_ttl_s": None,
-        "memory": {"ram": memory},
-        "revision": spec["number"],
-        "launch": spec,
-    }
+    return serving_entry(name, spec, mode, *aliases, memory=memory)
 
 
 class World:
@@ -210,12 +201,11 @@ def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: Wo
     pid = world.ondemand(2).status().pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)  # an OOM kill, say
-    deadline = time.monotonic() + 30
-    while world.state_of()["gemma-r2"]["phase"] != "unloaded":
-        assert time.monotonic() < deadline, world.state_of()
-        time.sleep(0.1)
-    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
-    assert world.ondemand(2).status().pid != pid
+    # At once, before the agent's poll notices: the request meets a refused connection, the door
+    # marks r2 unloaded and loads it again for it; it does not fail or hang on the dead port.
+    answer = world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2)
+    assert answer.model == "gemma-r2" and answer.choices[0].message.content
+    assert world.ondemand(2).status().pid != pid and world.state_of()["gemma-r2"]["phase"] == "loaded"
 
 
 def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(world: World) -> None:
@@ -248,17 +238,78 @@ def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(
     assert usage["gemma-r1"] == served["gemma-r1"] + 1  # totals go on from where they were
 
 
-def test_a_switch_to_a_revision_the_door_loaded_on_demand_takes_its_engine_over(world: World) -> None:
+def streaming(world: World, *aliases: str) -> tuple[threading.Event, list[tuple[str, str]], list[threading.Thread]]:
+    """One official client per alias streaming without pause until the event is set; what
+    answered each whole stream goes to the list, a failure ends the test."""
+    stop, served, failures = threading.Event(), [], []
+
+    def stream_on(alias: str) -> None:
+        client = world.client()
+        try:
+            while not stop.is_set():
+                chunks = list(client.chat.completions.create(model=alias, messages=ASK, max_tokens=4, stream=True))
+                assert chunks[-1].choices[0].finish_reason is not None  # whole, not cut
+                served.append((alias, chunks[-1].model))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            served.append((alias, f"failed: {exc!r}"))
+            failures.append(exc)
+
+    threads = [threading.Thread(target=stream_on, args=(alias,)) for alias in aliases]
+    for thread in threads:
+        thread.start()
+    return stop, served, threads
+
+
+def until_served(served: list[tuple[str, str]], count: int, model: str, timeout: float = 120.0) -> None:
+    start, deadline = len(served), time.monotonic() + timeout
+    while sum(1 for _, m in served[start:] if m == model) < count:
+        assert not any(m.startswith("failed") for _, m in served), served
+        assert time.monotonic() < deadline, served[start:]
+        time.sleep(0.05)
+
+
+def test_a_switch_of_the_pinned_revision_under_streaming_load_fails_no_request(world: World) -> None:
+    """Four clients stream `coder` (pinned r1) and `fast` (r2, which the door loaded on demand)
+    while the host switches to r2: the door drains and stops its own r2 (the switch's port), drains
+    r1 before the switch stops it, requests wait meanwhile and follow their alias to r2."""
     world.service.apply(world.both("v7"))
     assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
     assert world.ondemand(2).status().running  # the door's own engine of r2, on r2's port
-    with world.ctx.switching("102"):  # what hostagent.operations.switch does around a switch to r2
-        assert not world.ondemand(2).status().running  # drained and stopped: the port is free
-        world.host_sup.start(launch_spec(world.r2), revision_label="r2", revision_id="102", verify=False)
-    # The panel's next answer: r2 is the active revision, first and pinned.
-    world.service.apply(world.answer(model("gemma-r2", world.r2, "pinned", "fast"), version="v8"))
-    assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"
+    stop, served, threads = streaming(world, "coder", "coder", "fast", "fast")
+    try:
+        until_served(served, 4, "gemma-r1")
+        with world.ctx.switching("102"):  # what hostagent.operations.switch does around a switch to r2
+            assert not world.ondemand(2).status().running  # drained and stopped: the port is free
+            world.host_sup.start(launch_spec(world.r2), revision_label="r2", revision_id="102", verify=False)
+        # The panel's next answer: r2 is the active revision, pinned, and the switch moved r1's alias.
+        world.service.apply(world.answer(model("gemma-r2", world.r2, "pinned", "fast", "coder"), version="v8"))
+        until_served(served, 8, "gemma-r2")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+    assert not any(m.startswith("failed") for _, m in served), served
+    assert {m for alias, m in served[-4:]} == {"gemma-r2"} and ("coder", "gemma-r2") in served
     assert world.service.loader.running() == set() and world.host_sup.status().revision_label == "r2"
+
+
+def test_a_pinned_engine_that_dies_is_restarted_by_the_watchdog_while_requests_wait(world: World) -> None:
+    events: list[WatchdogEvent] = []
+    dog = Watchdog(
+        world.host_sup, lambda: launch_spec(world.r2), interval=0.3, timeout=2.0, failure_threshold=2,
+        ready_timeout=120.0, on_event=events.append,
+    )  # fmt: skip
+    dog.start()
+    try:
+        pid = world.host_sup.status().pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        answer = world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2)
+    finally:
+        dog.stop(timeout=60)
+    assert answer.model == "gemma-r2" and answer.choices[0].message.content
+    assert [e.kind for e in events].count("restarted") == 1 and world.host_sup.status().pid != pid
+    assert world.state_of()["gemma-r2"]["phase"] == "loaded"
 
 
 def test_a_stopped_pinned_engine_is_said_so_to_clients(world: World) -> None:

@@ -212,3 +212,47 @@ def test_unknown_routes_and_bad_bodies_get_openai_errors(host: Host, open_door: 
     missing = httpx.post(f"{door.url}/v1/responses", json={"model": "small"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert door.loader.running() == set()
+
+
+def test_an_alias_moved_under_streaming_load_fails_no_request(host: Host, open_door: Callable[..., DoorThread]) -> None:
+    """Eight official clients stream `fast` without pause while `fast` moves small -> wide -> small
+    on a host with room for one: each move loads the new engine while the old one finishes its
+    streams (drained, then unloaded); no request fails and every stream ends whole."""
+    host.budget = PLANNED  # room for one engine at a time
+    door = open_door()
+    c = client(door)
+    assert chat(door, "fast").status_code == 200  # small is loaded
+    stop = threading.Event()
+    served: list[str] = []
+    moved = {"small": host.table(small={"aliases": ()}, wide={"aliases": ("coder", "fast")}), "wide": host.table()}
+
+    def stream_on() -> int:
+        answered = 0
+        while not stop.is_set():
+            chunks = list(c.chat.completions.create(model="fast", messages=ASK, max_tokens=4, stream=True))
+            assert chunks[-1].choices[0].finish_reason is not None  # whole, not cut
+            served.append(chunks[-1].model)
+            answered += 1
+        return answered
+
+    def mover() -> None:
+        try:
+            for old in ("small", "wide"):
+                count = len(served)
+                while len(served) < count + 2:  # streams flow on the old engine
+                    threading.Event().wait(0.05)
+                door.update_table(moved[old])
+                new = "wide" if old == "small" else "small"
+                door.wait_for(lambda s, new=new: s[new]["phase"] == "loaded", timeout=180)
+                count = len(served)
+                while served[count:].count(new) < 2:
+                    threading.Event().wait(0.05)
+        finally:
+            stop.set()
+
+    results = in_threads(mover, *(stream_on for _ in range(8)))
+    assert [r for r in results if isinstance(r, Exception)] == []
+    assert "wide" in served and served[-1] == "small" and sum(results[1:]) == len(served)
+    assert door.metric("frontdoor_unloads_total", model="small", reason="room") == 1
+    assert door.metric("frontdoor_unloads_total", model="wide", reason="room") == 1
+    assert len(door.loader.running()) == 1

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hostagent.runtime.processes import PROC, read_stat
+from hostagent.runtime.processes import PROC, exit_status, read_stat, reap, register_child
 from hostagent.runtime.supervisor import Supervisor
 from tests.hostagent.runtime.test_supervisor import llama_spec
 from tests.support.llama import free_port
@@ -58,3 +60,20 @@ def test_engines_that_crash_or_are_stopped_leave_no_zombie(sup: Supervisor) -> N
     sup.stop(grace=5.0)
     assert gone(stopped)
     assert not [z for z in defunct_children() if "llama-server" in z]
+
+
+def test_how_an_engine_ended_is_known_after_it_was_reaped() -> None:
+    """What the watchdog tells the panel about a gone engine: its exit code, or the signal that
+    killed it (an OOM kill is a SIGKILL), still known once the process was reaped."""
+    crashed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    for proc in (crashed, killed):
+        register_child(proc)
+    assert exit_status(killed.pid) is None  # still running
+    os.kill(killed.pid, signal.SIGKILL)
+    assert gone(crashed.pid) and gone(killed.pid)
+    for proc, said in ((crashed, "exit code 3"), (killed, "killed by SIGKILL")):
+        assert exit_status(proc.pid) == said
+        reap(proc.pid)
+        assert exit_status(proc.pid) == said
+    assert exit_status(os.getppid()) is None  # not our child: unknown, not guessed

@@ -1,5 +1,6 @@
-"""The watchdog against the real llama-server: killed engines come back, up to a budget,
-and nothing happens while a pause is in force. Small intervals, real time."""
+"""The watchdog against the real llama-server: killed engines come back at the next check, up
+to a budget; a live engine that does not answer gets the failure threshold first; nothing
+happens while a pause is in force. Small intervals, real time."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> Non
         lambda: spec,
         interval=0.2,
         timeout=1.0,
-        failure_threshold=2,
+        failure_threshold=10,
         max_restarts=2,
         window=60.0,
         ready_timeout=60.0,
@@ -106,9 +107,11 @@ def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> Non
     assert gave_up.needs_attention
     assert count("restarted")(events.items) == 2  # no third restart
     assert not sup.status().running and not any(is_alive(p) for p in pids)
-    # failures were counted before each restart (threshold 2), not acted on at once
-    kinds = events.kinds()
-    assert kinds[kinds.index("restarted") - 1] == "failure"
+    # a gone process is restarted at the check that finds it gone, not after 10 failures
+    assert "failure" not in events.kinds()
+    restarted = [e for e in events.items if e.kind == "restarted"]
+    assert all("at once" in e.message and "killed by SIGKILL" in e.message for e in restarted)
+    assert f"(pid {pids[0]}) is gone" in restarted[0].message
     assert dog.gave_up  # persisted in the state folder, for a restarted worker to see
     assert Watchdog(sup, lambda: spec).tick().kind == "halted"
 
@@ -117,7 +120,7 @@ def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> Non
 def test_watchdog_does_nothing_while_paused_from_another_process(sup: Supervisor, tmp_path: Path) -> None:
     spec = llama_spec(free_port())
     first = sup.start(spec, revision_label="r5", verify=False)
-    dog = Watchdog(sup, lambda: spec, interval=0.2, timeout=1.0, failure_threshold=2, max_restarts=2, window=60)
+    dog = Watchdog(sup, lambda: spec, interval=0.2, timeout=1.0, failure_threshold=10, max_restarts=2, window=60)
 
     # Another process (e.g. the worker running a model load) pauses the watchdog.
     pause = (
@@ -133,8 +136,7 @@ def test_watchdog_does_nothing_while_paused_from_another_process(sup: Supervisor
     assert not sup.status().running and sup.status().phase == "dead"
 
     sup.resume_watchdog()
-    assert dog.tick().kind == "failure"
-    restarted = dog.tick()
+    restarted = dog.tick()  # the first check after the pause: the engine is gone, so at once
     assert restarted.kind == "restarted", restarted.message
     assert sup.status().running and sup.status().pid != first.pid
 
@@ -185,3 +187,65 @@ def test_failed_restarts_count_against_the_budget_and_name_the_reason(sup: Super
     sup.stop()  # a user's stop, then a new start: the watchdog gets a fresh budget
     sup.start(llama_spec(port), revision_label="r9", verify=False)
     assert dog.tick().kind == "ok"
+
+
+@pytest.mark.engine
+def test_a_frozen_engine_still_gets_the_failure_threshold(tmp_path: Path) -> None:
+    """Alive but not answering (SIGSTOPped: a hung engine) is not gone: it is restarted only
+    after `failure_threshold` failed checks in a row, and that restart counts as one."""
+    sup = Supervisor(tmp_path / "state", stop_grace=0.5)  # a stopped process ignores SIGTERM
+    spec = llama_spec(free_port())
+    first = sup.start(spec, revision_label="r4", verify=False)
+    events = Events()
+    dog = Watchdog(sup, lambda: spec, timeout=0.3, failure_threshold=3, max_restarts=2, window=60, on_event=events)
+    try:
+        assert dog.tick().kind == "ok"
+        os.kill(first.pid, signal.SIGSTOP)
+        assert [dog.tick().kind for _ in range(2)] == ["failure", "failure"]
+        assert sup.status().pid == first.pid and is_alive(first.pid)  # left alone meanwhile
+        restarted = dog.tick()
+        assert restarted.kind == "restarted", restarted.message
+        assert "after: no answer within 0.3 s" in restarted.message and "gone" not in restarted.message
+        assert restarted.restarts_in_window == 1
+        assert not is_alive(first.pid) and sup.status().running and sup.status().pid != first.pid
+        assert httpx.get(spec.health_url).status_code == 200
+        failures = [e.message for e in events.items if e.kind == "failure"]
+        assert [m.rsplit(" ", 1)[-1] for m in failures] == ["(1/3)", "(2/3)"]
+    finally:
+        sup.stop(grace=2.0)
+
+
+@pytest.mark.engine
+def test_a_persons_start_gets_a_fresh_restart_budget(sup: Supervisor) -> None:
+    """Crashes of an earlier engine spent the budget; a person then switches: the engine they
+    started is watched with the whole budget (its first crash is restarted, not given up on),
+    and a start after a give-up is watched again too."""
+    from hostagent.operations.switch import _start as switch_start  # what the agent's switch calls
+
+    spec = llama_spec(free_port())
+
+    def switch(number: int) -> int:
+        launch = {"label": f"r{number}", "id": number}
+        return int(switch_start(sup, launch, lambda *_: None, spec)["pid"])
+
+    first = switch(3)
+    dog = Watchdog(sup, lambda: spec, timeout=1.0, failure_threshold=10, max_restarts=1, window=3600)
+    kill(first)
+    spent = dog.tick()
+    assert spent.kind == "restarted" and spent.restarts_in_window == 1  # the budget (1) is spent
+
+    second = switch(4)  # a person's switch
+    kill(second)
+    again = dog.tick()
+    assert again.kind == "restarted", again.message  # not "gave up": a fresh budget
+    assert again.revision_label == "r4" and sup.status().running and sup.status().pid != second
+    assert httpx.get(spec.health_url).status_code == 200
+
+    kill(sup.status().pid)  # its own budget spent now: the watchdog gives up on it
+    assert dog.tick().kind == "gave_up" and dog.gave_up and not sup.status().running
+
+    third = switch(5)  # a person starts again after the give-up
+    assert not dog.gave_up and dog.tick().kind == "ok"
+    kill(third)
+    back = dog.tick()
+    assert back.kind == "restarted" and back.revision_label == "r5", back.message

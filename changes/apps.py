@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class ChangesConfig(AppConfig):
+    name = "changes"
+    default_auto_field = "django.db.models.BigAutoField"
+    verbose_name = "Change requests"
+
+    def ready(self) -> None:
+        """Install the review gate into the gated services (deployments.services.review)."""
+        from deployments.services.review import review_install
+
+        from .services import change_open_from, host_requires_review
+
+        review_install(required=host_requires_review, open=change_open_from)

@@ -1,0 +1,199 @@
+"""The lab router's HTTP side (controlpanel/router/__init__.py says what it does).
+
+POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
+GET  /v1/models                                              the union of the usable doors', as the key may use it
+GET  /health                                                 200 once the route table was read, with its age
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from hostagent.frontdoor.keys import InferenceKey, KeyTable
+from hostagent.frontdoor.proxy import error_response
+from serving.lab_routes import LabRoutes, Route
+
+from .forward import Doors
+
+__all__ = ["DOWN_FOR_S", "Router"]
+
+log = logging.getLogger("controlpanel.router")
+
+INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+MAX_BODY = 64 << 20  # as the front door: a long prompt, or images as data URLs
+DOWN_FOR_S = 10.0  # a door that refused a connection is skipped this long
+
+
+class Router:
+    """`start()` reads the route table and listens; it is read again every `refresh_s` seconds."""
+
+    def __init__(
+        self,
+        read_routes: Callable[[], Awaitable[LabRoutes]],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 4100,
+        refresh_s: float = 5.0,
+    ) -> None:
+        self.read_routes, self.host, self.port, self.refresh_s = read_routes, host, port, refresh_s
+        self.table = LabRoutes()
+        self.keys = KeyTable()
+        self.read_at: float | None = None
+        self.down: dict[str, float] = {}  # door URL -> monotonic time until which it is skipped
+        self.started_at = int(time.time())
+        self._doors: Doors | None = None
+        self._runner: web.AppRunner | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self._said = ""
+
+    # -- life ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._doors = Doors()
+        app = web.Application(client_max_size=MAX_BODY)
+        for path in INFERENCE:
+            app.router.add_post(path, self._inference)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        # handler_cancellation: a client that hangs up cancels its handler, which closes the door's request.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = int(self._runner.addresses[0][1])
+        self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def stop(self) -> None:
+        """Stop reading the table and listening; answers in flight finish (aiohttp's grace)."""
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._doors is not None:
+            await self._doors.close()
+
+    async def refresh(self) -> bool:
+        """Read the route table once; a failed read keeps the last one (said once while it lasts)."""
+        try:
+            table = await self.read_routes()
+            keys = KeyTable.from_dict(table.keys)
+        except Exception as exc:  # noqa: BLE001 - the router serves on with what it has
+            message = f"router: the route table could not be read ({exc}); serving the last one"
+            if message != self._said:
+                log.warning(message)
+                self._said = message
+            return False
+        self.table, self.keys, self.read_at, self._said = table, keys, time.monotonic(), ""
+        return True
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            await self.refresh()
+
+    # -- routes -----------------------------------------------------------------------------------
+
+    def _authenticate(self, request: web.Request) -> InferenceKey | None | web.Response:
+        """The front doors' rule: open with no key in the table, else a known key in the header."""
+        if self.keys.open:
+            return None
+        key = self.keys.find(request.headers.get("Authorization"))
+        if key is None:
+            return error_response(
+                401, "A valid inference key is required: Authorization: Bearer <key>.", code="invalid_api_key"
+            )
+        return key
+
+    def _usable(self, routes: list[Route], label: str, key: InferenceKey | None) -> list[Route]:
+        now = time.monotonic()
+        return [
+            r for r in routes if (key is None or key.allows(label, r.model)) and self.down.get(r.door.url, 0.0) <= now
+        ]
+
+    async def _inference(self, request: web.Request) -> web.StreamResponse:
+        key = self._authenticate(request)
+        if isinstance(key, web.Response):
+            return key
+        body = await request.read()
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
+            return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
+        label = payload["model"]
+        if self.read_at is None:
+            return error_response(
+                503, "The lab router has not read its route table yet; try again shortly.", code="starting",
+                kind="server_error", retry_after=max(1.0, self.refresh_s),
+            )  # fmt: skip
+        if not self.table.known(label):
+            return error_response(404, f"The model `{label}` does not exist in this lab.", code="model_not_found")
+        if key is not None and not any(key.allows(label, r.model) for r in self.table.routes(label, usable=False)):
+            return error_response(
+                403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
+            )
+        assert self._doors is not None
+        busy = self._doors.in_flight
+        routes = sorted(self._usable(self.table.routes(label), label, key), key=lambda r: busy[r.door.url])
+        routes.sort(key=lambda r: not r.loaded)  # stable: loaded first, then the least busy
+        if not routes:
+            skipped = [f"{host}: refused a connection just now" for host in self._recently_down(label)]
+            why = "; ".join(self.table.unusable(label) + skipped)
+            return error_response(
+                503, f"No host that serves `{label}` can take requests now ({why}).", code="no_route",
+                kind="server_error", retry_after=DOWN_FOR_S,
+            )  # fmt: skip
+        return await self._doors.forward(request, routes, body, self._mark_down)
+
+    def _recently_down(self, label: str) -> list[str]:
+        now = time.monotonic()
+        return [r.door.host for r in self.table.routes(label) if self.down.get(r.door.url, 0.0) > now]
+
+    def _mark_down(self, route: Route, why: str) -> None:
+        self.down[route.door.url] = time.monotonic() + DOWN_FOR_S
+        log.warning(
+            "router: %s's front door (%s) took no connection (%s); skipped for %g s",
+            route.door.host, route.door.url, why, DOWN_FOR_S,
+        )  # fmt: skip
+
+    async def _models(self, request: web.Request) -> web.Response:
+        key = self._authenticate(request)
+        if isinstance(key, web.Response):
+            return key
+        data: list[dict[str, Any]] = []
+        for label, found in self.table.models().items():
+            routes = self._usable(found, label, key)
+            if routes:
+                hosts = sorted({r.door.host for r in routes})
+                data.append(
+                    {
+                        "id": label,
+                        "object": "model",
+                        "created": self.started_at,
+                        "owned_by": "controlpanel",
+                        "controlpanel": {"hosts": hosts, "loaded": any(r.loaded for r in routes)},
+                    }
+                )
+        return web.json_response({"object": "list", "data": data})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        if self.read_at is None:
+            return web.json_response({"status": "starting", "reason": self._said or "no route table yet"}, status=503)
+        usable = sum(1 for door in self.table.doors if door.usable)
+        age = round(time.monotonic() - self.read_at, 3)
+        return web.json_response({"status": "ok", "doors": len(self.table.doors), "usable": usable, "table_age_s": age})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return error_response(404, f"No route {request.method} {request.path} on the lab router.", code="not_found")

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class RouterConfig(AppConfig):
+    """The lab router's app: its command only (`manage.py router`); no models."""
+
+    name = "controlpanel.router"
+    label = "router"
+    verbose_name = "Lab router"

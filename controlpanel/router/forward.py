@@ -1,0 +1,97 @@
+"""One request to the lab's front doors: tried at each door in turn until one takes it, the
+answer passed back as it comes.
+
+A door "takes" a request once the connection to it is made: a refused or timed-out connect sent
+nothing, so the next door that serves the name is tried; anything after that (the door broke off,
+answered an error) is the answer, since the request may already be running on an engine. A stream
+is written on as the door writes it; when the client hangs up, aiohttp cancels the handler
+(handler_cancellation) and closing the door's response here closes its connection, which the door
+passes on to the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import aiohttp
+from aiohttp import web
+
+from hostagent.frontdoor.proxy import error_response, post
+from serving.lab_routes import Route
+
+__all__ = ["HOST_HEADER", "Doors"]
+
+log = logging.getLogger("controlpanel.router")
+
+HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
+PASSED_BACK = ("Content-Type", "Cache-Control", "Retry-After", "X-Queue-Wait-Ms")
+PASSED_ON = ("Content-Type", "Authorization", "Accept")
+CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
+DOWN_RETRY_S = 1  # Retry-After when no door took a request
+
+
+class Doors:
+    """The router's HTTP client to the front doors."""
+
+    def __init__(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 75 s
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        self.in_flight: Counter[str] = Counter()  # door URL -> requests it is answering for us
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def forward(
+        self, request: web.Request, routes: Sequence[Route], body: bytes, down: Callable[[Route, str], None]
+    ) -> web.StreamResponse:
+        """Send `body` to the first of `routes` that takes it; `down(route, why)` for each door
+        that did not. 503 when none did."""
+        headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
+        forwarded = request.headers.get("X-Forwarded-For")
+        headers["X-Forwarded-For"] = f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
+        tried = []
+        for route in routes:
+            self.in_flight[route.door.url] += 1
+            try:
+                try:
+                    upstream = await post(self.session, route.door.url + request.path, body, headers)
+                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                    down(route, str(getattr(exc, "os_error", None) or exc) or type(exc).__name__)
+                    tried.append(route.door.host)
+                    continue
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    log.warning("router: %s's front door did not answer: %s", route.door.host, exc)
+                    return error_response(
+                        502, f"{route.door.host}'s front door did not answer.", code="upstream_unavailable",
+                        kind="server_error",
+                    )  # fmt: skip
+                try:
+                    return await self._answer(request, upstream, route)
+                finally:
+                    upstream.close()  # a no-op for an answer read to its end; else the door sees us hang up
+            finally:
+                self.in_flight[route.door.url] -= 1
+        return error_response(
+            503, f"No front door that serves this model took the request (tried {', '.join(tried)}).",
+            code="no_route", kind="server_error", retry_after=DOWN_RETRY_S,
+        )  # fmt: skip
+
+    async def _answer(self, request: web.Request, upstream: aiohttp.ClientResponse, route: Route) -> web.StreamResponse:
+        headers = {name: upstream.headers[name] for name in PASSED_BACK if name in upstream.headers}
+        headers[HOST_HEADER] = route.door.host
+        if upstream.content_type != "text/event-stream":
+            return web.Response(body=await upstream.read(), status=upstream.status, headers=headers)
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        await response.prepare(request)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away; closing the door's response tells the door
+        except aiohttp.ClientError as exc:
+            log.warning("router: the stream from %s's front door broke off: %s", route.door.host, exc)
+        return response

@@ -1,0 +1,59 @@
+"""The lab router's route table from the database (serving.lab_routes.LabRoutes): every host
+whose front door has reported, the names and aliases it serves (its serving set and alias table,
+as the panel sends them to the door), the models loaded at its last report, where the router
+reaches it (services.front_door.door_base_url, as client exports do), whether it may be used now,
+and the inference keys every door gets (services.inference_keys.key_table)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from deployments.models import FrontDoor, ModelAlias
+from deployments.services.exports import unreachable_reason
+from deployments.services.front_door import door_base_url
+from deployments.services.inference_keys import key_table
+from deployments.services.serving_set import served_set
+from serving.lab_routes import Door, LabRoutes, door_problem
+
+__all__ = ["lab_routes"]
+
+
+def _age(at: datetime | None, now: datetime) -> float | None:
+    return None if at is None else (now - at).total_seconds()
+
+
+def lab_routes() -> LabRoutes:
+    now = timezone.now()
+    doors = list(FrontDoor.objects.filter(reported_at__isnull=False).select_related("host").order_by("host__name"))
+    aliases: dict[int, list[ModelAlias]] = {}
+    for alias in ModelAlias.objects.filter(host__in=[d.host for d in doors]).order_by("name"):
+        aliases.setdefault(alias.host_id, []).append(alias)
+    found = []
+    for door in doors:
+        host = door.host
+        names = {served.revision.pk: served.name for served in served_set(host)}
+        labels = {name: name for name in names.values()}
+        labels |= {a.name: names[a.revision_id] for a in aliases.get(host.pk, []) if a.revision_id in names}
+        url, unreachable = door_base_url(host, door)
+        problem = door_problem(
+            heartbeat_age_s=_age(host.last_heartbeat, now),
+            report_age_s=_age(door.reported_at, now),
+            offline_after_s=settings.HOST_OFFLINE_AFTER_S,
+            stale_after_s=settings.ROUTER_STALE_S,
+        )
+        loaded = frozenset(
+            str(row.get("name")) for row in door.state if isinstance(row, dict) and row.get("phase") == "loaded"
+        )
+        found.append(
+            Door(
+                host=host.name,
+                url=url.removesuffix("/v1"),
+                labels=labels,
+                loaded=loaded,
+                problem=problem or unreachable or unreachable_reason(host),
+            )
+        )
+    return LabRoutes(tuple(found), key_table())

@@ -1,0 +1,113 @@
+"""Memory planned against measured: the agent's `memory` report (hostagent.held), stored.
+
+Each report (with the host's telemetry) says what each engine the panel started holds per
+device, by revision, and which processes the panel did not start hold GPU memory. Kept bounded
+(deployments.memory_models): per revision and device the latest reading and the peak; a trend
+point beside the planner's figure at most every TREND_EVERY, the host's TREND_KEEP newest kept;
+the host's outside processes as of this report.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProcess, PlannerErrorPoint
+from hardware.models import Host
+
+from .planning import planned_memory
+
+TREND_EVERY = timedelta(minutes=5)  # a trend point per revision and device at most this often
+TREND_KEEP = 1000  # trend points a host keeps (the newest): days of a few revisions at 5 minutes
+
+
+def _when(report: dict[str, Any]) -> datetime:
+    ts = report.get("ts")
+    return datetime.fromtimestamp(float(ts), tz=UTC) if isinstance(ts, int | float) else timezone.now()
+
+
+@transaction.atomic
+def measured_memory_record(*, host: Host, report: dict[str, Any]) -> int:
+    """Store one `memory` report (checked by deployments.agent_api.bodies.memory); answers how
+    many engine readings were kept. Readings for revisions that are not this host's are left out."""
+    when = _when(report)
+    engines = [e for e in report.get("engines") or () if str(e.get("revision_id") or "").isdigit()]
+    revisions = {
+        r.pk: r
+        for r in DeploymentRevision.objects.select_related("host", "model_variant").filter(
+            host=host, pk__in=[int(e["revision_id"]) for e in engines]
+        )
+    }
+    rows = {
+        (m.revision_id, m.device): m for m in MeasuredMemory.objects.select_for_update().filter(revision__in=revisions)
+    }
+    trended = {
+        (p["revision_id"], p["device"]): p["last"]
+        for p in PlannerErrorPoint.objects.filter(host=host, revision__in=revisions)
+        .values("revision_id", "device")
+        .annotate(last=Max("ts"))
+    }
+    kept = 0
+    for entry in engines:
+        revision = revisions.get(int(entry["revision_id"]))
+        if revision is None:
+            continue
+        planned: dict[str, int] | None = None
+        for device, size in sorted(entry["devices"].items()):
+            key = (revision.pk, device)
+            row = rows.get(key)
+            due = key not in trended or when - trended[key] >= TREND_EVERY
+            if row is None or due:
+                planned = planned if planned is not None else planned_memory(revision)
+            if row is None:
+                row = rows[key] = MeasuredMemory(
+                    revision=revision, device=device, latest_bytes=size, latest_at=when, peak_bytes=size, peak_at=when
+                )
+                row.readings = 0
+            row.latest_bytes, row.latest_at, row.readings = size, when, row.readings + 1
+            if size > row.peak_bytes:
+                row.peak_bytes, row.peak_at = size, when
+            if planned is not None:
+                row.planned_bytes = planned.get(device)
+            row.save()
+            kept += 1
+            if due and row.planned_bytes:
+                PlannerErrorPoint.objects.create(
+                    host=host,
+                    revision=revision,
+                    device=device,
+                    ts=when,
+                    planned_bytes=row.planned_bytes,
+                    measured_bytes=size,
+                )
+    _prune(host)
+    if "outside" in report:
+        _outside_replace(host, report["outside"], when)
+    return kept
+
+
+def _prune(host: Host) -> None:
+    old = PlannerErrorPoint.objects.filter(host=host).order_by("-ts").values_list("pk", flat=True)[TREND_KEEP:]
+    doomed = list(old[:TREND_KEEP])
+    if doomed:
+        PlannerErrorPoint.objects.filter(pk__in=doomed).delete()
+
+
+def _outside_replace(host: Host, rows: list[dict[str, Any]], when: datetime) -> None:
+    """The host's outside processes are what this report says, nothing older."""
+    OutsideProcess.objects.filter(host=host).delete()
+    OutsideProcess.objects.bulk_create(
+        OutsideProcess(
+            host=host,
+            pid=row["pid"],
+            name=str(row["name"])[:64],
+            gpu_index=row["gpu"],
+            bytes=row["bytes"],
+            seen_at=when,
+        )
+        for row in rows
+    )

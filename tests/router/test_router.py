@@ -1,0 +1,100 @@
+"""The lab router end to end (tests/router/conftest.py: two hosts' real front doors and engines,
+the router as its own process on the panel's database), through the official `openai` client
+with no retries of its own: what the router does is what the client sees."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from openai import AuthenticationError, InternalServerError, NotFoundError, OpenAI, PermissionDeniedError
+
+from tests.hostagent.door.test_front_door_e2e import until
+
+from .conftest import Lab
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+ASK = [{"role": "user", "content": "Say hello."}]
+
+
+def client(lab: Lab, key: str | None = "all") -> OpenAI:
+    secret = lab.keys[key] if key else "cpk_not-a-key"
+    return OpenAI(base_url=f"{lab.router}/v1", api_key=secret, max_retries=0, timeout=120)
+
+
+def door_answers(lab: Lab, host: str, code: str) -> float:
+    """How many requests `host`'s front door answered with `code` (its own metrics)."""
+    return lab.doors[host].metric("frontdoor_requests_total", code=code)
+
+
+def test_requests_go_by_name_or_alias_to_a_host_that_serves_it_and_keys_are_the_doors(two_hosts: Lab) -> None:
+    lab = client(two_hosts)
+    coder = lab.chat.completions.with_raw_response.create(model="coder", messages=ASK, max_tokens=3)
+    assert coder.headers["X-Controlpanel-Host"] == "lab-a" and coder.parse().model == "gemma-a"
+    fast = lab.chat.completions.with_raw_response.create(model="fast", messages=ASK, max_tokens=3)
+    assert fast.headers["X-Controlpanel-Host"] == "lab-b" and fast.parse().model == "gemma-b"
+    assert lab.chat.completions.create(model="gemma-b-r1", messages=ASK, max_tokens=2).model == "gemma-b"
+    assert lab.completions.create(model="coder", prompt="Once upon a time", max_tokens=3).choices[0].text
+
+    listed = {model.id: model.model_extra["controlpanel"] for model in lab.models.list()}
+    assert set(listed) == {"chat", "coder", "fast", "gemma-a-r1", "gemma-b-r1"}
+    assert listed["chat"]["hosts"] == ["lab-a", "lab-b"] and listed["fast"]["hosts"] == ["lab-b"]
+
+    with pytest.raises(NotFoundError) as unknown:
+        lab.chat.completions.create(model="no-such-model", messages=ASK, max_tokens=2)
+    assert unknown.value.code == "model_not_found" and unknown.value.type == "invalid_request_error"
+    assert "`no-such-model` does not exist" in unknown.value.message
+
+    only_fast = client(two_hosts, "only-fast")
+    assert only_fast.chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-b"
+    with pytest.raises(PermissionDeniedError) as refused:
+        only_fast.chat.completions.create(model="coder", messages=ASK, max_tokens=2)
+    assert refused.value.code == "model_not_allowed" and "`only-fast` may not use `coder`" in refused.value.message
+    assert [model.id for model in only_fast.models.list()] == ["fast"]
+    with pytest.raises(AuthenticationError) as no_key:
+        client(two_hosts, None).chat.completions.create(model="fast", messages=ASK, max_tokens=2)
+    assert no_key.value.code == "invalid_api_key"
+    assert door_answers(two_hosts, "lab-a", "403") == 0  # refused at the router: no door saw it
+
+
+def test_a_stream_passes_through_as_written_and_a_client_that_hangs_up_ends_it_at_the_door(two_hosts: Lab) -> None:
+    lab = client(two_hosts)
+    count = [{"role": "user", "content": "Count from one to forty, in words."}]
+    arrived = []
+    for chunk in lab.chat.completions.create(model="coder", messages=count, max_tokens=40, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            arrived.append(time.monotonic())
+    # Tokens arrive as the engine writes them, not all at once at the end.
+    assert len(arrived) >= 20 and arrived[-1] - arrived[0] > 0.05, arrived
+
+    # A client that reads three tokens of a long answer and hangs up: the door sees its request
+    # closed (499) long before the 2,000 tokens the engine was asked for.
+    endless = lab.chat.completions.create(
+        model="coder", messages=count, max_tokens=2000, stream=True, extra_body={"ignore_eos": True}
+    )
+    for seen, _ in enumerate(endless, 1):
+        if seen == 3:
+            break
+    endless.close()
+    until("lab-a's door ends the request the client left", lambda: door_answers(two_hosts, "lab-a", "499") == 1)
+    until("nothing in flight at lab-a", lambda: two_hosts.doors["lab-a"].state()["gemma-a-r1"]["in_flight"] == 0)
+
+
+def test_a_host_whose_door_is_down_is_skipped_for_another_that_serves_the_alias(two_hosts: Lab) -> None:
+    lab = client(two_hosts)
+    first = lab.chat.completions.with_raw_response.create(model="chat", messages=ASK, max_tokens=2)
+    assert first.headers["X-Controlpanel-Host"] == "lab-a"  # both loaded, equally idle: the first by name
+
+    door = two_hosts.doors["lab-a"].proc
+    door.terminate()
+    door.wait(30)
+    for _ in range(2):  # the failed-over request, then one that no longer tries lab-a
+        answer = lab.chat.completions.with_raw_response.create(model="chat", messages=ASK, max_tokens=2)
+        assert answer.headers["X-Controlpanel-Host"] == "lab-b" and answer.parse().model == "gemma-b"
+    assert two_hosts.router_log().count("lab-a's front door") == 1, two_hosts.router_log()
+
+    with pytest.raises(InternalServerError) as nowhere:  # only lab-a serves `coder`
+        lab.chat.completions.create(model="coder", messages=ASK, max_tokens=2)
+    assert nowhere.value.status_code == 503 and nowhere.value.code == "no_route"
+    assert "lab-a: refused a connection just now" in nowhere.value.message
+    assert nowhere.value.response.headers["Retry-After"] == "10"
