@@ -14,7 +14,6 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import CommandError, call_command
 
-from controlpanel.celery import app
 from core.models import AuditEvent
 from deployments.agent_api import views as agent_views
 from deployments.choices import OperationKind, OperationState
@@ -23,6 +22,7 @@ from deployments.services.installs import install_record, install_request
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary
 from tests.hostagent.runtime.test_installs import build_wheel
+from tests.support.operations import record_sent_tasks
 
 
 def run(*args: str) -> str:
@@ -39,9 +39,7 @@ def host(db: Any) -> Host:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(app, "send_task", lambda name, **kw: calls.append({"name": name, **kw}))
-    return calls
+    return record_sent_tasks(monkeypatch)
 
 
 # --- the service -------------------------------------------------------------------------

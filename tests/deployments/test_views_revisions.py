@@ -11,6 +11,7 @@ from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, O
 from deployments.services.revisions import revision_create, revision_mark_active
 from deployments.services.secrets import secret_set
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.operations import record_sent_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -400,10 +401,7 @@ def test_switch_confirmation_fragment_shows_findings_and_diff(client, catalog, o
 def test_switch_creates_the_operation_and_enqueues_on_commit(
     client, catalog, operator, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from controlpanel.celery import app
-
-    sent = []
-    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    sent = record_sent_tasks(monkeypatch)
     host, _ = make_lab(operator)
     add_revision(host, operator, knobs={**GOOD_KNOBS, "max_num_seqs": 8})
     client.force_login(operator)

@@ -11,19 +11,17 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from controlpanel.celery import app
 from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
 from hardware.models import Host
 from hostagent.binaries import worker_llama_build
 from tests.hostagent.runtime.test_installs import build_wheel
+from tests.support.operations import record_sent_tasks
 
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(app, "send_task", lambda name, **kw: calls.append({"name": name, **kw}))
-    return calls
+    return record_sent_tasks(monkeypatch)
 
 
 @pytest.fixture

@@ -65,6 +65,27 @@ def kill(pid: int) -> None:
     assert not is_alive(pid)
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP `pid` and return once every thread of it has stopped: the kernel stops each
+    thread as it is next scheduled, which on a loaded machine is not at once."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while any(state != "T" for state in thread_states(pid)):
+        assert time.monotonic() < deadline, f"pid {pid} never stopped: {thread_states(pid)}"
+        time.sleep(0.01)
+
+
+def thread_states(pid: int) -> list[str]:
+    """Each thread's state letter from /proc/<pid>/task/<tid>/stat (gone threads left out)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append(task.joinpath("stat").read_text().rpartition(")")[2].split()[0])
+        except OSError:
+            continue
+    return states
+
+
 def count(kind: str) -> Callable[[list[WatchdogEvent]], int]:
     return lambda events: sum(e.kind == kind for e in events)
 
@@ -200,8 +221,9 @@ def test_a_frozen_engine_still_gets_the_failure_threshold(tmp_path: Path) -> Non
     dog = Watchdog(sup, lambda: spec, timeout=0.3, failure_threshold=3, max_restarts=2, window=60, on_event=events)
     try:
         assert dog.tick().kind == "ok"
-        os.kill(first.pid, signal.SIGSTOP)
-        assert [dog.tick().kind for _ in range(2)] == ["failure", "failure"]
+        freeze(first.pid)
+        frozen = [dog.tick() for _ in range(2)]
+        assert [e.kind for e in frozen] == ["failure", "failure"], [e.message for e in frozen]
         assert sup.status().pid == first.pid and is_alive(first.pid)  # left alone meanwhile
         restarted = dog.tick()
         assert restarted.kind == "restarted", restarted.message
