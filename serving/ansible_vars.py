@@ -63,14 +63,13 @@ from serving.ansible_role import (
     ROLE_DEFAULTS,
     ROLE_VLLM_FLOOR,
     ROLE_VLLM_VERSION,
-    VLLM_ATTENTION_ENV_IGNORED_SINCE,
     VLLM_SCRIPT_ENV,
     RoleInput,
     RoleVars,
     vllm_role_vars,
 )
 from serving.engines.base import EngineConfigError
-from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, VLLM_ATTENTION_ENV_IGNORED_SINCE, at_least
 from serving.safety import MAX_INT, UnsafeValueError, check_json_value
 
 # The Ollama role's fixed settings (ansible-vars.md).

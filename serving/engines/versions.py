@@ -20,6 +20,9 @@ from serving.engines.base import EngineConfigError
 # (vllm-project/vllm#26315; issues vllm#30564, vllm#50292). By 0.26 the variable is gone
 # from the source and silently ignored (shared/reference/engines.md §1).
 VLLM_ATTENTION_BACKEND_FLAG_SINCE = "0.13.0"
+# ... and from this release on, vLLM ignores VLLM_ATTENTION_BACKEND: the planner warns, the env
+# policy refuses it, the Ansible role's export says the role's script sets it to no effect.
+VLLM_ATTENTION_ENV_IGNORED_SINCE = "0.26.0"
 
 # llama.cpp: `-fa/--flash-attn` takes on|off|auto since the sync point b6327, which
 # introduced `flash_attn_type` (auto|on|off) (mybigday/llama.node#102, 2025-08-31).
