@@ -16,7 +16,7 @@ from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
-from serving.engines.versions import parse_version
+from serving.engines.versions import newest_first
 
 from .planning import memory_need, planned_memory, weights_and_kv
 
@@ -28,14 +28,7 @@ def installed_versions(installs: Any, engine: str) -> list[str]:
     found = (installs or {}).get(engine) if isinstance(installs, dict) else None
     if not isinstance(found, dict):
         return []
-
-    def order(version: str) -> Any:
-        try:
-            return (1, parse_version(engine, version))
-        except EngineConfigError:
-            return (0, parse_version(engine, ""))
-
-    return sorted((str(v) for v in found), key=order, reverse=True)
+    return newest_first(engine, (str(v) for v in found))
 
 
 def install_key(engine: str, version: str) -> str:

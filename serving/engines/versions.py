@@ -9,6 +9,7 @@ compares above every real version. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -101,6 +102,18 @@ def parse_version(engine: str, text: str | None) -> Version:
     suffix = match.group(5) or ""
     prerelease = bool(re.match(r"^[.-]?(a|b|rc|dev|alpha|beta)", suffix))
     return Version(raw=raw, key=numbers, prerelease=prerelease)
+
+
+def newest_first(engine: str, versions: Iterable[str]) -> list[str]:
+    """`versions` of `engine` from the newest down; malformed ones last, in the order given."""
+
+    def order(version: str) -> tuple[int, Version]:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return sorted(versions, key=order, reverse=True)
 
 
 def at_least(engine: str, version: str | None, cutover: str) -> bool:
