@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, form_save
+from deployments import selectors
 from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
 from deployments.services.exports import revision_export, revision_export_target
@@ -21,7 +22,12 @@ from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
 from serving.exports import NotExportable, client_exports
 
-from .lookups import revision_or_404
+
+def _revision_or_404(host: str, number: int) -> DeploymentRevision:
+    try:
+        return selectors.revision_get(host_name=host, number=number)
+    except DeploymentRevision.DoesNotExist as exc:
+        raise Http404("No such revision.") from exc
 
 
 def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]], Any]:
@@ -60,7 +66,7 @@ def _host_exports(revision: DeploymentRevision) -> list[dict[str, str]]:
 @require_GET
 @role_required(VIEWER)
 def revision_exports(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = revision_or_404(host, number)
+    revision = _revision_or_404(host, number)
     clients, target = _client_exports(revision)
     context: dict[str, Any] = {
         "revision": revision,
