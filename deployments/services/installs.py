@@ -26,7 +26,7 @@ from deployments.choices import Engine, OperationKind
 from deployments.models import Operation
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
+from serving.engines.registry import LATEST, get_adapter, install_key
 from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
@@ -34,12 +34,6 @@ from .operations import operation_create
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
-
-LATEST = "latest"  # the key an install without a version is recorded under
-
-
-def install_key(version: str) -> str:
-    return version or LATEST
 
 
 def _check_install_folders(

@@ -14,8 +14,7 @@ from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
-from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
+from serving.engines.registry import LATEST, get_adapter, requested_install_key
 from serving.engines.versions import newest_first
 
 from .planning import memory_need, planned_memory, weights_and_kv
@@ -31,13 +30,6 @@ def installed_versions(installs: Any, engine: str) -> list[str]:
     return newest_first(engine, (str(v) for v in found))
 
 
-def install_key(engine: str, version: str) -> str:
-    try:
-        return get_adapter(engine).install_version(version) or "latest"
-    except EngineConfigError:
-        return (version or "").strip() or "latest"
-
-
 def carried_build(host: Host, engine: str) -> str:
     """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
     state = host.engine_state if isinstance(host.engine_state, dict) else {}
@@ -50,9 +42,9 @@ def engine_check(revision: DeploymentRevision) -> Check:
     engine, version = revision.engine, revision.engine_version
     versions = installed_versions(revision.host.engine_installs, engine)
     listed = ", ".join(versions) if versions else "none recorded"
-    key = install_key(engine, version)
+    key = requested_install_key(engine, version)
     carried = carried_build(revision.host, engine)
-    if key == "latest":
+    if key == LATEST:
         if versions:
             return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {versions[0]}.")
         if carried:

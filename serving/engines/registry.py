@@ -16,6 +16,25 @@ ADAPTERS: dict[str, EngineAdapter] = {
 }
 
 
+# The key an install of no particular version is recorded under, in a host's engine_installs as
+# the panel keeps them and as the agent reads them.
+LATEST = "latest"
+
+
+def install_key(version: str) -> str:
+    """The key an install that ran for `version` is recorded under."""
+    return version or LATEST
+
+
+def requested_install_key(engine: str, version: str) -> str:
+    """The key an install of `engine` `version`, as a revision names it, is recorded under: the
+    adapter's canonical version (LATEST for none); a version the adapter refuses, as given."""
+    try:
+        return get_adapter(engine).install_version(version) or LATEST
+    except EngineConfigError:
+        return (version or "").strip() or LATEST
+
+
 def engine_label(name: str) -> str:
     """The engine's name as people write it ("vLLM" for vllm); an unknown name as it is."""
     adapter = ADAPTERS.get(name) if isinstance(name, str) else None
