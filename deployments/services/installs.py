@@ -26,7 +26,7 @@ from deployments.choices import Engine, OperationKind
 from deployments.models import Operation
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import LATEST, get_adapter, install_key
+from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
 from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
@@ -226,7 +226,7 @@ def _worker_llama_build() -> str:
 def _last_compile_seconds(host: Host) -> int | None:
     """How long the host's last llama.cpp compile took (an install that ran COMPILE_MIN_SECONDS
     or more), or None when none is on record."""
-    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    recorded = recorded_installs(host.engine_installs, "llama.cpp")
     compiles = sorted(
         (e.get("installed_at", ""), e["install_seconds"])
         for e in recorded.values()
@@ -303,7 +303,7 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     pip cache (as its agent reported them), and only then a compile, with its estimate."""
     from serving.engines.versions import LLAMACPP_LOAD_MODE_SINCE
 
-    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    recorded = recorded_installs(host.engine_installs, "llama.cpp")
     choices: dict[str, str] = {}
     for version, _entry in sorted(recorded.items(), key=lambda kv: str(kv[1].get("installed_at", "")), reverse=True):
         if version != LATEST:

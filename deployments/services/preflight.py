@@ -14,7 +14,7 @@ from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
-from serving.engines.registry import LATEST, get_adapter, requested_install_key
+from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
 from serving.engines.versions import newest_first
 
 from .planning import memory_need, planned_memory, weights_and_kv
@@ -22,12 +22,9 @@ from .planning import memory_need, planned_memory, weights_and_kv
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
 
-def installed_versions(installs: Any, engine: str) -> list[str]:
+def installed_versions(installs: object, engine: str) -> list[str]:
     """The versions of `engine` the host reported installed, newest first."""
-    found = (installs or {}).get(engine) if isinstance(installs, dict) else None
-    if not isinstance(found, dict):
-        return []
-    return newest_first(engine, (str(v) for v in found))
+    return newest_first(engine, (str(v) for v in recorded_installs(installs, engine)))
 
 
 def carried_build(host: Host, engine: str) -> str:
