@@ -52,11 +52,6 @@ def host_front_door(request: HttpRequest, host: str) -> HttpResponse:
     return render(request, "hardware/_front_door.html", front_door_context(request, found))
 
 
-def _errors(request: HttpRequest, exc: ValidationError) -> None:
-    for message in presenters.validation_messages(exc):
-        messages.error(request, message)
-
-
 def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | WhenForm) -> dict:
     """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
     if not form.is_valid():
@@ -71,7 +66,7 @@ def _change(request: HttpRequest, change: Callable[[], str]) -> None:
     except ChangeRequested as exc:  # a protected host: the change waits for a review
         messages.info(request, " ".join(exc.messages))
     except ValidationError as exc:
-        _errors(request, exc)
+        presenters.flash_refusal(request, exc)
     else:
         messages.success(request, done)
 
