@@ -31,6 +31,7 @@ from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
+from .preflight import carried_build
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -308,9 +309,9 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     for version, _entry in sorted(recorded.items(), key=lambda kv: str(kv[1].get("installed_at", "")), reverse=True):
         if version != LATEST:
             choices.setdefault(version, "installed on this host: nothing to compile")
-    for carried in install_carried(host=host):
-        if carried["engine"] == "llama.cpp":
-            choices.setdefault(carried["version"], "the build this host's worker runs (already on this host)")
+    carried = carried_build(host, "llama.cpp")
+    if carried:
+        choices.setdefault(carried, "the build this host's worker runs (already on this host)")
     cached = (host.cached_builds or {}).get("llama.cpp") if isinstance(host.cached_builds, dict) else None
     for build in cached if isinstance(cached, list) else []:
         if isinstance(build, str):
