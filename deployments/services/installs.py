@@ -31,7 +31,7 @@ from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
-from .preflight import carried_build
+from .preflight import carried_build, carried_builds
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -176,15 +176,10 @@ def install_list(*, host: Host) -> list[dict[str, Any]]:
 def install_carried(*, host: Host) -> list[dict[str, str]]:
     """Builds the host's worker carries itself (not installed by the panel), as the host last
     reported them: what a revision at "latest" runs while the panel has installed nothing."""
-    state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    carried = state.get("carried")
-    if not isinstance(carried, dict):
-        return []
-    recorded = host.engine_installs if isinstance(host.engine_installs, dict) else {}
     return [
         {"engine": str(engine), "version": build}
-        for engine, build in sorted(carried.items())
-        if isinstance(build, str) and build and build not in (recorded.get(engine) or {})
+        for engine, build in sorted(carried_builds(host).items())
+        if isinstance(build, str) and build and build not in recorded_installs(host.engine_installs, engine)
     ]
 
 

@@ -27,11 +27,16 @@ def installed_versions(installs: object, engine: str) -> list[str]:
     return newest_first(engine, (str(v) for v in recorded_installs(installs, engine)))
 
 
-def carried_build(host: Host, engine: str) -> str:
-    """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
+def carried_builds(host: Host) -> dict[str, Any]:
+    """The builds the host's worker carries itself, by engine, as the host last reported them."""
     state = host.engine_state if isinstance(host.engine_state, dict) else {}
     carried = state.get("carried")
-    found = carried.get(engine) if isinstance(carried, dict) else None
+    return carried if isinstance(carried, dict) else {}
+
+
+def carried_build(host: Host, engine: str) -> str:
+    """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
+    found = carried_builds(host).get(engine)
     return found if isinstance(found, str) else ""
 
 
