@@ -2,9 +2,9 @@
 Registry (hostagent/frontdoor/metrics.py): the same exposition, one registry per router.
 
 `host` is the host whose front door answered ("" when the router answered itself), `alias` the
-name the client asked for and `model` the served model it named at that door (both "" when the
-name is not in the route table, or no door was chosen for `model`). Every value comes from the
-route table, never from what a client sends. The gauges are read from the router's state when
+name the client asked for ("" when no door serves it) and `model` the served model that name is
+at the door that answered ("" when none did). Every value comes from the route table, never from
+what a client sends. The gauges are read from the router's state when
 scraped.
 """
 
