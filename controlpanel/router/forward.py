@@ -45,10 +45,16 @@ class Doors:
         await self.session.close()
 
     async def forward(
-        self, request: web.Request, routes: Sequence[Route], body: bytes, down: Callable[[Route, str], None]
+        self,
+        request: web.Request,
+        routes: Sequence[Route],
+        body: bytes,
+        down: Callable[[Route, str], None],
+        took: Callable[[Route], None],
     ) -> web.StreamResponse:
         """Send `body` to the first of `routes` that takes it; `down(route, why)` for each door
-        that did not. 503 when none did."""
+        that did not, `took(route)` for the one that did (its answer is the answer). 503 when
+        none did."""
         headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
         forwarded = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
@@ -63,11 +69,13 @@ class Doors:
                     tried.append(route.door.host)
                     continue
                 except (aiohttp.ClientError, TimeoutError) as exc:
+                    took(route)  # connected, then broke off
                     log.warning("router: %s's front door did not answer: %s", route.door.host, exc)
                     return error_response(
                         502, f"{route.door.host}'s front door did not answer.", code="upstream_unavailable",
                         kind="server_error",
                     )  # fmt: skip
+                took(route)
                 try:
                     return await self._answer(request, upstream, route)
                 finally:
