@@ -9,6 +9,7 @@ changes nothing. Days older than KEEP_DAYS are dropped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -73,6 +74,11 @@ class UsageLedger:
         self._prune(self._today())
 
 
+# The stream's last event, `data: [DONE]`, at the start of a line (a model that writes "[DONE]"
+# says so inside a JSON string, on its event's one line).
+_DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+
+
 def _event_end(data: bytes) -> int:
     """Index just past the last complete server-sent event in `data`, or -1."""
     lf = data.rfind(b"\n\n")
@@ -94,6 +100,11 @@ class UsageStream:
         self.strip = strip
         self.usage: dict[str, Any] | None = None
         self._pending = b""
+
+    def ends(self, out: bytes) -> bool:
+        """Whether `out` (what feed or close just returned) carries the stream's end, [DONE]:
+        once it is handed to the client, the client has the whole answer."""
+        return bool(_DONE.search(out))
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._pending + chunk if self._pending else chunk

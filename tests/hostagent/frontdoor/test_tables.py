@@ -81,3 +81,16 @@ def test_the_usage_event_is_read_wherever_the_reads_cut_it(cut: int, strip: bool
     assert reader.usage == {"prompt_tokens": 9, "completion_tokens": 2}
     expected = STREAM.replace(b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n', b"")
     assert out == (expected if strip else STREAM)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 64, 101, len(STREAM)])
+def test_the_piece_that_carries_the_streams_end_is_known_wherever_the_reads_cut_it(cut: int) -> None:
+    """The door counts a client that hangs up on [DONE] as answered from the write that hands it
+    [DONE] on: exactly one piece says it ends the stream, and a model that writes "[DONE]" in its
+    text ends nothing."""
+    reader = UsageStream(strip=True)
+    pieces = [reader.feed(STREAM[i : i + cut]) for i in range(0, len(STREAM), cut)] + [reader.close()]
+    assert [reader.ends(p) for p in pieces if p].count(True) == 1
+    assert reader.ends(pieces[-1] or next(p for p in reversed(pieces) if p))
+    quoted = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
+    assert not UsageStream(strip=True).ends(quoted) and not reader.ends(b'data: {"content":"\\n[DONE]"}\n\n')
