@@ -24,7 +24,7 @@ from hostagent.frontdoor.proxy import CLIENT_GONE, error_response
 from hostagent.frontdoor.server import listen
 from serving.lab_routes import LabRoutes, Route
 
-from .forward import Doors
+from .forward import STREAM, Doors
 from .metrics import RouterMetrics
 
 __all__ = ["DOWN_FOR_S", "Router"]
@@ -136,10 +136,10 @@ class Router:
         asked = Asked()
         try:
             response = await self._route(request, asked)
-        except asyncio.CancelledError:  # the client hung up
-            self._count(asked, CLIENT_GONE)
+        except asyncio.CancelledError:  # the client hung up: answered if its stream's end went out
+            self._count(asked, 200 if request.get(STREAM) == "ended" else CLIENT_GONE)
             raise
-        self._count(asked, response.status)
+        self._count(asked, CLIENT_GONE if request.get(STREAM) == "left" else response.status)
         return response
 
     def _count(self, asked: Asked, status: int) -> None:

@@ -21,7 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from .scheduler import Lease
-from .usage import UsageStream
+from .usage import UsageStream, ends_stream
 
 __all__ = ["CLIENT_GONE", "Answer", "EngineGone", "Upstream", "error_response", "post"]
 
@@ -184,7 +184,7 @@ async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream
     answered (200), not gone. Refused before anything was handed over, it was not."""
     if not out:
         return
-    if not reader.ends(out):
+    if not ends_stream(out):
         await response.write(out)
         return
     answer.status, answer.ok = 200, True

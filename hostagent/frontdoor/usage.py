@@ -79,6 +79,12 @@ class UsageLedger:
 _DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
 
 
+def ends_stream(data: bytes) -> bool:
+    """Whether `data` (what is written to a streaming client) carries the stream's end, the
+    `data: [DONE]` event: once it is handed over, the client has the whole answer."""
+    return bool(_DONE.search(data))
+
+
 def _event_end(data: bytes) -> int:
     """Index just past the last complete server-sent event in `data`, or -1."""
     lf = data.rfind(b"\n\n")
@@ -100,11 +106,6 @@ class UsageStream:
         self.strip = strip
         self.usage: dict[str, Any] | None = None
         self._pending = b""
-
-    def ends(self, out: bytes) -> bool:
-        """Whether `out` (what feed or close just returned) carries the stream's end, [DONE]:
-        once it is handed to the client, the client has the whole answer."""
-        return bool(_DONE.search(out))
 
     def feed(self, chunk: bytes) -> bytes:
         data = self._pending + chunk if self._pending else chunk

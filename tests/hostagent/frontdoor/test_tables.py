@@ -11,7 +11,7 @@ import pytest
 from hostagent.frontdoor import KeyTable, RoutingTable, hash_key
 from hostagent.frontdoor.settings import FrontDoorSettings, SettingsError
 from hostagent.frontdoor.table import TableError
-from hostagent.frontdoor.usage import UsageStream
+from hostagent.frontdoor.usage import UsageStream, ends_stream
 
 MODEL = {"name": "qwen-r12", "upstream": "http://127.0.0.1:8001", "aliases": ["coder"], "mode": "pinned"}
 
@@ -90,7 +90,7 @@ def test_the_piece_that_carries_the_streams_end_is_known_wherever_the_reads_cut_
     text ends nothing."""
     reader = UsageStream(strip=True)
     pieces = [reader.feed(STREAM[i : i + cut]) for i in range(0, len(STREAM), cut)] + [reader.close()]
-    assert [reader.ends(p) for p in pieces if p].count(True) == 1
-    assert reader.ends(pieces[-1] or next(p for p in reversed(pieces) if p))
+    assert [ends_stream(p) for p in pieces if p].count(True) == 1
+    assert ends_stream(next(p for p in reversed(pieces) if p))
     quoted = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
-    assert not UsageStream(strip=True).ends(quoted) and not reader.ends(b'data: {"content":"\\n[DONE]"}\n\n')
+    assert not ends_stream(quoted) and not ends_stream(b'data: {"content":"\\n[DONE]"}\n\n')
