@@ -225,6 +225,7 @@ class BenchmarkCompareOut(Schema):
 ExportTarget = Literal[
     "opencode", "hermes", "aider-settings", "aider-metadata", "start-script", "systemd", "ansible"
 ]  # deployments.services.exports.TARGETS (a test keeps them equal)
+ExportVia = Literal["router", "door"]  # deployments.services.exports.VIA
 
 
 class ExportOut(Schema):

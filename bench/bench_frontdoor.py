@@ -123,13 +123,13 @@ class FrontDoorProcess:
 
 
 def metric(url: str, name: str, **labels: str) -> float:
-    """A front door's metric at `url`, summed over the series that carry `labels`."""
+    """A front door's (or the lab router's) metric at `url`, summed over the series that carry `labels`."""
     lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
     wanted = [f'{key}="{value}"' for key, value in labels.items()]
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in lines
-        if line.startswith(name + "{") and all(label in line for label in wanted)
+        if line.startswith((name + "{", name + " ")) and all(label in line for label in wanted)
     )
 
 

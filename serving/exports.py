@@ -20,7 +20,8 @@ No secret can appear: a view only names secrets, and the key is always a placeho
 (`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere) or
 `EMPTY` when the server takes none. Through the host's front door (`through_door`) the configs
 name the door and the revision's alias, and the key is the user's inference key
-(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. The context written into each
+(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. Through the lab router
+(`through_router`) they name the router instead, with the same alias and key. The context written into each
 config is the one the server really runs with (serving.diffing.context): for llama.cpp that is
 the per-slot context, ctx_size / parallel, because one request can never use more than its slot.
 """
@@ -81,7 +82,8 @@ class ClientTarget:
     sampling_preset: str = ""  # its name ("thinking", "non_thinking", ...)
     unreachable: str = ""  # why a client on another machine cannot reach base_url ("" = it can)
     key_env: str = API_KEY_ENV  # the environment variable the configs read the key from
-    route: str = ""  # what base_url is (the front door and alias, or the engine and why), for the page
+    route: str = ""  # what base_url is (the router, the front door and alias, or the engine and why), for the page
+    via_router: bool = False  # base_url is the lab router's (`through_router`)
 
     @property
     def context_tokens(self) -> int | None:
@@ -89,7 +91,8 @@ class ClientTarget:
 
     @property
     def via_door(self) -> bool:
-        """The configs go through the host's front door (`through_door`)."""
+        """The configs go through the host's front door (`through_door`), or through the lab
+        router to the doors (`through_router`): the user's inference key, the door's name."""
         return self.key_env == DOOR_KEY_ENV
 
     @property
@@ -219,6 +222,15 @@ def through_door(
         key_env=DOOR_KEY_ENV,
         route=route,
     )
+
+
+def through_router(door: ClientTarget, *, base_url: str, route: str, unreachable: str) -> ClientTarget:
+    """`door` (a `through_door` target) reached through the lab router instead: one URL for the
+    lab, the same name, whichever host's door serves it; the key is the same inference key (the
+    doors' own table). `unreachable` is about the router's URL now, not the host's."""
+    if not door.via_door:
+        raise ValueError("the lab router reaches a revision only through its host's front door")
+    return replace(door, base_url=_clean_url(base_url), route=route, unreachable=unreachable, via_router=True)
 
 
 def _yaml_str(text: str) -> str:

@@ -279,10 +279,14 @@ PANEL_RUNS_HOST_CODE = {
     "deployments.services.imports -> hostagent.runtime.errors",
     "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error
     # The lab router (controlpanel/router) checks inference keys with the front doors' own key table,
-    # answers errors in their shape and reaches them as they reach engines: the doors' Django-free data plane.
+    # answers errors in their shape, reaches them as they reach engines, knows a stream's end as they
+    # do, listens as they do and exports its metrics on their registry: the doors' Django-free data plane.
     "controlpanel.router.app -> hostagent.frontdoor.keys",
     "controlpanel.router.app -> hostagent.frontdoor.proxy",
+    "controlpanel.router.app -> hostagent.frontdoor.server",
     "controlpanel.router.forward -> hostagent.frontdoor.proxy",
+    "controlpanel.router.forward -> hostagent.frontdoor.usage",
+    "controlpanel.router.metrics -> hostagent.frontdoor.metrics",
 }
 
 

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from api.schemas import DiffOut, Error, ExportOut, ExportTarget, RevisionIn, RevisionList, RevisionOut
+from api.schemas import DiffOut, Error, ExportOut, ExportTarget, ExportVia, RevisionIn, RevisionList, RevisionOut
 from api.serialize import revision_dict
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import DeploymentRevision, ModelVariant
@@ -107,11 +107,15 @@ def revision_diff(request: HttpRequest, name: str, a: int, b: int) -> dict[str, 
     response={200: ExportOut, 404: Error, 409: Error},
     summary="One export of a revision, exactly as its target runs it (a client config, the host's launch, group_vars)",
 )
-def revision_export_get(request: HttpRequest, name: str, number: int, target: ExportTarget) -> Status:
+def revision_export_get(
+    request: HttpRequest, name: str, number: int, target: ExportTarget, via: ExportVia | None = None
+) -> Status:
+    """`?via=router|door`: a client config through the lab router or the host's own front door
+    (default: the router when clients can reach it; notes say where it points)."""
     actor(request, VIEWER)
     revision = revision_or_404(host_or_404(name), number)
     try:
-        made = revision_export(revision, target)
+        made = revision_export(revision, target, via)
     except NotExportable as exc:
         return Status(409, {"detail": f"r{number} of {name} cannot be exported to {target}: {exc}"})
     body = {"target": made.target, "filename": made.filename, "content": made.content, "notes": list(made.notes)}

@@ -14,7 +14,8 @@ an alias), to a host whose front door serves it:
   was sent (refused, or no answer to the connect); once sent, the door's answer is the answer;
 - streams pass through as the door writes them, and a client that hangs up closes the door's
   request at once (which closes the engine's);
-- `/v1/models` is the union of what the usable doors serve, as the key may use it.
+- `/v1/models` is the union of what the usable doors serve, as the key may use it;
+- `/metrics` counts requests by host, name and status, failovers, doors down and the table's age.
 
 Inference keys are the front doors' own (hostagent.frontdoor.keys, the table the panel gives
 every door): a key not allowed a name is refused here as it would be at the door, and the
@@ -26,6 +27,7 @@ thread of its own; a failed read keeps the last table.
 
     app.py      Router: the HTTP routes, keys, the route table and its refresh
     forward.py  one request to a door, with failover; answers and streams passed back
+    metrics.py  its Prometheus metrics (GET /metrics; docs/metrics.md)
     run.py      the process: settings read, the table's reader, signals
     apps.py     the Django app, for `manage.py router` (management/commands/router.py)
 

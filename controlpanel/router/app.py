@@ -2,6 +2,7 @@
 
 POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
 GET  /v1/models                                              the union of the usable doors', as the key may use it
+GET  /metrics                                                Prometheus text (controlpanel/router/metrics.py)
 GET  /health                                                 200 once the route table was read, with its age
 """
 
@@ -13,23 +14,36 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from hostagent.frontdoor.keys import InferenceKey, KeyTable
-from hostagent.frontdoor.proxy import error_response
+from hostagent.frontdoor.proxy import CLIENT_GONE, error_response
+from hostagent.frontdoor.server import listen
 from serving.lab_routes import LabRoutes, Route
 
-from .forward import Doors
+from .forward import STREAM, Doors
+from .metrics import RouterMetrics
 
 __all__ = ["DOWN_FOR_S", "Router"]
 
 log = logging.getLogger("controlpanel.router")
 
-INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-MAX_BODY = 64 << 20  # as the front door: a long prompt, or images as data URLs
 DOWN_FOR_S = 10.0  # a door that refused a connection is skipped this long
+
+
+@dataclass
+class Asked:
+    """What one inference request came to, for its count: the name asked (once the table knows
+    it) and the door that took the request."""
+
+    alias: str = ""
+    route: Route | None = None
+
+    def took(self, route: Route) -> None:
+        self.route = route
 
 
 class Router:
@@ -49,6 +63,8 @@ class Router:
         self.read_at: float | None = None
         self.down: dict[str, float] = {}  # door URL -> monotonic time until which it is skipped
         self.started_at = int(time.time())
+        self.metrics = RouterMetrics()
+        self._began = time.monotonic()
         self._doors: Doors | None = None
         self._runner: web.AppRunner | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -59,17 +75,10 @@ class Router:
     async def start(self) -> None:
         await self.refresh()
         self._doors = Doors()
-        app = web.Application(client_max_size=MAX_BODY)
-        for path in INFERENCE:
-            app.router.add_post(path, self._inference)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
-        # handler_cancellation: a client that hangs up cancels its handler, which closes the door's request.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = int(self._runner.addresses[0][1])
+        self._runner, self.port = await listen(
+            self.host, self.port, inference=self._inference, not_found=self._not_found,
+            gets={"/v1/models": self._models, "/metrics": self._metrics, "/health": self._health},
+        )  # fmt: skip
         self._follower = asyncio.get_running_loop().create_task(self._follow())
 
     async def stop(self) -> None:
@@ -89,6 +98,7 @@ class Router:
             table = await self.read_routes()
             keys = KeyTable.from_dict(table.keys)
         except Exception as exc:  # noqa: BLE001 - the router serves on with what it has
+            self.metrics.table_read_failures.inc()
             message = f"router: the route table could not be read ({exc}); serving the last one"
             if message != self._said:
                 log.warning(message)
@@ -122,6 +132,22 @@ class Router:
         ]
 
     async def _inference(self, request: web.Request) -> web.StreamResponse:
+        """`_route()`, counted: by the host whose door answered, the name asked and the status."""
+        asked = Asked()
+        try:
+            response = await self._route(request, asked)
+        except asyncio.CancelledError:  # the client hung up: answered if its stream's end went out
+            self._count(asked, 200 if request.get(STREAM) == "ended" else CLIENT_GONE)
+            raise
+        self._count(asked, CLIENT_GONE if request.get(STREAM) == "left" else response.status)
+        return response
+
+    def _count(self, asked: Asked, status: int) -> None:
+        route = asked.route
+        host, model = (route.door.host, route.model) if route is not None else ("", "")
+        self.metrics.requests.labels(host, model, asked.alias, str(status)).inc()
+
+    async def _route(self, request: web.Request, asked: Asked) -> web.StreamResponse:
         key = self._authenticate(request)
         if isinstance(key, web.Response):
             return key
@@ -140,6 +166,7 @@ class Router:
             )  # fmt: skip
         if not self.table.known(label):
             return error_response(404, f"The model `{label}` does not exist in this lab.", code="model_not_found")
+        asked.alias = label
         if key is not None and not any(key.allows(label, r.model) for r in self.table.routes(label, usable=False)):
             return error_response(
                 403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
@@ -155,7 +182,7 @@ class Router:
                 503, f"No host that serves `{label}` can take requests now ({why}).", code="no_route",
                 kind="server_error", retry_after=DOWN_FOR_S,
             )  # fmt: skip
-        return await self._doors.forward(request, routes, body, self._mark_down)
+        return await self._doors.forward(request, routes, body, self._mark_down, asked.took)
 
     def _recently_down(self, label: str) -> list[str]:
         now = time.monotonic()
@@ -163,6 +190,7 @@ class Router:
 
     def _mark_down(self, route: Route, why: str) -> None:
         self.down[route.door.url] = time.monotonic() + DOWN_FOR_S
+        self.metrics.failovers.labels(route.door.host).inc()
         log.warning(
             "router: %s's front door (%s) took no connection (%s); skipped for %g s",
             route.door.host, route.door.url, why, DOWN_FOR_S,
@@ -187,6 +215,14 @@ class Router:
                     }
                 )
         return web.json_response({"object": "list", "data": data})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """As the front door's: no key (scrape it from the lab's network)."""
+        now = time.monotonic()
+        down = {url: until > now for url, until in self.down.items()}
+        busy = self._doors.in_flight if self._doors is not None else {}
+        self.metrics.scraped(self.table, down, busy, now - (self.read_at or self._began))
+        return self.metrics.response()
 
     async def _health(self, request: web.Request) -> web.Response:
         if self.read_at is None:

@@ -19,13 +19,15 @@ import aiohttp
 from aiohttp import web
 
 from hostagent.frontdoor.proxy import error_response, post
+from hostagent.frontdoor.usage import ends_stream
 from serving.lab_routes import Route
 
-__all__ = ["HOST_HEADER", "Doors"]
+__all__ = ["HOST_HEADER", "STREAM", "Doors"]
 
 log = logging.getLogger("controlpanel.router")
 
 HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
+STREAM = "controlpanel.stream"  # request key: "ended" once a stream's [DONE] went out, "left" if the client left first
 PASSED_BACK = ("Content-Type", "Cache-Control", "Retry-After", "X-Queue-Wait-Ms")
 PASSED_ON = ("Content-Type", "Authorization", "Accept")
 CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
@@ -45,10 +47,16 @@ class Doors:
         await self.session.close()
 
     async def forward(
-        self, request: web.Request, routes: Sequence[Route], body: bytes, down: Callable[[Route, str], None]
+        self,
+        request: web.Request,
+        routes: Sequence[Route],
+        body: bytes,
+        down: Callable[[Route, str], None],
+        took: Callable[[Route], None],
     ) -> web.StreamResponse:
         """Send `body` to the first of `routes` that takes it; `down(route, why)` for each door
-        that did not. 503 when none did."""
+        that did not, `took(route)` for the one that did (its answer is the answer). 503 when
+        none did."""
         headers = {name: request.headers[name] for name in PASSED_ON if name in request.headers}
         forwarded = request.headers.get("X-Forwarded-For")
         headers["X-Forwarded-For"] = f"{forwarded}, {request.remote}" if forwarded else str(request.remote)
@@ -63,11 +71,13 @@ class Doors:
                     tried.append(route.door.host)
                     continue
                 except (aiohttp.ClientError, TimeoutError) as exc:
+                    took(route)  # connected, then broke off
                     log.warning("router: %s's front door did not answer: %s", route.door.host, exc)
                     return error_response(
                         502, f"{route.door.host}'s front door did not answer.", code="upstream_unavailable",
                         kind="server_error",
                     )  # fmt: skip
+                took(route)
                 try:
                     return await self._answer(request, upstream, route)
                 finally:
@@ -86,12 +96,22 @@ class Doors:
             return web.Response(body=await upstream.read(), status=upstream.status, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
+        tail = b""  # the end of the last read: [DONE] may come split over two
         try:
             async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
+                carries_end = ends_stream(tail + chunk)
+                if carries_end:  # a hang-up while it drains, or after, was answered
+                    request[STREAM] = "ended"
+                try:
+                    await response.write(chunk)
+                except ConnectionResetError:
+                    if carries_end:  # refused before anything was handed over
+                        request[STREAM] = "left"
+                    raise
+                tail = chunk[-16:]
             await response.write_eof()
         except ConnectionResetError:
-            pass  # the client went away; closing the door's response tells the door
+            request.setdefault(STREAM, "left")  # gone before the end; closing the door's response tells the door
         except aiohttp.ClientError as exc:
             log.warning("router: the stream from %s's front door broke off: %s", route.door.host, exc)
         return response

@@ -6,7 +6,8 @@ is, or raises `NotExportable` with the reason. Targets:
 - clients (serving.exports): opencode, hermes, aider-settings, aider-metadata (and the
   page's aider-env, curl, python), through the host's front door and the revision's alias when
   the door has reported and serves the revision (`door_route`), else at the engine itself, the
-  page saying why;
+  page saying why; with the door, through the lab router (CONTROLPANEL_ROUTER_URL) and the same
+  alias instead, by default when clients can reach the router (`ExportTargets`, `via`);
 - the host's own launch, as a person would run it: start-script and systemd, with the same
   argv and environment as the revision's launch and the executable the host has installed
   for the revision's engine version (Host.engine_installs; systemd finds no bare `vllm`);
@@ -19,7 +20,9 @@ Reads only. Secrets are never resolved: the API key appears masked where it goes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from deployments.engine_installs import revision_binary
@@ -28,6 +31,7 @@ from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
+from serving.binds import is_loopback
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -40,6 +44,7 @@ from serving.exports import (
     client_exports,
     client_target,
     through_door,
+    through_router,
 )
 from serving.launch import HostFacts
 
@@ -140,24 +145,84 @@ def door_route(revision: DeploymentRevision) -> DoorRoute:
     )
 
 
-def revision_export_target(revision: DeploymentRevision) -> ClientTarget:
-    """What the client configs say: the front door and the alias when the door carries the
-    revision (`door_route`), else the engine itself with the reason in `route`."""
+VIA = ("router", "door")  # where client configs may point: the lab router, or the host's own front door
+
+
+@dataclass(frozen=True)
+class ExportTargets:
+    """Where a revision's client configs can point. `door`: through its host's front door and
+    alias (`door_route`), else the engine itself (its `route` says why). `router`: through the
+    lab router with the same name, when there is a router and the door carries the revision;
+    else None and `router_why` says why."""
+
+    door: ClientTarget
+    router: ClientTarget | None
+    router_why: str = ""
+
+    @property
+    def default_via(self) -> str:
+        """The router when clients can reach it, else the host's door."""
+        return "router" if self.router is not None and not self.router.unreachable else "door"
+
+    def pick(self, via: str | None = None) -> ClientTarget:
+        """`via` ("router" or "door"; None: `default_via`); the door when there is no router."""
+        if self.router is not None and (via or self.default_via) == "router":
+            return self.router
+        return self.door
+
+
+def _router_unreachable(url: str, host: Host) -> str:
+    """Why clients on other machines cannot reach the router at `url` ("" when they can): a
+    loopback URL, unless the revision's host is this machine too (a lab of one machine)."""
+    if not is_loopback(urlsplit(url).hostname or "") or runs_on_this_machine(host):
+        return ""
+    return (
+        f"the lab router's URL is {url}, which every client reaches as itself: set CONTROLPANEL_ROUTER_URL "
+        "to where laptops reach the router (and CONTROLPANEL_ROUTER_BIND where it listens for them, "
+        "docs/configuration.md)"
+    )
+
+
+def revision_export_targets(revision: DeploymentRevision) -> ExportTargets:
+    """Every place the client configs of `revision` can point (ExportTargets)."""
+    host = revision.host
     direct = revision_client_target(revision)
     route = door_route(revision)
     if not route.base_url:
-        return replace(direct, route=route.why)
-    return through_door(
+        why = f"the router reaches revisions through their host's front door, and {host.name}'s does not carry it"
+        return ExportTargets(replace(direct, route=route.why), None, why)
+    door = through_door(
         direct,
         base_url=route.base_url,
         model=route.model,
         api_key_required=InferenceKey.objects.filter(revoked_at__isnull=True).exists(),
         route=route.why,
     )
+    if not settings.ROUTER_URL:
+        return ExportTargets(door, None, "there is none (CONTROLPANEL_ROUTER_BIND=off, no CONTROLPANEL_ROUTER_URL)")
+    if door.unreachable:  # the router reaches the door where clients would: the host's address
+        return ExportTargets(door, None, f"the router cannot reach {host.name}'s front door either: {door.unreachable}")
+    name = door.served_name
+    router = through_router(
+        door,
+        base_url=f"{settings.ROUTER_URL}/v1",
+        route=(
+            f"the lab router as {name}: one URL for the lab, to whichever host serves {name} (another host's "
+            f"{name} may be another revision); here {route.why}"
+        ),
+        unreachable=_router_unreachable(settings.ROUTER_URL, host),
+    )
+    return ExportTargets(door, router)
 
 
-def revision_client_exports(revision: DeploymentRevision) -> list[NamedExport]:
-    return client_exports(revision_export_target(revision))
+def revision_export_target(revision: DeploymentRevision, via: str | None = None) -> ClientTarget:
+    """What the client configs say (ExportTargets.pick): the lab router, the host's front door
+    and the alias, or the engine itself with the reason in `route`."""
+    return revision_export_targets(revision).pick(via)
+
+
+def revision_client_exports(revision: DeploymentRevision, via: str | None = None) -> list[NamedExport]:
+    return client_exports(revision_export_target(revision, via))
 
 
 def _model_reference_problem(revision: DeploymentRevision) -> str:
@@ -172,14 +237,19 @@ def _model_reference_problem(revision: DeploymentRevision) -> str:
     return ""
 
 
-def revision_export(revision: DeploymentRevision, target: str) -> TargetExport:
-    """The file `target` runs for `revision` (module docstring), or NotExportable."""
+def revision_export(revision: DeploymentRevision, target: str, via: str | None = None) -> TargetExport:
+    """The file `target` runs for `revision` (module docstring), or NotExportable; a client's
+    through `via` ("router" or "door", ExportTargets.pick)."""
     if target in CLIENT_TARGETS:
         _title, build = CLIENT_EXPORTS[target]
-        client = revision_export_target(revision)
+        targets = revision_export_targets(revision)
+        client = targets.pick(via)
         made = build(client)
         where = "through" if client.via_door else "at the engine itself:"
-        return TargetExport(target, made.filename, made.content, (f"{where} {client.route}",))
+        notes = [f"{where} {client.route}"]
+        if via == "router" and targets.router is None:
+            notes.append(f"not through the lab router: {targets.router_why}")
+        return TargetExport(target, made.filename, made.content, tuple(notes))
     if target not in HOST_TARGETS:
         raise NotExportable(f"unknown export target {target!r} (one of {', '.join(TARGETS)})")
     problem = _model_reference_problem(revision)

@@ -17,10 +17,10 @@ from core.http import by_method, form_save
 from deployments import selectors
 from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
-from deployments.services.exports import revision_export, revision_export_target
+from deployments.services.exports import VIA, revision_export, revision_export_targets
 from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
-from serving.exports import NotExportable, client_exports
+from serving.exports import ClientTarget, NotExportable, client_exports
 
 
 def _revision_or_404(host: str, number: int) -> DeploymentRevision:
@@ -30,13 +30,12 @@ def _revision_or_404(host: str, number: int) -> DeploymentRevision:
         raise Http404("No such revision.") from exc
 
 
-def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]], Any]:
-    """The client configs (opencode, Hermes, Aider, curl, openai) through the host's front door
-    and the revision's alias (or at the engine, saying why), with the context the server really
-    runs with; the API key is only ever a placeholder. One that cannot tell its client the truth
-    carries why instead of a file."""
-    target = revision_export_target(revision)
-    clients = [
+def _client_exports(target: ClientTarget) -> list[dict[str, str]]:
+    """The client configs (opencode, Hermes, Aider, curl, openai) at `target` (the lab router,
+    or the host's front door and the revision's alias, or the engine, saying why), with the
+    context the server really runs with; the API key is only ever a placeholder. One that cannot
+    tell its client the truth carries why instead of a file."""
+    return [
         {
             "key": item.key,
             "title": item.title,
@@ -47,7 +46,6 @@ def _client_exports(revision: DeploymentRevision) -> tuple[list[dict[str, str]],
         }
         for item in client_exports(target)
     ]
-    return clients, target
 
 
 def _host_exports(revision: DeploymentRevision) -> list[dict[str, str]]:
@@ -67,13 +65,17 @@ def _host_exports(revision: DeploymentRevision) -> list[dict[str, str]]:
 @role_required(VIEWER)
 def revision_exports(request: HttpRequest, host: str, number: int) -> HttpResponse:
     revision = _revision_or_404(host, number)
-    clients, target = _client_exports(revision)
+    targets = revision_export_targets(revision)
+    asked = request.GET.get("via")
+    target = targets.pick(asked if asked in VIA else None)  # `?via=router|door`; the downloads follow it
     context: dict[str, Any] = {
         "revision": revision,
         "host": revision.host,
-        "clients": clients,
+        "clients": _client_exports(target),
         "launches": _host_exports(revision),
         "target": target,
+        "targets": targets,
+        "via": "router" if target.via_router else "door" if target.via_door else "",
         "ansible": None,
         "ansible_error": "",
         "router_url": settings.ROUTER_URL,  # the lab router's: the same name, whichever host serves it

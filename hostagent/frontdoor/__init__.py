@@ -17,7 +17,8 @@ proxy needs. Starlette on uvicorn with httpx would add a server and a second cli
     scheduler.py  loads, unloads, the queue, draining, room in bytes (no HTTP)
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
     usage.py      usage per key, model and day; the usage chunk of a stream
-    metrics.py    Prometheus metrics
+    metrics.py    Prometheus metrics (its Registry is the lab router's too)
+    server.py     the OpenAI routes and listen(), shared with the lab router (controlpanel/router)
     app.py        the HTTP routes, FrontDoor, serve() (the agent's entry point)
     launcher.py   a Loader that runs commands, for the bench and `python -m hostagent.frontdoor`
 

@@ -21,17 +21,16 @@ from typing import Any
 from aiohttp import web
 
 from .keys import InferenceKey, KeyTable
-from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .metrics import Metrics
 from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
+from .server import listen
 from .settings import FrontDoorSettings
 from .table import RoutingTable
 from .usage import OPEN_KEY, UsageLedger, tokens_of
 
 __all__ = ["FrontDoor", "serve"]
 
-INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-MAX_BODY = 64 << 20  # a long prompt, or images as data URLs
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 _KEY = web.AppKey("door", object)
 
@@ -63,22 +62,13 @@ class FrontDoor:
 
     async def start(self) -> None:
         self._upstream = Upstream()
-        app = web.Application(client_max_size=MAX_BODY)
-        for path in INFERENCE:
-            app.router.add_post(path, self._inference)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/frontdoor/state", self._state)
-        app.router.add_get("/frontdoor/usage", self._usage)
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
-        # handler_cancellation: a client that hangs up cancels its handler at once, so the
-        # engine's request is closed even while it is still thinking about the first token.
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])  # the one bound, when settings asked for port 0
+        self._runner, self.port = await listen(
+            self.settings.host, self.settings.port, inference=self._inference, not_found=self._not_found,
+            gets={
+                "/v1/models": self._models, "/metrics": self._metrics, "/health": self._health,
+                "/frontdoor/state": self._state, "/frontdoor/usage": self._usage,
+            },
+        )  # fmt: skip
         self.scheduler.start()
 
     async def stop(self) -> None:
@@ -208,7 +198,7 @@ class FrontDoor:
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return self.metrics.response()
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

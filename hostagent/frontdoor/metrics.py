@@ -3,32 +3,55 @@
 `model` is the served model (the revision), `alias` the name the client used (the model's own
 name when it used no alias), `key` the inference key's name ("" when the door is open). Labels
 come from the routing and key tables only, never from what a client sends, so a client cannot
-grow the series without bound. Each front door has its own registry (tests run several).
+grow the series without bound. Each front door has its own registry (tests run several);
+`Registry` is the lab router's too.
 """
 
 from __future__ import annotations
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["Metrics", "Registry"]
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
-class Metrics:
+class Registry:
+    """A server's own metrics (tests run several in one process) and its `GET /metrics` answer;
+    the front door's and the lab router's (controlpanel/router/metrics.py)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
 
-        def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(name, doc, labels, registry=self.registry)
+    def counter(self, name: str, doc: str, *labels: str) -> Counter:
+        return Counter(name, doc, labels, registry=self.registry)
+
+    def gauge(self, name: str, doc: str, *labels: str) -> Gauge:
+        return Gauge(name, doc, labels, registry=self.registry)
+
+    def histogram(self, name: str, doc: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
+        return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def response(self) -> web.Response:
+        """The Prometheus text, as `GET /metrics` answers it."""
+        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class Metrics(Registry):
+    """The front door's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        counter, histogram = self.counter, self.histogram
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, ["model"], registry=self.registry)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+            return self.gauge(name, doc, "model")
 
         self.requests = counter(
             "frontdoor_requests",
@@ -60,6 +83,3 @@ class Metrics:
             LOAD_BUCKETS, "model",
         )  # fmt: skip
         self.unloads = counter("frontdoor_unloads", "Unloads by reason: room, idle, removed", "model", "reason")
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

@@ -21,7 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from .scheduler import Lease
-from .usage import UsageStream
+from .usage import UsageStream, ends_stream
 
 __all__ = ["CLIENT_GONE", "Answer", "EngineGone", "Upstream", "error_response", "post"]
 
@@ -152,15 +152,11 @@ class Upstream:
         try:
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
-                out = reader.feed(chunk)
-                if out:
-                    await response.write(out)
+                await _deliver(response, reader.feed(chunk), reader, answer)
             answer.status = 200  # the engine finished; what is left is ours to deliver
-            rest = reader.close()
-            if rest:
-                await response.write(rest)
-            # Everything up to [DONE] is written: a client that hangs up now (most do, on [DONE])
-            # was answered, whatever the end of the response meets.
+            await _deliver(response, reader.close(), reader, answer)
+            # Everything is written: a client that hangs up now was answered, whatever the end
+            # of the response meets.
             answer.ok = True
             await response.write_eof()
         except ConnectionResetError:
@@ -173,6 +169,24 @@ class Upstream:
         finally:
             answer.usage = reader.usage
         return response
+
+
+async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream, answer: Answer) -> None:
+    """Write `out` to the client. The write that carries the stream's end ([DONE]) makes the
+    answer whole: most clients hang up the moment they read it, which can cancel the handler
+    while the write drains or before the engine's own end of stream is read; that client was
+    answered (200), not gone. Refused before anything was handed over, it was not."""
+    if not out:
+        return
+    if not ends_stream(out):
+        await response.write(out)
+        return
+    answer.status, answer.ok = 200, True
+    try:
+        await response.write(out)
+    except ConnectionResetError:
+        answer.status, answer.ok = CLIENT_GONE, False
+        raise
 
 
 async def post(

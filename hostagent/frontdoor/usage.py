@@ -9,6 +9,7 @@ changes nothing. Days older than KEEP_DAYS are dropped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -71,6 +72,17 @@ class UsageLedger:
             if at not in self._rows or self._rows[at].requests < row.requests:
                 self._rows[at] = row
         self._prune(self._today())
+
+
+# The stream's last event, `data: [DONE]`, at the start of a line (a model that writes "[DONE]"
+# says so inside a JSON string, on its event's one line).
+_DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+
+
+def ends_stream(data: bytes) -> bool:
+    """Whether `data` (what is written to a streaming client) carries the stream's end, the
+    `data: [DONE]` event: once it is handed over, the client has the whole answer."""
+    return bool(_DONE.search(data))
 
 
 def _event_end(data: bytes) -> int:

@@ -420,10 +420,10 @@ def test_session_cookies_do_not_authenticate_the_api(client, world, operator):
 def test_exports_are_the_files_the_pages_and_the_command_give(client, world, viewer):
     from typing import get_args
 
-    from api.schemas import ExportTarget
-    from deployments.services.exports import TARGETS, revision_export
+    from api.schemas import ExportTarget, ExportVia
+    from deployments.services.exports import TARGETS, VIA, revision_export
 
-    assert set(get_args(ExportTarget)) == set(TARGETS)
+    assert set(get_args(ExportTarget)) == set(TARGETS) and set(get_args(ExportVia)) == set(VIA)
     token = _token(viewer)
     revision = world["host"].revisions.get(number=2)
     for target in ("systemd", "start-script", "opencode", "hermes"):

@@ -1,7 +1,8 @@
 """Client exports through the host's front door (issue 27, Aliases): opencode, Hermes and aider
 name the door and the revision's alias, so the config a user saved survives every switch; the key
 is the user's inference key, never the engine's; without a door report they keep the engine's
-own URL and the page says why."""
+own URL and the page says why. With a lab router (CONTROLPANEL_ROUTER_URL) they name the router
+and the same alias, by default when clients can reach it; the host's door stays a choice."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from deployments.services.secrets import secret_set
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
 from serving.exports import NotExportable
+from tests.api.test_api import _token, call
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +124,81 @@ def test_a_remote_host_without_an_address_is_still_refused(lab):
     lab[1].host.save()
     with pytest.raises(NotExportable, match="lab's address is 127.0.0.1"):
         revision_export(lab[1], "opencode")
+
+
+# --- through the lab router (issue 27, one URL for the lab) ---------------------------------------
+
+ROUTER = "https://llm.lab.example"
+
+
+def test_with_a_lab_router_the_configs_name_it_and_the_alias_and_the_hosts_door_stays_a_choice(
+    lab, settings, client, operator
+):
+    settings.ROUTER_URL = ROUTER
+    _report(lab["host"])
+    made = _exports(lab[1])  # the default: the router, as clients can reach it
+    assert f'"baseURL": "{ROUTER}/v1"' in made["opencode"] and '"model": "selfhosted/coder"' in made["opencode"]
+    assert f'base_url: "{ROUTER}/v1"' in made["hermes"] and 'default: "coder"' in made["hermes"]
+    assert 'name: "openai/coder"' in made["aider-settings"]
+    assert all(DOOR not in content and ENGINE_KEY not in content for content in made.values())
+    note = revision_export(lab[1], "hermes").notes[0]
+    assert note.startswith("through the lab router as coder: one URL for the lab, to whichever host serves coder")
+    assert note.endswith("here lab's front door as the alias coder: a switch moves it")
+    door = _exports_via(lab[1], "door")
+    assert f'base_url: "{DOOR}"' in door["hermes"] and 'default: "coder"' in door["hermes"]
+
+    client.force_login(operator)
+    page = client.get("/hosts/lab/revisions/1/exports/").content.decode()
+    assert 'Configs through: <strong>the lab router</strong> · <a href="?via=door">lab\'s front door</a>' in page
+    assert f"<tr><th>Base URL</th><td><code>{ROUTER}/v1</code></td></tr>" in page
+    assert f"<th>Host's front door</th><td><code>{DOOR}</code> with the same name" in page
+    assert 'href="?via=router&amp;download=hermes"' in page
+    by_door = client.get("/hosts/lab/revisions/1/exports/?via=door").content.decode()
+    assert f"<tr><th>Base URL</th><td><code>{DOOR}</code></td></tr>" in by_door
+    assert 'href="?via=door&amp;download=opencode"' in by_door and f"<code>{ROUTER}/v1</code> with the same" in by_door
+    # The download follows the choice, and so does the API.
+    assert DOOR in client.get("/hosts/lab/revisions/1/exports/?via=door&download=hermes").content.decode()
+    assert f"{ROUTER}/v1" in client.get("/hosts/lab/revisions/1/exports/?download=hermes").content.decode()
+    token = _token(operator)
+    api = "/api/v1/hosts/lab/revisions/1/exports/opencode/"
+    assert f'"baseURL": "{ROUTER}/v1"' in call(client, "GET", api, token).json()["content"]
+    by_api = call(client, "GET", api + "?via=door", token).json()
+    assert f'"baseURL": "{DOOR}"' in by_api["content"] and by_api["notes"][0].startswith("through lab's front door")
+    assert call(client, "GET", api + "?via=elsewhere", token).status_code == 400
+
+
+def test_a_router_url_on_loopback_is_no_default_for_a_remote_host_and_says_why(lab, settings, client, operator):
+    settings.ROUTER_URL = "http://127.0.0.1:4100"  # the default for CONTROLPANEL_ROUTER_BIND=127.0.0.1:4100
+    _report(lab["host"])
+    assert f'base_url: "{DOOR}"' in revision_export(lab[1], "hermes").content  # the door, reachable
+    with pytest.raises(NotExportable, match="the lab router's URL is http://127.0.0.1:4100, which every client"):
+        revision_export(lab[1], "hermes", via="router")
+    client.force_login(operator)
+    page = client.get("/hosts/lab/revisions/1/exports/").content.decode()
+    assert 'Configs through: <a href="?via=router">the lab router</a> · <strong>lab\'s front door</strong>' in page
+    assert "but the lab router&#x27;s URL is http://127.0.0.1:4100" in page and "CONTROLPANEL_ROUTER_URL" in page
+
+
+def test_no_router_or_a_door_it_cannot_reach_keeps_the_door_and_says_why(lab, settings, client, operator):
+    _report(lab["host"])
+    settings.ROUTER_URL = ""  # CONTROLPANEL_ROUTER_BIND=off and no URL
+    made = revision_export(lab[1], "aider-metadata", via="router")
+    assert (
+        made.notes[1]
+        == "not through the lab router: there is none (CONTROLPANEL_ROUTER_BIND=off, no CONTROLPANEL_ROUTER_URL)"
+    )
+    client.force_login(operator)
+    page = client.get("/hosts/lab/revisions/1/exports/?via=router").content.decode()
+    assert 'id="export-via"' not in page and 'id="lab-router"' not in page and DOOR in page
+
+    settings.ROUTER_URL = ROUTER
+    lab[1].host.address = "127.0.0.1"  # another machine at loopback: the router would reach itself too
+    lab[1].host.save()
+    made = revision_export(lab[1], "aider-metadata", via="router")
+    assert made.notes[1].startswith("not through the lab router: the router cannot reach lab's front door either")
+    page = client.get("/hosts/lab/revisions/1/exports/").content.decode()
+    assert 'id="export-via"' not in page and "not for these configs: the router cannot reach lab&#x27;s" in page
+
+
+def _exports_via(revision: Any, via: str) -> dict[str, str]:
+    return {target: revision_export(revision, target, via).content for target in CLIENTS}

@@ -31,11 +31,13 @@ from serving.exports import (
     hermes_config,
     opencode_config,
     through_door,
+    through_router,
 )
 from tests.support.client_tools import opencode_bin, tool_python
 
 BASE = "http://10.0.0.5:8001/v1"
 DOOR = "http://10.0.0.5:4000/v1"  # the host's front door (issue 27): configs name it and an alias
+ROUTER = "http://10.0.0.1:4100/v1"  # the lab router (issue 27, one URL for the lab): the same alias
 SERVED = "Qwen3.8-27B-W4A16-AWQ"
 QWEN38 = RevisionView(
     number=4,
@@ -207,17 +209,23 @@ def _door_target(key_required: bool = True):
     return through_door(direct, base_url=DOOR, model="coder", api_key_required=key_required, route="door")
 
 
-def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_path):
-    """Hermes resolves the door, `coder` and the user's CONTROLPANEL_KEY (not the engine's
-    LLM_API_KEY); opencode loads the door and `selfhosted/coder`; aider finds `openai/coder`."""
-    target = _door_target()
+def _router_target():
+    return through_router(_door_target(), base_url=ROUTER, route="router", unreachable="")
+
+
+@pytest.mark.parametrize(("make", "url"), [(_door_target, DOOR), (_router_target, ROUTER)], ids=["door", "router"])
+def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_path, make, url):
+    """Hermes resolves the door (or the lab router), `coder` and the user's CONTROLPANEL_KEY (not
+    the engine's LLM_API_KEY); opencode loads that URL and `selfhosted/coder`; aider finds
+    `openai/coder`."""
+    target = make()
     hermes_home = tmp_path / "hermes"
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(hermes_config(target).content)
     (hermes_home / ".env").write_text("CONTROLPANEL_KEY=cpk_user\nLLM_API_KEY=sk-engine\n")
     env = _isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
     seen = _run_python(tool_python("hermes-agent"), HERMES_PROBE, env, tmp_path)
-    assert seen["runtime"] == {"provider": "custom", "base_url": DOOR, "api_key": "cpk_user"}
+    assert seen["runtime"] == {"provider": "custom", "base_url": url, "api_key": "cpk_user"}
     assert seen["model"]["default"] == "coder"
 
     project = tmp_path / "project"
@@ -236,10 +244,10 @@ def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     config = json.loads(done.stdout)
     assert config["model"] == "selfhosted/coder"
-    assert config["provider"]["selfhosted"]["options"] == {"baseURL": DOOR, "apiKey": "***"}  # opencode masks it
+    assert config["provider"]["selfhosted"]["options"] == {"baseURL": url, "apiKey": "***"}  # opencode masks it
 
     (tmp_path / ".aider.model.settings.yml").write_text(aider_model_settings(target).content)
     (tmp_path / ".aider.model.metadata.json").write_text(aider_model_metadata(target).content)
-    env = _isolated_env(tmp_path, OPENAI_API_BASE=DOOR, OPENAI_API_KEY="cpk_user", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = _isolated_env(tmp_path, OPENAI_API_BASE=url, OPENAI_API_KEY="cpk_user", LITELLM_LOCAL_MODEL_COST_MAP="True")
     seen = _run_python(tool_python("aider-chat"), AIDER_PROBE % "coder", env, tmp_path)
     assert seen["max_input_tokens"] == target.context_tokens and seen["use_temperature"] == 1.0

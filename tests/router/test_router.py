@@ -9,6 +9,7 @@ import time
 import pytest
 from openai import AuthenticationError, InternalServerError, NotFoundError, OpenAI, PermissionDeniedError
 
+from bench.bench_frontdoor import metric
 from tests.hostagent.door.test_front_door_e2e import until
 
 from .conftest import Lab
@@ -25,6 +26,16 @@ def client(lab: Lab, key: str | None = "all") -> OpenAI:
 def door_answers(lab: Lab, host: str, code: str) -> float:
     """How many requests `host`'s front door answered with `code` (its own metrics)."""
     return lab.doors[host].metric("frontdoor_requests_total", code=code)
+
+
+def routed(lab: Lab, host: str, alias: str, code: str) -> float:
+    """How many requests for `alias` the router counted as `host`'s door answering `code`
+    (its /metrics; host and alias "" when the router answered itself)."""
+    return metric(lab.router, "router_requests_total", host=host, alias=alias, code=code)
+
+
+def door_gauge(lab: Lab, name: str, host: str) -> float:
+    return metric(lab.router, name, host=host)
 
 
 def test_requests_go_by_name_or_alias_to_a_host_that_serves_it_and_keys_are_the_doors(two_hosts: Lab) -> None:
@@ -56,6 +67,16 @@ def test_requests_go_by_name_or_alias_to_a_host_that_serves_it_and_keys_are_the_
     assert no_key.value.code == "invalid_api_key"
     assert door_answers(two_hosts, "lab-a", "403") == 0  # refused at the router: no door saw it
 
+    # The router's /metrics count what happened: by the host that answered, the name and the status.
+    assert routed(two_hosts, "lab-a", "coder", "200") == 2  # a chat and a completion
+    assert routed(two_hosts, "lab-b", "fast", "200") == 2 and routed(two_hosts, "lab-b", "gemma-b-r1", "200") == 1
+    assert metric(two_hosts.router, "router_requests_total", model="gemma-a-r1") == 2
+    assert routed(two_hosts, "", "coder", "403") == 1  # the router refused it, no door saw it
+    assert routed(two_hosts, "", "", "404") == 1 and routed(two_hosts, "", "", "401") == 1  # no client-made label
+    assert metric(two_hosts.router, "router_requests_total") == 8
+    assert metric(two_hosts.router, "router_failovers_total") == 0
+    assert door_gauge(two_hosts, "router_door_down", "lab-a") == 0 == door_gauge(two_hosts, "router_door_down", "lab-b")
+
 
 def test_a_stream_passes_through_as_written_and_a_client_that_hangs_up_ends_it_at_the_door(two_hosts: Lab) -> None:
     lab = client(two_hosts)
@@ -76,6 +97,8 @@ def test_a_stream_passes_through_as_written_and_a_client_that_hangs_up_ends_it_a
     for seen, _ in enumerate(endless, 1):
         if seen == 3:
             break
+    assert door_gauge(two_hosts, "router_requests_in_flight", "lab-a") == 1  # the router's, as it stands
+    assert door_gauge(two_hosts, "router_requests_in_flight", "lab-b") == 0
     endless.close()
     until(
         "lab-a's door ends the request the client left",
@@ -83,6 +106,8 @@ def test_a_stream_passes_through_as_written_and_a_client_that_hangs_up_ends_it_a
         timeout=120,
     )
     until("nothing in flight at lab-a", lambda: two_hosts.doors["lab-a"].state()["gemma-a-r1"]["in_flight"] == 0)
+    assert routed(two_hosts, "lab-a", "coder", "499") == 1 and routed(two_hosts, "lab-a", "coder", "200") == 1
+    assert door_gauge(two_hosts, "router_requests_in_flight", "lab-a") == 0
 
 
 def test_a_host_whose_door_is_down_is_skipped_for_another_that_serves_the_alias(two_hosts: Lab) -> None:
@@ -103,3 +128,13 @@ def test_a_host_whose_door_is_down_is_skipped_for_another_that_serves_the_alias(
     assert nowhere.value.status_code == 503 and nowhere.value.code == "no_route"
     assert "lab-a: refused a connection just now" in nowhere.value.message
     assert nowhere.value.response.headers["Retry-After"] == "10"
+
+    # The router's /metrics: one failover (lab-a refused, lab-b answered), lab-a down while skipped.
+    assert metric(two_hosts.router, "router_failovers_total", host="lab-a") == 1
+    assert metric(two_hosts.router, "router_failovers_total") == 1
+    assert routed(two_hosts, "lab-a", "chat", "200") == 1 and routed(two_hosts, "lab-b", "chat", "200") == 2
+    assert routed(two_hosts, "", "coder", "503") == 1
+    assert door_gauge(two_hosts, "router_door_down", "lab-a") == 1
+    assert door_gauge(two_hosts, "router_door_down", "lab-b") == 0
+    assert 0 <= metric(two_hosts.router, "router_route_table_age_seconds") < 5  # read every 0.3 s
+    assert metric(two_hosts.router, "router_route_table_read_failures_total") == 0

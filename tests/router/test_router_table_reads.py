@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from bench.bench_frontdoor import metric
 from controlpanel.router.app import Router
 from serving.lab_routes import Door, LabRoutes
 
@@ -60,12 +61,21 @@ def test_no_table_yet_is_503_starting_and_a_failed_read_later_keeps_the_last_tab
     early = ask(url)
     assert early.status_code == 503 and early.json()["error"]["code"] == "starting"
     assert early.headers["Retry-After"] == "1"
+    failed = metric(url, "router_route_table_read_failures_total")
+    assert failed >= 1 and metric(url, "router_route_table_age_seconds") > 0  # no table yet: since the start
+    assert metric(url, "router_requests_total", host="", alias="", code="503") == 1
 
     answers[0] = TABLE
     until_health(url, 200)
+    assert metric(url, "router_route_table_age_seconds") < 1
     answers[0] = ConnectionError("away again")
+    failed = metric(url, "router_route_table_read_failures_total")
     threading.Event().wait(0.3)  # several failed reads
+    assert metric(url, "router_route_table_read_failures_total") >= failed + 3
+    assert metric(url, "router_route_table_age_seconds") >= 0.3  # the kept table ages
     assert httpx.get(f"{url}/health", timeout=5).json()["doors"] == 1
     refused = ask(url)  # gpu-a's door is not there: the table was kept, the door is tried and skipped
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_route"
     assert "tried gpu-a" in refused.json()["error"]["message"]
+    assert metric(url, "router_failovers_total", host="gpu-a") == 1 and metric(url, "router_door_down") == 1
+    assert metric(url, "router_requests_total", host="", alias="coder", code="503") == 1

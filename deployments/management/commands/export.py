@@ -6,22 +6,28 @@ from django.core.management.base import CommandParser
 
 from deployments.management.cli import BadInput, PanelCommand, get_host
 from deployments.models import DeploymentRevision, active_revision_of
-from deployments.services.exports import TARGETS, revision_export
+from deployments.services.exports import TARGETS, VIA, revision_export
 from serving.exports import NotExportable
 
 
 class Command(PanelCommand):
     help = (
         "Print one export of a revision to standard output, exactly as its target runs it: a client config "
-        "(opencode, hermes, aider-settings, aider-metadata), the host's launch (start-script, systemd) or the "
-        "seed role's group_vars (ansible). What the file cannot say goes to standard error. Exit status 2, "
-        "with one line saying why, when the revision cannot be exported to that target."
+        "(opencode, hermes, aider-settings, aider-metadata; --via router or door), the host's launch "
+        "(start-script, systemd) or the seed role's group_vars (ansible). What the file cannot say goes to "
+        "standard error. Exit status 2, with one line saying why, when the revision cannot be exported to that "
+        "target."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", required=True)
         parser.add_argument("--revision", type=int, default=None, help="revision number (default: active, else latest)")
         parser.add_argument("--to", required=True, choices=TARGETS, dest="target", help="the export's target")
+        parser.add_argument(
+            "--via", choices=VIA, default=None,
+            help="a client config through the lab router or the host's own front door (default: the router "
+            "when clients can reach it)",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = get_host(options["host"])
@@ -33,7 +39,7 @@ class Command(PanelCommand):
         if revision is None:
             raise BadInput(f"{host.name} has no revision {options['revision'] or ''}".rstrip() + ".")
         try:
-            exported = revision_export(revision, options["target"])
+            exported = revision_export(revision, options["target"], options["via"])
         except NotExportable as exc:
             raise BadInput(
                 f"r{revision.number} of {host.name} cannot be exported to {options['target']}: {exc}"

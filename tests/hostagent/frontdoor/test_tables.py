@@ -11,7 +11,7 @@ import pytest
 from hostagent.frontdoor import KeyTable, RoutingTable, hash_key
 from hostagent.frontdoor.settings import FrontDoorSettings, SettingsError
 from hostagent.frontdoor.table import TableError
-from hostagent.frontdoor.usage import UsageStream
+from hostagent.frontdoor.usage import UsageStream, ends_stream
 
 MODEL = {"name": "qwen-r12", "upstream": "http://127.0.0.1:8001", "aliases": ["coder"], "mode": "pinned"}
 
@@ -81,3 +81,16 @@ def test_the_usage_event_is_read_wherever_the_reads_cut_it(cut: int, strip: bool
     assert reader.usage == {"prompt_tokens": 9, "completion_tokens": 2}
     expected = STREAM.replace(b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n', b"")
     assert out == (expected if strip else STREAM)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 64, 101, len(STREAM)])
+def test_the_piece_that_carries_the_streams_end_is_known_wherever_the_reads_cut_it(cut: int) -> None:
+    """The door counts a client that hangs up on [DONE] as answered from the write that hands it
+    [DONE] on: exactly one piece says it ends the stream, and a model that writes "[DONE]" in its
+    text ends nothing."""
+    reader = UsageStream(strip=True)
+    pieces = [reader.feed(STREAM[i : i + cut]) for i in range(0, len(STREAM), cut)] + [reader.close()]
+    assert [ends_stream(p) for p in pieces if p].count(True) == 1
+    assert ends_stream(next(p for p in reversed(pieces) if p))
+    quoted = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
+    assert not ends_stream(quoted) and not ends_stream(b'data: {"content":"\\n[DONE]"}\n\n')
