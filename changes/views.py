@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, role_required
-from deployments.presenters import validation_messages
+from deployments.presenters import flash_refusal
 from hardware.models import Host
 
 from .choices import ChangeState
@@ -62,8 +62,7 @@ def change_decide_view(request: HttpRequest, pk: int) -> HttpResponse:
             actor=request.user,
         )
     except ValidationError as exc:
-        for message in validation_messages(exc):
-            messages.error(request, message)
+        flash_refusal(request, exc)
     else:
         change.refresh_from_db()
         messages.success(request, f"Request #{change.pk}: {change.get_state_display().lower()}.")

@@ -57,3 +57,17 @@ def audited_save(
     obj.full_clean()
     obj.save()
     audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
+
+
+def audited_delete(
+    obj: models.Model,
+    *,
+    action: str,
+    summary: str,
+    host: models.Model | None = None,
+    data: dict[str, Any] | None = None,
+    actor: object,
+) -> None:
+    """Record the deletion of `obj` (while it still has its id), then delete it."""
+    audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
+    obj.delete()

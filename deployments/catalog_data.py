@@ -13,6 +13,26 @@ MIB = 1024**2
 GIB = 1024**3
 GB = 1000**3
 
+# An A100 SXM4 board, whichever its memory.
+_A100_SXM4: dict[str, Any] = {
+    "compute_capability": "8.0",
+    "architecture": "Ampere",
+    "is_geforce": False,
+    "pcie_p2p": True,
+    "nvlink": True,
+    "tdp_w": 400,
+    "notes": "SXM4 boards have NVLink; PCIe cards need a bridge.",
+}
+# A Hopper board with NVLink (H100 SXM5, H200).
+_HOPPER: dict[str, Any] = {
+    "compute_capability": "9.0",
+    "architecture": "Hopper",
+    "is_geforce": False,
+    "pcie_p2p": True,
+    "nvlink": True,
+    "tdp_w": 700,
+}
+
 # Memory is what NVML reports as total (MiB as nvidia-smi prints it), not the box's marketing GB;
 # the H200 figure is the real probe in shared/reference/recordings/h200-nvml-probe.json.
 GPU_TYPES: list[dict[str, Any]] = [
@@ -80,48 +100,26 @@ GPU_TYPES: list[dict[str, Any]] = [
         "short_name": "A100 40GB",
         "name": "NVIDIA A100-SXM4-40GB",
         "memory_bytes": 40960 * MIB,
-        "compute_capability": "8.0",
-        "architecture": "Ampere",
-        "is_geforce": False,
-        "pcie_p2p": True,
-        "nvlink": True,
-        "tdp_w": 400,
-        "notes": "SXM4 boards have NVLink; PCIe cards need a bridge.",
+        **_A100_SXM4,
     },
     {
         "short_name": "A100 80GB",
         "name": "NVIDIA A100-SXM4-80GB",
         "memory_bytes": 81920 * MIB,
-        "compute_capability": "8.0",
-        "architecture": "Ampere",
-        "is_geforce": False,
-        "pcie_p2p": True,
-        "nvlink": True,
-        "tdp_w": 400,
-        "notes": "SXM4 boards have NVLink; PCIe cards need a bridge.",
+        **_A100_SXM4,
     },
     {
         "short_name": "H100 80GB",
         "name": "NVIDIA H100 80GB HBM3",
         "memory_bytes": 81559 * MIB,
-        "compute_capability": "9.0",
-        "architecture": "Hopper",
-        "is_geforce": False,
-        "pcie_p2p": True,
-        "nvlink": True,
-        "tdp_w": 700,
+        **_HOPPER,
         "notes": "SXM5 boards have NVLink; H100 PCIe needs a bridge.",
     },
     {
         "short_name": "H200",
         "name": "NVIDIA H200",
         "memory_bytes": 150754820096,
-        "compute_capability": "9.0",
-        "architecture": "Hopper",
-        "is_geforce": False,
-        "pcie_p2p": True,
-        "nvlink": True,
-        "tdp_w": 700,
+        **_HOPPER,
         "notes": "Memory and power limit as probed on a real H200 (shared/reference/recordings).",
     },
 ]

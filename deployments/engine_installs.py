@@ -8,13 +8,11 @@ service manager finds. Reads the host row only.
 
 from __future__ import annotations
 
-from typing import Any
-
 from deployments.models import DeploymentRevision
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
-from serving.engines.versions import parse_version
+from serving.engines.registry import get_adapter, install_key, recorded_installs
+from serving.engines.versions import newest_first
 
 
 def _in_folder(engine: str) -> str | None:
@@ -34,26 +32,14 @@ def ansible_venv(revision: DeploymentRevision) -> str | None:
     return venv.rstrip("/") if isinstance(venv, str) and venv.startswith("/") and "{" not in venv else None
 
 
-def _version_order(engine: str) -> Any:
-    def order(version: str) -> Any:
-        try:
-            return (1, parse_version(engine, version))
-        except EngineConfigError:
-            return (0, parse_version(engine, ""))
-
-    return order
-
-
 def host_binary(host: Host, engine: str, version: str) -> str | None:
     """The executable of `engine` `version` the host recorded installing (for "latest", the
     newest recorded); None when none is."""
-    installs = host.engine_installs if isinstance(host.engine_installs, dict) else {}
-    recorded = installs.get(engine)
-    recorded = recorded if isinstance(recorded, dict) else {}
-    key = version or "latest"  # services.installs.install_key
+    recorded = recorded_installs(host.engine_installs, engine)
+    key = install_key(version)
     candidates = [key] if key in recorded else []
     if version == "":
-        candidates += [k for k in sorted(recorded, key=_version_order(engine), reverse=True) if k not in candidates]
+        candidates += [k for k in newest_first(engine, recorded) if k not in candidates]
     inside = _in_folder(engine)
     for candidate in candidates:
         entry = recorded.get(candidate)

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
 from deployments.choices import OperationKind, OperationState
@@ -250,6 +252,12 @@ def validation_messages(exc: ValidationError) -> list[str]:
     if hasattr(exc, "error_dict"):
         return [f"{k}: {m}" if k != "__all__" else m for k, ms in exc.message_dict.items() for m in ms]
     return list(exc.messages)
+
+
+def flash_refusal(request: HttpRequest, exc: ValidationError, *, what: str = "") -> None:
+    """Each message of a refusal as an error on the next page ("Could not WHAT: ..." with `what`)."""
+    for message in validation_messages(exc):
+        messages.error(request, f"Could not {what}: {message}" if what else message)
 
 
 # --- operation logs ----------------------------------------------------------------------------

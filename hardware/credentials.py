@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
-from django.utils.text import slugify
 
 from controlpanel.broker import (
     acl_setuser_argv,
@@ -35,7 +34,7 @@ from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record, person_of
 
 from .models import Host, HostCredential
-from .queues import host_queue_name
+from .queues import host_queue_name, host_slug
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -57,9 +56,7 @@ def host_token_issue(*, name: str, actor: AbstractUser | None) -> tuple[Host, st
     """A new token for host `name` (created, not yet probed, when it does not exist), shown once;
     every earlier token of the host is revoked in the same transaction."""
     ensure_role(actor, ADMIN)
-    slug = slugify(name)
-    if not slug:
-        raise ValidationError({"name": "A host needs a name made of letters, digits or dashes."})
+    slug = host_slug(name)
     host, created = Host.objects.select_for_update().get_or_create(name=slug, defaults={"queue": host_queue_name(slug)})
     if host.is_demo:
         raise ValidationError({"name": f"{slug} is a demo host: no agent runs it."})

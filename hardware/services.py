@@ -18,7 +18,7 @@ from core.audit import audit_record
 from core.limits import MAX_GPUS
 
 from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample, HostTag
-from .queues import host_queue_name
+from .queues import host_queue_name, host_slug
 from .telemetry_sql import Row, insert_gpu_samples
 
 if TYPE_CHECKING:
@@ -97,9 +97,7 @@ def host_declare(
 ) -> Host:
     """Record a host and its GPUs by hand, before any agent has probed it."""
     ensure_role(actor, ADMIN)
-    slug = slugify(name)
-    if not slug:
-        raise ValidationError({"name": "A host needs a name made of letters, digits or dashes."})
+    slug = host_slug(name)
     if Host.objects.filter(name=slug).exists():
         raise ValidationError({"name": f"A host named {slug} already exists."})
     total = 0

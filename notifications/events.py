@@ -178,20 +178,12 @@ def watchdog_event(host: Host, kind: str, message: str, *, serving: int | None) 
 
 
 def presence_event(host: Host, *, online: bool, reason: str = "") -> Event:
-    if online:
-        return Event(
-            kind=EventKind.HOST_ONLINE,
-            summary=f"{host.name} is back: its agent reports again.",
-            host_id=host.pk,
-            host_name=host.name,
-            link_path=_path("hardware:host_detail", name=host.name),
-        )
     return Event(
-        kind=EventKind.HOST_OFFLINE,
-        summary=f"{host.name} went offline.",
+        kind=EventKind.HOST_ONLINE if online else EventKind.HOST_OFFLINE,
+        summary=f"{host.name} is back: its agent reports again." if online else f"{host.name} went offline.",
         host_id=host.pk,
         host_name=host.name,
-        error=error_line(reason),
+        error="" if online else error_line(reason),
         link_path=_path("hardware:host_detail", name=host.name),
     )
 

@@ -21,7 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
-from core.audit import audit_record, audited_save, person_of
+from core.audit import audit_record, audited_delete, audited_save, person_of
 from core.secrets_mask import mask_text
 from hardware.models import Host
 
@@ -120,14 +120,13 @@ def channel_update(*, channel: Channel, name: str, url: str = "", enabled: bool,
 @transaction.atomic
 def channel_delete(*, channel: Channel, actor: AbstractUser | None) -> None:
     ensure_role(actor, ADMIN)
-    audit_record(
+    audited_delete(
+        channel,
         action="notification.channel.delete",
         summary=f"notification channel {channel.name} ({channel.service}) deleted",
-        obj=channel,
         data={"service": channel.service, "rules": channel.rules.count()},
         actor=actor,
     )
-    channel.delete()
 
 
 def _rule_input(events: list[str], thresholds: dict[str, Any]) -> tuple[list[str], dict[str, float]]:
@@ -230,15 +229,14 @@ def rule_update(
 @transaction.atomic
 def rule_delete(*, rule: Rule, actor: AbstractUser | None) -> None:
     ensure_role(actor, ADMIN)
-    audit_record(
+    audited_delete(
+        rule,
         action="notification.rule.delete",
         summary=f"notification rule to {rule.channel.name} deleted",
-        obj=rule,
         host=rule.host,
         data=_rule_summary(rule),
         actor=actor,
     )
-    rule.delete()
 
 
 # --- raising events -----------------------------------------------------------------------------

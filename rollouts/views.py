@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import apply_error, by_method
-from deployments.presenters import validation_messages
+from deployments.presenters import flash_refusal
 from deployments.services.gates import gate_params
 from deployments.services.review import ChangeRequested
 from hardware.models import Host, HostTag
@@ -130,8 +130,7 @@ def rollout_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     try:
         service(rollout=_rollout_or_404(pk), actor=request.user)
     except ValidationError as exc:
-        for message in validation_messages(exc):
-            messages.error(request, f"Could not {what}: {message}")
+        flash_refusal(request, exc, what=what)
     return redirect("rollouts:detail", pk=pk)
 
 
@@ -145,8 +144,7 @@ def host_tags(request: HttpRequest, name: str) -> HttpResponse:
             tags = host_tags_set(host=host, tags=form.cleaned_data["tags"], actor=request.user)
             messages.success(request, f"{host.name}'s tags: {', '.join(tags) or 'none'}.")
         except ValidationError as exc:
-            for message in validation_messages(exc):
-                messages.error(request, f"Could not set the tags: {message}")
+            flash_refusal(request, exc, what="set the tags")
     else:
         messages.error(request, "Could not set the tags: " + "; ".join(e for v in form.errors.values() for e in v))
     return redirect("hardware:host_detail", name=host.name)

@@ -26,7 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.engines.versions import LATEST_KNOWN, VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+from serving.engines.versions import (
+    LATEST_KNOWN,
+    VLLM_ATTENTION_BACKEND_FLAG_SINCE,
+    VLLM_ATTENTION_ENV_IGNORED_SINCE,
+    at_least,
+)
 
 # The start script always exports these (ansible-vars.md).
 VLLM_SCRIPT_ENV = {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
@@ -38,8 +43,7 @@ CACHE_ENV = ("HF_HOME", "HUGGINGFACE_HUB_CACHE")
 ROLE_VLLM_FLOOR = "0.17.0"
 ROLE_VLLM_VERSION = LATEST_KNOWN["vllm"]
 # VLLM_ATTENTION_BACKEND: honoured before 0.13, deprecated (still honoured) until 0.26, then
-# gone from vLLM and silently ignored (serving/engines/versions.py).
-VLLM_ATTENTION_ENV_IGNORED_SINCE = "0.26.0"
+# gone from vLLM and silently ignored (serving/engines/versions.py: VLLM_ATTENTION_ENV_IGNORED_SINCE).
 
 # The role's defaults (roles/vllm/defaults/main.yml): what each variable the start script reads
 # takes when group_vars leave it out. An import applies them (the role runs them); an export

@@ -63,13 +63,13 @@ from serving.ansible_role import (
     ROLE_DEFAULTS,
     ROLE_VLLM_FLOOR,
     ROLE_VLLM_VERSION,
-    VLLM_ATTENTION_ENV_IGNORED_SINCE,
     VLLM_SCRIPT_ENV,
     RoleInput,
+    RoleVars,
     vllm_role_vars,
 )
 from serving.engines.base import EngineConfigError
-from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, VLLM_ATTENTION_ENV_IGNORED_SINCE, at_least
 from serving.safety import MAX_INT, UnsafeValueError, check_json_value
 
 # The Ollama role's fixed settings (ansible-vars.md).
@@ -139,7 +139,7 @@ class SecretRef:
 
 @dataclass(frozen=True)
 class AnsibleImport:
-    engine: str  # "vllm" | "ollama"
+    engine: str  # a key of ROLES: "vllm" | "ollama"
     engine_version: str  # "" when the vars do not pin one
     model: str
     served_name: str
@@ -405,9 +405,10 @@ def parse_group_vars(text: str, *, engine_version: str | None = None) -> Ansible
     data = load_group_vars(text)
     engine = _text(data.get("inference_engine") or "vllm", "inference_engine").strip()
     warnings: list[str] = []
-    if engine not in ("vllm", "ollama"):
+    if engine not in ROLES:
         warnings.append(f"inference_engine {engine[:40]!r} is neither vllm nor ollama; read as vllm")
         engine = "vllm"
+    role = ROLES[engine]
 
     unknown: dict[str, Any] = {}
     ignored: dict[str, Any] = {}
@@ -415,7 +416,7 @@ def parse_group_vars(text: str, *, engine_version: str | None = None) -> Ansible
     for name, value in data.items():
         if name in _ENGINE_VARS or name in _VLLM_SECRETS:
             continue
-        active = (name in _VLLM_KNOB_VARS and engine == "vllm") or (name in _OLLAMA_VARS and engine == "ollama")
+        active = name in role.variables
         if active and is_template(value):
             templated[name] = value
         elif name in _IGNORED or name.startswith(_PREFIX_IGNORED):
@@ -429,33 +430,27 @@ def parse_group_vars(text: str, *, engine_version: str | None = None) -> Ansible
     for var in _VLLM_SECRETS:
         if is_template(data.get(var)):
             templated[var] = data[var]  # a vault reference is not a value: kept (inert unless conventional)
-    tool_calling = data.get("vllm_enable_tool_calling", ROLE_DEFAULTS["vllm_enable_tool_calling"])
-    if engine == "vllm" and not _truthy(tool_calling) and "vllm_tool_call_parser" in data:
-        ignored["vllm_tool_call_parser"] = data["vllm_tool_call_parser"]  # the script drops it
 
-    defaulted = sorted(n for n in ROLE_DEFAULTS if n not in data and n not in ("vllm_venv_dir", "vllm_api_key"))
+    defaulted = sorted(n for n in role.defaults if n not in data and n not in ("vllm_venv_dir", "vllm_api_key"))
 
     def get(name: str) -> Any:
-        """The value the role's start script uses: the file's, else the role's default (vLLM);
-        None for a template, which sets nothing."""
+        """The value the role's start script uses: the file's, else the role's default (vLLM's
+        role has defaults); None for a template, which sets nothing."""
         if name in templated:
             return None
-        if engine == "vllm" and name not in data:
-            return ROLE_DEFAULTS.get(name)
+        if name not in data:
+            return role.defaults.get(name)
         return data.get(name)
 
-    if engine == "vllm" and defaulted:
+    if defaulted:
         warnings.append(
             "not in the group_vars, so the role's defaults apply (imported as the role runs them): "
-            + ", ".join(f"{n}={ROLE_DEFAULTS[n]!r}" for n in defaulted)
+            + ", ".join(f"{n}={role.defaults[n]!r}" for n in defaulted)
         )
 
-    if engine == "vllm":
-        result = _parse_vllm(get, data, warnings, engine_version)
-        if "vllm_attention_backend" in result.pop("kept"):
-            ignored["vllm_attention_backend"] = data["vllm_attention_backend"]
-    else:
-        result = _parse_ollama(get, warnings)
+    result = role.parse(get, data, warnings, engine_version)
+    for name in result.pop("kept"):
+        ignored[name] = data[name]  # understood, but the role's script runs nothing from it
     warnings.extend(_template_notes(data))
     return AnsibleImport(
         engine=engine,
@@ -491,7 +486,10 @@ def _parse_vllm(
     get: Callable[[str], Any], data: dict[str, Any], warnings: list[str], engine_version: str | None
 ) -> dict[str, Any]:
     knobs: dict[str, Any] = {}
-    kept: list[str] = []  # understood variables that set nothing on this version: written back as they are
+    kept: list[str] = []  # understood variables that set nothing here: written back as they are
+    tool_calling = data.get("vllm_enable_tool_calling", ROLE_DEFAULTS["vllm_enable_tool_calling"])
+    if not _truthy(tool_calling) and "vllm_tool_call_parser" in data:
+        kept.append("vllm_tool_call_parser")  # the script drops it
     version = _vllm_version(engine_version, warnings)
     model = _text(get("vllm_model"), "vllm_model").strip()
     if not model:
@@ -574,7 +572,9 @@ def _parse_vllm(
     }
 
 
-def _parse_ollama(get: Callable[[str], Any], warnings: list[str]) -> dict[str, Any]:
+def _parse_ollama(
+    get: Callable[[str], Any], data: dict[str, Any], warnings: list[str], engine_version: str | None
+) -> dict[str, Any]:
     models = get("ollama_models") or []
     if isinstance(models, str | int | float):
         models = [models]
@@ -595,6 +595,7 @@ def _parse_ollama(get: Callable[[str], Any], warnings: list[str]) -> dict[str, A
         "port": _integer(_number(get("ollama_port"), "ollama_port")),
         "knobs": knobs,
         "env": {},
+        "kept": [],
     }
 
 
@@ -654,15 +655,12 @@ def render_group_vars(engine: str, role: RoleInput) -> AnsibleExport:
     out: dict[str, Any] = {"inference_engine": engine}
     not_exported: dict[str, str] = {}
     defaults: dict[str, str] = {}
-    if engine == "vllm":
-        role_vars = vllm_role_vars(role)
-        out.update(role_vars.values)
-        not_exported.update(role_vars.not_exported)
-        defaults.update(role_vars.defaults)
-    elif engine == "ollama":
-        out.update(_ollama_vars(role, not_exported))
-    else:
+    if engine not in ROLES:
         raise AnsibleVarsError(f"the Ansible roles run vllm or ollama, not {engine!r}")
+    role_vars = ROLES[engine].render(role)
+    out.update(role_vars.values)
+    not_exported.update(role_vars.not_exported)
+    defaults.update(role_vars.defaults)
     merged = dict(role.preserved) if isinstance(role.preserved, Mapping) else {}
     for key, value in out.items():
         if value is None and key in merged:
@@ -706,8 +704,9 @@ def _comment(text: str) -> str:
     return "# " + flat.replace("{", "(").replace("}", ")") + "\n"
 
 
-def _ollama_vars(role: RoleInput, not_exported: dict[str, str]) -> dict[str, Any]:
+def _ollama_vars(role: RoleInput) -> RoleVars:
     knobs = role.knobs
+    not_exported: dict[str, str] = {}
     out: dict[str, Any] = {
         "ollama_version": role.engine_version or None,
         "ollama_host": role.host,
@@ -722,4 +721,24 @@ def _ollama_vars(role: RoleInput, not_exported: dict[str, str]) -> dict[str, Any
             not_exported[knob] = "the Ollama role fixes OLLAMA_NUM_PARALLEL=2 and OLLAMA_KEEP_ALIVE=30m"
     for key in role.env:
         not_exported[key] = "the Ollama role has no variable for extra environment"
-    return out
+    return RoleVars(values=out, not_exported=not_exported)
+
+
+@dataclass(frozen=True)
+class Role:
+    """One of the seed's Ansible roles, by its `inference_engine` value: the variables it reads,
+    the defaults it applies to those a group_vars text leaves out, how such a text becomes a
+    revision's settings (`parse`: engine_version, model, served_name, host, port, knobs, env, and
+    `kept`: understood variables that set nothing, written back as they are), and how a
+    revision is written back as its variables (`render`)."""
+
+    variables: frozenset[str]
+    defaults: Mapping[str, Any]
+    parse: Callable[[Callable[[str], Any], dict[str, Any], list[str], str | None], dict[str, Any]]
+    render: Callable[[RoleInput], RoleVars]
+
+
+ROLES: dict[str, Role] = {
+    "vllm": Role(frozenset(_VLLM_KNOB_VARS), ROLE_DEFAULTS, _parse_vllm, vllm_role_vars),
+    "ollama": Role(frozenset(_OLLAMA_VARS), {}, _parse_ollama, _ollama_vars),
+}

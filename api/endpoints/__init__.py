@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 
 from controlpanel.roles import ensure_role
+from deployments.models import DeploymentRevision
+from deployments.selectors import revision_numbered
 from hardware.models import Host
 
 
@@ -27,3 +30,11 @@ def host_or_404(name: str) -> Host:
         return Host.objects.select_related("deployment__active_revision").get(name=name)
     except (Host.DoesNotExist, ValueError):
         raise Http404(f"No host named {name[:80]!r}.") from None
+
+
+def revision_or_404(host: Host, number: int) -> DeploymentRevision:
+    """selectors.revision_numbered, its refusal a 404."""
+    try:
+        return revision_numbered(host, number)
+    except ValidationError as exc:
+        raise Http404(exc.message_dict["revision"][0]) from None

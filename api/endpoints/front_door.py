@@ -10,7 +10,7 @@ from ninja import Router, Status
 
 from api.schemas import AliasIn, AliasList, Error, KeyCreated, KeyIn, KeyList, KeyOut, ServeIn, ServingList, UsageList
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER
-from deployments.models import DeploymentRevision, FrontDoor, InferenceKey
+from deployments.models import FrontDoor, InferenceKey
 from deployments.services.aliases import alias_delete, alias_list, alias_set
 from deployments.services.inference_keys import key_create, key_revoke
 from deployments.services.planning import planned_memory
@@ -18,18 +18,11 @@ from deployments.services.serving_set import served_set, serving_mode_set
 from deployments.services.usage import usage_totals
 from hardware.models import Host
 
-from . import actor, host_or_404
+from . import actor, host_or_404, revision_or_404
 
 hosts = Router(tags=["front door"])
 keys = Router(tags=["front door"])
 usage = Router(tags=["front door"])
-
-
-def _revision(host: Host, number: int) -> DeploymentRevision:
-    found = DeploymentRevision.objects.select_related("host", "model_variant").filter(host=host, number=number).first()
-    if found is None:
-        raise Http404(f"{host.name} has no revision r{number}.")
-    return found
 
 
 def _serving(host: Host) -> dict[str, Any]:
@@ -72,7 +65,9 @@ def serving_get(request: HttpRequest, name: str) -> dict[str, Any]:
 def serving_put(request: HttpRequest, name: str, number: int, payload: ServeIn) -> dict[str, Any]:
     user = actor(request, OPERATOR)
     host = host_or_404(name)
-    serving_mode_set(revision=_revision(host, number), mode=payload.mode, idle_ttl_s=payload.idle_ttl_s, actor=user)
+    serving_mode_set(
+        revision=revision_or_404(host, number), mode=payload.mode, idle_ttl_s=payload.idle_ttl_s, actor=user
+    )
     return _serving(host)
 
 
@@ -95,7 +90,7 @@ def aliases_get(request: HttpRequest, name: str) -> dict[str, Any]:
 def alias_put(request: HttpRequest, name: str, alias: str, payload: AliasIn) -> dict[str, Any]:
     user = actor(request, OPERATOR)
     host = host_or_404(name)
-    alias_set(host=host, name=alias, revision=_revision(host, payload.revision), actor=user)
+    alias_set(host=host, name=alias, revision=revision_or_404(host, payload.revision), actor=user)
     return _aliases(host)
 
 

@@ -10,8 +10,8 @@ from ninja import Router, Status
 from api.schemas import OPERATION_QUEUED, Error, HostList, HostOut, SwitchIn
 from api.serialize import host_dict, operation_with_gate
 from controlpanel.roles import OPERATOR, VIEWER
-from deployments.models import DeploymentRevision
 from deployments.selectors import hosts as selectors
+from deployments.selectors import revision_numbered
 from deployments.services.switch import switch_request
 
 from . import actor, host_or_404
@@ -41,11 +41,7 @@ def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
 def host_switch(request: HttpRequest, name: str, payload: SwitchIn) -> Status:
     user = actor(request, OPERATOR)
     host = host_or_404(name)
-    revision = DeploymentRevision.objects.select_related("host").filter(host=host, number=payload.revision).first()
-    if revision is None:
-        from django.core.exceptions import ValidationError
-
-        raise ValidationError({"revision": f"{host.name} has no revision r{payload.revision}."})
+    revision = revision_numbered(host, payload.revision)
     gate = payload.gate.request() if payload.gate is not None else None
     op = switch_request(revision=revision, override_reason=payload.override_reason, gate=gate, actor=user)
     return Status(202, operation_with_gate(op))

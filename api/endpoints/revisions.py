@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Router, Status
 
 from api.schemas import DiffOut, Error, ExportOut, ExportTarget, ExportVia, RevisionIn, RevisionList, RevisionOut
@@ -15,25 +15,11 @@ from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import changes_between
 from deployments.services.exports import revision_export
 from deployments.services.revisions import revision_derive
-from hardware.models import Host
 from serving.exports import NotExportable
 
-from . import actor, host_or_404
+from . import actor, host_or_404, revision_or_404
 
 router = Router(tags=["revisions"])
-
-
-def _revision(host: Host, number: int) -> DeploymentRevision:
-    revision = (
-        DeploymentRevision.objects.select_related(
-            "host__deployment__active_revision", "model_variant", "author", "parent"
-        )
-        .filter(host=host, number=number)
-        .first()
-    )
-    if revision is None:
-        raise Http404(f"{host.name} has no revision r{number}.")
-    return revision
 
 
 @router.get("{name}/revisions/", response={200: RevisionList, 404: Error}, summary="A host's revisions, newest first")
@@ -48,7 +34,7 @@ def revision_list(request: HttpRequest, name: str) -> dict[str, Any]:
 @router.get("{name}/revisions/{number}/", response={200: RevisionOut, 404: Error}, summary="One revision")
 def revision_get(request: HttpRequest, name: str, number: int) -> dict[str, Any]:
     actor(request, VIEWER)
-    return revision_dict(_revision(host_or_404(name), number))
+    return revision_dict(revision_or_404(host_or_404(name), number))
 
 
 @router.post(
@@ -91,14 +77,14 @@ def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status
         message=payload.message,
         actor=user,
     )
-    return Status(201, revision_dict(_revision(host, revision.number)))
+    return Status(201, revision_dict(revision_or_404(host, revision.number)))
 
 
 @router.get("{name}/revisions/{a}/diff/{b}/", response={200: DiffOut, 404: Error}, summary="What changed from ra to rb")
 def revision_diff(request: HttpRequest, name: str, a: int, b: int) -> dict[str, Any]:
     actor(request, VIEWER)
     host = host_or_404(name)
-    diff = changes_between(_revision(host, a), _revision(host, b))
+    diff = changes_between(revision_or_404(host, a), revision_or_404(host, b))
     return {
         "old": diff.old_label,
         "new": diff.new_label,
@@ -127,7 +113,7 @@ def revision_export_get(
     """`?via=router|door`: a client config through the lab router or the host's own front door
     (default: the router when clients can reach it; notes say where it points)."""
     actor(request, VIEWER)
-    revision = _revision(host_or_404(name), number)
+    revision = revision_or_404(host_or_404(name), number)
     try:
         made = revision_export(revision, target, via)
     except NotExportable as exc:

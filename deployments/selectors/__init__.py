@@ -46,6 +46,23 @@ def revision_get(*, host_name: str, number: int) -> DeploymentRevision:
     )
 
 
+def revision_numbered(host: Host, number: int) -> DeploymentRevision:
+    """Revision r`number` of `host`, with the rows its pages, answers and commands read;
+    ValidationError on `revision` when the host has none by that number."""
+    from django.core.exceptions import ValidationError
+
+    found = (
+        DeploymentRevision.objects.select_related(
+            "host__deployment__active_revision", "model_variant", "author", "parent"
+        )
+        .filter(host=host, number=number)
+        .first()
+    )
+    if found is None:
+        raise ValidationError({"revision": f"{host.name} has no revision r{number}."})
+    return found
+
+
 def revision_kept(host: Host, params: dict[str, Any]) -> DeploymentRevision:
     """The revision a waiting change names by number in its kept `params` (a change request, a
     scheduled change: a host's numbers never change), read now; ValidationError on `revision`."""
@@ -54,14 +71,7 @@ def revision_kept(host: Host, params: dict[str, Any]) -> DeploymentRevision:
     number = params.get("revision")
     if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 2**31 - 1:
         raise ValidationError({"revision": "A revision number is a whole number from 1 (r5: 5)."})
-    found = (
-        DeploymentRevision.objects.select_related("host", "model_variant", "author")
-        .filter(host=host, number=number)
-        .first()
-    )
-    if found is None:
-        raise ValidationError({"revision": f"{host.name} has no revision r{number}."})
-    return found
+    return revision_numbered(host, number)
 
 
 def model_list() -> QuerySet[ModelVariant]:

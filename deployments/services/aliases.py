@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from deployments.models import DeploymentRevision, ModelAlias
 from hardware.models import Host
 
@@ -70,12 +70,10 @@ def alias_set(
     )
     alias = alias or ModelAlias(host=host, name=name)
     alias.revision, alias.updated_at = revision, timezone.now()
-    alias.full_clean()
-    alias.save()
-    audit_record(
+    audited_save(
+        alias,
         action="alias.set",
         summary=f"{host.name}: alias {name} {moved}to r{revision.number}",
-        obj=alias,
         host=host,
         data={"name": name, "before": before, "after": revision.number, **approval_stamp(approval)},
         actor=actor,

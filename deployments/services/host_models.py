@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from controlpanel.roles import OPERATOR, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_delete
 from deployments.choices import ACTIVE_STATES, ModelFormat, OperationKind
 from deployments.models import DeploymentRevision, HostModel, ModelVariant, Operation, active_revision_id_of
 from hardware.models import Host
@@ -183,15 +183,14 @@ def host_model_forget(*, op: Operation) -> None:
     copy = HostModel.objects.filter(pk=op.params.get("copy"), host=op.host).first()
     if copy is None:
         return
-    audit_record(
+    audited_delete(
+        copy,
         action="model.delete",
         summary=f"{copy.model_variant.name} deleted from {op.host.name}",
-        obj=copy,
         host=op.host,
         data={"path": copy.path, "size": copy.size_bytes, "operation": str(op.pk)},
         actor=op.requested_by,
     )
-    copy.delete()
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from deployments.choices import ModelFormat
 from deployments.models import ModelVariant
 
-from .imports import _save_variant, _text_arg, _unique_name, _variant_text
+from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -124,19 +124,14 @@ def model_variant_import_hub(
                 revision=model.revision,
                 gguf_file=model.gguf_file or "",
                 hub_files=files,
-                family=family or (imported.arch.family or "")[:100],
                 generation=generation,
-                format=ModelFormat.GGUF,
-                quantization=imported.file_type_name or "",
                 weights_bytes=imported.file_size or None,
-                arch=imported.arch.to_dict(),
-                gguf_kv=imported.kv.to_dict(),
-                has_chat_template=imported.has_chat_template,
                 source=(
                     f"Read from the hub: {where}, GGUF header of {model.gguf_file} (HTTP ranges); "
                     f"weights: the file size the hub lists."
                 )
                 + _skipped_note(model),
+                **_gguf_facts(imported, family=family),
             )
             return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
         try:

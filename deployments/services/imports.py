@@ -37,6 +37,8 @@ from .revisions import revision_create
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
+    from deployments.importers.gguf_header import GgufImport
+
 EXTRAS_KEY = "ansible"
 MAX_IMPORT_BYTES = 1_000_000
 
@@ -348,6 +350,18 @@ def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
         raise ValidationError({error_key: f"The imported facts are not plausible: {exc}"}) from exc
 
 
+def _gguf_facts(imported: GgufImport, *, family: str) -> dict[str, Any]:
+    """A GGUF model variant's fields that its header gives (a local file's or one on the hub)."""
+    return {
+        "family": family or (imported.arch.family or "")[:100],
+        "format": ModelFormat.GGUF,
+        "quantization": imported.file_type_name or "",
+        "arch": imported.arch.to_dict(),
+        "gguf_kv": imported.kv.to_dict(),
+        "has_chat_template": imported.has_chat_template,
+    }
+
+
 def _save_variant(variant: ModelVariant, *, via: str, error_key: str, actor: AbstractUser | None) -> ModelVariant:
     _checked_facts(variant, error_key=error_key)
     for model_field in variant._meta.concrete_fields:  # every text the import set, e.g. quant_method
@@ -500,14 +514,9 @@ def model_variant_import_gguf(
     variant = ModelVariant(
         name=name,
         gguf_file=str(file),
-        family=family or (imported.arch.family or "")[:100],
         generation=generation,
-        format=ModelFormat.GGUF,
-        quantization=imported.file_type_name or "",
         weights_bytes=imported.file_size,
-        arch=imported.arch.to_dict(),
-        gguf_kv=imported.kv.to_dict(),
-        has_chat_template=imported.has_chat_template,
         source=f"Imported from the GGUF header of {file}.",
+        **_gguf_facts(imported, family=family),
     )
     return _save_variant(variant, via="GGUF header", error_key="path", actor=actor)

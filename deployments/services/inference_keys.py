@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
-from core.audit import audit_record
+from core.audit import audit_record, audited_save
 from deployments.models import InferenceKey
 
 if TYPE_CHECKING:
@@ -62,12 +62,10 @@ def key_create(
         allowed_models=allowed,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
-    key.full_clean()
-    key.save()
-    audit_record(
+    audited_save(
+        key,
         action="key.create",
         summary=f"inference key {name} ({key.prefix}…) for " + (", ".join(allowed) if allowed else "every model"),
-        obj=key,
         data={"models": allowed},
         actor=actor,
     )

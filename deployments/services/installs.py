@@ -26,20 +26,15 @@ from deployments.choices import Engine, OperationKind
 from deployments.models import Operation
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
+from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
 from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
+from .preflight import carried_build, carried_builds
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
-
-LATEST = "latest"  # the key an install without a version is recorded under
-
-
-def install_key(version: str) -> str:
-    return version or LATEST
 
 
 def _check_install_folders(
@@ -181,15 +176,10 @@ def install_list(*, host: Host) -> list[dict[str, Any]]:
 def install_carried(*, host: Host) -> list[dict[str, str]]:
     """Builds the host's worker carries itself (not installed by the panel), as the host last
     reported them: what a revision at "latest" runs while the panel has installed nothing."""
-    state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    carried = state.get("carried")
-    if not isinstance(carried, dict):
-        return []
-    recorded = host.engine_installs if isinstance(host.engine_installs, dict) else {}
     return [
         {"engine": str(engine), "version": build}
-        for engine, build in sorted(carried.items())
-        if isinstance(build, str) and build and build not in (recorded.get(engine) or {})
+        for engine, build in sorted(carried_builds(host).items())
+        if isinstance(build, str) and build and build not in recorded_installs(host.engine_installs, engine)
     ]
 
 
@@ -232,7 +222,7 @@ def _worker_llama_build() -> str:
 def _last_compile_seconds(host: Host) -> int | None:
     """How long the host's last llama.cpp compile took (an install that ran COMPILE_MIN_SECONDS
     or more), or None when none is on record."""
-    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    recorded = recorded_installs(host.engine_installs, "llama.cpp")
     compiles = sorted(
         (e.get("installed_at", ""), e["install_seconds"])
         for e in recorded.values()
@@ -309,14 +299,14 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     pip cache (as its agent reported them), and only then a compile, with its estimate."""
     from serving.engines.versions import LLAMACPP_LOAD_MODE_SINCE
 
-    recorded = ((host.engine_installs or {}) if isinstance(host.engine_installs, dict) else {}).get("llama.cpp") or {}
+    recorded = recorded_installs(host.engine_installs, "llama.cpp")
     choices: dict[str, str] = {}
     for version, _entry in sorted(recorded.items(), key=lambda kv: str(kv[1].get("installed_at", "")), reverse=True):
         if version != LATEST:
             choices.setdefault(version, "installed on this host: nothing to compile")
-    for carried in install_carried(host=host):
-        if carried["engine"] == "llama.cpp":
-            choices.setdefault(carried["version"], "the build this host's worker runs (already on this host)")
+    carried = carried_build(host, "llama.cpp")
+    if carried:
+        choices.setdefault(carried, "the build this host's worker runs (already on this host)")
     cached = (host.cached_builds or {}).get("llama.cpp") if isinstance(host.cached_builds, dict) else None
     for build in cached if isinstance(cached, list) else []:
         if isinstance(build, str):

@@ -14,42 +14,29 @@ from deployments.models import DeploymentRevision, ModelVariant
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
-from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
-from serving.engines.versions import parse_version
+from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
+from serving.engines.versions import newest_first
 
 from .planning import memory_need, planned_memory, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
 
-def installed_versions(installs: Any, engine: str) -> list[str]:
+def installed_versions(installs: object, engine: str) -> list[str]:
     """The versions of `engine` the host reported installed, newest first."""
-    found = (installs or {}).get(engine) if isinstance(installs, dict) else None
-    if not isinstance(found, dict):
-        return []
-
-    def order(version: str) -> Any:
-        try:
-            return (1, parse_version(engine, version))
-        except EngineConfigError:
-            return (0, parse_version(engine, ""))
-
-    return sorted((str(v) for v in found), key=order, reverse=True)
+    return newest_first(engine, (str(v) for v in recorded_installs(installs, engine)))
 
 
-def install_key(engine: str, version: str) -> str:
-    try:
-        return get_adapter(engine).install_version(version) or "latest"
-    except EngineConfigError:
-        return (version or "").strip() or "latest"
+def carried_builds(host: Host) -> dict[str, Any]:
+    """The builds the host's worker carries itself, by engine, as the host last reported them."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    carried = state.get("carried")
+    return carried if isinstance(carried, dict) else {}
 
 
 def carried_build(host: Host, engine: str) -> str:
     """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
-    state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    carried = state.get("carried")
-    found = carried.get(engine) if isinstance(carried, dict) else None
+    found = carried_builds(host).get(engine)
     return found if isinstance(found, str) else ""
 
 
@@ -57,9 +44,9 @@ def engine_check(revision: DeploymentRevision) -> Check:
     engine, version = revision.engine, revision.engine_version
     versions = installed_versions(revision.host.engine_installs, engine)
     listed = ", ".join(versions) if versions else "none recorded"
-    key = install_key(engine, version)
+    key = requested_install_key(engine, version)
     carried = carried_build(revision.host, engine)
-    if key == "latest":
+    if key == LATEST:
         if versions:
             return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {versions[0]}.")
         if carried:

@@ -14,7 +14,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, form_save
-from deployments import selectors
 from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
 from deployments.services.exports import VIA, revision_export, revision_export_targets
@@ -22,12 +21,7 @@ from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
 from serving.exports import ClientTarget, NotExportable, client_exports
 
-
-def _revision_or_404(host: str, number: int) -> DeploymentRevision:
-    try:
-        return selectors.revision_get(host_name=host, number=number)
-    except DeploymentRevision.DoesNotExist as exc:
-        raise Http404("No such revision.") from exc
+from .lookups import revision_or_404
 
 
 def _client_exports(target: ClientTarget) -> list[dict[str, str]]:
@@ -64,7 +58,7 @@ def _host_exports(revision: DeploymentRevision) -> list[dict[str, str]]:
 @require_GET
 @role_required(VIEWER)
 def revision_exports(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = _revision_or_404(host, number)
+    revision = revision_or_404(host, number)
     targets = revision_export_targets(revision)
     asked = request.GET.get("via")
     target = targets.pick(asked if asked in VIA else None)  # `?via=router|door`; the downloads follow it

@@ -19,7 +19,8 @@ from core.http import apply_error
 from deployments import presenters
 from deployments.choices import ServeMode
 from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
-from deployments.models import DeploymentRevision, InferenceKey
+from deployments.models import InferenceKey
+from deployments.selectors import revision_numbered
 from deployments.services.aliases import alias_delete, alias_set
 from deployments.services.front_door import front_door_live
 from deployments.services.inference_keys import key_create, key_models_set, key_revoke
@@ -51,23 +52,11 @@ def host_front_door(request: HttpRequest, host: str) -> HttpResponse:
     return render(request, "hardware/_front_door.html", front_door_context(request, found))
 
 
-def _errors(request: HttpRequest, exc: ValidationError) -> None:
-    for message in presenters.validation_messages(exc):
-        messages.error(request, message)
-
-
 def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | WhenForm) -> dict:
     """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
     if not form.is_valid():
         raise ValidationError(form.errors.as_data())
     return form.cleaned_data
-
-
-def _revision(host: Host, number: int) -> DeploymentRevision:
-    found = DeploymentRevision.objects.select_related("host", "model_variant").filter(host=host, number=number).first()
-    if found is None:
-        raise ValidationError({"revision": f"{host.name} has no revision r{number}."})
-    return found
 
 
 def _change(request: HttpRequest, change: Callable[[], str]) -> None:
@@ -77,7 +66,7 @@ def _change(request: HttpRequest, change: Callable[[], str]) -> None:
     except ChangeRequested as exc:  # a protected host: the change waits for a review
         messages.info(request, " ".join(exc.messages))
     except ValidationError as exc:
-        _errors(request, exc)
+        presenters.flash_refusal(request, exc)
     else:
         messages.success(request, done)
 
@@ -100,7 +89,7 @@ def _host_form(
 @role_required(OPERATOR)
 def host_serve_mode(request: HttpRequest, host: str) -> HttpResponse:
     def change(found: Host, data: dict) -> str:
-        revision = _revision(found, data["revision"])
+        revision = revision_numbered(found, data["revision"])
         serving_mode_set(revision=revision, mode=data["mode"], idle_ttl_s=data["idle_ttl_s"], actor=request.user)
         return f"r{revision.number}: {data['mode']}."
 
@@ -113,7 +102,7 @@ def host_alias_set(request: HttpRequest, host: str) -> HttpResponse:
     when = WhenForm(request.POST)
 
     def change(found: Host, data: dict) -> str:
-        revision = _revision(found, data["revision"])
+        revision = revision_numbered(found, data["revision"])
         _cleaned(when)
         if later := when.later():  # beat runs the same alias_set when it is due
             params = {"name": data["name"], "revision": revision.number}

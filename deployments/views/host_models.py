@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -82,8 +81,7 @@ def host_model_delete(request: HttpRequest, host: str, pk: int) -> HttpResponse:
     try:
         op = host_model_delete_request(copy=copy, actor=request.user)
     except ValidationError as exc:
-        for message in presenters.validation_messages(exc):
-            messages.error(request, message)
+        presenters.flash_refusal(request, exc)
         return redirect("deployments:host_models", host=found.name)
     return redirect("deployments:operation_detail", pk=op.pk)
 

@@ -201,8 +201,7 @@ def _after_request(request: HttpRequest, host: Host, action: Callable[..., Opera
     try:
         op = action(host=host, actor=request.user)
     except ValidationError as exc:
-        for message in presenters.validation_messages(exc):
-            messages.error(request, f"Could not {what}: {message}")
+        presenters.flash_refusal(request, exc, what=what)
         url = reverse("hardware:host_detail", args=[host.name])
     else:
         url = reverse("deployments:operation_detail", args=[op.pk])

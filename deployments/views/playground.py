@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 from django.views.decorators.http import require_POST
 
 from controlpanel.roles import OPERATOR, has_role, role_required
-from deployments import selectors
 from deployments.forms import PlaygroundForm
 from deployments.models import DeploymentRevision
 from deployments.services.playground import ChatRequest, PlaygroundUnavailable, playground_chat, playground_state
+
+from .lookups import revision_or_404
 
 
 def playground_context(request: HttpRequest, revision: DeploymentRevision) -> dict[str, Any]:
@@ -46,10 +47,7 @@ def _form_errors(form: PlaygroundForm) -> str:
 @require_POST
 @role_required(OPERATOR)
 def revision_chat(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    try:
-        revision = selectors.revision_get(host_name=host, number=number)
-    except DeploymentRevision.DoesNotExist as exc:
-        raise Http404("No such revision.") from exc
+    revision = revision_or_404(host, number)
     form = PlaygroundForm(request.POST)
     if not form.is_valid():
         return JsonResponse({"error": _form_errors(form)}, status=400)

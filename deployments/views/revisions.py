@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -41,6 +41,7 @@ from serving.engines.registry import get_adapter
 from serving.launch import launch
 from serving.planner import PlanInputError
 
+from .lookups import revision_or_404
 from .playground import playground_context
 
 if TYPE_CHECKING:
@@ -52,13 +53,6 @@ HISTORY_LIMIT = 200
 
 def _host_or_404(name: str) -> Host:
     return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)
-
-
-def _revision_or_404(host: str, number: int) -> DeploymentRevision:
-    try:
-        return selectors.revision_get(host_name=host, number=number)
-    except DeploymentRevision.DoesNotExist as exc:
-        raise Http404("No such revision.") from exc
 
 
 # --- history -----------------------------------------------------------------------------------
@@ -122,14 +116,14 @@ def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra:
 @require_GET
 @role_required(VIEWER)
 def revision_detail(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = _revision_or_404(host, number)
+    revision = revision_or_404(host, number)
     return render(request, "deployments/revision_detail.html", _detail_context(request, revision))
 
 
 @require_POST
 @role_required(VIEWER)
 def revision_comment(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = _revision_or_404(host, number)
+    revision = revision_or_404(host, number)
     form = CommentForm(request.POST)
     saved = form_save(
         form, lambda data: comment_create(revision=revision, body=data["body"], actor=request.user), fallback="body"
@@ -316,14 +310,14 @@ def _render_switch(request: HttpRequest, context: dict[str, Any]) -> HttpRespons
 @role_required(VIEWER)
 @vary_on_headers("HX-Request")
 def revision_switch_confirm(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = _revision_or_404(host, number)
+    revision = revision_or_404(host, number)
     return _render_switch(request, _switch_context(revision, SwitchForm(), []))
 
 
 @require_POST
 @role_required(OPERATOR)
 def revision_switch_request(request: HttpRequest, host: str, number: int) -> HttpResponse:
-    revision = _revision_or_404(host, number)
+    revision = revision_or_404(host, number)
     form, when = SwitchForm(request.POST), WhenForm(request.POST)
     errors: list[str] = []
     if form.is_valid() and when.is_valid():

@@ -49,8 +49,7 @@ def host_secret_mark(request: HttpRequest, host: str, secret: str) -> HttpRespon
         try:
             secret_mark(host=found, name=secret, hub_token=form.cleaned_data["hub_token"], actor=request.user)
         except ValidationError as exc:
-            for message in presenters.validation_messages(exc):
-                messages.error(request, message)
+            presenters.flash_refusal(request, exc)
     return redirect("deployments:host_secrets", host=found.name)
 
 

@@ -97,16 +97,10 @@ class Upstream:
         try:
             try:
                 upstream = await self._post(model.url(endpoint), data, headers)
-            except aiohttp.ClientConnectorError as exc:
-                if gone_ok:
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if gone_ok and isinstance(exc, aiohttp.ClientConnectorError):
                     report = False
                     raise EngineGone(str(exc)) from exc
-                log.warning("front door: %s did not answer: %s", model.name, exc)
-                return error_response(
-                    502, f"The engine serving `{model.name}` did not answer.", code="upstream_unavailable",
-                    kind="server_error",
-                )  # fmt: skip
-            except (aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("front door: %s did not answer: %s", model.name, exc)
                 return error_response(
                     502, f"The engine serving `{model.name}` did not answer.", code="upstream_unavailable",

@@ -61,20 +61,9 @@ def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
     data = result.to_dict()
     summary = {"status": result.status, "revision": number}
     if result.status == "completed":
-        ctx.panel.finish(op_id, state="succeeded", result=summary, benchmark=data)
+        state, error = "succeeded", ""
     elif result.status == "cancelled":
-        ctx.panel.finish(
-            op_id,
-            state="cancelled",
-            result=summary,
-            benchmark=data,
-            error="Cancelled; the results measured so far are kept.",
-        )
+        state, error = "cancelled", "Cancelled; the results measured so far are kept."
     else:
-        ctx.panel.finish(
-            op_id,
-            state="failed",
-            result=summary,
-            benchmark=data,
-            error=f"{result.reason or result.status}; the partial results are kept.",
-        )
+        state, error = "failed", f"{result.reason or result.status}; the partial results are kept."
+    ctx.panel.finish(op_id, state=state, result=summary, benchmark=data, error=error)

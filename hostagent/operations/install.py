@@ -21,13 +21,7 @@ from hostagent.install_progress import BuildProgress, compiling_stage
 from hostagent.panel import PanelPort
 from hostagent.runtime.errors import HostRuntimeError
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter
-
-LATEST = "latest"  # the key an install without a version is recorded under (as the panel's)
-
-
-def install_key(version: str) -> str:
-    return version or LATEST
+from serving.engines.registry import get_adapter, install_key
 
 
 def running_steps_dir() -> Path:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .host_usage import parse_meminfo
+from .host_usage import parse_meminfo, read_or_empty
 
 OS_RELEASE_PATHS = (Path("/etc/os-release"), Path("/usr/lib/os-release"))
 
@@ -39,9 +39,9 @@ class HostFacts:
 
 def probe_host(*, proc: Path = Path("/proc"), os_release: Sequence[Path] = OS_RELEASE_PATHS) -> HostFacts:
     """Facts about the machine this runs on."""
-    cpuinfo = _read(proc / "cpuinfo")
-    meminfo = _read(proc / "meminfo")
-    release = next((text for text in map(_read, os_release) if text), "")
+    cpuinfo = read_or_empty(proc / "cpuinfo")
+    meminfo = read_or_empty(proc / "meminfo")
+    release = next((text for text in map(read_or_empty, os_release) if text), "")
     logical = os.cpu_count() or 1
     try:
         usable = len(os.sched_getaffinity(0))
@@ -107,10 +107,3 @@ def _cpuinfo_blocks(cpuinfo: str) -> list[dict[str, str]]:
         key, _, value = line.partition(":")
         blocks[-1][key.strip()] = value.strip()
     return [b for b in blocks if b]
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

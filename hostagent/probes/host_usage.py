@@ -135,21 +135,22 @@ class HostUsageSampler:
     def __init__(self, *, proc: Path = Path("/proc"), clock: Callable[[], float] = time.time) -> None:
         self.proc = proc
         self.clock = clock
-        self._last = parse_cpu_times(_read(proc / "stat"))
+        self._last = parse_cpu_times(read_or_empty(proc / "stat"))
 
     def sample(self) -> HostUsage | None:
-        now = parse_cpu_times(_read(self.proc / "stat"))
+        now = parse_cpu_times(read_or_empty(self.proc / "stat"))
         before, self._last = self._last, now
         return host_usage(
             before=before,
             after=now,
-            meminfo=_read(self.proc / "meminfo"),
-            loadavg=_read(self.proc / "loadavg"),
+            meminfo=read_or_empty(self.proc / "meminfo"),
+            loadavg=read_or_empty(self.proc / "loadavg"),
             timestamp=self.clock(),
         )
 
 
-def _read(path: Path) -> str:
+def read_or_empty(path: Path) -> str:
+    """A system file's text (/proc, /etc/os-release), undecodable bytes replaced; "" when it cannot be read."""
     try:
         return path.read_text(errors="replace")
     except OSError:

@@ -76,11 +76,24 @@ def working_folder(model_dirs: Sequence[str]) -> str | None:
     return next((d for d in model_dirs if os.path.isdir(d)), None)
 
 
+def _roots(folders: Sequence[str]) -> list[Path]:
+    """The real paths of the absolute `folders` (symlinks followed)."""
+    return [Path(os.path.realpath(d)) for d in folders if d and os.path.isabs(d)]
+
+
+def _outside(path: str, roots: Sequence[Path]) -> tuple[Path, str | None]:
+    """`path`'s real path, and how to name it when it lies in none of `roots` (None when it is in one)."""
+    real = Path(os.path.realpath(path))
+    if any(real == root or root in real.parents for root in roots):
+        return real, None
+    return real, f"{path} (which resolves to {real})" if str(real) != os.path.normpath(path) else path
+
+
 def confine(paths: Iterable[tuple[str, str]], model_dirs: Sequence[str], *, cwd: str | None) -> None:
     """Raise PathOutsideModelFolders unless every (field, path) resolves inside a model folder.
 
     A relative path is read from `cwd` (the engine's working directory)."""
-    roots = [Path(os.path.realpath(d)) for d in model_dirs if d and os.path.isabs(d)]
+    roots = _roots(model_dirs)
     for field, path in paths:
         if not roots:
             raise PathOutsideModelFolders(
@@ -91,9 +104,8 @@ def confine(paths: Iterable[tuple[str, str]], model_dirs: Sequence[str], *, cwd:
             if cwd is None:
                 raise PathOutsideModelFolders(f"{field}: {path} is a bare name and no model folder exists to hold it")
             path = os.path.join(cwd, path)
-        real = Path(os.path.realpath(path))
-        if not any(real == root or root in real.parents for root in roots):
-            shown = f"{path} (which resolves to {real})" if str(real) != os.path.normpath(path) else path
+        _real, shown = _outside(path, roots)
+        if shown is not None:
             raise PathOutsideModelFolders(
                 f"{field}: {shown} is outside this host's model folders ({', '.join(map(str, roots))}); "
                 "the engine was not started"
@@ -108,7 +120,7 @@ def confine_install_folder(field: str, path: str, install_dirs: Sequence[str]) -
     """The real path of `path` (symlinks followed, `..` collapsed) when it is an existing folder
     inside one of `install_dirs`; PathOutsideInstallFolders otherwise. The install then reads
     the real path, not the name it was given."""
-    roots = [Path(os.path.realpath(d)) for d in install_dirs if d and os.path.isabs(d)]
+    roots = _roots(install_dirs)
     if not roots:
         raise PathOutsideInstallFolders(
             f"{field}: this host allows installs from no folder ({INSTALL_DIRS_SETTING} is not set), so it will not "
@@ -116,9 +128,8 @@ def confine_install_folder(field: str, path: str, install_dirs: Sequence[str]) -
         )
     if not os.path.isabs(path):
         raise PathOutsideInstallFolders(f"{field}: {path} is not an absolute path")
-    real = Path(os.path.realpath(path))
-    if not any(real == root or root in real.parents for root in roots):
-        shown = f"{path} (which resolves to {real})" if str(real) != os.path.normpath(path) else path
+    real, shown = _outside(path, roots)
+    if shown is not None:
         raise PathOutsideInstallFolders(
             f"{field}: {shown} is outside this host's install folders ({', '.join(map(str, roots))}; "
             f"{INSTALL_DIRS_SETTING})"

@@ -36,7 +36,6 @@ PART_DIR = ".download"
 RESERVE_ENV = "CONTROLPANEL_DOWNLOAD_RESERVE_BYTES"
 DEFAULT_RESERVE = 256 * 2**20  # room left free on the disk after a download
 REPORT_EVERY_S = 0.5
-HASH_CHUNK = 8 * 2**20
 
 
 class DownloadError(HostRuntimeError):
@@ -130,19 +129,14 @@ def _reserve() -> int:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _git_sha1(path: Path) -> str:
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())  # noqa: S324 - git's object id
+    prefix = f"blob {path.stat().st_size}\0".encode()
     with path.open("rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, lambda: hashlib.sha1(prefix)).hexdigest()  # noqa: S324 - git's object id
 
 
 def _existing_parent(path: Path) -> Path:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from serving.engines.base import EngineConfigError, shown_value
+from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE
 
 ALL = ("vllm", "llama.cpp", "ollama", "sglang")
 Tier = Literal["allowed", "admin"]
@@ -127,7 +128,7 @@ ALLOWED: tuple[EnvRule, ...] = (
         "VLLM_ATTENTION_BACKEND",
         "token",
         engines=("vllm",),
-        before="0.26.0",
+        before=VLLM_ATTENTION_ENV_IGNORED_SINCE,
         help="removed in vLLM 0.26: use the attention_backend knob",
     ),
     EnvRule("VLLM_USE_V1", "bool", engines=("vllm",)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from serving.engines.base import EngineAdapter, EngineConfigError
 from serving.engines.llamacpp import LlamaCppAdapter
 from serving.engines.ollama import OllamaAdapter
@@ -14,6 +16,32 @@ ADAPTERS: dict[str, EngineAdapter] = {
     "ollama": OllamaAdapter(),
     "sglang": SglangAdapter(),
 }
+
+
+# The key an install of no particular version is recorded under, in a host's engine_installs as
+# the panel keeps them and as the agent reads them.
+LATEST = "latest"
+
+
+def install_key(version: str) -> str:
+    """The key an install that ran for `version` is recorded under."""
+    return version or LATEST
+
+
+def recorded_installs(installs: object, engine: str) -> dict[str, Any]:
+    """What a host's engine_installs record of `engine` (install key -> entry); {} when they
+    hold nothing of it, or anything but that table."""
+    table = installs.get(engine) if isinstance(installs, dict) else None
+    return table if isinstance(table, dict) else {}
+
+
+def requested_install_key(engine: str, version: str) -> str:
+    """The key an install of `engine` `version`, as a revision names it, is recorded under: the
+    adapter's canonical version (LATEST for none); a version the adapter refuses, as given."""
+    try:
+        return get_adapter(engine).install_version(version) or LATEST
+    except EngineConfigError:
+        return (version or "").strip() or LATEST
 
 
 def engine_label(name: str) -> str:

@@ -9,6 +9,7 @@ compares above every real version. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -20,6 +21,9 @@ from serving.engines.base import EngineConfigError
 # (vllm-project/vllm#26315; issues vllm#30564, vllm#50292). By 0.26 the variable is gone
 # from the source and silently ignored (shared/reference/engines.md §1).
 VLLM_ATTENTION_BACKEND_FLAG_SINCE = "0.13.0"
+# ... and from this release on, vLLM ignores VLLM_ATTENTION_BACKEND: the planner warns, the env
+# policy refuses it, the Ansible role's export says the role's script sets it to no effect.
+VLLM_ATTENTION_ENV_IGNORED_SINCE = "0.26.0"
 
 # llama.cpp: `-fa/--flash-attn` takes on|off|auto since the sync point b6327, which
 # introduced `flash_attn_type` (auto|on|off) (mybigday/llama.node#102, 2025-08-31).
@@ -98,6 +102,18 @@ def parse_version(engine: str, text: str | None) -> Version:
     suffix = match.group(5) or ""
     prerelease = bool(re.match(r"^[.-]?(a|b|rc|dev|alpha|beta)", suffix))
     return Version(raw=raw, key=numbers, prerelease=prerelease)
+
+
+def newest_first(engine: str, versions: Iterable[str]) -> list[str]:
+    """`versions` of `engine` from the newest down; malformed ones last, in the order given."""
+
+    def order(version: str) -> tuple[int, Version]:
+        try:
+            return (1, parse_version(engine, version))
+        except EngineConfigError:
+            return (0, parse_version(engine, ""))
+
+    return sorted(versions, key=order, reverse=True)
 
 
 def at_least(engine: str, version: str | None, cutover: str) -> bool:

@@ -26,13 +26,12 @@ from serving.planner.kv import (
 )
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
-    SGLANG_MEM_FRACTION_DEFAULT,
     GiB,
+    default_memory_fraction,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
     vllm_batch_defaults,
-    vllm_default_util,
     vllm_overheads,
 )
 from serving.planner.report import Context, FitReport
@@ -138,12 +137,10 @@ def _size_gpu_split(ctx: Context) -> None:
     kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
+    fraction = s.mem_util or default_memory_fraction(req.engine, req.engine_version)
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
-        util = s.mem_util or (
-            vllm_default_util(req.engine_version) if req.engine == "vllm" else SGLANG_MEM_FRACTION_DEFAULT
-        )
-        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * util)
+        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)
         return
     stage = bottleneck_stage(arch, counts, s.pp)
     full_layers = stage.full + ((arch.mtp_num_layers or 1) if mtp else 0)
@@ -181,11 +178,9 @@ def _size_gpu_split(ctx: Context) -> None:
             enforce_eager=s.enforce_eager,
             version=req.engine_version,
         )
-        util = s.mem_util or vllm_default_util(req.engine_version)
-        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * util)
+        ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)
     else:
         ctx.overheads = sglang_overheads(world=world)
-        fraction = s.mem_util or SGLANG_MEM_FRACTION_DEFAULT
         ctx.budget_per_gpu = int((ctx.gpu_memory - ctx.overheads.non_torch) * fraction) + ctx.overheads.non_torch
     if not ctx.used:
         return

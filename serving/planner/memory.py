@@ -119,6 +119,12 @@ SGLANG_MEM_FRACTION_DEFAULT = 0.85
 SGLANG_CONTEXT = int(0.5 * GiB)
 
 
+def default_memory_fraction(engine: str, version: str) -> float:
+    """The share of each GPU's memory a GPU-split engine budgets when its knob is unset: vLLM's
+    gpu_memory_utilization default for `version`, else SGLang's mem_fraction_static."""
+    return vllm_default_util(version) if engine == "vllm" else SGLANG_MEM_FRACTION_DEFAULT
+
+
 def sglang_overheads(*, world: int) -> Overheads:
     return Overheads(non_torch=SGLANG_CONTEXT + (int(0.3 * GiB) if world > 1 else 0))
 

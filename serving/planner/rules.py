@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 
 from serving.engines.registry import engine_label, get_adapter
+from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
@@ -420,7 +421,7 @@ def _gpu_quirks(ctx: Context) -> None:
     used = ctx.used or ctx.gpus
     env_backend = env.get("VLLM_ATTENTION_BACKEND")
     backend = (s.attention_backend or env_backend or "").upper()
-    if req.engine == "vllm" and env_backend and not version_lt(req.engine_version, "0.26"):
+    if req.engine == "vllm" and env_backend and not version_lt(req.engine_version, VLLM_ATTENTION_ENV_IGNORED_SINCE):
         ctx.add(
             WARNING,
             F.ENV_ATTENTION_BACKEND_IGNORED,

@@ -18,6 +18,7 @@ from deployments.management.cli import (
 )
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
+from deployments.selectors import revision_numbered
 from deployments.services.revisions import revision_derive
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
@@ -60,14 +61,10 @@ class Command(ActionCommand):
         diff.add_argument("b", type=NUMBER)
 
     def _revision(self, host: Host, number: int) -> DeploymentRevision:
-        revision = (
-            DeploymentRevision.objects.select_related("model_variant", "author", "parent", "host")
-            .filter(host=host, number=number)
-            .first()
-        )
-        if revision is None:
-            raise BadInput(f"{host.name} has no revision r{number}.")
-        return revision
+        try:
+            return revision_numbered(host, number)
+        except ValidationError as exc:
+            raise BadInput(exc.message_dict["revision"][0]) from None
 
     def do_create(self, o: dict[str, Any]) -> None:
         host = get_host(o["host"])

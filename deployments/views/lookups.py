@@ -1,0 +1,16 @@
+"""What a page's URL names, read for the page, or a 404."""
+
+from __future__ import annotations
+
+from django.http import Http404
+
+from deployments import selectors
+from deployments.models import DeploymentRevision
+
+
+def revision_or_404(host: str, number: int) -> DeploymentRevision:
+    """Revision `number` of the host named `host` (selectors.revision_get), or Http404."""
+    try:
+        return selectors.revision_get(host_name=host, number=number)
+    except DeploymentRevision.DoesNotExist as exc:
+        raise Http404("No such revision.") from exc
