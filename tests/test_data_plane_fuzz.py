@@ -1,0 +1,178 @@
+"""Hostile requests at the data plane: a host's front door and the lab router, each on loopback in
+its own event loop, asked anything a client on the lab's network could send (any bytes or JSON as
+the body, any `model`, any path and method, any Authorization header).
+
+Each answer is an OpenAI-shaped error or a real answer, never a 500: a client library shows the
+message, and the process serves on (its /health answers after every example). The door's one model
+names a command that exits at once, so a request that reaches it runs the real failed-load path
+(503 with the reason); the router's one door refuses connections (503 `no_route`).
+
+Examples per property: 100, and the explicit ones each path must see (the failed load, an alias, no
+key, a key's other model, a body too large); about 30 s in all on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from controlpanel.router.app import Router
+from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
+from hostagent.frontdoor.keys import InferenceKey
+from hostagent.frontdoor.launcher import Command, ProcessLoader
+from serving.lab_routes import Door, LabRoutes
+
+SECRET = "cpk_fuzz-secret-4hXk"
+NAMES = ["lazy", "coder", "LAZY", "lazy ", "", "../etc/passwd", "lazy\x00", "é" * 300, "a" * 70_000]
+PATHS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/../metrics", "/v2/x", "/"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+bodies = st.one_of(
+    st.binary(max_size=400),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries(
+        {"model": st.sampled_from(NAMES) | json_values},
+        optional={"stream": json_values, "messages": json_values, "max_tokens": json_values, "input": json_values},
+    ).map(lambda v: json.dumps(v).encode()),
+)
+authorizations = st.one_of(
+    st.none(),
+    st.just(f"Bearer {SECRET}"),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60).map(str.strip),  # as sent
+)
+
+
+class Loop:
+    """An event loop in its own thread, as the door and the router each run in their own process."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("door-logs")
+    # An engine that exits at once: a request that gets as far as a load meets the real failed load.
+    loader = ProcessLoader({"lazy": Command(("/bin/false",), "http://127.0.0.1:9/health")}, log_dir=Path(logs))
+    table = RoutingTable((ServedModel(name="lazy", upstream="http://127.0.0.1:9", aliases=("coder",)),))
+    keys = KeyTable((InferenceKey(name="fuzz", sha256=hash_key(SECRET), models=frozenset({"lazy"})),))
+    settings_ = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5.0)
+    loop = Loop()
+
+    async def start() -> FrontDoor:
+        served = FrontDoor(table, loader, lambda: {"ram": 1 << 40}, settings_, keys=keys)
+        await served.start()
+        return served
+
+    served = loop.call(start())
+    try:
+        yield f"http://127.0.0.1:{served.port}"
+    finally:
+        loop.call(served.stop())
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[str]:
+    table = LabRoutes(
+        (Door(host="gpu-a", url="http://127.0.0.1:9", labels={"coder": "lazy", "lazy": "lazy"}),),
+        keys={"keys": [{"name": "fuzz", "sha256": hash_key(SECRET), "models": ["lazy"]}]},
+    )
+
+    async def read() -> LabRoutes:
+        return table
+
+    loop = Loop()
+    served = Router(read, port=0, refresh_s=60)
+    loop.call(served.start())
+    try:
+        yield f"http://127.0.0.1:{served.port}"
+    finally:
+        loop.call(served.stop())
+        loop.close()
+
+
+def check(
+    url: str, method: str, path: str, body: bytes, authorization: str | None, allowed: Callable[[int], bool]
+) -> None:
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    answer = httpx.request(method, url + path, content=body, headers=headers, timeout=30)
+    assert allowed(answer.status_code), (answer.status_code, answer.text[:300])
+    if answer.status_code >= 400:
+        error = answer.json()["error"]
+        assert isinstance(error["message"], str) and error["message"] and isinstance(error["code"], str)
+        assert SECRET not in answer.text
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+
+
+CHAT = "/v1/chat/completions"
+KEY = f"Bearer {SECRET}"
+ASK = json.dumps({"model": "coder", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def chosen(test: Callable[..., None]) -> Callable[..., None]:
+    """The requests each path must see whatever the draw: a real one for the alias (the door's
+    load fails, the router's door refuses), no key, a key's other model, an unknown model, too large."""
+    for method, path, body, authorization in [
+        ("POST", CHAT, ASK, KEY),
+        ("POST", CHAT, ASK.replace(b"coder", b"lazy"), KEY),
+        ("POST", CHAT, ASK, None),
+        ("POST", CHAT, ASK.replace(b"coder", b"other"), KEY),
+        ("POST", CHAT, b'{"model": "coder", "pad": "' + b"x" * (64 << 20) + b'"}', KEY),
+    ]:
+        test = example(method=method, path=path, body=body, authorization=authorization)(test)
+    return test
+
+
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@chosen
+@given(
+    method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT", "DELETE"]),
+    path=st.sampled_from(PATHS),
+    body=bodies,
+    authorization=authorizations,
+)
+def test_the_front_door_answers_anything_with_a_reason_and_serves_on(door, method, path, body, authorization):
+    # 503: the model's load failed (the engine exits); 413 too large; 4xx: refused with the reason.
+    check(door, method, path, body, authorization, lambda code: code < 500 or code == 503)
+
+
+@FUZZ
+@chosen
+@given(
+    method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT", "DELETE"]),
+    path=st.sampled_from(PATHS),
+    body=bodies,
+    authorization=authorizations,
+)
+def test_the_lab_router_answers_anything_with_a_reason_and_serves_on(router, method, path, body, authorization):
+    # 503: the only door that serves the name refuses connections (no_route).
+    check(router, method, path, body, authorization, lambda code: code < 500 or code == 503)
