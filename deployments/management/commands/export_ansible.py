@@ -18,4 +18,4 @@ class Command(ExportCommand):
         parser.add_argument("--revision", type=int, default=None, help="revision number")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        super().handle(*args, **{**options, "target": "ansible"})
+        super().handle(*args, **{**options, "target": "ansible", "via": None})  # group_vars go through no router
