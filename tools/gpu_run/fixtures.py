@@ -2,6 +2,7 @@
 tests/fixtures/gpu/h200/, trimmed to what the replay tests read (no per-request raw timings).
 
     python3 tools/gpu_run/fixtures.py --build /work/.device/1 --flow /work/.device/2 --sweep /work/.device/3
+    python3 tools/gpu_run/fixtures.py --gate /work/.device/2     # a run of flow.py --gate alone
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ DEST = Path(__file__).resolve().parent.parent.parent / "tests" / "fixtures" / "g
 
 def trimmed_flow(path: Path) -> dict[str, object]:
     flow = json.loads(path.read_text())
-    export = (flow.get("benchmark") or {}).get("export")
-    if export:
+    exports = [(flow.get("benchmark") or {}).get("export")]
+    exports += [run for gate in flow.get("gates") or [] for run in (gate.get("runs") or {}).values()]
+    for export in exports:
         # per-request records stay (the energy maths counts their tokens); inter-token gaps go
-        for record in export.get("raw") or []:
+        for record in (export or {}).get("raw") or []:
             record.pop("itl_ms", None)
     return flow
 
@@ -40,12 +42,19 @@ def nvml_fixture(live: Path, recorded_with: dict[str, object]) -> dict[str, obje
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--build", required=True)
-    parser.add_argument("--flow", required=True)
-    parser.add_argument("--sweep", required=True)
+    parser.add_argument("--build")
+    parser.add_argument("--flow")
+    parser.add_argument("--sweep")
     parser.add_argument("--partial", help="a run of flow.py --partial (r3: -ngl 8, -fa off)")
+    parser.add_argument("--gate", help="a run of flow.py --gate (issue 28's two gated switches from r1)")
     args = parser.parse_args()
     DEST.mkdir(parents=True, exist_ok=True)
+    if args.gate:
+        (DEST / "flow_gate.json").write_text(json.dumps(trimmed_flow(Path(args.gate) / "flow.json"), indent=1))
+    if not (args.build and args.flow and args.sweep):
+        if not args.gate:
+            parser.error("--build, --flow and --sweep (a whole first run), or --gate")
+        return 0
     build, flow, sweep = Path(args.build), Path(args.flow), Path(args.sweep)
     for name in ("build.json", "install.log", "machine.txt", "gguf.txt"):
         shutil.copyfile(build / name, DEST / name)
