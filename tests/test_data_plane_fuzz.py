@@ -152,6 +152,7 @@ def chosen(test: Callable[..., None]) -> Callable[..., None]:
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.parametrize("server", ["door", "router"])
 @FUZZ
 @chosen
 @given(
@@ -160,19 +161,9 @@ FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCh
     body=bodies,
     authorization=authorizations,
 )
-def test_the_front_door_answers_anything_with_a_reason_and_serves_on(door, method, path, body, authorization):
-    # 503: the model's load failed (the engine exits); 413 too large; 4xx: refused with the reason.
-    check(door, method, path, body, authorization, lambda code: code < 500 or code == 503)
-
-
-@FUZZ
-@chosen
-@given(
-    method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT", "DELETE"]),
-    path=st.sampled_from(PATHS),
-    body=bodies,
-    authorization=authorizations,
-)
-def test_the_lab_router_answers_anything_with_a_reason_and_serves_on(router, method, path, body, authorization):
-    # 503: the only door that serves the name refuses connections (no_route).
-    check(router, method, path, body, authorization, lambda code: code < 500 or code == 503)
+def test_the_door_and_the_router_answer_anything_with_a_reason_and_serve_on(
+    server: str, request: pytest.FixtureRequest, method: str, path: str, body: bytes, authorization: str | None
+) -> None:
+    # 503: at the door, the model's load failed (its engine exits); at the router, the only door
+    # that serves the name refuses connections (no_route). 413: too large. 4xx: refused, with the reason.
+    check(request.getfixturevalue(server), method, path, body, authorization, lambda code: code < 500 or code == 503)
