@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -225,14 +226,15 @@ class LoadGenerator:
             profile = self.profile.resolve(self.served_context)
             count, overhead, how = self.token_counter(client)
             target, seed = profile.input_tokens, profile.seed
+            run = secrets.token_hex(3)  # in every opening: nothing of an earlier run is in the engine's cache
             if how == "tokenize":
                 # Text tokenised inside the chat template can merge differently at its edges
                 # than alone; check one real prompt against the server's usage and correct.
-                first = fit_prompt(target, count, index=0, seed=seed, overhead=overhead)
+                first = fit_prompt(target, count, index=0, seed=seed, overhead=overhead, run=run)
                 seen = self._probe_prompt_tokens(client, first.text)
                 overhead = max(0, overhead + seen - first.tokens)
             n = profile.warmup_requests + profile.total_requests
-            prompts = [fit_prompt(target, count, index=i, seed=seed, overhead=overhead) for i in range(n)]
+            prompts = [fit_prompt(target, count, index=i, seed=seed, overhead=overhead, run=run) for i in range(n)]
         return profile, prompts, how
 
     # -- callbacks, off the loop ----------------------------------------------------------

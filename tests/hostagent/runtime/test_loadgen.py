@@ -106,6 +106,24 @@ def test_concurrency_levels_agree_with_the_engine(llama: Target) -> None:
 
 
 @pytest.mark.engine
+def test_a_second_run_of_a_profile_is_not_answered_from_the_first_runs_cache(llama: Target) -> None:
+    """llama-server keeps each slot's last prompt and reuses its prefix (`cache_n` in its
+    timings). Two runs of one profile on one engine: the second prefills its prompts itself, as
+    a freshly started revision under a gate would (on the H200 a revision that had served the
+    prompts before took 509 of 512 tokens from its cache)."""
+    profile = BenchmarkProfile(name="t", concurrency=(4,), num_requests=4, input_tokens=200, output_tokens=4)
+    first, second = (run_benchmark_sync(llama, profile) for _ in range(2))
+    for result in (first, second):
+        assert result.status == "completed", result.reason
+        requests = result.levels[0].requests
+        assert len(requests) == 4 and all(r.ok and r.server_timings for r in requests)
+        cached = [r.server_timings["cache_n"] for r in requests]  # type: ignore[index]
+        prefilled = [r.server_timings["prompt_n"] for r in requests]  # type: ignore[index]
+        # At most the chat template's opening and "Passage N" come from the cache; the text is new.
+        assert max(cached) < 30 and min(prefilled) > 170, (cached, prefilled)
+
+
+@pytest.mark.engine
 def test_cancelling_mid_run_keeps_what_finished(llama: Target) -> None:
     profile = BenchmarkProfile(name="t", concurrency=(1,), num_requests=6, input_tokens=32, output_tokens=OUT)
     cancel = threading.Event()
