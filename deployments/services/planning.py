@@ -8,6 +8,7 @@ from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import launch_knobs, revision_values
 from hardware.models import GPU, GpuType, Host
 from serving.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
+from serving.planner.memory import planned_bytes_per_gpu
 
 
 def version_floors(stored: Any) -> dict[str, str]:
@@ -181,11 +182,9 @@ def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str
     if revision.host.cpu_only:
         weights, kv = memory_need(revision, report)
         return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
-    parts = report.overheads_per_gpu or {}
-    # The parts and their "total" (serving.planner.memory.Overheads.to_dict): counted once.
-    total = parts.get("total")
-    overheads = total if isinstance(total, int) else sum(v for v in parts.values() if isinstance(v, int))
-    per_gpu = (report.weights_bytes_per_gpu or 0) + (report.kv_pool_bytes_per_gpu or 0) + overheads
+    per_gpu = planned_bytes_per_gpu(
+        report.weights_bytes_per_gpu, report.kv_pool_bytes_per_gpu, report.overheads_per_gpu
+    )
     if not per_gpu or not report.gpus_used:
         return {}
     return {f"gpu{i}": per_gpu for i in range(report.gpus_used)}

@@ -14,7 +14,7 @@ llama.cpp: fixed buffers: model + KV + compute buffer (sched_reserve) + CUDA con
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from serving.arch import ModelArch
@@ -53,6 +53,15 @@ VLLM_ACT_FLOOR = int(0.15 * GiB)
 # #104), 0.17 GiB (club-3090#127, TP=4), 0.36 GiB (gpustack/runner#251).
 VLLM_CUDAGRAPHS = int(0.25 * GiB)
 VLLM_CUDAGRAPH_PROFILING_SINCE = "0.21"
+
+
+def planned_bytes_per_gpu(weights: int | None, kv_pool: int | None, overheads: Mapping[str, object] | None) -> int:
+    """What a revision's engine is planned to hold on each GPU it uses: its weights, its KV pool
+    and its overheads (Overheads.to_dict: the parts and their "total", counted once)."""
+    parts = overheads or {}
+    total = parts.get("total")
+    rest = total if isinstance(total, int) else sum(v for v in parts.values() if isinstance(v, int))
+    return (weights or 0) + (kv_pool or 0) + rest
 
 
 def vllm_batch_defaults(gpu_memory_bytes: int) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from serving.benchmarking.gate import gate_decide, parse_limits, run_figures
+from serving.planner.memory import planned_bytes_per_gpu
 from tests.gpu.test_h200_decode_gate_replay import levels
 
 H200 = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200"
@@ -85,7 +86,9 @@ def test_planned_against_measured_gpu_memory_of_each_candidate(revision: int) ->
     entry = gate(revision)
     plan = entry["planner"]
     # The planner's bytes per GPU as the panel stores them (deployments.services.planning.planned_memory).
-    planned = plan["weights_bytes_per_gpu"] + plan["kv_pool_bytes_per_gpu"] + plan["overheads_per_gpu"]["total"]
+    planned = planned_bytes_per_gpu(
+        plan["weights_bytes_per_gpu"], plan["kv_pool_bytes_per_gpu"], plan["overheads_per_gpu"]
+    )
     (sample,) = entry["gpu_samples_while_measured"]
     (engine,) = sample["processes"]  # the candidate's llama-server, the only process on the GPU
     measured = engine["used_memory_bytes"]
