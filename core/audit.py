@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from django.db import models
 
@@ -44,30 +44,24 @@ def audit_record(
     return event
 
 
-def audited_save(
-    obj: models.Model,
-    *,
-    action: str,
-    summary: str,
-    host: models.Model | None = None,
-    data: dict[str, Any] | None = None,
-    actor: object,
-) -> None:
+class Entry(TypedDict):
+    """What an audited write records beside the object itself (audit_record's other arguments)."""
+
+    action: str
+    summary: str
+    host: NotRequired[models.Model | None]
+    data: NotRequired[dict[str, Any] | None]
+    actor: object
+
+
+def audited_save(obj: models.Model, **entry: Unpack[Entry]) -> None:
     """Check `obj` (full_clean: ValidationError, nothing written), save it, and record the change."""
     obj.full_clean()
     obj.save()
-    audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
+    audit_record(obj=obj, **entry)
 
 
-def audited_delete(
-    obj: models.Model,
-    *,
-    action: str,
-    summary: str,
-    host: models.Model | None = None,
-    data: dict[str, Any] | None = None,
-    actor: object,
-) -> None:
+def audited_delete(obj: models.Model, **entry: Unpack[Entry]) -> None:
     """Record the deletion of `obj` (while it still has its id), then delete it."""
-    audit_record(action=action, summary=summary, obj=obj, host=host, data=data, actor=actor)
+    audit_record(obj=obj, **entry)
     obj.delete()
