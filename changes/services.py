@@ -13,7 +13,7 @@ proposed (`stale_reasons`) is not approved until its author re-confirms it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -33,6 +33,9 @@ from .events import change_event
 from .kinds import kind_of
 from .models import ChangeComment, ChangeRequest, HostReview
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
 COMMENT_LIMIT = 5000
 
 
@@ -44,7 +47,7 @@ def host_requires_review(host: Host) -> bool:
 
 
 @transaction.atomic
-def host_review_set(*, host: Host, required: bool, actor: Any) -> HostReview:
+def host_review_set(*, host: Host, required: bool, actor: AbstractUser | None) -> HostReview:
     """Require review of changes to `host`, or stop requiring it (admins only, audited)."""
     ensure_role(actor, ADMIN)
     review, _ = HostReview.objects.select_for_update().get_or_create(host=host)
@@ -130,7 +133,7 @@ def change_open_from(needed: ReviewRequired) -> ChangeRequest:
 
 
 def change_open(
-    *, host: Host, kind: str, params: dict[str, Any], when: dict[str, Any] | None = None, actor: Any
+    *, host: Host, kind: str, params: dict[str, Any], when: dict[str, Any] | None = None, actor: AbstractUser | None
 ) -> ChangeRequest:
     """Propose a change for review, on any host (the API's and the CLI's `open`): the kind's own
     service checks it as if it ran, then opens the request instead of running it. `when`
@@ -166,7 +169,9 @@ def _locked(change: ChangeRequest) -> ChangeRequest:
     return ChangeRequest.objects.select_for_update(of=("self",)).select_related("host", "author").get(pk=change.pk)
 
 
-def _record(change: ChangeRequest, verdict: str, body: str, actor: Any, data: dict[str, Any] | None = None) -> None:
+def _record(
+    change: ChangeRequest, verdict: str, body: str, actor: AbstractUser | None, data: dict[str, Any] | None = None
+) -> None:
     body = (body or "").strip()
     if len(body) > COMMENT_LIMIT:
         raise ValidationError({"comment": f"A comment is at most {COMMENT_LIMIT:,} characters."})
@@ -183,7 +188,7 @@ def _record(change: ChangeRequest, verdict: str, body: str, actor: Any, data: di
     )
 
 
-def _as_reviewer(change: ChangeRequest, actor: Any) -> None:
+def _as_reviewer(change: ChangeRequest, actor: AbstractUser | None) -> None:
     ensure_role(actor, OPERATOR)
     if person_of(actor) is None:
         raise PermissionDenied("A review needs a person: act as one (the CLI's --user).")
@@ -193,14 +198,14 @@ def _as_reviewer(change: ChangeRequest, actor: Any) -> None:
         raise ValidationError(f"Request #{change.pk} is {change.get_state_display().lower()} already.")
 
 
-def _as_author(change: ChangeRequest, actor: Any) -> None:
+def _as_author(change: ChangeRequest, actor: AbstractUser | None) -> None:
     if person_of(actor) is None or change.author_id != actor.pk:
         raise PermissionDenied("Only the request's author may do this.")
     if not change.is_pending:
         raise ValidationError(f"Request #{change.pk} is {change.get_state_display().lower()} already.")
 
 
-def change_approve(*, change: ChangeRequest, comment: str = "", actor: Any) -> ChangeRequest:
+def change_approve(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
     """Approve and run the change (module docstring); answers the request, its operation set
     when the change queued one (a switch)."""
     with transaction.atomic():
@@ -239,7 +244,7 @@ def change_approve(*, change: ChangeRequest, comment: str = "", actor: Any) -> C
     return change
 
 
-def change_request_changes(*, change: ChangeRequest, comment: str, actor: Any) -> ChangeRequest:
+def change_request_changes(*, change: ChangeRequest, comment: str, actor: AbstractUser | None) -> ChangeRequest:
     with transaction.atomic():
         change = _locked(change)
         _as_reviewer(change, actor)
@@ -252,7 +257,7 @@ def change_request_changes(*, change: ChangeRequest, comment: str, actor: Any) -
 
 
 def _close(
-    change: ChangeRequest, state: str, verdict: str, comment: str, actor: Any, *, by_author: bool
+    change: ChangeRequest, state: str, verdict: str, comment: str, actor: AbstractUser | None, *, by_author: bool
 ) -> ChangeRequest:
     """End a request without running it: rejected by a reviewer, or withdrawn by its author."""
     with transaction.atomic():
@@ -266,12 +271,12 @@ def _close(
     return change
 
 
-def change_reject(*, change: ChangeRequest, comment: str = "", actor: Any) -> ChangeRequest:
+def change_reject(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
     """Reject: the change never runs; the request is history."""
     return _close(change, ChangeState.REJECTED, Verdict.REJECT, comment, actor, by_author=False)
 
 
-def change_reconfirm(*, change: ChangeRequest, comment: str = "", actor: Any) -> ChangeRequest:
+def change_reconfirm(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
     """The author proposes the change again against the host as it is now: no longer stale, and
     open for review again after changes were asked for."""
     with transaction.atomic():
@@ -284,11 +289,11 @@ def change_reconfirm(*, change: ChangeRequest, comment: str = "", actor: Any) ->
     return change
 
 
-def change_withdraw(*, change: ChangeRequest, comment: str = "", actor: Any) -> ChangeRequest:
+def change_withdraw(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
     return _close(change, ChangeState.WITHDRAWN, Verdict.WITHDRAW, comment, actor, by_author=True)
 
 
-def change_comment(*, change: ChangeRequest, comment: str, actor: Any) -> ChangeRequest:
+def change_comment(*, change: ChangeRequest, comment: str, actor: AbstractUser | None) -> ChangeRequest:
     ensure_role(actor, OPERATOR)
     if not (comment or "").strip():
         raise ValidationError({"comment": "The comment is empty."})
@@ -307,7 +312,9 @@ DECISIONS = {
 }
 
 
-def change_decide(*, change: ChangeRequest, verdict: str, comment: str = "", actor: Any) -> ChangeRequest:
+def change_decide(
+    *, change: ChangeRequest, verdict: str, comment: str = "", actor: AbstractUser | None
+) -> ChangeRequest:
     """One entry point for the page's form, the API and the CLI."""
     if verdict not in DECISIONS:
         raise ValidationError({"verdict": f"One of {', '.join(Verdict.values)}, not {verdict[:40]!r}."})

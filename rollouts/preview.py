@@ -9,7 +9,7 @@ why, and the others are still shown."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -21,6 +21,9 @@ from hardware.models import Host
 from serving.diffing import RevisionDiff
 
 from .services import TRIAL, _apply, _fresh, _reason, rollout_params_plan
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 @dataclass
@@ -66,7 +69,7 @@ def _host_preview(planned: Any, host: Host, wave: int) -> HostPreview:
     return part
 
 
-def rollout_preview(*, params: dict[str, Any], actor: Any) -> RolloutPreview:
+def rollout_preview(*, params: dict[str, Any], actor: AbstractUser | None) -> RolloutPreview:
     """The rollout `params` describe (Planned.params), host by host in wave order, as `actor`
     (its author) would start it now."""
     try:

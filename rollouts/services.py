@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
@@ -43,6 +43,9 @@ from notifications.services import notify
 from serving import rollouts as policy
 
 from .models import Rollout, RolloutHost
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 log = logging.getLogger(__name__)
 MAX_CHANGES = 50
@@ -168,35 +171,40 @@ class Planned:
         return [by_name[name] for wave in self.waves for name in wave]
 
 
-def rollout_plan(
-    *,
-    group: str,
-    kind: str,
-    change: Any,
-    batch_size: Any,
-    canary: str = "",
-    gate: GateRequest | None = None,
-    actor: Any,
-    trial: bool = True,
-) -> Planned:
+class RolloutInput(TypedDict):
+    """What a rollout is asked for (a form, the API, a change request's or a schedule's params)."""
+
+    group: str
+    kind: str
+    change: Any
+    batch_size: Any
+    canary: NotRequired[str]
+    gate: NotRequired[GateRequest | None]
+
+
+def rollout_plan(*, actor: AbstractUser | None, trial: bool = True, **request: Unpack[RolloutInput]) -> Planned:
     """Everything rollout_start checks (with `trial`: the change made on every host and undone),
     with nothing recorded. Refused when the group is empty, the plan cannot be made, the gate is
     not a revision rollout's, or the change is refused on any of its hosts."""
     ensure_role(actor, OPERATOR)
-    group = (group or "").strip().lower()
+    kind, gate = request["kind"], request.get("gate")
+    group = (request["group"] or "").strip().lower()
     if not TAG_NAME.match(group):
         raise ValidationError({"group": "Name a host tag (a group of hosts)."})
     hosts = hosts_tagged(group)
     try:
-        size = int(batch_size) if isinstance(batch_size, str) and batch_size.strip().isdigit() else batch_size
-        waves = policy.plan_waves([h.name for h in hosts], batch_size=size, canary=(canary or "").strip())
+        size = request["batch_size"]
+        size = int(size) if isinstance(size, str) and size.strip().isdigit() else size
+        waves = policy.plan_waves(
+            [h.name for h in hosts], batch_size=size, canary=(request.get("canary") or "").strip()
+        )
     except policy.WavePlanError as exc:
         field = "batch_size" if "batch" in str(exc) else "canary" if "canary" in str(exc) else "group"
         raise ValidationError({field: str(exc)}) from None
     rollout = Rollout(
         group=group,
         kind=kind,
-        change=_clean_change(kind, change),
+        change=_clean_change(kind, request["change"]),
         batch_size=size,
         gate=_clean_gate(kind, gate),
         created_by=actor if getattr(actor, "pk", None) else None,
@@ -207,7 +215,7 @@ def rollout_plan(
     return Planned(rollout, hosts, waves)
 
 
-def _stored(params: Any) -> dict[str, Any]:
+def _stored(params: Any) -> RolloutInput:
     """rollout_start's arguments from stored params (Planned.params: a change request's, a
     scheduled change's)."""
     if not isinstance(params, dict):
@@ -222,17 +230,19 @@ def _stored(params: Any) -> dict[str, Any]:
     }
 
 
-def rollout_params_plan(params: dict[str, Any], *, actor: Any, trial: bool = True) -> Planned:
+def rollout_params_plan(params: dict[str, Any], *, actor: AbstractUser | None, trial: bool = True) -> Planned:
     """rollout_plan from stored params."""
     return rollout_plan(**_stored(params), actor=actor, trial=trial)
 
 
-def rollout_start_from(params: dict[str, Any], *, actor: Any, approval: Approval | None = None) -> Rollout:
+def rollout_start_from(
+    params: dict[str, Any], *, actor: AbstractUser | None, approval: Approval | None = None
+) -> Rollout:
     """rollout_start from stored params (an approved change request, a scheduled change when due)."""
     return rollout_start(**_stored(params), actor=actor, approval=approval)
 
 
-def _review(planned: Planned, actor: Any, approval: Approval | None) -> None:
+def _review(planned: Planned, actor: AbstractUser | None, approval: Approval | None) -> None:
     """A person's rollout over a host that requires review opens a change request (on the first
     such host in wave order) and starts nothing; an approved one passes."""
     rollout = planned.rollout
@@ -250,15 +260,7 @@ def _review(planned: Planned, actor: Any, approval: Approval | None) -> None:
 @reviewed
 @transaction.atomic
 def rollout_start(
-    *,
-    group: str,
-    kind: str,
-    change: Any,
-    batch_size: Any,
-    canary: str = "",
-    gate: GateRequest | None = None,
-    actor: Any,
-    approval: Approval | None = None,
+    *, actor: AbstractUser | None, approval: Approval | None = None, **request: Unpack[RolloutInput]
 ) -> Rollout:
     """Record a rollout of `change` over the hosts tagged `group` and start its canary.
 
@@ -268,9 +270,7 @@ def rollout_start(
     Refused, with nothing changed, when rollout_plan refuses it or a host is in another open
     rollout. Over a host that requires review it opens a change request instead (ChangeRequested);
     `approval`: that request approved, recorded on the rollout and carried by its switches."""
-    planned = rollout_plan(
-        group=group, kind=kind, change=change, batch_size=batch_size, canary=canary, gate=gate, actor=actor
-    )
+    planned = rollout_plan(actor=actor, **request)
     _review(planned, actor, approval)
     rollout, hosts, waves = planned.rollout, planned.hosts, planned.waves
     if approval is not None:
@@ -289,7 +289,7 @@ def rollout_start(
         obj=rollout,
         data={
             "group": rollout.group,
-            "kind": kind,
+            "kind": rollout.kind,
             "change": rollout.change,
             "waves": waves,
             **approval_stamp(approval),
@@ -459,7 +459,7 @@ def _locked(rollout: Rollout) -> Rollout:
     return Rollout.objects.select_for_update().get(pk=rollout.pk)
 
 
-def _move(rollout: Rollout, *, actor: Any, action: str, from_state: str, to_state: str) -> Rollout:
+def _move(rollout: Rollout, *, actor: AbstractUser | None, action: str, from_state: str, to_state: str) -> Rollout:
     """Pause or resume: `from_state` -> `to_state`, refused from any other state."""
     ensure_role(actor, OPERATOR)
     rollout = _locked(rollout)
@@ -475,13 +475,13 @@ def _move(rollout: Rollout, *, actor: Any, action: str, from_state: str, to_stat
 
 
 @transaction.atomic
-def rollout_pause(*, rollout: Rollout, actor: Any) -> Rollout:
+def rollout_pause(*, rollout: Rollout, actor: AbstractUser | None) -> Rollout:
     """Stop before the next wave (the hosts switching now finish their switch)."""
     return _move(rollout, actor=actor, action="pause", from_state=Rollout.State.RUNNING, to_state=Rollout.State.PAUSED)
 
 
 @transaction.atomic
-def rollout_resume(*, rollout: Rollout, actor: Any) -> Rollout:
+def rollout_resume(*, rollout: Rollout, actor: AbstractUser | None) -> Rollout:
     """Go on: the next wave starts now when the last one is done."""
     rollout = _move(
         rollout, actor=actor, action="resume", from_state=Rollout.State.PAUSED, to_state=Rollout.State.RUNNING
@@ -491,7 +491,7 @@ def rollout_resume(*, rollout: Rollout, actor: Any) -> Rollout:
 
 
 @transaction.atomic
-def rollout_cancel(*, rollout: Rollout, actor: Any) -> Rollout:
+def rollout_cancel(*, rollout: Rollout, actor: AbstractUser | None) -> Rollout:
     """End it now: no further wave starts, its hosts are free for another rollout. A switch
     already running finishes (its end is still recorded here); nothing is rolled back."""
     ensure_role(actor, OPERATOR)

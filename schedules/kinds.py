@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 
@@ -26,6 +26,9 @@ from rollouts.models import Rollout
 from rollouts.services import rollout_params_plan, rollout_start_from
 
 from .choices import ChangeKind
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def _host(host: Host | None) -> Host:
     return host
 
 
-def _switch_check(host: Host | None, params: dict[str, Any], actor: Any) -> Checked:
+def _switch_check(host: Host | None, params: dict[str, Any], actor: AbstractUser | None) -> Checked:
     revision = revision_kept(_host(host), params)
     reason = str(params.get("override_reason") or "").strip()[:1000]
     gate = gate_params(gate_from_params(params))  # a benchmark gate runs with the switch when it is due
@@ -64,7 +67,7 @@ def _switch_check(host: Host | None, params: dict[str, Any], actor: Any) -> Chec
     )
 
 
-def _switch_run(host: Host, params: dict[str, Any], actor: Any, approval: Approval | None) -> Outcome:
+def _switch_run(host: Host, params: dict[str, Any], actor: AbstractUser | None, approval: Approval | None) -> Outcome:
     revision = revision_kept(host, params)
     reason, gate = params.get("override_reason", ""), gate_from_params(params)
     op = switch_request(revision=revision, override_reason=reason, gate=gate, actor=actor, approval=approval)
@@ -78,25 +81,25 @@ def _alias_name(params: dict[str, Any]) -> str:
     return name
 
 
-def _alias_check(host: Host | None, params: dict[str, Any], actor: Any) -> Checked:
+def _alias_check(host: Host | None, params: dict[str, Any], actor: AbstractUser | None) -> Checked:
     host = _host(host)
     return Checked(host, {"name": _alias_name(params), "revision": revision_kept(host, params).number})
 
 
-def _alias_run(host: Host, params: dict[str, Any], actor: Any, approval: Approval | None) -> Outcome:
+def _alias_run(host: Host, params: dict[str, Any], actor: AbstractUser | None, approval: Approval | None) -> Outcome:
     revision = revision_kept(host, params)
     alias = alias_set(host=host, name=_alias_name(params), revision=revision, actor=actor, approval=approval)
     return Outcome(f"{host.name}: {alias.name} points at r{params['revision']}.")
 
 
-def _rollout_check(host: Host | None, params: dict[str, Any], actor: Any) -> Checked:
+def _rollout_check(host: Host | None, params: dict[str, Any], actor: AbstractUser | None) -> Checked:
     """The rollout's own checks, its trial on every host included; kept on its canary's row."""
     planned = rollout_params_plan(params, actor=actor)
     order = planned.in_order()
     return Checked(order[0], planned.params(), order)
 
 
-def _rollout_run(host: Host, params: dict[str, Any], actor: Any, approval: Approval | None) -> Outcome:
+def _rollout_run(host: Host, params: dict[str, Any], actor: AbstractUser | None, approval: Approval | None) -> Outcome:
     rollout = rollout_start_from(params, actor=actor, approval=approval)
     return Outcome(f"Rollout #{rollout.pk} of {rollout.group} started, {host.name} first.")
 

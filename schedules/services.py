@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -29,6 +29,9 @@ from .choices import ChangeState
 from .events import change_event
 from .kinds import KINDS, describe
 from .models import MaintenanceWindow, ScheduledChange
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
 
 log = logging.getLogger(__name__)
 FURTHEST = timedelta(days=366)  # a change further ahead than this is a typo
@@ -89,7 +92,7 @@ def change_schedule(
     params: dict[str, Any],
     at: datetime | None = None,
     in_window: bool = False,
-    actor: Any,
+    actor: AbstractUser | None,
     approval: Approval | None = None,
 ) -> ScheduledChange:
     """Schedule `kind` with `params` on `host` at `at`, or in the host's next maintenance window
@@ -163,7 +166,7 @@ def change_schedule(
 
 
 @transaction.atomic
-def change_cancel(*, change: ScheduledChange, actor: Any) -> ScheduledChange:
+def change_cancel(*, change: ScheduledChange, actor: AbstractUser | None) -> ScheduledChange:
     ensure_role(actor, OPERATOR)
     locked = ScheduledChange.objects.select_for_update().select_related("host").get(pk=change.pk)
     if locked.state != ChangeState.PENDING:
@@ -198,7 +201,9 @@ def windows_replan(*, host: Host, now: datetime) -> int:
 
 
 @transaction.atomic
-def window_set(*, host: Host, weekdays: list[int], start: time, end: time, tz: str, actor: Any) -> MaintenanceWindow:
+def window_set(
+    *, host: Host, weekdays: list[int], start: time, end: time, tz: str, actor: AbstractUser | None
+) -> MaintenanceWindow:
     """Set the host's maintenance window (pending changes placed in it move with it)."""
     ensure_role(actor, OPERATOR)
     window = window_of(host) or MaintenanceWindow(host=host)
@@ -217,7 +222,7 @@ def window_set(*, host: Host, weekdays: list[int], start: time, end: time, tz: s
 
 
 @transaction.atomic
-def window_clear(*, host: Host, actor: Any) -> None:
+def window_clear(*, host: Host, actor: AbstractUser | None) -> None:
     ensure_role(actor, OPERATOR)
     deleted, _ = MaintenanceWindow.objects.filter(host=host).delete()
     if deleted:
