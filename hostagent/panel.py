@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import httpx
 
@@ -36,6 +36,16 @@ class CredentialRefused(PanelError):
 
 class PanelAway(RuntimeError):
     """No answer from the panel (connection refused, timeout, 5xx) after retrying."""
+
+
+class Outcome(TypedDict):
+    """How an operation ended, as the agent reports it (PanelPort.finish)."""
+
+    state: str
+    result: NotRequired[dict[str, Any] | None]
+    error: NotRequired[str]
+    benchmark: NotRequired[dict[str, Any] | None]
+    install: NotRequired[dict[str, Any] | None]
 
 
 class PanelPort(Protocol):
@@ -70,16 +80,7 @@ class PanelPort(Protocol):
         self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
     ) -> bool: ...
 
-    def finish(
-        self,
-        op_id: str,
-        *,
-        state: str,
-        result: dict[str, Any] | None = None,
-        error: str = "",
-        benchmark: dict[str, Any] | None = None,
-        install: dict[str, Any] | None = None,
-    ) -> None: ...
+    def finish(self, op_id: str, **outcome: Unpack[Outcome]) -> None: ...
 
     def flush(self) -> int: ...
 
@@ -270,25 +271,14 @@ class HttpPanel:
             return False
         return bool(answer and answer.get("cancelled"))
 
-    def finish(
-        self,
-        op_id: str,
-        *,
-        state: str,
-        result: dict[str, Any] | None = None,
-        error: str = "",
-        benchmark: dict[str, Any] | None = None,
-        install: dict[str, Any] | None = None,
-    ) -> None:
+    def finish(self, op_id: str, **outcome: Unpack[Outcome]) -> None:
         with self._lock:
             lines = self._pending_log.pop(op_id, [])
+        result = outcome.get("result") or {}
         if lines:
-            result = {**(result or {}), "log_kept_while_away": "\n".join(lines)[-20000:]}
-        body: dict[str, Any] = {"state": state, "result": result or {}, "error": error}
-        if benchmark is not None:
-            body["benchmark"] = benchmark
-        if install is not None:
-            body["install"] = install
+            result = {**result, "log_kept_while_away": "\n".join(lines)[-20000:]}
+        body: dict[str, Any] = {"state": outcome["state"], "result": result, "error": outcome.get("error", "")}
+        body |= {k: outcome[k] for k in ("benchmark", "install") if outcome.get(k) is not None}
         self._durable(f"operations/{op_id}/finish", body, kind="finish", patience=self.report_patience)
 
     def serving(self, version: str | None) -> dict[str, Any] | None:
