@@ -11,9 +11,9 @@ import dataclasses
 import json
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -24,11 +24,14 @@ from deployments.choices import OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from deployments.runtime_bridge import engine_bind_host as engine_bind_host  # re-exported for the pages
 from deployments.runtime_bridge import engine_config_for_revision, revision_launch_spec
-from deployments.services.planning import plan_for_revision, plan_for_values
+from deployments.services.planning import PlanValues, plan_for_revision, plan_for_values
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
-from serving.planner import PlanInputError
+from serving.planner import FitReport, PlanInputError
+
+if TYPE_CHECKING:
+    from hardware.models import Host
 
 # --- launch ------------------------------------------------------------------------------------
 
@@ -100,15 +103,17 @@ def concerns_for_revision(revision: DeploymentRevision) -> list[ConcernRow]:
 
 def report_for_revision(revision: DeploymentRevision) -> tuple[dict[str, Any] | None, str]:
     """(FitReport.to_dict(), "") or (None, why the planner could not read it)."""
-    try:
-        return plan_for_revision(revision).to_dict(), ""
-    except PlanInputError as exc:
-        return None, f"{exc.field + ': ' if exc.field else ''}{exc}"
+    return _report(lambda: plan_for_revision(revision))
 
 
-def report_for_values(**values: Any) -> tuple[dict[str, Any] | None, str]:
+def report_for_values(*, host: Host, **values: Unpack[PlanValues]) -> tuple[dict[str, Any] | None, str]:
+    """report_for_revision for values not recorded yet (a form's preview)."""
+    return _report(lambda: plan_for_values(host=host, **values))
+
+
+def _report(planned: Callable[[], FitReport]) -> tuple[dict[str, Any] | None, str]:
     try:
-        return plan_for_values(**values).to_dict(), ""
+        return planned().to_dict(), ""
     except PlanInputError as exc:
         return None, f"{exc.field + ': ' if exc.field else ''}{exc}"
 

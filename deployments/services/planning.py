@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import launch_knobs, revision_values
@@ -60,24 +60,27 @@ def host_gpu_specs(host: Host) -> tuple[GpuSpec, ...]:
     return tuple(gpu_spec(g) for g in host.gpus.select_related("gpu_type").order_by("index"))
 
 
-def plan_request(
-    *,
-    model: ModelVariant,
-    engine: str,
-    gpus: tuple[GpuSpec, ...],
-    engine_version: str = "",
-    knobs: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
-) -> PlanRequest:
-    vision = (knobs or {}).get("vision")
-    knobs = launch_knobs(engine=engine, model=model, knobs=dict(knobs or {}))  # what the command line carries
+class PlanValues(TypedDict):
+    """What the planner reads of a revision (revision_values' names), the host's GPUs aside."""
+
+    model: ModelVariant
+    engine: str
+    engine_version: NotRequired[str]
+    knobs: NotRequired[dict[str, Any] | None]
+    env: NotRequired[dict[str, str] | None]
+
+
+def plan_request(*, gpus: tuple[GpuSpec, ...], **values: Unpack[PlanValues]) -> PlanRequest:
+    model, engine, knobs = values["model"], values["engine"], values.get("knobs") or {}
+    vision = knobs.get("vision")
+    knobs = launch_knobs(engine=engine, model=model, knobs=dict(knobs))  # what the command line carries
     return PlanRequest(
         arch=model.model_arch,
         engine=engine,
         gpus=gpus,
-        engine_version=engine_version,
+        engine_version=values.get("engine_version", ""),
         knobs=knobs,
-        env=dict(env or {}),
+        env=dict(values.get("env") or {}),
         weights_bytes=model.weights_bytes,
         checkpoint_quant=model.quant_method or None,
         quant_bits=model.quant_bits,
@@ -91,27 +94,14 @@ def plan_request(
     )
 
 
-def plan_for_values(
-    *,
-    host: Host,
-    model: ModelVariant,
-    engine: str,
-    engine_version: str = "",
-    knobs: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
-) -> FitReport:
+def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:
     """Raises PlanInputError for knobs the planner cannot read."""
-    return plan(
-        plan_request(
-            model=model, engine=engine, gpus=host_gpu_specs(host), engine_version=engine_version, knobs=knobs, env=env
-        )
-    )
+    return plan(plan_request(gpus=host_gpu_specs(host), **values))
 
 
 def plan_for_revision(revision: DeploymentRevision) -> FitReport:
     values = revision_values(revision)
-    planned = ("model", "engine", "engine_version", "knobs", "env")
-    return plan_for_values(host=revision.host, **{name: values[name] for name in planned})
+    return plan_for_values(host=revision.host, **{name: values[name] for name in PlanValues.__annotations__})
 
 
 def model_source(ref: str) -> dict[str, Any]:
