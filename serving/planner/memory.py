@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from serving.arch import ModelArch
-from serving.planner.versions import version_lt
+from serving.engines.versions import version_lt
 
 GiB = 1 << 30
 MiB = 1 << 20

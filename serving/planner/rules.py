@@ -10,14 +10,13 @@ import re
 from collections.abc import Mapping
 
 from serving.engines.registry import engine_label, get_adapter
-from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE
+from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE, version_in, version_lt
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
 from serving.planner.layouts import full_layouts, tp_problems, valid_tp_sizes
 from serving.planner.memory import GiB, mtp_head_bytes
 from serving.planner.report import Context
-from serving.planner.versions import version_in, version_lt
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
