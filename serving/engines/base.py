@@ -217,6 +217,10 @@ class EngineAdapter(Protocol):
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
 
+    def default_memory_fraction(self, version: str) -> float:
+        """The share of each GPU's memory the engine budgets at `version` when its memory knob is
+        unset (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static; 1.0: no such knob)."""
+
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""
 

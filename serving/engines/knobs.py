@@ -392,6 +392,11 @@ class CheckedAdapter:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
         return {self.context_knob: context, self.concurrency_knob: sequences}
 
+    def default_memory_fraction(self, version: str) -> float:
+        """The share of each GPU's memory budgeted when the memory knob is unset: all of it for an
+        engine without such a knob (it takes what its buffers need)."""
+        return 1.0
+
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool
         request fails, or the call arrives as text). SGLang: with a tool_call_parser."""

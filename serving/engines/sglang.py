@@ -37,6 +37,10 @@ from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
 
+# mem_fraction_static None = automatic (server_args picks it from GPU memory and TP); 0.85 is a
+# middle value for 24-80 GB cards.
+SGLANG_MEM_FRACTION_DEFAULT = 0.85
+
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
@@ -109,6 +113,10 @@ class SglangAdapter(PipAdapter):
     loads_hub_repository = True
     quantization_knob = "quantization"
     concurrency_knob = "max_running_requests"
+
+    def default_memory_fraction(self, version: str) -> float:
+        """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""
+        return SGLANG_MEM_FRACTION_DEFAULT
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]

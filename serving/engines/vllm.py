@@ -33,7 +33,14 @@ from serving.engines.knobs import (
 )
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, version_lt
+
+# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
+# 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
+# release of the change is not pinned down here; versions before 0.25 get 0.9.
+VLLM_UTIL_DEFAULT = 0.92
+VLLM_UTIL_DEFAULT_OLD = 0.9
+VLLM_UTIL_CHANGE = "0.25"
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -185,6 +192,10 @@ class VllmAdapter(PipAdapter):
 
     def context_tokens(self, value: object) -> int | None:
         return max_model_len_tokens(value)
+
+    def default_memory_fraction(self, version: str) -> float:
+        """gpu_memory_utilization's default at `version` (0.92; 0.9 before VLLM_UTIL_CHANGE)."""
+        return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):

@@ -8,6 +8,7 @@ import math
 from core.limits import MAX_GPUS
 from serving.arch import ModelArch
 from serving.diffing.context import served_context
+from serving.engines.registry import get_adapter
 from serving.planner import rules
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
@@ -27,7 +28,6 @@ from serving.planner.kv import (
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
     GiB,
-    default_memory_fraction,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
@@ -137,7 +137,7 @@ def _size_gpu_split(ctx: Context) -> None:
     kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
-    fraction = s.mem_util or default_memory_fraction(req.engine, req.engine_version)
+    fraction = s.mem_util or get_adapter(req.engine).default_memory_fraction(req.engine_version)
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
         ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)
