@@ -210,6 +210,8 @@ class EngineAdapter(Protocol):
     installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+    kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
+    static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""

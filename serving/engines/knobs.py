@@ -385,6 +385,16 @@ class CheckedAdapter:
     installs_system_wide = False  # its installer puts the executable where it chooses, not in the install folder
     env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+    # A paged KV cache: blocks of this many tokens when block_size is unset (vLLM's block manager);
+    # a request's last block is whole, a sliding window straddles one block more, and a hybrid
+    # model's recurrent state is paged with the attention blocks. 0: the pool is allocated token by
+    # token (SGLang's token-to-KV pool).
+    kv_block_default = 0
+    # The memory knob's share is of the memory free at start, and holds the weights and the KV pool
+    # alone: activations and CUDA graphs live in the rest (SGLang's mem_fraction_static). False: it
+    # is a share of the whole memory that the profile run's activation peak and CUDA graphs also
+    # come out of (vLLM's gpu_memory_utilization).
+    static_memory_fraction = False
 
     concurrency_knob = ""  # the knob that caps the requests served at once
 

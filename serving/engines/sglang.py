@@ -113,6 +113,8 @@ class SglangAdapter(PipAdapter):
     loads_hub_repository = True
     quantization_knob = "quantization"
     concurrency_knob = "max_running_requests"
+    # kv_pool = free_before_load x mem_fraction_static - weights (srt/mem_cache/kv_cache_configurator.py)
+    static_memory_fraction = True
 
     def default_memory_fraction(self, version: str) -> float:
         """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""

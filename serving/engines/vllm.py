@@ -185,6 +185,7 @@ class VllmAdapter(PipAdapter):
     quantization_knob = "quantization"
     path_executable = "vllm"
     concurrency_knob = "max_num_seqs"
+    kv_block_default = 16  # --block-size unset (vllm/config/cache.py)
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Only with enable_auto_tool_choice (and its parser)."""
