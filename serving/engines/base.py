@@ -123,6 +123,15 @@ class ContextInputs:
 
 
 @dataclass(frozen=True)
+class KvSlots:
+    """How a server with llama.cpp's KV cache divides it between the requests it serves at once."""
+
+    sequences: int  # slots: requests served at once
+    total: int | None  # tokens of context over all the slots (None: the model's trained context)
+    unified: bool  # one buffer the slots share (else one per slot)
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
 
@@ -218,6 +227,13 @@ class EngineAdapter(Protocol):
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """How an engine with llama.cpp's KV cache (ggml_kv_cache) divides it, given its context,
+        parallel and unified-KV knobs as the planner reads them (None: unset), the memory of all the
+        GPUs in bytes and the model's native context (None: unknown)."""
 
     def default_memory_fraction(self, version: str) -> float:
         """The share of each GPU's memory the engine budgets at `version` when its memory knob is

@@ -18,6 +18,7 @@ from serving.engines.base import (
     ContextInputs,
     EngineConfig,
     EngineConfigError,
+    KvSlots,
     LaunchSpec,
     ModelRef,
     ServedContext,
@@ -401,6 +402,12 @@ class CheckedAdapter:
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
         return {self.context_knob: context, self.concurrency_knob: sequences}
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """Only an engine with llama.cpp's KV cache (ggml_kv_cache) divides it into slots."""
+        raise NotImplementedError(f"{self.label} has no llama.cpp KV slots")
 
     def default_memory_fraction(self, version: str) -> float:
         """The share of each GPU's memory budgeted when the memory knob is unset: all of it for an

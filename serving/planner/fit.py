@@ -226,21 +226,10 @@ def _size_layer_split(ctx: Context) -> None:
     layers = llama_layers_from_gguf(req.gguf) if req.gguf else llama_layers_from_arch(arch)
     ctx.native_context = _native(arch, s, req.gguf.context_length if req.gguf else None)
     total_vram = sum(g.memory_bytes for g in ctx.gpus)
-    if req.engine == "ollama":
-        # Ollama: one context per parallel request (docs/faq: memory ~ parallel x ctx); default
-        # context from VRAM: <24 GiB 4k, 24-48 GiB 32k, >=48 GiB 256k (engines.md §6).
-        n_seq: int | None = s.parallel or 1
-        per_seq = s.ctx_size or (4096 if total_vram < 24 * GiB else 32768 if total_vram < 48 * GiB else 262144)
-        if ctx.native_context:
-            per_seq = min(per_seq, ctx.native_context)
-        ctx_size: int | None = per_seq * (s.parallel or 1)
-        unified = False
-    else:
-        auto = s.parallel is None or s.parallel < 0
-        n_seq = 4 if auto else s.parallel  # tools/server/server.cpp: auto -> 4 slots, unified KV
-        unified = True if auto else bool(s.kv_unified)
-        ctx_size = s.ctx_size or None  # 0 = the model's trained context
-    assert n_seq is not None
+    slots = get_adapter(req.engine).kv_slots(
+        s.ctx_size, s.parallel, s.kv_unified, vram=total_vram, native=ctx.native_context
+    )
+    n_seq, ctx_size, unified = slots.sequences, slots.total, slots.unified
     ctx.max_num_seqs = n_seq
     if layers is None:
         # No layer facts, so no KV sizes; the context is still what the knobs say (ctx_size, per slot).
