@@ -18,6 +18,7 @@ from serving.engines.base import (
     ContextInputs,
     EngineConfig,
     EngineConfigError,
+    FamilySupport,
     KvSlots,
     LaunchSpec,
     ModelRef,
@@ -396,6 +397,8 @@ class CheckedAdapter:
     # is a share of the whole memory that the profile run's activation peak and CUDA graphs also
     # come out of (vLLM's gpu_memory_utilization).
     static_memory_fraction = False
+    family_support: Mapping[str, FamilySupport] = {}  # what its releases do with families of models
+    env_ignored_since: Mapping[str, str] = {}  # variables it stops reading from a release on: {variable: release}
 
     concurrency_knob = ""  # the knob that caps the requests served at once
 

@@ -12,10 +12,12 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    LINEAR_ATTENTION_HYBRID,
     PRIVATE_FILE,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    FamilySupport,
     KvCapacity,
     LaunchSpec,
     shown_value,
@@ -115,6 +117,9 @@ class SglangAdapter(PipAdapter):
     concurrency_knob = "max_running_requests"
     # kv_pool = free_before_load x mem_fraction_static - weights (srt/mem_cache/kv_cache_configurator.py)
     static_memory_fraction = True
+    # Seed 000: SGLang 0.5.9 "doesn't work with Qwen3.5's hybrid GatedDeltaNet architecture", it
+    # outputs EOS at once; newer releases carry Qwen3.5 models.
+    family_support = {LINEAR_ATTENTION_HYBRID: FamilySupport(broken_through="0.5.9")}
 
     def default_memory_fraction(self, version: str) -> float:
         """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""

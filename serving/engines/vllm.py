@@ -13,11 +13,14 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    QWEN3_5,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    FamilySupport,
     KvCapacity,
     LaunchSpec,
+    PackageFloor,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -33,7 +36,12 @@ from serving.engines.knobs import (
 )
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least, version_lt
+from serving.engines.versions import (
+    VLLM_ATTENTION_BACKEND_FLAG_SINCE,
+    VLLM_ATTENTION_ENV_IGNORED_SINCE,
+    at_least,
+    version_lt,
+)
 
 # gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
 # 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
@@ -186,6 +194,15 @@ class VllmAdapter(PipAdapter):
     path_executable = "vllm"
     concurrency_knob = "max_num_seqs"
     kv_block_default = 16  # --block-size unset (vllm/config/cache.py)
+    family_support = {
+        # Seed 002: the Qwen3_5 architecture exists from vLLM 0.17. Seed 000: "vLLM 0.17.1 needs
+        # transformers version 5.3.0 for layer_type_validation".
+        QWEN3_5: FamilySupport(
+            first="0.17",
+            packages=(PackageFloor("transformers", "5.3", ("0.17", "0.18"), why="layer_type_validation"),),
+        ),
+    }
+    env_ignored_since = {"VLLM_ATTENTION_BACKEND": VLLM_ATTENTION_ENV_IGNORED_SINCE}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Only with enable_auto_tool_choice (and its parser)."""
