@@ -237,6 +237,60 @@ def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def _vllm_bench_serve(profile: BenchmarkProfile, base_url: str, model: str, concurrency: int | None) -> list[str]:
+    """`vllm bench serve`: one level per invocation (`concurrency`, default the first)."""
+    argv = [
+        "vllm", "bench", "serve",
+        "--backend", "openai-chat",
+        "--base-url", base_url,
+        "--endpoint", "/v1/chat/completions",
+        "--model", model,
+        "--dataset-name", "random",
+        "--random-input-len", str(profile.input_tokens),
+        "--random-output-len", str(profile.output_tokens),
+        "--random-range-ratio", "0",
+        "--num-prompts", str(profile.num_requests),
+        "--ignore-eos",
+        "--seed", str(profile.seed),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99",
+    ]  # fmt: skip
+    if profile.request_rate is not None:
+        argv += ["--request-rate", _fmt(profile.request_rate), "--burstiness", "1"]
+        if profile.max_concurrency is not None:
+            argv += ["--max-concurrency", str(profile.max_concurrency)]
+    else:
+        level = concurrency if concurrency is not None else profile.concurrency[0]
+        if level not in profile.concurrency:
+            raise ValueError(f"concurrency {level} is not a level of profile {profile.name!r}")
+        argv += ["--max-concurrency", str(level)]
+    if profile.slos:
+        short = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2el"}
+        argv += ["--goodput", *(f"{short[k]}:{_fmt(v)}" for k, v in profile.slos.items())]
+    return argv
+
+
+def _guidellm_benchmark(profile: BenchmarkProfile, base_url: str, model: str, concurrency: int | None) -> list[str]:
+    """`guidellm benchmark` (v0.4-0.6 CLI): every level at once, so `concurrency` is not used."""
+    argv = ["guidellm", "benchmark", "--target", base_url, "--model", model]
+    if profile.request_rate is not None:
+        argv += ["--profile", "poisson", "--rate", _fmt(profile.request_rate)]
+    elif profile.concurrency == (1,):
+        argv += ["--profile", "synchronous"]
+    else:
+        argv += ["--profile", "concurrent", "--rate", ",".join(str(c) for c in profile.concurrency)]
+    argv += [
+        "--max-requests", str(profile.num_requests),
+        "--data", f"prompt_tokens={profile.input_tokens},output_tokens={profile.output_tokens}",
+        "--random-seed", str(profile.seed),
+    ]  # fmt: skip
+    return argv
+
+
+# The load generators a person can reproduce a profile with, by the name `tool` takes.
+_TOOLS = {"vllm": _vllm_bench_serve, "guidellm": _guidellm_benchmark}
+
+
 def equivalent_command(
     profile: BenchmarkProfile,
     *,
@@ -253,52 +307,10 @@ def equivalent_command(
     `base_url` is the server root, e.g. http://127.0.0.1:8000 (no /v1). Pass a long-context
     profile through `resolve()` first so its input length is the real one.
     """
-    base_url = base_url.rstrip("/")
-    if tool == "vllm":
-        argv = [
-            "vllm", "bench", "serve",
-            "--backend", "openai-chat",
-            "--base-url", base_url,
-            "--endpoint", "/v1/chat/completions",
-            "--model", model,
-            "--dataset-name", "random",
-            "--random-input-len", str(profile.input_tokens),
-            "--random-output-len", str(profile.output_tokens),
-            "--random-range-ratio", "0",
-            "--num-prompts", str(profile.num_requests),
-            "--ignore-eos",
-            "--seed", str(profile.seed),
-            "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "50,90,99",
-        ]  # fmt: skip
-        if profile.request_rate is not None:
-            argv += ["--request-rate", _fmt(profile.request_rate), "--burstiness", "1"]
-            if profile.max_concurrency is not None:
-                argv += ["--max-concurrency", str(profile.max_concurrency)]
-        else:
-            level = concurrency if concurrency is not None else profile.concurrency[0]
-            if level not in profile.concurrency:
-                raise ValueError(f"concurrency {level} is not a level of profile {profile.name!r}")
-            argv += ["--max-concurrency", str(level)]
-        if profile.slos:
-            short = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2el"}
-            argv += ["--goodput", *(f"{short[k]}:{_fmt(v)}" for k, v in profile.slos.items())]
-        return argv
-    if tool == "guidellm":
-        argv = ["guidellm", "benchmark", "--target", base_url, "--model", model]
-        if profile.request_rate is not None:
-            argv += ["--profile", "poisson", "--rate", _fmt(profile.request_rate)]
-        elif profile.concurrency == (1,):
-            argv += ["--profile", "synchronous"]
-        else:
-            argv += ["--profile", "concurrent", "--rate", ",".join(str(c) for c in profile.concurrency)]
-        argv += [
-            "--max-requests", str(profile.num_requests),
-            "--data", f"prompt_tokens={profile.input_tokens},output_tokens={profile.output_tokens}",
-            "--random-seed", str(profile.seed),
-        ]  # fmt: skip
-        return argv
-    raise ValueError(f"unknown tool {tool!r}; use 'vllm' or 'guidellm'")
+    build = _TOOLS.get(tool)
+    if build is None:
+        raise ValueError(f"unknown tool {tool!r}; use 'vllm' or 'guidellm'")
+    return build(profile, base_url.rstrip("/"), model, concurrency)
 
 
 def equivalent_commands(profile: BenchmarkProfile, *, base_url: str, model: str) -> dict[str, list[list[str]]]:

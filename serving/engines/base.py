@@ -122,6 +122,40 @@ class ContextInputs:
     planned: int | None = None
 
 
+# Families of models that an engine's releases differ on. The planner tells which a model is in
+# (serving.planner.rules.model_families); an adapter's family_support says what its releases do.
+QWEN3_5 = "qwen3_5"  # Qwen3.5 and its successors (3.6, 3.8): the Qwen3_5 architecture
+LINEAR_ATTENTION_HYBRID = "linear_attention_hybrid"  # linear-attention (Gated DeltaNet) layers among full attention
+
+
+@dataclass(frozen=True)
+class PackageFloor:
+    """A package that some releases of an engine need at least, to load a family of models."""
+
+    package: str  # the pip distribution ("transformers")
+    minimum: str
+    releases: tuple[str, str]  # the engine versions that need it: from the first, before the second
+    why: str = ""  # what fails without it, as the engine says
+
+
+@dataclass(frozen=True)
+class FamilySupport:
+    """What an engine's releases do with one family of models."""
+
+    first: str = ""  # the first release that runs it ("": every release)
+    broken_through: str = ""  # the last release that loads it but cannot serve it ("": none)
+    packages: tuple[PackageFloor, ...] = ()
+
+
+@dataclass(frozen=True)
+class KvSlots:
+    """How a server with llama.cpp's KV cache divides it between the requests it serves at once."""
+
+    sequences: int  # slots: requests served at once
+    total: int | None  # tokens of context over all the slots (None: the model's trained context)
+    unified: bool  # one buffer the slots share (else one per slot)
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
@@ -210,12 +244,27 @@ class EngineAdapter(Protocol):
     installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+    kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
+    static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
+    family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
+    env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """How an engine with llama.cpp's KV cache (ggml_kv_cache) divides it, given its context,
+        parallel and unified-KV knobs as the planner reads them (None: unset), the memory of all the
+        GPUs in bytes and the model's native context (None: unknown)."""
+
+    def default_memory_fraction(self, version: str) -> float:
+        """The share of each GPU's memory the engine budgets at `version` when its memory knob is
+        unset (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static; 1.0: no such knob)."""
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""

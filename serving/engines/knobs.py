@@ -18,6 +18,8 @@ from serving.engines.base import (
     ContextInputs,
     EngineConfig,
     EngineConfigError,
+    FamilySupport,
+    KvSlots,
     LaunchSpec,
     ModelRef,
     ServedContext,
@@ -385,12 +387,35 @@ class CheckedAdapter:
     installs_system_wide = False  # its installer puts the executable where it chooses, not in the install folder
     env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+    # A paged KV cache: blocks of this many tokens when block_size is unset (vLLM's block manager);
+    # a request's last block is whole, a sliding window straddles one block more, and a hybrid
+    # model's recurrent state is paged with the attention blocks. 0: the pool is allocated token by
+    # token (SGLang's token-to-KV pool).
+    kv_block_default = 0
+    # The memory knob's share is of the memory free at start, and holds the weights and the KV pool
+    # alone: activations and CUDA graphs live in the rest (SGLang's mem_fraction_static). False: it
+    # is a share of the whole memory that the profile run's activation peak and CUDA graphs also
+    # come out of (vLLM's gpu_memory_utilization).
+    static_memory_fraction = False
+    family_support: Mapping[str, FamilySupport] = {}  # what its releases do with families of models
+    env_ignored_since: Mapping[str, str] = {}  # variables it stops reading from a release on: {variable: release}
 
     concurrency_knob = ""  # the knob that caps the requests served at once
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""
         return {self.context_knob: context, self.concurrency_knob: sequences}
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """Only an engine with llama.cpp's KV cache (ggml_kv_cache) divides it into slots."""
+        raise NotImplementedError(f"{self.label} has no llama.cpp KV slots")
+
+    def default_memory_fraction(self, version: str) -> float:
+        """The share of each GPU's memory budgeted when the memory knob is unset: all of it for an
+        engine without such a knob (it takes what its buffers need)."""
+        return 1.0
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool

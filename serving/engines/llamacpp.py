@@ -24,6 +24,7 @@ from serving.engines.base import (
     InstallStep,
     InstallTarget,
     KvCapacity,
+    KvSlots,
     LaunchSpec,
     ModelRef,
     ServedContext,
@@ -252,6 +253,16 @@ class LlamaCppAdapter(Adapter):
         return {"ctx_size": context * sequences, "parallel": sequences}
 
     ggml_kv_cache = True
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """`--parallel` unset or -1 (auto): 4 slots sharing one unified cache (tools/server/server.cpp);
+        else that many, unified only with `--kv-unified`. `--ctx-size` is the total over the slots;
+        0 or unset: the model's trained context."""
+        if parallel is None or parallel < 0:
+            return KvSlots(sequences=4, total=context or None, unified=True)
+        return KvSlots(sequences=parallel, total=context or None, unified=bool(unified))
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Through its Jinja chat templates, unless they are turned off."""

@@ -21,6 +21,7 @@ from serving.engines.base import (
     InstallStep,
     InstallTarget,
     KvCapacity,
+    KvSlots,
     LaunchSpec,
     ModelRef,
     ServedContext,
@@ -64,6 +65,12 @@ def _context_length(value: object) -> int:
             field="context_length",
         )
     return tokens
+
+
+def default_context(vram: int) -> int:
+    """The context Ollama serves when OLLAMA_CONTEXT_LENGTH is unset, chosen from the GPUs' memory
+    (`vram`, bytes): under 24 GiB 4k, under 48 GiB 32k, else 256k (engines.md §6)."""
+    return 4096 if vram < 24 * 2**30 else 32768 if vram < 48 * 2**30 else 262144
 
 
 # knob -> OLLAMA_* variable
@@ -130,6 +137,17 @@ class OllamaAdapter(Adapter):
         if asked.planned:
             return ServedContext(asked.planned, asked.planned, "planner")
         return ServedContext(None, None, "OLLAMA_CONTEXT_LENGTH unset: Ollama picks it from VRAM")
+
+    def kv_slots(
+        self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None
+    ) -> KvSlots:
+        """One context per parallel request, never shared (docs/faq: memory ~ parallel x ctx);
+        OLLAMA_NUM_PARALLEL unset: 1; the context unset: chosen from VRAM (default_context), at
+        most the model's native one."""
+        per_request = context or default_context(vram)
+        if native:
+            per_request = min(per_request, native)
+        return KvSlots(sequences=parallel or 1, total=per_request * (parallel or 1), unified=False)
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("kv_cache_type") in ("q8_0", "q4_0") and knobs.get("flash_attention") == "0":

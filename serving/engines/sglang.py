@@ -12,10 +12,12 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    LINEAR_ATTENTION_HYBRID,
     PRIVATE_FILE,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    FamilySupport,
     KvCapacity,
     LaunchSpec,
     shown_value,
@@ -36,6 +38,10 @@ from serving.engines.knobs import (
 from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
+
+# mem_fraction_static None = automatic (server_args picks it from GPU memory and TP); 0.85 is a
+# middle value for 24-80 GB cards.
+SGLANG_MEM_FRACTION_DEFAULT = 0.85
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -109,6 +115,15 @@ class SglangAdapter(PipAdapter):
     loads_hub_repository = True
     quantization_knob = "quantization"
     concurrency_knob = "max_running_requests"
+    # kv_pool = free_before_load x mem_fraction_static - weights (srt/mem_cache/kv_cache_configurator.py)
+    static_memory_fraction = True
+    # Seed 000: SGLang 0.5.9 "doesn't work with Qwen3.5's hybrid GatedDeltaNet architecture", it
+    # outputs EOS at once; newer releases carry Qwen3.5 models.
+    family_support = {LINEAR_ATTENTION_HYBRID: FamilySupport(broken_through="0.5.9")}
+
+    def default_memory_fraction(self, version: str) -> float:
+        """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""
+        return SGLANG_MEM_FRACTION_DEFAULT
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]

@@ -4,6 +4,11 @@ vLLM, SGLang and Ollama use PEP 440-ish / semver strings ("0.33.0", "v0.12.3",
 "0.27.2rc1.dev407"); llama.cpp uses build numbers ("b6500", or "6500" as printed by
 `llama-server --version`). An empty version means "the latest release we know", which
 compares above every real version. Pure: no I/O.
+
+Two readings: `parse_version` is strict (a malformed version is refused: installs and launches
+pin it); `version_lt` and `version_in` are lenient (a fact about some releases applies only to a
+version they can read, so an unknown or malformed one raises nothing: the planner's findings and
+the adapters' version-dependent defaults).
 """
 
 from __future__ import annotations
@@ -127,3 +132,35 @@ def pip_pin(package: str, engine: str, version: str) -> str:
     if parsed.latest:
         raise EngineConfigError(f"an install needs an exact {engine} version to pin", field="engine_version")
     return f"{package}=={parsed.raw.lstrip('v')}"
+
+
+# --- Lenient comparisons ----------------------------------------------------------------
+
+_NUM = re.compile(r"\d+")
+
+
+def release_numbers(text: str | None) -> tuple[int, ...] | None:
+    """ "0.17.1" -> (0, 17, 1); "v0.5.9" -> (0, 5, 9); "b6500" (llama.cpp build) -> (6500,).
+
+    Pre-release/dev suffixes are dropped ("0.11.0rc2" -> (0, 11, 0)). None for "" or no digits.
+    """
+    if not text:
+        return None
+    core = text.strip().lstrip("vV")
+    core = re.split(r"(?:rc|dev|a|b(?=\d*$)|\+)", core, maxsplit=1)[0] if not core.startswith("b") else core[1:]
+    numbers = [int(n) for n in _NUM.findall(core.split("-")[0])]
+    return tuple(numbers) if numbers else None
+
+
+def version_lt(version: str | None, floor: str) -> bool:
+    """True only when `version` is known and older than `floor`."""
+    have, need = release_numbers(version), release_numbers(floor)
+    if have is None or need is None:
+        return False
+    width = max(len(have), len(need))
+    return have + (0,) * (width - len(have)) < need + (0,) * (width - len(need))
+
+
+def version_in(version: str | None, low: str, high: str) -> bool:
+    """low <= version < high, for a known version."""
+    return release_numbers(version) is not None and not version_lt(version, low) and version_lt(version, high)

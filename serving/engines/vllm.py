@@ -13,11 +13,14 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    QWEN3_5,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
+    FamilySupport,
     KvCapacity,
     LaunchSpec,
+    PackageFloor,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -33,7 +36,19 @@ from serving.engines.knobs import (
 )
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
-from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, at_least
+from serving.engines.versions import (
+    VLLM_ATTENTION_BACKEND_FLAG_SINCE,
+    VLLM_ATTENTION_ENV_IGNORED_SINCE,
+    at_least,
+    version_lt,
+)
+
+# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
+# 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
+# release of the change is not pinned down here; versions before 0.25 get 0.9.
+VLLM_UTIL_DEFAULT = 0.92
+VLLM_UTIL_DEFAULT_OLD = 0.9
+VLLM_UTIL_CHANGE = "0.25"
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -178,6 +193,16 @@ class VllmAdapter(PipAdapter):
     quantization_knob = "quantization"
     path_executable = "vllm"
     concurrency_knob = "max_num_seqs"
+    kv_block_default = 16  # --block-size unset (vllm/config/cache.py)
+    family_support = {
+        # Seed 002: the Qwen3_5 architecture exists from vLLM 0.17. Seed 000: "vLLM 0.17.1 needs
+        # transformers version 5.3.0 for layer_type_validation".
+        QWEN3_5: FamilySupport(
+            first="0.17",
+            packages=(PackageFloor("transformers", "5.3", ("0.17", "0.18"), why="layer_type_validation"),),
+        ),
+    }
+    env_ignored_since = {"VLLM_ATTENTION_BACKEND": VLLM_ATTENTION_ENV_IGNORED_SINCE}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Only with enable_auto_tool_choice (and its parser)."""
@@ -185,6 +210,10 @@ class VllmAdapter(PipAdapter):
 
     def context_tokens(self, value: object) -> int | None:
         return max_model_len_tokens(value)
+
+    def default_memory_fraction(self, version: str) -> float:
+        """gpu_memory_utilization's default at `version` (0.92; 0.9 before VLLM_UTIL_CHANGE)."""
+        return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):

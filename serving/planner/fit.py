@@ -8,6 +8,7 @@ import math
 from core.limits import MAX_GPUS
 from serving.arch import ModelArch
 from serving.diffing.context import served_context
+from serving.engines.registry import get_adapter
 from serving.planner import rules
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
@@ -27,7 +28,6 @@ from serving.planner.kv import (
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
     GiB,
-    default_memory_fraction,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
@@ -137,7 +137,8 @@ def _size_gpu_split(ctx: Context) -> None:
     kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
-    fraction = s.mem_util or default_memory_fraction(req.engine, req.engine_version)
+    adapter = get_adapter(req.engine)
+    fraction = s.mem_util or adapter.default_memory_fraction(req.engine_version)
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
         ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)
@@ -146,15 +147,15 @@ def _size_gpu_split(ctx: Context) -> None:
     full_layers = stage.full + ((arch.mtp_num_layers or 1) if mtp else 0)
     ctx.per_token_gpu = a * full_layers
     ctx.per_token_total = a * (counts.full + ((arch.mtp_num_layers or 1) if mtp else 0)) * s.tp
-    vllm = req.engine == "vllm"
-    ctx.block = (s.block_size or 16) if vllm else 1
+    paged = adapter.kv_block_default > 0
+    ctx.block = (s.block_size or adapter.kv_block_default) if paged else 1
     state_total = 0
     if counts.linear:
         conv = s.mamba_conv_bytes or model_dtype_bytes(arch)
         ssm = s.mamba_ssm_bytes or TORCH_DTYPE_BYTES.get((arch.mamba_ssm_dtype or "").lower(), conv)
         page = gdn_state_bytes_layer(arch, s.tp, conv_bytes=conv, ssm_bytes=ssm, spec_tokens=spec_tokens)
         if page:
-            if vllm and a:
+            if paged and a:
                 ctx.hybrid_block = ctx.block = hybrid_block_size(a, page, s.block_size)
                 prefix = s.prefix_caching if s.prefix_caching is not None else True
                 # blocks per request: 1 + spec ("none" mode), one more in "align" mode (engines.md §4)
@@ -163,11 +164,15 @@ def _size_gpu_split(ctx: Context) -> None:
                 state_total += stage.linear * page
     if stage.sliding and arch.sliding_window:
         window_tokens = min(arch.sliding_window - 1 + ctx.batched_tokens, ctx.max_model_len or arch.sliding_window)
-        blocks = math.ceil(window_tokens / ctx.block) + (1 if vllm else 0)
+        blocks = math.ceil(window_tokens / ctx.block) + (1 if paged else 0)
         state_total += int(stage.sliding * blocks * ctx.block * a)
     ctx.state_per_seq_gpu = state_total
 
-    if req.engine == "vllm":
+    if adapter.static_memory_fraction:
+        # a share of what is free after the CUDA context, which the budget then adds back
+        ctx.overheads = sglang_overheads(world=world)
+        ctx.budget_per_gpu = int((ctx.gpu_memory - ctx.overheads.non_torch) * fraction) + ctx.overheads.non_torch
+    else:
         ctx.overheads = vllm_overheads(
             arch,
             tp=s.tp,
@@ -179,9 +184,6 @@ def _size_gpu_split(ctx: Context) -> None:
             version=req.engine_version,
         )
         ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)
-    else:
-        ctx.overheads = sglang_overheads(world=world)
-        ctx.budget_per_gpu = int((ctx.gpu_memory - ctx.overheads.non_torch) * fraction) + ctx.overheads.non_torch
     if not ctx.used:
         return
     if s.kv_cache_memory_bytes:
@@ -224,21 +226,10 @@ def _size_layer_split(ctx: Context) -> None:
     layers = llama_layers_from_gguf(req.gguf) if req.gguf else llama_layers_from_arch(arch)
     ctx.native_context = _native(arch, s, req.gguf.context_length if req.gguf else None)
     total_vram = sum(g.memory_bytes for g in ctx.gpus)
-    if req.engine == "ollama":
-        # Ollama: one context per parallel request (docs/faq: memory ~ parallel x ctx); default
-        # context from VRAM: <24 GiB 4k, 24-48 GiB 32k, >=48 GiB 256k (engines.md §6).
-        n_seq: int | None = s.parallel or 1
-        per_seq = s.ctx_size or (4096 if total_vram < 24 * GiB else 32768 if total_vram < 48 * GiB else 262144)
-        if ctx.native_context:
-            per_seq = min(per_seq, ctx.native_context)
-        ctx_size: int | None = per_seq * (s.parallel or 1)
-        unified = False
-    else:
-        auto = s.parallel is None or s.parallel < 0
-        n_seq = 4 if auto else s.parallel  # tools/server/server.cpp: auto -> 4 slots, unified KV
-        unified = True if auto else bool(s.kv_unified)
-        ctx_size = s.ctx_size or None  # 0 = the model's trained context
-    assert n_seq is not None
+    slots = get_adapter(req.engine).kv_slots(
+        s.ctx_size, s.parallel, s.kv_unified, vram=total_vram, native=ctx.native_context
+    )
+    n_seq, ctx_size, unified = slots.sequences, slots.total, slots.unified
     ctx.max_num_seqs = n_seq
     if layers is None:
         # No layer facts, so no KV sizes; the context is still what the knobs say (ctx_size, per slot).

@@ -18,18 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from serving.arch import ModelArch
-from serving.planner.versions import version_lt
+from serving.engines.versions import version_lt
 
 GiB = 1 << 30
 MiB = 1 << 20
 
 # ---- vLLM ----------------------------------------------------------------------------------
-# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
-# 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
-# release of the change is not pinned down here; versions before 0.25 get 0.9.
-VLLM_UTIL_DEFAULT = 0.92
-VLLM_UTIL_DEFAULT_OLD = 0.9
-VLLM_UTIL_CHANGE = "0.25"
+# gpu_memory_utilization's default is the adapter's (serving.engines.vllm, default_memory_fraction).
 # CUDA context + cuBLAS workspace outside torch: vllm#13061 logs "non_torch_memory takes 0.25GiB"
 # (2x RTX 4090, TP=2).
 VLLM_NON_TORCH_BASE = int(0.25 * GiB)
@@ -116,22 +111,10 @@ def vllm_overheads(
     return Overheads(non_torch=non_torch, activation=activation, cuda_graphs=graphs)
 
 
-def vllm_default_util(version: str) -> float:
-    return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
-
-
 # ---- SGLang --------------------------------------------------------------------------------
-# mem_fraction_static None = automatic (server_args picks it from GPU memory and TP); 0.85 is a
-# middle value for 24-80 GB cards. CUDA context before load ~0.5 GiB (club-3090#1261 logs
-# "avail mem" after the pool; sglang#11716 shows the same shape).
-SGLANG_MEM_FRACTION_DEFAULT = 0.85
+# mem_fraction_static's default is the adapter's (serving.engines.sglang). CUDA context before
+# load ~0.5 GiB (club-3090#1261 logs "avail mem" after the pool; sglang#11716 shows the same shape).
 SGLANG_CONTEXT = int(0.5 * GiB)
-
-
-def default_memory_fraction(engine: str, version: str) -> float:
-    """The share of each GPU's memory a GPU-split engine budgets when its knob is unset: vLLM's
-    gpu_memory_utilization default for `version`, else SGLang's mem_fraction_static."""
-    return vllm_default_util(version) if engine == "vllm" else SGLANG_MEM_FRACTION_DEFAULT
 
 
 def sglang_overheads(*, world: int) -> Overheads:

@@ -9,15 +9,15 @@ import math
 import re
 from collections.abc import Mapping
 
+from serving.engines.base import LINEAR_ATTENTION_HYBRID, QWEN3_5, FamilySupport
 from serving.engines.registry import engine_label, get_adapter
-from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE
+from serving.engines.versions import version_in, version_lt
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
 from serving.planner.layouts import full_layouts, tp_problems, valid_tp_sizes
 from serving.planner.memory import GiB, mtp_head_bytes
 from serving.planner.report import Context
-from serving.planner.versions import version_in, version_lt
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -335,25 +335,38 @@ def _quantization(ctx: Context) -> None:
     )
 
 
+def model_families(ctx: Context) -> tuple[str, ...]:
+    """The families of models engine releases differ on (serving.engines.base) this one is in. The
+    Qwen3.5 family is a linear-attention (Gated DeltaNet) hybrid even when its config does not say."""
+    if is_qwen35_family(ctx):
+        return (QWEN3_5, LINEAR_ATTENTION_HYBRID)
+    return (LINEAR_ATTENTION_HYBRID,) if ctx.request.arch.is_hybrid else ()
+
+
+_FAMILY_NAMES = {QWEN3_5: "Qwen3.5", LINEAR_ATTENTION_HYBRID: "linear-attention hybrid"}
+
+
 def _engine_support(ctx: Context) -> None:
     req = ctx.request
     engine, version = req.engine, req.engine_version
-    qwen35 = is_qwen35_family(ctx)
-    # Seed 000: SGLang 0.5.9 "doesn't work with Qwen3.5's hybrid GatedDeltaNet architecture",
-    # outputs EOS at once. Treat 0.5.9 and older as unable; newer releases carry Qwen3.5 models.
-    sglang_old = bool(version) and not version_lt("0.5.9", version)  # version <= 0.5.9
-    if engine == "sglang" and (req.arch.is_hybrid or qwen35) and sglang_old:
+    adapter = get_adapter(engine)
+    support: list[tuple[str, FamilySupport]] = [
+        (family, adapter.family_support[family]) for family in model_families(ctx) if family in adapter.family_support
+    ]
+    # A release at or before `broken_through` loads the model but cannot serve it.
+    if any(s.broken_through and version and not version_lt(s.broken_through, version) for _, s in support):
         ctx.add(
             ERROR,
             F.ENGINE_UNSUPPORTED_ARCH,
-            f"SGLang {version} cannot run this Gated DeltaNet hybrid (Qwen3.5 family): it crashes or "
+            f"{adapter.label} {version} cannot run this Gated DeltaNet hybrid (Qwen3.5 family): it crashes or "
             "answers with an immediate EOS.",
-            "Use vLLM >= 0.17 or llama.cpp, or a newer SGLang release.",
+            f"Use vLLM >= 0.17 or llama.cpp, or a newer {adapter.label} release.",
         )
     stored = req.min_engine_versions if isinstance(req.min_engine_versions, Mapping) else {}
     floors = {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str) and len(v) <= 40}
-    if engine == "vllm" and qwen35:
-        floors.setdefault("vllm", "0.17")  # seed 002: Qwen3_5 architecture exists from vLLM 0.17
+    for _, s in support:
+        if s.first:
+            floors.setdefault(engine, s.first)
     need = floors.get(engine)
     if need and version_lt(version, need):
         ctx.add(
@@ -362,17 +375,21 @@ def _engine_support(ctx: Context) -> None:
             f"{engine} {version} is older than {need}, the first release that runs this model's architecture.",
             f"Install {engine} >= {need}.",
         )
-    # Seed 000: "vLLM 0.17.1 needs transformers version 5.3.0 for layer_type_validation".
-    if engine == "vllm" and qwen35 and version_in(version, "0.17", "0.18"):
-        have = req.packages.get("transformers")
-        if have is None or version_lt(have, "5.3"):
-            ctx.add(
-                ERROR if have else WARNING,
-                F.ENGINE_PACKAGE_FLOOR,
-                f"vLLM {version} loads Qwen3.5 configs only with transformers >= 5.3 (layer_type_validation)"
-                + (f"; this environment has {have}." if have else "; the installed version is unknown."),
-                "pip install 'transformers>=5.3' in the engine's venv.",
-            )
+    for family, s in support:
+        for floor in s.packages:
+            if not version_in(version, *floor.releases):
+                continue
+            have = req.packages.get(floor.package)
+            if have is None or version_lt(have, floor.minimum):
+                ctx.add(
+                    ERROR if have else WARNING,
+                    F.ENGINE_PACKAGE_FLOOR,
+                    f"{adapter.label} {version} loads {_FAMILY_NAMES[family]} configs only with {floor.package} >= "
+                    f"{floor.minimum}"
+                    + (f" ({floor.why})" if floor.why else "")
+                    + (f"; this environment has {have}." if have else "; the installed version is unknown."),
+                    f"pip install '{floor.package}>={floor.minimum}' in the engine's venv.",
+                )
 
 
 def _vision_projector(ctx: Context) -> None:
@@ -421,11 +438,13 @@ def _gpu_quirks(ctx: Context) -> None:
     used = ctx.used or ctx.gpus
     env_backend = env.get("VLLM_ATTENTION_BACKEND")
     backend = (s.attention_backend or env_backend or "").upper()
-    if req.engine == "vllm" and env_backend and not version_lt(req.engine_version, VLLM_ATTENTION_ENV_IGNORED_SINCE):
+    adapter = get_adapter(req.engine)
+    ignored_since = adapter.env_ignored_since.get("VLLM_ATTENTION_BACKEND")
+    if env_backend and ignored_since is not None and not version_lt(req.engine_version, ignored_since):
         ctx.add(
             WARNING,
             F.ENV_ATTENTION_BACKEND_IGNORED,
-            f"VLLM_ATTENTION_BACKEND={env_backend} is ignored by vLLM {req.engine_version or '0.26+'} "
+            f"VLLM_ATTENTION_BACKEND={env_backend} is ignored by {adapter.label} {req.engine_version or '0.26+'} "
             "(removed from the source; vllm#30564).",
             f"Pass attention_backend={env_backend} instead.",
         )

@@ -1,0 +1,70 @@
+"""The engine facts the planner asks the adapters for, and the rule that keeps them there: no
+comparison with an engine's name outside serving/engines (tools.code_figures.engine_branches)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from serving.engines.base import LINEAR_ATTENTION_HYBRID, QWEN3_5
+from serving.engines.ollama import default_context
+from serving.engines.registry import get_adapter
+from tools.code_figures import engine_branches
+
+ROOT = Path(__file__).resolve().parents[3]
+GiB = 1 << 30
+
+
+def test_no_engine_name_is_compared_outside_the_adapters() -> None:
+    assert engine_branches(ROOT) == {}
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "fraction"),
+    [
+        ("vllm", "0.33.0", 0.92),
+        ("vllm", "", 0.92),
+        ("vllm", "0.17.1", 0.9),
+        ("sglang", "0.5.23", 0.85),
+        ("llama.cpp", "b7000", 1.0),
+        ("ollama", "", 1.0),
+    ],
+)
+def test_default_memory_fraction(engine: str, version: str, fraction: float) -> None:
+    assert get_adapter(engine).default_memory_fraction(version) == fraction
+
+
+def test_how_gpu_split_engines_hold_their_memory() -> None:
+    vllm, sglang = get_adapter("vllm"), get_adapter("sglang")
+    assert (vllm.kv_block_default, vllm.static_memory_fraction) == (16, False)
+    assert (sglang.kv_block_default, sglang.static_memory_fraction) == (0, True)
+
+
+def test_llama_cpp_slots() -> None:
+    adapter = get_adapter("llama.cpp")
+    auto = adapter.kv_slots(32768, None, False, vram=48 * GiB, native=None)
+    assert (auto.sequences, auto.total, auto.unified) == (4, 32768, True)
+    two = adapter.kv_slots(0, 2, None, vram=48 * GiB, native=None)
+    assert (two.sequences, two.total, two.unified) == (2, None, False)
+
+
+def test_ollama_slots_and_its_context_from_vram() -> None:
+    assert [default_context(v * GiB) for v in (8, 24, 47, 48, 96)] == [4096, 32768, 32768, 262144, 262144]
+    slots = get_adapter("ollama").kv_slots(None, 4, True, vram=24 * GiB, native=16384)
+    assert (slots.sequences, slots.total, slots.unified) == (4, 4 * 16384, False)
+
+
+def test_only_engines_with_llama_cpp_kv_have_slots() -> None:
+    with pytest.raises(NotImplementedError):
+        get_adapter("vllm").kv_slots(None, None, None, vram=0, native=None)
+
+
+def test_family_support_and_ignored_variables() -> None:
+    vllm, sglang, llama = get_adapter("vllm"), get_adapter("sglang"), get_adapter("llama.cpp")
+    assert vllm.family_support[QWEN3_5].first == "0.17"
+    assert [p.package for p in vllm.family_support[QWEN3_5].packages] == ["transformers"]
+    assert sglang.family_support[LINEAR_ATTENTION_HYBRID].broken_through == "0.5.9"
+    assert llama.family_support == {}
+    assert vllm.env_ignored_since == {"VLLM_ATTENTION_BACKEND": "0.26.0"}
+    assert sglang.env_ignored_since == {}
