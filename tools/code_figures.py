@@ -210,7 +210,10 @@ def duplicate_pairs(root: Path) -> str:
         ).stdout
     first = out.splitlines()[0] if out else ""
     match = re.match(r"(\d+) pairs", first)
-    return match.group(1) if match else first
+    boilerplate = re.search(r"(\d+) of those marked boilerplate", first)
+    if not match:
+        return first
+    return match.group(1) + (f" ({boilerplate.group(1)} of them marked boilerplate)" if boilerplate else "")
 
 
 def figures(root: Path) -> dict[str, object]:
