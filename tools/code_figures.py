@@ -31,6 +31,7 @@ PACKAGES = (
     "schedules",
     "notifications",
     "changes",
+    "rollouts",
     "api",
     "hostagent",
 )
@@ -58,7 +59,9 @@ RANKS = {"plumbing": 0, "core": 1, "serving": 2, "hardware": 3, "hostagent": 3, 
 # schedules stands beside deployments: it runs deployments' services when a change is due, and
 # deployments' entry points (the switch page, the alias form, the commands) offer "later" through it.
 # changes (change requests of protected hosts) runs deployments' services: it sits on them.
-RANKS |= {"deployments": 5, "schedules": 5, "changes": 6, "api": 7, "controlpanel": 8}
+# rollouts beside them too: its waves run deployments' switches, "later" through schedules, and a
+# due rollout is one of schedules' kinds.
+RANKS |= {"deployments": 5, "schedules": 5, "rollouts": 5, "changes": 6, "api": 7, "controlpanel": 8}
 # Where the serving core and the agent's runtime lived before they had packages of their own.
 OLD_HOMES = {
     "serving": tuple(
