@@ -214,7 +214,7 @@ DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DJANGO_CONN_MAX_AGE", d
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The dashboard's rendered host cards and table rows (deployments.views.dashboard), per web
+# The dashboard's rendered host cards and table rows (dashboard.views), per web
 # process: each host has up to four (card, row, each whole or as a swap). Django's default of
 # 300 entries would cull them at a hundred hosts and render them again on the next poll.
 CACHES = {

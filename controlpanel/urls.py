@@ -47,7 +47,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", include("changes.urls")),
     path("", include("schedules.urls")),
-    path("", include("deployments.dashboard_urls")),
+    path("", include("dashboard.urls")),
     path("", include("deployments.host_urls")),
     path("", include("deployments.urls")),
     path("", include("rollouts.urls")),

@@ -1,6 +1,6 @@
 """The host pages' URLs. They keep their `hardware:` names (templates and tests reverse them),
 though the views that put hosts beside revisions and operations live in `deployments.views.hosts`;
-the agent-token view is `hardware`'s own. (The dashboard's are `deployments.dashboard_urls`.)"""
+the agent-token view is `hardware`'s own. (The dashboard's are `dashboard.urls`.)"""
 
 from __future__ import annotations
 

@@ -32,3 +32,26 @@ def test_no_tracked_file_has_conflict_markers() -> None:
 def test_the_marker_pattern_finds_a_real_conflict() -> None:
     conflict = b"a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> local\n"
     assert [m.group(0) for m in MARKER.finditer(conflict)] == [b"<<<<<<< HEAD", b"=======", b">>>>>>> local"]
+
+
+NOT_SHIPPED = {"tests", "tools"}  # the suite and the developers' tools stay in the checkout
+
+
+def test_pip_install_ships_every_package_of_the_panel() -> None:
+    """`pip install .` (the Dockerfile's, a GPU host's agent) installs what pyproject's package list
+    finds: an app left out of it (changes, schedules and rollouts once were) is missing from a wheel,
+    and the panel does not start from one."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = {name.split(".")[0] for name in find_packages(where=str(ROOT), include=found["include"])}
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py") if is_tracked(path)} - NOT_SHIPPED
+    assert "deployments" in packages and "hostagent" in packages
+    assert packages - shipped == set(), "packages pyproject.toml leaves out of the wheel"
+
+
+def is_tracked(path: Path) -> bool:
+    listed = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True)
+    return listed.returncode == 0

@@ -32,6 +32,7 @@ PACKAGES = (
     "notifications",
     "changes",
     "rollouts",
+    "dashboard",
     "api",
     "hostagent",
 )
@@ -61,7 +62,8 @@ RANKS = {"plumbing": 0, "core": 1, "serving": 2, "hardware": 3, "hostagent": 3, 
 # changes (change requests of protected hosts) runs deployments' services: it sits on them.
 # rollouts beside them too: its waves run deployments' switches, "later" through schedules, and a
 # due rollout is one of schedules' kinds.
-RANKS |= {"deployments": 5, "schedules": 5, "rollouts": 5, "changes": 6, "api": 7, "controlpanel": 8}
+# The dashboard reads deployments and hardware and writes nothing: a page over them.
+RANKS |= {"deployments": 5, "schedules": 5, "rollouts": 5, "changes": 6, "dashboard": 6, "api": 7, "controlpanel": 8}
 # Where the serving core and the agent's runtime lived before they had packages of their own.
 OLD_HOMES = {
     "serving": tuple(

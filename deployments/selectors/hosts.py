@@ -178,7 +178,7 @@ class HostCard:
     gpus: list[GpuCard] = field(default_factory=list)
     operation: Operation | None = None
     gpus_more: int = 0  # the host's GPUs past the GPUS_SHOWN in `gpus`
-    # The dashboard's fingerprint of what this card was built from (deployments.selectors.dashboard):
+    # The dashboard's fingerprint of what this card was built from (dashboard.selectors):
     # equal versions render the same card, so the dashboard sends only cards whose version the
     # browser does not have. "" where no one caches the card (the host page, the API).
     version: str = ""
@@ -291,7 +291,7 @@ CARD_GPU = ("id", "host_id", "index", "name", "memory_bytes", "power_limit_w")  
 def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
     """Hosts with their GPUs, each GPU's latest raw sample, and the running operation: 4 queries.
     Without `hosts`: every host (the API's list), leaving CARD_UNREAD unread. (The dashboard reads
-    its cards through deployments.selectors.dashboard.)"""
+    its cards through dashboard.selectors.)"""
     gpu_qs = shown_gpus(GPU.objects.annotate(latest_sample_id=latest_sample_id())).order_by("index")
     sample_qs = GpuSample.objects.all()
     gpus: dict[int, list[GPU]] = {}

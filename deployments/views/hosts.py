@@ -1,5 +1,5 @@
 """Hosts: a host's page (GPUs, telemetry, what fits, history, actions) and the small live
-widgets it polls. (The dashboard, every host's card, is `deployments.views.dashboard`.)
+widgets it polls. (The dashboard, every host's card, is `dashboard.views`.)
 
 They put hosts beside their revisions and operations, so they live here, above `hardware`;
 their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in

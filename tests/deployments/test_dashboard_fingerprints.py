@@ -1,5 +1,5 @@
 """The dashboard's card fingerprints, computed by the database in one query
-(deployments.selectors.dashboard): the cards built for the hosts that changed carry the same
+(dashboard.selectors): the cards built for the hosts that changed carry the same
 versions, the fingerprint moves with every field it covers and with nothing else a card does not
 show, so a cached card is never stale and an unchanged one is never sent again."""
 
@@ -14,8 +14,7 @@ from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from deployments.models import Deployment, DeploymentRevision, ModelVariant, Operation
-from deployments.selectors.dashboard import (
+from dashboard.selectors import (
     DEPLOYMENT_FIELDS,
     GPU_FIELDS,
     HOST_FIELDS,
@@ -25,6 +24,7 @@ from deployments.selectors.dashboard import (
     card_version,
     dashboard_cards,
 )
+from deployments.models import Deployment, DeploymentRevision, ModelVariant, Operation
 from deployments.selectors.hosts import GPUS_SHOWN, host_cards
 from hardware.models import GPU, GpuSample, Host
 

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from deployments.selectors.dashboard import card_index, dashboard_cards
+from dashboard.selectors import card_index, dashboard_cards
 from hardware.models import GPU, GpuSample, Host, HostSample
 from tests.deployments.test_views_hosts import SVG, parse_svg
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deployments.views import dashboard as views
+from dashboard import views
 
 app_name = "dashboard"
 

@@ -1,9 +1,9 @@
 """The dashboard: every host as a card (or a table row), rendered once per fingerprint and sent
-only when it changed. Its URLs are `dashboard:` (deployments/dashboard_urls.py), its templates
-`templates/dashboard/`, its reads `deployments.selectors.dashboard`.
+only when it changed. Its URLs are `dashboard:` (dashboard/urls.py), its templates
+`templates/dashboard/`, its reads `dashboard.selectors`.
 
 A card's HTML depends only on its data (no per-viewer content: the template holds none), so
-it is cached under its fingerprint (deployments.selectors.dashboard) and the template's own
+it is cached under its fingerprint (dashboard.selectors) and the template's own
 source, shared by every viewer. The database computes every card's fingerprint in one query; a
 card is built (its host, GPUs and samples as objects) only when its rendering is not in the
 cache, and filed under the fingerprint read with the very rows it was built from.
@@ -29,8 +29,8 @@ from django.views.decorators.vary import vary_on_headers
 
 from controlpanel.roles import VIEWER, role_required
 from core.http import template_version
+from dashboard.selectors import CardIndex, card_index, dashboard_cards
 from deployments import selectors as deployment_selectors
-from deployments.selectors.dashboard import CardIndex, card_index, dashboard_cards
 from deployments.selectors.hosts import HOT_C
 
 CARD_TEMPLATE = "dashboard/_host_card.html"
