@@ -25,6 +25,7 @@ from core.models import WrittenOnce
 from hardware.models import Host
 from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
+from serving.planner.inputs import GgufKvFacts, WeightFacts
 from serving.safety import UnsafeValueError, check_json_value
 
 from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, GateState, ModelFormat, OperationKind, OperationState
@@ -107,6 +108,20 @@ class ModelVariant(models.Model):
     @property
     def model_arch(self) -> ModelArch:
         return ModelArch.from_dict(self.arch)
+
+    @property
+    def weight_facts(self) -> WeightFacts:
+        """What the planner reads of the weights. Stored facts are read leniently: an implausible
+        size is unknown (the planner estimates it), never a crash."""
+        size = self.weights_bytes
+        return WeightFacts(
+            weights_bytes=size if isinstance(size, int) and 0 < size <= 2**50 else None,
+            checkpoint_quant=self.quant_method or None,
+            quant_bits=self.quant_bits,
+            quant_group_size=self.quant_group_size,
+            quantization=self.quantization or None,
+            gguf=GgufKvFacts.from_dict(self.gguf_kv) if self.gguf_kv else None,
+        )
 
     @cached_property
     def weights_estimate(self) -> Any:

@@ -20,7 +20,7 @@ from deployments.models import BenchmarkRun, ModelVariant, Operation, active_rev
 from deployments.runtime_bridge import launch_knobs
 from hardware.models import GPU, GpuSample, Host, used_memory
 from hardware.selectors import LATEST_USAGE, latest_usage, offline_reason, reported_ago
-from serving.planner import CatalogModel, GgufKvFacts, GpuSpec, WhatFitsCell, what_fits
+from serving.planner import CatalogModel, GpuSpec, WhatFitsCell, what_fits
 from serving.planner.whatfits import DEFAULT_CONTEXTS
 
 # The GPUs a card, a table row, the host page and the API's host list name, by index; a host that
@@ -364,24 +364,9 @@ def catalog_models(variants: Iterable[ModelVariant]) -> list[CatalogModel]:
     """Planner inputs for model variants; each planned with the engine its format implies."""
     models = []
     for v in variants:
-        # Stored facts are read leniently: an implausible fact is unknown, never a crash.
-        arch = v.model_arch
-        gguf = GgufKvFacts.from_dict(v.gguf_kv) if v.gguf_kv else None
-        weights = v.weights_bytes if isinstance(v.weights_bytes, int) and 0 < v.weights_bytes <= 2**50 else None
-        models.append(
-            CatalogModel(
-                name=v.name,
-                arch=arch,
-                weights_bytes=weights,  # type: ignore[arg-type]  # None: the planner estimates
-                engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"),
-                knobs=launch_knobs(engine=ENGINE_FOR_FORMAT.get(v.format, "vllm"), model=v, knobs={}),
-                checkpoint_quant=v.quant_method or None,
-                quant_bits=v.quant_bits,
-                quant_group_size=v.quant_group_size,
-                quantization=v.quantization or None,
-                gguf=gguf,
-            )
-        )
+        engine = ENGINE_FOR_FORMAT.get(v.format, "vllm")
+        knobs = launch_knobs(engine=engine, model=v, knobs={})
+        models.append(CatalogModel(name=v.name, arch=v.model_arch, engine=engine, knobs=knobs, **v.weight_facts))
     return models
 
 

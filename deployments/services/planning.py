@@ -7,7 +7,7 @@ from typing import Any, NotRequired, TypedDict, Unpack
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import launch_knobs, revision_values
 from hardware.models import GPU, GpuType, Host
-from serving.planner import FitReport, GgufKvFacts, GpuSpec, PlanInputError, PlanRequest, plan
+from serving.planner import FitReport, GpuSpec, PlanInputError, PlanRequest, plan
 from serving.planner.memory import planned_bytes_per_gpu
 
 
@@ -75,23 +75,26 @@ def plan_request(*, gpus: tuple[GpuSpec, ...], **values: Unpack[PlanValues]) -> 
     vision = knobs.get("vision")
     knobs = launch_knobs(engine=engine, model=model, knobs=dict(knobs))  # what the command line carries
     return PlanRequest(
-        arch=model.model_arch,
         engine=engine,
         gpus=gpus,
         engine_version=values.get("engine_version", ""),
         knobs=knobs,
         env=dict(values.get("env") or {}),
-        weights_bytes=model.weights_bytes,
-        checkpoint_quant=model.quant_method or None,
-        quant_bits=model.quant_bits,
-        quant_group_size=model.quant_group_size,
-        quantization=model.quantization or None,
-        gguf=GgufKvFacts.from_dict(model.gguf_kv) if model.gguf_kv else None,
         vision=vision,
-        recommended_reasoning_parser=model.reasoning_parser or None,
-        recommended_tool_parser=model.tool_call_parser or None,
-        min_engine_versions=version_floors(model.min_engine_versions),
+        **variant_facts(model),
     )
+
+
+def variant_facts(model: ModelVariant) -> dict[str, Any]:
+    """Everything a PlanRequest takes from a catalog model: its architecture, its weights, the
+    parsers it recommends and the first engine releases that run it."""
+    return {
+        "arch": model.model_arch,
+        **model.weight_facts,
+        "recommended_reasoning_parser": model.reasoning_parser or None,
+        "recommended_tool_parser": model.tool_call_parser or None,
+        "min_engine_versions": version_floors(model.min_engine_versions),
+    }
 
 
 def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:
@@ -117,18 +120,7 @@ def model_source(ref: str) -> dict[str, Any]:
 
     variant = ModelVariant.objects.filter(name=ref).first()
     if variant is not None:
-        return {
-            "arch": variant.model_arch,
-            "weights_bytes": variant.weights_bytes,
-            "checkpoint_quant": variant.quant_method or None,
-            "quant_bits": variant.quant_bits,
-            "quant_group_size": variant.quant_group_size,
-            "quantization": variant.quantization or None,
-            "gguf": GgufKvFacts.from_dict(variant.gguf_kv) if variant.gguf_kv else None,
-            "recommended_reasoning_parser": variant.reasoning_parser or None,
-            "recommended_tool_parser": variant.tool_call_parser or None,
-            "min_engine_versions": version_floors(variant.min_engine_versions),
-        }
+        return variant_facts(variant)
     path = Path(ref)
     try:
         if path.suffix == ".gguf":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from serving.planner.findings import Finding, Severity
 from serving.planner.fit import plan
 from serving.planner.gpus import GpuSpec, catalog_gpu, catalog_host
-from serving.planner.inputs import GgufKvFacts, PlanInputError, PlanRequest
+from serving.planner.inputs import GgufKvFacts, PlanInputError, PlanRequest, WeightFacts
 from serving.planner.layouts import layouts, tp_problems, valid_tp_sizes
 from serving.planner.report import FitReport
 from serving.planner.whatfits import CatalogModel, WhatFitsCell, what_fits
@@ -23,6 +23,7 @@ __all__ = [
     "PlanInputError",
     "PlanRequest",
     "Severity",
+    "WeightFacts",
     "WhatFitsCell",
     "catalog_gpu",
     "catalog_host",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from serving.arch import (
     MAX_CONTEXT,
@@ -127,6 +127,17 @@ _GGUF_INTS: dict[str, tuple[int, int]] = {
     "ssm_group_count": (0, MAX_HEADS),
 }
 _GGUF_PER_LAYER: dict[str, type] = {"head_count_kv": int, "swa_layers": bool, "recurrent_layers": bool}
+
+
+class WeightFacts(TypedDict):
+    """What the planner knows of a checkpoint's weights: PlanRequest's fields of the same names."""
+
+    weights_bytes: int | None
+    checkpoint_quant: str | None
+    quant_bits: int | None
+    quant_group_size: int | None
+    quantization: str | None
+    gguf: GgufKvFacts | None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class CatalogModel:
 
     name: str
     arch: ModelArch
-    weights_bytes: int
+    weights_bytes: int | None  # None: the planner estimates them
     engine: str = "vllm"
     checkpoint_quant: str | None = None
     quant_bits: int | None = None  # with checkpoint_quant, what the planner sizes unrecorded weights by
