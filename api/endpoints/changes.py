@@ -16,7 +16,7 @@ from changes.selectors import change_list
 from changes.services import change_approve, change_decide, change_open, change_reject
 from controlpanel.roles import OPERATOR, VIEWER
 
-from . import actor, host_or_404
+from . import actor, host_for, host_or_404
 
 router = Router(tags=["change requests"])
 LIST_LIMIT = 500
@@ -43,8 +43,7 @@ def changes_list(request: HttpRequest, host: str = "", state: str = "pending") -
     summary="Propose a switch, an alias move or a serving-set change for review (on any host)",
 )
 def changes_open(request: HttpRequest, payload: ChangeIn) -> Status:
-    user = actor(request, OPERATOR)
-    host = host_or_404(payload.host)
+    user, host = host_for(request, payload.host, OPERATOR)
     params: dict[str, Any] = {"revision": payload.revision}
     if payload.kind == "alias":
         params["name"] = payload.name

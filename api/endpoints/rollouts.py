@@ -21,7 +21,7 @@ from rollouts.services import change_from_input, rollout_cancel, rollout_pause, 
 from schedules.choices import ChangeKind
 from schedules.services import change_schedule
 
-from . import actor, host_or_404
+from . import actor, host_for
 from .schedules import scheduled_dict
 
 router = Router(tags=["rollouts"])
@@ -135,8 +135,7 @@ def _rollout(rollout_id: int) -> Rollout:
 
 @hosts.put("{name}/tags/", response={200: TagsOut, 400: Error, 403: Error, 404: Error}, summary="Set a host's tags")
 def host_tags_put(request: HttpRequest, name: str, payload: TagsIn) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     return {"host": host.name, "tags": host_tags_set(host=host, tags=payload.tags, actor=user)}
 
 

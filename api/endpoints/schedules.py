@@ -16,7 +16,7 @@ from schedules.kinds import KINDS, describe
 from schedules.models import ScheduledChange
 from schedules.services import change_cancel, change_schedule
 
-from . import actor, host_or_404
+from . import actor, host_for, host_or_404
 
 router = Router(tags=["schedules"])
 
@@ -60,8 +60,7 @@ def schedule_list(request: HttpRequest, host: str = "") -> dict[str, Any]:
     summary="Schedule a switch or an alias move; beat runs it when due, as you",
 )
 def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status:
-    user = actor(request, KINDS[payload.kind].role)
-    host = host_or_404(payload.host)
+    user, host = host_for(request, payload.host, KINDS[payload.kind].role)
     params: dict[str, Any] = {"revision": payload.revision}
     if payload.kind == "switch":
         params["override_reason"] = payload.override_reason
