@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
@@ -51,10 +50,7 @@ def changes_open(request: HttpRequest, payload: ChangeIn) -> Status:
         params |= {"mode": payload.mode, "idle_ttl_s": payload.idle_ttl_s}
     elif payload.kind == "switch":
         params["override_reason"] = payload.override_reason
-    if payload.at is not None and payload.window:
-        raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, not both."})
-    when = {"at": payload.at} if payload.at is not None else {"in_window": True} if payload.window else None
-    change = change_open(host=host, kind=payload.kind, params=params, when=when, actor=user)
+    change = change_open(host=host, kind=payload.kind, params=params, when=payload.when(), actor=user)
     return Status(201, change_dict(change, comments=True))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
@@ -66,10 +65,7 @@ def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status:
         params["override_reason"] = payload.override_reason
     else:
         params["name"] = payload.name
-    if (payload.at is None) == (not payload.window):
-        raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, one of the two."})
-    when = {"at": payload.at} if payload.at is not None else {"in_window": True}
-    change = change_schedule(kind=payload.kind, host=host, params=params, **when, actor=user)
+    change = change_schedule(kind=payload.kind, host=host, params=params, **payload.schedule(), actor=user)
     return Status(201, scheduled_dict(change))
 
 
