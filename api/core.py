@@ -130,19 +130,20 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 def _register() -> None:
     from .endpoints import benchmarks, changes, front_door, hosts, models, operations, revisions, rollouts, schedules
 
-    api.add_router("/hosts/", hosts.router)
-    api.add_router("/hosts/", revisions.router)
-    api.add_router("/hosts/", benchmarks.host_router)
-    api.add_router("/benchmarks/", benchmarks.router)
-    api.add_router("/models/", models.router)
-    api.add_router("/operations/", operations.router)
-    api.add_router("/hosts/", front_door.hosts)
-    api.add_router("/keys/", front_door.keys)
-    api.add_router("/usage/", front_door.usage)
-    api.add_router("/changes/", changes.router)
-    api.add_router("/schedules/", schedules.router)
-    api.add_router("/hosts/", rollouts.hosts)
-    api.add_router("/rollouts/", rollouts.router)
+    routers = {
+        "/hosts/": (hosts.router, revisions.router, benchmarks.host_router, front_door.hosts, rollouts.hosts),
+        "/benchmarks/": (benchmarks.router,),
+        "/models/": (models.router,),
+        "/operations/": (operations.router,),
+        "/keys/": (front_door.keys,),
+        "/usage/": (front_door.usage,),
+        "/changes/": (changes.router,),
+        "/schedules/": (schedules.router,),
+        "/rollouts/": (rollouts.router,),
+    }
+    for prefix, group in routers.items():
+        for router in group:
+            api.add_router(prefix, router)
 
 
 _register()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from django.core.exceptions import ValidationError
 from ninja import Field, Schema
 
 if TYPE_CHECKING:
@@ -317,6 +318,34 @@ class UsageList(Schema):
     days: int
 
 
+class WhenIn(Schema):
+    """`at` or `window`: the change runs then, not now (as change_schedule takes it); a change request
+    once approved. The bodies of /changes/, /schedules/ and /rollouts/."""
+
+    at: datetime | None = Field(
+        None, description="It runs then, not now: a time with its zone (e.g. 2026-12-05T02:00Z); or `window`."
+    )
+    window: bool = Field(
+        False,
+        description="It runs in the next maintenance window (the host's; a rollout's: its canary's), the one open "
+        "now if it is; or `at`.",
+    )
+
+    def schedule(self) -> dict[str, Any]:
+        """change_schedule's `at` or `in_window`: one of the two, or refused."""
+        if (self.at is None) == (not self.window):
+            raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, one of the two."})
+        return {"at": self.at} if self.at is not None else {"in_window": True}
+
+    def when(self) -> dict[str, Any] | None:
+        """schedule(), or None when neither is given: now."""
+        if self.at is None and not self.window:
+            return None
+        if self.at is not None and self.window:
+            raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, not both."})
+        return self.schedule()
+
+
 # --- change requests (changes/) -----------------------------------------------------------------
 
 
@@ -354,7 +383,7 @@ class ChangeList(Schema):
     count: int
 
 
-class ChangeIn(Schema):
+class ChangeIn(WhenIn):
     host: str
     kind: str = Field(description="switch, alias or serving")
     revision: int
@@ -362,10 +391,6 @@ class ChangeIn(Schema):
     mode: str = Field("", description="serving: pinned, on-demand or off")
     idle_ttl_s: int | None = Field(None, description="serving: unload after this many idle seconds")
     override_reason: str = Field("", description="switch, admins only: despite planner errors")
-    at: datetime | None = Field(None, description="switch or alias: once approved it runs then (a time with its zone)")
-    window: bool = Field(
-        False, description="switch or alias: once approved it runs in the host's next maintenance window"
-    )
 
 
 class DecisionIn(Schema):
@@ -383,14 +408,12 @@ CHANGE_ANSWERS: dict[int, Any] = {200: ChangeOut, 400: Error, 403: Error, 404: E
 # --- scheduled changes ----------------------------------------------------------------------------
 
 
-class ScheduleIn(Schema):
+class ScheduleIn(WhenIn):
     kind: Literal["switch", "alias"] = Field(description="What to change: a switch, or an alias move.")
     host: str = Field(max_length=100)
     revision: int = Field(ge=1, le=2**31 - 1)
     name: str = Field("", max_length=63, description="The alias to move (kind alias).")
     override_reason: str = Field("", max_length=1000, description="Admins only (kind switch): despite planner errors.")
-    at: datetime | None = Field(None, description="When, with a time zone (e.g. 2026-12-05T02:00Z); or `window`.")
-    window: bool = Field(False, description="In the host's next maintenance window (the one open now, if it is).")
 
 
 class ScheduledOut(Schema):

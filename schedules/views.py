@@ -4,6 +4,8 @@ confirmation, the alias form), which carry schedules.forms.WhenForm."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -12,12 +14,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import apply_error, by_method
+from core.http import by_method, form_save
 from hardware.models import Host
 
 from . import selectors, services
 from .forms import WindowForm
-from .models import ScheduledChange
+from .models import MaintenanceWindow, ScheduledChange
 
 
 @require_GET
@@ -79,23 +81,22 @@ def window_post(request: HttpRequest, host: str) -> HttpResponse:
         messages.success(request, f"{found.name} has no maintenance window now.")
         return redirect("schedules:window", host=found.name)
     form = WindowForm(request.POST)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            window = services.window_set(
-                host=found,
-                weekdays=data["weekdays"],
-                start=data["start"],
-                end=data["end"],
-                tz=data["timezone"],
-                actor=request.user,
-            )
-        except ValidationError as exc:
-            apply_error(form, exc)
-        else:
-            messages.success(request, f"{found.name}'s maintenance window: {window.window().describe()}.")
-            return redirect("schedules:window", host=found.name)
-    return _window_page(request, found, form)
+
+    def save(data: dict[str, Any]) -> MaintenanceWindow:
+        return services.window_set(
+            host=found,
+            weekdays=data["weekdays"],
+            start=data["start"],
+            end=data["end"],
+            tz=data["timezone"],
+            actor=request.user,
+        )
+
+    window = form_save(form, save)
+    if window is None:
+        return _window_page(request, found, form)
+    messages.success(request, f"{found.name}'s maintenance window: {window.window().describe()}.")
+    return redirect("schedules:window", host=found.name)
 
 
 window = by_method(get=window_get, post=window_post)

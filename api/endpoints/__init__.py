@@ -32,6 +32,12 @@ def host_or_404(name: str) -> Host:
         raise Http404(f"No host named {name[:80]!r}.") from None
 
 
+def host_for(request: HttpRequest, name: str, role: str) -> tuple[Any, Host]:
+    """The token's user once it holds `role` (403), then the host named `name` (404): how every
+    endpoint on one host starts."""
+    return actor(request, role), host_or_404(name)
+
+
 def revision_or_404(host: Host, number: int) -> DeploymentRevision:
     """selectors.revision_numbered, its refusal a 404."""
     try:

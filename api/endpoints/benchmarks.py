@@ -13,7 +13,7 @@ from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import BenchmarkRun
 from deployments.services.benchmarks import benchmark_compare, benchmark_request, profile_from_input
 
-from . import actor, host_or_404
+from . import actor, host_for
 
 host_router = Router(tags=["benchmarks"])
 router = Router(tags=["benchmarks"])
@@ -32,8 +32,7 @@ def _run(run_id: int) -> BenchmarkRun:
     summary="Benchmark what the host serves; answers with the operation (its `benchmark` is the run's id)",
 )
 def benchmark_start(request: HttpRequest, name: str, payload: BenchmarkIn) -> Status:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     profile = profile_from_input(
         name=payload.profile,
         concurrency=payload.concurrency,
@@ -48,8 +47,7 @@ def benchmark_start(request: HttpRequest, name: str, payload: BenchmarkIn) -> St
 
 @host_router.get("{name}/benchmarks/", response={200: list[BenchmarkOut], 404: Error}, summary="A host's runs")
 def benchmark_list(request: HttpRequest, name: str) -> list[dict[str, Any]]:
-    actor(request, VIEWER)
-    host = host_or_404(name)
+    _, host = host_for(request, name, VIEWER)
     runs = BenchmarkRun.objects.filter(revision__host=host).select_related("revision__host").order_by("-created_at")
     return [benchmark_dict(r) for r in runs[:200]]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
@@ -16,7 +15,7 @@ from changes.selectors import change_list
 from changes.services import change_approve, change_decide, change_open, change_reject
 from controlpanel.roles import OPERATOR, VIEWER
 
-from . import actor, host_or_404
+from . import actor, host_for, host_or_404
 
 router = Router(tags=["change requests"])
 LIST_LIMIT = 500
@@ -43,8 +42,7 @@ def changes_list(request: HttpRequest, host: str = "", state: str = "pending") -
     summary="Propose a switch, an alias move or a serving-set change for review (on any host)",
 )
 def changes_open(request: HttpRequest, payload: ChangeIn) -> Status:
-    user = actor(request, OPERATOR)
-    host = host_or_404(payload.host)
+    user, host = host_for(request, payload.host, OPERATOR)
     params: dict[str, Any] = {"revision": payload.revision}
     if payload.kind == "alias":
         params["name"] = payload.name
@@ -52,10 +50,7 @@ def changes_open(request: HttpRequest, payload: ChangeIn) -> Status:
         params |= {"mode": payload.mode, "idle_ttl_s": payload.idle_ttl_s}
     elif payload.kind == "switch":
         params["override_reason"] = payload.override_reason
-    if payload.at is not None and payload.window:
-        raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, not both."})
-    when = {"at": payload.at} if payload.at is not None else {"in_window": True} if payload.window else None
-    change = change_open(host=host, kind=payload.kind, params=params, when=when, actor=user)
+    change = change_open(host=host, kind=payload.kind, params=params, when=payload.when(), actor=user)
     return Status(201, change_dict(change, comments=True))
 
 

@@ -18,7 +18,7 @@ from deployments.services.serving_set import served_set, serving_mode_set
 from deployments.services.usage import usage_totals
 from hardware.models import Host
 
-from . import actor, host_or_404, revision_or_404
+from . import actor, host_for, revision_or_404
 
 hosts = Router(tags=["front door"])
 keys = Router(tags=["front door"])
@@ -53,8 +53,8 @@ def _serving(host: Host) -> dict[str, Any]:
 
 @hosts.get("{name}/serving/", response={200: ServingList, 404: Error}, summary="What the host's front door serves")
 def serving_get(request: HttpRequest, name: str) -> dict[str, Any]:
-    actor(request, VIEWER)
-    return _serving(host_or_404(name))
+    _, host = host_for(request, name, VIEWER)
+    return _serving(host)
 
 
 @hosts.put(
@@ -63,8 +63,7 @@ def serving_get(request: HttpRequest, name: str) -> dict[str, Any]:
     summary="Serve a revision pinned or on demand, or take it out (mode off); answers the serving set",
 )
 def serving_put(request: HttpRequest, name: str, number: int, payload: ServeIn) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     serving_mode_set(
         revision=revision_or_404(host, number), mode=payload.mode, idle_ttl_s=payload.idle_ttl_s, actor=user
     )
@@ -78,8 +77,8 @@ def _aliases(host: Host) -> dict[str, Any]:
 
 @hosts.get("{name}/aliases/", response={200: AliasList, 404: Error}, summary="The host's aliases")
 def aliases_get(request: HttpRequest, name: str) -> dict[str, Any]:
-    actor(request, VIEWER)
-    return _aliases(host_or_404(name))
+    _, host = host_for(request, name, VIEWER)
+    return _aliases(host)
 
 
 @hosts.put(
@@ -88,8 +87,7 @@ def aliases_get(request: HttpRequest, name: str) -> dict[str, Any]:
     summary="Create an alias or move it to a served revision; answers the aliases",
 )
 def alias_put(request: HttpRequest, name: str, alias: str, payload: AliasIn) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     alias_set(host=host, name=alias, revision=revision_or_404(host, payload.revision), actor=user)
     return _aliases(host)
 
@@ -98,8 +96,7 @@ def alias_put(request: HttpRequest, name: str, alias: str, payload: AliasIn) -> 
     "{name}/aliases/{alias}/", response={200: AliasList, 400: Error, 403: Error, 404: Error}, summary="Delete an alias"
 )
 def alias_remove(request: HttpRequest, name: str, alias: str) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     alias_delete(host=host, name=alias, actor=user)
     return _aliases(host)
 

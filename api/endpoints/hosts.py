@@ -14,7 +14,7 @@ from deployments.selectors import hosts as selectors
 from deployments.selectors import revision_numbered
 from deployments.services.switch import switch_request
 
-from . import actor, host_or_404
+from . import actor, host_for
 
 router = Router(tags=["hosts"])
 
@@ -28,8 +28,7 @@ def host_list(request: HttpRequest) -> dict[str, Any]:
 
 @router.get("{name}/", response={200: HostOut, 404: Error}, summary="One host")
 def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
-    actor(request, VIEWER)
-    host = host_or_404(name)
+    _, host = host_for(request, name, VIEWER)
     return host_dict(selectors.host_cards(hosts=type(host).objects.filter(pk=host.pk))[0])
 
 
@@ -39,8 +38,7 @@ def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
     summary="Switch the host to one of its revisions; answers with the operation to follow",
 )
 def host_switch(request: HttpRequest, name: str, payload: SwitchIn) -> Status:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     revision = revision_numbered(host, payload.revision)
     gate = payload.gate.request() if payload.gate is not None else None
     op = switch_request(revision=revision, override_reason=payload.override_reason, gate=gate, actor=user)

@@ -17,15 +17,14 @@ from deployments.services.exports import revision_export
 from deployments.services.revisions import revision_derive
 from serving.exports import NotExportable
 
-from . import actor, host_or_404, revision_or_404
+from . import host_for, revision_or_404
 
 router = Router(tags=["revisions"])
 
 
 @router.get("{name}/revisions/", response={200: RevisionList, 404: Error}, summary="A host's revisions, newest first")
 def revision_list(request: HttpRequest, name: str) -> dict[str, Any]:
-    actor(request, VIEWER)
-    host = host_or_404(name)
+    _, host = host_for(request, name, VIEWER)
     rows = DeploymentRevision.objects.filter(host=host).select_related("host", "model_variant", "author", "parent")
     items = [revision_dict(r, with_argv=False) for r in rows.order_by("-number")]
     return {"items": items, "count": len(items)}
@@ -33,8 +32,8 @@ def revision_list(request: HttpRequest, name: str) -> dict[str, Any]:
 
 @router.get("{name}/revisions/{number}/", response={200: RevisionOut, 404: Error}, summary="One revision")
 def revision_get(request: HttpRequest, name: str, number: int) -> dict[str, Any]:
-    actor(request, VIEWER)
-    return revision_dict(revision_or_404(host_or_404(name), number))
+    _, host = host_for(request, name, VIEWER)
+    return revision_dict(revision_or_404(host, number))
 
 
 @router.post(
@@ -43,8 +42,7 @@ def revision_get(request: HttpRequest, name: str, number: int) -> dict[str, Any]
     summary="Record a new revision, from a parent (default: the newest) with changes",
 )
 def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     if payload.parent is not None:
         base: DeploymentRevision | None = DeploymentRevision.objects.filter(host=host, number=payload.parent).first()
         if base is None:
@@ -82,8 +80,7 @@ def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status
 
 @router.get("{name}/revisions/{a}/diff/{b}/", response={200: DiffOut, 404: Error}, summary="What changed from ra to rb")
 def revision_diff(request: HttpRequest, name: str, a: int, b: int) -> dict[str, Any]:
-    actor(request, VIEWER)
-    host = host_or_404(name)
+    _, host = host_for(request, name, VIEWER)
     diff = changes_between(revision_or_404(host, a), revision_or_404(host, b))
     return {
         "old": diff.old_label,
@@ -112,8 +109,8 @@ def revision_export_get(
 ) -> Status:
     """`?via=router|door`: a client config through the lab router or the host's own front door
     (default: the router when clients can reach it; notes say where it points)."""
-    actor(request, VIEWER)
-    revision = revision_or_404(host_or_404(name), number)
+    _, host = host_for(request, name, VIEWER)
+    revision = revision_or_404(host, number)
     try:
         made = revision_export(revision, target, via)
     except NotExportable as exc:

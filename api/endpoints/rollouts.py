@@ -6,11 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from api.schemas import Error, GateIn, ScheduledOut
+from api.schemas import Error, GateIn, ScheduledOut, WhenIn
 from api.serialize import gate_dict
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.services.gates import gate_params
@@ -21,7 +20,7 @@ from rollouts.services import change_from_input, rollout_cancel, rollout_pause, 
 from schedules.choices import ChangeKind
 from schedules.services import change_schedule
 
-from . import actor, host_or_404
+from . import actor, host_for
 from .schedules import scheduled_dict
 
 router = Router(tags=["rollouts"])
@@ -37,7 +36,7 @@ class TagsOut(Schema):
     tags: list[str]
 
 
-class RolloutIn(Schema):
+class RolloutIn(WhenIn):
     group: str = Field(description="A host tag: every host carrying it takes part.")
     kind: str = Field("revision", description="`revision` (a new revision on each host) or `alias` (an alias move).")
     set: dict[str, Any] | None = Field(None, description="revision: knobs set on each host's current revision.")
@@ -53,8 +52,6 @@ class RolloutIn(Schema):
         description="revision: a benchmark gate the canary's switch carries; the next wave starts once it passed, "
         "and a canary it rolls back stops the rollout (the comparison is in the canary's `gate`).",
     )
-    at: datetime | None = Field(None, description="Schedule it instead: when, with a time zone (2026-12-05T02:00Z).")
-    window: bool = Field(False, description="Schedule it instead: in its canary's next maintenance window.")
 
 
 class RolloutHostOut(Schema):
@@ -135,8 +132,7 @@ def _rollout(rollout_id: int) -> Rollout:
 
 @hosts.put("{name}/tags/", response={200: TagsOut, 400: Error, 403: Error, 404: Error}, summary="Set a host's tags")
 def host_tags_put(request: HttpRequest, name: str, payload: TagsIn) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    host = host_or_404(name)
+    user, host = host_for(request, name, OPERATOR)
     return {"host": host.name, "tags": host_tags_set(host=host, tags=payload.tags, actor=user)}
 
 
@@ -161,10 +157,8 @@ def rollout_new(request: HttpRequest, payload: RolloutIn) -> Status:
     )
     gate = p.gate.request() if p.gate is not None else None
     params = {"group": p.group, "kind": p.kind, "change": change, "batch_size": p.batch_size, "canary": p.canary}
-    if p.at is not None or p.window:
-        if p.at is not None and p.window:
-            raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, not both."})
-        when = {"at": p.at} if p.at is not None else {"in_window": True}
+    when = p.when()
+    if when is not None:
         kept = params | gate_params(gate)
         scheduled = change_schedule(kind=ChangeKind.ROLLOUT, host=None, params=kept, **when, actor=user)
         return Status(202, scheduled_dict(scheduled))

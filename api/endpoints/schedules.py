@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
@@ -16,7 +15,7 @@ from schedules.kinds import KINDS, describe
 from schedules.models import ScheduledChange
 from schedules.services import change_cancel, change_schedule
 
-from . import actor, host_or_404
+from . import actor, host_for, host_or_404
 
 router = Router(tags=["schedules"])
 
@@ -60,17 +59,13 @@ def schedule_list(request: HttpRequest, host: str = "") -> dict[str, Any]:
     summary="Schedule a switch or an alias move; beat runs it when due, as you",
 )
 def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status:
-    user = actor(request, KINDS[payload.kind].role)
-    host = host_or_404(payload.host)
+    user, host = host_for(request, payload.host, KINDS[payload.kind].role)
     params: dict[str, Any] = {"revision": payload.revision}
     if payload.kind == "switch":
         params["override_reason"] = payload.override_reason
     else:
         params["name"] = payload.name
-    if (payload.at is None) == (not payload.window):
-        raise ValidationError({"at": "Give `at` (a time with its zone) or `window: true`, one of the two."})
-    when = {"at": payload.at} if payload.at is not None else {"in_window": True}
-    change = change_schedule(kind=payload.kind, host=host, params=params, **when, actor=user)
+    change = change_schedule(kind=payload.kind, host=host, params=params, **payload.schedule(), actor=user)
     return Status(201, scheduled_dict(change))
 
 

@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
-from core.http import apply_error
+from core.http import form_save
 from deployments import presenters
 from deployments.choices import ServeMode
 from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
@@ -134,14 +134,12 @@ def key_list(request: HttpRequest) -> HttpResponse:
         return HttpResponseNotAllowed(["GET", "POST"])
     form = InferenceKeyForm(request.POST if request.method == "POST" else None)
     created = None
-    if form.is_bound and form.is_valid():
-        try:
-            key, secret = key_create(
-                name=form.cleaned_data["name"], models=form.cleaned_data["models"], actor=request.user
-            )
-        except ValidationError as exc:
-            apply_error(form, exc, fallback="name")
-        else:
+    if form.is_bound:
+        made = form_save(
+            form, lambda data: key_create(name=data["name"], models=data["models"], actor=request.user), fallback="name"
+        )
+        if made is not None:
+            key, secret = made
             created = {"key": key, "secret": secret}
             form = InferenceKeyForm()
     keys = InferenceKey.objects.select_related("created_by").order_by("revoked_at", "name")

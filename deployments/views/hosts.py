@@ -25,7 +25,6 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
 from core.http import cached_render
 from deployments import plots, presenters
-from deployments import selectors as deployment_selectors
 from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
@@ -34,6 +33,7 @@ from deployments.services.installs import install_carried, install_list, install
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
 from deployments.views.benchmarks import safe_headline
+from deployments.views.operations import operation_or_404
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
 
@@ -73,10 +73,7 @@ def host_card(request: HttpRequest, name: str) -> HttpResponse:
 @role_required(VIEWER)
 def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
     """One operation's progress bar; answers 286 (stop polling) once the operation has ended."""
-    try:
-        op = deployment_selectors.operation_get(pk=pk)
-    except Operation.DoesNotExist as exc:
-        raise Http404("No such operation.") from exc
+    op = operation_or_404(pk)
     response = render(request, "hardware/_operation_widget.html", {"op": op, "host": op.host})
     if not op.is_active:
         return HttpResponseStopPolling(response.content)

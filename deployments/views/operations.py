@@ -21,7 +21,8 @@ from deployments.services.installs import install_time_left
 from deployments.services.operations import operation_cancel
 
 
-def _operation_or_404(pk: str) -> Operation:
+def operation_or_404(pk: str) -> Operation:
+    """The operation, with its host, revision and requester; 404 when there is none."""
     try:
         return selectors.operation_get(pk=pk)
     except Operation.DoesNotExist as exc:
@@ -44,13 +45,13 @@ def _status_context(op: Operation, **extra: Any) -> dict[str, Any]:
 @require_GET
 @role_required(VIEWER)
 def operation_detail(request: HttpRequest, pk: str) -> HttpResponse:
-    return render(request, "deployments/operation_detail.html", _status_context(_operation_or_404(pk)))
+    return render(request, "deployments/operation_detail.html", _status_context(operation_or_404(pk)))
 
 
 @require_GET
 @role_required(VIEWER)
 def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
-    op = _operation_or_404(pk)
+    op = operation_or_404(pk)
     # When it has ended, the fragment also empties the Cancel slot (out of band): no Cancel
     # button stays on a finished operation's page.
     context = _status_context(op, polled=True)
@@ -63,7 +64,7 @@ def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
 @require_GET
 @role_required(VIEWER)
 def operation_cancel_confirm(request: HttpRequest, pk: str) -> HttpResponse:
-    op = _operation_or_404(pk)
+    op = operation_or_404(pk)
     template = "deployments/_operation_cancel.html" if is_partial(request) else "deployments/operation_cancel.html"
     return render(request, template, {"op": op, "errors": []})
 
@@ -71,7 +72,7 @@ def operation_cancel_confirm(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATOR)
 def operation_cancel_request(request: HttpRequest, pk: str) -> HttpResponse:
-    op = _operation_or_404(pk)
+    op = operation_or_404(pk)
     try:
         operation_cancel(op=op, actor=request.user)
     except ValidationError as exc:

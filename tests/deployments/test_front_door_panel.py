@@ -310,6 +310,16 @@ def test_pages_show_the_loaded_set_the_aliases_keys_and_usage_totals(client, wor
     assert secret not in client.get("/keys/").content.decode()  # shown once
 
 
+def test_the_keys_page_shows_a_refused_key_on_its_form_and_makes_none(client, world, admin_user):
+    client.force_login(admin_user)
+    assert client.post("/keys/", {"name": "app-one", "models": ""}).status_code == 200
+    again = client.post("/keys/", {"name": "app-one", "models": "coder"})
+    body = again.content.decode()
+    assert again.status_code == 200 and "exists already" in body and 'id="new-key-secret"' not in body
+    assert InferenceKey.objects.filter(name="app-one").count() == 1
+    assert InferenceKey.objects.get(name="app-one").allowed_models is None
+
+
 def test_commands_key_and_alias(world, operator):
     out, err = io.StringIO(), io.StringIO()
     call_command("key", "create", "--name", "ci-bot", "--models", "coder,fast", stdout=out, stderr=err)
