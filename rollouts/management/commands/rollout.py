@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
-
-from controlpanel.context import change_context
 from deployments.management.cli import (
+    ActionCommand,
+    Actions,
     BadInput,
-    PanelCommand,
     add_gate_options,
     add_user_option,
     bounded_int,
@@ -33,12 +31,13 @@ from serving.rollouts import MAX_BATCH
 ID = bounded_int(1, 2**31 - 1)
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = "Rollouts: one change applied to the hosts of a group (a host tag) in waves, canary first."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        start = sub.add_parser("start", help="start a rollout over a group: a new revision per host, or an alias move")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        start = actions.add_parser(
+            "start", help="start a rollout over a group: a new revision per host, or an alias move"
+        )
         start.add_argument("--group", required=True, help="the host tag")
         start.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a knob (repeatable)")
         start.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a variable (repeatable)")
@@ -51,35 +50,37 @@ class Command(PanelCommand):
         add_gate_options(start, what="the canary's switch (the next wave waits for it to pass)")
         add_user_option(start)
         add_when_options(start)
-        sub.add_parser("list", help="the rollouts, newest first")
-        show = sub.add_parser("show", help="a rollout and each host's state")
+        actions.add_parser("list", help="the rollouts, newest first")
+        show = actions.add_parser("show", help="a rollout and each host's state")
         show.add_argument("id", type=ID)
         for action, what in (("pause", "pause before the next wave"), ("resume", "resume"), ("cancel", "cancel")):
-            act = sub.add_parser(action, help=what)
+            act = actions.add_parser(action, help=what)
             act.add_argument("id", type=ID)
             add_user_option(act)
 
-    def handle(self, *args: Any, **o: Any) -> None:
-        if o["action"] == "list":
-            for r in selectors.rollout_list():
-                done = f"{r.done_count}/{r.host_count}"  # type: ignore[attr-defined]
-                self.stdout.write(f"#{r.pk}\t{r.state}\t{r.group}\t{done} done\t{r.describe_change()}")
+    def do_list(self, o: dict[str, Any]) -> None:
+        for r in selectors.rollout_list():
+            done = f"{r.done_count}/{r.host_count}"  # type: ignore[attr-defined]
+            self.stdout.write(f"#{r.pk}\t{r.state}\t{r.group}\t{done} done\t{r.describe_change()}")
+
+    def do_start(self, o: dict[str, Any]) -> None:
+        try:
+            rollout = self._start(o)
+        except ChangeRequested as exc:  # a host of the group requires review
+            self.stdout.write(" ".join(exc.messages))
             return
-        with change_context("cli"):
-            if o["action"] == "start":
-                try:
-                    rollout = self._start(o)
-                except ChangeRequested as exc:  # a host of the group requires review
-                    self.stdout.write(" ".join(exc.messages))
-                    return
-                if rollout is None:
-                    return
-            else:
-                rollout = self._rollout(o["id"])
-                if o["action"] != "show":
-                    service = {"pause": rollout_pause, "resume": rollout_resume, "cancel": rollout_cancel}[o["action"]]
-                    rollout = service(rollout=rollout, actor=get_actor(o["user"]))
+        if rollout is not None:
+            self._show(self._rollout(rollout.pk))
+
+    def do_show(self, o: dict[str, Any]) -> None:
+        self._show(self._rollout(o["id"]))
+
+    def act(self, o: dict[str, Any]) -> None:
+        service = {"pause": rollout_pause, "resume": rollout_resume, "cancel": rollout_cancel}[o["action"]]
+        rollout = service(rollout=self._rollout(o["id"]), actor=get_actor(o["user"]))
         self._show(self._rollout(rollout.pk))
+
+    do_pause = do_resume = do_cancel = act
 
     def _start(self, o: dict[str, Any]) -> Rollout | None:
         """The rollout started now, or None when it was scheduled (the line printed)."""

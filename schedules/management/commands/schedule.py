@@ -3,42 +3,46 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandParser
 
-from controlpanel.context import change_context
-from deployments.management.cli import BadInput, PanelCommand, add_user_option, bounded_int, get_actor, get_host
+from deployments.management.cli import (
+    ActionCommand,
+    Actions,
+    BadInput,
+    add_user_option,
+    bounded_int,
+    get_actor,
+    get_host,
+)
 from schedules import selectors
 from schedules.kinds import describe
 from schedules.models import ScheduledChange
 from schedules.services import change_cancel
 
 
-class Command(PanelCommand):
+class Command(ActionCommand):
     help = (
         "Scheduled changes (made with `switch --at/--window`, `alias set --at/--window`): list the "
         "upcoming ones by day and the last week's outcomes, or cancel one before it runs."
     )
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="action", required=True)
-        show = sub.add_parser("list", help="upcoming changes by day, then the last week's outcomes")
+    def add_actions(self, actions: Actions[Any]) -> None:
+        show = actions.add_parser("list", help="upcoming changes by day, then the last week's outcomes")
         show.add_argument("--host", default=None)
-        cancel = sub.add_parser("cancel", help="cancel a pending change by its number")
+        cancel = actions.add_parser("cancel", help="cancel a pending change by its number")
         cancel.add_argument("id", type=bounded_int(1, 2**63 - 1))
         add_user_option(cancel)
 
-    def handle(self, *args: Any, **o: Any) -> None:
-        if o["action"] == "cancel":
-            change = ScheduledChange.objects.select_related("host").filter(pk=o["id"]).first()
-            if change is None:
-                raise BadInput(f"No scheduled change #{o['id']}.")
-            with change_context("cli"):
-                try:
-                    change_cancel(change=change, actor=get_actor(o["user"]))
-                except ValidationError as exc:
-                    raise BadInput("; ".join(exc.messages)) from exc
-            self.stdout.write(f"Cancelled #{change.pk}: {change.host.name} {describe(change.kind, change.params)}.")
-            return
+    def do_cancel(self, o: dict[str, Any]) -> None:
+        change = ScheduledChange.objects.select_related("host").filter(pk=o["id"]).first()
+        if change is None:
+            raise BadInput(f"No scheduled change #{o['id']}.")
+        try:
+            change_cancel(change=change, actor=get_actor(o["user"]))
+        except ValidationError as exc:
+            raise BadInput("; ".join(exc.messages)) from exc
+        self.stdout.write(f"Cancelled #{change.pk}: {change.host.name} {describe(change.kind, change.params)}.")
+
+    def do_list(self, o: dict[str, Any]) -> None:
         host = get_host(o["host"]) if o["host"] else None
         for day in selectors.upcoming_by_day(host=host):
             self.stdout.write(f"{day.day:%a %Y-%m-%d}")
