@@ -244,6 +244,7 @@ class EngineAdapter(Protocol):
     installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
+    concurrency_knob: str  # the knob that caps the requests served at once (max_num_seqs, max_running_requests)
     kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
@@ -265,6 +266,11 @@ class EngineAdapter(Protocol):
     def default_memory_fraction(self, version: str) -> float:
         """The share of each GPU's memory the engine budgets at `version` when its memory knob is
         unset (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static; 1.0: no such knob)."""
+
+    def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
+        """(tokens prefilled in one step, requests served at once) that an engine which splits
+        tensors over GPUs picks when its knobs are unset, on GPUs of `gpu_memory` bytes each (None:
+        as many requests as its KV pool holds)."""
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads for `model`: the host's copy, a GGUF file, a repository, a tag."""

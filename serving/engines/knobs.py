@@ -417,6 +417,10 @@ class CheckedAdapter:
         engine without such a knob (it takes what its buffers need)."""
         return 1.0
 
+    def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
+        """Only an engine that splits tensors over GPUs (vLLM, SGLang) is sized by its batches."""
+        raise NotImplementedError(f"{self.label} has no batch defaults")
+
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server turns the model's tool calls into `tool_calls` (else a client's tool
         request fails, or the call arrives as text). SGLang: with a tool_call_parser."""

@@ -125,6 +125,13 @@ class SglangAdapter(PipAdapter):
         """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""
         return SGLANG_MEM_FRACTION_DEFAULT
 
+    def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
+        """(chunked_prefill_size, max_running_requests) when unset: the chunk from each GPU's memory
+        (srt/server_args.py _handle_gpu_memory_settings: under 35 GiB 2048, under 60 GiB 4096, under
+        160 GiB 8192, else 16384); the requests from the KV pool the server then has (None)."""
+        gib = gpu_memory / (1 << 30)
+        return (2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384), None
+
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
         if spec_knobs and "speculative_algorithm" not in knobs:

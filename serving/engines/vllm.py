@@ -215,6 +215,15 @@ class VllmAdapter(PipAdapter):
         """gpu_memory_utilization's default at `version` (0.92; 0.9 before VLLM_UTIL_CHANGE)."""
         return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
 
+    def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
+        """(max_num_batched_tokens, max_num_seqs) of `vllm serve` (engine/arg_utils.py get_batch_defaults)."""
+        gib = gpu_memory / (1 << 30)
+        if gib >= 160:
+            return 16384, 1024
+        if gib >= 70:
+            return 8192, 1024
+        return 2048, 256
+
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
             raise EngineConfigError(

@@ -31,7 +31,6 @@ from serving.planner.memory import (
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
-    vllm_batch_defaults,
     vllm_overheads,
 )
 from serving.planner.report import Context, FitReport
@@ -121,7 +120,8 @@ def _size_gpu_split(ctx: Context) -> None:
     ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
     ctx.native_context = _native(arch, s)
     ctx.max_model_len = s.max_model_len or arch.native_context
-    default_tokens, default_seqs = vllm_batch_defaults(ctx.gpu_memory or 24 * GiB)
+    adapter = get_adapter(req.engine)
+    default_tokens, default_seqs = adapter.batch_defaults(ctx.gpu_memory or 24 * GiB)
     ctx.batched_tokens = s.max_num_batched_tokens or default_tokens
     ctx.max_num_seqs = s.max_num_seqs or default_seqs
     mtp = spec_is_mtp(s)
@@ -137,7 +137,6 @@ def _size_gpu_split(ctx: Context) -> None:
     kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
-    adapter = get_adapter(req.engine)
     fraction = s.mem_util or adapter.default_memory_fraction(req.engine_version)
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
@@ -178,7 +177,7 @@ def _size_gpu_split(ctx: Context) -> None:
             tp=s.tp,
             world=world,
             batched_tokens=ctx.batched_tokens,
-            max_num_seqs=ctx.max_num_seqs,
+            max_num_seqs=ctx.max_num_seqs or 0,  # vLLM's defaults always name a number
             vision=ctx.vision_on,
             enforce_eager=s.enforce_eager,
             version=req.engine_version,

@@ -59,15 +59,6 @@ def planned_bytes_per_gpu(weights: int | None, kv_pool: int | None, overheads: M
     return (weights or 0) + (kv_pool or 0) + rest
 
 
-def vllm_batch_defaults(gpu_memory_bytes: int) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) serve defaults, arg_utils.py get_batch_defaults."""
-    if gpu_memory_bytes >= 160 * GiB:
-        return 16384, 1024
-    if gpu_memory_bytes >= 70 * GiB:
-        return 8192, 1024
-    return 2048, 256
-
-
 @dataclass(frozen=True)
 class Overheads:
     non_torch: int = 0

@@ -262,16 +262,17 @@ def _context(ctx: Context) -> None:
             f"Set max_model_len to {ctx.max_ctx_one or 0:,} or less, use an fp8 KV cache, or add GPUs.",
         )
         return
-    seqs = ctx.max_num_seqs or 1
+    seqs = ctx.max_num_seqs or 1  # None: the engine serves as many as its pool holds
+    knob = get_adapter(ctx.request.engine).concurrency_knob
     if ctx.full_len_seqs is not None and seqs > ctx.full_len_seqs:
         ctx.add(
             WARNING,
             F.KV_CONCURRENCY_SHORT,
-            f"max_num_seqs={seqs} but the pool holds only {ctx.full_len_seqs} sequence(s) at the full "
+            f"{knob}={seqs} but the pool holds only {ctx.full_len_seqs} sequence(s) at the full "
             f"{ctx.max_model_len:,} tokens ({ctx.pool_tokens or 0:,} tokens in all); "
             "longer concurrent requests "
             "get preempted.",
-            f"Set max_num_seqs to {ctx.full_len_seqs}, or accept preemption when several long requests overlap.",
+            f"Set {knob} to {ctx.full_len_seqs}, or accept preemption when several long requests overlap.",
         )
 
 

@@ -68,3 +68,47 @@ def test_family_support_and_ignored_variables() -> None:
     assert llama.family_support == {}
     assert vllm.env_ignored_since == {"VLLM_ATTENTION_BACKEND": "0.26.0"}
     assert sglang.env_ignored_since == {}
+
+
+@pytest.mark.parametrize(
+    ("engine", "gib", "defaults"),
+    [
+        ("vllm", 24, (2048, 256)),
+        ("vllm", 80, (8192, 1024)),
+        ("vllm", 192, (16384, 1024)),
+        ("sglang", 24, (2048, None)),  # chunked_prefill_size by GPU memory; requests: what the pool holds
+        ("sglang", 48, (4096, None)),
+        ("sglang", 141, (8192, None)),
+        ("sglang", 192, (16384, None)),
+    ],
+)
+def test_batch_defaults(engine: str, gib: int, defaults: tuple[int, int | None]) -> None:
+    assert get_adapter(engine).batch_defaults(gib * GiB) == defaults
+
+
+def test_sglang_is_not_warned_with_vllms_request_cap_and_a_warning_names_the_engines_knob() -> None:
+    """vLLM serves at most max_num_seqs (1024 on an H200) unless told; SGLang, unset, as many as its
+    pool holds: only a cap someone set is more than the pool can hold at full length."""
+    from deployments.importers.hf_config import load_hf_config
+    from serving.planner import PlanRequest, catalog_host, plan
+    from tests.deployments.test_planner_whatfits import CONFIGS
+
+    arch = load_hf_config(CONFIGS / "qwen3-32b-awq.json").arch
+
+    def short(engine: str, knobs: dict[str, int]) -> list[str]:
+        report = plan(
+            PlanRequest(
+                arch=arch,
+                engine=engine,
+                gpus=catalog_host("h200", 1),
+                knobs=knobs,
+                weights_bytes=19 * 10**9,
+                checkpoint_quant="awq",
+                quant_bits=4,
+            )
+        )
+        return [f.message.split(" but ")[0] for f in report.findings if f.code == "kv.concurrency_short"]
+
+    assert short("vllm", {}) == ["max_num_seqs=1024"]
+    assert short("sglang", {}) == []
+    assert short("sglang", {"max_running_requests": 512}) == ["max_running_requests=512"]
