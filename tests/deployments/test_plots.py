@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from deployments import plots
+from deployments import charts, plots
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -47,7 +47,7 @@ def levels(*specs: tuple[int, float]) -> list[dict]:
     [(0, 100), (0, 1), (3.2, 3.2), (0, 123456), (-5, 5), (0.001, 0.004)],
 )
 def test_nice_ticks_cover_the_range(lo, hi):
-    ticks = plots.nice_ticks(lo, hi)
+    ticks = charts.nice_ticks(lo, hi)
     assert ticks[0] <= lo and ticks[-1] >= hi
     assert 2 <= len(ticks) <= 12
     steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:], strict=False)}
@@ -55,10 +55,10 @@ def test_nice_ticks_cover_the_range(lo, hi):
 
 
 def test_line_chart_series_points_and_gaps():
-    svg = plots.line_chart(
+    svg = charts.line_chart(
         [
-            plots.Series("a", [(0, 1), (1, 2), (2, None), (3, 4), (4, 5)]),
-            plots.Series("b", [(0, 3), (4, 3)]),
+            charts.Series("a", [(0, 1), (1, 2), (2, None), (3, 4), (4, 5)]),
+            charts.Series("b", [(0, 3), (4, 3)]),
         ],
         title="Two series",
         x_label="x",
@@ -74,16 +74,16 @@ def test_line_chart_series_points_and_gaps():
 
 
 def test_text_is_escaped():
-    svg = plots.line_chart([plots.Series("<b>&", [(0, 1), (1, 2)])], title='x "<script>"')
+    svg = charts.line_chart([charts.Series("<b>&", [(0, 1), (1, 2)])], title='x "<script>"')
     root = parse(svg)
     assert root.find(f"{NS}title").text == 'x "<script>"'
     assert "<script>" not in svg
 
 
 def test_empty_chart_says_so():
-    root = parse(plots.line_chart([], title="Nothing"))
+    root = parse(charts.line_chart([], title="Nothing"))
     assert [t.text for t in root.iter(f"{NS}text") if t.get("class") == "no-data"] == ["no data"]
-    assert series_of(plots.line_chart([plots.Series("a", [(0, None)])], title="n")) == []
+    assert series_of(charts.line_chart([charts.Series("a", [(0, None)])], title="n")) == []
 
 
 def test_telemetry_chart_one_series_per_gpu_and_breaks_at_holes():
