@@ -157,6 +157,17 @@ class KvSlots:
 
 
 @dataclass(frozen=True)
+class GpuSplit:
+    """How an engine that splits tensors over GPUs is started, as the planner reads its knobs."""
+
+    gpu_memory: int  # bytes of each GPU (the smallest of those used)
+    tp: int = 1
+    pp: int = 1
+    prefill_chunk: int | None = None  # tokens prefilled in one step (None: the engine's default)
+    speculative: str | None = None  # the drafting method in lower case ("eagle3", "mtp", "ngram"); None: off
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
 
@@ -263,9 +274,10 @@ class EngineAdapter(Protocol):
         parallel and unified-KV knobs as the planner reads them (None: unset), the memory of all the
         GPUs in bytes and the model's native context (None: unknown)."""
 
-    def default_memory_fraction(self, version: str) -> float:
-        """The share of each GPU's memory the engine budgets at `version` when its memory knob is
-        unset (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static; 1.0: no such knob)."""
+    def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
+        """The share of each GPU's memory the engine budgets at `version`, started as `split` says,
+        when its memory knob is unset (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static;
+        1.0: no such knob)."""
 
     def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
         """(tokens prefilled in one step, requests served at once) that an engine which splits

@@ -19,6 +19,7 @@ from serving.engines.base import (
     EngineConfig,
     EngineConfigError,
     FamilySupport,
+    GpuSplit,
     KvSlots,
     LaunchSpec,
     ModelRef,
@@ -412,7 +413,7 @@ class CheckedAdapter:
         """Only an engine with llama.cpp's KV cache (ggml_kv_cache) divides it into slots."""
         raise NotImplementedError(f"{self.label} has no llama.cpp KV slots")
 
-    def default_memory_fraction(self, version: str) -> float:
+    def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
         """The share of each GPU's memory budgeted when the memory knob is unset: all of it for an
         engine without such a knob (it takes what its buffers need)."""
         return 1.0

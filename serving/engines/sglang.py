@@ -18,6 +18,7 @@ from serving.engines.base import (
     EngineConfigError,
     EngineMetrics,
     FamilySupport,
+    GpuSplit,
     KvCapacity,
     LaunchSpec,
     shown_value,
@@ -39,9 +40,22 @@ from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
 
-# mem_fraction_static None = automatic (server_args picks it from GPU memory and TP); 0.85 is a
-# middle value for 24-80 GB cards.
-SGLANG_MEM_FRACTION_DEFAULT = 0.85
+SGLANG_MAX_PREFILL_TOKENS = 16384  # --max-prefill-tokens: the prefill's size when chunking is off (-1)
+
+
+def _cuda_graph_max_bs(gib: float, tp: int) -> int:
+    """The largest batch SGLang captures a CUDA graph for when unset, by GPU memory and TP size
+    (srt/server_args.py _handle_gpu_memory_settings)."""
+    if gib < 20:
+        return 8
+    if gib < 35:
+        return 24 if tp < 4 else 80
+    if gib < 60:
+        return 32 if tp < 4 else 160
+    if gib < 160:
+        return 256 if tp < 4 else 512
+    return 512
+
 
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -121,9 +135,26 @@ class SglangAdapter(PipAdapter):
     # outputs EOS at once; newer releases carry Qwen3.5 models.
     family_support = {LINEAR_ATTENTION_HYBRID: FamilySupport(broken_through="0.5.9")}
 
-    def default_memory_fraction(self, version: str) -> float:
-        """mem_fraction_static when unset: chosen at start from GPU memory and TP; a middle value."""
-        return SGLANG_MEM_FRACTION_DEFAULT
+    def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
+        """mem_fraction_static when unset, as srt/server_args.py (_handle_gpu_memory_settings) picks
+        it at start: what is left of each GPU's memory after a reserve for the prefill's activations
+        (1.5 MiB a token of the chunk, at least 2048), CUDA graphs (2 MiB a batch of the largest
+        captured), 512 MiB of metadata, 128 MiB a GPU of the TP x PP world and a draft model (2 GiB,
+        6 for STANDALONE, none for NGRAM); the reserve is at least 10 GiB on a GPU of over 60 GiB.
+        Without the GPUs: 0.88, its own fallback."""
+        if split is None or split.gpu_memory <= 0:
+            return 0.88
+        mib = split.gpu_memory / (1 << 20)
+        chunk = split.prefill_chunk or self.batch_defaults(split.gpu_memory)[0]
+        reserve = 512 + max(chunk if chunk > 0 else SGLANG_MAX_PREFILL_TOKENS, 2048) * 1.5
+        reserve += _cuda_graph_max_bs(mib / 1024, split.tp) * 2 + split.tp * split.pp / 8 * 1024
+        if mib > 60 * 1024:
+            reserve = max(reserve, 10 * 1024)
+        if split.speculative == "standalone":
+            reserve += 6 * 1024
+        elif split.speculative and split.speculative != "ngram":
+            reserve += 2 * 1024
+        return round((mib - reserve) / mib, 3)
 
     def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:
         """(chunked_prefill_size, max_running_requests) when unset: the chunk from each GPU's memory

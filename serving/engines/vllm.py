@@ -18,6 +18,7 @@ from serving.engines.base import (
     EngineConfigError,
     EngineMetrics,
     FamilySupport,
+    GpuSplit,
     KvCapacity,
     LaunchSpec,
     PackageFloor,
@@ -211,8 +212,8 @@ class VllmAdapter(PipAdapter):
     def context_tokens(self, value: object) -> int | None:
         return max_model_len_tokens(value)
 
-    def default_memory_fraction(self, version: str) -> float:
-        """gpu_memory_utilization's default at `version` (0.92; 0.9 before VLLM_UTIL_CHANGE)."""
+    def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
+        """gpu_memory_utilization's default at `version` (0.92; 0.9 before VLLM_UTIL_CHANGE), whatever the GPUs."""
         return VLLM_UTIL_DEFAULT_OLD if version_lt(version, VLLM_UTIL_CHANGE) else VLLM_UTIL_DEFAULT
 
     def batch_defaults(self, gpu_memory: int) -> tuple[int, int | None]:

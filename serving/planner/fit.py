@@ -8,6 +8,7 @@ import math
 from core.limits import MAX_GPUS
 from serving.arch import ModelArch
 from serving.diffing.context import served_context
+from serving.engines.base import GpuSplit
 from serving.engines.registry import get_adapter
 from serving.planner import rules
 from serving.planner.gpus import GpuSpec
@@ -137,7 +138,8 @@ def _size_gpu_split(ctx: Context) -> None:
     kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
-    fraction = s.mem_util or adapter.default_memory_fraction(req.engine_version)
+    split = GpuSplit(ctx.gpu_memory, s.tp, s.pp, prefill_chunk=s.max_num_batched_tokens, speculative=s.spec_method)
+    fraction = s.mem_util or adapter.default_memory_fraction(req.engine_version, split)
     if a is None or counts is None:
         # KV sizes are unknown, but weights against the memory budget can still be judged.
         ctx.budget_per_gpu = math.ceil(ctx.gpu_memory * fraction)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.engines.base import LINEAR_ATTENTION_HYBRID, QWEN3_5
+from serving.engines.base import LINEAR_ATTENTION_HYBRID, QWEN3_5, GpuSplit
 from serving.engines.ollama import default_context
 from serving.engines.registry import get_adapter
 from tools.code_figures import engine_branches
@@ -26,13 +26,33 @@ def test_no_engine_name_is_compared_outside_the_adapters() -> None:
         ("vllm", "0.33.0", 0.92),
         ("vllm", "", 0.92),
         ("vllm", "0.17.1", 0.9),
-        ("sglang", "0.5.23", 0.85),
+        ("sglang", "0.5.23", 0.88),  # without the GPUs, server_args' own fallback
         ("llama.cpp", "b7000", 1.0),
         ("ollama", "", 1.0),
     ],
 )
 def test_default_memory_fraction(engine: str, version: str, fraction: float) -> None:
     assert get_adapter(engine).default_memory_fraction(version) == fraction
+
+
+@pytest.mark.parametrize(
+    ("gib", "tp", "chunk", "speculative", "fraction"),
+    [
+        (24, 1, None, None, 0.847),  # reserve 512 + 2048 x 1.5 + 24 graphs x 2 + 128 MiB
+        (24, 4, None, None, 0.827),  # 80 graphs, 512 MiB for the world of 4
+        (48, 1, None, None, 0.861),  # chunk 4096
+        (80, 1, None, None, 0.836),  # chunk 8192, 256 graphs
+        (141, 1, None, None, 0.907),  # an H200: 13,440 MiB of 144,384
+        (141, 1, None, "eagle3", 0.893),  # a draft model: 2 GiB more
+        (141, 1, 16384, None, 0.822),  # a chunk of 16384 tokens set by hand: 24,576 MiB for it
+        (192, 8, None, None, 0.862),  # chunk 16384, 512 graphs, 1 GiB for the world of 8
+    ],
+)
+def test_sglang_picks_its_memory_fraction_from_the_gpus(
+    gib: int, tp: int, chunk: int | None, speculative: str | None, fraction: float
+) -> None:
+    split = GpuSplit(gib * GiB, tp, prefill_chunk=chunk, speculative=speculative)
+    assert get_adapter("sglang").default_memory_fraction("0.5.9", split) == fraction
 
 
 def test_how_gpu_split_engines_hold_their_memory() -> None:
