@@ -204,6 +204,7 @@ class InstallOffer:
     why_not: str = ""
     installed: tuple[str, ...] = field(default_factory=tuple)
     choices: tuple[VersionChoice, ...] = field(default_factory=tuple)  # the suggestions, labelled
+    from_checkout: bool = False  # it may also be built from a checkout on the host (llama.cpp's source_dir)
 
 
 # A rough figure for compiling llama-server (one job per core) when the host has no compile of
@@ -340,6 +341,7 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
             llama_note,
             installed=installed.get("llama.cpp", ()),
             choices=choices,
+            from_checkout=True,
         ),
         *(
             InstallOffer(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.engines.registry import get_adapter
 from serving.planner.findings import Finding, Severity
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import PlanRequest
@@ -73,6 +74,7 @@ class FitReport:
             "max_concurrent_full_length": self.max_concurrent_full_length,
             "max_context_one_sequence": self.max_context_one_sequence,
             "max_num_seqs": self.max_num_seqs,
+            "concurrency_knob": get_adapter(self.engine).concurrency_knob,  # what max_num_seqs is called there
             "block_size": self.block_size,
             "overheads_per_gpu": dict(self.overheads_per_gpu),
             "findings": [f.to_dict() for f in self.findings],
