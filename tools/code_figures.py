@@ -152,9 +152,19 @@ def _is_engine_name(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and node.value in ENGINES
 
 
+# A template's or a script's comparison with an engine's name: `engine == "vllm"`, `"ollama" != e`.
+_NAMED = "|".join(re.escape(e) for e in sorted(ENGINES))
+TEXT_BRANCH = re.compile(rf"""(?:==|!=)\s*["'](?:{_NAMED})["']|["'](?:{_NAMED})["']\s*(?:==|!=)""")
+
+
 def engine_branches(root: Path) -> dict[str, int]:
-    """Comparisons with an engine's name (`== "vllm"`, `in ("vllm", "sglang")`) outside the adapters."""
+    """Comparisons with an engine's name (`== "vllm"`, `in ("vllm", "sglang")`) outside the adapters,
+    in the Python and in the templates and scripts of the pages."""
     counts: dict[str, int] = {}
+    for suffix in (".html", ".js"):
+        for path in _production_files(root, suffix):
+            if n := len(TEXT_BRANCH.findall(path.read_text())):
+                counts[path.relative_to(root).as_posix()] = n
     for path in _production_files(root):
         rel = path.relative_to(root).as_posix()
         if rel.startswith(ADAPTERS):

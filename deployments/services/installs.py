@@ -205,6 +205,7 @@ class InstallOffer:
     installed: tuple[str, ...] = field(default_factory=tuple)
     choices: tuple[VersionChoice, ...] = field(default_factory=tuple)  # the suggestions, labelled
     from_checkout: bool = False  # it may also be built from a checkout on the host (llama.cpp's source_dir)
+    from_wheelhouse: bool = True  # pip installs it, so an offline host may give a folder of wheels
 
 
 # A rough figure for compiling llama-server (one job per core) when the host has no compile of
@@ -365,6 +366,7 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
             ("",),
             "Empty = Ollama's latest release; or an exact one like 0.12.3.",
             installed=installed.get("ollama", ()),
+            from_wheelhouse=False,  # its own installer script, not pip
         ),
     ]
     return offers

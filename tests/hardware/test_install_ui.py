@@ -115,6 +115,9 @@ def test_folders_on_the_host_are_offered_to_admins_only(client, cpu_host, operat
     page = client.get(f"/hosts/{cpu_host.name}/").content.decode()
     assert "From a folder on the host (admin only)" in page and "<code>/srv/wheels</code>" in page
     assert 'name="wheelhouse"' in page and 'name="source_dir"' in page
+    assert page.count('name="source_dir"') == 1  # llama.cpp's offer alone builds from a checkout
+    ollama_form = page[page.index('name="engine" value="ollama"') :].split("</form>")[0]
+    assert 'name="wheelhouse"' not in ollama_form  # its installer is a script, not pip
     asked = {"engine": "llama.cpp", "version": "b7000", "wheelhouse": "/tmp/x"}
     response = client.post(f"/hosts/{cpu_host.name}/install/", asked, follow=True)
     assert "outside the folders cpu-1 allows installs from (/srv/wheels)" in response.content.decode()
