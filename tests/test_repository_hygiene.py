@@ -46,12 +46,8 @@ def test_pip_install_ships_every_package_of_the_panel() -> None:
 
     # setuptools' find: a package is in when one of the include patterns matches its dotted name.
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    packages = {path.parent.name for path in ROOT.glob("*/__init__.py") if is_tracked(path)} - NOT_SHIPPED
+    top = {path.parent for path in tracked_files() if path.name == "__init__.py" and path.parent.parent == ROOT}
+    packages = {folder.name for folder in top} - NOT_SHIPPED
     assert "deployments" in packages and "hostagent" in packages
     left_out = {name for name in packages if not any(fnmatchcase(name, pattern) for pattern in include)}
     assert left_out == set(), "packages pyproject.toml leaves out of the wheel"
-
-
-def is_tracked(path: Path) -> bool:
-    listed = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT, capture_output=True)
-    return listed.returncode == 0
