@@ -492,6 +492,12 @@ def finish(body: dict[str, Any]) -> dict[str, Any]:
 
 MAX_DOOR_MODELS = 256  # models one front door reports (its routing table's)
 MAX_USAGE_ROWS = 10_000  # (day, key, model) rows: 31 days of many keys and models
+# A usage row is one UTC day of one key on one model. A refused report books nothing, and the
+# door sends its totals again in the next one, so these lie above any real day: 10^9 requests is
+# 11,500 a second all day; 10^12 tokens is 11.6 million a second, beyond any one host (an H100
+# embeds some 10^5 tokens a second). They refuse the absurd: 10^15 tokens, a count past a bigint.
+MAX_USAGE_REQUESTS = 10**9
+MAX_USAGE_TOKENS = 10**12
 
 
 def _door_state_row(row: Any, at: str) -> dict[str, Any]:
@@ -532,11 +538,18 @@ def _usage_row(row: Any, at: str) -> dict[str, Any]:
     low, high = _window()
     if not low.date() <= day <= high.date():
         raise ValidationError(f"{at}.day must lie between 2000 and a day from now, not {raw_day}.")
+    counts = {
+        c: number(row.get(c, 0), f"{at}.{c}", high=MAX_USAGE_TOKENS if c.endswith("tokens") else MAX_USAGE_REQUESTS,
+                  optional=False, whole=True)
+        for c in USAGE_COUNTS
+    }  # fmt: skip
+    if counts["errors"] > counts["requests"]:
+        raise ValidationError(f"{at}.errors ({counts['errors']:,}) exceeds its requests ({counts['requests']:,}).")
     return {
         "day": day,
         "key": text(row.get("key"), f"{at}.key", most=63) or "",
         "model": text(row.get("model"), f"{at}.model", most=200, optional=False),
-        **{c: number(row.get(c, 0), f"{at}.{c}", whole=True) for c in USAGE_COUNTS},
+        **counts,
     }
 
 

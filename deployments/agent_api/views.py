@@ -189,8 +189,7 @@ def serving(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespo
 @host_endpoint(("POST",))
 def serving_report(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        report = bodies.serving_report(body)
+        front_door_report(host=host, **bodies.serving_report(body))
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
-    front_door_report(host=host, **report)
     return HttpResponse(status=204)

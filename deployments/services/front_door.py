@@ -95,13 +95,15 @@ def front_door_document(host: Host) -> dict[str, Any]:
 def front_door_report(
     *, host: Host, version: str, bind: str, state: list[dict[str, Any]], usage: list[dict[str, Any]]
 ) -> None:
-    """Keep the front door's last state (checked by the agent API) and its usage totals."""
+    """Keep the front door's last state (checked by the agent API) and its usage totals.
+    ValidationError, with nothing kept, when the usage names a key or model the host may not
+    book to (usage.usage_record)."""
+    usage_record(host=host, rows=usage)  # first: it refuses before anything is kept
     door = FrontDoor.objects.select_for_update().filter(host=host).first() or FrontDoor(host=host)
     door.reported_version, door.bind, door.state = version, bind, state
     door.card = door_card(state)
     door.reported_at = timezone.now()
     door.save()
-    usage_record(host=host, rows=usage)
 
 
 def door_card(state: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,13 @@ A host's front door sends its running totals (hostagent.frontdoor.usage.UsageLed
 panel keeps, per (host, day, key, model), the largest value of each count it was sent. Totals
 only grow, so a report sent twice, or an older one resent from the agent's outbox after a newer
 one, changes nothing.
+
+A host books usage only to what its door could have served: a key of the key table (revoked ones
+too, for a door keeps their earlier totals; `""` is the open door's) and a model the host serves,
+named as its door names it (serving_set.model_name). A door keeps a model's totals for 31 days
+after the model leaves its set, so "serves" means: a revision of this host by its door name, or a
+name this host has booked before. Anything else refuses the whole report (ValidationError) and
+books nothing: the agent API checked the counts' bounds before.
 """
 
 from __future__ import annotations
@@ -14,24 +21,53 @@ from collections.abc import Iterable
 from datetime import date, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from deployments.models import DeploymentRevision, UsageDay
+from deployments.models import DeploymentRevision, InferenceKey, UsageDay
 from hardware.models import Host
+
+from .serving_set import model_name
 
 COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
 REVISION_SUFFIX = re.compile(r"-r(\d+)$")
+OPEN_KEY = ""  # the key name of an open door's usage (hostagent.frontdoor.usage.OPEN_KEY)
+SHOWN = 5  # unknown names an error lists
+
+
+def _named(what: str, names: set[str]) -> str:
+    shown = ", ".join(repr(n) for n in sorted(names)[:SHOWN])
+    return f"{what}: {shown}" + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def usage_rows_check(*, host: Host, rows: list[dict[str, Any]]) -> None:
+    """ValidationError unless every row names a key of the key table (or the open door's `""`) and
+    a model this host serves or has booked before (see the module's docstring)."""
+    keys = {r["key"] for r in rows} - {OPEN_KEY}
+    unknown = keys - set(InferenceKey.objects.filter(name__in=keys).values_list("name", flat=True))
+    if unknown:
+        raise ValidationError(_named("usage names keys the panel has no record of", unknown))
+    models = {r["model"] for r in rows}
+    models -= set(UsageDay.objects.filter(host=host, model__in=models).values_list("model", flat=True).distinct())
+    numbers = {int(m.group(1)) for name in models if (m := REVISION_SUFFIX.search(name))}
+    if models and numbers:
+        revisions = DeploymentRevision.objects.filter(host=host, number__in=numbers).select_related("model_variant")
+        models -= {model_name(revision) for revision in revisions}
+    if models:
+        raise ValidationError(_named(f"usage names models {host.name} does not serve", models))
 
 
 @transaction.atomic
 def usage_record(*, host: Host, rows: Iterable[dict[str, Any]]) -> int:
-    """Store checked usage rows ({day: date, key, model, counts...}); answers how many changed."""
+    """Store checked usage rows ({day: date, key, model, counts...}); answers how many changed.
+    ValidationError, with nothing stored, for a key or model the host may not book to."""
     rows = list(rows)
     if not rows:
         return 0
     Host.objects.select_for_update().filter(pk=host.pk).first()  # one report of a host at a time
+    usage_rows_check(host=host, rows=rows)
     days = {r["day"] for r in rows}
     stored = {(u.day, u.key, u.model): u for u in UsageDay.objects.filter(host=host, day__in=days)}
     numbers = {int(m.group(1)) for r in rows if (m := REVISION_SUFFIX.search(r["model"]))}

@@ -183,7 +183,8 @@ def _report(version: str = "v1", waiting: int = 3, requests: int = 10) -> dict[s
     }
 
 
-def test_a_report_is_stored_and_sending_it_twice_or_an_older_one_changes_nothing(world):
+def test_a_report_is_stored_and_sending_it_twice_or_an_older_one_changes_nothing(world, admin_user):
+    key_create(name="aider-alice", actor=admin_user)
     agent = world["agent"]
     assert agent.report(_report(requests=10)).status_code == 204
     row = UsageDay.objects.get()
@@ -215,6 +216,58 @@ def test_a_bad_report_is_400_and_stores_nothing(world, bad):
     response = world["agent"].report({"version": "v", **bad})
     assert response.status_code == 400 and response.json()["error"]
     assert not UsageDay.objects.exists() and not FrontDoor.objects.exists()
+
+
+def _usage_row(**changes: Any) -> dict[str, Any]:
+    row = {"day": datetime.now(UTC).date().isoformat(), "key": "aider-alice", "model": "tiny-r1", "requests": 3}
+    return {**row, "prompt_tokens": 30, "completion_tokens": 20, "errors": 0, **changes}
+
+
+@pytest.mark.parametrize(
+    ("hostile", "says"),
+    [
+        ({"key": "stranger"}, "keys the panel has no record of: 'stranger'"),
+        ({"model": "gpt-4o"}, "models alpha does not serve: 'gpt-4o'"),
+        ({"model": "tiny-r9"}, "models alpha does not serve"),  # no revision 9 on this host
+        ({"model": "beta-model-r1"}, "models alpha does not serve"),  # r1 exists, named otherwise
+        ({"completion_tokens": 10**15}, "usage[1].completion_tokens is out of range"),
+        ({"prompt_tokens": 10**15}, "usage[1].prompt_tokens is out of range"),
+        ({"requests": 10**10}, "usage[1].requests is out of range"),
+        ({"completion_tokens": -1}, "usage[1].completion_tokens is out of range"),
+        ({"requests": None}, "usage[1].requests must be a whole number"),
+        ({"errors": 4}, "usage[1].errors (4) exceeds its requests (3)"),
+    ],
+)
+def test_a_host_cannot_book_usage_to_a_stranger_key_another_model_or_absurd_counts(world, admin_user, hostile, says):
+    """The attack: a GPU host (its own agent token) books usage to a key and a model of its
+    choosing, or 10^15 tokens. One bad row refuses the whole report: nothing is booked, not even
+    the good row beside it, nor the door's state."""
+    key_create(name="aider-alice", actor=admin_user)
+    report = _report()
+    report["usage"] = [_usage_row(), _usage_row(**hostile, day="2026-01-02")]
+    response = world["agent"].report(report)
+    assert response.status_code == 400
+    assert says in response.json()["error"]
+    assert not UsageDay.objects.exists() and not FrontDoor.objects.exists()
+    report["usage"] = [_usage_row()]  # the same report without the hostile row is booked
+    assert world["agent"].report(report).status_code == 204
+    assert UsageDay.objects.get().completion_tokens == 20
+
+
+def test_usage_keeps_being_booked_for_a_revoked_key_and_a_model_that_left_the_set(world, admin_user, operator):
+    """A door keeps a revoked key's and an unserved model's totals for 31 days and sends them in
+    every report: they must not stall the host's reports."""
+    key, _ = key_create(name="aider-alice", actor=admin_user)
+    serving_mode_set(revision=world["r"][2], mode="on-demand", actor=operator)
+    report = _report()
+    report["usage"] = [_usage_row(), _usage_row(key="", model="tiny-r2"), _usage_row(model="tiny-r3")]
+    assert world["agent"].report(report).status_code == 204  # r3 is a revision of this host, by its door name
+    key_revoke(key=key, actor=admin_user)
+    serving_mode_set(revision=world["r"][2], mode="off", actor=operator)
+    report["usage"] = [_usage_row(requests=5), _usage_row(key="", model="tiny-r2", requests=4)]
+    assert world["agent"].report(report).status_code == 204
+    booked = dict(UsageDay.objects.values_list("model", "requests"))
+    assert booked == {"tiny-r1": 5, "tiny-r2": 4, "tiny-r3": 3}
 
 
 def test_refusals_change_nothing(world, operator, viewer):
@@ -279,6 +332,8 @@ def test_changes_are_audited(world, operator, admin_user):
 
 
 def test_pages_show_the_loaded_set_the_aliases_keys_and_usage_totals(client, world, operator, admin_user):
+    key_create(name="aider-alice", actor=admin_user)
+    key_create(name="ci", actor=admin_user)
     serving_mode_set(revision=world["r"][2], mode="on-demand", actor=operator)
     alias_set(host=world["host"], name="coder", revision=world["r"][1], actor=operator)
     world["agent"].report(_report(waiting=4, requests=10))
