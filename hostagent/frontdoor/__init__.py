@@ -15,6 +15,7 @@ proxy needs. Starlette on uvicorn with httpx would add a server and a second cli
     keys.py       inference keys (SHA-256 digests) and the models each may use
     settings.py   CONTROLPANEL_FRONT_DOOR_* from the environment
     scheduler.py  loads, unloads, the queue, draining, room in bytes (no HTTP)
+    flags.py      `stream` and `stream_options.include_usage` read as the engines read them
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
     usage.py      usage per key, model and day; the usage chunk of a stream
     metrics.py    Prometheus metrics (its Registry is the lab router's too)

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .flags import FlagError, normalise_flags
 from .keys import InferenceKey, KeyTable
 from .metrics import Metrics
 from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
@@ -128,6 +129,11 @@ class FrontDoor:
         if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
             self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
             return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
+        try:
+            normalise_flags(payload, endpoint)  # `stream` as the engine reads it, so the door meters it
+        except FlagError as bad:
+            self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
+            return error_response(400, str(bad), code="invalid_value", param=bad.param)
         label = payload["model"]
         model = self.scheduler.resolve(label)
         if model is None:

@@ -32,10 +32,16 @@ CLIENT_GONE = 499  # the code nginx logs for a request its client closed
 
 
 def error_response(
-    status: int, message: str, *, code: str, kind: str = "invalid_request_error", retry_after: float | None = None
+    status: int,
+    message: str,
+    *,
+    code: str,
+    kind: str = "invalid_request_error",
+    retry_after: float | None = None,
+    param: str | None = None,
 ) -> web.Response:
     """An error shaped as OpenAI's, which every OpenAI client knows how to show."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
     return web.json_response(body, status=status, headers=headers)
 
@@ -115,7 +121,9 @@ class Upstream:
                         kind="server_error",
                     )  # fmt: skip
                 wait_ms = {QUEUE_WAIT_HEADER: str(round(lease.waited_s * 1000))}
-                if stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
+                # By what the engine answers, not what the door asked: a stream is metered as one
+                # whatever in the body made the engine stream.
+                if upstream.status == 200 and upstream.content_type == "text/event-stream":
                     return await self._pass_stream(request, upstream, UsageStream(strip=strip), answer, wait_ms)
                 body = await upstream.read()
                 answer.status = upstream.status
@@ -167,7 +175,10 @@ class Upstream:
             log.warning("front door: stream from %s broke off: %s", request.path, exc)
             answer.status = 502
         finally:
-            answer.usage = reader.usage
+            # The engine's usage, or the text deltas counted when none came (a client gone before
+            # llama.cpp's separate usage event, an engine that sends none): never zero for a stream
+            # that carried text.
+            answer.usage = reader.booked()
         return response
 
 

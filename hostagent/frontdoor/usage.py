@@ -1,9 +1,12 @@
 """Usage per key, per model, per day (UTC): requests, prompt and completion tokens, errors.
 
 Token counts are the engine's own (`usage` of each answer; for a stream, the usage chunk the
-front door asks for with `stream_options.include_usage`). Totals only grow, so the agent can
-send them as they are and the panel keep the latest per (day, key, model): a report sent twice
-changes nothing. Days older than KEEP_DAYS are dropped.
+front door asks for with `stream_options.include_usage`). A stream that ends without one (its
+client hung up between the last content event and llama.cpp's separate usage event, or an engine
+that sends none) is booked what the door counted on the way: one completion token per content
+delta (UsageStream.booked). Totals only grow, so the agent can send them as they are and the panel
+keep the latest per (day, key, model): a report sent twice changes nothing. Days older than
+KEEP_DAYS are dropped.
 """
 
 from __future__ import annotations
@@ -92,12 +95,26 @@ def _event_end(data: bytes) -> int:
     return max(lf + 2 if lf >= 0 else -1, crlf + 4 if crlf >= 0 else -1)
 
 
+# One streamed delta that carries generated text: a data line with a non-empty string under a key
+# an engine writes generated text in (chat `content`, `reasoning_content` / `reasoning`, a tool
+# call's `arguments`, completions' `text`). Inside a JSON string a quote is escaped, so the key's
+# quotes match only the JSON's own keys, never text a model writes. One match per line (^).
+_DELTA = re.compile(
+    rb'^data:[^\n]*?"(?:content|reasoning_content|reasoning|arguments|text)"[ \t]*:[ \t]*"(?!")', re.MULTILINE
+)
+
+
 class UsageStream:
     """Reads the `usage` of a streamed answer as its events pass, without holding them back.
 
     Events are passed on as soon as they are complete (a read from the engine usually ends on an
     event's end); only events that mention "usage" are parsed. With `strip`, the usage-only event
     the front door asked for (`choices: []`) is dropped, since the client did not ask for it.
+
+    It also counts the deltas that carry generated text since the last usage it read, for
+    `booked()`: llama.cpp and vLLM stream one token per delta event (vLLM may join a few when
+    it holds back half a UTF-8 character or decodes speculatively), so the count is what the
+    client was sent, at worst a little under the engine's own.
     """
 
     FLUSH_BYTES = 1 << 16  # a partial event longer than this is passed on as it is
@@ -105,6 +122,7 @@ class UsageStream:
     def __init__(self, *, strip: bool) -> None:
         self.strip = strip
         self.usage: dict[str, Any] | None = None
+        self.deltas = 0  # text deltas passed on after the last usage read (all of them, without one)
         self._pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -113,38 +131,62 @@ class UsageStream:
         if end < 0:
             if len(data) > self.FLUSH_BYTES:
                 self._pending = b""
-                return data
+                return self._read(data)
             self._pending = data
             return b""
         complete, self._pending = data[:end], data[end:]
-        return self._scan(complete) if b'"usage"' in complete else complete
+        return self._read(complete)
 
     def close(self) -> bytes:
         rest, self._pending = self._pending, b""
-        return self._scan(rest) if b'"usage"' in rest else rest
+        return self._read(rest)
+
+    def booked(self) -> dict[str, Any] | None:
+        """The usage to book: the engine's, plus a completion token for each text delta passed
+        on after it; without one, the deltas counted (prompt tokens unknown: none)."""
+        if not self.deltas:
+            return self.usage
+        usage = dict(self.usage or {})
+        before = usage.get("completion_tokens")
+        usage["completion_tokens"] = (before if isinstance(before, int) and before >= 0 else 0) + self.deltas
+        return usage
+
+    def _read(self, events: bytes) -> bytes:
+        if b'"usage"' not in events:
+            self.deltas += len(_DELTA.findall(events))
+            return events
+        return self._scan(events)
 
     def _scan(self, events: bytes) -> bytes:
         kept: list[bytes] = []
         for event in events.replace(b"\r\n", b"\n").split(b"\n\n"):
-            if event.strip() and b'"usage"' in event and self._take(event):
-                continue
+            if event.strip() and b'"usage"' in event:
+                seen, drop = self._take(event)
+                if seen:
+                    self.deltas = 0  # the engine's usage counts every token it sent so far
+                else:
+                    self.deltas += len(_DELTA.findall(event))
+                if drop:
+                    continue
+            else:
+                self.deltas += len(_DELTA.findall(event))
             kept.append(event)
         return b"\n\n".join(kept)
 
-    def _take(self, event: bytes) -> bool:
-        """Note the event's usage; True when the event is to be dropped."""
+    def _take(self, event: bytes) -> tuple[bool, bool]:
+        """Note the event's usage: (whether it had one, whether the event is to be dropped)."""
         for line in event.split(b"\n"):
             if not line.startswith(b"data:"):
                 continue
             try:
                 payload = json.loads(line[5:])
             except ValueError:
-                return False
+                return False, False
             if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
-                return False
+                return False, False
             self.usage = payload["usage"]
-            return self.strip and not payload.get("choices")
-        return False
+            return True, self.strip and not payload.get("choices")
+        return False, False
 
 
 def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int]:
