@@ -29,7 +29,8 @@ class FlagError(ValueError):
     """A switch no engine reads as true or false; `param` names it (OpenAI's error field)."""
 
     def __init__(self, param: str, value: object) -> None:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:40] + "…"
         super().__init__(f"`{param}` must be true or false, not {shown}.")
         self.param = param
 
