@@ -18,7 +18,7 @@ from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
 from core.http import form_save
 from deployments import presenters
 from deployments.choices import DoorMode, ServeMode
-from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
+from deployments.forms import AliasForm, DoorModeForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
 from deployments.models import InferenceKey
 from deployments.selectors import revision_numbered
 from deployments.services.aliases import alias_delete, alias_set
@@ -52,7 +52,7 @@ def host_front_door(request: HttpRequest, host: str) -> HttpResponse:
     return render(request, "hardware/_front_door.html", front_door_context(request, found))
 
 
-def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | WhenForm) -> dict:
+def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | DoorModeForm | WhenForm) -> dict:
     """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
     if not form.is_valid():
         raise ValidationError(form.errors.as_data())
@@ -171,8 +171,10 @@ def key_revoke_view(request: HttpRequest, name: str) -> HttpResponse:
 def key_mode_view(request: HttpRequest) -> HttpResponse:
     """Open the lab's doors to requests with no key, or require keys again."""
 
+    form = DoorModeForm(request.POST)
+
     def change() -> str:
-        mode = door_mode_set(mode=request.POST.get("mode", ""), actor=request.user)
+        mode = door_mode_set(mode=_cleaned(form)["mode"], actor=request.user)
         return f"Door mode: {mode.label.lower()}, on every front door from its next poll and on the lab router."
 
     _change(request, change)
