@@ -337,6 +337,13 @@ def test_commands_key_and_alias(world, operator):
     assert "ci-bot" in listed.getvalue() and secret not in listed.getvalue()
     call_command("key", "revoke", "ci-bot", stdout=io.StringIO())
     assert InferenceKey.objects.get(name="ci-bot").revoked
+    mode = io.StringIO()
+    call_command("key", "mode", stdout=mode)
+    assert mode.getvalue().strip() == "keys_required"  # the last key revoked: still closed
+    with pytest.raises(CommandError, match="403|admin|permission|role"):
+        call_command("key", "mode", "open", "--user", operator.username, stdout=io.StringIO())
+    call_command("key", "mode", "open", stdout=mode)
+    assert mode.getvalue().split() == ["keys_required", "open"]
     call_command("alias", "set", "--host", "alpha", "coder", "--revision", "1", stdout=io.StringIO())
     listed = io.StringIO()
     call_command("alias", "list", "--host", "alpha", stdout=listed)
