@@ -126,6 +126,7 @@ def _mode_save(mode: DoorMode, *, actor: AbstractUser | None, why: str) -> None:
     policy, _ = DoorPolicy.objects.select_for_update().get_or_create(pk=1, defaults={"mode": mode})
     policy.mode, policy.set_at = mode, timezone.now()
     policy.set_by = actor if getattr(actor, "pk", None) else None
+    policy.full_clean()
     policy.save()
     audit_record(
         action="keys.mode",
