@@ -8,7 +8,7 @@ when a switch moves the alias.
     {"keys": [{"name": "aider-alice", "sha256": "<hex>", "models": ["coder", "fast"]},
               {"name": "ci", "sha256": "<hex>", "models": null}]}     # null: every model
 
-The panel's table also says the lab's door mode (docs/front-door.md, "Door mode"):
+The panel's table also says the lab's door mode (docs/front-door.md, "Inference keys and usage"):
 
     {"mode": "keys_required", "keys": [...]}   # every request needs a key in the table; none: 401
     {"mode": "open", "keys": [...]}            # anyone who reaches the bind address is let in
