@@ -56,6 +56,14 @@ class ServeMode(models.TextChoices):
     ON_DEMAND = "on-demand", "On demand (loaded when asked for, unloaded when idle or for room)"
 
 
+class DoorMode(models.TextChoices):
+    """Whether the front doors and the lab router let in requests with no inference key
+    (hostagent.frontdoor.keys' OPEN and KEYS_REQUIRED)."""
+
+    OPEN = "open", "Open"
+    KEYS_REQUIRED = "keys_required", "Keys required"
+
+
 class GateState(models.TextChoices):
     """Where a switch's benchmark gate is (deployments.services.gates)."""
 

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
-from deployments.choices import Engine, ServeMode
+from deployments.choices import DoorMode, Engine, ServeMode
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.benchmarks import profile_from_input
 from hardware.models import Host
@@ -630,3 +630,9 @@ class InferenceKeyForm(forms.Form):
 
 class InferenceKeyModelsForm(forms.Form):
     models = forms.CharField(required=False, max_length=4000, help_text="Comma-separated; empty: every model.")
+
+
+class DoorModeForm(forms.Form):
+    """The lab's door mode (admins): open, or keys required."""
+
+    mode = forms.ChoiceField(choices=DoorMode.choices)

@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from .choices import ServeMode
+from .choices import DoorMode, ServeMode
 
 
 class ServedRevision(models.Model):
@@ -74,6 +74,23 @@ class InferenceKey(models.Model):
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+class DoorPolicy(models.Model):
+    """The lab's door mode, one row (services.inference_keys.door_mode). No row: a fresh install,
+    open; the first key made sets keys required; then only an admin changes it. Revoking keys never
+    does: with keys required and no live key, every request is refused."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    mode = models.CharField(max_length=16, choices=DoorMode.choices, default=DoorMode.KEYS_REQUIRED)
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    set_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="door_policy_one_row")]
+
+    def __str__(self) -> str:
+        return f"door mode {self.mode}"
 
 
 class UsageDay(models.Model):

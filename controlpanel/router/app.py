@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hostagent.frontdoor.keys import InferenceKey, KeyTable
+from hostagent.frontdoor.keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from hostagent.frontdoor.proxy import CLIENT_GONE, error_response
 from hostagent.frontdoor.server import listen
 from serving.lab_routes import LabRoutes, Route
@@ -115,14 +115,12 @@ class Router:
     # -- routes -----------------------------------------------------------------------------------
 
     def _authenticate(self, request: web.Request) -> InferenceKey | None | web.Response:
-        """The front doors' rule: open with no key in the table, else a known key in the header."""
+        """The front doors' rule (KeyTable.open: the door mode), then a known key in the headers."""
         if self.keys.open:
             return None
-        key = self.keys.find(request.headers.get("Authorization"))
+        key = self.keys.find(request.headers)
         if key is None:
-            return error_response(
-                401, "A valid inference key is required: Authorization: Bearer <key>.", code="invalid_api_key"
-            )
+            return error_response(401, NO_KEY_MESSAGE, code="invalid_api_key")
         return key
 
     def _usable(self, routes: list[Route], label: str, key: InferenceKey | None) -> list[Route]:

@@ -29,7 +29,7 @@ log = logging.getLogger("controlpanel.router")
 HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
 STREAM = "controlpanel.stream"  # request key: "ended" once a stream's [DONE] went out, "left" if the client left first
 PASSED_BACK = ("Content-Type", "Cache-Control", "Retry-After", "X-Queue-Wait-Ms")
-PASSED_ON = ("Content-Type", "Authorization", "Accept")
+PASSED_ON = ("Content-Type", "Authorization", "X-Api-Key", "Accept")  # the door checks the key again
 CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
 DOWN_RETRY_S = 1  # Retry-After when no door took a request
 

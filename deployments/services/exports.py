@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from deployments.engine_installs import revision_binary
-from deployments.models import DeploymentRevision, FrontDoor, InferenceKey, ModelAlias
+from deployments.models import DeploymentRevision, FrontDoor, ModelAlias
 from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
@@ -50,6 +50,7 @@ from serving.launch import HostFacts
 
 from .front_door import door_base_url
 from .imports import revision_export_ansible
+from .inference_keys import keys_required
 from .serving_set import served_set
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
@@ -195,7 +196,7 @@ def revision_export_targets(revision: DeploymentRevision) -> ExportTargets:
         direct,
         base_url=route.base_url,
         model=route.model,
-        api_key_required=InferenceKey.objects.filter(revoked_at__isnull=True).exists(),
+        api_key_required=keys_required(),
         route=route.why,
     )
     if not settings.ROUTER_URL:

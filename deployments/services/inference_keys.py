@@ -2,7 +2,15 @@
 
 A key is `cpk_` + 256 random bits, shown once when it is made; the panel keeps its SHA-256 and
 a short prefix to tell keys apart (hostagent.frontdoor.keys explains why a fast digest is
-enough). Every host's front door gets the unrevoked keys' digests; with none, doors are open.
+enough). Every host's front door and the lab router get the unrevoked keys' digests and the
+lab's door mode:
+
+- `open` on a fresh install: a request with no key is let in;
+- `keys required` from the first key made on: a request needs a live key, so with every key
+  revoked every request is refused (401), never let in.
+
+Only an admin changes the mode (`door_mode_set`); each change, the first key's included, is in
+the audit log.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from django.utils import timezone
 
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record, audited_save
-from deployments.models import InferenceKey
+from deployments.choices import DoorMode
+from deployments.models import DoorPolicy, InferenceKey
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -54,6 +63,8 @@ def key_create(
     if InferenceKey.objects.filter(name=name).exists():
         raise ValidationError({"name": f"A key named {name} exists already (revoked keys keep their name)."})
     allowed = key_models(models)
+    if not DoorPolicy.objects.exists():  # a fresh install's first key: keys are required from now on
+        _mode_save(DoorMode.KEYS_REQUIRED, actor=actor, why=f"the first key, {name}, was made")
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key = InferenceKey(
         name=name,
@@ -99,7 +110,49 @@ def key_revoke(*, key: InferenceKey, actor: AbstractUser | None) -> InferenceKey
     return key
 
 
+def door_mode() -> DoorMode:
+    """The lab's door mode: open on a fresh install (no row yet)."""
+    mode = DoorPolicy.objects.values_list("mode", flat=True).first()
+    return DoorMode(mode) if mode else DoorMode.OPEN
+
+
+def keys_required() -> bool:
+    """Clients need an inference key (what client exports through a door or the router say)."""
+    return door_mode() == DoorMode.KEYS_REQUIRED
+
+
+def _mode_save(mode: DoorMode, *, actor: AbstractUser | None, why: str) -> None:
+    before = door_mode()
+    policy, _ = DoorPolicy.objects.select_for_update().get_or_create(pk=1, defaults={"mode": mode})
+    policy.mode, policy.set_at = mode, timezone.now()
+    policy.set_by = actor if getattr(actor, "pk", None) else None
+    policy.full_clean()
+    policy.save()
+    audit_record(
+        action="keys.mode",
+        summary=f"front doors and the lab router: {mode.label.lower()} ({why})",
+        obj=policy,
+        data={"before": str(before), "after": str(mode)},
+        actor=actor,
+    )
+
+
+@transaction.atomic
+def door_mode_set(*, mode: str, actor: AbstractUser | None) -> DoorMode:
+    """Open the doors to requests with no key, or close them to all but live keys (admins only)."""
+    ensure_role(actor, ADMIN)
+    if mode not in DoorMode.values:
+        raise ValidationError({"mode": f"The door mode is one of {', '.join(DoorMode.values)}."})
+    chosen = DoorMode(mode)
+    if door_mode() == chosen:
+        raise ValidationError({"mode": f"The door mode is {chosen.label.lower()} already."})
+    _mode_save(chosen, actor=actor, why="set by an admin")
+    return chosen
+
+
 def key_table() -> dict[str, Any]:
-    """What every front door gets: hostagent.frontdoor.keys.KeyTable's shape, unrevoked keys only."""
+    """What every front door and the lab router get: hostagent.frontdoor.keys.KeyTable's shape,
+    the door mode and the unrevoked keys."""
     live = InferenceKey.objects.filter(revoked_at__isnull=True).order_by("name")
-    return {"keys": [{"name": k.name, "sha256": k.sha256, "models": k.allowed_models} for k in live]}
+    keys = [{"name": k.name, "sha256": k.sha256, "models": k.allowed_models} for k in live]
+    return {"mode": str(door_mode()), "keys": keys}

@@ -1,5 +1,5 @@
 """The front door in the browser: a host's live front-door section (loaded set, aliases) with its
-forms, the inference keys (admins) and usage per key, revision and day."""
+forms, the inference keys and the door mode (admins) and usage per key, revision and day."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from django.views.decorators.http import require_GET, require_POST
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
 from core.http import form_save
 from deployments import presenters
-from deployments.choices import ServeMode
-from deployments.forms import AliasForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
+from deployments.choices import DoorMode, ServeMode
+from deployments.forms import AliasForm, DoorModeForm, InferenceKeyForm, InferenceKeyModelsForm, ServeModeForm
 from deployments.models import InferenceKey
 from deployments.selectors import revision_numbered
 from deployments.services.aliases import alias_delete, alias_set
 from deployments.services.front_door import front_door_live
-from deployments.services.inference_keys import key_create, key_models_set, key_revoke
+from deployments.services.inference_keys import door_mode, door_mode_set, key_create, key_models_set, key_revoke
 from deployments.services.review import ChangeRequested
 from deployments.services.serving_set import NOT_SERVED, serving_mode_set
 from deployments.services.usage import usage_grand_total, usage_totals
@@ -52,7 +52,7 @@ def host_front_door(request: HttpRequest, host: str) -> HttpResponse:
     return render(request, "hardware/_front_door.html", front_door_context(request, found))
 
 
-def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | WhenForm) -> dict:
+def _cleaned(form: ServeModeForm | AliasForm | InferenceKeyModelsForm | DoorModeForm | WhenForm) -> dict:
     """The form's values; its errors as a ValidationError, shown as the services' refusals are."""
     if not form.is_valid():
         raise ValidationError(form.errors.as_data())
@@ -143,7 +143,10 @@ def key_list(request: HttpRequest) -> HttpResponse:
             created = {"key": key, "secret": secret}
             form = InferenceKeyForm()
     keys = InferenceKey.objects.select_related("created_by").order_by("revoked_at", "name")
-    context = {"keys": keys, "form": form, "created": created, "router_url": settings.ROUTER_URL}
+    context = {
+        "keys": keys, "form": form, "created": created, "router_url": settings.ROUTER_URL,
+        "door_mode": door_mode(), "modes": DoorMode.choices,
+    }  # fmt: skip
     return render(request, "deployments/keys.html", context)
 
 
@@ -154,7 +157,25 @@ def key_revoke_view(request: HttpRequest, name: str) -> HttpResponse:
 
     def change() -> str:
         key_revoke(key=key, actor=request.user)
-        return f"Revoked {name}: every front door refuses it from its next poll."
+        done = f"Revoked {name}: every front door refuses it from its next poll."
+        if not InferenceKey.objects.filter(revoked_at__isnull=True).exists() and door_mode() == DoorMode.KEYS_REQUIRED:
+            done += " No live key is left: every request is refused until a key is made (keys required)."
+        return done
+
+    _change(request, change)
+    return redirect("deployments:key_list")
+
+
+@require_POST
+@role_required(ADMIN)
+def key_mode_view(request: HttpRequest) -> HttpResponse:
+    """Open the lab's doors to requests with no key, or require keys again."""
+
+    form = DoorModeForm(request.POST)
+
+    def change() -> str:
+        mode = door_mode_set(mode=_cleaned(form)["mode"], actor=request.user)
+        return f"Door mode: {mode.label.lower()}, on every front door from its next poll and on the lab router."
 
     _change(request, change)
     return redirect("deployments:key_list")
@@ -199,6 +220,7 @@ urlpatterns = [
     path("hosts/<slug:host>/front-door/aliases/", host_alias_set, name="host_alias_set"),
     path("hosts/<slug:host>/front-door/aliases/<slug:alias>/delete/", host_alias_delete, name="host_alias_delete"),
     path("keys/", key_list, name="key_list"),
+    path("keys/mode/", key_mode_view, name="key_mode"),
     path("keys/<slug:name>/revoke/", key_revoke_view, name="key_revoke"),
     path("keys/<slug:name>/models/", key_models_view, name="key_models"),
     path("usage/", usage, name="usage"),

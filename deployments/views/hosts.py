@@ -29,6 +29,7 @@ from deployments.choices import Engine
 from deployments.models import Operation
 from deployments.selectors import hosts as selectors
 from deployments.selectors import memory as memory_selectors
+from deployments.services.inference_keys import door_mode
 from deployments.services.installs import install_carried, install_list, install_offers, install_request
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
@@ -170,6 +171,7 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
         "outside": memory_selectors.host_outside_processes(host),
         "planner_error": memory_selectors.host_planner_error(host),
         "benchmarks": [(r, safe_headline(r.results)) for r in runs],
+        "door_mode": door_mode(),
     }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from .flags import FlagError, normalise_flags
-from .keys import InferenceKey, KeyTable
+from .keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from .metrics import Metrics
 from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
@@ -108,12 +108,10 @@ class FrontDoor:
     def _authenticate(self, request: web.Request) -> InferenceKey | None | web.Response:
         if self.keys.open:
             return None
-        key = self.keys.find(request.headers.get("Authorization"))
+        key = self.keys.find(request.headers)
         if key is None:
             self.metrics.requests.labels("", "", "", request.path, "401").inc()
-            return error_response(
-                401, "A valid inference key is required: Authorization: Bearer <key>.", code="invalid_api_key"
-            )
+            return error_response(401, NO_KEY_MESSAGE, code="invalid_api_key")
         return key
 
     async def _inference(self, request: web.Request) -> web.StreamResponse:

@@ -8,7 +8,14 @@ when a switch moves the alias.
     {"keys": [{"name": "aider-alice", "sha256": "<hex>", "models": ["coder", "fast"]},
               {"name": "ci", "sha256": "<hex>", "models": null}]}     # null: every model
 
-With no key in the table the front door is open to whoever reaches its bind address.
+The panel's table also says the lab's door mode (docs/front-door.md, "Inference keys and usage"):
+
+    {"mode": "keys_required", "keys": [...]}   # every request needs a key in the table; none: 401
+    {"mode": "open", "keys": [...]}            # anyone who reaches the bind address is let in
+
+A table with no "mode" (from a panel before the mode, or a standalone door's file) is open
+exactly when it holds no key. A key is sent as `Authorization: Bearer <key>` (OpenAI clients) or
+`x-api-key: <key>` (Anthropic clients).
 """
 
 from __future__ import annotations
@@ -19,7 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["InferenceKey", "KeyTable", "hash_key"]
+__all__ = ["KEYS_REQUIRED", "MODES", "NO_KEY_MESSAGE", "OPEN", "InferenceKey", "KeyTable", "hash_key"]
+
+OPEN, KEYS_REQUIRED = "open", "keys_required"
+MODES = (OPEN, KEYS_REQUIRED)
+# What a refused client reads (the door's and the router's 401).
+NO_KEY_MESSAGE = "A valid inference key is required: Authorization: Bearer <key>, or x-api-key: <key>."
+KEY_HEADERS = ("authorization", "x-api-key")
 
 
 def hash_key(secret: str) -> str:
@@ -40,9 +53,12 @@ class InferenceKey:
 @dataclass(frozen=True)
 class KeyTable:
     keys: tuple[InferenceKey, ...] = ()
+    mode: str | None = None  # OPEN or KEYS_REQUIRED; None: open exactly when no key (an older table)
     _by_digest: dict[str, InferenceKey] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"the door mode is one of {', '.join(MODES)}, not {self.mode!r}")
         for key in self.keys:
             digest = key.sha256.lower()
             if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
@@ -53,20 +69,32 @@ class KeyTable:
 
     @property
     def open(self) -> bool:
-        return not self.keys
+        """Requests need no key: the open mode, or no mode and no key."""
+        return self.mode == OPEN if self.mode is not None else not self.keys
 
-    def find(self, authorization: str | None) -> InferenceKey | None:
-        """The key an `Authorization: Bearer <key>` header carries, or None."""
-        scheme, _, token = (authorization or "").strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        return self._by_digest.get(hash_key(token.strip()))
+    def find(self, headers: Mapping[str, str]) -> InferenceKey | None:
+        """The key a request's headers carry (`Authorization: Bearer <key>` or `x-api-key: <key>`,
+        names in any case), or None."""
+        for name, value in headers.items():
+            lowered = name.lower()
+            if lowered not in KEY_HEADERS:
+                continue
+            if lowered == "authorization":
+                scheme, _, value = value.strip().partition(" ")
+                if scheme.lower() != "bearer":
+                    continue
+            token = value.strip()
+            if token and (key := self._by_digest.get(hash_key(token))) is not None:
+                return key
+        return None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KeyTable:
-        rows = data.get("keys")
+        rows, mode = data.get("keys"), data.get("mode")
         if not isinstance(rows, list):
             raise ValueError('a key table is {"keys": [...]}')
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"the door mode is one of {', '.join(MODES)}, not {str(mode)[:40]!r}")
         return cls(
             tuple(
                 InferenceKey(
@@ -75,7 +103,8 @@ class KeyTable:
                     models=None if row.get("models") is None else frozenset(str(m) for m in row["models"]),
                 )
                 for row in rows
-            )
+            ),
+            mode,
         )
 
     @classmethod

@@ -122,11 +122,14 @@ def test_the_document_lists_the_active_revision_pinned_and_the_set_with_launches
         ["fast"],
     )
     assert doc["door"] == {"max_waiting": 256, "max_wait_s": 300.0, "drain_timeout_s": 120.0}
-    assert doc["keys"] == {"keys": [{"name": "aider-alice", "sha256": hash_key(secret), "models": ["coder"]}]}
+    assert doc["keys"] == {
+        "mode": "keys_required",
+        "keys": [{"name": "aider-alice", "sha256": hash_key(secret), "models": ["coder"]}],
+    }
     # What the front door itself reads: its tables accept the document as it is.
     table, keys = RoutingTable.from_dict(doc), KeyTable.from_dict(doc["keys"])
     assert table.resolve("coder").name == "tiny-r1" and table.resolve("fast").name == "tiny-r2"
-    found = keys.find(f"Bearer {secret}")
+    found = keys.find({"Authorization": f"Bearer {secret}"})
     assert found.allows("coder", "tiny-r1") and not found.allows("fast", "tiny-r2")
     assert secret not in response.content.decode()
     # Another host gets neither this host's models nor its engine key.
@@ -144,10 +147,13 @@ def test_etag_answers_304_until_something_changes(world, operator, admin_user):
     changed = agent.serving(version)
     assert changed.status_code == 200 and changed.json()["version"] != version
     key_revoke(key=key, actor=admin_user)
-    after = agent.serving().json()
-    assert after["version"] == version and after["keys"] == {"keys": []}  # back to the same document
+    after = agent.serving(changed.json()["version"])
+    # Not back to the open document of before: the doors stay closed with no key left.
+    assert after.status_code == 200 and after.json()["version"] != version
+    assert after.json()["keys"] == {"mode": "keys_required", "keys": []}
+    latest = after.json()["version"]
     serving_mode_set(revision=world["r"][3], mode="pinned", actor=operator)
-    assert agent.serving(version).status_code == 200
+    assert agent.serving(latest).status_code == 200
 
 
 def _report(version: str = "v1", waiting: int = 3, requests: int = 10) -> dict[str, Any]:
@@ -327,7 +333,8 @@ def test_changes_are_audited(world, operator, admin_user):
     alias_set(host=world["host"], name="fast", revision=world["r"][1], actor=operator)
     key_create(name="ci", actor=admin_user)
     actions = list(AuditEvent.objects.order_by("pk").values_list("action", flat=True))
-    assert actions[-4:] == ["serving.mode", "alias.set", "alias.set", "key.create"]
+    # The first key also requires keys from now on: that is in the log too.
+    assert actions[-5:] == ["serving.mode", "alias.set", "alias.set", "keys.mode", "key.create"]
     assert "from r2 to r1" in AuditEvent.objects.filter(action="alias.set").order_by("pk").last().summary
 
 
@@ -385,6 +392,13 @@ def test_commands_key_and_alias(world, operator):
     assert "ci-bot" in listed.getvalue() and secret not in listed.getvalue()
     call_command("key", "revoke", "ci-bot", stdout=io.StringIO())
     assert InferenceKey.objects.get(name="ci-bot").revoked
+    mode = io.StringIO()
+    call_command("key", "mode", stdout=mode)
+    assert mode.getvalue().strip() == "keys_required"  # the last key revoked: still closed
+    with pytest.raises(CommandError, match="403|admin|permission|role"):
+        call_command("key", "mode", "open", "--user", operator.username, stdout=io.StringIO())
+    call_command("key", "mode", "open", stdout=mode)
+    assert mode.getvalue().split() == ["keys_required", "open"]
     call_command("alias", "set", "--host", "alpha", "coder", "--revision", "1", stdout=io.StringIO())
     listed = io.StringIO()
     call_command("alias", "list", "--host", "alpha", stdout=listed)

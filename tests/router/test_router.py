@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 from openai import AuthenticationError, InternalServerError, NotFoundError, OpenAI, PermissionDeniedError
 
@@ -76,6 +77,13 @@ def test_requests_go_by_name_or_alias_to_a_host_that_serves_it_and_keys_are_the_
     assert metric(two_hosts.router, "router_requests_total") == 8
     assert metric(two_hosts.router, "router_failovers_total") == 0
     assert door_gauge(two_hosts, "router_door_down", "lab-a") == 0 == door_gauge(two_hosts, "router_door_down", "lab-b")
+
+    # An Anthropic-style client sends its key as x-api-key: a real answer, through the router and the door.
+    body = {"model": "fast", "messages": ASK, "max_tokens": 2}
+    headers = {"x-api-key": two_hosts.keys["only-fast"]}
+    answer = httpx.post(f"{two_hosts.router}/v1/chat/completions", json=body, headers=headers, timeout=120)
+    assert answer.status_code == 200 and answer.json()["model"] == "gemma-b"
+    assert answer.headers["X-Controlpanel-Host"] == "lab-b"
 
 
 def test_a_stream_passes_through_as_written_and_a_client_that_hangs_up_ends_it_at_the_door(two_hosts: Lab) -> None:

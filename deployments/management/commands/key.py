@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from deployments.choices import DoorMode
 from deployments.management.cli import ActionCommand, Actions, BadInput, add_user_option, get_actor, named_action
 from deployments.models import InferenceKey
-from deployments.services.inference_keys import key_create, key_revoke
+from deployments.services.inference_keys import door_mode, door_mode_set, key_create, key_revoke
 
 
 class Command(ActionCommand):
@@ -17,6 +18,9 @@ class Command(ActionCommand):
         add_user_option(create)
         actions.add_parser("list", help="names, prefixes, models (never a key)")
         named_action(actions, "revoke", "the front doors refuse it from their next poll", host=False)
+        mode = actions.add_parser("mode", help="print the door mode (open, keys_required), or set it (admins)")
+        mode.add_argument("mode", nargs="?", choices=DoorMode.values, help="the mode to set")
+        add_user_option(mode)
 
     def do_list(self, o: dict[str, Any]) -> None:
         for key in InferenceKey.objects.order_by("name"):
@@ -37,3 +41,8 @@ class Command(ActionCommand):
             f"Inference key {key.name} for {', '.join(key.allowed_models or ['every model'])}; shown once:"
         )
         self.stdout.write(secret)
+
+    def do_mode(self, o: dict[str, Any]) -> None:
+        if o["mode"]:
+            door_mode_set(mode=o["mode"], actor=get_actor(o["user"]))
+        self.stdout.write(str(door_mode()))

@@ -45,12 +45,28 @@ def test_keys_are_kept_as_digests_and_allow_names_or_aliases() -> None:
     keys = KeyTable.from_json(
         json.dumps({"keys": [{"name": "alice", "sha256": hash_key("sk-a"), "models": ["coder"]}]})
     )
-    alice = keys.find("Bearer sk-a")
-    assert alice is not None and keys.find("Bearer sk-b") is None and keys.find("sk-a") is None
+    alice = keys.find({"Authorization": "Bearer sk-a"})
+    assert alice is not None and keys.find({"Authorization": "Bearer sk-b"}) is None
+    assert keys.find({"Authorization": "sk-a"}) is None and keys.find({}) is None
+    assert keys.find({"x-api-key": "sk-a"}) is alice and keys.find({"X-Api-Key": " sk-a "}) is alice
+    assert keys.find({"authorization": "bearer sk-a"}) is alice and keys.find({"x-api-key": "Bearer sk-a"}) is None
+    assert keys.find({"Authorization": "Bearer nope", "x-api-key": "sk-a"}) is alice
     assert alice.allows("coder", "qwen-r12") and not alice.allows("qwen-r12", "qwen-r12")
     assert "sk-a" not in repr(keys) and hash_key("sk-a") not in repr(keys)
     with pytest.raises(ValueError, match="same key"):
         KeyTable.from_dict({"keys": [{"name": n, "sha256": hash_key("x")} for n in ("a", "b")]})
+
+
+def test_the_door_mode_decides_open_and_an_older_table_keeps_its_meaning() -> None:
+    alice = [{"name": "alice", "sha256": hash_key("sk-a")}]
+    assert not KeyTable.from_dict({"mode": "keys_required", "keys": []}).open  # no live key: closed
+    assert not KeyTable.from_dict({"mode": "keys_required", "keys": alice}).open
+    assert KeyTable.from_dict({"mode": "open", "keys": alice}).open
+    assert KeyTable.from_dict({"keys": []}).open and not KeyTable.from_dict({"keys": alice}).open  # no mode
+    assert KeyTable().open  # a door that has no table yet
+    for bad in ("closed", "", 1, ["open"]):
+        with pytest.raises(ValueError, match="door mode"):
+            KeyTable.from_dict({"mode": bad, "keys": []})
 
 
 def test_settings_come_from_the_environment_and_bad_values_are_named() -> None:
