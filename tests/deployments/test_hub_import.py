@@ -212,3 +212,21 @@ def test_the_switch_page_offers_the_download_first(hub, client, operator):
     again = client.post(reverse("deployments:host_models", args=[host.name]), {"model": variant.pk, "token_secret": ""})
     assert again.status_code == 200 and "already being downloaded" in again.content.decode()
     assert Operation.objects.filter(kind="download", host=host).count() == 1
+
+
+def test_an_import_whose_worker_went_away_is_marked_lost_by_the_beat(settings, client, operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments.tasks import reap_lost_operations
+
+    settings.HUB_REQUEST_DEADLINE_S = 3
+    now = timezone.now()
+    gone = HubImport.objects.create(repo_id="a/b", state="running", started_at=now - timedelta(seconds=121))
+    busy = HubImport.objects.create(repo_id="a/c", state="running", started_at=now - timedelta(seconds=30))
+    reap_lost_operations()
+    assert HubImport.objects.get(pk=gone.pk).state == "lost" and HubImport.objects.get(pk=busy.pk).state == "running"
+    client.force_login(operator)
+    page = client.get(reverse("deployments:hub_import", args=[gone.pk])).content.decode()
+    assert "Lost" in page and "stopped while it read the hub" in page
