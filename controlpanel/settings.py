@@ -365,6 +365,9 @@ ENGINE_LOG_RUN_BYTES = env_number("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", 512 * 102
 # Each request an import makes to the hub (model info, config.json, a GGUF header range) ends
 # within this many seconds overall, however slowly the server drips its answer.
 HUB_REQUEST_DEADLINE_S = env_number("CONTROLPANEL_HUB_REQUEST_DEADLINE_S", 120.0, 0.1, 3600.0, cast=float)
+# The panel worker's queue that runs imports asked for on the import page (the web request answers
+# at once with the import's page; a slow hub holds this queue's task, never a web worker).
+HUB_IMPORT_QUEUE = env.str("CONTROLPANEL_HUB_IMPORT_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
 
 # --- The lab router (controlpanel/router: `manage.py router`, docs/front-door.md) -------------------
 # One OpenAI endpoint for the whole lab: routes /v1/ to a host whose front door serves the model.

@@ -9,10 +9,12 @@ when complete (a folder with that name is always whole):
     secret_key               the key the panel signs with and encrypts its secrets under (0600)
     secrets_encryption_key   only where SECRETS_ENCRYPTION_KEY is set apart from it (0600)
 
-A restore checks the manifest and every checksum, refuses a backup made at migrations this code
-does not know, and refuses to replace a database that holds history unless forced; only then does
-it change anything. It restores the database, checks the row counts against the manifest, brings
-an older backup forward (`migrate`), and puts the key back where the panel reads it.
+A restore reads only the files the manifest lists, each by its bare name inside the backup folder
+(never a path that leaves it, never a link), checks every checksum and refuses a file the manifest
+does not list; it refuses a backup made at migrations this code does not know, and refuses to
+replace a database that holds history unless forced; only then does it change anything. It
+restores the database, checks the row counts against the manifest, brings an older backup forward
+(`migrate`), and puts the key back where the panel reads it.
 """
 
 from __future__ import annotations
@@ -117,8 +119,63 @@ def backup_create(*, output: Path, using: str = "default") -> tuple[Path, dict[s
     return final, manifest
 
 
+def _file_name(name: Any) -> str:
+    """A name the manifest gives for one of its files: a bare file name inside the backup folder
+    (no separator, no `..`, not absolute), or BackupError."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or ".." in name
+        or os.path.isabs(name)
+        or name in (".", MANIFEST)
+    ):
+        raise BackupError(
+            f"The manifest names {str(name)[:200]!r}, which is not a file name inside the backup folder "
+            "(a path with a separator, `..` or an absolute path is never read): nothing was restored."
+        )
+    return name
+
+
+def _listed_files(source: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The manifest's files, each a bare name with its size and sha256, every one present as a
+    plain file (not a link) that matches them, and nothing else in the folder."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BackupError(f"{source / MANIFEST} lists no files with their checksums: nothing was restored.")
+    for name, facts in files.items():
+        _file_name(name)
+        if (
+            not isinstance(facts, dict)
+            or not isinstance(facts.get("bytes"), int)
+            or not isinstance(facts.get("sha256"), str)
+        ):
+            raise BackupError(f"The manifest lists {name} without its size and sha256: nothing was restored.")
+        file = source / name
+        if file.is_symlink() or (file.exists() and not file.is_file()):
+            raise BackupError(f"{file} is not a plain file (a link is never followed): nothing was restored.")
+        if not file.is_file():
+            raise BackupError(f"{file} is missing from the backup: nothing was restored.")
+        if file.stat().st_size != facts["bytes"] or _sha256(file) != facts["sha256"]:
+            raise BackupError(
+                f"{file} does not match its checksum in the manifest (damaged or changed since): nothing was restored."
+            )
+    # Nothing beside them: an unlisted file is read by nobody's choice (SQLite rolls a hot
+    # `db.sqlite3-journal` into the database it opens; a key file would be taken as the key).
+    extra = sorted(p.name for p in source.iterdir() if p.name != MANIFEST and p.name not in files)
+    if extra:
+        raise BackupError(
+            f"{source / extra[0]} is in the backup folder but not in its manifest (added or left since the backup): "
+            "remove it or restore from an untouched copy. Nothing was restored."
+        )
+    return files
+
+
 def manifest_read(source: Path) -> dict[str, Any]:
-    """The manifest, with every file it lists present and matching its checksum."""
+    """The manifest, with every file it lists present by its bare name in `source` and matching
+    its checksum, the database file among them, and no file that it does not list."""
     path = source / MANIFEST
     try:
         manifest = json.loads(path.read_text())
@@ -128,14 +185,15 @@ def manifest_read(source: Path) -> dict[str, Any]:
         raise BackupError(f"{path} cannot be read as a manifest ({exc}): nothing was restored.") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"{path} is not a manifest of backup format {FORMAT}: nothing was restored.")
-    for name, facts in manifest.get("files", {}).items():
-        file = source / Path(name).name
-        if not file.is_file():
-            raise BackupError(f"{file} is missing from the backup: nothing was restored.")
-        if file.stat().st_size != facts["bytes"] or _sha256(file) != facts["sha256"]:
-            raise BackupError(
-                f"{file} does not match its checksum in the manifest (damaged or changed since): nothing was restored."
-            )
+    files = _listed_files(source, manifest)
+    database = manifest.get("database")
+    if not isinstance(database, dict) or database.get("method") not in backup_db.FILES:
+        raise BackupError(f"{path} names no database of a kind this panel restores: nothing was restored.")
+    if _file_name(database.get("file")) not in files:
+        raise BackupError(
+            f"The manifest's database file {database['file']} is not among the files it lists with a checksum: "
+            "nothing was restored."
+        )
     return manifest
 
 

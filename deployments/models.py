@@ -425,4 +425,5 @@ class EngineLogRun(models.Model):
 
 # The front door's models live in their own module; importing them here registers them.
 from .front_door_models import DoorPolicy, FrontDoor, InferenceKey, ModelAlias, ServedRevision, UsageDay  # noqa: E402, F401
+from .hub_import_models import HubImport  # noqa: E402, F401
 from .memory_models import MeasuredMemory, OutsideProcess, PlannerErrorPoint  # noqa: E402, F401

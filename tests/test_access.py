@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db
 
 OP = "00000000-0000-0000-0000-000000000001"
 BENCH_OP = "00000000-0000-0000-0000-000000000002"
+HUB_IMPORT = "00000000-0000-0000-0000-0000000000b1"
 CHANNEL = "00000000-0000-0000-0000-0000000000c1"
 RULE = "00000000-0000-0000-0000-0000000000a1"
 ROLLOUT = 900_001  # far above the ids the tests' own rollouts take from the sequence
@@ -61,6 +62,8 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "deployments:ansible_import": ({"host": "h1"}, "viewer", "operator"),
     "deployments:operation_cancel": ({"pk": OP}, "viewer", "operator"),
     "deployments:model_import": ({}, "viewer", "operator"),
+    "deployments:hub_import": ({"pk": HUB_IMPORT}, "viewer", None),
+    "deployments:hub_import_status": ({"pk": HUB_IMPORT}, "viewer", None),
     "deployments:host_models": ({"host": "h1"}, "viewer", "operator"),
     "deployments:host_secrets": ({"host": "h1"}, "admin", "admin"),
     "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", "admin"),
@@ -173,6 +176,7 @@ STOPPED = {
     "deployments:operation_status",
     "hardware:operation_widget",
     "deployments:benchmark_progress_status",
+    "deployments:hub_import_status",  # the world's import has ended
     "rollouts:status",  # the world's rollout has ended
 }
 
@@ -233,6 +237,11 @@ def world(catalog, operator):
     revision = host.revisions.get(number=1)
     Operation.objects.create(id=uuid.UUID(BENCH_OP), kind="benchmark", host=host, revision=revision, state="failed")
     BenchmarkRun.objects.create(id=1, revision=revision, profile_name="q", profile={"name": "q"}, engine="llama.cpp")
+    from deployments.models import HubImport
+
+    HubImport.objects.create(
+        id=uuid.UUID(HUB_IMPORT), repo_id="Qwen/Qwen3-32B-AWQ", state="failed", errors={"repo_id": ["x"]}
+    )
     from notifications.models import Channel, Rule
     from notifications.secrets import url_encrypt
 

@@ -122,3 +122,66 @@ def test_a_damaged_foreign_or_unreadable_backup_is_refused_before_anything_chang
     assert not User.objects.exists()  # nothing was restored, nothing was dropped
     with connection.cursor() as cursor:
         assert "deployments_deploymentrevision" in connection.introspection.table_names(cursor)
+
+
+def test_a_manifest_that_points_outside_the_folder_or_at_an_unlisted_file_is_refused_and_nothing_changes(
+    tmp_path, key_file
+):
+    """The attack: a manifest edited to restore the database from `../x`, `/etc/passwd` or a file it
+    does not checksum (each with a checksum that matches, as an attacker who edits the manifest
+    writes it). Each is refused before anything changes; the untouched backup then restores."""
+    before = build_history()
+    folder = _backup(tmp_path)
+    call_command("flush", interactive=False, verbosity=0)
+    good = (folder / "manifest.json").read_text()
+    db_name = json.loads(good)["database"]["file"]
+    outside = tmp_path / "x"
+    outside.write_bytes((folder / db_name).read_bytes())  # a valid dump, right beside the folder
+    facts = json.loads(good)["files"][db_name]
+
+    def edited(file: str, listed: str | None = None) -> None:
+        manifest = json.loads(good)
+        manifest["database"]["file"] = file
+        if listed is not None:
+            manifest["files"][listed] = facts
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    outside_the_folder = "is not a file name inside the backup folder"
+    for file, listed, words in [
+        ("../x", "../x", outside_the_folder),
+        (str(outside), str(outside), outside_the_folder),
+        ("/etc/passwd", None, outside_the_folder),
+        ("sub/db.pgdump", None, outside_the_folder),
+        ("db.other", None, "is not among the files it lists with a checksum"),
+    ]:
+        edited(file, listed)
+        with pytest.raises(CommandError, match=words):
+            call_command("restore", str(folder))
+
+    # A file the manifest does not list, beside the ones it does (SQLite would roll a hot journal in).
+    (folder / "manifest.json").write_text(good)
+    (folder / f"{db_name}-journal").write_bytes(b"not in the manifest")
+    with pytest.raises(CommandError, match=f"{db_name}-journal is in the backup folder but not in its manifest"):
+        call_command("restore", str(folder))
+    (folder / f"{db_name}-journal").unlink()
+
+    # A listed file swapped for a link to one outside, or listed without its checksum.
+    (folder / db_name).rename(tmp_path / "kept")
+    (folder / db_name).symlink_to(outside)
+    with pytest.raises(CommandError, match="is not a plain file"):
+        call_command("restore", str(folder))
+    (folder / db_name).unlink()
+    (tmp_path / "kept").rename(folder / db_name)
+    manifest = json.loads(good)
+    del manifest["files"][db_name]["sha256"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CommandError, match=f"lists {db_name} without its size and sha256"):
+        call_command("restore", str(folder))
+
+    assert not User.objects.exists()  # nothing was restored, nothing was dropped
+    with connection.cursor() as cursor:
+        assert "deployments_deploymentrevision" in connection.introspection.table_names(cursor)
+
+    (folder / "manifest.json").write_text(good)
+    call_command("restore", str(folder))
+    assert fingerprint() == _restored(before, json.loads(good))

@@ -34,8 +34,13 @@ def sso_settings(settings):
     return settings
 
 
-def _claims(*groups: str, sub: str = "sub-1", username: str = "sam") -> SsoClaims:
-    return SsoClaims(subject=sub, username=username, email=f"{username}@lab.example", groups=tuple(sorted(groups)))
+ISSUER = "https://sso.lab.example/realms/lab"
+
+
+def _claims(*groups: str, sub: str = "sub-1", username: str = "sam", issuer: str = ISSUER) -> SsoClaims:
+    return SsoClaims(
+        issuer=issuer, subject=sub, username=username, email=f"{username}@lab.example", groups=tuple(sorted(groups))
+    )
 
 
 def _fresh(user: User) -> User:
@@ -164,6 +169,89 @@ def test_a_deactivated_person_is_refused_and_nothing_changes(sso_settings, admin
         sso_sign_in(claims=_claims("lab-admins"))
     assert user_role(User.objects.get(pk=sam.pk)) is None  # inactive: no role while deactivated
     assert SsoAccount.objects.get(user=sam).groups == ["lab-ops"]
+
+
+# --- the issuer: a `sub` counts only at the issuer that gave it -----------------------------------
+
+OTHER_ISSUER = "https://login.other-tenant.example/v2.0"
+
+
+@pytest.mark.django_db
+def test_a_second_issuers_user_with_the_admins_sub_is_refused_and_does_not_get_the_account(sso_settings):
+    ann = sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="ann"))
+    account = SsoAccount.objects.get(user=ann)
+    assert account.issuer == ISSUER and user_role(ann) == "admin"
+
+    with pytest.raises(SsoRefused, match="linked to another identity provider") as refused:
+        sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="mallory", issuer=OTHER_ISSUER))
+    assert OTHER_ISSUER in str(refused.value) and "ann" not in str(refused.value)
+    # Neither the admin's account nor one of their own; the admin's link is as it was.
+    assert list(User.objects.values_list("username", flat=True)) == ["ann"]
+    assert SsoAccount.objects.get().issuer == ISSUER
+    assert SsoAccount.objects.get().last_sign_in == account.last_sign_in
+    event = AuditEvent.objects.get(action="person.sso_refused")
+    assert event.data["issuer"] == OTHER_ISSUER and event.data["linked_issuer"] == ISSUER
+    assert OTHER_ISSUER in event.summary and event.actor is None
+
+    # The right issuer (a trailing slash is the same issuer) still signs the admin in.
+    assert sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="ann", issuer=ISSUER + "/")) == ann
+
+
+@pytest.mark.django_db
+def test_the_issuer_comes_from_the_signed_id_token_not_the_user_info(sso_settings, monkeypatch):
+    """Through the backend: the ID token says the other issuer; user info naming the first does not help."""
+    from controlpanel.people.oidc import SsoBackend
+
+    sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="ann"))
+    backend = SsoBackend()
+    monkeypatch.setattr(backend, "get_userinfo", lambda *a: {"sub": "ann-sub", "iss": ISSUER, "groups": ["lab-admins"]})
+    payload = {"iss": OTHER_ISSUER, "sub": "ann-sub", "preferred_username": "mallory"}
+    with pytest.raises(SsoRefused, match="linked to another identity provider"):
+        backend.get_or_create_user("access", "id-token", payload)
+    with pytest.raises(SsoRefused, match="names no issuer|without an issuer"):
+        backend.get_or_create_user("access", "id-token", {"sub": "ann-sub"})
+    assert User.objects.count() == 1 and AuditEvent.objects.filter(action="person.sso_refused").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_refusal_is_said_on_the_callback_page(client, sso_settings, monkeypatch):
+    from mozilla_django_oidc.views import OIDCAuthenticationCallbackView
+
+    sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="ann"))
+
+    def callback(view, request):
+        sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", issuer=OTHER_ISSUER))
+
+    monkeypatch.setattr(OIDCAuthenticationCallbackView, "get", callback)
+    response = client.get(reverse("sso_callback"), {"code": "c", "state": "s"})
+    assert response.status_code == 403 and "linked to another identity provider" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.django_db
+def test_existing_links_get_the_configured_issuer_and_unknown_ones_take_the_next(sso_settings):
+    """The data migration: links made before issuers were kept get the configured provider's."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("controlpanel.people.migrations.0002_sso_account_issuer")
+    sam = sso_sign_in(claims=_claims("lab-ops"))
+    SsoAccount.objects.update(issuer="")
+    sso_settings.CONTROLPANEL_OIDC_DISCOVERY_URL = ISSUER + "/.well-known/openid-configuration"
+    migration.fill_issuer(apps, None)
+    assert SsoAccount.objects.get(user=sam).issuer == ISSUER
+
+    # Only the endpoints were set: unknown, so the next sign-in's issuer becomes theirs, then only it.
+    SsoAccount.objects.update(issuer="")
+    sso_settings.CONTROLPANEL_OIDC_DISCOVERY_URL = ""
+    migration.fill_issuer(apps, None)
+    assert SsoAccount.objects.get(user=sam).issuer == ""
+    assert sso_sign_in(claims=_claims("lab-ops", issuer=OTHER_ISSUER)) == sam
+    assert SsoAccount.objects.get(user=sam).issuer == OTHER_ISSUER
+    assert AuditEvent.objects.filter(action="person.sso_issuer").exists()
+    with pytest.raises(SsoRefused, match="linked to another identity provider"):
+        sso_sign_in(claims=_claims("lab-ops"))
 
 
 # --- pages -------------------------------------------------------------------------------------

@@ -13,8 +13,15 @@ class SsoAccount(models.Model):
     A person without one signs in with a password only."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_account")
+    # Who the person is: the provider's `iss` and `sub` claims together. A `sub` is unique only
+    # at its issuer (another provider, or another tenant of the same one, may hand out the same).
+    issuer = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="The issuer (`iss`) of the ID tokens that sign them in; empty: linked before issuers were kept.",
+    )
     # The provider's `sub` claim: stable for the person, unlike a user name or an e-mail address.
-    subject = models.CharField(max_length=255, unique=True)
+    subject = models.CharField(max_length=255)
     provider = models.CharField(max_length=100, help_text="The provider's name when they last signed in.")
     groups = models.JSONField(default=list, blank=True, help_text="Groups the provider sent at the last sign-in.")
     role_by_hand = models.BooleanField(
@@ -22,6 +29,9 @@ class SsoAccount(models.Model):
     )
     first_sign_in = models.DateTimeField()
     last_sign_in = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_account_issuer_subject")]
 
     def __str__(self) -> str:
         return f"{self.user} at {self.provider}"

@@ -150,7 +150,8 @@ class LocalPasswordBackend(ModelBackend):
 
 class SsoBackend(OIDCAuthenticationBackend):
     """mozilla-django-oidc's backend, answering only the provider's callback. Its accounts are
-    keyed by the provider's `sub` claim (never matched to a local account by e-mail or name)."""
+    keyed by the ID token's issuer and subject (`iss`, `sub`), never matched to a local account by
+    e-mail or name."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Offline on purpose: Django builds the backend for every signed-in request's session
@@ -174,8 +175,10 @@ class SsoBackend(OIDCAuthenticationBackend):
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not payload.get("sub") or userinfo.get("sub") != payload.get("sub"):
             raise SuspiciousOperation("The provider's ID token names nobody, or its user info someone else.")
-        # The ID token's claims, and the user info's over them (groups may come in either).
-        return sso.sso_sign_in(claims=sso.claims_read({**payload, **userinfo}))
+        # The ID token's claims, and the user info's over them (groups may come in either); who the
+        # person is (issuer and subject) only from the ID token, whose signature was checked.
+        claims = {**payload, **userinfo, "iss": payload.get("iss"), "sub": payload["sub"]}
+        return sso.sso_sign_in(claims=sso.claims_read(claims))
 
     def get_user(self, user_id: Any) -> Any:
         # ModelBackend's: a deactivated person's sessions end (mozilla-django-oidc's keeps them).

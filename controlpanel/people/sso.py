@@ -9,12 +9,19 @@ At each sign-in the provider's groups go through `CONTROLPANEL_OIDC_ROLE_MAP`
 Someone whose groups map to no role is refused with a page that says so: a newcomer gets no
 account, a known person loses their role (and with it their API tokens, api.signals).
 
-Every change is audited (`person.create`, `person.role`, `person.sso_groups`) in one transaction."""
+A person is who the ID token's issuer and subject (`iss`, `sub`) say, together: a `sub` is unique
+only at its issuer. A sign-in whose subject belongs to an account linked to another issuer is
+refused (and audited, `person.sso_refused`): another provider's user with the same `sub` never
+gets that account. An account linked before issuers were kept (empty issuer: the configured
+provider was unknown when they were filled in) takes the issuer of its next sign-in.
+
+Every change is audited (`person.create`, `person.role`, `person.sso_groups`, `person.sso_issuer`)
+in one transaction."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -34,12 +41,14 @@ if TYPE_CHECKING:
 
 USERNAME_UNSAFE = re.compile(r"[^\w.@+-]")
 USERNAME_MAX = 150
+ISSUER_MAX, SUBJECT_MAX = 500, 255  # SsoAccount's columns
 
 
 @dataclass(frozen=True)
 class SsoClaims:
     """What the panel reads from the provider's claims."""
 
+    issuer: str  # the ID token's `iss`, without a trailing slash
     subject: str
     username: str
     email: str
@@ -70,12 +79,19 @@ def claims_read(claims: dict[str, Any]) -> SsoClaims:
         raw_groups = [raw_groups]
     groups = tuple(sorted({g for g in raw_groups or () if isinstance(g, str) and g}))
     email = claims.get("email")
+    issuer = claims.get("iss")
     return SsoClaims(
+        issuer=issuer_normal(issuer) if isinstance(issuer, str) else "",
         subject=str(claims["sub"]),
         username=str(_claim(claims, settings.CONTROLPANEL_OIDC_USERNAME_CLAIM) or ""),
         email=email if isinstance(email, str) else "",
         groups=groups,
     )
+
+
+def issuer_normal(issuer: str) -> str:
+    """An issuer as accounts keep it: `https://sso.lab/realms/lab/` and `.../lab` are one."""
+    return issuer.strip().rstrip("/")
 
 
 def mapped_role(groups: tuple[str, ...] | list[str]) -> str | None:
@@ -108,27 +124,70 @@ def sso_sign_in(*, claims: SsoClaims) -> AbstractUser:
     """The person the provider vouches for, created at their first sign-in, with the role their
     groups map to. Raises SsoRefused (after saving what changed) when they get no access."""
     provider = settings.CONTROLPANEL_OIDC_PROVIDER_NAME
+    claims = replace(claims, issuer=issuer_normal(claims.issuer))
+    if not claims.issuer or len(claims.issuer) > ISSUER_MAX or not claims.subject or len(claims.subject) > SUBJECT_MAX:
+        raise SsoRefused(
+            f"{provider} sent an ID token without an issuer and subject (iss, sub) of at most {ISSUER_MAX} and "
+            f"{SUBJECT_MAX} characters: the panel cannot tell who you are."
+        )
     wanted = mapped_role(claims.groups)
     now = timezone.now()
+    refused: SsoRefused | None
     with transaction.atomic():
         admins = _active_admin_ids(lock=True)  # first, as every People change: one lock order
-        account = SsoAccount.objects.select_for_update().select_related("user").filter(subject=claims.subject).first()
+        account = _linked_account(claims)
         if account is None:
-            if wanted is None:
-                raise _no_role(claims)
-            return _create(claims, wanted, now)
-        user = account.user
-        if not user.is_active:
-            raise SsoRefused(f"Your account {user.username} is deactivated in this panel. Ask an admin.")
-        account.provider, account.groups, account.last_sign_in = provider, list(claims.groups), now
-        account.save(update_fields=["provider", "groups", "last_sign_in"])
-        if claims.email and claims.email != user.email:
-            user.email = claims.email
-            user.save(update_fields=["email"])
-        role = _role_of(user) if account.role_by_hand else _follow_groups(account, admins, wanted, actor=user)
-    if role is None:
-        raise _no_role(claims)
+            elsewhere = SsoAccount.objects.select_related("user").filter(subject=claims.subject).first()
+            if elsewhere is None:
+                if wanted is None:
+                    raise _no_role(claims)
+                return _create(claims, wanted, now)
+            refused = _issuer_refused(claims, elsewhere)  # audited: the transaction commits it
+        else:
+            user = account.user
+            if not user.is_active:
+                raise SsoRefused(f"Your account {user.username} is deactivated in this panel. Ask an admin.")
+            account.provider, account.groups, account.last_sign_in = provider, list(claims.groups), now
+            account.save(update_fields=["provider", "groups", "last_sign_in"])
+            if claims.email and claims.email != user.email:
+                user.email = claims.email
+                user.save(update_fields=["email"])
+            role = _role_of(user) if account.role_by_hand else _follow_groups(account, admins, wanted, actor=user)
+            refused = _no_role(claims) if role is None else None
+    if refused is not None:
+        raise refused
     return user
+
+
+def _linked_account(claims: SsoClaims) -> SsoAccount | None:
+    """The account of this issuer and subject (locked), or one of this subject linked before
+    issuers were kept, which this issuer takes from now on."""
+    accounts = SsoAccount.objects.select_for_update().select_related("user")
+    account = accounts.filter(issuer=claims.issuer, subject=claims.subject).first()
+    if account is None:
+        account = accounts.filter(issuer="", subject=claims.subject).first()
+        if account is not None:
+            account.issuer = claims.issuer
+            account.save(update_fields=["issuer"])
+            who = account.user.username
+            summary = f"{who} is linked to issuer {claims.issuer} (their first sign-in since issuers are kept)"
+            _audit(account.user, "sso_issuer", summary, None, {"issuer": claims.issuer})
+    return account
+
+
+def _issuer_refused(claims: SsoClaims, elsewhere: SsoAccount) -> SsoRefused:
+    """The refusal of a sign-in whose subject is an account's at another issuer, audited."""
+    user = elsewhere.user
+    summary = (
+        f"refused a sign-in from issuer {claims.issuer} with the subject of {user.username}, "
+        f"whose account is linked to issuer {elsewhere.issuer}"
+    )
+    data: dict[str, object] = {"issuer": claims.issuer, "linked_issuer": elsewhere.issuer, "subject": claims.subject}
+    _audit(user, "sso_refused", summary, None, data)
+    return SsoRefused(
+        f"You signed in at {claims.issuer}, but the panel's account for your subject there is linked to another "
+        "identity provider: a sign-in from another issuer never takes it over. Ask an admin."
+    )
 
 
 def _create(claims: SsoClaims, role: str, now: Any) -> AbstractUser:
@@ -137,6 +196,7 @@ def _create(claims: SsoClaims, role: str, now: Any) -> AbstractUser:
     user = get_user_model().objects.create_user(username=username, email=claims.email, password=None)
     SsoAccount.objects.create(
         user=user,
+        issuer=claims.issuer,
         subject=claims.subject,
         provider=provider,
         groups=list(claims.groups),
@@ -145,7 +205,8 @@ def _create(claims: SsoClaims, role: str, now: Any) -> AbstractUser:
     )
     _apply_role(user, role)
     summary = f"added {username} as {role} at their first sign-in with {provider}"
-    _audit(user, "create", summary, user, {"role": role, "groups": list(claims.groups), "via": "sso"})
+    data: dict[str, object] = {"role": role, "groups": list(claims.groups), "via": "sso", "issuer": claims.issuer}
+    _audit(user, "create", summary, user, data)
     return user
 
 

@@ -10,18 +10,32 @@ A gated repository needs a token: the name of a host secret an admin marked as a
 written to a log; any other name gets one refusal that names no secret. Each request to the hub
 ends within HUB_REQUEST_DEADLINE_S; file names that are not relative paths inside the repository
 are skipped (the entry's source says how many), never stored.
+
+From the web an import is a row first (`HubImport`, `hub_import_request`) and runs in the panel's
+worker (`hub_import_run`, deployments.tasks.run_hub_import): the request answers at once with the
+import's page, which follows it to its result, so a hub that drips its answers holds a worker's
+task for at most the deadline, never a web worker. What can be checked without the hub (the
+texts, the token's name) is refused at once, with nothing stored. `manage.py model import` reads
+the hub itself (`model_variant_import_hub`) and waits, as a command may.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
-from deployments.choices import ModelFormat
+from core.audit import audit_record, person_of
+from deployments.choices import ModelFormat, OperationState
+from deployments.hub_import_models import HubImport
 from deployments.models import ModelVariant
 
 from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text
@@ -29,8 +43,14 @@ from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _varia
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
+log = logging.getLogger(__name__)
+
 # HubError.field -> the form field (and command option) it concerns.
 FIELDS = {"repo_id": "repo_id", "revision": "revision", "file": "file", "token": "token_secret"}
+HUB_IMPORT_TASK = "deployments.tasks.run_hub_import"  # deployments.tasks registers it
+# A running import whose worker went away: each of its few hub requests ends within the deadline,
+# so one still running after this many deadlines (and a minute) lost its worker.
+LOST_AFTER_DEADLINES = 20
 
 
 def hub_token(ref: str) -> str | None:
@@ -73,6 +93,36 @@ def _name_for(model: Any, given: str) -> str:
     return _unique_name(name)
 
 
+@dataclass(frozen=True)
+class HubImportArgs:
+    """What an import asks for, checked as far as it can be without the hub."""
+
+    repo_id: str
+    revision: str
+    gguf_file: str
+    name: str
+    family: str
+    generation: str
+    token: str  # HOST/NAME of a hub token, or empty
+
+
+def _checked_args(
+    *, repo_id: str, revision: str, gguf_file: str, name: str, family: str, generation: str, token: str
+) -> HubImportArgs:
+    args = HubImportArgs(
+        repo_id=_variant_text(repo_id, "repo_id"),
+        revision=_text_arg(revision, field="revision", max_len=200),
+        gguf_file=_text_arg(gguf_file, field="file", max_len=300),
+        name=_variant_text(name, "name"),
+        family=_variant_text(family, "family"),
+        generation=_variant_text(generation, "generation"),
+        token=(token or "").strip(),
+    )
+    if not args.repo_id:
+        raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
+    return args
+
+
 def model_variant_import_hub(
     *,
     repo_id: str,
@@ -86,23 +136,27 @@ def model_variant_import_hub(
 ) -> ModelVariant:
     """A new ModelVariant read from the hub (HF_ENDPOINT honoured), with the hub token `token`
     names as HOST/NAME (`hub_token`). Raises ValidationError keyed by repo_id, revision, file,
-    token_secret or name; nothing is stored then."""
+    token_secret or name; nothing is stored then. Waits for the hub: the web uses
+    `hub_import_request`."""
     from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
     from deployments.importers.hub import HubError, hub_read
 
     ensure_role(actor, OPERATOR)
-    repo_id = _variant_text(repo_id, "repo_id")
-    revision = _text_arg(revision, field="revision", max_len=200)
-    gguf_file = _text_arg(gguf_file, field="file", max_len=300)
-    family = _variant_text(family, "family")
-    generation = _variant_text(generation, "generation")
-    name = _variant_text(name, "name")
-    if not repo_id:
-        raise ValidationError({"repo_id": "Give a repository id, e.g. Qwen/Qwen3-32B-AWQ."})
-    token = hub_token(token)
+    args = _checked_args(
+        repo_id=repo_id,
+        revision=revision,
+        gguf_file=gguf_file,
+        name=name,
+        family=family,
+        generation=generation,
+        token=token,
+    )
+    repo_id, revision, gguf_file, name = args.repo_id, args.revision, args.gguf_file, args.name
+    family, generation = args.family, args.generation
+    secret = hub_token(args.token)
     try:
         model = hub_read(
-            repo_id, revision=revision, gguf_file=gguf_file, token=token, deadline_s=settings.HUB_REQUEST_DEADLINE_S
+            repo_id, revision=revision, gguf_file=gguf_file, token=secret, deadline_s=settings.HUB_REQUEST_DEADLINE_S
         )
     except HubError as exc:
         raise ValidationError({FIELDS.get(exc.field, "repo_id"): str(exc)}) from exc
@@ -170,3 +224,127 @@ def model_variant_import_hub(
         if hf.arch.params_total is None and model.safetensors_params:
             variant.arch = {**variant.arch, "params_total": model.safetensors_params}
         return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
+
+
+# --- from the web: a row first, then the panel's worker ---------------------------------------------
+
+
+def hub_import_request(
+    *,
+    repo_id: str,
+    revision: str = "",
+    gguf_file: str = "",
+    name: str = "",
+    token: str = "",
+    actor: AbstractUser | None,
+) -> HubImport:
+    """Record an import and hand it to the panel's worker (after the commit); the hub is not
+    read here. Raises ValidationError (nothing stored) for what can be refused without the hub:
+    a missing or unsafe text, a token name that is not a hub token."""
+    ensure_role(actor, OPERATOR)
+    args = _checked_args(
+        repo_id=repo_id, revision=revision, gguf_file=gguf_file, name=name, family="", generation="", token=token
+    )
+    hub_token(args.token)  # a name that is not a hub token is refused now; its value is not kept
+    with transaction.atomic():
+        job = HubImport.objects.create(
+            requested_by=person_of(actor),
+            repo_id=args.repo_id,
+            revision=args.revision,
+            gguf_file=args.gguf_file,
+            name=args.name,
+            token_secret=args.token,
+            stage="waiting for the panel's worker",
+        )
+        audit_record(
+            action="model.hub_import",
+            summary=f"import of {args.repo_id} from the hub requested",
+            obj=job,
+            data={"repo_id": args.repo_id, "revision": args.revision, "gguf_file": args.gguf_file},
+            actor=actor,
+        )
+        transaction.on_commit(lambda: _enqueue(job))
+    return job
+
+
+def _enqueue(job: HubImport) -> None:
+    """Sent by task name, as operations and notifications are: the task module reads this one."""
+    from controlpanel.celery import app
+
+    try:
+        app.send_task(
+            HUB_IMPORT_TASK,
+            kwargs={"import_id": str(job.pk)},
+            queue=settings.HUB_IMPORT_QUEUE,
+            task_id=str(job.pk),
+            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
+        )
+    except Exception as exc:  # the broker is away: the import says so, the request goes on
+        reason = f"It could not be handed to the panel's worker ({type(exc).__name__}): import again later."
+        _finish(job.pk, OperationState.FAILED, errors={"repo_id": [reason]})
+
+
+def hub_import_run(*, import_id: UUID | str) -> HubImport | None:
+    """The worker's part: read the hub and store the entry (each hub request within
+    HUB_REQUEST_DEADLINE_S), as the person who asked, whose role is checked again now. None when
+    the import is gone or was already taken (a message delivered twice acts once)."""
+    with transaction.atomic():
+        job = (
+            HubImport.objects.select_for_update(of=("self",))
+            .select_related("requested_by")
+            .filter(pk=import_id)
+            .first()
+        )
+        if job is None or job.state != OperationState.QUEUED:
+            return None
+        job.state, job.started_at, job.stage = OperationState.RUNNING, timezone.now(), "reading the hub"
+        job.save(update_fields=["state", "started_at", "stage"])
+    try:
+        variant = model_variant_import_hub(
+            repo_id=job.repo_id,
+            revision=job.revision,
+            gguf_file=job.gguf_file,
+            name=job.name,
+            token=job.token_secret,
+            actor=job.requested_by,
+        )
+    except ValidationError as exc:
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"repo_id": exc.messages}
+        return _finish(job.pk, OperationState.FAILED, errors=errors)
+    except PermissionDenied:
+        who = job.requested_by.username if job.requested_by else "the person who asked"
+        reason = f"{who} may no longer import models (an operator's role is needed)."
+        return _finish(job.pk, OperationState.FAILED, errors={"repo_id": [reason]})
+    except Exception as exc:
+        log.exception("hub import %s of %s failed", job.pk, job.repo_id)
+        reason = (
+            f"The import failed unexpectedly ({type(exc).__name__}); nothing was imported. The panel's log has more."
+        )
+        return _finish(job.pk, OperationState.FAILED, errors={"repo_id": [reason]})
+    return _finish(job.pk, OperationState.SUCCEEDED, variant=variant)
+
+
+def _finish(
+    pk: Any, state: str, *, errors: dict[str, list[str]] | None = None, variant: ModelVariant | None = None
+) -> HubImport | None:
+    with transaction.atomic():
+        job = HubImport.objects.select_for_update().filter(pk=pk).first()
+        if job is None or not job.is_active:
+            return job
+        job.state, job.finished_at = state, timezone.now()
+        job.stage = "imported" if variant is not None else "ended"
+        job.errors = {key: [str(m) for m in messages] for key, messages in (errors or {}).items()}
+        job.variant = variant
+        job.warning = variant.chat_template_warning if variant is not None else ""
+        job.save(update_fields=["state", "finished_at", "stage", "errors", "variant", "warning"])
+        return job
+
+
+def hub_imports_mark_lost(*, now: datetime | None = None) -> int:
+    """Beat: running imports whose worker went away (far past every deadline) become `lost`."""
+    now = now or timezone.now()
+    lost_after = timedelta(seconds=LOST_AFTER_DEADLINES * settings.HUB_REQUEST_DEADLINE_S + 60)
+    reason = "The panel's worker stopped while it read the hub (killed or restarted): import again."
+    return HubImport.objects.filter(state=OperationState.RUNNING, started_at__lt=now - lost_after).update(
+        state=OperationState.LOST, finished_at=now, stage="ended", errors={"repo_id": [reason]}
+    )

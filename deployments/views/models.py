@@ -1,5 +1,5 @@
-"""Model catalog: browse it, import a variant from a Hugging Face repository, a config.json or a
-GGUF header."""
+"""Model catalog: browse it, import a variant from a Hugging Face repository (in the panel's
+worker: the import's page follows it), a config.json or a GGUF header."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import apply_error, by_method, form_save
 from deployments import selectors
 from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm
-from deployments.services.hub_imports import model_variant_import_hub
+from deployments.models import HubImport
+from deployments.services.hub_imports import hub_import_request
 from deployments.services.imports import (
     gguf_files_available,
     model_variant_import_gguf,
@@ -44,13 +46,14 @@ def _import_page(
     return render(request, "deployments/model_import.html", context)
 
 
-def _import_hub(request: HttpRequest, form: HubImportForm) -> Any:
-    """The variant read from the hub, or None with the form's errors set."""
+def _import_hub(request: HttpRequest, form: HubImportForm) -> HubImport | None:
+    """The import handed to the panel's worker, or None with the form's errors set (what can be
+    refused without the hub)."""
     if not form.is_valid():
         return None
     data = form.cleaned_data
     try:
-        return model_variant_import_hub(
+        return hub_import_request(
             repo_id=data["repo_id"],
             revision=data["revision"],
             gguf_file=data["file"],
@@ -81,8 +84,11 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
     hub = HubImportForm(prefix="hub")
     if source == "hub":
         hub = HubImportForm(request.POST, prefix="hub")
-        variant = _import_hub(request, hub)
-    elif source == "gguf":
+        job = _import_hub(request, hub)
+        if job is None:
+            return _import_page(request, hf=hf, gguf=gguf, hub=hub)
+        return redirect("deployments:hub_import", pk=job.pk)  # at once: the worker reads the hub
+    if source == "gguf":
         gguf = GgufImportForm(request.POST, prefix="gguf")
         variant = form_save(gguf, lambda data: model_variant_import_gguf(**data, actor=request.user), fallback="path")
     else:
@@ -100,7 +106,32 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
 
 model_import = by_method(get=model_import_page, post=model_import_submit)
 
+
+def _hub_import_or_404(pk: str) -> HubImport:
+    job = HubImport.objects.select_related("requested_by", "variant").filter(pk=pk).first()
+    if job is None:
+        raise Http404("No such import.")
+    return job
+
+
+@require_GET
+@role_required(VIEWER)
+def hub_import_detail(request: HttpRequest, pk: str) -> HttpResponse:
+    """One import from the hub: where it stands, then the new entry or why not (followed live)."""
+    return render(request, "deployments/hub_import.html", {"job": _hub_import_or_404(pk)})
+
+
+@require_GET
+@role_required(VIEWER)
+def hub_import_status(request: HttpRequest, pk: str) -> HttpResponse:
+    job = _hub_import_or_404(pk)
+    response = render(request, "deployments/_hub_import_status.html", {"job": job})
+    return response if job.is_active else HttpResponseStopPolling(response.content)
+
+
 urlpatterns = [
     path("models/", model_list, name="model_list"),
     path("models/import/", model_import, name="model_import"),
+    path("models/import/hub/<uuid:pk>/", hub_import_detail, name="hub_import"),
+    path("models/import/hub/<uuid:pk>/status/", hub_import_status, name="hub_import_status"),
 ]

@@ -15,7 +15,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from core.models import AuditEvent
-from deployments.models import ModelVariant
+from deployments.models import HubImport, ModelVariant
+from deployments.services.hub_imports import hub_import_run
 from deployments.services.planning import plan_request
 from deployments.services.secrets import secret_set
 from serving.planner import catalog_host, plan
@@ -146,14 +147,29 @@ def test_import_page_form(hub, client, operator):
     client.force_login(operator)
     page = client.get(reverse("deployments:model_import"))
     assert b'id="import-hub"' in page.content and b"hub-repo_id" in page.content
+    # The page answers at once with the import's page; the panel's worker reads the hub (run here
+    # as the worker runs it: tests/deployments/test_hub_import_worker.py has the real worker).
     bad = client.post(reverse("deployments:model_import"), {"source": "hub", "hub-repo_id": "nobody/nothing"})
-    assert bad.status_code == 200 and b"No model repository nobody/nothing" in bad.content
+    assert bad.status_code == 302 and not hub.requests
+    page = client.get(bad.url).content.decode()
+    assert "Queued" in page and "waiting for the panel&#x27;s worker" in page and "hx-trigger" in page
+    hub_import_run(import_id=bad.url.rstrip("/").rsplit("/", 1)[-1])
+    page = client.get(bad.url).content.decode()
+    assert "Failed" in page and "No model repository nobody/nothing" in page and "hx-trigger" not in page
+    assert client.get(reverse("deployments:hub_import_status", args=[HubImport.objects.get().pk])).status_code == 286
     done = client.post(
         reverse("deployments:model_import"),
         {"source": "hub", "hub-repo_id": "unsloth/gemma-3-270m-it-GGUF", "hub-file": GGUF},
     )
-    assert done.status_code == 302
-    assert ModelVariant.objects.filter(repo_id="unsloth/gemma-3-270m-it-GGUF", gguf_file=GGUF).exists()
+    assert done.status_code == 302 and not ModelVariant.objects.filter(repo_id="unsloth/gemma-3-270m-it-GGUF")
+    job = hub_import_run(import_id=done.url.rstrip("/").rsplit("/", 1)[-1])
+    assert job is not None and job.state == "succeeded"
+    assert ModelVariant.objects.filter(repo_id="unsloth/gemma-3-270m-it-GGUF", gguf_file=GGUF).get() == job.variant
+    assert f"Imported <strong>{job.variant.name}</strong>" in client.get(done.url).content.decode()
+    assert hub_import_run(import_id=job.pk) is None  # a message delivered twice acts once
+    # What can be refused without the hub is refused on the form, nothing queued.
+    empty = client.post(reverse("deployments:model_import"), {"source": "hub", "hub-repo_id": " "})
+    assert empty.status_code == 200 and HubImport.objects.count() == 2
 
 
 def test_the_catalog_shows_an_estimate_as_an_estimate(hub, client, viewer):
@@ -196,3 +212,21 @@ def test_the_switch_page_offers_the_download_first(hub, client, operator):
     again = client.post(reverse("deployments:host_models", args=[host.name]), {"model": variant.pk, "token_secret": ""})
     assert again.status_code == 200 and "already being downloaded" in again.content.decode()
     assert Operation.objects.filter(kind="download", host=host).count() == 1
+
+
+def test_an_import_whose_worker_went_away_is_marked_lost_by_the_beat(settings, client, operator):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments.tasks import reap_lost_operations
+
+    settings.HUB_REQUEST_DEADLINE_S = 3
+    now = timezone.now()
+    gone = HubImport.objects.create(repo_id="a/b", state="running", started_at=now - timedelta(seconds=121))
+    busy = HubImport.objects.create(repo_id="a/c", state="running", started_at=now - timedelta(seconds=30))
+    reap_lost_operations()
+    assert HubImport.objects.get(pk=gone.pk).state == "lost" and HubImport.objects.get(pk=busy.pk).state == "running"
+    client.force_login(operator)
+    page = client.get(reverse("deployments:hub_import", args=[gone.pk])).content.decode()
+    assert "Lost" in page and "stopped while it read the hub" in page
