@@ -308,18 +308,18 @@ class Scheduler:
     async def _acquire(self, slot: _Slot, label: str, holder: str) -> Lease:
         if slot.phase is Phase.LOADED:
             return self._lease(slot, label, 0.0, holder)
+        if self._waiting >= self.settings.queue_max:
+            self.metrics.queue_rejected.labels(slot.name, "full").inc()
+            raise QueueFull(
+                f"{self._waiting} requests are already waiting for models to load on this host; try again later.",
+                retry_after=self._retry_after(slot),
+            )
         if self._queued[holder] >= self._share():
             self.metrics.queue_rejected.labels(slot.name, "key_share").inc()
             raise KeyQueueShare(
                 f"{_who(holder)} already has {self._queued[holder]} requests waiting for models to load, its "
                 f"share of this host's queue ({self._share()} of {self.settings.queue_max} places); "
                 "try again later.",
-                retry_after=self._retry_after(slot),
-            )
-        if self._waiting >= self.settings.queue_max:
-            self.metrics.queue_rejected.labels(slot.name, "full").inc()
-            raise QueueFull(
-                f"{self._waiting} requests are already waiting for models to load on this host; try again later.",
                 retry_after=self._retry_after(slot),
             )
         waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock(), slot, holder)
