@@ -207,6 +207,34 @@ def test_a_slow_load_does_not_hold_up_the_load_of_a_model_that_fits_beside_it(
     assert door.loader.running() == {"slow", "quick"}
 
 
+def test_a_load_that_needs_room_waits_for_the_running_load_then_unloads_the_least_recently_used(
+    doors: Callable[..., DoorThread],
+) -> None:
+    """Side by side only where it fits: with room for two, a third model asked for while the second
+    loads unloads nothing until that load is done, then makes room as before (the least recently
+    used on-demand model drained and unloaded)."""
+    host = engines(first={}, second={"ready_after": 3.0}, third={})
+    door = doors(host)
+    assert httpx.post(door.url + CHAT, json=body("first", 2), timeout=30).status_code == 200
+
+    async def second_then_third() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            second = asyncio.ensure_future(client.post(door.url + CHAT, json=body("second", 2)))
+            while door.state()["second"]["phase"] != "loading":
+                await asyncio.sleep(0.02)
+            third = asyncio.ensure_future(client.post(door.url + CHAT, json=body("third", 2)))
+            await asyncio.sleep(0.5)
+            state = door.state()
+            assert (state["first"]["phase"], state["second"]["phase"]) == ("loaded", "loading")
+            assert (state["third"]["phase"], state["third"]["waiting"]) == ("unloaded", 1)
+            return await second, await third
+
+    second, third = asyncio.run(second_then_third())
+    assert second.status_code == 200 and third.status_code == 200, (second.text, third.text)
+    assert door.loader.running() == {"second", "third"}
+    assert door.metric("frontdoor_unloads_total", model="first", reason="room") == 1
+
+
 def test_a_load_that_outlives_its_deadline_fails_with_the_reason_and_leaves_no_engine(
     doors: Callable[..., DoorThread],
 ) -> None:
