@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hostagent.frontdoor import FrontDoorSettings, KeyTable, Mode, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
@@ -151,6 +153,19 @@ def test_a_key_with_many_slow_streams_leaves_another_keys_short_request_its_spee
     assert timed_ask(door, ALPHA, "chat", 2) < 5
 
 
+def test_on_an_open_door_each_client_address_counts_as_one_key(doors: Callable[..., DoorThread]) -> None:
+    host = engines(chat={"mode": Mode.PINNED, "slots": 4, "token_s": 0.05})
+    door = doors(host, key_inflight_max=1)  # no keys: open
+    door.wait_for(lambda state: state["chat"]["phase"] == "loaded")
+    here, neighbour = (httpx.Client(transport=httpx.HTTPTransport(local_address=a)) for a in ("127.0.0.1", "127.0.0.2"))
+    with here, neighbour, here.stream("POST", door.url + CHAT, json=body("chat", 200, stream=True)) as held:
+        assert held.status_code == 200
+        refused = here.post(door.url + CHAT, json=body("chat", 2))
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "key_in_flight_limit"
+        assert refused.json()["error"]["message"].startswith("The client 127.0.0.1 already has 1 request")
+        assert neighbour.post(door.url + CHAT, json=body("chat", 2)).status_code == 200
+
+
 def test_a_key_cannot_fill_the_wait_queue_another_keys_model_needs(doors: Callable[..., DoorThread]) -> None:
     host = engines(lazy={"ready_after": 2.0, "slots": 8, "token_s": 0.01})
     door = doors(host, KEYS, queue_max=4, key_queue_share=0.5, key_inflight_max=0)
@@ -274,3 +289,23 @@ def test_the_per_key_settings_come_from_the_environment_and_bad_values_are_named
         FrontDoorSettings.from_env({"CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX": "-1"})
     with pytest.raises(SettingsError, match="CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT must be at least 1"):
         FrontDoorSettings.from_env({"CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT": "0"})
+
+
+@given(
+    name=st.sampled_from(
+        [
+            "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX",
+            "CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE",
+            "CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT",
+        ]
+    ),
+    raw=st.text(max_size=12) | st.floats().map(str) | st.integers(-5, 10**6).map(str),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_value_of_the_per_key_settings_is_taken_within_bounds_or_refused_by_name(name: str, raw: str) -> None:
+    try:
+        taken = FrontDoorSettings.from_env({name: raw})
+    except SettingsError as refused:
+        assert name in str(refused)
+        return
+    assert taken.key_inflight_max >= 0 and 0 < taken.key_queue_share <= 1 and taken.load_timeout_s >= 1
