@@ -285,7 +285,7 @@ class Scheduler:
         if cap and self._holding[holder] >= cap:
             self.metrics.queue_rejected.labels(model.name, "key_in_flight").inc()
             raise KeyBusy(
-                f"{_who(holder)} already has {self._holding[holder]} requests being answered or waiting on this "
+                f"{_who(holder)} already has {_requests(self._holding[holder])} being answered or waiting on this "
                 f"host, its limit (the front door's per-key in-flight cap); try again when one is answered.",
                 retry_after=1,
             )
@@ -317,7 +317,7 @@ class Scheduler:
         if self._queued[holder] >= self._share():
             self.metrics.queue_rejected.labels(slot.name, "key_share").inc()
             raise KeyQueueShare(
-                f"{_who(holder)} already has {self._queued[holder]} requests waiting for models to load, its "
+                f"{_who(holder)} already has {_requests(self._queued[holder])} waiting for models to load, its "
                 f"share of this host's queue ({self._share()} of {self.settings.queue_max} places); "
                 "try again later.",
                 retry_after=self._retry_after(slot),
@@ -820,6 +820,10 @@ class Scheduler:
 
 def _need(slot: _Slot) -> dict[str, int]:
     return {device: size for device, size in slot.model.memory.items() if size > 0}
+
+
+def _requests(count: int) -> str:
+    return "1 request" if count == 1 else f"{count} requests"
 
 
 def _who(holder: str) -> str:

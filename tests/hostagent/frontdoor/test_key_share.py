@@ -162,7 +162,8 @@ def test_on_an_open_door_each_client_address_counts_as_one_key(doors: Callable[.
         assert held.status_code == 200
         refused = here.post(door.url + CHAT, json=body("chat", 2))
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "key_in_flight_limit"
-        assert refused.json()["error"]["message"].startswith("The client 127.0.0.1 already has 1 request")
+        message = refused.json()["error"]["message"]
+        assert message.startswith("The client 127.0.0.1 already has 1 request being answered")
         assert neighbour.post(door.url + CHAT, json=body("chat", 2)).status_code == 200
 
 
