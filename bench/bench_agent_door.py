@@ -54,7 +54,10 @@ def serve(state: Path, port: int) -> None:
 
     panel = HttpPanel(f"http://127.0.0.1:{free_port()}", "cph_bench", outbox_dir=state / "outbox", timeout=2)
     ctx = AgentContext(host="bench", panel=panel, supervisor=Supervisor(state / "host"))
-    settings = FrontDoorSettings(host="127.0.0.1", port=port, queue_max=256, queue_wait_s=600, memory_settle_s=5)
+    settings = FrontDoorSettings(
+        host="127.0.0.1", port=port, queue_max=256, queue_wait_s=600, memory_settle_s=5,
+        key_inflight_max=0, key_queue_share=1.0,  # one client drives every stream here
+    )  # fmt: skip
     service = FrontDoorService(ctx, settings, gpus=False, state=state, interval=5.0, ready_timeout=300)
     service.start()
     stop = threading.Event()
@@ -217,7 +220,7 @@ def start_and_cold(args: argparse.Namespace) -> None:
     state = Path(tempfile.mkdtemp(prefix="bench-door-"))
     panel = HttpPanel(f"http://127.0.0.1:{free_port()}", "cph_bench", outbox_dir=state / "outbox", timeout=2)
     ctx = AgentContext(host="bench", panel=panel, supervisor=Supervisor(state / "host"))
-    settings = FrontDoorSettings(host="127.0.0.1", port=0, memory_settle_s=2)
+    settings = FrontDoorSettings(host="127.0.0.1", port=0, memory_settle_s=2, key_inflight_max=0, key_queue_share=1.0)
 
     def door() -> tuple[FrontDoorService, float]:
         service = FrontDoorService(ctx, settings, gpus=False, state=state, interval=5.0, ready_timeout=300)

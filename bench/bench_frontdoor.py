@@ -85,7 +85,10 @@ def front_door(
     if keys is not None:
         (folder / "keys.json").write_text(json.dumps(keys))
         argv += ["--keys", str(folder / "keys.json")]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
+    # One client drives every stream here: no per-key cap, or streams past it would be refused.
+    env = {**os.environ, "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX": "0"}
+    env["CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"] = "1"
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
     door = FrontDoorProcess(proc, f"http://127.0.0.1:{port}", {m["name"]: m["upstream"] for m in models})
     try:
         wait_healthy(f"{door.url}/health", timeout=60)

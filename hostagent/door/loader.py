@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class AgentLoader:
         # serves it again at once).
         self.leaving: dict[str, float | None] = {}
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
+        self._starting: dict[str, threading.Lock] = {}  # per revision: one start (and its undoing) at a time
 
     def update(self, served: Mapping[str, Served]) -> None:
         """The table's models from now on (on the door's event loop, with the table)."""
@@ -121,8 +123,22 @@ class AgentLoader:
                 break
             if await asyncio.to_thread(self._wait_pinned, served):
                 return
-        await asyncio.to_thread(self._start, served)
-        self._started[name] = served.revision_id
+        abandoned = threading.Event()
+        try:
+            await asyncio.to_thread(self._start_once, served, abandoned)
+        except asyncio.CancelledError:
+            # The door gave up on this load (its load deadline); the start goes on in its thread,
+            # which stops the engine once the start returns, so the load leaves nothing running.
+            abandoned.set()
+            raise
+
+    def _start_once(self, served: Served, abandoned: threading.Event) -> None:
+        with self._starting.setdefault(served.revision_id, threading.Lock()):
+            self._start(served)
+            self._started[served.name] = served.revision_id
+            if abandoned.is_set():
+                self._started.pop(served.name, None)
+                self.supervisor_of(served.revision_id).stop()
 
     async def unload(self, name: str) -> None:
         revision_id = self._started.pop(name, None)

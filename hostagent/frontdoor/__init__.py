@@ -14,7 +14,8 @@ proxy needs. Starlette on uvicorn with httpx would add a server and a second cli
     table.py      RoutingTable / ServedModel: name, aliases, upstream, engine key, mode, ttl, bytes
     keys.py       inference keys (SHA-256 digests) and the models each may use
     settings.py   CONTROLPANEL_FRONT_DOOR_* from the environment
-    scheduler.py  loads, unloads, the queue, draining, room in bytes (no HTTP)
+    scheduler.py  loads (side by side, each with a deadline), unloads, the queue, per-key limits,
+                  draining, room in bytes (no HTTP)
     flags.py      `stream` and `stream_options.include_usage` read as the engines read them
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
     usage.py      usage per key, model and day; the usage chunk of a stream

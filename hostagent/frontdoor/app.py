@@ -142,9 +142,11 @@ class FrontDoor:
             return error_response(
                 403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
             )
+        # Per-key limits count an inference key, or on an open door each client address.
+        holder = f"the key `{key.name}`" if key is not None else f"the client {request.remote or 'unknown'}"
         for attempt in range(2):
             try:
-                lease = await self.scheduler.acquire(label)
+                lease = await self.scheduler.acquire(label, holder=holder)
             except asyncio.CancelledError:  # the client hung up while its model loaded
                 self._account(key_name, model.name, label, endpoint, Answer(status=CLIENT_GONE))
                 raise

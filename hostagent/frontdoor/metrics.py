@@ -68,14 +68,15 @@ class Metrics(Registry):
             WAIT_BUCKETS, "model", "alias",
         )  # fmt: skip
         self.queue_rejected = counter(
-            "frontdoor_queue_rejected", "Requests refused by the queue bound: full (429) or waited too long (503)",
+            "frontdoor_queue_rejected",
+            "Requests refused by the queue bound: full (429), waited too long (503), or a key's share (429)",
             "model", "reason",
         )  # fmt: skip
         self.in_flight = gauge("frontdoor_requests_in_flight", "Requests being answered by the engine")
         self.loaded = gauge("frontdoor_model_loaded", "1 while the model is loaded and serving")
         self.loads = counter(
             "frontdoor_loads",
-            "Loads by result: ok, failed (the engine did not come up), no_room, busy (drain timed out)",
+            "Loads by result: ok, failed (the engine did not come up), no_room, busy (drain timed out), timeout",
             "model", "result",
         )  # fmt: skip
         self.load_seconds = histogram(

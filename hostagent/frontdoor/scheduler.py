@@ -4,10 +4,18 @@
 - A request for a loaded model gets its lease at once. One for a model that is not loaded waits
   in the host's queue (at most `queue_max` requests, each at most `queue_wait_s`): past the bound
   QueueFull (429) or WaitExceeded (503), both with a Retry-After.
-- Loads and unloads run one at a time (one lock), so free memory is read between them and never
-  while an engine is half up. A model loads only if its planned bytes fit on every device it
-  uses, after unloading the least recently used on-demand models if needed; pinned models are
-  never unloaded. Whether they fit is decided before anything is unloaded.
+- Per key (`holder`: an inference key, or on an open door a client address): at most
+  `key_inflight_max` requests answered or waiting at once (past it KeyBusy, 429), and at most
+  `key_queue_share` of the queue's places waiting (past it KeyQueueShare, 429), so one key can
+  neither take every engine slot nor fill the queue that other keys' on-demand models need.
+- Room is decided one load at a time (one lock): a model loads only if its planned bytes fit on
+  every device it uses, less the planned bytes of the loads still running, after unloading the
+  least recently used on-demand models if needed; pinned models are never unloaded. Whether they
+  fit is decided before anything is unloaded. The load itself runs outside the lock, so models
+  that fit side by side load side by side; one that would need room while others load waits for
+  them to finish first. Each load has its own deadline (`load_timeout_s`): past it the loader's
+  load is cancelled, the model unloaded (whatever it started stopped) and its waiting requests
+  answered LoadTimedOut with the reason.
 - An unload drains: new requests for the model wait for its reload, those in flight finish. If
   they do not finish within `drain_timeout_s`, the unload is abandoned (the model keeps serving,
   no stream is cut) and the load that wanted the room fails with Busy.
@@ -46,8 +54,11 @@ from .table import Mode, RoutingTable, ServedModel
 __all__ = [
     "Busy",
     "FreeMemory",
+    "KeyBusy",
+    "KeyQueueShare",
     "Lease",
     "LoadFailed",
+    "LoadTimedOut",
     "Loader",
     "NoRoom",
     "NotYet",
@@ -76,7 +87,9 @@ class Loader(Protocol):
     NotYet when the engine will come up without its doing (another process starts it): the
     scheduler frees its lock and asks again shortly.
     `unload(name)` returns once the engine has stopped and its memory is released. A load's
-    error message is shown to the clients that waited: it must hold no secret."""
+    error message is shown to the clients that waited: it must hold no secret. A load past the
+    door's deadline is cancelled, then `unload(name)` is called: together they must leave nothing
+    of the load running."""
 
     async def load(self, name: str) -> None: ...
 
@@ -116,6 +129,18 @@ class WaitExceeded(Refused):
     status, code = 503, "queue_timeout"
 
 
+class KeyBusy(Refused):
+    """One key's requests answered or waiting at once are at `key_inflight_max`."""
+
+    status, code, kind = 429, "key_in_flight_limit", "rate_limit_error"
+
+
+class KeyQueueShare(Refused):
+    """One key's requests waiting for models to load fill its share of the queue."""
+
+    status, code, kind = 429, "key_queue_share", "rate_limit_error"
+
+
 class LoadFailed(Refused):
     status, code = 503, "model_load_failed"
     result = "failed"  # the frontdoor_loads result label
@@ -127,6 +152,10 @@ class NoRoom(LoadFailed):
 
 class Busy(LoadFailed):
     code, result = "model_busy", "busy"
+
+
+class LoadTimedOut(LoadFailed):
+    code, result = "model_load_timeout", "timeout"
 
 
 class NotYet(Exception):  # noqa: N818 - a signal, not an error
@@ -153,6 +182,7 @@ class _Waiter:
     alias: str
     since: float
     slot: _Slot
+    holder: str
 
 
 @dataclass(eq=False)
@@ -185,6 +215,7 @@ class Lease:
     alias: str
     waited_s: float
     _slot: _Slot = field(repr=False)
+    holder: str = ""  # whose per-key limits it counts against
 
 
 class Scheduler:
@@ -202,8 +233,14 @@ class Scheduler:
         self.settings, self.metrics = settings, metrics
         self._table = RoutingTable()
         self._slots: dict[str, _Slot] = {}
-        self._lock = asyncio.Lock()  # one load or unload at a time: memory is read between them
+        self._lock = asyncio.Lock()  # one room decision or unload at a time: memory is read between them
+        self._loading: dict[str, dict[str, int]] = {}  # loads running outside the lock -> their planned bytes
+        # Free bytes measured before the loads running now began, less the bytes of those loaded since.
+        self._before_loads: dict[str, int] = {}
+        self._loads_done = asyncio.Event()  # set (and replaced) each time a load ends
         self._waiting = 0
+        self._holding: Counter[str] = Counter()  # per holder: requests answered or waiting
+        self._queued: Counter[str] = Counter()  # per holder: requests waiting for a load
         self._holds: dict[str, str] = {}  # alias -> the loaded model it stays on while its new one loads
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
@@ -237,29 +274,65 @@ class Scheduler:
             return slot.model
         return self._table.resolve(label)
 
-    async def acquire(self, label: str) -> Lease:
+    async def acquire(self, label: str, *, holder: str = "") -> Lease:
+        """A lease on `label`'s model for `holder` (who the per-key limits count, shown in their
+        refusals: "the key `name`", "the client 10.0.0.5"); release() it when answered."""
         model = self.resolve(label)
         if model is None:
             raise UnknownModel(f"The model `{label}` does not exist on this host.")
         slot = self._slots[model.name]
+        cap = self.settings.key_inflight_max
+        if cap and self._holding[holder] >= cap:
+            self.metrics.queue_rejected.labels(model.name, "key_in_flight").inc()
+            raise KeyBusy(
+                f"{_who(holder)} already has {_requests(self._holding[holder])} being answered or waiting on this "
+                f"host, its limit (the front door's per-key in-flight cap); try again when one is answered.",
+                retry_after=1,
+            )
+        self._holding[holder] += 1
+        try:
+            return await self._acquire(slot, label, holder)
+        except BaseException:
+            self._let_go(holder)
+            raise
+
+    def _let_go(self, holder: str) -> None:
+        self._holding[holder] -= 1
+        if self._holding[holder] <= 0:
+            del self._holding[holder]
+
+    def _share(self) -> int:
+        """The most waiting places one holder may take."""
+        return max(1, math.floor(self.settings.queue_max * self.settings.key_queue_share))
+
+    async def _acquire(self, slot: _Slot, label: str, holder: str) -> Lease:
         if slot.phase is Phase.LOADED:
-            return self._lease(slot, label, 0.0)
+            return self._lease(slot, label, 0.0, holder)
         if self._waiting >= self.settings.queue_max:
-            self.metrics.queue_rejected.labels(model.name, "full").inc()
+            self.metrics.queue_rejected.labels(slot.name, "full").inc()
             raise QueueFull(
                 f"{self._waiting} requests are already waiting for models to load on this host; try again later.",
                 retry_after=self._retry_after(slot),
             )
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock(), slot)
+        if self._queued[holder] >= self._share():
+            self.metrics.queue_rejected.labels(slot.name, "key_share").inc()
+            raise KeyQueueShare(
+                f"{_who(holder)} already has {_requests(self._queued[holder])} waiting for models to load, its "
+                f"share of this host's queue ({self._share()} of {self.settings.queue_max} places); "
+                "try again later.",
+                retry_after=self._retry_after(slot),
+            )
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), label, self.clock(), slot, holder)
         slot.waiters.append(waiter)
         self._waiting += 1
+        self._queued[holder] += 1
         self._show_depth(slot)
         self._ensure_loading(slot)
         granted = False
         try:
             done, _ = await asyncio.wait({waiter.future}, timeout=self.settings.queue_wait_s)
             if not done:
-                self.metrics.queue_rejected.labels(model.name, "timeout").inc()
+                self.metrics.queue_rejected.labels(slot.name, "timeout").inc()
                 raise WaitExceeded(
                     f"`{label}` is not loaded yet after {self.settings.queue_wait_s:g} s of waiting; try again later.",
                     retry_after=self._retry_after(slot),
@@ -269,6 +342,9 @@ class Scheduler:
             return lease
         finally:
             self._waiting -= 1
+            self._queued[holder] -= 1
+            if self._queued[holder] <= 0:
+                del self._queued[holder]
             with contextlib.suppress(ValueError):
                 waiter.slot.waiters.remove(waiter)
             self._show_depth(waiter.slot)
@@ -276,6 +352,10 @@ class Scheduler:
                 self._abandon(waiter)
 
     def release(self, lease: Lease) -> None:
+        self._let_go(lease.holder)
+        self._give_back(lease)
+
+    def _give_back(self, lease: Lease) -> None:
         slot = lease._slot
         slot.in_flight -= 1
         slot.last_used = self.clock()
@@ -283,19 +363,19 @@ class Scheduler:
         if slot.in_flight == 0:
             slot.idle.set()
 
-    def _lease(self, slot: _Slot, alias: str, waited: float) -> Lease:
+    def _lease(self, slot: _Slot, alias: str, waited: float, holder: str) -> Lease:
         slot.in_flight += 1
         slot.idle.clear()
         slot.last_used = self.clock()
         self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
         self.metrics.queue_wait.labels(slot.name, alias).observe(waited)
-        return Lease(slot.model, alias, waited, slot)
+        return Lease(slot.model, alias, waited, slot, holder)
 
     def _abandon(self, waiter: _Waiter) -> None:
         """A waiter that gave up (timeout, client gone): a lease granted meanwhile goes back."""
         future = waiter.future
         if future.done() and not future.cancelled() and future.exception() is None:
-            self.release(future.result())
+            self._give_back(future.result())  # acquire() lets go of the holder's count
         else:
             future.cancel()
 
@@ -304,7 +384,7 @@ class Scheduler:
         while slot.waiters:
             waiter = slot.waiters.popleft()
             if not waiter.future.done():
-                waiter.future.set_result(self._lease(slot, waiter.alias, now - waiter.since))
+                waiter.future.set_result(self._lease(slot, waiter.alias, now - waiter.since, waiter.holder))
         self._show_depth(slot)
 
     def _fail(self, slot: _Slot, error: Refused) -> None:
@@ -408,48 +488,91 @@ class Scheduler:
             await asyncio.sleep(NOT_YET_POLL_S)  # the lock is free meanwhile: other loads and drains go on
 
     async def _try_bring_up(self, slot: _Slot) -> bool:
-        """One attempt under the lock; True: the loader said NotYet, try again shortly."""
-        async with self._lock:
-            if slot.retired:
-                if slot.phase is Phase.LOADING:
-                    slot.phase = Phase.UNLOADED
-                return False
-            if slot.phase is Phase.LOADED:
-                self._grant(slot)
-                return False
-            if not slot.waiters and slot.model.mode is not Mode.PINNED and not self._wanted(slot):
-                if slot.phase is Phase.LOADING:
-                    slot.phase = Phase.UNLOADED
-                return False  # everyone who asked gave up meanwhile
-            evicted: list[_Slot] = []
-            try:
-                await self._make_room(slot, evicted)
-                await self._load(slot)
-            except NotYet:
-                slot.phase = Phase.LOADING
-                return True
-            except LoadFailed as error:
-                self.metrics.loads.labels(slot.name, error.result).inc()
-                log.warning("front door: %s", error.message)
-                self._fail(slot, error)
-                self._flip(slot)
-                await self._restore(evicted)
-                return False
-            self._grant(slot)
-            self._flip(slot)
+        """One attempt; True: the loader said NotYet, try again shortly. Room is decided under
+        the lock (the slot's planned bytes reserved); the load runs outside it, beside others."""
+        evicted: list[_Slot] = []
+        while True:
+            async with self._lock:
+                if slot.retired:
+                    if slot.phase is Phase.LOADING:
+                        slot.phase = Phase.UNLOADED
+                    return False
+                if slot.phase is Phase.LOADED:
+                    self._grant(slot)
+                    return False
+                if not slot.waiters and slot.model.mode is not Mode.PINNED and not self._wanted(slot):
+                    if slot.phase is Phase.LOADING:
+                        slot.phase = Phase.UNLOADED
+                    return False  # everyone who asked gave up meanwhile
+                loads_done = self._loads_done
+                try:
+                    room = await self._make_room(slot, evicted)
+                except LoadFailed as error:
+                    await self._failed(slot, error, evicted)
+                    return False
+                if room:
+                    if not self._loading:
+                        self._before_loads = dict(await self._measured())
+                    slot.phase = Phase.LOADING
+                    self._loading[slot.name] = _need(slot)
+                    break
+            await loads_done.wait()  # it may fit once the loads running now have taken their share
+        error: LoadFailed | None = None
+        not_yet = False
+        try:
+            await self._load(slot)
+        except NotYet:
+            not_yet = True
+        except LoadFailed as failed:
+            error = failed
+        finally:
+            need = self._loading.pop(slot.name, {})
+            if slot.phase is Phase.LOADED:  # what it takes is now taken: measured, no longer planned
+                for device, size in need.items():
+                    self._before_loads[device] = self._before_loads.get(device, 0) - size
+            if not self._loading:
+                self._before_loads = {}
+            self._loads_done.set()
+            self._loads_done = asyncio.Event()
+        if not_yet:
+            slot.phase = Phase.LOADING
+            return True
+        if error is not None:
+            async with self._lock:
+                await self._failed(slot, error, evicted)
             return False
+        self._grant(slot)
+        self._flip(slot)
+        return False
+
+    async def _failed(self, slot: _Slot, error: LoadFailed, evicted: list[_Slot]) -> None:
+        """Answer `slot`'s waiting requests with `error`; load back what was unloaded for it (under the lock)."""
+        self.metrics.loads.labels(slot.name, error.result).inc()
+        log.warning("front door: %s", error.message)
+        self._fail(slot, error)
+        self._flip(slot)
+        await self._restore(evicted)
 
     async def _load(self, slot: _Slot) -> None:
         slot.phase = Phase.LOADING
         started = self.clock()
+        deadline = self.settings.load_timeout_s
         try:
-            await self.loader.load(slot.name)
+            async with asyncio.timeout(deadline) as timer:
+                await self.loader.load(slot.name)
         except asyncio.CancelledError:
             slot.phase = Phase.UNLOADED
             raise
         except NotYet:
             raise
         except Exception as exc:
+            if timer.expired():
+                await self._stop_late(slot)
+                raise LoadTimedOut(
+                    f"`{slot.name}` did not load within {deadline:g} s, the front door's load deadline; "
+                    "its start was stopped.",
+                    retry_after=self._retry_after(slot),
+                ) from exc
             slot.phase = Phase.UNLOADED
             why = (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
             raise LoadFailed(f"`{slot.name}` could not be loaded: {why}", retry_after=self._retry_after(slot)) from exc
@@ -461,27 +584,52 @@ class Scheduler:
         self.metrics.loaded.labels(slot.name).set(1)
         log.info("front door: loaded %s in %.1f s", slot.name, slot.last_load_s)
 
-    async def _free(self) -> Mapping[str, int]:
+    async def _stop_late(self, slot: _Slot) -> None:
+        """A load past its deadline was cancelled: whatever it started is stopped, its memory released."""
+        try:
+            await self.loader.unload(slot.name)
+        except Exception:
+            log.exception("front door: stopping %s after its load deadline failed", slot.name)
+        finally:
+            slot.phase = Phase.UNLOADED
+
+    async def _measured(self) -> Mapping[str, int]:
         try:
             free = self.free_memory()
             return await free if inspect.isawaitable(free) else free
         except Exception as exc:
             raise LoadFailed(f"the host's free memory could not be read: {exc}") from exc
 
+    async def _free(self) -> Mapping[str, int]:
+        """Free bytes per device for the next load. While others load: what was free before they
+        began less their planned bytes (an engine half up has taken only part of its share yet),
+        or what is measured now when that is less."""
+        measured = await self._measured()
+        if not self._loading:
+            return measured
+        left = dict(self._before_loads)
+        for need in self._loading.values():
+            for device, size in need.items():
+                left[device] = left.get(device, 0) - size
+        return {device: min(measured.get(device, 0), left.get(device, 0)) for device in {*measured, *left}}
+
     @staticmethod
     def _shortfall(need: Mapping[str, int], free: Mapping[str, int]) -> dict[str, int]:
         return {device: size - free.get(device, 0) for device, size in need.items() if size > free.get(device, 0)}
 
-    async def _make_room(self, slot: _Slot, evicted: list[_Slot]) -> None:
+    async def _make_room(self, slot: _Slot, evicted: list[_Slot]) -> bool:
         """Unload least recently used on-demand models until `slot`'s planned bytes fit, or raise
-        NoRoom (before unloading anything) when even unloading all of them would not do."""
-        need = {device: size for device, size in slot.model.memory.items() if size > 0}
+        NoRoom (before unloading anything) when even unloading all of them would not do. False:
+        it does not fit beside the loads running now; ask again once one has ended."""
+        need = _need(slot)
         if not need:
-            return
+            return True
         free = await self._free()
         short = self._shortfall(need, free)
         if not short:
-            return
+            return True
+        if self._loading:
+            return False
         candidates = sorted(
             (
                 other
@@ -515,6 +663,7 @@ class Scheduler:
             if self.clock() >= deadline:
                 raise NoRoom(self._no_room(slot, need, free, Counter()), retry_after=self._retry_after(slot))
             await asyncio.sleep(0.1)
+        return True
 
     def _no_room(self, slot: _Slot, need: Mapping[str, int], free: Mapping[str, int], freed: Counter[str]) -> str:
         parts = [
@@ -609,10 +758,15 @@ class Scheduler:
         slot = self._slots.get(name)
         if slot is None:
             return True
-        async with self._lock:
-            if slot.phase is not Phase.LOADED:
-                return True
-            return await self._unload(slot, reason)
+        while True:
+            while slot.name in self._loading:  # a load under way ends first (loaded, then unloaded here)
+                await self._loads_done.wait()
+            async with self._lock:
+                if slot.name in self._loading:
+                    continue
+                if slot.phase is not Phase.LOADED:
+                    return True
+                return await self._unload(slot, reason)
 
     # -- idle and removed models ------------------------------------------------------------------
 
@@ -662,6 +816,18 @@ class Scheduler:
 
     def loaded(self) -> set[str]:
         return {name for name, slot in self._slots.items() if slot.phase is Phase.LOADED}
+
+
+def _need(slot: _Slot) -> dict[str, int]:
+    return {device: size for device, size in slot.model.memory.items() if size > 0}
+
+
+def _requests(count: int) -> str:
+    return "1 request" if count == 1 else f"{count} requests"
+
+
+def _who(holder: str) -> str:
+    return holder[:1].upper() + holder[1:] if holder else "This client"
 
 
 def _size(size: float) -> str:

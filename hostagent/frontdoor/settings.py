@@ -13,6 +13,10 @@ QUEUE_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_MAX"
 QUEUE_WAIT_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT"
 DRAIN_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_DRAIN_TIMEOUT"
 MEMORY_SETTLE_ENV = "CONTROLPANEL_FRONT_DOOR_MEMORY_SETTLE"
+# One key's share of the door, and a load's own deadline (issue 37).
+KEY_INFLIGHT_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX"
+KEY_QUEUE_SHARE_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"
+LOAD_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT"
 
 
 class SettingsError(ValueError):
@@ -27,6 +31,11 @@ class FrontDoorSettings:
     queue_wait_s: float = 300.0  # longest a request waits for its model before a 503
     drain_timeout_s: float = 120.0  # longest an unload waits for the model's requests in flight
     memory_settle_s: float = 10.0  # after unloading, how long freed memory may take to show as free
+    # One key's share of the door, and a load's own deadline (issue 37). A "key" is an inference
+    # key; on an open door (no keys), each client address counts as one.
+    key_inflight_max: int = 32  # requests one key may have answered or waiting at once; 0: no cap
+    key_queue_share: float = 0.5  # the fraction of `queue_max` one key's waiting requests may take
+    load_timeout_s: float = 900.0  # longest one load may take (start to health) before it fails
 
     @property
     def bind(self) -> str:
@@ -42,6 +51,10 @@ class FrontDoorSettings:
             queue_wait_s=_number(environ, QUEUE_WAIT_ENV, cls.queue_wait_s, minimum=0.0),
             drain_timeout_s=_number(environ, DRAIN_TIMEOUT_ENV, cls.drain_timeout_s, minimum=0.0),
             memory_settle_s=_number(environ, MEMORY_SETTLE_ENV, cls.memory_settle_s, minimum=0.0),
+            # One key's share of the door, and a load's own deadline (issue 37).
+            key_inflight_max=int(_number(environ, KEY_INFLIGHT_MAX_ENV, cls.key_inflight_max, minimum=0)),
+            key_queue_share=_share(environ),
+            load_timeout_s=_number(environ, LOAD_TIMEOUT_ENV, cls.load_timeout_s, minimum=1.0),
         )
 
 
@@ -65,3 +78,10 @@ def _number(environ: Mapping[str, str], name: str, default: float, *, minimum: f
     if not math.isfinite(value) or value < minimum:
         raise SettingsError(f"{name} must be at least {minimum}, not {raw!r}")
     return value
+
+
+def _share(environ: Mapping[str, str]) -> float:
+    share = _number(environ, KEY_QUEUE_SHARE_ENV, FrontDoorSettings.key_queue_share, minimum=0.0)
+    if not 0 < share <= 1:
+        raise SettingsError(f"{KEY_QUEUE_SHARE_ENV} must be above 0 and at most 1, not {share:g}")
+    return share

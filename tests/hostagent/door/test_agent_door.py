@@ -195,6 +195,37 @@ def test_room_is_the_hosts_real_free_memory_in_bytes(world: World) -> None:
     assert world.state_of()["gemma-r1"]["phase"] == "loaded"
 
 
+def test_a_load_past_the_doors_deadline_stops_the_engine_its_start_brings_up(world: World) -> None:
+    """The agent's start runs in a thread the door cannot cancel: once it returns, the engine it
+    brought up is stopped, so a load past its deadline holds no memory; the next load works."""
+    late = launch(7, ctx=1024, port=free_port())
+    world.service.apply(world.answer(world.pinned(), model("late", late, "on-demand"), version="v5-late"))
+    door = world.service.door
+    assert door is not None
+    door.update_limits(load_timeout_s=0.2)  # Gemma takes seconds to start here
+    try:
+        body = {"model": "late", "messages": ASK, "max_tokens": 2}
+        answer = httpx.post(f"{world.url}/v1/chat/completions", json=body, timeout=60)
+        error = answer.json()["error"]
+        assert answer.status_code == 503 and error["code"] == "model_load_timeout"
+        assert error["message"].startswith("`late` did not load within 0.2 s, the front door's load deadline")
+        sup = world.ondemand(7)
+        deadline = time.monotonic() + 60
+        while not sup.status().running:  # the start goes on (it began before the deadline passed)
+            assert time.monotonic() < deadline, "the abandoned load's engine never started"
+            time.sleep(0.05)
+        while sup.status().running:
+            assert time.monotonic() < deadline, "the engine of the abandoned load still runs"
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert not sup.status().running and world.service.loader.running() == set()
+        assert world.state_of()["late"]["phase"] == "unloaded"
+    finally:
+        door.update_limits(load_timeout_s=120)
+    assert world.client().chat.completions.create(model="late", messages=ASK, max_tokens=2).model == "gemma-r7"
+    assert world.service.loader.running() == {"late"}
+
+
 def test_an_on_demand_engine_that_dies_loads_again_on_the_next_request(world: World) -> None:
     world.service.apply(world.both("v6"))
     assert world.client().chat.completions.create(model="fast", messages=ASK, max_tokens=2).model == "gemma-r2"

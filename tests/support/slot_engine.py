@@ -1,0 +1,102 @@
+"""A stand-in engine for front door tests that need an engine's timing rather than its words: a
+real process, started by the front door's ProcessLoader as llama-server is, that replays how
+llama-server schedules and starts:
+
+- `--slots N` (llama-server's `-np`): at most N requests generate at once; the rest wait in the
+  engine's own queue, first come first served. This is why one client's many streams hold up
+  everyone else's requests behind them.
+- `--token-s T`: each token takes T seconds.
+- `--ready-after S`: it listens at once, but GET /health answers 503 "Loading model" for S
+  seconds (llama-server's answer while it reads the weights), then 200.
+
+POST /v1/chat/completions answers as llama-server's OpenAI API does: a chat completion with its
+usage, or with `"stream": true` one chunk per token, a last chunk with the finish reason, the
+usage in a chunk of its own when `stream_options.include_usage` asks, then `data: [DONE]`.
+
+    python tests/support/slot_engine.py --port 8123 --slots 4 --token-s 0.05 --ready-after 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+HERE = Path(__file__).resolve()
+
+
+def command(port: int, *, slots: int = 4, token_s: float = 0.05, ready_after: float = 0.0) -> tuple[str, ...]:
+    """The argv that starts one, for a ProcessLoader Command."""
+    return (
+        sys.executable, str(HERE), "--port", str(port), "--slots", str(slots),
+        "--token-s", str(token_s), "--ready-after", str(ready_after),
+    )  # fmt: skip
+
+
+def _event(data: dict[str, Any] | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def app(slots: int, token_s: float, ready_after: float) -> web.Application:
+    running = asyncio.Semaphore(slots)  # FIFO: waiting requests get slots in the order they came
+    ready_at = time.monotonic() + ready_after
+
+    async def health(request: web.Request) -> web.Response:
+        if time.monotonic() < ready_at:
+            return web.json_response({"error": {"code": 503, "message": "Loading model"}}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        tokens = int(body.get("max_tokens") or 16)
+        model = str(body.get("model", ""))
+        created = int(time.time())
+        usage = {"prompt_tokens": 5, "completion_tokens": tokens, "total_tokens": 5 + tokens}
+        base = {"id": "chatcmpl-slot", "created": created, "model": model}
+        async with running:
+            if body.get("stream") is not True:
+                await asyncio.sleep(token_s * tokens)
+                message = {"role": "assistant", "content": "x" * tokens}
+                choice = {"index": 0, "message": message, "finish_reason": "length"}
+                return web.json_response({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            chunk = {**base, "object": "chat.completion.chunk"}
+            for _ in range(tokens):
+                await asyncio.sleep(token_s)
+                await response.write(_event({**chunk, "choices": [{"index": 0, "delta": {"content": "x"}}]}))
+            end = {"index": 0, "delta": {}, "finish_reason": "length"}
+            await response.write(_event({**chunk, "choices": [end]}))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                await response.write(_event({**chunk, "choices": [], "usage": usage}))
+            await response.write(_event("[DONE]"))
+            await response.write_eof()
+            return response
+
+    application = web.Application()
+    application.router.add_get("/health", health)
+    application.router.add_post("/v1/chat/completions", chat)
+    return application
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--token-s", type=float, default=0.05)
+    parser.add_argument("--ready-after", type=float, default=0.0)
+    args = parser.parse_args()
+    web.run_app(
+        app(args.slots, args.token_s, args.ready_after), host="127.0.0.1", port=args.port, print=None,
+        handle_signals=True,
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
