@@ -507,8 +507,8 @@ class Scheduler:
                 loads_done = self._loads_done
                 try:
                     room = await self._make_room(slot, evicted)
-                except LoadFailed as error:
-                    await self._failed(slot, error, evicted)
+                except LoadFailed as no_room:
+                    await self._failed(slot, no_room, evicted)
                     return False
                 if room:
                     if not self._loading:
