@@ -13,12 +13,9 @@ key, a key's other model, a body too large); about 30 s in all on a loaded machi
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +27,7 @@ from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingT
 from hostagent.frontdoor.keys import InferenceKey
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from serving.lab_routes import Door, LabRoutes
+from tests.support.event_loop import LoopThread
 
 SECRET = "cpk_fuzz-secret-4hXk"
 NAMES = ["lazy", "coder", "LAZY", "lazy ", "", "../etc/passwd", "lazy\x00", "é" * 300, "a" * 70_000]
@@ -55,23 +53,6 @@ authorizations = st.one_of(
 )
 
 
-class Loop:
-    """An event loop in its own thread, as the door and the router each run in their own process."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("door-logs")
@@ -80,7 +61,7 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     table = RoutingTable((ServedModel(name="lazy", upstream="http://127.0.0.1:9", aliases=("coder",)),))
     keys = KeyTable((InferenceKey(name="fuzz", sha256=hash_key(SECRET), models=frozenset({"lazy"})),))
     settings_ = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5.0)
-    loop = Loop()
+    loop = LoopThread()
 
     async def start() -> FrontDoor:
         served = FrontDoor(table, loader, lambda: {"ram": 1 << 40}, settings_, keys=keys)
@@ -105,7 +86,7 @@ def router() -> Iterator[str]:
     async def read() -> LabRoutes:
         return table
 
-    loop = Loop()
+    loop = LoopThread()
     served = Router(read, port=0, refresh_s=60)
     loop.call(served.start())
     try:

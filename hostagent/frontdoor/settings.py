@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .limits import ConnectionLimits
 
 __all__ = ["FrontDoorSettings", "SettingsError"]
 
@@ -13,6 +15,13 @@ QUEUE_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_MAX"
 QUEUE_WAIT_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT"
 DRAIN_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_DRAIN_TIMEOUT"
 MEMORY_SETTLE_ENV = "CONTROLPANEL_FRONT_DOOR_MEMORY_SETTLE"
+# Connections and /metrics (limits.py; docs/front-door.md, "Connections").
+HEADER_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_HEADER_TIMEOUT"
+BODY_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_BODY_TIMEOUT"
+IDLE_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_IDLE_TIMEOUT"
+MAX_CONNECTIONS_ENV = "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS"
+MAX_CONNECTIONS_PER_PEER_ENV = "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS_PER_PEER"
+METRICS_TOKEN_ENV = "CONTROLPANEL_FRONT_DOOR_METRICS_TOKEN"  # noqa: S105 - its name, not a token
 
 
 class SettingsError(ValueError):
@@ -28,9 +37,28 @@ class FrontDoorSettings:
     drain_timeout_s: float = 120.0  # longest an unload waits for the model's requests in flight
     memory_settle_s: float = 10.0  # after unloading, how long freed memory may take to show as free
 
+    # --- Connections and /metrics: what one client may hold of the door (limits.py says each) ---
+    header_timeout_s: float = ConnectionLimits.header_timeout_s
+    body_timeout_s: float = ConnectionLimits.body_timeout_s
+    idle_timeout_s: float = ConnectionLimits.idle_timeout_s
+    max_connections: int = ConnectionLimits.max_connections
+    # The lab router is one address carrying the whole lab's requests: room for a full queue.
+    max_connections_per_peer: int = 256
+    metrics_token: str = field(default="", repr=False)  # set: GET /metrics needs `Authorization: Bearer <token>`
+
     @property
     def bind(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+            max_connections=self.max_connections,
+            max_connections_per_peer=self.max_connections_per_peer,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> FrontDoorSettings:
@@ -42,6 +70,15 @@ class FrontDoorSettings:
             queue_wait_s=_number(environ, QUEUE_WAIT_ENV, cls.queue_wait_s, minimum=0.0),
             drain_timeout_s=_number(environ, DRAIN_TIMEOUT_ENV, cls.drain_timeout_s, minimum=0.0),
             memory_settle_s=_number(environ, MEMORY_SETTLE_ENV, cls.memory_settle_s, minimum=0.0),
+            # Connections and /metrics
+            header_timeout_s=_number(environ, HEADER_TIMEOUT_ENV, cls.header_timeout_s, minimum=0.1),
+            body_timeout_s=_number(environ, BODY_TIMEOUT_ENV, cls.body_timeout_s, minimum=0.1),
+            idle_timeout_s=_number(environ, IDLE_TIMEOUT_ENV, cls.idle_timeout_s, minimum=0.1),
+            max_connections=int(_number(environ, MAX_CONNECTIONS_ENV, cls.max_connections, minimum=1)),
+            max_connections_per_peer=int(
+                _number(environ, MAX_CONNECTIONS_PER_PEER_ENV, cls.max_connections_per_peer, minimum=1)
+            ),
+            metrics_token=(environ.get(METRICS_TOKEN_ENV) or "").strip(),
         )
 
 
