@@ -29,4 +29,7 @@ class ConnectionLimits:
     # Connections open at once, all clients together; past it a new one gets 503 and is closed.
     max_connections: int = 512
     # Connections open at once from one client address; past it a new one gets 503 and is closed.
-    max_connections_per_peer: int = 64
+    # Half the total: one address never takes the whole server, and the lab router (one address at
+    # each door) or a proxy in front of the router (one address for every client) has room for a
+    # full queue.
+    max_connections_per_peer: int = 256

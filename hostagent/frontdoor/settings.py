@@ -42,8 +42,7 @@ class FrontDoorSettings:
     body_timeout_s: float = ConnectionLimits.body_timeout_s
     idle_timeout_s: float = ConnectionLimits.idle_timeout_s
     max_connections: int = ConnectionLimits.max_connections
-    # The lab router is one address carrying the whole lab's requests: room for a full queue.
-    max_connections_per_peer: int = 256
+    max_connections_per_peer: int = ConnectionLimits.max_connections_per_peer
     metrics_token: str = field(default="", repr=False)  # set: GET /metrics needs `Authorization: Bearer <token>`
 
     @property
