@@ -1,11 +1,12 @@
 """Strangers trying to stall the data plane: a host's front door and the lab router, each on
 loopback in its own event loop, with small connection bounds (hostagent/frontdoor/limits.py).
 
-The attacker connects from 127.0.0.2 (another address on loopback, so another peer), the keyed
-client from 127.0.0.1. What the attacker sends is what took every file descriptor of a door:
-`POST /v1/chat/completions HTTP/1.1`, a Host header, and nothing more. The door's one model names
-a command that exits at once and the router's one door refuses connections, so nothing here needs
-an engine: the keyed client asks `/v1/models`, which each answers itself.
+The attacker is a process of its own (tests/support/half_sent.py) that connects from 127.0.0.2
+(another address on loopback, so another peer); the keyed client is this test, from 127.0.0.1.
+What the attacker sends is what took every file descriptor of a door: `POST /v1/chat/completions
+HTTP/1.1`, a Host header, and nothing more. The door's one model names a command that exits at
+once and the router's one door refuses connections, so nothing here needs an engine: the keyed
+client asks `/v1/models`, which each answers itself.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from hostagent.frontdoor.launcher import Command, ProcessLoader
 from hostagent.frontdoor.limits import ConnectionLimits
 from serving.lab_routes import Door, LabRoutes
 from tests.support.event_loop import LoopThread
+from tests.support.half_sent import code as error_code
+from tests.support.half_sent import status
 from tests.support.panel import ROOT
 
 SECRET = "cpk_limits-secret-9Qw"
@@ -121,14 +124,6 @@ def attack(port: int, count: int = ATTACK, within: float = 15.0) -> Iterator[Cal
     finally:
         proc.kill()
         proc.wait(10)
-
-
-def status(answer: bytes) -> int:
-    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
-
-
-def error_code(answer: bytes) -> str:
-    return str(json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"])
 
 
 def keyed_models(url: str) -> tuple[int, float]:
@@ -244,9 +239,12 @@ def test_json_nested_too_deep_is_a_bad_body_not_a_crash(serve: Callable[..., Ser
     for body in (DEEP, b'{"model": "lazy", "x": ' + DEEP + b"}", nested(65)):
         answer = httpx.post(chat, content=body, headers=KEY, timeout=10)
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_body", answer.text[:200]
-    # 64 deep is parsed: the request goes on (the door's model fails to load; the router's door is down).
-    answer = httpx.post(chat, content=nested(64), headers=KEY, timeout=10)
-    assert answer.status_code == 503 and answer.json()["error"]["code"] in ("model_load_failed", "no_route")
+    # 64 deep is parsed, and so are brackets inside a string: the request goes on (the door's model
+    # fails to load; the router's door is down).
+    text = json.dumps({"model": "lazy", "messages": [{"role": "user", "content": "[{" * 50_000}]}).encode()
+    for body in (nested(64), text):
+        answer = httpx.post(chat, content=body, headers=KEY, timeout=10)
+        assert answer.status_code == 503 and answer.json()["error"]["code"] in ("model_load_failed", "no_route")
     assert httpx.get(f"{served.url}/health", timeout=5).status_code == 200
 
 
