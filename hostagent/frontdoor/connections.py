@@ -214,4 +214,4 @@ class GuardedSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connections.protocol, self.host, self.port)
+        self._server = await loop.create_server(self.connections.protocol, self.host, self.port, backlog=self._backlog)
