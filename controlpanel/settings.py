@@ -391,3 +391,14 @@ if not ROUTER_URL and ROUTER_HOST is not None:
 # may be before the router stops sending it requests (doors report every CONTROLPANEL_AGENT_SERVING_S).
 ROUTER_REFRESH_S = env_number("CONTROLPANEL_ROUTER_REFRESH_S", 5.0, 0.2, 300, cast=float)
 ROUTER_STALE_S = env_number("CONTROLPANEL_ROUTER_STALE_S", 30.0, 1, 86_400, cast=float)
+# What one client may hold of the router (hostagent/frontdoor/limits.py; docs/front-door.md,
+# "Connections"): a request head within HEADER_TIMEOUT_S of connecting, a body within
+# BODY_TIMEOUT_S of its head, idle keep-alive connections closed after IDLE_TIMEOUT_S; connections
+# capped in all and per client address (past a cap: 503, closed). METRICS_TOKEN, when set, is the
+# bearer token GET /metrics needs.
+ROUTER_HEADER_TIMEOUT_S = env_number("CONTROLPANEL_ROUTER_HEADER_TIMEOUT_S", 10.0, 0.1, 3600, cast=float)
+ROUTER_BODY_TIMEOUT_S = env_number("CONTROLPANEL_ROUTER_BODY_TIMEOUT_S", 60.0, 0.1, 3600, cast=float)
+ROUTER_IDLE_TIMEOUT_S = env_number("CONTROLPANEL_ROUTER_IDLE_TIMEOUT_S", 30.0, 0.1, 3600, cast=float)
+ROUTER_MAX_CONNECTIONS = env_number("CONTROLPANEL_ROUTER_MAX_CONNECTIONS", 512, 1, 1_000_000)
+ROUTER_MAX_CONNECTIONS_PER_PEER = env_number("CONTROLPANEL_ROUTER_MAX_CONNECTIONS_PER_PEER", 256, 1, 1_000_000)
+ROUTER_METRICS_TOKEN = env.str("CONTROLPANEL_ROUTER_METRICS_TOKEN", default="").strip()

@@ -7,18 +7,22 @@ message, and the process serves on (its /health answers after every example). Th
 names a command that exits at once, so a request that reaches it runs the real failed-load path
 (503 with the reason); the router's one door refuses connections (503 `no_route`).
 
+Both run with a metrics token (401 without it) and their connection bounds; bodies include JSON
+nested any depth up to 100,000 (400 `invalid_body` past 64 levels, never a RecursionError's 500).
+The connection settings themselves are drawn too: any value in the environment makes settings
+within their bounds, or a SettingsError naming the variable.
+
 Examples per property: 100, and the explicit ones each path must see (the failed load, an alias, no
-key, a key's other model, a body too large); about 30 s in all on a loaded machine.
+key, a key's other model, a body too large, a body 100,000 deep); about 30 s in all on a loaded
+machine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -29,10 +33,13 @@ from controlpanel.router.app import Router
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
 from hostagent.frontdoor.launcher import Command, ProcessLoader
+from hostagent.frontdoor.settings import SettingsError
 from serving.lab_routes import Door, LabRoutes
+from tests.support.event_loop import LoopThread
 
 SECRET = "cpk_fuzz-secret-4hXk"
 NAMES = ["lazy", "coder", "LAZY", "lazy ", "", "../etc/passwd", "lazy\x00", "é" * 300, "a" * 70_000]
+METRICS_TOKEN = "scrape-fuzz-token"
 PATHS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/../metrics", "/v2/x", "/"]
 
 json_values = st.recursive(
@@ -40,8 +47,19 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
+
+
+def nested(depth: int, opener: bytes) -> bytes:
+    closer = b"]" if opener == b"[" else b"}"
+    inner = b'"a": ' if opener == b"{" else b""
+    return (opener + inner) * depth + b"0" * (opener == b"[") + b"null" * (opener == b"{") + closer * depth
+
+
+deep_bodies = st.builds(nested, st.integers(1, 100_000), st.sampled_from([b"[", b"{"]))
 bodies = st.one_of(
     st.binary(max_size=400),
+    deep_bodies,
+    deep_bodies.map(lambda b: b'{"model": "lazy", "messages": ' + b + b"}"),
     json_values.map(lambda v: json.dumps(v).encode()),
     st.fixed_dictionaries(
         {"model": st.sampled_from(NAMES) | json_values},
@@ -51,25 +69,9 @@ bodies = st.one_of(
 authorizations = st.one_of(
     st.none(),
     st.just(f"Bearer {SECRET}"),
+    st.just(f"Bearer {METRICS_TOKEN}"),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=60).map(str.strip),  # as sent
 )
-
-
-class Loop:
-    """An event loop in its own thread, as the door and the router each run in their own process."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +81,8 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     loader = ProcessLoader({"lazy": Command(("/bin/false",), "http://127.0.0.1:9/health")}, log_dir=Path(logs))
     table = RoutingTable((ServedModel(name="lazy", upstream="http://127.0.0.1:9", aliases=("coder",)),))
     keys = KeyTable((InferenceKey(name="fuzz", sha256=hash_key(SECRET), models=frozenset({"lazy"})),))
-    settings_ = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5.0)
-    loop = Loop()
+    settings_ = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5.0, metrics_token=METRICS_TOKEN)
+    loop = LoopThread()
 
     async def start() -> FrontDoor:
         served = FrontDoor(table, loader, lambda: {"ram": 1 << 40}, settings_, keys=keys)
@@ -105,8 +107,8 @@ def router() -> Iterator[str]:
     async def read() -> LabRoutes:
         return table
 
-    loop = Loop()
-    served = Router(read, port=0, refresh_s=60)
+    loop = LoopThread()
+    served = Router(read, port=0, refresh_s=60, metrics_token=METRICS_TOKEN)
     loop.call(served.start())
     try:
         yield f"http://127.0.0.1:{served.port}"
@@ -144,6 +146,9 @@ def chosen(test: Callable[..., None]) -> Callable[..., None]:
         ("POST", CHAT, ASK, None),
         ("POST", CHAT, ASK.replace(b"coder", b"other"), KEY),
         ("POST", CHAT, b'{"model": "coder", "pad": "' + b"x" * (64 << 20) + b'"}', KEY),
+        ("POST", CHAT, b"[" * 100_000 + b"]" * 100_000, KEY),
+        ("POST", CHAT, b'{"model": "lazy", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", KEY),
+        ("GET", "/v1/../metrics", b"", f"Bearer {METRICS_TOKEN}"),
     ]:
         test = example(method=method, path=path, body=body, authorization=authorization)(test)
     return test
@@ -167,3 +172,35 @@ def test_the_door_and_the_router_answer_anything_with_a_reason_and_serve_on(
     # 503: at the door, the model's load failed (its engine exits); at the router, the only door
     # that serves the name refuses connections (no_route). 413: too large. 4xx: refused, with the reason.
     check(request.getfixturevalue(server), method, path, body, authorization, lambda code: code < 500 or code == 503)
+
+
+CONNECTION_SETTINGS = {
+    "CONTROLPANEL_FRONT_DOOR_HEADER_TIMEOUT": ("header_timeout_s", 0.1),
+    "CONTROLPANEL_FRONT_DOOR_BODY_TIMEOUT": ("body_timeout_s", 0.1),
+    "CONTROLPANEL_FRONT_DOOR_IDLE_TIMEOUT": ("idle_timeout_s", 0.1),
+    "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS": ("max_connections", 1),
+    "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS_PER_PEER": ("max_connections_per_peer", 1),
+}
+setting_values = st.one_of(
+    st.text(max_size=12),
+    st.floats().map(str),
+    st.integers(-10, 10**6).map(str),
+    st.sampled_from(["0", "0.05", "0.1", "1e309", "nan", "-inf", " 5 ", "10s", "1_000"]),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(environ=st.dictionaries(st.sampled_from(sorted(CONNECTION_SETTINGS)), setting_values))
+def test_any_connection_setting_makes_bounded_settings_or_names_the_variable(environ: dict[str, str]) -> None:
+    try:
+        made = FrontDoorSettings.from_env(environ)
+    except SettingsError as exc:
+        assert any(name in str(exc) for name in environ)
+        return
+    limits = made.connection_limits
+    for name, (field_name, minimum) in CONNECTION_SETTINGS.items():
+        value = getattr(limits, field_name)
+        assert math.isfinite(value) and value >= minimum
+        if name not in environ or not environ[name].strip():
+            assert value == getattr(FrontDoorSettings, field_name)
+    assert isinstance(limits.max_connections, int) and isinstance(limits.max_connections_per_peer, int)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from aiohttp import web
 
 from hostagent.frontdoor.keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from hostagent.frontdoor.proxy import CLIENT_GONE, error_response
-from hostagent.frontdoor.server import listen
+from hostagent.frontdoor.server import ConnectionLimits, bearer_only, listen, parse_json, read_body
 from serving.lab_routes import LabRoutes, Route
 
 from .forward import STREAM, Doors
@@ -47,7 +46,8 @@ class Asked:
 
 
 class Router:
-    """`start()` reads the route table and listens; it is read again every `refresh_s` seconds."""
+    """`start()` reads the route table and listens, within `limits`; the table is read again every
+    `refresh_s` seconds. With a `metrics_token`, GET /metrics needs `Authorization: Bearer <token>`."""
 
     def __init__(
         self,
@@ -56,8 +56,11 @@ class Router:
         host: str = "127.0.0.1",
         port: int = 4100,
         refresh_s: float = 5.0,
+        limits: ConnectionLimits | None = None,
+        metrics_token: str = "",
     ) -> None:
         self.read_routes, self.host, self.port, self.refresh_s = read_routes, host, port, refresh_s
+        self.limits, self.metrics_token = limits or ConnectionLimits(), metrics_token
         self.table = LabRoutes()
         self.keys = KeyTable()
         self.read_at: float | None = None
@@ -77,7 +80,11 @@ class Router:
         self._doors = Doors()
         self._runner, self.port = await listen(
             self.host, self.port, inference=self._inference, not_found=self._not_found,
-            gets={"/v1/models": self._models, "/metrics": self._metrics, "/health": self._health},
+            gets={
+                "/v1/models": self._models, "/metrics": bearer_only(self._metrics, self.metrics_token),
+                "/health": self._health,
+            },
+            limits=self.limits, name="lab router",
         )  # fmt: skip
         self._follower = asyncio.get_running_loop().create_task(self._follow())
 
@@ -149,9 +156,9 @@ class Router:
         key = self._authenticate(request)
         if isinstance(key, web.Response):
             return key
-        body = await request.read()
+        body = await read_body(request)
         try:
-            payload = json.loads(body)
+            payload = parse_json(body)
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
@@ -215,7 +222,7 @@ class Router:
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        """As the front door's: no key (scrape it from the lab's network)."""
+        """As the front door's: no key (scrape it from the lab's network), or the metrics token."""
         now = time.monotonic()
         down = {url: until > now for url, until in self.down.items()}
         busy = self._doors.in_flight if self._doors is not None else {}

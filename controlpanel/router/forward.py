@@ -38,7 +38,7 @@ class Doors:
     """The router's HTTP client to the front doors."""
 
     def __init__(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 75 s
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 30 s
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         self.in_flight: Counter[str] = Counter()  # door URL -> requests it is answering for us

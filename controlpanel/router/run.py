@@ -1,9 +1,9 @@
 """The lab router's process: `python manage.py router` or `python -m controlpanel.router`.
 
-It reads the panel's settings (CONTROLPANEL_ROUTER_BIND, CONTROLPANEL_ROUTER_REFRESH_S; the
-database the route table comes from), reads the table in one thread of its own (one database
-connection, never on the event loop), and stops on SIGINT or SIGTERM: no new connections,
-answers in flight finish.
+It reads the panel's settings (CONTROLPANEL_ROUTER_BIND, CONTROLPANEL_ROUTER_REFRESH_S, the
+connection bounds and the metrics token; the database the route table comes from), reads the
+table in one thread of its own (one database connection, never on the event loop), and stops on
+SIGINT or SIGTERM: no new connections, answers in flight finish.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+from hostagent.frontdoor.limits import ConnectionLimits
 from serving.binds import split_bind
 from serving.lab_routes import LabRoutes
 
@@ -34,14 +35,14 @@ def read_routes() -> LabRoutes:
     return lab_routes()
 
 
-async def _serve(host: str, port: int, refresh_s: float) -> None:
+async def _serve(host: str, port: int, refresh_s: float, limits: ConnectionLimits, metrics_token: str) -> None:
     loop = asyncio.get_running_loop()
     reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="router-routes")
 
     async def read() -> LabRoutes:
         return await loop.run_in_executor(reader, read_routes)
 
-    router = Router(read, host=host, port=port, refresh_s=refresh_s)
+    router = Router(read, host=host, port=port, refresh_s=refresh_s, limits=limits, metrics_token=metrics_token)
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
@@ -76,4 +77,11 @@ def serve_forever(bind: str | None = None) -> None:
         raise SystemExit("the lab router is off (CONTROLPANEL_ROUTER_BIND=off)")
     else:
         host, port = settings.ROUTER_HOST, settings.ROUTER_PORT
-    asyncio.run(_serve(host, port, settings.ROUTER_REFRESH_S))
+    limits = ConnectionLimits(
+        header_timeout_s=settings.ROUTER_HEADER_TIMEOUT_S,
+        body_timeout_s=settings.ROUTER_BODY_TIMEOUT_S,
+        idle_timeout_s=settings.ROUTER_IDLE_TIMEOUT_S,
+        max_connections=settings.ROUTER_MAX_CONNECTIONS,
+        max_connections_per_peer=settings.ROUTER_MAX_CONNECTIONS_PER_PEER,
+    )
+    asyncio.run(_serve(host, port, settings.ROUTER_REFRESH_S, limits, settings.ROUTER_METRICS_TOKEN))

@@ -20,7 +20,9 @@ proxy needs. Starlette on uvicorn with httpx would add a server and a second cli
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
     usage.py      usage per key, model and day; the usage chunk of a stream
     metrics.py    Prometheus metrics (its Registry is the lab router's too)
-    server.py     the OpenAI routes and listen(), shared with the lab router (controlpanel/router)
+    server.py     the OpenAI routes, listen(), body reading and JSON parsing, shared with the lab router
+    limits.py     ConnectionLimits: header, body and idle timeouts, connection caps (door and router)
+    connections.py  each connection counted, capped per address and in all, cut when its head is late
     app.py        the HTTP routes, FrontDoor, serve() (the agent's entry point)
     launcher.py   a Loader that runs commands, for the bench and `python -m hostagent.frontdoor`
 

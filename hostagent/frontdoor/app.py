@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import os
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from .keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from .metrics import Metrics
 from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
-from .server import listen
+from .server import bearer_only, listen, parse_json, read_body
 from .settings import FrontDoorSettings
 from .table import RoutingTable
 from .usage import OPEN_KEY, UsageLedger, tokens_of
@@ -66,9 +65,10 @@ class FrontDoor:
         self._runner, self.port = await listen(
             self.settings.host, self.settings.port, inference=self._inference, not_found=self._not_found,
             gets={
-                "/v1/models": self._models, "/metrics": self._metrics, "/health": self._health,
-                "/frontdoor/state": self._state, "/frontdoor/usage": self._usage,
+                "/v1/models": self._models, "/metrics": bearer_only(self._metrics, self.settings.metrics_token),
+                "/health": self._health, "/frontdoor/state": self._state, "/frontdoor/usage": self._usage,
             },
+            limits=self.settings.connection_limits,
         )  # fmt: skip
         self.scheduler.start()
 
@@ -121,7 +121,7 @@ class FrontDoor:
             return key
         key_name = key.name if key is not None else OPEN_KEY
         try:
-            payload = json.loads(await request.read())
+            payload = parse_json(await read_body(request))
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):

@@ -2,12 +2,17 @@
 without the agent (`python -m hostagent.frontdoor`). The agent's own loader goes through its
 supervisor (launch, preflight, health gate); this one starts the argv it is given, waits for the
 health URL, and stops the process group (SIGTERM, then SIGKILL after a grace period).
+
+A load that fails says why in the loader's own words (the exit code, the health wait), which the
+front door shows the requests waiting for it; never the engine's log, whose lines may hold its
+`--api-key` or a hub token. Where the log is goes to the door's own log, for the operator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +28,7 @@ from .table import RoutingTable
 
 __all__ = ["Command", "ProcessLoader", "budget_free_memory"]
 
-TAIL_BYTES = 4000
+log = logging.getLogger("controlpanel.frontdoor")
 
 
 @dataclass(frozen=True)
@@ -98,23 +103,20 @@ class ProcessLoader:
             while True:
                 code = proc.poll()
                 if code is not None:
-                    raise RuntimeError(f"{name} exited with code {code} while loading{self._tail(name)}")
+                    self._see_log(name)
+                    raise RuntimeError(f"{name} exited with code {code} while loading")
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                     async with session.get(url) as resp:
                         if resp.status == 200:
                             return
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} was not healthy after {self.ready_timeout:g} s{self._tail(name)}")
+                    self._see_log(name)
+                    raise TimeoutError(f"{name} was not healthy after {self.ready_timeout:g} s")
                 await asyncio.sleep(self.poll_s)
 
-    def _tail(self, name: str) -> str:
+    def _see_log(self, name: str) -> None:
         path = self.log_path(name)
-        if path is None or not path.exists():
-            return ""
-        with path.open("rb") as log:
-            log.seek(max(0, path.stat().st_size - TAIL_BYTES))
-            lines = log.read().decode(errors="replace").strip().splitlines()[-5:]
-        return ": " + " | ".join(lines) if lines else ""
+        log.warning("front door: %s failed to load; its log: %s", name, path or "none (no --log-dir)")
 
     async def unload(self, name: str) -> None:
         proc = self._procs.pop(name, None)

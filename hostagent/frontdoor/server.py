@@ -1,58 +1,173 @@
 """What the front door and the lab router (controlpanel/router/) share as servers: the OpenAI
-routes, the body bound, and one function that listens.
+routes, the body bound, the connection bounds, reading and parsing a body, and one function that
+listens.
 
 Both are aiohttp with handler_cancellation: a client that hangs up cancels its handler at once,
 which closes the request behind it (the engine's at the door, the door's at the router), even
 while the engine is still thinking about the first token. What aiohttp itself refuses (a body over
 MAX_BODY, a malformed request) is answered in OpenAI's error shape too, as every answer of ours is.
+
+No stranger can stall either (limits.py, connections.py): connections are capped in all and per
+client address, a request head must arrive within the header timeout, a body within the body
+timeout (`read_body()`), an idle keep-alive connection closes after the idle timeout. A body
+nested deeper than MAX_JSON_DEPTH is refused as not JSON (`parse_json()`), never a RecursionError.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
+import json
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
+from .connections import Connections, GuardedSite
+from .limits import ConnectionLimits
 from .proxy import error_response
 
-__all__ = ["INFERENCE", "MAX_BODY", "Handler", "listen"]
+__all__ = [
+    "INFERENCE",
+    "MAX_BODY",
+    "MAX_JSON_DEPTH",
+    "ConnectionLimits",
+    "Handler",
+    "bearer_only",
+    "listen",
+    "parse_json",
+    "read_body",
+]
 
 INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 MAX_BODY = 64 << 20  # a long prompt, or images as data URLs
+# Lists and objects inside each other: an OpenAI body nests about 6 deep (messages, content parts,
+# image_url), a tool's JSON schema a few more; Python's json gives up near 1,000 (RecursionError).
+MAX_JSON_DEPTH = 64
+LINGER_S = 10.0  # aiohttp's default: a body the handler left unread is read and dropped this long
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_LIMITS = web.AppKey("connection_limits", ConnectionLimits)
+_CONNECTIONS = web.AppKey("connections", Connections)
 
 
 async def listen(
-    host: str, port: int, *, inference: Handler, gets: Mapping[str, Handler], not_found: Handler
+    host: str,
+    port: int,
+    *,
+    inference: Handler,
+    gets: Mapping[str, Handler],
+    not_found: Handler,
+    limits: ConnectionLimits | None = None,
+    name: str = "front door",
 ) -> tuple[web.AppRunner, int]:
     """Listen on `host`:`port`: POST INFERENCE to `inference`, GET each of `gets`, anything else
-    to `not_found`. Returns the runner, whose `cleanup()` stops listening and lets the answers in
-    flight finish, and the port bound (the one chosen when `port` is 0)."""
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_openai_errors])
+    to `not_found`, within `limits`. Returns the runner, whose `cleanup()` stops listening and lets
+    the answers in flight finish, and the port bound (the one chosen when `port` is 0)."""
+    limits = limits or ConnectionLimits()
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_head_arrived, _openai_errors])
+    app[_LIMITS] = limits
+    app[_CONNECTIONS] = connections = Connections(limits, name)
     for path in INFERENCE:
         app.router.add_post(path, inference)
     for path, handler in gets.items():
         app.router.add_get(path, handler)
     app.router.add_route("*", "/{tail:.*}", not_found)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, keepalive_timeout=limits.idle_timeout_s,
+        lingering_time=min(LINGER_S, limits.body_timeout_s),
+    )  # fmt: skip
     await runner.setup()
+    assert runner.server is not None
+    connections.server = runner.server
     try:
-        await web.TCPSite(runner, host, port).start()
+        await GuardedSite(runner, host, port, connections).start()
     except BaseException:
         await runner.cleanup()
         raise
     return runner, int(runner.addresses[0][1])
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, whole within the server's body timeout (raises 408 when it is late, and
+    the connection closes); over MAX_BODY, 413."""
+    timeout = request.app[_LIMITS].body_timeout_s
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(text=f"The request's body did not arrive within {timeout:g} s.") from None
+
+
+def parse_json(body: bytes | str) -> Any:
+    """`body` as JSON; ValueError when it is none, or nests lists and objects deeper than
+    MAX_JSON_DEPTH (so that nothing after it, such as the door writing it on to an engine, meets
+    Python's recursion limit)."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    opened = body.count(b"[") + body.count(b"{") if isinstance(body, bytes) else body.count("[") + body.count("{")
+    if opened > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than `limit` deep in `value` (no recursion)."""
+    if not isinstance(value, (dict, list)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def bearer_only(handler: Handler, token: str) -> Handler:
+    """`handler` for clients that send `Authorization: Bearer <token>` (401 for the others); with
+    no token, `handler` itself (anyone)."""
+    if not token:
+        return handler
+    expected = hashlib.sha256(f"Bearer {token}".encode()).digest()
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode(errors="replace")
+        if not hmac.compare_digest(hashlib.sha256(given).digest(), expected):
+            return error_response(401, "This needs its token: Authorization: Bearer <token>.", code="invalid_token")
+        return await handler(request)
+
+    return guarded
+
+
+@web.middleware
+async def _head_arrived(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The request's head is in: its connection's header timeout stops (connections.py)."""
+    request.app[_CONNECTIONS].head_arrived(request.protocol)
+    return await handler(request)
+
+
 @web.middleware
 async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """aiohttp's own refusals (HTTPException: 413 for a body over MAX_BODY, 400 for one it cannot
-    read) as OpenAI-shaped errors, which a client library shows instead of failing to parse."""
+    read) and ours (408 for a late body) as OpenAI-shaped errors, which a client library shows
+    instead of failing to parse."""
     try:
         return await handler(request)
     except web.HTTPException as refused:
         if refused.status < 400:
             raise
-        message = f"{refused.reason}: the body may be at most {MAX_BODY >> 20} MiB." if refused.status == 413 else ""
-        code = "body_too_large" if refused.status == 413 else "invalid_request"
-        return error_response(refused.status, message or f"{refused.reason}.", code=code)
+        if refused.status == 413:
+            message, code = f"{refused.reason}: the body may be at most {MAX_BODY >> 20} MiB.", "body_too_large"
+        elif refused.status == 408:  # read_body(): the rest of the body is not waited for
+            message, code = refused.text or "", "request_timeout"
+        else:
+            message, code = f"{refused.reason}.", "invalid_request"
+        answer = error_response(refused.status, message, code=code)
+        if refused.status == 408:
+            answer.force_close()
+        return answer

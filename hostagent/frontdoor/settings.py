@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .limits import ConnectionLimits
 
 __all__ = ["FrontDoorSettings", "SettingsError"]
 
@@ -17,6 +19,13 @@ MEMORY_SETTLE_ENV = "CONTROLPANEL_FRONT_DOOR_MEMORY_SETTLE"
 KEY_INFLIGHT_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX"
 KEY_QUEUE_SHARE_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"
 LOAD_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT"
+# Connections and /metrics (limits.py; docs/front-door.md, "Connections").
+HEADER_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_HEADER_TIMEOUT"
+BODY_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_BODY_TIMEOUT"
+IDLE_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_IDLE_TIMEOUT"
+MAX_CONNECTIONS_ENV = "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS"
+MAX_CONNECTIONS_PER_PEER_ENV = "CONTROLPANEL_FRONT_DOOR_MAX_CONNECTIONS_PER_PEER"
+METRICS_TOKEN_ENV = "CONTROLPANEL_FRONT_DOOR_METRICS_TOKEN"  # noqa: S105 - its name, not a token
 
 
 class SettingsError(ValueError):
@@ -37,9 +46,27 @@ class FrontDoorSettings:
     key_queue_share: float = 0.5  # the fraction of `queue_max` one key's waiting requests may take
     load_timeout_s: float = 900.0  # longest one load may take (start to health) before it fails
 
+    # --- Connections and /metrics: what one client may hold of the door (limits.py says each) ---
+    header_timeout_s: float = ConnectionLimits.header_timeout_s
+    body_timeout_s: float = ConnectionLimits.body_timeout_s
+    idle_timeout_s: float = ConnectionLimits.idle_timeout_s
+    max_connections: int = ConnectionLimits.max_connections
+    max_connections_per_peer: int = ConnectionLimits.max_connections_per_peer
+    metrics_token: str = field(default="", repr=False)  # set: GET /metrics needs `Authorization: Bearer <token>`
+
     @property
     def bind(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+            max_connections=self.max_connections,
+            max_connections_per_peer=self.max_connections_per_peer,
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> FrontDoorSettings:
@@ -55,6 +82,15 @@ class FrontDoorSettings:
             key_inflight_max=int(_number(environ, KEY_INFLIGHT_MAX_ENV, cls.key_inflight_max, minimum=0)),
             key_queue_share=_share(environ),
             load_timeout_s=_number(environ, LOAD_TIMEOUT_ENV, cls.load_timeout_s, minimum=1.0),
+            # Connections and /metrics
+            header_timeout_s=_number(environ, HEADER_TIMEOUT_ENV, cls.header_timeout_s, minimum=0.1),
+            body_timeout_s=_number(environ, BODY_TIMEOUT_ENV, cls.body_timeout_s, minimum=0.1),
+            idle_timeout_s=_number(environ, IDLE_TIMEOUT_ENV, cls.idle_timeout_s, minimum=0.1),
+            max_connections=int(_number(environ, MAX_CONNECTIONS_ENV, cls.max_connections, minimum=1)),
+            max_connections_per_peer=int(
+                _number(environ, MAX_CONNECTIONS_PER_PEER_ENV, cls.max_connections_per_peer, minimum=1)
+            ),
+            metrics_token=(environ.get(METRICS_TOKEN_ENV) or "").strip(),
         )
 
 
