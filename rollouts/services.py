@@ -33,7 +33,7 @@ from deployments.models import (
 )
 from deployments.services.aliases import ALIAS_NAME, alias_delete, alias_set
 from deployments.services.gates import GateRequest, gate_from_params, gate_params
-from deployments.services.review import Approval, approval_stamp, review_check, reviewed
+from deployments.services.review import Approval, approval_covers, approval_stamp, review_check, reviewed
 from deployments.services.revisions import revision_derive
 from deployments.services.switch import switch_request
 from hardware.models import Host
@@ -244,8 +244,10 @@ def rollout_start_from(
 
 def _review(planned: Planned, actor: AbstractUser | None, approval: Approval | None) -> None:
     """A person's rollout over a host that requires review opens a change request (on the first
-    such host in wave order) and starts nothing; an approved one passes."""
+    such host in wave order) and starts nothing; an approved one passes, over exactly the hosts
+    its approval covers (a host tagged into the group since is never switched under it)."""
     rollout = planned.rollout
+    approval_covers(approval, planned.hosts)
     for host in planned.in_order():
         review_check(
             host=host,
