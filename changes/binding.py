@@ -37,6 +37,13 @@ def request_digest(kind: str, host_id: Any, params: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def seen_token(change: ChangeRequest) -> str:
+    """What a reviewer read on the request's page (its binding and the host's state it was proposed
+    against): the page's approve form posts it back, and an approval of anything else is refused."""
+    text = json.dumps({"bound": change.bound, "base": change.base}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def _protected(hosts: list[Host]) -> set[int]:
     return set(HostReview.objects.filter(host__in=hosts, required=True).values_list("host_id", flat=True))
 

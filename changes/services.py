@@ -35,7 +35,7 @@ from notifications.services import notify
 from rollouts.models import Rollout
 from schedules.services import change_schedule, when_args
 
-from .binding import bound_hosts, differences, resolve
+from .binding import bound_hosts, differences, resolve, seen_token
 from .choices import ChangeKind, ChangeState, Verdict
 from .events import change_event
 from .kinds import kind_of
@@ -230,12 +230,20 @@ def _as_author(change: ChangeRequest, actor: AbstractUser | None) -> None:
         raise ValidationError(f"Request #{change.pk} is {change.get_state_display().lower()} already.")
 
 
-def change_approve(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
+def change_approve(
+    *, change: ChangeRequest, comment: str = "", actor: AbstractUser | None, seen: str = ""
+) -> ChangeRequest:
     """Approve and run the change (module docstring); answers the request, its operation set
-    when the change queued one (a switch)."""
+    when the change queued one (a switch). `seen` (the page's form): the request as the approver
+    read it (binding.seen_token); re-confirmed since, it is refused."""
     with transaction.atomic():
         change = _locked(change)
         _as_reviewer(change, actor)
+        if seen and seen != seen_token(change):
+            raise ValidationError(
+                f"Request #{change.pk} was re-confirmed since you read it: the hosts and revisions it covers may "
+                "differ from what you were shown. Read it again before approving it."
+            )
         if change.state == ChangeState.CHANGES_REQUESTED:
             raise ValidationError("Changes were asked for: its author re-confirms it before anyone approves it.")
         if change.state == ChangeState.STALE:
@@ -381,9 +389,11 @@ DECISIONS = {
 
 
 def change_decide(
-    *, change: ChangeRequest, verdict: str, comment: str = "", actor: AbstractUser | None
+    *, change: ChangeRequest, verdict: str, comment: str = "", actor: AbstractUser | None, seen: str = ""
 ) -> ChangeRequest:
-    """One entry point for the page's form, the API and the CLI."""
+    """One entry point for the page's form, the API and the CLI (`seen`: change_approve's)."""
     if verdict not in DECISIONS:
         raise ValidationError({"verdict": f"One of {', '.join(Verdict.values)}, not {verdict[:40]!r}."})
+    if verdict == Verdict.APPROVE:
+        return change_approve(change=change, comment=comment, actor=actor, seen=seen)
     return DECISIONS[Verdict(verdict)](change=change, comment=comment, actor=actor)

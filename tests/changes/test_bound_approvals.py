@@ -7,6 +7,7 @@ target moved does not run when due. An unchanged group still runs as before."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -115,6 +116,25 @@ def test_a_protected_host_tagged_in_before_the_approval_is_not_switched_and_the_
         "fleet-d",
         "fleet-e",
     }
+
+
+def test_an_approval_from_the_page_binds_what_the_page_showed(client, guarded, operator, reviewer):
+    """The author grows the group and re-confirms while the reviewer reads the page: the reviewer's
+    click approves what they were shown, not the re-bound set, so it is refused."""
+    change = _propose(operator)
+    client.force_login(reviewer)
+    page = client.get(f"/changes/{change.pk}/").content.decode()
+    seen = re.search(r'name="seen" value="([0-9a-f]+)"', page).group(1)
+    _tag_in(guarded["e"], operator)
+    change_reconfirm(change=change, actor=operator)
+    response = client.post(f"/changes/{change.pk}/decide/", {"verdict": "approve", "seen": seen}, follow=True)
+    assert "was re-confirmed since you read it" in response.content.decode()
+    assert not Rollout.objects.exists() and ChangeRequest.objects.get().state == ChangeState.OPEN
+    page = client.get(f"/changes/{change.pk}/").content.decode()  # read again: fleet-e is shown
+    assert 'data-bound-host="fleet-e"' in page
+    seen = re.search(r'name="seen" value="([0-9a-f]+)"', page).group(1)
+    client.post(f"/changes/{change.pk}/decide/", {"verdict": "approve", "seen": seen})
+    assert RolloutHost.objects.filter(host=guarded["e"]).exists()
 
 
 def test_a_host_removed_a_host_protected_or_a_revision_moved_makes_it_stale(guarded, operator, reviewer, admin_user):
