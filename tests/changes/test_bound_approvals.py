@@ -31,6 +31,7 @@ from rollouts.models import Rollout, RolloutHost
 from rollouts.services import rollout_start, rollout_start_from
 from schedules.models import ScheduledChange
 from schedules.services import change_schedule, changes_run_due
+from tests.changes.test_change_paths import _api
 from tests.changes.test_rollout_requests import CHANGE
 from tests.hardware.factories import HostFactory
 from tests.rollouts.conftest import MODEL, end_switch, fleet  # noqa: F401 - the fixture
@@ -91,6 +92,11 @@ def test_the_request_binds_and_shows_the_hosts_and_revisions_it_covers(client, g
         assert f'data-bound-host="fleet-{letter}"' in page
     assert 'data-bound-host="fleet-e"' not in page
     assert page.count("a new revision derived from r1") == 4
+    read = _api(client, reviewer, "get", f"/api/v1/changes/{change.pk}/").json()
+    assert [(b["name"], b["protected"], b["gets"]) for b in read["bound"]][:2] == [
+        ("fleet-a", False, "a new revision derived from r1"),
+        ("fleet-b", True, "a new revision derived from r1"),
+    ]
 
 
 def test_a_protected_host_tagged_in_before_the_approval_is_not_switched_and_the_request_is_stale(
