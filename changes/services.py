@@ -328,6 +328,14 @@ def change_reconfirm(*, change: ChangeRequest, comment: str = "", actor: Abstrac
     return change
 
 
+def approval_targets(change_id: int) -> dict[int, dict[str, Any]] | None:
+    """The hosts an approved request covers, by id, with what each gets (installed into the gate)."""
+    change = ChangeRequest.objects.filter(pk=change_id).only("bound").first()
+    if change is None or bound_hosts(change.bound) is None:
+        return None
+    return {e["host"]: e for e in change.bound["hosts"] if isinstance(e, dict) and isinstance(e.get("host"), int)}
+
+
 def approval_recheck(approval: Approval) -> Approval:
     """An approved change about to run later than its approval (a scheduled change when due): its
     request resolved again. The approval with the hosts it binds when nothing differs; else the

@@ -96,6 +96,7 @@ class _Policy:
     required: Callable[[Host], bool] | None = None
     open: Callable[[ReviewRequired], OpenedRequest] | None = None
     recheck: Callable[[Approval], Approval] | None = None
+    targets: Callable[[int], dict[int, dict[str, Any]] | None] | None = None
 
 
 _policy = _Policy()
@@ -107,9 +108,16 @@ def review_install(
     required: Callable[[Host], bool],
     open: Callable[[ReviewRequired], OpenedRequest],
     recheck: Callable[[Approval], Approval] | None = None,
+    targets: Callable[[int], dict[int, dict[str, Any]] | None] | None = None,
 ) -> None:
     """Called once by the `changes` app when it is ready."""
-    _policy.required, _policy.open, _policy.recheck = required, open, recheck
+    _policy.required, _policy.open, _policy.recheck, _policy.targets = required, open, recheck, targets
+
+
+def approval_targets(change_id: int) -> dict[int, dict[str, Any]] | None:
+    """What an approved request covers, by host id: each host's entry (changes.binding: its
+    "revision" or the "from" a rollout's new revision derives from); None when it bound nothing."""
+    return _policy.targets(change_id) if _policy.targets is not None else None
 
 
 def approval_recheck(approval: Approval) -> Approval:

@@ -180,6 +180,28 @@ def test_a_protected_host_tagged_in_after_the_approval_is_never_switched_by_the_
     assert all(_switched(guarded[letter]) for letter in "abcd")
 
 
+def test_a_later_waves_host_that_moved_on_since_the_approval_is_not_switched(
+    guarded, operator, reviewer, django_capture_on_commit_callbacks
+):
+    """The approval showed fleet-c's new revision derived from r1; fleet-c serves r2 by its wave:
+    what it would get is not what was approved, so it is refused and its wave put back."""
+    change = change_approve(change=_propose(operator), actor=reviewer)
+    moved = revision_create(
+        host=guarded["c"],
+        engine="llama.cpp",
+        model_variant=ModelVariant.objects.get(name=MODEL),
+        knobs={"ctx_size": 2048, "n_gpu_layers": 0},
+        message="meanwhile",
+        actor=operator,
+    )
+    revision_mark_active(revision=moved, actor=None)
+    canary = RolloutHost.objects.get(rollout=change.rollout, wave=0)
+    end_switch(canary.operation, True, django_capture_on_commit_callbacks)
+    part = RolloutHost.objects.get(rollout=change.rollout, host=guarded["c"])
+    assert part.state == "failed" and "serves r2 now, not r1" in part.message and "fresh approval" in part.message
+    assert not _switched(guarded["c"]) and not _switched(guarded["d"])
+
+
 def test_the_old_approval_cannot_start_the_rollout_over_the_grown_group(guarded, operator, reviewer):
     """The check inside rollout_start itself: a group grown between the approval's staleness check
     and the rollout's start (another transaction) is refused there, with nothing started."""
