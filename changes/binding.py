@@ -109,7 +109,7 @@ def differences(bound: Any, now: dict[str, Any], *, by: str) -> list[str]:
     """How `now` (resolve) differs from `bound` in words ([]: it does not); `by` names what
     covered the bound set ("this approval", "the request as opened")."""
     if bound_hosts(bound) is None:
-        return ["it was opened before approvals bound their hosts: its author re-confirms it"]
+        return ["it was opened before approvals bound the hosts and revisions they cover"]
     reasons = []
     if bound.get("request") != now["request"]:
         reasons.append("the request itself changed since it was opened")

@@ -268,3 +268,14 @@ def test_an_unchanged_group_still_runs_under_its_approval(guarded, operator, rev
     assert ScheduledChange.objects.get().state == "ran" and rollout.state == Rollout.State.RUNNING
     assert RolloutHost.objects.filter(rollout=rollout).count() == 4
     assert ChangeRequest.objects.get().state == ChangeState.APPROVED
+
+
+def test_a_request_opened_before_approvals_bound_their_hosts_is_stale_until_reconfirmed(guarded, operator, reviewer):
+    change = _propose(operator)
+    ChangeRequest.objects.filter(pk=change.pk).update(bound={})  # as the migration leaves an older request
+    change.refresh_from_db()
+    with pytest.raises(ValidationError, match="opened before approvals bound the hosts and revisions"):
+        change_approve(change=change, actor=reviewer)
+    assert not Rollout.objects.exists()
+    change_reconfirm(change=change, actor=operator)
+    assert change_approve(change=change, actor=reviewer).rollout is not None
