@@ -414,7 +414,7 @@ def _start_wave(rollout: Rollout, parts: list[RolloutHost]) -> None:
     covered = approval_targets(rollout.change_request) if rollout.change_request else None
     for part in parts:
         gated = bool(rollout.gate) and part.wave == 0  # the canary proves the change for the rest
-        stale = _not_approved(rollout, _fresh(part.host), covered)
+        stale = _not_approved(rollout, _fresh(part.host), covered) if covered is not None else ""
         if stale:  # what this host would get is not what was approved: it is not switched
             _set(part, policy.FAILED, "Refused: " + stale)
             continue
