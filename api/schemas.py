@@ -365,10 +365,21 @@ class ChangeOut(Schema):
         "change, batch_size, canary); `when` when it runs at a time once approved"
     )
     summary: str
-    state: str = Field(description="open, changes_requested, approved, rejected or withdrawn")
+    state: str = Field(
+        description="open, changes_requested, approved, rejected, withdrawn, or stale (approved with a time, it "
+        "did not run when due: what it covered differed; its author re-confirms it)"
+    )
     author: str | None
     decided_by: str | None
-    stale: list[str] = Field(description="How the host changed since it was proposed ([]: not stale)")
+    stale: list[str] = Field(
+        description="How the host, or the hosts and revisions it covers, changed since it was proposed ([]: not stale)"
+    )
+    bound: list[dict[str, Any]] = Field(
+        [],
+        description="What an approval covers, exactly: each host (host id, name, protected, wave for a rollout) with "
+        "the revision it gets (revision) or, for a rollout's new revision, the one it derives from (from); `gets` "
+        "says it in words",
+    )
     operation: str | None = Field(description="The operation an approved switch queued")
     rollout: int | None = Field(None, description="The rollout an approved rollout request started")
     scheduled: int | None = Field(None, description="The scheduled change an approved request with a time became")

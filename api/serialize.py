@@ -175,6 +175,7 @@ def operation_with_gate(op: Operation) -> dict[str, Any]:
 
 def change_dict(change: ChangeRequest, *, comments: bool = False) -> dict[str, Any]:
     """A change request as the API answers it (changes/)."""
+    from changes.binding import described
     from changes.services import stale_reasons
 
     out: dict[str, Any] = {
@@ -187,6 +188,7 @@ def change_dict(change: ChangeRequest, *, comments: bool = False) -> dict[str, A
         "author": change.author.username if change.author else None,
         "decided_by": change.decided_by.username if change.decided_by else None,
         "stale": stale_reasons(change),
+        "bound": described(change.bound),
         "operation": str(change.operation_id) if change.operation_id else None,
         "rollout": change.rollout_id,
         "scheduled": change.scheduled_id,

@@ -10,6 +10,8 @@ class ChangesConfig(AppConfig):
         """Install the review gate into the gated services (deployments.services.review)."""
         from deployments.services.review import review_install
 
-        from .services import change_open_from, host_requires_review
+        from .services import approval_recheck, approval_targets, change_open_from, host_requires_review
 
-        review_install(required=host_requires_review, open=change_open_from)
+        review_install(
+            required=host_requires_review, open=change_open_from, recheck=approval_recheck, targets=approval_targets
+        )

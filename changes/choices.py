@@ -16,10 +16,13 @@ class ChangeState(models.TextChoices):
     APPROVED = "approved", "Approved"  # it ran, or it is scheduled (a request with a time)
     REJECTED = "rejected", "Rejected"
     WITHDRAWN = "withdrawn", "Withdrawn"
+    # Approved with a time, and what it covered differed when due: it did not run (stale_reason),
+    # and needs its author's re-confirmation and a fresh approval.
+    STALE = "stale", "Stale: did not run, needs a fresh approval"
 
 
 # A request in these states can still be decided; the others are history.
-PENDING_STATES = (ChangeState.OPEN, ChangeState.CHANGES_REQUESTED)
+PENDING_STATES = (ChangeState.OPEN, ChangeState.CHANGES_REQUESTED, ChangeState.STALE)
 
 
 class Verdict(models.TextChoices):

@@ -2,8 +2,9 @@
 
 `HostReview` is the admin's setting that a host requires review; it lives here, keyed to the
 host, so `hardware` keeps no column for it. A `ChangeRequest` is a change (a `kind` and its JSON
-`params`) proposed by its author on one host, with the host's state when it was proposed (`base`):
-when the host's state differs now the request is stale and needs its author's re-confirmation.
+`params`) proposed by its author on one host, with the host's state when it was proposed (`base`)
+and what an approval of it covers (`bound`: the exact hosts it reaches and the revision each gets):
+when either differs now the request is stale and needs its author's re-confirmation.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ class ChangeRequest(models.Model):
     # The host's state (active revision, aliases, serving set) when proposed or last re-confirmed.
     base = models.JSONField(default=dict)
     based_at = models.DateTimeField(default=timezone.now)
+    # What an approval of it binds, resolved with `base` (changes.binding): the request's digest and
+    # the exact hosts it reaches, each with its protection and the revision it gets.
+    bound = models.JSONField(default=dict)
+    # Why an approved request did not run when due (state STALE): what differed then.
+    stale_reason = models.TextField(blank=True, default="")
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

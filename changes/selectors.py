@@ -1,6 +1,6 @@
-"""Reads of change requests: the list, and what a request's page shows (the diff against what
-runs now, the planner's report, the exports that would change, why it is stale; a rollout's part
-on each host; when it runs once approved)."""
+"""Reads of change requests: the list, and what a request's page shows (the hosts and revisions
+an approval binds, the diff against what runs now, the planner's report, the exports that would
+change, why it is stale; a rollout's part on each host; when it runs once approved)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from serving.diffing import RevisionDiff
 from serving.engines.base import EngineConfigError
 from serving.exports import NotExportable
 
+from .binding import described, seen_token
 from .choices import PENDING_STATES, ChangeKind
 from .kinds import kind_of
 from .models import ChangeRequest
@@ -69,6 +70,9 @@ class ChangePage:
     gate: GatePlan | None = None  # the benchmark the switch must hold up under, when it carries a gate
     rollout: RolloutPreview | None = None  # a rollout's part on each host, while the request is pending
     when: str = ""  # when it runs once approved, in words ("" : at once)
+    # What an approval binds: each host it reaches (changes.binding), with what it gets in words.
+    bound: list[dict[str, Any]] = field(default_factory=list)
+    seen: str = ""  # what the approve form posts back: the request as this page shows it
 
 
 @dataclass
@@ -138,6 +142,7 @@ def when_text(change: ChangeRequest) -> str:
 def change_page(change: ChangeRequest) -> ChangePage:
     page = ChangePage(change=change, stale=stale_reasons(change, host_state(change.host)) if change.is_pending else [])
     page.when = when_text(change)
+    page.bound, page.seen = described(change.bound), seen_token(change)
     pair = kind_of(change.kind).pair
     if pair is None:  # a rollout: each host's part, while it can still be decided
         if change.is_pending:

@@ -9,6 +9,13 @@ is refused with its reason and the request stays open. A request that carries a 
 params' `when`: a change scheduled on a protected host) is scheduled on approval instead, and
 beat runs it then, approval and all (schedules.services.change_schedule). A request whose host changed since it was
 proposed (`stale_reasons`) is not approved until its author re-confirms it.
+
+An approval binds what the request showed (changes.binding): the exact hosts it reaches (a
+rollout's group as it was when opened), their protection and the revision each gets. Resolved
+again when it is approved, and when an approved change runs later (`approval_recheck`, a scheduled
+one when due): any difference makes the request stale; it does not run, and it needs its author's
+re-confirmation and a fresh approval. A host tagged into a rollout's group is never switched under
+an approval that did not show it.
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record, audited_save, person_of
 from deployments.models import ModelAlias, Operation, ServedRevision, active_revision_of
-from deployments.services.review import Approval, ChangeRequested, ReviewRequired, review_asked
+from deployments.services.review import Approval, ApprovalStale, ChangeRequested, ReviewRequired, review_asked
 from hardware.models import Host
 from notifications.services import notify
 from rollouts.models import Rollout
 from schedules.services import change_schedule, when_args
 
+from .binding import bound_hosts, differences, resolve, seen_token
 from .choices import ChangeKind, ChangeState, Verdict
 from .events import change_event
 from .kinds import kind_of
@@ -86,10 +94,26 @@ def _rev(number: Any) -> str:
 
 
 def stale_reasons(change: ChangeRequest, now: dict[str, Any] | None = None) -> list[str]:
-    """How the host differs from when the request was proposed or last re-confirmed ([]: not stale)."""
+    """How the host, or the hosts and revisions the request covers, differ from when it was
+    proposed or last re-confirmed ([]: not stale); a request that went stale when due, why."""
     if not change.is_pending:
         return []
-    now = now if now is not None else host_state(change.host)
+    if change.state == ChangeState.STALE:
+        return [change.stale_reason or "it went stale after its approval"]
+    return _differences(change, now)
+
+
+def _differences(change: ChangeRequest, now: dict[str, Any] | None = None) -> list[str]:
+    """The host's state against `base`, then the bound hosts and revisions resolved again."""
+    reasons = _host_differences(change, now if now is not None else host_state(change.host))
+    try:
+        resolved = resolve(change)
+    except ValidationError as exc:
+        return [*reasons, f"its hosts cannot be resolved now: {'; '.join(exc.messages)}"]
+    return reasons + differences(change.bound, resolved, by="this approval")
+
+
+def _host_differences(change: ChangeRequest, now: dict[str, Any]) -> list[str]:
     base = change.base if isinstance(change.base, dict) else {}
     reasons = []
     if base.get("active") != now["active"]:
@@ -120,6 +144,7 @@ def change_open_from(needed: ReviewRequired) -> ChangeRequest:
         author=author,
         base=host_state(needed.host),
     )
+    change.bound = resolve(change)  # what its approval will cover, shown on its page
     audited_save(
         change,
         action="change.open",
@@ -205,14 +230,27 @@ def _as_author(change: ChangeRequest, actor: AbstractUser | None) -> None:
         raise ValidationError(f"Request #{change.pk} is {change.get_state_display().lower()} already.")
 
 
-def change_approve(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
+def change_approve(
+    *, change: ChangeRequest, comment: str = "", actor: AbstractUser | None, seen: str = ""
+) -> ChangeRequest:
     """Approve and run the change (module docstring); answers the request, its operation set
-    when the change queued one (a switch)."""
+    when the change queued one (a switch). `seen` (the page's form): the request as the approver
+    read it (binding.seen_token); re-confirmed since, it is refused."""
     with transaction.atomic():
         change = _locked(change)
         _as_reviewer(change, actor)
+        if seen and seen != seen_token(change):
+            raise ValidationError(
+                f"Request #{change.pk} was re-confirmed since you read it: the hosts and revisions it covers may "
+                "differ from what you were shown. Read it again before approving it."
+            )
         if change.state == ChangeState.CHANGES_REQUESTED:
             raise ValidationError("Changes were asked for: its author re-confirms it before anyone approves it.")
+        if change.state == ChangeState.STALE:
+            raise ValidationError(
+                f"Request #{change.pk} went stale after its approval and did not run: {change.stale_reason}. "
+                "Its author re-confirms it against the hosts as they are now before anyone approves it again."
+            )
         stale = stale_reasons(change)
         if stale:
             raise ValidationError(
@@ -221,7 +259,7 @@ def change_approve(*, change: ChangeRequest, comment: str = "", actor: AbstractU
             )
         if change.author is None:
             raise ValidationError("The request's author is gone: reject it, and open it again as yourself.")
-        approval = Approval(change.pk, actor)
+        approval = Approval(change.pk, actor, hosts=bound_hosts(change.bound))  # only the hosts it was shown
         later = when_args(change.when)
         if later is None:
             ran = kind_of(change.kind).run(change.host, change.params, change.author, approval)
@@ -284,9 +322,55 @@ def change_reconfirm(*, change: ChangeRequest, comment: str = "", actor: Abstrac
         _as_author(change, actor)
         ensure_role(actor, OPERATOR)
         change.base, change.based_at, change.state = host_state(change.host), timezone.now(), ChangeState.OPEN
-        change.save(update_fields=["base", "based_at", "state"])
-        _record(change, Verdict.RECONFIRM, comment, actor, {"base": change.base})
+        change.bound, change.stale_reason = resolve(change), ""
+        change.save(update_fields=["base", "based_at", "state", "bound", "stale_reason"])
+        _record(change, Verdict.RECONFIRM, comment, actor, {"base": change.base, "bound": change.bound["hosts"]})
     return change
+
+
+def approval_targets(change_id: int) -> dict[int, dict[str, Any]] | None:
+    """The hosts an approved request covers, by id, with what each gets (installed into the gate)."""
+    change = ChangeRequest.objects.filter(pk=change_id).only("bound").first()
+    if change is None or bound_hosts(change.bound) is None:
+        return None
+    return {e["host"]: e for e in change.bound["hosts"] if isinstance(e, dict) and isinstance(e.get("host"), int)}
+
+
+def approval_recheck(approval: Approval) -> Approval:
+    """An approved change about to run later than its approval (a scheduled change when due): its
+    request resolved again. The approval with the hosts it binds when nothing differs; else the
+    request is marked stale (why, in its conversation and the audit log) and ApprovalStale says
+    why: the change does not run, and needs its author's re-confirmation and a fresh approval.
+    Installed into the review gate (deployments.services.review.approval_recheck)."""
+    rows = ChangeRequest.objects.select_for_update(of=("self",)).select_related("host", "author")
+    change = rows.filter(pk=approval.change_id).first()
+    if change is None:
+        raise ApprovalStale(f"Its change request #{approval.change_id} is gone: it does not run without one.")
+    if change.state != ChangeState.APPROVED:
+        raise ApprovalStale(
+            f"Change request #{change.pk} is {change.get_state_display().lower()}: it does not run until it is "
+            "approved again."
+        )
+    reasons = _differences(change)
+    if not reasons:
+        return Approval(change.pk, approval.approver, hosts=bound_hosts(change.bound))
+    why = "; ".join(reasons)
+    change.state, change.stale_reason = ChangeState.STALE, why[:4000]
+    change.save(update_fields=["state", "stale_reason"])
+    note = f"Stale when due, it did not run: {why}"[:COMMENT_LIMIT]
+    ChangeComment.objects.create(request=change, author=None, verdict=Verdict.COMMENT, body=note)
+    audit_record(
+        action="change.stale",
+        summary=f"change request #{change.pk} ({change.summary}) went stale when due: {why}"[:500],
+        obj=change,
+        host=change.host,
+        data={"reasons": reasons, "bound": change.bound.get("hosts") if isinstance(change.bound, dict) else None},
+        actor=None,
+    )
+    raise ApprovalStale(
+        f"Change request #{change.pk} went stale since its approval: {why}. It did not run; it needs a fresh "
+        "approval (its author re-confirms it, another person approves it)."
+    )
 
 
 def change_withdraw(*, change: ChangeRequest, comment: str = "", actor: AbstractUser | None) -> ChangeRequest:
@@ -313,9 +397,11 @@ DECISIONS = {
 
 
 def change_decide(
-    *, change: ChangeRequest, verdict: str, comment: str = "", actor: AbstractUser | None
+    *, change: ChangeRequest, verdict: str, comment: str = "", actor: AbstractUser | None, seen: str = ""
 ) -> ChangeRequest:
-    """One entry point for the page's form, the API and the CLI."""
+    """One entry point for the page's form, the API and the CLI (`seen`: change_approve's)."""
     if verdict not in DECISIONS:
         raise ValidationError({"verdict": f"One of {', '.join(Verdict.values)}, not {verdict[:40]!r}."})
+    if verdict == Verdict.APPROVE:
+        return change_approve(change=change, comment=comment, actor=actor, seen=seen)
     return DECISIONS[Verdict(verdict)](change=change, comment=comment, actor=actor)

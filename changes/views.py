@@ -60,6 +60,7 @@ def change_decide_view(request: HttpRequest, pk: int) -> HttpResponse:
             verdict=form.cleaned_data["verdict"],
             comment=form.cleaned_data["comment"],
             actor=request.user,
+            seen=form.cleaned_data["seen"],
         )
     except ValidationError as exc:
         flash_refusal(request, exc)

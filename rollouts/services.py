@@ -33,7 +33,14 @@ from deployments.models import (
 )
 from deployments.services.aliases import ALIAS_NAME, alias_delete, alias_set
 from deployments.services.gates import GateRequest, gate_from_params, gate_params
-from deployments.services.review import Approval, approval_stamp, review_check, reviewed
+from deployments.services.review import (
+    Approval,
+    approval_covers,
+    approval_stamp,
+    approval_targets,
+    review_check,
+    reviewed,
+)
 from deployments.services.revisions import revision_derive
 from deployments.services.switch import switch_request
 from hardware.models import Host
@@ -244,8 +251,10 @@ def rollout_start_from(
 
 def _review(planned: Planned, actor: AbstractUser | None, approval: Approval | None) -> None:
     """A person's rollout over a host that requires review opens a change request (on the first
-    such host in wave order) and starts nothing; an approved one passes."""
+    such host in wave order) and starts nothing; an approved one passes, over exactly the hosts
+    its approval covers (a host tagged into the group since is never switched under it)."""
     rollout = planned.rollout
+    approval_covers(approval, planned.hosts)
     for host in planned.in_order():
         review_check(
             host=host,
@@ -379,9 +388,36 @@ def _set(part: RolloutHost, state: str, message: str = "", **fields: Any) -> Non
     part.save()
 
 
+def _not_approved(rollout: Rollout, host: Host, covered: dict[int, dict[str, Any]] | None) -> str:
+    """Why the host's part is not what the rollout's approval covered ("": it is): the host is not
+    among its hosts, or it serves another revision than the one its new revision was shown derived
+    from (an alias move: the tag is on another revision)."""
+    if covered is None:
+        return ""
+    entry = covered.get(host.pk)
+    request = f"change request #{rollout.change_request}"
+    if entry is None:
+        return f"{host.name} is not among the hosts {request} was approved for: it needs an approval of its own."
+    if rollout.kind == Rollout.Kind.ALIAS:
+        tagged = DeploymentRevision.objects.filter(host=host, tag=rollout.change.get("tag")).first()
+        now, was, what = (tagged.number if tagged else None), entry.get("revision"), "the tag is on"
+    else:
+        active = active_revision_of(host)
+        now, was, what = (active.number if active else None), entry.get("from"), "it serves"
+    if now == was:
+        return ""
+    now_text, was_text = (f"r{n}" if n is not None else "nothing" for n in (now, was))
+    return f"stale: {what} {now_text} now, not {was_text} as {request} showed when approved; it needs a fresh approval."
+
+
 def _start_wave(rollout: Rollout, parts: list[RolloutHost]) -> None:
+    covered = approval_targets(rollout.change_request) if rollout.change_request else None
     for part in parts:
         gated = bool(rollout.gate) and part.wave == 0  # the canary proves the change for the rest
+        stale = _not_approved(rollout, _fresh(part.host), covered) if covered is not None else ""
+        if stale:  # what this host would get is not what was approved: it is not switched
+            _set(part, policy.FAILED, "Refused: " + stale)
+            continue
         try:
             with transaction.atomic():
                 before, after, op = _apply(rollout, _fresh(part.host), gated=gated, approval=rollout_approval(rollout))

@@ -3,7 +3,9 @@
 Running is idempotent under a second delivery of the beat task: each due row is taken with
 `select_for_update(skip_locked=True)` and only while it is still pending, and its change, its new
 state and its audit row commit together. A host busy at the due time is tried again on each tick
-until `run_until`, then the change fails with the host's reason.
+until `run_until`, then the change fails with the host's reason. An approved change (its change
+request's) re-checks what its approval covered first (`approval_recheck`): stale, it fails and
+runs nothing, and its request is marked stale.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from controlpanel.roles import OPERATOR, ensure_role, has_role
 from core.audit import audit_record, audited_save, person_of
 from core.maintenance import next_opening
 from deployments.services.operations import HostBusyError
-from deployments.services.review import Approval, ChangeRequested, approval_stamp, review_check, reviewed
+from deployments.services.review import (
+    Approval,
+    ChangeRequested,
+    approval_recheck,
+    approval_stamp,
+    review_check,
+    reviewed,
+)
 from hardware.models import Host
 
 from .choices import ChangeState
@@ -274,6 +283,8 @@ def change_run(*, pk: int, now: datetime) -> ScheduledChange | None:
             raise Refused(_too_late(change))
         actor = _runner(change, kind.role)
         approval = Approval(change.change_request, change.approved_by) if change.change_request else None
+        if approval is not None:  # what it was approved for, resolved again: stale, it does not run
+            approval = approval_recheck(approval)
         with transaction.atomic():  # a refusal rolls back what the service began, never this row
             outcome = kind.run(change.host, change.params, actor, approval)
     except HostBusyError as exc:

@@ -231,7 +231,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     ),
     "api_tokens:new": ({}, "viewer", {"name": "ci job"}),
     "api_tokens:revoke": ({}, "viewer", {"token": "1"}),
-    "changes:decide": ({"pk": 1}, "operator", {"verdict": "comment", "comment": "looks fine"}),
+    "changes:decide": ({"pk": 1}, "operator", {"verdict": "comment", "comment": "looks fine", "seen": ""}),
     "changes:host_review": ({"host": "h1"}, "admin", {"required": ""}),
     # Rollouts across hosts: start one over a group; pause, resume, cancel (the world's has ended).
     "rollouts:new": (

@@ -13,6 +13,11 @@ The policy (which hosts require review) and the opening of a request live in `ch
 this layer: it installs them here when the app is ready (`review_install`), so nothing here
 imports it. An approved request runs through the same service with an `Approval`, which passes
 the gate and is recorded (`approval_stamp`) beside the author, who stays the actor.
+
+An approval binds the hosts its request was shown (`Approval.hosts`): the gate passes it only on
+those hosts, and a rollout starts under it only over exactly those (`approval_covers`). A change
+that runs later (a scheduled one) asks `approval_recheck` first: the request's bound set resolved
+again, and `ApprovalStale` (the request marked stale) when anything differs.
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Approval:
-    """A reviewed change running: the request's id and the person who approved it."""
+    """A reviewed change running: the request's id, the person who approved it and the hosts the
+    approval covers (their ids; None: not bound, a rollout's trial or a rollout's later waves)."""
 
     change_id: int
     approver: Any
+    hosts: frozenset[int] | None = None
 
     def stamp(self) -> dict[str, Any]:
         return {"change_request": self.change_id, "approved_by": getattr(self.approver, "username", "")}
@@ -79,19 +86,62 @@ class ChangeRequested(ValidationError):
         self.change = change
 
 
+class ApprovalStale(ValidationError):
+    """What an approval covered differs now (a host joined or left the group, a revision moved):
+    the change does not run under it; it needs a fresh approval."""
+
+
 @dataclass
 class _Policy:
     required: Callable[[Host], bool] | None = None
     open: Callable[[ReviewRequired], OpenedRequest] | None = None
+    recheck: Callable[[Approval], Approval] | None = None
+    targets: Callable[[int], dict[int, dict[str, Any]] | None] | None = None
 
 
 _policy = _Policy()
 _asked: ContextVar[bool] = ContextVar("review_asked", default=False)
 
 
-def review_install(*, required: Callable[[Host], bool], open: Callable[[ReviewRequired], OpenedRequest]) -> None:
+def review_install(
+    *,
+    required: Callable[[Host], bool],
+    open: Callable[[ReviewRequired], OpenedRequest],
+    recheck: Callable[[Approval], Approval] | None = None,
+    targets: Callable[[int], dict[int, dict[str, Any]] | None] | None = None,
+) -> None:
     """Called once by the `changes` app when it is ready."""
-    _policy.required, _policy.open = required, open
+    _policy.required, _policy.open, _policy.recheck, _policy.targets = required, open, recheck, targets
+
+
+def approval_targets(change_id: int) -> dict[int, dict[str, Any]] | None:
+    """What an approved request covers, by host id: each host's entry (changes.binding: its
+    "revision" or the "from" a rollout's new revision derives from); None when it bound nothing."""
+    return _policy.targets(change_id) if _policy.targets is not None else None
+
+
+def approval_recheck(approval: Approval) -> Approval:
+    """Before an approved change runs later than its approval (a scheduled change when due): the
+    approval with the hosts it binds, or ApprovalStale when its request's hosts, their protection
+    or their revisions differ now (the request is marked stale and needs a fresh approval)."""
+    return _policy.recheck(approval) if _policy.recheck is not None else approval
+
+
+def approval_covers(approval: Approval | None, hosts: list[Host]) -> None:
+    """A change over `hosts` under `approval` (a rollout's group): ApprovalStale unless they are
+    exactly the hosts it was approved for."""
+    if approval is None or approval.hosts is None:
+        return
+    now = {h.pk for h in hosts}
+    added = sorted(h.name for h in hosts if h.pk not in approval.hosts)
+    gone = sorted(Host.objects.filter(pk__in=approval.hosts - now).values_list("name", flat=True))
+    reasons = [f"the group now holds host {name}, which this approval did not cover" for name in added]
+    reasons += [f"the group no longer holds host {name}, which this approval covered" for name in gone]
+    if reasons:
+        raise ApprovalStale(
+            f"Change request #{approval.change_id} is stale: {'; '.join(reasons)}. Nothing ran; it needs a fresh "
+            "approval."
+        )
 
 
 def review_required(host: Host) -> bool:
@@ -119,9 +169,17 @@ def review_check(
     approval: Approval | None,
 ) -> None:
     """In a gated service, after its own checks and before it writes. A person's change on a
-    protected host (or one asked for review) raises ReviewRequired; an approved change, or the
-    panel's own (no person: a task, the machine's administrator at its shell), passes."""
-    if approval is not None or _policy.open is None:
+    protected host (or one asked for review) raises ReviewRequired; an approved change on a host
+    its approval covers, or the panel's own (no person: a task, the machine's administrator at its
+    shell), passes; an approved change on any other host is refused (ApprovalStale)."""
+    if approval is not None:
+        if approval.hosts is not None and host.pk not in approval.hosts:
+            raise ApprovalStale(
+                f"{host.name} is not among the hosts change request #{approval.change_id} was approved for: "
+                "nothing ran there; it needs a request and an approval of its own."
+            )
+        return
+    if _policy.open is None:
         return
     if _asked.get() or (person_of(actor) is not None and review_required(host)):
         raise ReviewRequired(host=host, kind=kind, params=params, summary=summary, actor=actor)

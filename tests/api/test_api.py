@@ -81,6 +81,7 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
     ]
     from django.contrib.auth.models import Group
 
+    from changes.binding import resolve
     from changes.models import ChangeRequest
     from changes.services import host_state
 
@@ -94,6 +95,8 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
         author=author,
         base=host_state(host),
     )
+    change.bound = resolve(change)  # what an approval of it covers, as change_open_from records it
+    change.save(update_fields=["bound"])
 
     from datetime import time, timedelta
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from changes.choices import ChangeState
 from changes.models import ChangeRequest
-from changes.services import change_approve, host_review_set
+from changes.services import change_approve, change_reconfirm, host_review_set
 from core.models import AuditEvent
 from deployments.models import Operation
 from deployments.services.review import ChangeRequested
@@ -98,6 +98,9 @@ def test_a_time_already_past_at_approval_is_refused_and_the_request_stays_open(p
     change = _propose(protected, operator, at=timezone.now() + timedelta(seconds=1))
     change.params["when"] = {"at": (timezone.now() - timedelta(hours=1)).isoformat()}
     change.save()
+    with pytest.raises(ValidationError, match="the request itself changed since it was opened"):
+        change_approve(change=change, actor=reviewer)  # any change to the request: stale
+    change_reconfirm(change=change, actor=operator)
     with pytest.raises(ValidationError, match="in the past"):
         change_approve(change=change, actor=reviewer)
     assert ChangeRequest.objects.get().state == ChangeState.OPEN and not ScheduledChange.objects.exists()
