@@ -272,11 +272,11 @@ class EngineAdapter(Protocol):
     kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
+    env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
 
     @property
     def knobs(self) -> Mapping[str, PlannedKnob]:
         """Every knob it takes, each with its effect on the plan (its knobs.KnobSpec table)."""
-    env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
