@@ -201,13 +201,22 @@ def kv_dtype(table: Mapping[str, float | None]) -> PlanEffect:
     return apply
 
 
-def quantization(out: dict[str, Any], name: str, value: object) -> None:
-    """The checkpoint's quantization method (None/auto: detected from the checkpoint)."""
-    text = read_text(name, value)
-    if text is None or text.lower() in {"none", "auto"}:
-        out["quantization"] = None
-        return
-    out["quantization"] = read_choice(name, text, QUANTIZATIONS)
+def quantization_of(methods: frozenset[str] | None) -> PlanEffect:
+    """The checkpoint's quantization method (None/auto: detected from the checkpoint), one of the
+    engine's `methods`; None: any name the adapter's check lets through (the planner judges only
+    the methods it knows)."""
+
+    def apply(out: dict[str, Any], name: str, value: object) -> None:
+        text = read_text(name, value)
+        if text is None or text.lower() in {"none", "auto"}:
+            out["quantization"] = None
+            return
+        out["quantization"] = read_choice(name, text, methods) if methods is not None else text.lower()
+
+    return apply
+
+
+quantization = quantization_of(QUANTIZATIONS)  # vLLM's --quantization (vllm/model_executor/layers/quantization)
 
 
 def speculative_config(out: dict[str, Any], name: str, value: object) -> None:

@@ -43,7 +43,7 @@ from serving.engines.plan_effects import (
     context_read,
     kv_dtype,
     positive,
-    quantization,
+    quantization_of,
     read_int,
     read_text,
     sets,
@@ -140,7 +140,8 @@ KNOBS: dict[str, KnobSpec] = {
             plan=sets("max_num_batched_tokens", _prefill_chunk),
         ),
         KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, plan=kv_dtype(SGLANG_KV_DTYPES)),
-        KnobSpec("quantization", "token", plan=quantization),
+        # SGLang's own methods (w8a8_int8, w8a8_fp8, qoq, ...) beside vLLM's: any the adapter lets through.
+        KnobSpec("quantization", "token", plan=quantization_of(None)),
         KnobSpec("disable_radix_cache", "bool", plan=NO_EFFECT),
         KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
         KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),

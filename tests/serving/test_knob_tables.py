@@ -67,7 +67,7 @@ CASES = [
     for engine, adapter in ADAPTERS.items()
     for name, spec in adapter.knobs.items()
     for value in _samples(spec)  # type: ignore[arg-type]
-]
+] + [pytest.param("sglang", ADAPTERS["sglang"].knobs["quantization"], "w8a8_int8", id="sglang-quantization=w8a8_int8")]
 
 
 @pytest.mark.parametrize(("engine", "spec", "value"), CASES)
