@@ -148,7 +148,7 @@ def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
     return ram_check(revision.host, revision.model_variant, report)
 
 
-def gpu_memory_checks(revision: DeploymentRevision, report: Any = None) -> list[Check]:
+def gpu_memory_checks(revision: DeploymentRevision, report: object = None) -> list[Check]:
     """On a GPU host where processes the panel did not start held memory at its last report: the
     plan's bytes on each of those GPUs against what they leave of it (the host checks again
     against what NVML says is free, before anything is stopped). A failed check when the planner
