@@ -250,6 +250,9 @@ class ServedOut(Schema):
     in_flight: int | None = None
     waiting: int | None = None
     memory_planned: dict[str, int] = Field(description="The planner's bytes per device (gpu0.. or ram).")
+    planner_refused: str = Field(
+        "", description="Why the planner cannot read the revision, naming the knob ('' when it can); no bytes then."
+    )
 
 
 class ServingList(Schema):

@@ -28,10 +28,11 @@ def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
         return None
     from deployments.services.planning import plan_for_revision
     from deployments.services.preflight import memory_need
+    from serving.planner import PlanInputError
 
     try:
         report: Any = plan_for_revision(revision)
-    except Exception:  # noqa: BLE001 - the planner's refusal is the confirmation page's business
+    except PlanInputError:  # a switch to it was refused for this; a rollback or a restore is not
         report = None
     weights, kv = memory_need(revision, report)
     return {"weights": weights, "kv": kv}
@@ -42,9 +43,11 @@ def _memory_planned(revision: DeploymentRevision) -> dict[str, int] | None:
     what NVML says is free (hostagent.preflight.gpu_memory_checks)."""
     if revision.host.cpu_only:
         return None
-    from deployments.services.planning import planned_memory
+    from deployments.services.planning import planned_or_refused
 
-    return planned_memory(revision) or None
+    # A switch to a revision the planner cannot read is refused before it is queued (and the front
+    # door's document refuses it); a rollback to one, or its restore after a restart, is not.
+    return planned_or_refused(revision)[0] or None
 
 
 def revision_launch(revision: DeploymentRevision) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
 from serving.exports import base_url_for
 
 from .inference_keys import key_table
-from .planning import planned_memory
+from .planning import planned_or_refused
 from .serving_set import served_set
 from .usage import usage_record
 
@@ -62,6 +62,11 @@ def front_door_document(host: Host) -> dict[str, Any]:
     for served in served_set(host):
         revision = served.revision
         launch = revision_launch(revision)
+        memory, refused = planned_or_refused(revision)
+        if refused and not launch.get("error"):
+            # A revision the planner cannot read is one a switch refuses: the door refuses to load
+            # it too, saying why, instead of loading it as if it took no memory.
+            launch = {**launch, "error": refused}
         config = launch.get("config") or {}
         models.append(
             {
@@ -72,7 +77,7 @@ def front_door_document(host: Host) -> dict[str, Any]:
                 "api_key": config.get("api_key") or None,
                 "mode": str(served.mode),
                 "idle_ttl_s": float(served.idle_ttl_s) if served.idle_ttl_s else None,
-                "memory": planned_memory(revision),
+                "memory": memory,
                 "revision": revision.number,
                 "launch": launch,
             }
@@ -140,6 +145,7 @@ def front_door_live(host: Host) -> dict[str, Any]:
     rows = []
     for served in served_set(host):
         seen = reported.pop(served.name, None) or {}
+        planned, refused = planned_or_refused(served.revision)
         rows.append(
             {
                 "served": served,
@@ -148,7 +154,8 @@ def front_door_live(host: Host) -> dict[str, Any]:
                 "in_flight": seen.get("in_flight"),
                 "waiting": seen.get("waiting"),
                 "idle_s": seen.get("idle_s") if seen.get("phase") == "loaded" and not seen.get("in_flight") else None,
-                "planned": sum(planned_memory(served.revision).values()) or None,
+                "planned": sum(planned.values()) or None,
+                "planner_refused": refused,
                 "measured": sum(v for v in (seen.get("measured") or {}).values() if isinstance(v, int)) or None,
             }
         )

@@ -155,12 +155,10 @@ def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, 
 
 def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str, int]:
     """The planner's bytes per device for `revision` ("gpu0".. for the GPUs it uses, or "ram" on a
-    CPU-only host); {} when the planner cannot tell."""
+    CPU-only host); {} when the plan knows no size. PlanInputError, naming the knob, when the
+    planner cannot read the revision (`planned_or_refused` for callers that show it instead)."""
     if report is None:
-        try:
-            report = plan_for_revision(revision)
-        except Exception:  # noqa: BLE001 - a planner that cannot read the knobs knows no size
-            return {}
+        report = plan_for_revision(revision)
     if revision.host.cpu_only:
         weights, kv = memory_need(revision, report)
         return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
@@ -170,3 +168,18 @@ def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str
     if not per_gpu or not report.gpus_used:
         return {}
     return {f"gpu{i}": per_gpu for i in range(report.gpus_used)}
+
+
+def planner_refusal(revision: DeploymentRevision, exc: PlanInputError) -> str:
+    """Why the planner cannot read `revision`, naming the knob (as a switch to it is refused)."""
+    field = f"{exc.field}: " if exc.field and exc.field not in str(exc) else ""
+    return f"the planner cannot read r{revision.number}: {field}{exc}"
+
+
+def planned_or_refused(revision: DeploymentRevision) -> tuple[dict[str, int], str]:
+    """`planned_memory`, and "" or why the planner cannot read the revision (then no bytes): what
+    pages, the API and the front door's document show, and the door refuses to load it for."""
+    try:
+        return planned_memory(revision), ""
+    except PlanInputError as exc:
+        return {}, planner_refusal(revision, exc)

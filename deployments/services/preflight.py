@@ -16,8 +16,9 @@ from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
 from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
 from serving.engines.versions import newest_first
+from serving.planner import FitReport
 
-from .planning import memory_need, planned_memory, weights_and_kv
+from .planning import memory_need, planned_memory, planned_or_refused, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
@@ -147,20 +148,27 @@ def memory_check(revision: DeploymentRevision, report: Any) -> Check | None:
     return ram_check(revision.host, revision.model_variant, report)
 
 
-def gpu_memory_checks(revision: DeploymentRevision) -> list[Check]:
+def gpu_memory_checks(revision: DeploymentRevision, report: object = None) -> list[Check]:
     """On a GPU host where processes the panel did not start held memory at its last report: the
     plan's bytes on each of those GPUs against what they leave of it (the host checks again
-    against what NVML says is free, before anything is stopped)."""
+    against what NVML says is free, before anything is stopped). A failed check when the planner
+    cannot read the revision. `report`: the planner's FitReport when the caller has it."""
     if revision.host.cpu_only:
         return []
     from deployments.selectors.memory import outside_on_gpu
 
+    if isinstance(report, FitReport):
+        planned, refused = planned_memory(revision, report), ""
+    else:
+        planned, refused = planned_or_refused(revision)
+    if refused:  # the switch is refused for it (switch_request), saying the same
+        return [Check("memory", FAIL, f"{refused}, so its memory on the GPUs is unknown.")]
     outside = outside_on_gpu(revision.host)
     if not outside:
         return []
     sizes = {g.index: g.memory_bytes for g in revision.host.gpus.all()}
     checks = []
-    for device, need in sorted(planned_memory(revision).items()):
+    for device, need in sorted(planned.items()):
         index = int(device[3:]) if device[3:].isdigit() else None
         if index in outside and sizes.get(index):
             held = outside[index]
@@ -175,4 +183,4 @@ def panel_preflight(revision: DeploymentRevision, report: Any = None) -> list[Ch
     memory = memory_check(revision, report)
     if memory is not None:
         checks.append(memory)
-    return checks + gpu_memory_checks(revision)
+    return checks + gpu_memory_checks(revision, report)

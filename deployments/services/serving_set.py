@@ -27,7 +27,7 @@ from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, a
 from hardware.models import Host
 from serving.diffing import fmt
 
-from .planning import plan_for_revision, planned_memory
+from .planning import plan_for_revision, planned_or_refused
 from .preflight import FAIL, panel_preflight
 from .review import Approval, approval_stamp, review_check, reviewed
 
@@ -82,10 +82,13 @@ def _fit(host: Host, pinned: Iterable[DeploymentRevision]) -> list[str]:
     """Why the pinned revisions' planned memory does not fit the host ([] when it does)."""
     capacity = host_capacity(host)
     total: dict[str, int] = {}
+    refused = []
     for revision in pinned:
-        for device, size in planned_memory(revision).items():
+        planned, why = planned_or_refused(revision)
+        refused += [why] if why else []
+        for device, size in planned.items():
             total[device] = total.get(device, 0) + size
-    return [
+    return refused + [
         f"{device}: {fmt.size_bytes(need)} planned, {fmt.size_bytes(capacity[device])} present"
         for device, need in sorted(total.items())
         if device in capacity and need > capacity[device]

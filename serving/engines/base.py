@@ -7,7 +7,7 @@ the ORM and never do HTTP themselves (callers inject an `httpx.Client` where nee
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -236,6 +236,18 @@ class InstallTarget:
     cuda: bool = False  # build the CUDA backend (engines that compile)
 
 
+PlanEffect = Callable[[dict[str, Any], str, Any], None]
+"""What a knob does to the memory plan: (the planner's settings being built, knob name, value) ->
+None, writing the settings the value decides (serving/engines/plan_effects.py)."""
+
+
+class PlannedKnob(Protocol):
+    """What the planner reads of a knob an adapter takes (knobs.KnobSpec)."""
+
+    @property
+    def plan(self) -> PlanEffect: ...
+
+
 class EngineAdapter(Protocol):
     """The contract every engine adapter meets. Adapters subclass it explicitly, so the
     behaviour it gives (install_steps) is written once, here."""
@@ -261,6 +273,10 @@ class EngineAdapter(Protocol):
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
     env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
+
+    @property
+    def knobs(self) -> Mapping[str, PlannedKnob]:
+        """Every knob it takes, each with its effect on the plan (its knobs.KnobSpec table)."""
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from serving.engines.base import (
@@ -23,10 +23,12 @@ from serving.engines.base import (
     KvSlots,
     LaunchSpec,
     ModelRef,
+    PlanEffect,
     ServedContext,
     shown_value,
 )
 from serving.engines.envpolicy import classify_env
+from serving.engines.plan_effects import NO_EFFECT
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -59,7 +61,9 @@ def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
 
 @dataclass(frozen=True)
 class KnobSpec:
-    """How one knob is checked (`kind`) and rendered (the adapter decides the flag)."""
+    """How one knob is checked (`kind`), rendered (the adapter decides the flag) and planned
+    (`plan`: what its value changes in the memory plan, or `plan_effects.NO_EFFECT`; named on
+    every spec, so the adapter's table is the planner's too)."""
 
     name: str
     kind: str  # "int" | "float" | "bool" | "str" | "token" | "choice" | "json" | "path"
@@ -72,6 +76,7 @@ class KnobSpec:
     # What the value can reach beyond serving (policy.py): given the knob's name and its
     # normalised value, the concerns it raises (a path to confine, code that needs an admin).
     concerns: Callable[[str, Any], list[Concern]] | None = None
+    plan: PlanEffect = field(kw_only=True)
 
 
 def reads_path(what: str) -> Callable[[str, Any], list[Concern]]:
@@ -99,6 +104,7 @@ TRUST_REMOTE_CODE = KnobSpec(
     "trust_remote_code",
     "bool",
     concerns=runs_code("trust_remote_code runs Python code from the model repository"),
+    plan=NO_EFFECT,
 )
 
 

@@ -41,6 +41,19 @@ from serving.engines.knobs import (
     reads_path,
     whole_tokens,
 )
+from serving.engines.plan_effects import (
+    NO_EFFECT,
+    cache_type,
+    context_read,
+    flash_attn,
+    gpu_layers,
+    positive,
+    read_bool,
+    read_choice,
+    read_text,
+    sets,
+    tensor_split,
+)
 from serving.engines.policy import Concern, model_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.scripts import PIP_TIMEOUT_S, absolute_path, pip_venv_steps
@@ -86,6 +99,7 @@ def build_jobs() -> int:
 
 # `-ctk/-ctv` allowed values (engines.md §5).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+SPLIT_MODES = ("none", "layer", "row", "tensor")
 _QUANTIZED_CACHE = {t for t in CACHE_TYPES if t not in ("f32", "f16", "bf16")}
 
 
@@ -173,33 +187,38 @@ def _ctx_size(value: object) -> int:
     return tokens
 
 
+def _split_mode(name: str, value: object) -> str:
+    return read_choice(name, value, SPLIT_MODES)
+
+
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("ctx_size", "int", normalise=_ctx_size),
-        KnobSpec("parallel", "int", minimum=1, maximum=4096),
-        KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers),
-        KnobSpec("flash_attn", "str", normalise=_flash_attn),
-        KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES),
-        KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES),
-        KnobSpec("split_mode", "choice", choices=("none", "layer", "row", "tensor")),
-        KnobSpec("tensor_split", "str", normalise=_tensor_split),
-        KnobSpec("main_gpu", "int", minimum=0, maximum=MAX_GPUS - 1),
-        KnobSpec("mmproj", "str", concerns=reads_path("the projector file")),
-        KnobSpec("jinja", "bool"),
-        KnobSpec("metrics", "bool"),
-        KnobSpec("alias", "str"),
-        KnobSpec("threads", "int", minimum=1, maximum=4096),
-        KnobSpec("threads_batch", "int", minimum=1, maximum=4096),
-        KnobSpec("batch_size", "int", minimum=1, maximum=MAX_CONTEXT),
-        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT),
-        KnobSpec("cont_batching", "bool"),
-        KnobSpec("kv_unified", "bool"),
-        KnobSpec("no_mmap", "bool"),
-        KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file")),
+        KnobSpec("ctx_size", "int", normalise=_ctx_size, plan=sets("ctx_size", context_read(_ctx_size))),
+        KnobSpec("parallel", "int", minimum=1, maximum=4096, plan=sets("parallel", positive)),
+        KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers, plan=gpu_layers),
+        KnobSpec("flash_attn", "str", normalise=_flash_attn, plan=flash_attn),
+        KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES, plan=cache_type("kv_bytes_k")),
+        KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES, plan=cache_type("kv_bytes_v")),
+        KnobSpec("split_mode", "choice", choices=SPLIT_MODES, plan=sets("split_mode", _split_mode)),
+        KnobSpec("tensor_split", "str", normalise=_tensor_split, plan=tensor_split),
+        KnobSpec("main_gpu", "int", minimum=0, maximum=MAX_GPUS - 1, plan=NO_EFFECT),
+        KnobSpec("mmproj", "str", concerns=reads_path("the projector file"), plan=sets("mmproj", read_text)),
+        KnobSpec("jinja", "bool", plan=NO_EFFECT),
+        KnobSpec("metrics", "bool", plan=NO_EFFECT),
+        KnobSpec("alias", "str", plan=NO_EFFECT),
+        KnobSpec("threads", "int", minimum=1, maximum=4096, plan=NO_EFFECT),
+        KnobSpec("threads_batch", "int", minimum=1, maximum=4096, plan=NO_EFFECT),
+        # The logical batch; the compute buffers follow the physical one (ubatch_size).
+        KnobSpec("batch_size", "int", minimum=1, maximum=MAX_CONTEXT, plan=NO_EFFECT),
+        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT, plan=sets("ubatch_size", positive)),
+        KnobSpec("cont_batching", "bool", plan=NO_EFFECT),
+        KnobSpec("kv_unified", "bool", plan=sets("kv_unified", read_bool)),
+        KnobSpec("no_mmap", "bool", plan=NO_EFFECT),
+        KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file"), plan=NO_EFFECT),
         # Builds that log `verbosity = 3` by default hide the `llama_kv_cache: size = ...`
         # lines that parse_kv_capacity reads; 4 shows them (recorded, see fixtures).
-        KnobSpec("log_verbosity", "int", minimum=0, maximum=10),
+        KnobSpec("log_verbosity", "int", minimum=0, maximum=10, plan=NO_EFFECT),
     )
 }
 

@@ -28,6 +28,15 @@ from serving.engines.base import (
     shown_value,
 )
 from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch_spec, reads_path, whole_tokens
+from serving.engines.plan_effects import (
+    NO_EFFECT,
+    OLLAMA_KV_TYPES,
+    context_read,
+    flash_attention_switch,
+    ollama_kv_type,
+    positive,
+    sets,
+)
 from serving.engines.policy import Concern
 from serving.engines.versions import parse_version
 
@@ -89,15 +98,20 @@ ENV_OF = {
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("context_length", "int", normalise=_context_length),
-        KnobSpec("num_parallel", "int", minimum=1, maximum=4096),
-        KnobSpec("keep_alive", "str", normalise=_keep_alive),
-        KnobSpec("kv_cache_type", "choice", choices=("f16", "q8_0", "q4_0")),
-        KnobSpec("flash_attention", "str", normalise=_flash),
-        KnobSpec("max_loaded_models", "int", minimum=0, maximum=1024),
-        KnobSpec("max_queue", "int", minimum=1, maximum=1_000_000),
-        KnobSpec("models", "str", concerns=reads_path("the models folder")),
-        KnobSpec("sched_spread", "bool"),
+        KnobSpec(
+            "context_length", "int", normalise=_context_length, plan=sets("ctx_size", context_read(_context_length))
+        ),
+        KnobSpec("num_parallel", "int", minimum=1, maximum=4096, plan=sets("parallel", positive)),
+        KnobSpec("keep_alive", "str", normalise=_keep_alive, plan=NO_EFFECT),
+        KnobSpec("kv_cache_type", "choice", choices=OLLAMA_KV_TYPES, plan=ollama_kv_type),
+        KnobSpec("flash_attention", "str", normalise=_flash, plan=flash_attention_switch),
+        # How many models stay loaded at once: each revision is planned on its own.
+        KnobSpec("max_loaded_models", "int", minimum=0, maximum=1024, plan=NO_EFFECT),
+        KnobSpec("max_queue", "int", minimum=1, maximum=1_000_000, plan=NO_EFFECT),  # requests waiting, not memory
+        KnobSpec("models", "str", concerns=reads_path("the models folder"), plan=NO_EFFECT),  # where the store is
+        # Spread the layers over every GPU even when fewer would hold them: the planner always
+        # spreads them over the GPUs by memory, as this does.
+        KnobSpec("sched_spread", "bool", plan=NO_EFFECT),
     )
 }
 

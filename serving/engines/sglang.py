@@ -36,6 +36,20 @@ from serving.engines.knobs import (
     reads_path_or_repo,
     whole_tokens,
 )
+from serving.engines.plan_effects import (
+    NO_EFFECT,
+    SGLANG_KV_DTYPES,
+    config_overrides,
+    context_read,
+    kv_dtype,
+    positive,
+    quantization_of,
+    read_int,
+    read_text,
+    sets,
+    share,
+    speculative_algorithm,
+)
 from serving.engines.policy import Concern, path_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.versions import SGLANG_CONFIG_FILE_SINCE, at_least
@@ -88,33 +102,67 @@ def _context_length(value: object) -> int:
     return tokens
 
 
+def _prefill_chunk(name: str, value: object) -> int:
+    """--chunked-prefill-size; -1 turns chunking off, and a prefill is then up to
+    --max-prefill-tokens long (SGLANG_MAX_PREFILL_TOKENS unless set)."""
+    size = read_int(name, value, minimum=-1)
+    return SGLANG_MAX_PREFILL_TOKENS if size == -1 else positive(name, size)
+
+
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True),
-        KnobSpec("context_length", "int", normalise=_context_length),
-        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576),
-        KnobSpec("max_total_tokens", "int", minimum=1),
-        KnobSpec("chunked_prefill_size", "int", minimum=-1, maximum=MAX_CONTEXT),
-        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
-        KnobSpec("quantization", "token"),
-        KnobSpec("disable_radix_cache", "bool"),
-        KnobSpec("tool_call_parser", "token"),
-        KnobSpec("reasoning_parser", "token"),
-        KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS),
-        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64),
-        KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64),
-        KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024),
-        KnobSpec("speculative_draft_model_path", "str", concerns=reads_path_or_repo("the draft model")),
-        KnobSpec("enable_metrics", "bool"),
+        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp", positive)),
+        # Each data-parallel replica runs the whole model on TP x PP GPUs of its own (without
+        # --enable-dp-attention, which this adapter does not take: srt/managers/data_parallel_controller.py).
+        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp", positive)),
+        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp", positive)),
+        # Expert parallelism inside the TP group: each GPU holds 1/ep of the experts whole instead of
+        # 1/tp of each expert, the same bytes per GPU; no GPU is added.
+        KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS, plan=NO_EFFECT),
+        KnobSpec(
+            "mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util", share)
+        ),
+        KnobSpec(
+            "context_length",
+            "int",
+            normalise=_context_length,
+            plan=sets("max_model_len", context_read(_context_length)),
+        ),
+        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs", positive)),
+        # A cap on the pool SGLang sizes from mem_fraction_static: the plan shows the pool it can have.
+        KnobSpec("max_total_tokens", "int", minimum=1, plan=NO_EFFECT),
+        KnobSpec(
+            "chunked_prefill_size",
+            "int",
+            minimum=-1,
+            maximum=MAX_CONTEXT,
+            plan=sets("max_num_batched_tokens", _prefill_chunk),
+        ),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, plan=kv_dtype(SGLANG_KV_DTYPES)),
+        # SGLang's own methods (w8a8_int8, w8a8_fp8, qoq, ...) beside vLLM's: any the adapter lets through.
+        KnobSpec("quantization", "token", plan=quantization_of(None)),
+        KnobSpec("disable_radix_cache", "bool", plan=NO_EFFECT),
+        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
+        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),
+        KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS, plan=speculative_algorithm),
+        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64, plan=sets("spec_tokens", positive)),
+        KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64, plan=NO_EFFECT),
+        KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024, plan=NO_EFFECT),
+        # The draft model's own weights and pool: the planner knows only the target model's (the
+        # memory share reserves room for a draft model when speculative_algorithm is set).
+        KnobSpec(
+            "speculative_draft_model_path",
+            "str",
+            concerns=reads_path_or_repo("the draft model"),
+            plan=NO_EFFECT,
+        ),
+        KnobSpec("enable_metrics", "bool", plan=NO_EFFECT),
         TRUST_REMOTE_CODE,
-        KnobSpec("attention_backend", "token"),
-        KnobSpec("json_model_override_args", "json", concerns=overrides_config),
-        KnobSpec("chat_template", "str", concerns=_chat_template),
+        KnobSpec("attention_backend", "token", plan=sets("attention_backend", read_text)),
+        # SGLang's hf_overrides: a RoPE factor or native context read as vLLM's.
+        KnobSpec("json_model_override_args", "json", concerns=overrides_config, plan=config_overrides),
+        KnobSpec("chat_template", "str", concerns=_chat_template, plan=NO_EFFECT),
     )
 }
 

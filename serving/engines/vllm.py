@@ -35,6 +35,22 @@ from serving.engines.knobs import (
     openai_launch_spec,
     overrides_config,
 )
+from serving.engines.plan_effects import (
+    NO_EFFECT,
+    VLLM_KV_DTYPES,
+    config_overrides,
+    context_read,
+    cpu_offload,
+    kv_dtype,
+    mamba_dtype,
+    positive,
+    quantization,
+    read_bool,
+    read_text,
+    sets,
+    share,
+    speculative_config,
+)
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
 from serving.engines.prometheus import parse_samples, ratio, raw_values
 from serving.engines.versions import (
@@ -132,42 +148,62 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
 
 # CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+MAMBA_CHOICES = ("auto", "float32", "float16", "bfloat16")
 
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS),
-        KnobSpec("enable_expert_parallel", "bool"),
-        KnobSpec("max_model_len", "str", normalise=_max_model_len),
-        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576),
-        KnobSpec("max_num_batched_tokens", "int", minimum=1, maximum=4 * MAX_CONTEXT),
-        KnobSpec("gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True),
-        KnobSpec("kv_cache_memory_bytes", "int", minimum=1, maximum=2**50),
-        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES),
-        KnobSpec("block_size", "int", minimum=1, maximum=4096),
-        KnobSpec("quantization", "token"),
-        KnobSpec("dtype", "token"),
-        KnobSpec("enforce_eager", "bool"),
-        KnobSpec("enable_prefix_caching", "bool"),
-        KnobSpec("enable_chunked_prefill", "bool"),
-        KnobSpec("speculative_config", "json", concerns=_speculative_config),
-        KnobSpec("enable_auto_tool_choice", "bool"),
-        KnobSpec("tool_call_parser", "token"),
-        KnobSpec("reasoning_parser", "token"),
-        KnobSpec("cpu_offload_gb", "float", minimum=0, maximum=1_000_000),
-        KnobSpec("hf_overrides", "json", concerns=overrides_config),
-        KnobSpec("limit_mm_per_prompt", "json"),
-        KnobSpec("language_model_only", "bool"),
-        KnobSpec("attention_backend", "token"),
+        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp", positive)),
+        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp", positive)),
+        # Each data-parallel replica holds the whole model on TP x PP GPUs of its own.
+        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp", positive)),
+        # Experts sharded over the TP x DP ranks instead of sliced: the same bytes per GPU.
+        KnobSpec("enable_expert_parallel", "bool", plan=NO_EFFECT),
+        KnobSpec(
+            "max_model_len",
+            "str",
+            normalise=_max_model_len,
+            plan=sets("max_model_len", context_read(max_model_len_tokens)),
+        ),
+        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs", positive)),
+        KnobSpec(
+            "max_num_batched_tokens",
+            "int",
+            minimum=1,
+            maximum=4 * MAX_CONTEXT,
+            plan=sets("max_num_batched_tokens", positive),
+        ),
+        KnobSpec(
+            "gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util", share)
+        ),
+        KnobSpec(
+            "kv_cache_memory_bytes", "int", minimum=1, maximum=2**50, plan=sets("kv_cache_memory_bytes", positive)
+        ),
+        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, plan=kv_dtype(VLLM_KV_DTYPES)),
+        KnobSpec("block_size", "int", minimum=1, maximum=4096, plan=sets("block_size", positive)),
+        KnobSpec("quantization", "token", plan=quantization),
+        KnobSpec("dtype", "token", plan=NO_EFFECT),  # the weights' size is the checkpoint's
+        KnobSpec("enforce_eager", "bool", plan=sets("enforce_eager", read_bool)),
+        KnobSpec("enable_prefix_caching", "bool", plan=sets("prefix_caching", read_bool)),
+        KnobSpec("enable_chunked_prefill", "bool", plan=NO_EFFECT),
+        KnobSpec("speculative_config", "json", concerns=_speculative_config, plan=speculative_config),
+        KnobSpec("enable_auto_tool_choice", "bool", plan=NO_EFFECT),
+        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
+        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),
+        KnobSpec("cpu_offload_gb", "float", minimum=0, maximum=1_000_000, plan=cpu_offload),
+        KnobSpec("hf_overrides", "json", concerns=overrides_config, plan=config_overrides),
+        KnobSpec("limit_mm_per_prompt", "json", plan=NO_EFFECT),
+        KnobSpec("language_model_only", "bool", plan=sets("language_model_only", read_bool)),
+        KnobSpec("attention_backend", "token", plan=sets("attention_backend", read_text)),
         TRUST_REMOTE_CODE,
-        KnobSpec("disable_custom_all_reduce", "bool"),
-        KnobSpec("mamba_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
-        KnobSpec("mamba_ssm_cache_dtype", "choice", choices=("auto", "float32", "float16", "bfloat16")),
-        KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576),
-        KnobSpec("chat_template", "str", concerns=_chat_template),
-        KnobSpec("generation_config", "str", concerns=_generation_config),
+        KnobSpec("disable_custom_all_reduce", "bool", plan=NO_EFFECT),
+        KnobSpec("mamba_cache_dtype", "choice", choices=MAMBA_CHOICES, plan=mamba_dtype("mamba_conv_bytes")),
+        KnobSpec("mamba_ssm_cache_dtype", "choice", choices=MAMBA_CHOICES, plan=mamba_dtype("mamba_ssm_bytes")),
+        # How often prefix caching keeps a recurrent state (tokens between saved states): the planner
+        # sizes a request's states from block_size and the layers' shapes, not from this.
+        KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576, plan=NO_EFFECT),
+        KnobSpec("chat_template", "str", concerns=_chat_template, plan=NO_EFFECT),
+        KnobSpec("generation_config", "str", concerns=_generation_config, plan=NO_EFFECT),
     )
 }
 

@@ -75,12 +75,12 @@ def plan(request: PlanRequest) -> FitReport:
 
 
 def _check_world(s: Settings) -> None:
-    for name, size in (("tensor_parallel_size", s.tp), ("pipeline_parallel_size", s.pp)):
+    for name, size in (("tensor_parallel_size", s.tp), ("pipeline_parallel_size", s.pp), ("data_parallel_size", s.dp)):
         if size > MAX_GPUS:
             raise PlanInputError(f"{name} must be at most {MAX_GPUS}, not {size:,}", field=name)
-    if s.tp * s.pp > MAX_GPUS:
+    if s.gpus_needed > MAX_GPUS:
         raise PlanInputError(
-            f"TP={s.tp} x PP={s.pp} is {s.tp * s.pp:,} GPUs; at most {MAX_GPUS} can be planned for",
+            f"{s.world_text} is {s.gpus_needed:,} GPUs; at most {MAX_GPUS} can be planned for",
             field="tensor_parallel_size",
         )
 
@@ -116,8 +116,10 @@ def _native(arch: ModelArch, settings: Settings, gguf_ctx: int | None = None) ->
 
 def _size_gpu_split(ctx: Context) -> None:
     s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    # One replica's world: TP x PP GPUs sharing the weights. Each data-parallel replica is that
+    # again on GPUs of its own, so the bytes per GPU are one replica's and the GPUs used are DP times.
     world = s.tp * s.pp
-    ctx.used = ctx.gpus[:world] if len(ctx.gpus) >= world else ()
+    ctx.used = ctx.gpus[: s.gpus_needed] if len(ctx.gpus) >= s.gpus_needed else ()
     ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
     ctx.native_context = _native(arch, s)
     ctx.max_model_len = s.max_model_len or arch.native_context
@@ -191,7 +193,7 @@ def _size_gpu_split(ctx: Context) -> None:
         ctx.pool_per_gpu = s.kv_cache_memory_bytes
     elif ctx.weights_per_gpu is not None:
         ctx.pool_per_gpu = ctx.budget_per_gpu - ctx.weights_per_gpu - ctx.overheads.total
-    _capacity(ctx, world)
+    _capacity(ctx, world, s.dp)
 
 
 def _seq_bytes(ctx: Context, length: int) -> float:
@@ -199,11 +201,13 @@ def _seq_bytes(ctx: Context, length: int) -> float:
     return math.ceil(length / ctx.block) * ctx.block * ctx.per_token_gpu + ctx.state_per_seq_gpu
 
 
-def _capacity(ctx: Context, world: int) -> None:
+def _capacity(ctx: Context, world: int, replicas: int) -> None:
+    """One replica's KV pool in tokens and sequences (what each engine core logs); the cache's
+    bytes over every GPU of every replica."""
     pool = ctx.pool_per_gpu
     if pool is None or ctx.per_token_gpu is None:
         return
-    ctx.kv_cache_bytes = max(0, pool) * world
+    ctx.kv_cache_bytes = max(0, pool) * world * replicas
     if pool <= 0 or not ctx.per_token_gpu:
         ctx.full_len_seqs, ctx.max_ctx_one, ctx.pool_tokens = 0, 0, 0
         return
@@ -346,6 +350,7 @@ def _report(ctx: Context) -> FitReport:
             ctx.request.engine,
             tp=s.tp,
             pp=s.pp,
+            dp=s.dp,
             used=len(ctx.used),
             present=ctx.gpus_present,
             split_mode=s.split_mode,

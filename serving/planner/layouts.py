@@ -71,16 +71,18 @@ def describe_layout(
     pp: int,
     used: int,
     present: int,
+    dp: int = 1,
     split_mode: str = "layer",
     tensor_split: tuple[float, ...] = (),
     n_gpu_layers: int | None = None,
 ) -> str:
-    """The layout in the engine's own words: TP x PP for vLLM and SGLang; for llama.cpp its
+    """The layout in the engine's own words: TP x PP (x DP replicas) for vLLM and SGLang; for llama.cpp its
     --split-mode (layer: whole layers per GPU; row: each layer's rows across GPUs; none: one GPU),
     --tensor-split shares and how many GPUs hold layers; Ollama splits by layer by itself."""
     gpus = f"{used} of {present} GPU{'s' if present != 1 else ''}"
     if engine in GPU_SPLIT_ENGINES:
-        return f"TP {tp} × PP {pp} on {gpus}"
+        replicas = f" × DP {dp}" if dp > 1 else ""
+        return f"TP {tp} × PP {pp}{replicas} on {gpus}"
     if not present:
         return "CPU only"
     if n_gpu_layers == 0:

@@ -71,6 +71,11 @@ def _engine_name(ctx: Context) -> str:
     return engine_label(ctx.request.engine)
 
 
+def _parallel_knobs(ctx: Context) -> str:
+    knobs = "tensor_parallel_size/pipeline_parallel_size"
+    return knobs + " or the data-parallel replicas" if ctx.settings.dp > 1 else knobs
+
+
 def _layout_advice(ctx: Context) -> str:
     n = len(ctx.gpus)
     arch = ctx.request.arch
@@ -128,7 +133,7 @@ def _weights_known(ctx: Context) -> None:
 
 def _parallel(ctx: Context) -> None:
     s, arch = ctx.settings, ctx.request.arch
-    world = s.tp * s.pp
+    world = s.gpus_needed
     if world > len(ctx.gpus) and not ctx.request.gpus:
         ctx.add(
             ERROR,
@@ -140,8 +145,8 @@ def _parallel(ctx: Context) -> None:
         ctx.add(
             ERROR,
             F.PARALLEL_TOO_MANY_GPUS,
-            f"TP={s.tp} x PP={s.pp} needs {world} GPUs but the engine sees {len(ctx.gpus)}.",
-            f"Lower tensor_parallel_size/pipeline_parallel_size to fit {len(ctx.gpus)} GPUs.",
+            f"{s.world_text} needs {world} GPUs but the engine sees {len(ctx.gpus)}.",
+            f"Lower {_parallel_knobs(ctx)} to fit {len(ctx.gpus)} GPUs.",
         )
     problems = tp_problems(arch, s.tp)
     if problems:
