@@ -283,6 +283,8 @@ def test_viewer_reads_every_page(client, world, viewer, name):
     else:
         # A finished operation's status partial answers 286 so htmx stops polling.
         assert response.status_code == (286 if name in STOPPED else 200), name
+    # Issue 37: nothing a signed-in person is shown stays in a browser's or a proxy's cache.
+    assert "no-store" in response.get("Cache-Control", ""), name
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post and post != "viewer"))
@@ -300,7 +302,8 @@ def test_admin_pages_are_for_admins_only(client, world, viewer, operator, admin_
         client.force_login(someone)
         assert client.get(url).status_code == 403, (name, someone.username)
     client.force_login(admin_user)
-    assert client.get(url).status_code == 200, name
+    response = client.get(url)
+    assert response.status_code == 200 and "no-store" in response.get("Cache-Control", ""), name
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post == "admin"))
