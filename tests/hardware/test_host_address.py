@@ -102,3 +102,10 @@ def test_the_command_sets_the_address_through_the_same_rule(db: Any) -> None:
     with pytest.raises(CommandError, match="is 127.0.0.1, a loopback address"):
         call_command("host", "address", "far", "0x7f000001")
     assert Host.objects.get(name="far").address == "10.0.0.9"
+
+
+def test_the_django_admin_shows_the_address_but_cannot_change_it(client: Client, django_user_model: Any) -> None:
+    host = Host.objects.create(name="far", address="10.0.0.9", queue="host.far")
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-1"))
+    page = client.get(f"/admin/hardware/host/{host.pk}/change/").content.decode()
+    assert "10.0.0.9" in page and 'name="address"' not in page
