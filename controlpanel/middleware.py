@@ -1,6 +1,7 @@
 """Login is required everywhere except the sign-in pages (the password form, single sign-on's start
 and callback), static files, /metrics (its own token or loopback: deployments.views.metrics) and
-the agent API (which authenticates each request by its host's token instead). A full disk is said in one sentence."""
+the agent API (which authenticates each request by its host's token instead). A full disk is said in one sentence.
+Nothing a signed-in person or a token is answered is kept by a browser's or a proxy's cache."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import add_never_cache_headers
 
 from core.errors import DISK_FULL_SENTENCE, is_disk_full
 
@@ -28,6 +30,31 @@ class LoginRequiredMiddleware:
                 return response
             return redirect_to_login(request.get_full_path(), "/accounts/login/")
         return self.get_response(request)
+
+
+# Answers to a token rather than a session: the automation API (an inference key's secret on
+# create, shown once) and the agent API (a launch's engine keys).
+NO_STORE_PREFIXES = ("/api/", "/agent/")
+
+
+class NoStoreMiddleware:
+    """`Cache-Control: no-store` (Django's never-cache headers) on every answer to a signed-in person
+    and every answer of the token APIs, so no page, key or secret is left in a browser's disk cache,
+    its back button or a shared proxy; an answer whose view set its own Cache-Control (static files,
+    the playground's stream) keeps it. Registered before the agent API's middleware, which ends its
+    requests early, so its answers pass here too."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.has_header("Cache-Control"):
+            return response
+        user = getattr(request, "user", None)  # unset where the agent API's middleware answered
+        if request.path.startswith(NO_STORE_PREFIXES) or (user is not None and user.is_authenticated):
+            add_never_cache_headers(response)
+        return response
 
 
 class DiskFullMiddleware:

@@ -156,6 +156,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Cache-Control: no-store on answers to a signed-in person and to the token APIs (before the agent API's end).
+    "controlpanel.middleware.NoStoreMiddleware",
     # The agent API's requests end here: none of the rest is for a host token (its docstring).
     "deployments.agent_api.middleware.AgentApiMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

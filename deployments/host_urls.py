@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.urls import path
 
 from deployments.views import hosts as views
-from hardware import token_views
+from hardware import address_views, token_views
 
 app_name = "hardware"
 
@@ -20,5 +20,6 @@ urlpatterns = [
     path("hosts/<slug:name>/start/", views.host_action, {"action": "start"}, name="host_start"),
     path("hosts/<slug:name>/install/", views.host_install, name="host_install"),
     path("hosts/<slug:name>/token/", token_views.host_token, name="host_token"),
+    path("hosts/<slug:name>/address/", address_views.host_address, name="host_address"),
     path("operations/<uuid:pk>/widget/", views.operation_widget, name="operation_widget"),
 ]

@@ -22,5 +22,7 @@ class HostTagInline(admin.TabularInline):
 @admin.register(Host)
 class HostAdmin(admin.ModelAdmin):
     list_display = ("name", "address", "queue", "last_heartbeat", "is_demo")
-    readonly_fields = ("engine_state", "last_heartbeat", "last_probe_at")
+    # The address is set on the host page (or `manage.py host address`), through the one loopback
+    # rule and audited (hardware.services.host_address_set), never here.
+    readonly_fields = ("address", "engine_state", "last_heartbeat", "last_probe_at")
     inlines = [GPUInline, HostTagInline]

@@ -11,13 +11,30 @@ from django.db.models import Count, FloatField, Func, Max, OuterRef, Subquery
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from core.models import AuditEvent
+
 from .models import EngineSample, GpuSample, Host, HostSample, used_memory
+
+REPORTED_ADDRESS = "reported_address"  # in a probe's audit data: the address its agent suggests
 
 
 def reported_ago(last_heartbeat: datetime, now: datetime | None = None) -> str:
     """How long ago an agent last reported, in one unit ("3 hours", "5 minutes"): a host's card
     says it, and would change every minute with two."""
     return timesince(last_heartbeat, now, depth=1)
+
+
+def host_reported_address(host: Host) -> str:
+    """The address the host's agent suggested at its last probe ("" when none): shown to admins
+    beside the Address form, never used (hardware.services.host_probe_record)."""
+    event = (
+        AuditEvent.objects.filter(host=host, action__in=("host.probe", "host.register"))
+        .order_by("-created_at")
+        .values_list("data", flat=True)
+        .first()
+    )
+    reported = event.get(REPORTED_ADDRESS) if isinstance(event, dict) else None
+    return reported if isinstance(reported, str) else ""
 
 
 def offline_reason(host: Host) -> str:

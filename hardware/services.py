@@ -16,9 +16,11 @@ from django.utils.text import slugify
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record
 from core.limits import MAX_GPUS
+from serving.binds import address_refusal, canonical_address, literal_ip, system_resolve
 
 from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample, HostTag
 from .queues import host_queue_name, host_slug
+from .selectors import REPORTED_ADDRESS
 from .telemetry_sql import Row, insert_gpu_samples
 
 if TYPE_CHECKING:
@@ -109,7 +111,7 @@ def host_declare(
         raise ValidationError({"gpus": f"A host holds at most {MAX_GPUS_PER_HOST} GPUs; {total} were declared."})
     host = Host(
         name=slug,
-        address=address or "127.0.0.1",
+        address=clean_host_address(address) if address and address != "127.0.0.1" else "127.0.0.1",
         queue=host_queue_name(slug),
         declared=True,
         is_demo=is_demo,
@@ -151,6 +153,54 @@ def _match_gpu_type(name: str) -> GpuType | None:
     return None
 
 
+# A host name (RFC 1123 labels; `_` as some lab DNS has it) or an IP literal: nothing else (no port,
+# no scheme, no user@) is an address.
+_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
+
+def clean_host_address(address: object) -> str:
+    """An address an admin gives a host, as it is stored (serving.binds.canonical_address), or a
+    ValidationError: a host name or an IP literal that the one loopback rule accepts
+    (serving.binds.address_refusal, names judged by what they resolve to here)."""
+    text = address.strip() if isinstance(address, str) else ""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    shaped = bool(text) and (literal_ip(text) is not None or bool(_HOST_NAME.match(text.lower().rstrip("."))))
+    if not shaped:
+        raise ValidationError(
+            {"address": f"An address is a host name (gpu-box-1.lan) or an IP address (10.0.0.7), not {address!r}."}
+        )
+    why = address_refusal(text, resolve=system_resolve)
+    if why:
+        raise ValidationError({"address": f"Not an address other machines reach this host at: {why}."})
+    return canonical_address(text)
+
+
+@transaction.atomic
+def host_address_set(*, host: Host, address: str, actor: AbstractUser | None) -> Host:
+    """Set where the panel, the lab router and client exports reach `host` (admin only). An agent's
+    probe only suggests an address (`REPORTED_ADDRESS` in its audit data); it never sets one."""
+    ensure_role(actor, ADMIN)
+    host = Host.objects.select_for_update().get(pk=host.pk)
+    clean = clean_host_address(address)
+    before = host.address
+    if clean == before:
+        return host
+    host.address = clean
+    host.full_clean()
+    host.save(update_fields=["address"])
+    audit_record(
+        action="host.address",
+        summary=f"{host.name}'s address: {before} -> {clean}",
+        obj=host,
+        host=host,
+        data={"before": before, "after": clean},
+        actor=actor,
+    )
+    return host
+
+
 @transaction.atomic
 def host_probe_record(
     *, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: AbstractUser | None = None
@@ -159,16 +209,13 @@ def host_probe_record(
     ones; differences from what was declared are kept in `probe_mismatches` and shown.
 
     `inventory` is `hostagent.probes.nvml.GpuInventory.to_dict()`; `facts` is
-    `hostagent.probes.host.HostFacts.to_dict()` (plus an optional "address").
+    `hostagent.probes.host.HostFacts.to_dict()` (plus an optional "address": a suggestion, kept in
+    the audit event and shown to admins, never the host's address, which an admin sets:
+    `host_address_set`; a host could otherwise point the lab router at the panel's loopback).
     """
     slug = slugify(name)
-    host, created = Host.objects.select_for_update().get_or_create(
-        name=slug, defaults={"queue": host_queue_name(slug), "address": facts.get("address") or "127.0.0.1"}
-    )
-    if not created and host.last_probe_at is None and not host.declared and facts.get("address"):
-        # Its first probe: a host an admin issued a token for before its agent ran takes the
-        # address the agent reports, as a host its agent created does (a declared one keeps its own).
-        host.address = str(facts["address"])[:255]
+    host, created = Host.objects.select_for_update().get_or_create(name=slug, defaults={"queue": host_queue_name(slug)})
+    reported = str(facts.get("address") or "").strip()[:255]
     measured = inventory.get("gpus", [])
     mismatches: list[str] = []
     declared = list(host.gpus.filter(declared=True).order_by("index"))
@@ -239,7 +286,7 @@ def host_probe_record(
         summary=f"{slug}: {len(measured)} GPU(s)" + (f"; mismatches: {'; '.join(mismatches)}" if mismatches else ""),
         obj=host,
         host=host,
-        data={"mismatches": mismatches},
+        data={"mismatches": mismatches, REPORTED_ADDRESS: reported},
         actor=actor,
     )
     return host

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import apprise
 from apprise.logger import LOGGER_NAME
@@ -132,9 +133,19 @@ def _scheme(url: str) -> str:
     return match.group(1).lower() if match else ""
 
 
-def _clean(lines: list[str], url: str) -> str:
+def plugin_secrets(plugin: object | None) -> list[str]:
+    """What Apprise read from a channel's URL that is a secret though no shape says so: an ntfy
+    channel's topics (whoever knows a topic reads and posts to it; it is the channel's only secret,
+    in the path, in `?to=`, or where the host stands in ntfy.sh's form `ntfy://topic`), as written
+    and as a URL writes them."""
+    topics = getattr(plugin, "topics", None) if type(plugin).__name__ == "NotifyNtfy" else None
+    found = [str(t) for t in topics or () if str(t).strip()]
+    return list(dict.fromkeys(found + [quote(t, safe="") for t in found]))
+
+
+def _clean(lines: list[str], url: str, plugin: object | None = None) -> str:
     text = " / ".join(dict.fromkeys(line.strip() for line in lines if line.strip()))
-    return mask_text(text, urls=[url])[:MAX_ERROR]
+    return mask_text(text, secrets=plugin_secrets(plugin), urls=[url])[:MAX_ERROR]
 
 
 def _plugin(url: str) -> tuple[object | None, list[logging.LogRecord]]:
@@ -188,7 +199,7 @@ def channel_check(url: str) -> ChannelInfo:
         raise ChannelUrlError(f"The panel sends to these kinds of URL only: {known}.")
     plugin, records = _plugin(url)
     if plugin is None:
-        why = _clean([r.getMessage() for r in records if r.levelno >= logging.WARNING], url)
+        why = _clean([r.getMessage() for r in records if r.levelno >= logging.WARNING], url, plugin)
         raise ChannelUrlError(f"Apprise cannot use this {scheme}:// URL" + (f": {why}" if why else "."))
     try:
         _destinations_check(scheme, plugin)
@@ -226,7 +237,7 @@ def channel_send(url: str, *, title: str, body: str, notify_type: str = "info") 
         if r.levelno >= logging.WARNING or "exception" in r.getMessage().lower() or "error" in r.getMessage().lower()
     ]
     lines = [line for line in lines if not line.startswith(("JSON Payload", "Response Details"))]
-    account = _clean(lines, url) or "Apprise reported a failure without saying why."
+    account = _clean(lines, url, plugin) or "Apprise reported a failure without saying why."
     if guard.refused:
         return SendResult(False, guard.refused, seconds)
     if not guard.answered:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.secrets_mask import MASK
-from serving.binds import is_loopback, is_wildcard
+from serving.binds import address_refusal
 from serving.engines.base import ContextInputs, EngineConfig, EngineConfigError, LaunchSpec, ModelRef, ServedContext
 from serving.engines.registry import get_adapter
 
@@ -85,9 +85,10 @@ class HostFacts:
 
     @property
     def reachable_from_elsewhere(self) -> bool:
-        """Clients on other machines can reach this address (not loopback, not unset)."""
-        address = self.reachable_address.strip()
-        return bool(address) and not (is_loopback(address) or is_wildcard(address))
+        """Clients on other machines can reach this address: set, and not refused by the one
+        loopback rule (serving.binds.address_refusal: loopback, unspecified, link-local in any
+        spelling)."""
+        return not address_refusal(self.reachable_address)
 
 
 def engine_config(spec: RevisionSpec, facts: HostFacts, *, api_key: str | None = None) -> EngineConfig:

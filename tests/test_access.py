@@ -35,6 +35,7 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "hardware:host_start": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_install": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_token": ({"name": "h1"}, "admin", "admin"),
+    "hardware:host_address": ({"name": "h1"}, "admin", "admin"),
     "hardware:operation_widget": ({"pk": OP}, "viewer", None),
     "deployments:benchmark_list": ({"host": "h1"}, "viewer", None),
     "deployments:benchmark_new": ({"host": "h1"}, "viewer", "operator"),
@@ -145,6 +146,7 @@ POST_ONLY = {
     "hardware:host_start",
     "hardware:host_install",
     "hardware:host_token",
+    "hardware:host_address",
     "deployments:host_model_delete",
     "deployments:host_secret_mark",
     "deployments:host_serve_mode",
@@ -292,6 +294,8 @@ def test_viewer_reads_every_page(client, world, viewer, name):
     else:
         # A finished operation's status partial answers 286 so htmx stops polling.
         assert response.status_code == (286 if name in STOPPED else 200), name
+    # Issue 37: nothing a signed-in person is shown stays in a browser's or a proxy's cache.
+    assert "no-store" in response.get("Cache-Control", ""), name
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post and post != "viewer"))
@@ -309,7 +313,8 @@ def test_admin_pages_are_for_admins_only(client, world, viewer, operator, admin_
         client.force_login(someone)
         assert client.get(url).status_code == 403, (name, someone.username)
     client.force_login(admin_user)
-    assert client.get(url).status_code == 200, name
+    response = client.get(url)
+    assert response.status_code == 200 and "no-store" in response.get("Cache-Control", ""), name
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (_, _, post) in ACCESS.items() if post == "admin"))

@@ -261,16 +261,17 @@ def test_oversized_reports_and_install_paths_that_are_no_paths_are_refused(
     assert Host.objects.get(pk=alpha["host"].pk).engine_installs["vllm"]["0.22.0"]["binary"] == "/opt/vllm/bin/vllm"
 
 
-def test_a_host_made_by_issuing_its_token_takes_the_address_its_agent_reports(db: Any) -> None:
+def test_a_host_made_by_issuing_its_token_keeps_its_address_whatever_its_agent_reports(db: Any) -> None:
+    """The agent's address is a suggestion (audited, shown to admins): only an admin sets one."""
     host, token = host_token_issue(name="far-box", actor=None)
     assert host.address == "127.0.0.1"
     facts = {"address": "far-box.lan", "cpu_model": "EPYC", "model_dirs": ["/srv/models"]}
     answer = Agent(token).post("register", {"facts": facts, "inventory": {"gpus": []}, "engine_state": {}})
     assert answer.status_code == 200 and answer.json()["host"] == "far-box"
     host.refresh_from_db()
-    assert host.address == "far-box.lan" and host.model_dirs == ["/srv/models"] and host.last_probe_at
-    Agent(token).post("register", {"facts": {"address": "elsewhere"}, "inventory": {"gpus": []}})
-    assert Host.objects.get(pk=host.pk).address == "far-box.lan"  # later probes keep it
+    assert host.address == "127.0.0.1" and host.model_dirs == ["/srv/models"] and host.last_probe_at
+    event = AuditEvent.objects.filter(host=host, action="host.probe").latest("created_at")
+    assert event.data["reported_address"] == "far-box.lan"
 
 
 def test_agent_requests_skip_the_browsers_machinery_but_not_its_guards(

@@ -190,6 +190,8 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "deployments:host_models": ({"host": "h1"}, "operator", {"model": "", "token_secret": ""}),
     "deployments:host_model_delete": ({"host": "h1", "pk": 1}, "operator", {}),
     "hardware:host_token": ({"name": "h1"}, "admin", {"action": "issue"}),
+    # A host's address (admins; the one loopback rule: hardware.services.clean_host_address).
+    "hardware:host_address": ({"name": "h1"}, "admin", {"address": "10.0.0.7"}),
     # A host secret (admins): set or rotate one; mark it as a hub token.
     "deployments:host_secrets": ({"host": "h1"}, "admin", {"name": "matrix-key", "value": "v", "hub_token": "on"}),
     "deployments:host_secret_mark": ({"host": "h1", "secret": "hf"}, "admin", {"hub_token": "on"}),

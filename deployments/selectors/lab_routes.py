@@ -1,21 +1,26 @@
 """The lab router's route table from the database (serving.lab_routes.LabRoutes): every host
 whose front door has reported, the names and aliases it serves (its serving set and alias table,
 as the panel sends them to the door), the models loaded at its last report, where the router
-reaches it (services.front_door.door_base_url, as client exports do), whether it may be used now,
-and the inference keys every door gets (services.inference_keys.key_table)."""
+reaches it (services.front_door.door_base_url, as client exports do, at the address the one
+loopback rule judged: services.exports.host_reach, pinned so a name cannot resolve elsewhere when
+the router connects), whether it may be used now, and the inference keys every door gets
+(services.inference_keys.key_table)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils import timezone
 
 from deployments.models import FrontDoor, ModelAlias
-from deployments.services.exports import unreachable_reason
+from deployments.services.exports import host_reach
 from deployments.services.front_door import door_base_url
 from deployments.services.inference_keys import key_table
 from deployments.services.serving_set import served_set
+from hardware.models import Host
+from serving.exports import base_url_for
 from serving.lab_routes import Door, LabRoutes, door_problem
 
 __all__ = ["lab_routes"]
@@ -23,6 +28,17 @@ __all__ = ["lab_routes"]
 
 def _age(at: datetime | None, now: datetime) -> float | None:
     return None if at is None else (now - at).total_seconds()
+
+
+def _pinned(host: Host, url: str) -> tuple[str, str]:
+    """The door's root at the address the router connects to (the host's address as judged, an IP
+    literal), or "" and why the router may not connect."""
+    reach = host_reach(host)
+    if reach.why:
+        return "", reach.why
+    if not reach.ips:
+        return "", f"{host.name}'s address {host.address} does not resolve on the panel's machine"
+    return base_url_for(reach.ips[0], urlsplit(url).port or 80).removesuffix("/v1"), ""
 
 
 def lab_routes() -> LabRoutes:
@@ -38,6 +54,8 @@ def lab_routes() -> LabRoutes:
         labels = {name: name for name in names.values()}
         labels |= {a.name: names[a.revision_id] for a in aliases.get(host.pk, []) if a.revision_id in names}
         url, unreachable = door_base_url(host, door)
+        if url and not unreachable:
+            url, unreachable = _pinned(host, url)
         problem = door_problem(
             heartbeat_age_s=_age(host.last_heartbeat, now),
             report_age_s=_age(door.reported_at, now),
@@ -53,7 +71,7 @@ def lab_routes() -> LabRoutes:
                 url=url.removesuffix("/v1"),
                 labels=labels,
                 loaded=loaded,
-                problem=problem or unreachable or unreachable_reason(host),
+                problem=problem or unreachable,
             )
         )
     return LabRoutes(tuple(found), key_table())

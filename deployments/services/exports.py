@@ -31,7 +31,7 @@ from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
-from serving.binds import is_loopback
+from serving.binds import Resolver, address_ips, address_refusal, system_resolve
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -46,7 +46,6 @@ from serving.exports import (
     through_door,
     through_router,
 )
-from serving.launch import HostFacts
 
 from .front_door import door_base_url
 from .imports import revision_export_ansible
@@ -85,17 +84,42 @@ def revision_launch_spec(revision: DeploymentRevision, *, need_binary: bool = Tr
         raise NotExportable(f"the revision's settings do not make a launch: {exc}") from exc
 
 
-def unreachable_reason(host: Host) -> str:
-    """Why a client on another machine cannot reach `host`'s engines ("" when it can): the host
-    is not this machine and its address is loopback, so a laptop would connect to itself."""
-    facts = HostFacts(reachable_address=(host.address or "").strip())
-    if facts.reachable_from_elsewhere or runs_on_this_machine(host):
-        return ""
-    return (
-        f"{host.name}'s address is {facts.reachable_address or 'not set'}, which every client reaches as itself: "
-        f"set the address laptops reach {host.name} at (the admin's Hosts > {host.name} > Address), "
-        "and bind its engines where they can reach them (CONTROLPANEL_ENGINE_BIND_HOST, docs/gpu-hosts.md)"
+@dataclass(frozen=True)
+class HostReach:
+    """What `host`'s address is, judged once: `ips` what it is or resolves to on the panel's
+    machine (empty for a name that does not resolve here), `why` why it may not be used ("")."""
+
+    ips: tuple[str, ...]
+    why: str
+
+
+def host_reach(host: Host, *, resolve: Resolver | None = system_resolve) -> HostReach:
+    """The one loopback rule (serving.binds.address_refusal: loopback, unspecified or link-local in
+    any spelling, or a name that resolves to one here) applied to `host`'s address, unless the host
+    is the panel's own machine (its engines are on this loopback). The addresses judged are the
+    ones to connect to: the lab router pins them, so a name that resolves elsewhere later gains nothing."""
+    address = (host.address or "").strip()
+    try:
+        ips = tuple(str(ip) for ip in address_ips(address, resolve=resolve)) if address else ()
+    except (OSError, UnicodeError, ValueError):
+        ips = ()
+    if runs_on_this_machine(host):
+        return HostReach(ips, "")
+    why = address_refusal(address, resolve=lambda _name: ips)
+    if not why:
+        return HostReach(ips, "")
+    return HostReach(
+        ips,
+        f"{host.name}'s address: {why}; an admin sets the address laptops reach {host.name} at "
+        "(its host page, Address), and binds its engines where they can reach them "
+        "(CONTROLPANEL_ENGINE_BIND_HOST, docs/gpu-hosts.md)",
     )
+
+
+def unreachable_reason(host: Host) -> str:
+    """Why neither the panel (the lab router, the playground) nor a client on another machine may
+    use `host`'s address ("" when they may): `host_reach`'s verdict."""
+    return host_reach(host).why
 
 
 def revision_client_target(revision: DeploymentRevision) -> ClientTarget:
@@ -173,12 +197,14 @@ class ExportTargets:
 
 
 def _router_unreachable(url: str, host: Host) -> str:
-    """Why clients on other machines cannot reach the router at `url` ("" when they can): a
-    loopback URL, unless the revision's host is this machine too (a lab of one machine)."""
-    if not is_loopback(urlsplit(url).hostname or "") or runs_on_this_machine(host):
+    """Why clients on other machines cannot reach the router at `url` ("" when they can): a URL the
+    one loopback rule refuses (serving.binds.address_refusal, as written: clients resolve its name),
+    unless the revision's host is this machine too (a lab of one machine)."""
+    why = address_refusal(urlsplit(url).hostname or "")
+    if not why or runs_on_this_machine(host):
         return ""
     return (
-        f"the lab router's URL is {url}, which every client reaches as itself: set CONTROLPANEL_ROUTER_URL "
+        f"the lab router's URL is {url}, where {why}; set CONTROLPANEL_ROUTER_URL "
         "to where laptops reach the router (and CONTROLPANEL_ROUTER_BIND where it listens for them, "
         "docs/configuration.md)"
     )

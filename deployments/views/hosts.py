@@ -184,6 +184,7 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
         context["credential"] = (
             card.host.credentials.filter(revoked_at__isnull=True).select_related("created_by").first()
         )
+        context["reported_address"] = hardware_selectors.host_reported_address(card.host)
     return render(request, "hardware/host_detail.html", context)
 
 

@@ -10,7 +10,7 @@ from controlpanel.params import parse_int
 from deployments.management.cli import ActionCommand, Actions
 from deployments.models import active_revision_of
 from hardware.models import GpuType, Host
-from hardware.services import host_declare, host_probe_record
+from hardware.services import host_address_set, host_declare, host_probe_record
 from serving.planner.fit import MAX_GPUS
 
 
@@ -22,6 +22,11 @@ class Command(ActionCommand):
         reg.add_argument("--name", default=None)
         reg.add_argument("--address", default="127.0.0.1")
         actions.add_parser("list", help="name, online, engine, active revision, GPUs")
+        adr = actions.add_parser(
+            "address", help="set where the panel, the lab router and client exports reach a host (not loopback)"
+        )
+        adr.add_argument("name")
+        adr.add_argument("address")
         dec = actions.add_parser("declare", help="record a host by hand before its agent first reports")
         dec.add_argument("name")
         dec.add_argument("--address", default="127.0.0.1")
@@ -83,6 +88,16 @@ class Command(ActionCommand):
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages), returncode=2) from exc
         self.stdout.write(f"Declared host {host.name} with {host.gpus.count()} GPU(s); queue {host.queue}.")
+
+    def do_address(self, o: dict[str, Any]) -> None:
+        host = Host.objects.filter(name=o["name"]).first()
+        if host is None:
+            raise CommandError(f"No host named {o['name'][:80]!r}.", returncode=2)
+        try:
+            host = host_address_set(host=host, address=o["address"], actor=None)
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages), returncode=2) from exc
+        self.stdout.write(f"{host.name}'s address is {host.address}.")
 
     def do_tag(self, o: dict[str, Any]) -> None:
         from hardware.services import host_tag_names, host_tags_set
@@ -156,6 +171,11 @@ class Command(ActionCommand):
         facts, inventory = probe_local()
         facts["address"] = o["address"]
         host = host_probe_record(name=o["name"] or local_host_name(), facts=facts, inventory=inventory)
+        if o["address"] != host.address and o["address"] != "127.0.0.1":  # given here: the admin's own
+            try:
+                host = host_address_set(host=host, address=o["address"], actor=None)
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages), returncode=2) from exc
         gpus = host.gpus.count()
         kind = f"{gpus} GPU(s)" if gpus else f"CPU-only ({inventory.get('reason') or 'no NVIDIA driver'})"
         self.stdout.write(f"Registered host {host.name} (queue {host.queue}): {kind}.")

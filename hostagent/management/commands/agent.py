@@ -19,7 +19,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--name", default=None, help="refuse to start unless the token is this host's")
-        parser.add_argument("--address", default="127.0.0.1", help="where the panel reaches this host's engines")
+        parser.add_argument(
+            "--address",
+            default="127.0.0.1",
+            help="the address this host suggests to the panel (shown to admins; an admin sets the one used)",
+        )
         parser.add_argument("--no-watchdog", action="store_true")
         parser.add_argument("--no-telemetry", action="store_true")
         parser.add_argument("--loglevel", default="INFO")
