@@ -131,7 +131,8 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
     )
     use_own_broker_keys(app, who["queue"])
     try:
-        front_door = start_front_door(ctx, door=door, gpus=answer["nvml"])
+        relaunching = str((answer.get("restore") or {}).get("revision_id") or "") or None
+        front_door = start_front_door(ctx, door=door, gpus=answer["nvml"], relaunching=relaunching)
     except OSError as exc:  # the agent's switches and reports matter more than the door: go on without it
         front_door = None
         log.error(

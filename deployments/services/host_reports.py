@@ -65,8 +65,17 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
         "gpus": host.gpus.count(),
         "mismatches": host.probe_mismatches,
         "lost": [str(op.pk) for op in lost],
-        "restore": {"operation": str(restore.pk), "revision": restore.params["revision"]} if restore else None,
+        "restore": _restore_answer(restore),
     }
+
+
+def _restore_answer(restore: Operation | None) -> dict[str, Any] | None:
+    """The start the panel queued (its operation, the revision's number and id: the agent's door
+    holds requests for that revision until the start ends), or None."""
+    if restore is None:
+        return None
+    revision = {"revision": restore.params["revision"], "revision_id": str(restore.revision_id)}
+    return {"operation": str(restore.pk), **revision}
 
 
 def host_reconcile(*, host: Host, engine_state: Any) -> None:

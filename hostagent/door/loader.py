@@ -4,7 +4,9 @@ launch and health gate), in a supervisor of its own (state folder <state>/ondema
 log, starts journal), on the port the door gave it; an unload stops it gracefully (SIGTERM to its
 group, SIGKILL after the grace period). The host's pinned revision is the one the host's own
 supervisor runs (switched by the panel's operations): the door proxies to it, `load` only waits
-for it to be healthy, and nothing here starts or stops it.
+for it to be healthy, and nothing here starts or stops it. While the panel relaunches it (the agent
+started and the panel queued a start of its active revision: `relaunching`), a load of it waits
+for that start as it waits for a switch, instead of saying that nothing runs.
 
 A load's error is shown to the clients that waited: it names the revision and the reason (a
 preflight check, the engine's exit), never the engine's key or command line.
@@ -61,6 +63,10 @@ class AgentLoader:
         # time until which requests for it still wait for the panel's new table (a rollback
         # serves it again at once).
         self.leaving: dict[str, float | None] = {}
+        # The revision the panel queued a start of when the agent registered (its engine did not
+        # survive the restart) -> the monotonic time until which its start is awaited; the switch
+        # that starts it claims it from then on.
+        self.relaunching: dict[str, float] = {}
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
         self._starting: dict[str, threading.Lock] = {}  # per revision: one start (and its undoing) at a time
 
@@ -173,13 +179,14 @@ class AgentLoader:
         until = self.leaving.get(rev, 0.0)
         switching = rev in self.leaving and until is None
         after_switch = until is not None and time.monotonic() < until
+        relaunching = time.monotonic() < self.relaunching.get(rev, 0.0)
         if mine and status.healthy and not switching:
             return True
         # Crashed, the watchdog to restart it (or restarting it: between its stop and start the
         # record is gone, the supervisor's lock held).
         crashed = not status.running and (status.revision_id == rev or self.supervisor.state.busy())
         crashed = crashed and not self._gave_up()
-        if mine or crashed or switching or after_switch or rev in self.claimed:
+        if mine or crashed or switching or after_switch or relaunching or rev in self.claimed:
             raise NotYet(served.name)
         now = status.revision_label if status.running else "nothing"
         raise LoadError(

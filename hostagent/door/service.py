@@ -60,6 +60,7 @@ class FrontDoorService:
         state: Path,
         interval: float,
         ready_timeout: float = 900.0,
+        relaunching: str | None = None,
     ) -> None:
         self.ctx = ctx
         self.settings = door_settings
@@ -67,6 +68,8 @@ class FrontDoorService:
         self.interval = interval
         self.store = ServingStore(state)
         self.loader = AgentLoader(ctx.supervisor, state / ONDEMAND_DIR, gpus=gpus, ready_timeout=ready_timeout)
+        if relaunching:  # requests for it wait for the panel's start of it, as for an on-demand load
+            self.loader.relaunching[relaunching] = time.monotonic() + self.RELAUNCH_WAIT_S
         self.version: str | None = None
         self.loop = asyncio.new_event_loop()
         self.door: FrontDoor | None = None
@@ -178,6 +181,7 @@ class FrontDoorService:
     # -- a switch of the host's supervisor ------------------------------------------------------------
 
     LEAVING_GRACE_S = 30.0  # after a switch, how long requests for the revision it replaced wait for the new table
+    RELAUNCH_WAIT_S = 120.0  # at start, how long requests wait for the panel's start of the pinned revision to begin
 
     def hand_over(self, revision_id: str) -> None:
         """A switch to `revision_id` begins: drain and stop the door's own engine of it (it holds
@@ -185,6 +189,7 @@ class FrontDoorService:
         revision it replaces (requests in flight finish, new ones wait for the switch and follow
         their alias to the new revision)."""
         self.loader.claimed.add(revision_id)
+        self.loader.relaunching.pop(revision_id, None)  # the start is under way: claimed until it ends
         door = self.door
         if door is None:
             return
@@ -205,11 +210,22 @@ class FrontDoorService:
                     log.warning("front door: %s still answers requests after draining; the switch stops it", old)
 
     def handed_over(self, revision_id: str) -> None:
+        """The switch ended. Rolled back (the revision it replaced runs again): that revision is
+        loaded again in the door at once, so its state, the panel's page and the lab router say it
+        serves, as it does; else requests for it wait a grace period for the panel's new table."""
         self.loader.claimed.discard(revision_id)
         until = time.monotonic() + self.LEAVING_GRACE_S
+        record = self.ctx.supervisor.state.read_engine()
+        back = record.revision_id if record is not None and record.revision_id != revision_id else None
         for outgoing, at in list(self.loader.leaving.items()):
-            if at is None:
+            if outgoing == back:
+                del self.loader.leaving[outgoing]
+            elif at is None:
                 self.loader.leaving[outgoing] = until
+        door = self.door
+        if back is not None and door is not None:
+            # The same table again: its pinned models that are not loaded load (health checked) now.
+            self.call(lambda: door.update_table(door.scheduler.table))
         self.ctx.serving_poke.set()
 
     # -- the panel's serving set --------------------------------------------------------------------
@@ -310,8 +326,11 @@ class FrontDoorService:
             self._said[step] = message
 
 
-def start_front_door(ctx: AgentContext, *, door: FrontDoorSettings | None, gpus: bool) -> FrontDoorService | None:
-    """Start the door when `door` (door_settings()) is set; None when it is off."""
+def start_front_door(
+    ctx: AgentContext, *, door: FrontDoorSettings | None, gpus: bool, relaunching: str | None = None
+) -> FrontDoorService | None:
+    """Start the door when `door` (door_settings()) is set; None when it is off. `relaunching`: the
+    revision id the panel queued a start of at registration (requests for it wait for that start)."""
     if door is None:
         log.info("front door off (%s=off)", BIND_ENV)
         return None
@@ -322,6 +341,7 @@ def start_front_door(ctx: AgentContext, *, door: FrontDoorSettings | None, gpus:
         state=state_dir(ctx.host),
         interval=settings.AGENT_SERVING_S,
         ready_timeout=settings.ENGINE_READY_TIMEOUT_S,
+        relaunching=relaunching,
     )
     service.start()
     return service

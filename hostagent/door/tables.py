@@ -62,6 +62,7 @@ def serving_set(answer: Mapping[str, Any], *, bind_host: str, active_revision: s
             ports[port] = label
             entry["upstream"] = f"http://{url_host(bind_host)}:{port}"
             entry["api_key"] = entry.get("api_key") or launch_api_key(launch)
+            entry["revision"] = label  # told to clients that still call a name this set no longer serves
         model = ServedModel.from_dict(entry)
         models.append(model)
         if isinstance(launch, dict):

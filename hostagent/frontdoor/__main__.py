@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--keys", help="key table JSON (default: no keys, open on the bind address)")
     parser.add_argument("--budget", type=parse_budget, action="append", default=[], help="DEVICE=SIZE, repeatable")
     parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_FRONT_DOOR_BIND or 127.0.0.1:4000)")
-    parser.add_argument("--log-dir", help="one log file per engine here")
+    parser.add_argument("--log-dir", help="one log file per engine here (made if missing)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     asyncio.run(main_async(parser.parse_args()))
 

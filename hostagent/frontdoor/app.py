@@ -1,7 +1,7 @@
 """The front door's HTTP side: OpenAI routes, keys, usage, metrics; and `serve()`, its one entry point.
 
 POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
-GET  /v1/models                                              the names and aliases a key may use
+GET  /v1/models                                              the names and aliases a key may use, each model's state
 GET  /metrics                                                Prometheus text
 GET  /health                                                 {"status": "ok"} while it listens
 GET  /frontdoor/state, /frontdoor/usage                      for the agent; loopback clients only
@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .departed import Departed, not_found_message
 from .flags import FlagError, normalise_flags
 from .keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from .metrics import Metrics
@@ -53,6 +54,7 @@ class FrontDoor:
         self.ledger = UsageLedger()
         self.keys = keys or KeyTable()
         self.scheduler = Scheduler(table, loader, free_memory, self.settings, self.metrics)
+        self.departed = Departed()  # names the table no longer serves -> what serves in their place
         self.started_at = int(time.time())
         self._runner: web.AppRunner | None = None
         self._upstream: Upstream | None = None
@@ -82,6 +84,7 @@ class FrontDoor:
             await self._upstream.close()
 
     def update_table(self, table: RoutingTable) -> None:
+        self.departed.update(self.scheduler.table, table)
         self.scheduler.update_table(table)
 
     def update_keys(self, keys: KeyTable) -> None:
@@ -136,7 +139,9 @@ class FrontDoor:
         model = self.scheduler.resolve(label)
         if model is None:
             self.metrics.requests.labels("", "", key_name, endpoint, "404").inc()
-            return error_response(404, f"The model `{label}` does not exist on this host.", code="model_not_found")
+            allows = key.allows if key is not None else None
+            message = not_found_message(label, self.scheduler.table, self.departed, allows)
+            return error_response(404, message, code="model_not_found")
         if key is not None and not key.allows(label, model.name):
             self._account(key_name, model.name, label, endpoint, Answer(status=403))
             return error_response(
@@ -158,6 +163,7 @@ class FrontDoor:
                     code=refused.code,
                     kind=refused.kind,
                     retry_after=refused.retry_after,
+                    details=refused.details,
                 )
             assert self._upstream is not None
             try:
@@ -195,9 +201,18 @@ class FrontDoor:
                 "object": "model",
                 "created": self.started_at,
                 "owned_by": "controlpanel",
-                "controlpanel": {"model": model.name, "mode": str(model.mode), "loaded": model.name in loaded},
+                "controlpanel": {
+                    "model": model.name,
+                    "revision": model.revision or None,
+                    "mode": str(model.mode),
+                    "loaded": model.name in loaded,
+                    "state": progress["phase"],  # loaded, loading, unloaded, draining, unloading
+                    "loading_s": progress["loading_s"],  # seconds into the load under way, or null
+                    "last_load_s": progress["last_load_s"],
+                },
             }
             for model in self.scheduler.table.models
+            for progress in (self.scheduler.progress(model.name),)
             for label in (model.name, *model.aliases)
             if key is None or key.allows(label, model.name)
         ]

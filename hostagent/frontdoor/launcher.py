@@ -5,7 +5,9 @@ health URL, and stops the process group (SIGTERM, then SIGKILL after a grace per
 
 A load that fails says why in the loader's own words (the exit code, the health wait), which the
 front door shows the requests waiting for it; never the engine's log, whose lines may hold its
-`--api-key` or a hub token. Where the log is goes to the door's own log, for the operator.
+`--api-key` or a hub token, and never a path on the host (a log that cannot be written, an
+executable that is not there: the reason, not the file). Where the log is goes to the door's own
+log, for the operator. The log folder is made when it is not there yet.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class ProcessLoader:
     ) -> None:
         self.commands = dict(commands)
         self.log_dir = log_dir
+        if log_dir is not None:  # a folder that is not there yet is made, not a load failed on
+            log_dir.mkdir(parents=True, exist_ok=True)
         self.ready_timeout = ready_timeout
         self.stop_grace = stop_grace
         self.poll_s = poll_s
@@ -76,19 +80,26 @@ class ProcessLoader:
         if command is None:
             raise LookupError(f"no command to start {name}")
         path = self.log_path(name)
-        log: IO[bytes] | int = path.open("ab") if path is not None else subprocess.DEVNULL
+        try:
+            out: IO[bytes] | int = path.open("ab") if path is not None else subprocess.DEVNULL
+        except OSError as exc:  # the operator's log gets the path, the waiting clients the reason
+            log.warning("front door: %s's log %s cannot be written: %s", name, path, exc)
+            raise RuntimeError(f"{name}'s log file cannot be written ({exc.strerror or type(exc).__name__})") from exc
         try:
             proc = subprocess.Popen(
                 list(command.argv),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env={**os.environ, **command.env},
             )
+        except OSError as exc:
+            log.warning("front door: %s's command %s cannot be started: %s", name, command.argv[0], exc)
+            raise RuntimeError(f"{name}'s engine cannot be started ({exc.strerror or type(exc).__name__})") from exc
         finally:
-            if not isinstance(log, int):
-                log.close()
+            if not isinstance(out, int):
+                out.close()
         self._procs[name] = proc
         try:
             await self._wait_healthy(name, proc, command.health_url)

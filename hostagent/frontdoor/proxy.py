@@ -39,9 +39,11 @@ def error_response(
     kind: str = "invalid_request_error",
     retry_after: float | None = None,
     param: str | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> web.Response:
-    """An error shaped as OpenAI's, which every OpenAI client knows how to show."""
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    """An error shaped as OpenAI's, which every OpenAI client knows how to show; `details` are
+    more fields of the error object (clients that do not know them ignore them)."""
+    body = {"error": {**(details or {}), "message": message, "type": kind, "param": param, "code": code}}
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else None
     return web.json_response(body, status=status, headers=headers)
 

@@ -48,6 +48,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from .metrics import Metrics
+from .redact import without_paths
 from .settings import FrontDoorSettings
 from .table import Mode, RoutingTable, ServedModel
 
@@ -108,13 +109,16 @@ class Refused(Exception):
     code = "unavailable"
     kind = "server_error"
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        self.details = dict(details or {})  # more for the client, beside the message (a load's progress)
 
     def copy(self) -> Refused:
-        return type(self)(self.message, retry_after=self.retry_after)
+        return type(self)(self.message, retry_after=self.retry_after, details=self.details)
 
 
 class UnknownModel(Refused):
@@ -196,6 +200,7 @@ class _Slot:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     last_used: float = 0.0
     last_load_s: float | None = None
+    loading_since: float | None = None  # when the load under way began (kept while the loader says NotYet)
     load_task: asyncio.Task[None] | None = None
     retired: bool = False  # gone from the table: unloaded once its last request is answered
 
@@ -333,10 +338,7 @@ class Scheduler:
             done, _ = await asyncio.wait({waiter.future}, timeout=self.settings.queue_wait_s)
             if not done:
                 self.metrics.queue_rejected.labels(slot.name, "timeout").inc()
-                raise WaitExceeded(
-                    f"`{label}` is not loaded yet after {self.settings.queue_wait_s:g} s of waiting; try again later.",
-                    retry_after=self._retry_after(slot),
-                )
+                raise self._wait_exceeded(waiter.slot, label)
             lease = waiter.future.result()
             granted = True
             return lease
@@ -399,6 +401,36 @@ class Scheduler:
 
     def _retry_after(self, slot: _Slot) -> float:
         return float(max(1, math.ceil(slot.last_load_s or DEFAULT_LOAD_ESTIMATE_S)))
+
+    def progress(self, name: str) -> dict[str, Any]:
+        """Where `name`'s load stands, for the clients that wait: its phase, the seconds its load
+        under way has taken so far (None when none runs) and the seconds its last load took."""
+        slot = self._slots.get(name)
+        if slot is None:
+            return {"phase": str(Phase.UNLOADED), "loading_s": None, "last_load_s": None}
+        since = slot.loading_since if slot.phase is Phase.LOADING else None
+        return {
+            "phase": str(slot.phase),
+            "loading_s": None if since is None else round(self.clock() - since, 3),
+            "last_load_s": None if slot.last_load_s is None else round(slot.last_load_s, 3),
+        }
+
+    def _wait_exceeded(self, slot: _Slot, label: str) -> WaitExceeded:
+        """A request waited its whole bound: what its model's load is doing, and a Retry-After of
+        what the last load took less what this one has taken so far (at least 1 s)."""
+        progress = self.progress(slot.name)
+        so_far, last = progress["loading_s"], progress["last_load_s"]
+        now = _DOING[slot.phase] + (f", {so_far:.1f} s into its load" if so_far is not None else "")
+        now += f"; its last load took {last:.1f} s" if last is not None else "; it has not loaded here before"
+        retry = self._retry_after(slot)
+        if so_far is not None and last is not None:
+            retry = float(max(1, math.ceil(last - so_far)))
+        return WaitExceeded(
+            f"`{label}` is not loaded yet after {self.settings.queue_wait_s:g} s of waiting ({now}); "
+            f"try again in {retry:g} s.",
+            retry_after=retry,
+            details={"progress": {**progress, "model": slot.name, "waited_s": self.settings.queue_wait_s}},
+        )
 
     # -- the table ---------------------------------------------------------------------------
 
@@ -484,8 +516,11 @@ class Scheduler:
             slot.load_task = self._spawn(self._bring_up(slot))
 
     async def _bring_up(self, slot: _Slot) -> None:
-        while await self._try_bring_up(slot):
-            await asyncio.sleep(NOT_YET_POLL_S)  # the lock is free meanwhile: other loads and drains go on
+        try:
+            while await self._try_bring_up(slot):
+                await asyncio.sleep(NOT_YET_POLL_S)  # the lock is free meanwhile: other loads and drains go on
+        finally:
+            slot.loading_since = None  # loaded, failed or given up: the next load starts its own clock
 
     async def _try_bring_up(self, slot: _Slot) -> bool:
         """One attempt; True: the loader said NotYet, try again shortly. Room is decided under
@@ -556,16 +591,19 @@ class Scheduler:
     async def _load(self, slot: _Slot) -> None:
         slot.phase = Phase.LOADING
         started = self.clock()
+        if slot.loading_since is None:
+            slot.loading_since = started
         deadline = self.settings.load_timeout_s
         try:
             async with asyncio.timeout(deadline) as timer:
                 await self.loader.load(slot.name)
         except asyncio.CancelledError:
-            slot.phase = Phase.UNLOADED
+            slot.phase, slot.loading_since = Phase.UNLOADED, None
             raise
         except NotYet:
-            raise
+            raise  # the same load goes on: its start stays when it began
         except Exception as exc:
+            slot.loading_since = None
             if timer.expired():
                 await self._stop_late(slot)
                 raise LoadTimedOut(
@@ -574,10 +612,14 @@ class Scheduler:
                     retry_after=self._retry_after(slot),
                 ) from exc
             slot.phase = Phase.UNLOADED
-            why = (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
+            reason = str(exc) or type(exc).__name__
+            why = without_paths(reason)[:MAX_MESSAGE]  # clients learn which file, not where the host keeps it
+            if why != reason:
+                log.warning("front door: loading %s failed: %s", slot.name, reason)
             raise LoadFailed(f"`{slot.name}` could not be loaded: {why}", retry_after=self._retry_after(slot)) from exc
-        slot.last_load_s = self.clock() - started
-        slot.phase = Phase.LOADED
+        began = started if slot.loading_since is None else slot.loading_since  # NotYet's waits count: clients waited
+        slot.last_load_s = self.clock() - began
+        slot.phase, slot.loading_since = Phase.LOADED, None
         slot.last_used = self.clock()
         self.metrics.loads.labels(slot.name, "ok").inc()
         self.metrics.load_seconds.labels(slot.name).observe(slot.last_load_s)
@@ -816,6 +858,15 @@ class Scheduler:
 
     def loaded(self) -> set[str]:
         return {name for name, slot in self._slots.items() if slot.phase is Phase.LOADED}
+
+
+_DOING = {
+    Phase.UNLOADED: "its load waits for room or for the loads under way",
+    Phase.LOADING: "it is loading",
+    Phase.LOADED: "it has just loaded",
+    Phase.DRAINING: "it is draining before an unload",
+    Phase.UNLOADING: "it is unloading",
+}
 
 
 def _need(slot: _Slot) -> dict[str, int]:

@@ -9,7 +9,8 @@
 requests are rewritten to it, whatever name or alias the client used. `memory` is the planner's
 bytes per device ("gpu0", "gpu1", ... or "ram" on a CPU host), compared with what the host's
 `free_memory()` reports under the same keys. `api_key` is the engine's own key: sent upstream,
-never shown to a client, never in a repr.
+never shown to a client, never in a repr. `revision` is the panel's revision it runs ("r12", or the
+panel's number 12), shown to clients that still call a name the table no longer serves.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ServedModel:
     api_key: str | None = field(default=None, repr=False)
     idle_ttl_s: float | None = None  # None: never unloaded for being idle
     memory: Mapping[str, int] = field(default_factory=dict)  # planned bytes per device
+    revision: str = ""  # the panel's revision ("r12"), "" when the table does not say
 
     @property
     def served_name(self) -> str:
@@ -67,6 +69,7 @@ class ServedModel:
             api_key=data.get("api_key") or None,
             idle_ttl_s=None if ttl is None else float(ttl),
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
+            revision=_revision(data.get("revision")),
         )
         model.check()
         return model
@@ -81,6 +84,7 @@ class ServedModel:
             "mode": str(self.mode),
             "idle_ttl_s": self.idle_ttl_s,
             "memory": dict(self.memory),
+            "revision": self.revision,
         }
 
     def check(self) -> None:
@@ -94,6 +98,13 @@ class ServedModel:
         bad = [device for device, size in self.memory.items() if size < 0]
         if bad:
             raise TableError(f"model {self.name!r}: negative planned memory on {', '.join(bad)}")
+
+
+def _revision(value: Any) -> str:
+    """ "r12" from the panel's number 12 (its serving document's `revision`), else the text given."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"r{value}"
+    return str(value or "")[:64]
 
 
 @dataclass(frozen=True)

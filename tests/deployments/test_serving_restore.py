@@ -67,7 +67,11 @@ def test_an_agent_back_with_no_engine_gets_its_active_revision_started_once(
         answer = _register(box, STOPPED)
     [op] = _launches(box["host"])
     assert op.revision == box["revision"] and op.state == OperationState.QUEUED and op.requested_by is None
-    assert op.params["reason"] == "restore" and answer["restore"] == {"operation": str(op.pk), "revision": 1}
+    assert op.params["reason"] == "restore" and answer["restore"] == {
+        "operation": str(op.pk),
+        "revision": 1,
+        "revision_id": str(box["revision"].pk),  # the agent's door holds requests for it until the start ends
+    }
     assert len(sent) == 1  # queued for the host's agent
     assert AuditEvent.objects.filter(action="operation.launch", host=box["host"], actor=None).exists()
     # A second report racing the first (or the first heartbeat after it) queues nothing more.

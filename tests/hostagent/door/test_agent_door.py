@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from openai import OpenAI
 
@@ -27,6 +28,7 @@ from hostagent.frontdoor import FrontDoorSettings
 from hostagent.frontdoor.settings import SettingsError
 from hostagent.launch import launch_spec
 from hostagent.panel import HttpPanel
+from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
 from hostagent.runtime.watchdog import Watchdog, WatchdogEvent
 from tests.support.llama import free_port, gemma_launch, gemma_model_path, serving_entry
@@ -58,9 +60,11 @@ class World:
         self.ctx = AgentContext(host="door-host", panel=self.panel, supervisor=self.host_sup)
         self.service = self.open()
 
-    def open(self) -> FrontDoorService:
+    def open(self, relaunching: str | None = None) -> FrontDoorService:
         settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=120, drain_timeout_s=60, memory_settle_s=2)
-        service = FrontDoorService(self.ctx, settings, gpus=False, state=self.state, interval=0.3, ready_timeout=120)
+        service = FrontDoorService(
+            self.ctx, settings, gpus=False, state=self.state, interval=0.3, ready_timeout=120, relaunching=relaunching
+        )
         service.start()
         return service
 
@@ -111,6 +115,27 @@ def test_the_pinned_revision_answers_through_the_door_from_the_hosts_own_engine(
     assert not (world.state / "ondemand" / "r101").exists()
     listed = {m.id for m in world.client().models.list().data}
     assert listed == {"gemma-r1", "coder"}
+
+
+def test_a_rolled_back_switch_leaves_the_pinned_revision_reported_loaded(world: World) -> None:
+    """A switch to r9 drains r1 in the door and stops it; r9 does not come up and the switch starts
+    r1 again (hostagent.operations.switch's rollback). With no request coming, the door's state
+    (what the agent reports, what the lab router routes by) says r1 serves again, as it does."""
+    assert world.state_of()["gemma-r1"]["phase"] == "loaded"
+    broken = launch(9, ctx=1024, port=world.r2["config"]["port"], model=str(world.state / "not-there.gguf"))
+    with world.ctx.switching("109"):
+        assert world.state_of()["gemma-r1"]["phase"] == "unloaded"  # drained before the switch stops it
+        with pytest.raises(HostRuntimeError):
+            world.host_sup.start(launch_spec(broken), revision_label="r9", revision_id="109", verify=False)
+        world.host_sup.start(launch_spec(world.r1), revision_label="r1", revision_id="101", verify=False)
+    deadline = time.monotonic() + 15
+    while world.state_of()["gemma-r1"]["phase"] != "loaded":
+        assert time.monotonic() < deadline, world.state_of()
+        time.sleep(0.1)
+    world.service.report()
+    [sent] = [json.loads(p.read_text()) for p in world.panel.outbox.entries() if p.name.endswith("-serving.json")]
+    assert {row["name"]: row["phase"] for row in sent["body"]["state"]} == {"gemma-r1": "loaded"}
+    assert world.client().chat.completions.create(model="coder", messages=ASK, max_tokens=2).model == "gemma-r1"
 
 
 def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_own(world: World) -> None:
@@ -177,6 +202,7 @@ def test_a_failed_load_answers_clearly_and_leaves_the_loaded_set(world: World) -
     error = answer.json()["error"]
     assert answer.status_code == 503 and error["code"] == "model_load_failed"
     assert "r3 was refused before it started" in error["message"] and "gone.gguf is not there" in error["message"]
+    assert str(world.state) not in answer.text  # which file, not where this host keeps it
     assert ENGINE_KEY not in answer.text
     assert {name for name, row in world.state_of().items() if row["phase"] == "loaded"} == before
     assert not world.ondemand(3).status().running
@@ -324,6 +350,18 @@ def test_a_switch_of_the_pinned_revision_under_streaming_load_fails_no_request(w
     assert world.service.loader.running() == set() and world.host_sup.status().revision_label == "r2"
 
 
+def test_the_replaced_revisions_name_answers_what_serves_in_its_place(world: World) -> None:
+    """After the switch to r2, a client still calling r1 by its name learns what serves now."""
+    with pytest.raises(openai.NotFoundError) as gone:
+        world.client().chat.completions.create(model="gemma-r1", messages=ASK, max_tokens=2)
+    body = gone.value.body
+    assert isinstance(body, dict) and body["code"] == "model_not_found"
+    assert body["message"] == (
+        "The model `gemma-r1` is no longer served on this host: `gemma-r2` (r2; aliases `fast`, `coder`) serves "
+        "in its place; call it by one of its aliases `fast` or `coder`, which follow switches."
+    )
+
+
 def test_a_pinned_engine_that_dies_is_restarted_by_the_watchdog_while_requests_wait(world: World) -> None:
     events: list[WatchdogEvent] = []
     dog = Watchdog(
@@ -354,6 +392,46 @@ def test_a_stopped_pinned_engine_is_said_so_to_clients(world: World) -> None:
     error = answer.json()["error"]
     assert answer.status_code == 503 and error["code"] == "model_load_failed"
     assert "pinned revision r2" in error["message"] and "runs nothing now" in error["message"]
+
+
+def test_a_request_during_the_agents_relaunch_of_its_pinned_revision_waits_for_it(world: World) -> None:
+    """The agent starts while its engine is down (r2 stopped by the test before; a host reboot alike)
+    and the panel queues a start of r2 (its register answer's `restore`). A request that arrives
+    before that start waits for it, as for an on-demand load, and is answered by r2; it used to get
+    503 "runs nothing now: start or switch to r2" while the start was on its way. A client whose
+    wait bound passes meanwhile is told how far the load is."""
+    assert not world.host_sup.status().running
+    world.service.close()
+    world.service = world.open(relaunching="102")
+    answers: list[httpx.Response] = []
+    body = {"model": "fast", "messages": ASK, "max_tokens": 2}
+    waiting = threading.Thread(
+        target=lambda: answers.append(httpx.post(f"{world.url}/v1/chat/completions", json=body, timeout=120))
+    )
+    waiting.start()
+    deadline = time.monotonic() + 15
+    while world.state_of()["gemma-r2"]["waiting"] != 1:
+        assert time.monotonic() < deadline and not answers, (answers, world.state_of())
+        time.sleep(0.05)
+    door = world.service.door
+    assert door is not None
+    door.update_limits(queue_wait_s=0.5)
+    try:
+        late = httpx.post(f"{world.url}/v1/chat/completions", json=body, timeout=30)
+    finally:
+        door.update_limits(queue_wait_s=120)
+    assert late.status_code == 503 and int(late.headers["Retry-After"]) >= 1
+    progress = late.json()["error"]["progress"]
+    assert progress["phase"] == "loading" and progress["loading_s"] >= 0.5 and progress["model"] == "gemma-r2"
+    listed = {m["id"]: m["controlpanel"] for m in httpx.get(f"{world.url}/v1/models", timeout=10).json()["data"]}
+    assert listed["fast"]["state"] == "loading" and listed["fast"]["revision"] == "r2"
+    assert answers == []  # still waiting, not refused
+    with world.ctx.switching("102"):  # the panel's start of r2, as hostagent.operations.switch runs it
+        world.host_sup.start(launch_spec(world.r2), revision_label="r2", revision_id="102", verify=False)
+    waiting.join(60)
+    [answer] = answers
+    assert answer.status_code == 200 and answer.json()["model"] == "gemma-r2"
+    assert world.state_of()["gemma-r2"]["phase"] == "loaded"
 
 
 def test_the_bind_setting_turns_the_door_off_or_stops_a_bad_value() -> None:

@@ -5,9 +5,11 @@ an alias moved under load. One door for the module: each engine loads once, on d
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import httpx
@@ -35,6 +37,13 @@ def client(door: DoorThread, key: str = "none") -> OpenAI:
     return OpenAI(base_url=f"{door.url}/v1", api_key=key, max_retries=0, timeout=300)
 
 
+def said(error: openai.APIStatusError) -> str:
+    """The error's message as the door wrote it (the client's `message` prefixes the status)."""
+    body = error.body
+    assert isinstance(body, dict)
+    return str(body["message"])
+
+
 def engine_counter(door: DoorThread, model: str, name: str) -> float:
     text = httpx.get(f"{door.host.engine_url(model)}/metrics", headers={"Authorization": f"Bearer {ENGINE_KEY}"}).text
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(f"llamacpp:{name} "))
@@ -59,11 +68,18 @@ def test_requests_load_their_model_on_demand_and_route_by_name_or_alias(door: Do
 
     listed = {m.id: m.model_extra["controlpanel"] for m in c.models.list()}
     assert set(listed) == {"small", "fast", "wide", "coder"}
-    assert listed["fast"] == {"model": "small", "mode": "on-demand", "loaded": True}
+    assert listed["fast"] == {
+        "model": "small", "revision": None, "mode": "on-demand", "loaded": True, "state": "loaded", "loading_s": None,
+        "last_load_s": round(door.state()["small"]["last_load_s"], 3),
+    }  # fmt: skip
+    assert listed["fast"]["last_load_s"] > 0
 
     with pytest.raises(openai.NotFoundError) as missing:
         c.chat.completions.create(model="gpt-4o", messages=ASK, max_tokens=4)
-    assert missing.value.code == "model_not_found" and "gpt-4o" in missing.value.message
+    assert missing.value.code == "model_not_found"
+    assert said(missing.value) == (
+        "The model `gpt-4o` does not exist on this host; it serves `small` (alias `fast`), `wide` (alias `coder`)."
+    )
     labels = {"model": "small", "alias": "fast", "key": "", "endpoint": "/v1/completions", "code": "200"}
     assert door.metric("frontdoor_requests_total", **labels) == 1
 
@@ -221,3 +237,69 @@ def test_an_alias_moved_under_load_lets_requests_in_flight_finish_on_the_old_eng
         assert rest[-1].choices[0].finish_reason == "length"
     finally:
         door.update_table(table)
+
+
+def test_a_name_no_longer_served_answers_what_serves_in_its_place(door: DoorThread) -> None:
+    """A switch: `wide` (r7) leaves, its alias `coder` moves to `small` (r8). A client still calling
+    `wide` by name learns what serves now and how to call it so the next switch does not break it;
+    a key that may use only `fast` is told only of that."""
+    table = door.table
+    rows = {"small": {"aliases": ("fast", "coder"), "revision": "r8"}}
+    door.update_table(RoutingTable(tuple(replace(m, **rows[m.name]) for m in table.models if m.name in rows)))
+    alice = InferenceKey("alice-aider", hash_key("sk-alice-1234567890"), frozenset({"fast"}))
+    try:
+        with pytest.raises(openai.NotFoundError) as gone:
+            client(door).chat.completions.create(model="wide", messages=ASK, max_tokens=2)
+        assert gone.value.code == "model_not_found"
+        assert said(gone.value) == (
+            "The model `wide` is no longer served on this host: `small` (r8; aliases `fast`, `coder`) serves in "
+            "its place; call it by one of its aliases `fast` or `coder`, which follow switches."
+        )
+        door.call(_set_keys(door, KeyTable((alice,))))
+        with pytest.raises(openai.NotFoundError) as gone:
+            client(door, "sk-alice-1234567890").chat.completions.create(model="wide", messages=ASK, max_tokens=2)
+        assert said(gone.value) == (
+            "The model `wide` is no longer served on this host: a model (r8; alias `fast`) serves in its place; "
+            "call it by its alias `fast`, which follows switches."
+        )
+    finally:
+        door.call(_set_keys(door, KeyTable()))
+        door.update_table(table)
+    assert client(door).chat.completions.create(model="wide", messages=ASK, max_tokens=2).model == "wide"
+
+
+def test_a_client_that_waits_past_the_bound_is_told_how_far_the_load_is(open_door: Callable[..., DoorThread]) -> None:
+    """The queue's wait bound passes while the model loads: the 503 says its phase, the seconds the
+    load has taken so far and what the last load took, and Retry-After is the time likely left;
+    /v1/models shows each model's state meanwhile."""
+    door = open_door(queue_wait_s=0.2)
+    chat, body = f"{door.url}/v1/chat/completions", {"model": "fast", "messages": ASK, "max_tokens": 2}
+
+    first = httpx.post(chat, json=body, timeout=30)
+    assert first.status_code == 503 and first.headers["Retry-After"] == "5"  # no load here before: 5 s
+    error = first.json()["error"]
+    assert error["code"] == "queue_timeout"
+    assert re.fullmatch(
+        r"`fast` is not loaded yet after 0.2 s of waiting \(it is loading, \d+\.\d s into its load; "
+        r"it has not loaded here before\); try again in 5 s\.",
+        error["message"],
+    ), error["message"]
+    progress = error["progress"]
+    assert progress["model"] == "small" and progress["phase"] == "loading" and progress["last_load_s"] is None
+    assert progress["loading_s"] >= 0.2
+    listed = {m["id"]: m["controlpanel"] for m in httpx.get(f"{door.url}/v1/models").json()["data"]}
+    assert listed["fast"]["state"] in ("loading", "loaded") and listed["coder"]["state"] == "unloaded"
+    door.wait_for(lambda state: state["small"]["phase"] == "loaded")
+    last = door.state()["small"]["last_load_s"]
+
+    assert door.call(door.door.scheduler.give_up("small", "test"))  # unloaded: the next request loads it again
+    again = httpx.post(chat, json=body, timeout=30)
+    assert again.status_code == 503
+    progress = again.json()["error"]["progress"]
+    assert progress["phase"] == "loading" and progress["last_load_s"] == round(last, 3)
+    assert f"its last load took {last:.1f} s" in again.json()["error"]["message"]
+    assert again.headers["Retry-After"] == str(max(1, math.ceil(progress["last_load_s"] - progress["loading_s"])))
+    door.wait_for(lambda state: state["small"]["phase"] == "loaded")
+    assert httpx.post(chat, json=body, timeout=30).status_code == 200
+    listed = {m["id"]: m["controlpanel"] for m in httpx.get(f"{door.url}/v1/models").json()["data"]}
+    assert listed["fast"]["state"] == "loaded" and listed["fast"]["loading_s"] is None
