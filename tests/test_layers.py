@@ -282,11 +282,13 @@ PANEL_RUNS_HOST_CODE = {
     # answers errors in their shape, reaches them as they reach engines, knows a stream's end as they
     # do, listens as they do and exports its metrics on their registry: the doors' Django-free data plane.
     "controlpanel.router.app -> hostagent.frontdoor.keys",
+    "controlpanel.router.app -> hostagent.frontdoor.limits",
     "controlpanel.router.app -> hostagent.frontdoor.proxy",
     "controlpanel.router.app -> hostagent.frontdoor.server",
     "controlpanel.router.forward -> hostagent.frontdoor.proxy",
     "controlpanel.router.forward -> hostagent.frontdoor.usage",
     "controlpanel.router.metrics -> hostagent.frontdoor.metrics",
+    "controlpanel.router.run -> hostagent.frontdoor.limits",
 }
 
 
