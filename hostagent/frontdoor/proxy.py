@@ -88,9 +88,10 @@ class Upstream:
         loads it again and retries."""
         model = lease.model
         api = api_of(endpoint)
-        stream = api is not None and api.streams and payload.get("stream") is True
         strip = False
-        if stream and api is not None and api.usage_option and isinstance(payload, dict):
+        # A chat or completions stream is asked for its usage chunk (Responses and Messages streams
+        # carry their usage without one: apis.py).
+        if api is not None and api.usage_option and isinstance(payload, dict) and payload.get("stream") is True:
             options = payload.get("stream_options")
             options = options if isinstance(options, dict) else {}
             if not options.get("include_usage"):

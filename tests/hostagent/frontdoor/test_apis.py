@@ -19,6 +19,7 @@ from openai import NotFoundError, OpenAI
 
 from hostagent.frontdoor import InferenceKey, KeyTable, hash_key
 from hostagent.frontdoor.apis import Form
+from hostagent.frontdoor.usage import ends_stream
 from serving.engines.registry import ADAPTERS
 
 from .conftest import DoorThread, make_host, start_door
@@ -191,3 +192,11 @@ def test_a_forms_model_is_rewritten_and_every_other_byte_kept() -> None:
     rewritten = twin.encode()
     assert rewritten == body.replace(b"\r\n\r\nfast\r\n", b"\r\n\r\ngemma-3-270m\r\n")
     assert form.encode() == body  # the copy changed, not the original
+
+
+def test_a_messages_or_responses_streams_end_is_known_and_text_that_names_it_is_not() -> None:
+    """The door and the router count a client that hangs up once the end went out as answered."""
+    assert ends_stream(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    assert ends_stream(b'\n\nevent: response.completed\r\ndata: {"type":"response.completed"}')
+    said = b'event: content_block_delta\ndata: {"delta":{"text":"\\nevent: message_stop\\n"}}\n\n'
+    assert not ends_stream(said) and not ends_stream(b"event: response.completed_soon\n")
