@@ -69,6 +69,11 @@ def launch_revision(launch: dict[str, Any]) -> tuple[str, str]:
     return str(launch.get("id") or ""), str(launch.get("label") or f"r{launch.get('number', '?')}")
 
 
+def launch_engine(launch: dict[str, Any]) -> str:
+    """The engine a launch runs ("llama.cpp", "vllm", ...; "" when it does not say)."""
+    return str((launch.get("config") or {}).get("engine") or launch.get("engine") or "")
+
+
 def launch_api_key(launch: dict[str, Any]) -> str | None:
     """The engine's own API key, which the front door sends upstream and clients never see."""
     return (launch.get("config") or {}).get("api_key") or None

@@ -1,6 +1,9 @@
 """The lab router's HTTP side (controlpanel/router/__init__.py says what it does).
 
-POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
+POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body's `model` (a form
+     /v1/responses, /v1/responses/input_tokens, /v1/rerank,    field on /v1/audio/transcriptions); the
+     /v1/audio/transcriptions, /v1/messages,                   door says which engines serve which
+     /v1/messages/count_tokens                                 path (Anthropic's errors on its own)
 GET  /v1/models                                              the union of the usable doors', as the key may use it
 GET  /metrics                                                Prometheus text (controlpanel/router/metrics.py)
 GET  /health                                                 200 once the route table was read, with its age
@@ -18,9 +21,10 @@ from typing import Any
 
 from aiohttp import web
 
+from hostagent.frontdoor.apis import BodyError, api_of
 from hostagent.frontdoor.keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from hostagent.frontdoor.proxy import CLIENT_GONE, error_response
-from hostagent.frontdoor.server import ConnectionLimits, bearer_only, listen, parse_json, read_body
+from hostagent.frontdoor.server import ConnectionLimits, bearer_only, listen, read_body, read_body_of
 from serving.lab_routes import LabRoutes, Route
 
 from .forward import STREAM, Doors
@@ -158,12 +162,9 @@ class Router:
             return key
         body = await read_body(request)
         try:
-            payload = parse_json(body)
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
-            return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
-        label = payload["model"]
+            label: str = read_body_of(api_of(request.path), body, request.headers.get("Content-Type", ""))["model"]
+        except BodyError as bad:
+            return error_response(400, str(bad), code="invalid_body")
         if self.read_at is None:
             return error_response(
                 503, "The lab router has not read its route table yet; try again shortly.", code="starting",

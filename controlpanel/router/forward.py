@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from hostagent.frontdoor.proxy import error_response, post
-from hostagent.frontdoor.usage import ends_stream
+from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
 __all__ = ["HOST_HEADER", "STREAM", "Doors"]
@@ -96,7 +96,7 @@ class Doors:
             return web.Response(body=await upstream.read(), status=upstream.status, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
-        tail = b""  # the end of the last read: [DONE] may come split over two
+        tail = b""  # the end of the last read: the end event may come split over two
         try:
             async for chunk in upstream.content.iter_any():
                 carries_end = ends_stream(tail + chunk)
@@ -108,7 +108,7 @@ class Doors:
                     if carries_end:  # refused before anything was handed over
                         request[STREAM] = "left"
                     raise
-                tail = chunk[-16:]
+                tail = chunk[-LONGEST_END:]
             await response.write_eof()
         except ConnectionResetError:
             request.setdefault(STREAM, "left")  # gone before the end; closing the door's response tells the door

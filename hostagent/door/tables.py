@@ -22,8 +22,9 @@ from typing import Any
 from core.atomicfile import write_atomic
 from hostagent.frontdoor import KeyTable, RoutingTable, ServedModel
 from hostagent.frontdoor.table import Mode, TableError
-from hostagent.launch import launch_api_key, launch_port, launch_revision
+from hostagent.launch import launch_api_key, launch_engine, launch_port, launch_revision
 from serving.engines.knobs import url_host
+from serving.engines.registry import ADAPTERS
 
 from .loader import Served
 
@@ -63,6 +64,10 @@ def serving_set(answer: Mapping[str, Any], *, bind_host: str, active_revision: s
             entry["upstream"] = f"http://{url_host(bind_host)}:{port}"
             entry["api_key"] = entry.get("api_key") or launch_api_key(launch)
             entry["revision"] = label  # told to clients that still call a name this set no longer serves
+            adapter = ADAPTERS.get(launch_engine(launch))
+            if adapter is not None:  # the paths its engine answers: the adapter's fact
+                entry.setdefault("engine", adapter.label)
+                entry.setdefault("paths", sorted(adapter.api_paths))
         model = ServedModel.from_dict(entry)
         models.append(model)
         if isinstance(launch, dict):

@@ -1,7 +1,9 @@
 """The host's front door: one OpenAI-compatible endpoint for every model the host serves.
 
 It runs on the GPU host beside the agent, routes each request by its `model` (a name or an alias)
-to the engine serving it, loads on-demand models when a request names them (waiting requests
+to the engine serving it, on every OpenAI and Anthropic path an engine serves (chat, completions,
+embeddings, Responses and its input-token count, rerank, audio transcriptions; Anthropic's
+Messages and count_tokens), loads on-demand models when a request names them (waiting requests
 queue, bounded), counts room in bytes, drains before it unloads, checks inference keys, meters
 usage per key, model and day, and exports Prometheus metrics. It imports nothing of Django or the
 panel: the agent gives it a routing table, a loader and a free-memory callback.
@@ -11,16 +13,19 @@ streams through it, at a seventh of httpx's CPU per chunk), it is server and cli
 and its StreamResponse.write() waits on the socket's drain, which is the back-pressure a streaming
 proxy needs. Starlette on uvicorn with httpx would add a server and a second client for the same.
 
-    table.py      RoutingTable / ServedModel: name, aliases, upstream, engine key, mode, ttl, bytes
+    table.py      RoutingTable / ServedModel: name, aliases, upstream, engine key, mode, ttl, bytes,
+                  the API paths its engine serves
+    apis.py       per path: its API (OpenAI, Anthropic), streaming, multipart forms; Anthropic's errors
     keys.py       inference keys (SHA-256 digests) and the models each may use
     settings.py   CONTROLPANEL_FRONT_DOOR_* from the environment
     scheduler.py  loads (side by side, each with a deadline), unloads, the queue, per-key limits,
                   draining, room in bytes (no HTTP)
     flags.py      `stream` and `stream_options.include_usage` read as the engines read them
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
-    usage.py      usage per key, model and day; the usage chunk of a stream
+    usage.py      usage per key, model and day; a stream's usage (chat's chunk, Messages', Responses')
     metrics.py    Prometheus metrics (its Registry is the lab router's too)
-    server.py     the OpenAI routes, listen(), body reading and JSON parsing, shared with the lab router
+    server.py     the routes (apis.py), listen(), body reading and parsing, errors in each API's shape,
+                  shared with the lab router
     limits.py     ConnectionLimits: header, body and idle timeouts, connection caps (door and router)
     connections.py  each connection counted, capped per address and in all, cut when its head is late
     app.py        the HTTP routes, FrontDoor, serve() (the agent's entry point)

@@ -1,6 +1,9 @@
 """The front door's HTTP side: OpenAI routes, keys, usage, metrics; and `serve()`, its one entry point.
 
-POST /v1/chat/completions, /v1/completions, /v1/embeddings   routed by the body's `model`
+POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body's `model` (a form
+     /v1/responses, /v1/responses/input_tokens, /v1/rerank,    field on /v1/audio/transcriptions),
+     /v1/audio/transcriptions, /v1/messages,                   to an engine that serves the path
+     /v1/messages/count_tokens                                 (apis.py; Anthropic's errors there)
 GET  /v1/models                                              the names and aliases a key may use, each model's state
 GET  /metrics                                                Prometheus text
 GET  /health                                                 {"status": "ok"} while it listens
@@ -19,13 +22,14 @@ from typing import Any
 
 from aiohttp import web
 
+from .apis import BodyError, api_of
 from .departed import Departed, not_found_message
 from .flags import FlagError, normalise_flags
 from .keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from .metrics import Metrics
 from .proxy import CLIENT_GONE, Answer, EngineGone, Upstream, error_response
 from .scheduler import FreeMemory, Loader, Refused, Scheduler
-from .server import bearer_only, listen, parse_json, read_body
+from .server import bearer_only, listen, read_body, read_body_of
 from .settings import FrontDoorSettings
 from .table import RoutingTable
 from .usage import OPEN_KEY, UsageLedger, tokens_of
@@ -124,14 +128,13 @@ class FrontDoor:
             return key
         key_name = key.name if key is not None else OPEN_KEY
         try:
-            payload = parse_json(await read_body(request))
-        except ValueError:
-            payload = None
-        if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
+            payload = read_body_of(api_of(endpoint), await read_body(request), request.headers.get("Content-Type", ""))
+        except BodyError as bad:
             self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
-            return error_response(400, "The body must be a JSON object with a `model` string.", code="invalid_body")
+            return error_response(400, str(bad), code="invalid_body")
         try:
-            normalise_flags(payload, endpoint)  # `stream` as the engine reads it, so the door meters it
+            if isinstance(payload, dict):
+                normalise_flags(payload, endpoint)  # `stream` as the engine reads it, so the door meters it
         except FlagError as bad:
             self.metrics.requests.labels("", "", key_name, endpoint, "400").inc()
             return error_response(400, str(bad), code="invalid_value", param=bad.param)
@@ -147,6 +150,12 @@ class FrontDoor:
             return error_response(
                 403, f"The key `{key.name}` may not use `{label}`.", code="model_not_allowed", kind="permission_error"
             )
+        if not model.serves(endpoint):
+            self._account(key_name, model.name, label, endpoint, Answer(status=404))
+            return error_response(
+                404, f"`{label}` is served by {model.engine or 'an engine'}, which does not serve {endpoint}.",
+                code="api_not_served",
+            )  # fmt: skip
         # Per-key limits count an inference key, or on an open door each client address.
         holder = f"the key `{key.name}`" if key is not None else f"the client {request.remote or 'unknown'}"
         for attempt in range(2):
@@ -170,7 +179,7 @@ class FrontDoor:
                 return await self._upstream.forward(
                     request,
                     lease,
-                    dict(payload),
+                    payload.copy(),
                     endpoint,
                     functools.partial(self._account, key_name, lease.model.name, label, endpoint),
                     gone_ok=attempt == 0,

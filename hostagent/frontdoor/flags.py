@@ -1,6 +1,6 @@
 """The switches of a request body that decide what the front door meters (`stream`, and
-`stream_options.include_usage`), read the way the engines behind it read them, and forwarded as
-real JSON booleans, so the door and the engine never disagree about whether an answer streams.
+`stream_options.include_usage` where an API has it), read the way the engines behind it read them,
+and forwarded as real JSON booleans, so the door and the engine never disagree about whether an answer streams.
 
 vLLM's and SGLang's request models are pydantic models with `stream: bool`: pydantic's lax mode
 turns "true", "1", 1, "yes", "on" (and more) into True. A door that only took the JSON `true` as a
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .apis import api_of
+
 __all__ = ["FlagError", "lax_bool", "normalise_flags"]
 
 # pydantic-core's str_as_bool: "0"/"1" exactly, the words case-insensitively (ASCII), no trimming
 TRUE_WORDS = frozenset({"1", "t", "y", "on", "yes", "true"})
 FALSE_WORDS = frozenset({"0", "f", "n", "no", "off", "false"})
-STREAMING = frozenset({"/v1/chat/completions", "/v1/completions"})  # the endpoints that read `stream`
 
 
 class FlagError(ValueError):
@@ -51,14 +52,18 @@ def lax_bool(value: object, param: str) -> bool:
 
 
 def normalise_flags(payload: dict[str, Any], endpoint: str) -> None:
-    """Rewrite `payload`'s `stream` and `stream_options.include_usage` (for the endpoints that
-    stream) as JSON booleans; a null `stream` is false, as it is to every engine. Raises
+    """Rewrite `payload`'s `stream` (for the APIs that stream: chat, completions, Responses,
+    Anthropic's Messages) and `stream_options.include_usage` (chat, completions) as JSON booleans;
+    a null `stream` is false, as it is to every engine. Raises
     FlagError, leaving the caller to refuse the request, when one is no boolean in any reading."""
-    if endpoint not in STREAMING:
+    api = api_of(endpoint)
+    if api is None or not api.streams:
         return
     if "stream" in payload:
         stream = payload["stream"]
         payload["stream"] = False if stream is None else lax_bool(stream, "stream")
+    if not api.usage_option:
+        return
     options = payload.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage") is not None:
         include = lax_bool(options["include_usage"], "stream_options.include_usage")

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from .apis import Form, api_of, encode_body
 from .scheduler import Lease
 from .usage import UsageStream, ends_stream
 
@@ -77,7 +78,7 @@ class Upstream:
         self,
         request: web.Request,
         lease: Lease,
-        payload: dict[str, Any],
+        payload: dict[str, Any] | Form,
         endpoint: str,
         done: Callable[[Answer], None],
         *,
@@ -88,19 +89,21 @@ class Upstream:
         refuses the connection raises EngineGone instead (and `done` is not called): the caller
         loads it again and retries."""
         model = lease.model
-        stream = payload.get("stream") is True and endpoint != "/v1/embeddings"
+        api = api_of(endpoint)
         strip = False
-        if stream:
+        # A chat or completions stream is asked for its usage chunk (Responses and Messages streams
+        # carry their usage without one: apis.py).
+        if api is not None and api.usage_option and isinstance(payload, dict) and payload.get("stream") is True:
             options = payload.get("stream_options")
             options = options if isinstance(options, dict) else {}
             if not options.get("include_usage"):
                 payload["stream_options"] = {**options, "include_usage": True}
                 strip = True
         payload["model"] = model.served_name
-        headers = {"Content-Type": "application/json"}
+        data, content_type = encode_body(payload)
+        headers = {"Content-Type": content_type}
         if model.api_key:
             headers["Authorization"] = f"Bearer {model.api_key}"
-        data = json.dumps(payload).encode()
         answer, report = Answer(status=502), True
         try:
             try:

@@ -1,11 +1,12 @@
-"""What the front door and the lab router (controlpanel/router/) share as servers: the OpenAI
-routes, the body bound, the connection bounds, reading and parsing a body, and one function that
-listens.
+"""What the front door and the lab router (controlpanel/router/) share as servers: the OpenAI and
+Anthropic routes (apis.py), each answering errors in its own API's shape, the body bound, the
+connection bounds, reading and parsing a body, and one function that listens.
 
 Both are aiohttp with handler_cancellation: a client that hangs up cancels its handler at once,
 which closes the request behind it (the engine's at the door, the door's at the router), even
 while the engine is still thinking about the first token. What aiohttp itself refuses (a body over
-MAX_BODY, a malformed request) is answered in OpenAI's error shape too, as every answer of ours is.
+MAX_BODY, a malformed request) is answered in OpenAI's error shape too, as every answer of ours is;
+on an Anthropic path (/v1/messages...) every error, ours or an engine's, in Anthropic's.
 
 No stranger can stall either (limits.py, connections.py): connections are capped in all and per
 client address, a request head must arrive within the header timeout, a body within the body
@@ -24,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .apis import ANTHROPIC, APIS, Api, BodyError, Form, anthropic_error, api_of
 from .connections import Connections, GuardedSite
 from .limits import ConnectionLimits
 from .proxy import error_response
@@ -38,9 +40,10 @@ __all__ = [
     "listen",
     "parse_json",
     "read_body",
+    "read_body_of",
 ]
 
-INFERENCE = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+INFERENCE = tuple(APIS)  # apis.py: OpenAI's and Anthropic's paths
 MAX_BODY = 64 << 20  # a long prompt, or images as data URLs
 # Lists and objects inside each other: an OpenAI body nests about 6 deep (messages, content parts,
 # image_url), a tool's JSON schema a few more; Python's json gives up near 1,000 (RecursionError).
@@ -65,7 +68,7 @@ async def listen(
     to `not_found`, within `limits`. Returns the runner, whose `cleanup()` stops listening and lets
     the answers in flight finish, and the port bound (the one chosen when `port` is 0)."""
     limits = limits or ConnectionLimits()
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_head_arrived, _openai_errors])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_head_arrived, _api_errors])
     app[_LIMITS] = limits
     app[_CONNECTIONS] = connections = Connections(limits, name)
     for path in INFERENCE:
@@ -113,6 +116,22 @@ def parse_json(body: bytes | str) -> Any:
     return value
 
 
+def read_body_of(api: Api | None, body: bytes, content_type: str) -> dict[str, Any] | Form:
+    """The body of a request to `api`, with a `model` string; BodyError when it has none."""
+    if api is not None and api.multipart:
+        form = Form(body, content_type)
+        if not isinstance(form.get("model"), str):
+            raise BodyError("The form must have a `model` field.")
+        return form
+    try:
+        payload = parse_json(body)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get("model"), str):
+        raise BodyError("The body must be a JSON object with a `model` string.")
+    return payload
+
+
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether lists and objects nest more than `limit` deep in `value` (no recursion)."""
     if not isinstance(value, (dict, list)):
@@ -152,6 +171,26 @@ async def _head_arrived(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 @web.middleware
+async def _api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors in the shape of the request's API: OpenAI's (`_openai_errors`), or on an Anthropic
+    path Anthropic's, which its SDK and Claude Code read (apis.anthropic_error)."""
+    answer = await _openai_errors(request, handler)
+    api = api_of(request.path)
+    if api is None or api.family != ANTHROPIC or answer.status < 400 or not isinstance(answer, web.Response):
+        return answer
+    body = answer.body
+    reshaped = anthropic_error(answer.status, body) if isinstance(body, bytes) else None
+    if reshaped is None:
+        return answer
+    shaped = web.Response(body=reshaped, status=answer.status, content_type="application/json")
+    for name, value in answer.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            shaped.headers.add(name, value)
+    if answer.keep_alive is False:
+        shaped.force_close()
+    return shaped
+
+
 async def _openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """aiohttp's own refusals (HTTPException: 413 for a body over MAX_BODY, 400 for one it cannot
     read) and ours (408 for a late body) as OpenAI-shaped errors, which a client library shows

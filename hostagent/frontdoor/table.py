@@ -2,7 +2,8 @@
 
     {"models": [{"name": "qwen3-coder-r12", "aliases": ["coder"], "upstream": "http://127.0.0.1:8001",
                  "upstream_model": "qwen3-coder", "api_key": "...", "mode": "pinned",
-                 "idle_ttl_s": null, "memory": {"gpu0": 23622320128, "gpu1": 23622320128}}]}
+                 "idle_ttl_s": null, "memory": {"gpu0": 23622320128, "gpu1": 23622320128},
+                 "engine": "vLLM", "paths": ["/v1/chat/completions", "/v1/responses", ...]}]}
 
 `upstream` is the engine's root URL: the front door appends the request's own path
 (`/v1/chat/completions`). `upstream_model` is the name the engine serves (vLLM refuses any other);
@@ -10,7 +11,10 @@ requests are rewritten to it, whatever name or alias the client used. `memory` i
 bytes per device ("gpu0", "gpu1", ... or "ram" on a CPU host), compared with what the host's
 `free_memory()` reports under the same keys. `api_key` is the engine's own key: sent upstream,
 never shown to a client, never in a repr. `revision` is the panel's revision it runs ("r12", or the
-panel's number 12), shown to clients that still call a name the table no longer serves.
+panel's number 12), shown to clients that still call a name the table no longer serves. `paths` are
+the OpenAI and Anthropic paths its engine answers (the agent writes its adapter's `api_paths`;
+`engine` is the engine's name, for the door's answer on any other path); with none (a hand-written
+table), every path is passed on and the engine answers for itself.
 """
 
 from __future__ import annotations
@@ -45,10 +49,16 @@ class ServedModel:
     idle_ttl_s: float | None = None  # None: never unloaded for being idle
     memory: Mapping[str, int] = field(default_factory=dict)  # planned bytes per device
     revision: str = ""  # the panel's revision ("r12"), "" when the table does not say
+    engine: str = ""  # the engine's name as people write it ("llama.cpp", "vLLM"); "": not said
+    paths: frozenset[str] | None = None  # the API paths its engine answers; None: not said (all)
 
     @property
     def served_name(self) -> str:
         return self.upstream_model or self.name
+
+    def serves(self, path: str) -> bool:
+        """Whether its engine answers `path` (its paths; when the table does not say: yes)."""
+        return self.paths is None or path in self.paths
 
     def url(self, path: str) -> str:
         return self.upstream.rstrip("/") + path
@@ -70,6 +80,8 @@ class ServedModel:
             idle_ttl_s=None if ttl is None else float(ttl),
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
             revision=_revision(data.get("revision")),
+            engine=str(data.get("engine") or ""),
+            paths=None if data.get("paths") is None else frozenset(str(p) for p in data["paths"]),
         )
         model.check()
         return model
@@ -85,6 +97,8 @@ class ServedModel:
             "idle_ttl_s": self.idle_ttl_s,
             "memory": dict(self.memory),
             "revision": self.revision,
+            "engine": self.engine,
+            "paths": None if self.paths is None else sorted(self.paths),
         }
 
     def check(self) -> None:

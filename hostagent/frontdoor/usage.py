@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-__all__ = ["OPEN_KEY", "UsageLedger", "UsageRow", "UsageStream"]
+__all__ = ["LONGEST_END", "OPEN_KEY", "UsageLedger", "UsageRow", "UsageStream", "ends_stream", "tokens_of"]
 
 KEEP_DAYS = 31
 OPEN_KEY = ""  # the key name recorded when the front door has no key table
@@ -77,14 +77,19 @@ class UsageLedger:
         self._prune(self._today())
 
 
-# The stream's last event, `data: [DONE]`, at the start of a line (a model that writes "[DONE]"
-# says so inside a JSON string, on its event's one line).
-_DONE = re.compile(rb"(?:^|\n)data: ?\[DONE\]")
+# The stream's last event, at the start of a line (a model that writes "[DONE]" says so inside a
+# JSON string, on its event's one line): chat's and completions' `data: [DONE]`, Anthropic's
+# `message_stop`, the Responses API's `response.completed` (or `.failed`, `.incomplete`).
+_DONE = re.compile(
+    rb"(?:^|\n)(?:data: ?\[DONE\]|event: ?(?:message_stop|response\.(?:completed|failed|incomplete))\r?\n)"
+)
+LONGEST_END = len(b"\nevent: response.incomplete\r\n")  # what a reader keeps of one read for the next
 
 
 def ends_stream(data: bytes) -> bool:
-    """Whether `data` (what is written to a streaming client) carries the stream's end, the
-    `data: [DONE]` event: once it is handed over, the client has the whole answer."""
+    """Whether `data` (what is written to a streaming client) carries the stream's end event
+    (`data: [DONE]`, `event: message_stop`, `event: response.completed`): once it is handed over,
+    the client has the whole answer."""
     return bool(_DONE.search(data))
 
 
@@ -97,11 +102,19 @@ def _event_end(data: bytes) -> int:
 
 # One streamed delta that carries generated text: a data line with a non-empty string under a key
 # an engine writes generated text in (chat `content`, `reasoning_content` / `reasoning`, a tool
-# call's `arguments`, completions' `text`). Inside a JSON string a quote is escaped, so the key's
-# quotes match only the JSON's own keys, never text a model writes. One match per line (^).
+# call's `arguments`, completions' and Anthropic's `text`, Anthropic's `thinking` and a tool's
+# `partial_json`, the Responses API's `delta`). Inside a JSON string a quote is escaped, so the
+# key's quotes match only the JSON's own keys, never text a model writes. One match per line (^).
+# (A Responses stream also repeats its text whole in three `.done` events: counted too, they book
+# three tokens more, and only when its `response.completed` never came.)
 _DELTA = re.compile(
-    rb'^data:[^\n]*?"(?:content|reasoning_content|reasoning|arguments|text)"[ \t]*:[ \t]*"(?!")', re.MULTILINE
+    rb'^data:[^\n]*?"(?:content|reasoning_content|reasoning|arguments|text|thinking|partial_json|delta)"'
+    rb'[ \t]*:[ \t]*"(?!")',
+    re.MULTILINE,
 )
+# Where a stream's events carry usage: at the top (chat's usage chunk, Anthropic's message_delta),
+# in Anthropic's `message_start.message`, in the Responses API's `response.completed.response`.
+_USAGE_IN = ("message", "response")
 
 
 class UsageStream:
@@ -147,8 +160,9 @@ class UsageStream:
         if not self.deltas:
             return self.usage
         usage = dict(self.usage or {})
-        before = usage.get("completion_tokens")
-        usage["completion_tokens"] = (before if isinstance(before, int) and before >= 0 else 0) + self.deltas
+        name = "output_tokens" if "output_tokens" in usage else "completion_tokens"
+        before = usage.get(name)
+        usage[name] = (before if isinstance(before, int) and before >= 0 else 0) + self.deltas
         return usage
 
     def _read(self, events: bytes) -> bytes:
@@ -182,20 +196,35 @@ class UsageStream:
                 payload = json.loads(line[5:])
             except ValueError:
                 return False, False
-            if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
+            if not isinstance(payload, dict):
                 return False, False
-            self.usage = payload["usage"]
+            usage = payload.get("usage")
+            for outer in _USAGE_IN:
+                if not isinstance(usage, dict) and isinstance(payload.get(outer), dict):
+                    usage = payload[outer].get("usage")
+            if not isinstance(usage, dict):
+                return False, False
+            # Anthropic's message_delta carries the output count alone, its message_start the input.
+            self.usage = {**self.usage, **usage} if self.usage else usage
             return True, self.strip and not payload.get("choices")
         return False, False
 
 
 def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int]:
-    """(prompt, completion) tokens of an engine's `usage` (embeddings have no completion)."""
+    """(prompt, completion) tokens of an engine's `usage` (embeddings have no completion): OpenAI's
+    `prompt_tokens`/`completion_tokens`, or the Responses API's and Anthropic's
+    `input_tokens`/`output_tokens`; Anthropic counts the input read from or written to its cache
+    apart from `input_tokens`, so those are added (the prompt the engine took, as chat counts it)."""
     if not usage:
         return 0, 0
 
     def count(name: str) -> int:
         value = usage.get(name)
-        return value if isinstance(value, int) and value >= 0 else 0
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
-    return count("prompt_tokens"), count("completion_tokens")
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return count("prompt_tokens"), count("completion_tokens")
+    prompt = count("input_tokens")
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic's
+        prompt += count("cache_read_input_tokens") + count("cache_creation_input_tokens")
+    return prompt, count("output_tokens")

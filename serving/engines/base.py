@@ -122,6 +122,13 @@ class ContextInputs:
     planned: int | None = None
 
 
+# The paths every OpenAI-compatible engine answers (EngineAdapter.api_paths holds them and more).
+OPENAI_CORE = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+RESPONSES = frozenset({"/v1/responses"})
+MESSAGES = frozenset({"/v1/messages"})
+COUNT_TOKENS = frozenset({"/v1/messages/count_tokens"})
+
+
 # Families of models that an engine's releases differ on. The planner tells which a model is in
 # (serving.planner.rules.model_families); an adapter's family_support says what its releases do.
 QWEN3_5 = "qwen3_5"  # Qwen3.5 and its successors (3.6, 3.8): the Qwen3_5 architecture
@@ -273,6 +280,9 @@ class EngineAdapter(Protocol):
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
     env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
+    # The OpenAI and Anthropic paths its server answers (OPENAI_CORE and more): the front door routes
+    # a request on any other path to it no further and says so in that API's own error shape.
+    api_paths: frozenset[str]
 
     @property
     def knobs(self) -> Mapping[str, PlannedKnob]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serving.engines.base import (
+    OPENAI_CORE,
     ContextInputs,
     EngineConfig,
     EngineConfigError,
@@ -407,6 +408,7 @@ class CheckedAdapter:
     static_memory_fraction = False
     family_support: Mapping[str, FamilySupport] = {}  # what its releases do with families of models
     env_ignored_since: Mapping[str, str] = {}  # variables it stops reading from a release on: {variable: release}
+    api_paths: frozenset[str] = OPENAI_CORE  # the OpenAI and Anthropic paths its server answers
 
     concurrency_knob = ""  # the knob that caps the requests served at once
 

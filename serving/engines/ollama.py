@@ -14,6 +14,9 @@ from typing import Any
 
 from serving.engines.adapter import Adapter
 from serving.engines.base import (
+    MESSAGES,
+    OPENAI_CORE,
+    RESPONSES,
     ContextInputs,
     EngineConfig,
     EngineConfigError,
@@ -128,6 +131,8 @@ class OllamaAdapter(Adapter):
     concurrency_knob = "num_parallel"
     env_knobs = {variable: knob for knob, variable in ENV_OF.items()}
     ggml_kv_cache = True  # Ollama runs llama.cpp's engine
+    # docs.ollama.com: Responses (stateless, from 0.13.3) and Anthropic's Messages (no token count).
+    api_paths = OPENAI_CORE | RESPONSES | MESSAGES
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         return True  # always, for a model whose template has tools

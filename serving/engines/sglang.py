@@ -12,8 +12,12 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    COUNT_TOKENS,
     LINEAR_ATTENTION_HYBRID,
+    MESSAGES,
+    OPENAI_CORE,
     PRIVATE_FILE,
+    RESPONSES,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
@@ -182,6 +186,9 @@ class SglangAdapter(PipAdapter):
     # Seed 000: SGLang 0.5.9 "doesn't work with Qwen3.5's hybrid GatedDeltaNet architecture", it
     # outputs EOS at once; newer releases carry Qwen3.5 models.
     family_support = {LINEAR_ATTENTION_HYBRID: FamilySupport(broken_through="0.5.9")}
+    # srt/entrypoints/http_server.py: Responses, rerank (a cross-encoder model), Anthropic's Messages
+    # and its token count (README_Anthropic_API.md).
+    api_paths = OPENAI_CORE | RESPONSES | MESSAGES | COUNT_TOKENS | {"/v1/rerank"}
 
     def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
         """mem_fraction_static when unset, as srt/server_args.py (_handle_gpu_memory_settings) picks

@@ -13,7 +13,10 @@ from typing import Any
 
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
+    MESSAGES,
+    OPENAI_CORE,
     QWEN3_5,
+    RESPONSES,
     EngineConfig,
     EngineConfigError,
     EngineMetrics,
@@ -240,6 +243,9 @@ class VllmAdapter(PipAdapter):
         ),
     }
     env_ignored_since = {"VLLM_ATTENTION_BACKEND": VLLM_ATTENTION_ENV_IGNORED_SINCE}
+    # vllm/entrypoints/openai/api_server.py: Responses, rerank (a cross-encoder model), transcriptions
+    # (Whisper); vllm/entrypoints/anthropic: Messages (no token count).
+    api_paths = OPENAI_CORE | RESPONSES | MESSAGES | {"/v1/rerank", "/v1/audio/transcriptions"}
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Only with enable_auto_tool_choice (and its parser)."""

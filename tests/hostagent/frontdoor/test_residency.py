@@ -209,7 +209,7 @@ def test_unknown_routes_and_bad_bodies_get_openai_errors(host: Host, open_door: 
     assert bad.status_code == 400 and "`model` string" in bad.json()["error"]["message"]
     not_json = httpx.post(f"{door.url}/v1/chat/completions", content=b"{not json")
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_body"
-    missing = httpx.post(f"{door.url}/v1/responses", json={"model": "small"})
+    missing = httpx.post(f"{door.url}/v1/images/generations", json={"model": "small"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert door.loader.running() == set()
 
