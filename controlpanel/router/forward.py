@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from aiohttp import web
 
-from hostagent.frontdoor.proxy import CUT_TAIL, cut_stream, ends_with_cut, error_response, post
+from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, post
 from hostagent.frontdoor.usage import ends_stream
 from serving.lab_routes import Route
 
@@ -33,7 +33,7 @@ log = logging.getLogger("controlpanel.router")
 HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
 # Request key: "ended" once a stream's [DONE] went out, "left" if the client left first, "cut" if
 # the door broke it off before its end.
-STREAM = web.RequestKey("controlpanel.stream", str)
+STREAM = "controlpanel.stream"
 PASSED_BACK = ("Content-Type", "Cache-Control", "Retry-After", "X-Queue-Wait-Ms")
 PASSED_ON = ("Content-Type", "Authorization", "X-Api-Key", "Accept")  # the door checks the key again
 CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
@@ -104,7 +104,7 @@ class Doors:
         await response.prepare(request)
         tail = b""  # the end of what was written: [DONE] may come split over two reads, a door's cut event too
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in chunks(upstream):
                 carries_end = ends_stream(tail[-16:] + chunk)
                 if carries_end:  # a hang-up while it drains, or after, was answered
                     request[STREAM] = "ended"
@@ -115,6 +115,8 @@ class Doors:
                         request[STREAM] = "left"
                     raise
                 tail = chunk[-CUT_TAIL:] if len(chunk) >= CUT_TAIL else (tail + chunk)[-CUT_TAIL:]
+                if ends_with_cut(tail):  # the door's error event went out: a client that leaves on it saw the cut
+                    request[STREAM] = "cut"
             await response.write_eof()
         except ConnectionResetError:
             request.setdefault(STREAM, "left")  # gone before the end; closing the door's response tells the door

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,8 @@ from .scheduler import Lease
 from .usage import UsageStream, ends_stream
 
 __all__ = [
-    "CLIENT_GONE", "STREAM_CUT", "Answer", "EngineGone", "Upstream", "cut_stream", "ends_with_cut", "error_response",
-    "post",
+    "CLIENT_GONE", "STREAM_CUT", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "ends_with_cut",
+    "error_response", "post",
 ]  # fmt: skip
 
 log = logging.getLogger("controlpanel.frontdoor")
@@ -71,6 +71,21 @@ def ends_with_cut(tail: bytes) -> bool:
     """Whether a stream's last bytes are the error event of a stream that was cut (a door's, for
     the lab router, which then writes no second one)."""
     return tail.endswith(_CUT_END)
+
+
+async def chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The upstream's body as it arrives. When its connection breaks (ClientPayloadError), what
+    it wrote just before the break comes first: aiohttp's reads raise as soon as the break is
+    known and drop what is still buffered (StreamReader.readany), so an engine's last events, or a
+    door's error event, that arrived with the close would be lost."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except aiohttp.ClientError:
+        rest = upstream.content._read_nowait(-1)  # the buffer as it stands; the public reads raise
+        if rest:
+            yield rest
+        raise
 
 
 async def cut_stream(request: web.Request, response: web.StreamResponse, message: str, *, tail: bytes) -> None:
@@ -205,7 +220,7 @@ class Upstream:
         tail = b""  # what was written last (the cut's event goes after a whole event)
         try:
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            async for chunk in chunks(upstream):
                 out = reader.feed(chunk)
                 await _deliver(response, out, reader, answer)
                 tail = out or tail

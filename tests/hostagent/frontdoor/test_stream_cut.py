@@ -22,12 +22,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from openai import APIError, OpenAI
@@ -35,6 +37,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from bench.bench_frontdoor import FrontDoorProcess, entry, front_door, metric
 from controlpanel.router.app import Router
+from hostagent.frontdoor.proxy import chunks
 from serving.lab_routes import Door, LabRoutes
 from tests.support.llama import free_port
 from tests.support.slot_engine import command
@@ -59,9 +62,11 @@ ENGINES = {  # name -> slot_engine options
 
 
 @contextlib.contextmanager
-def lab_router(door: FrontDoorProcess) -> Iterator[str]:
-    """The lab router, in its own event loop, whose route table has `door` as host `lab-a`."""
-    table = LabRoutes((Door(host="lab-a", url=door.url, labels={name: name for name in ENGINES}),))
+def lab_router(door: str, labels: dict[str, str] | None = None) -> Iterator[str]:
+    """The lab router, in its own event loop, whose route table has the door at `door` as host
+    `lab-a`, serving `labels` (by default the ENGINES)."""
+    labels = labels if labels is not None else {name: name for name in ENGINES}
+    table = LabRoutes((Door(host="lab-a", url=door, labels=labels),))
 
     async def read() -> LabRoutes:
         return table
@@ -85,7 +90,7 @@ def lab() -> Iterator[Lab]:
     ports = {name: free_port() for name in ENGINES}
     models = [entry(name, port) for name, port in ports.items()]
     argvs = {name: list(command(ports[name], **options)) for name, options in ENGINES.items()}  # type: ignore[arg-type]
-    with front_door(models, argvs, 64 << 30) as door, lab_router(door) as router:
+    with front_door(models, argvs, 64 << 30) as door, lab_router(door.url) as router:
         yield Lab(door, router)
 
 
@@ -217,6 +222,95 @@ def test_a_door_killed_mid_stream_is_a_failure_at_the_routers_client(lab: Lab) -
     assert metric(lab.router, "router_streams_cut_total", host="lab-a", alias="slow") == 1
     assert metric(lab.router, "router_requests_total", host="lab-a", alias="slow", code="502") == 1
     assert metric(lab.router, "router_requests_total", alias="slow", code="200") == 0
+
+
+TOKEN = {"object": "chat.completion.chunk", "model": "coder", "choices": [{"index": 0, "delta": {"content": "x"}}]}
+DOOR_CUT = {
+    "error": {
+        "message": "The engine serving `coder` broke off this answer before its end: it is incomplete.",
+        "type": "server_error", "param": None, "code": "upstream_stream_cut",
+    }
+}  # fmt: skip
+
+
+@contextlib.contextmanager
+def door_whose_last_event_comes_with_its_close() -> Iterator[str]:
+    """A front door's bytes at their worst timing, which a real door meets now and then: two
+    tokens and the door's error event, as the door writes a cut stream, sent in one write with the
+    connection's close (the body unfinished), so the router reads them together with the break
+    (aiohttp's reads raise at a break and drop what came with it). A plain socket server: an
+    aiohttp one cannot send its last bytes and its close in one segment."""
+    events = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in (TOKEN, TOKEN, DOOR_CUT))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    answer = head + f"{len(events):x}\r\n".encode() + events + b"\r\n"  # no last, empty chunk
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                head_end = request.index(b"\r\n\r\n") + 4
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in request[:head_end].split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                while len(request) < head_end + length:  # the whole request read: the close is a FIN
+                    request += conn.recv(65536)
+                conn.sendall(answer)
+                conn.shutdown(socket.SHUT_WR)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        thread.join(5)
+
+
+def test_the_doors_error_event_reaches_the_client_even_when_it_comes_with_the_doors_close() -> None:
+    with door_whose_last_event_comes_with_its_close() as door, lab_router(door, {"coder": "coder"}) as router:
+        for _ in range(3):
+            text, _finish, raised = openai_reads(router, "coder")
+            assert text == "xx" and isinstance(raised, APIError) and raised.code == "upstream_stream_cut"
+            assert "The engine serving `coder` broke off" in raised.message  # the door's reason, not lost
+        if CURL is not None:
+            shown = curl(router, "coder")
+            assert shown.returncode == 18
+            stream = events(shown.stdout)
+            assert len(stream) == 3 and cut_event(stream) == DOOR_CUT["error"]  # one error event, the door's
+        assert metric(router, "router_streams_cut_total", host="lab-a", alias="coder") == 3 + (CURL is not None)
+
+
+def test_what_came_with_the_break_is_read_before_the_break() -> None:
+    """The door and the router read upstreams through proxy.chunks: when the last events and the
+    close are both in before the next read (the reader was busy writing to a slow client), aiohttp
+    raises at once and drops them; chunks() hands them over first, then raises."""
+
+    async def read(url: str) -> tuple[list[bytes], BaseException | None]:
+        got: list[bytes] = []
+        async with aiohttp.ClientSession() as session:
+            upstream = await session.post(f"{url}/v1/chat/completions", json=chat("coder", 2))
+            await asyncio.sleep(0.3)  # busy elsewhere: the events and the close both arrive meanwhile
+            try:
+                async for chunk in chunks(upstream):
+                    got.append(chunk)
+            except aiohttp.ClientPayloadError as exc:
+                return got, exc
+        return got, None
+
+    with door_whose_last_event_comes_with_its_close() as door:
+        got, broke = asyncio.run(read(door))
+    assert broke is not None
+    stream = events(b"".join(got).decode())
+    assert stream == [TOKEN, TOKEN, DOOR_CUT]
 
 
 @pytest.mark.engine
