@@ -146,15 +146,17 @@ class Router:
         try:
             response = await self._route(request, asked)
         except asyncio.CancelledError:  # the client hung up: answered if its stream's end went out
-            self._count(asked, 200 if request.get(STREAM) == "ended" else CLIENT_GONE)
+            self._count(asked, {"ended": 200, "cut": 502}.get(request.get(STREAM, ""), CLIENT_GONE), request)
             raise
-        self._count(asked, CLIENT_GONE if request.get(STREAM) == "left" else response.status)
+        self._count(asked, {"left": CLIENT_GONE, "cut": 502}.get(request.get(STREAM, ""), response.status), request)
         return response
 
-    def _count(self, asked: Asked, status: int) -> None:
+    def _count(self, asked: Asked, status: int, request: web.Request) -> None:
         route = asked.route
         host, model = (route.door.host, route.model) if route is not None else ("", "")
         self.metrics.requests.labels(host, model, asked.alias, str(status)).inc()
+        if request.get(STREAM) == "cut":  # the door broke the stream off: 502, as the door counts it
+            self.metrics.streams_cut.labels(host, model, asked.alias).inc()
 
     async def _route(self, request: web.Request, asked: Asked) -> web.StreamResponse:
         key = self._authenticate(request)

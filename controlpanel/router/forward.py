@@ -6,11 +6,15 @@ nothing, so the next door that serves the name is tried; anything after that (th
 answered an error) is the answer, since the request may already be running on an engine. A stream
 is written on as the door writes it; when the client hangs up, aiohttp cancels the handler
 (handler_cancellation) and closing the door's response here closes its connection, which the door
-passes on to the engine.
+passes on to the engine. A stream the door breaks off before its end (it died, or its engine did)
+ends at the client as a failure, as the door ends one (hostagent/frontdoor/proxy.py cut_stream):
+an error event, the door's own when it wrote one, then the connection closed with the body
+unfinished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -18,7 +22,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from aiohttp import web
 
-from hostagent.frontdoor.proxy import error_response, post
+from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, post
 from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
@@ -27,7 +31,9 @@ __all__ = ["HOST_HEADER", "STREAM", "Doors"]
 log = logging.getLogger("controlpanel.router")
 
 HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
-STREAM = "controlpanel.stream"  # request key: "ended" once a stream's [DONE] went out, "left" if the client left first
+# Request key: "ended" once a stream's [DONE] went out, "left" if the client left first, "cut" if
+# the door broke it off before its end.
+STREAM = "controlpanel.stream"
 PASSED_BACK = ("Content-Type", "Cache-Control", "Retry-After", "X-Queue-Wait-Ms")
 PASSED_ON = ("Content-Type", "Authorization", "X-Api-Key", "Accept")  # the door checks the key again
 CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
@@ -96,10 +102,11 @@ class Doors:
             return web.Response(body=await upstream.read(), status=upstream.status, headers=headers)
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
-        tail = b""  # the end of the last read: the end event may come split over two
+        tail = b""  # the end of what was written: the end event may come split over two reads, a door's cut event too
+        keep = max(CUT_TAIL, LONGEST_END)
         try:
-            async for chunk in upstream.content.iter_any():
-                carries_end = ends_stream(tail + chunk)
+            async for chunk in chunks(upstream):
+                carries_end = ends_stream(tail[-LONGEST_END:] + chunk)
                 if carries_end:  # a hang-up while it drains, or after, was answered
                     request[STREAM] = "ended"
                 try:
@@ -108,10 +115,23 @@ class Doors:
                     if carries_end:  # refused before anything was handed over
                         request[STREAM] = "left"
                     raise
-                tail = chunk[-LONGEST_END:]
+                tail = chunk[-keep:] if len(chunk) >= keep else (tail + chunk)[-keep:]
+                if ends_with_cut(tail):  # the door's error event went out: a client that leaves on it saw the cut
+                    request[STREAM] = "cut"
             await response.write_eof()
         except ConnectionResetError:
             request.setdefault(STREAM, "left")  # gone before the end; closing the door's response tells the door
         except aiohttp.ClientError as exc:
-            log.warning("router: the stream from %s's front door broke off: %s", route.door.host, exc)
+            if request.get(STREAM) == "ended":  # after [DONE]: the client has the whole answer
+                with contextlib.suppress(ConnectionResetError):
+                    await response.write_eof()
+                return response
+            log.warning("router: %s's front door broke off a stream mid-answer: %s", route.door.host, exc)
+            request[STREAM] = "cut"
+            message = f"{route.door.host}'s front door broke off this answer before its end: it is incomplete."
+            if ends_with_cut(tail):  # the door said why: the client reads its event, and no second one
+                if request.transport is not None:
+                    request.transport.close()
+            else:
+                await cut_stream(request, response, message, tail=tail)
         return response

@@ -25,6 +25,11 @@ class RouterMetrics(Registry):
             "router_requests", "Inference requests answered, by the host whose door answered, name asked and status",
             *("host", "model", "alias", "code"),
         )  # fmt: skip
+        self.streams_cut = self.counter(
+            "router_streams_cut",
+            "Streams a door broke off mid-answer: ended with an error event and a closed connection (502)",
+            *("host", "model", "alias"),
+        )  # fmt: skip
         self.failovers = self.counter(
             "router_failovers", "Doors that took no connection (refused, or none within the connect timeout)", "host"
         )

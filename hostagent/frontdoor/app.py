@@ -193,6 +193,8 @@ class FrontDoor:
     def _account(self, key: str, model: str, alias: str, endpoint: str, answer: Answer) -> None:
         prompt, completion = tokens_of(answer.usage)
         self.metrics.requests.labels(model, alias, key, endpoint, str(answer.status)).inc()
+        if answer.cut:
+            self.metrics.streams_cut.labels(model, alias).inc()
         if prompt:
             self.metrics.tokens.labels(model, alias, key, "prompt").inc(prompt)
         if completion:

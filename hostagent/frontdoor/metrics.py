@@ -58,6 +58,11 @@ class Metrics(Registry):
             "Requests answered, by served model, the name used, inference key, endpoint and HTTP status",
             *("model", "alias", "key", "endpoint", "code"),
         )
+        self.streams_cut = counter(
+            "frontdoor_streams_cut",
+            "Streams the engine broke off mid-answer: ended with an error event and a closed connection (502)",
+            *("model", "alias"),
+        )
         self.tokens = counter(
             "frontdoor_tokens", "Tokens the engines counted (their usage), by kind: prompt or completion",
             *("model", "alias", "key", "kind"),

@@ -6,14 +6,19 @@ answer); `StreamResponse.write()` waits while the client's socket is full, so th
 reading the engine, whose own writes then wait (back-pressure end to end). A client that goes away
 cancels the handler (aiohttp's handler_cancellation), and the engine's connection is closed, which
 makes llama.cpp and vLLM stop generating for it.
+
+A stream the engine breaks off before its end (it died, or was stopped) is not ended as a whole
+answer would be: the client gets an error event in the stream (`cut_stream`), then the connection
+closes without HTTP's end of the body, so every client sees a failure, never a short 200.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +29,16 @@ from .apis import Form, api_of, encode_body
 from .scheduler import Lease
 from .usage import UsageStream, ends_stream
 
-__all__ = ["CLIENT_GONE", "Answer", "EngineGone", "Upstream", "error_response", "post"]
+__all__ = [
+    "CLIENT_GONE", "STREAM_CUT", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "ends_with_cut",
+    "error_response", "post",
+]  # fmt: skip
 
 log = logging.getLogger("controlpanel.frontdoor")
 
 QUEUE_WAIT_HEADER = "X-Queue-Wait-Ms"
 CLIENT_GONE = 499  # the code nginx logs for a request its client closed
+STREAM_CUT = "upstream_stream_cut"  # the error code of a stream that broke off mid-answer
 
 
 def error_response(
@@ -49,6 +58,53 @@ def error_response(
     return web.json_response(body, status=status, headers=headers)
 
 
+def _cut_event(message: str) -> bytes:
+    """The error event that ends a stream broken off mid-answer, as OpenAI writes an error in a
+    stream: `data: {"error": {...}}`, on which the official client raises APIError (its
+    _streaming.py). `code` comes last, so the event's end is known (ends_with_cut)."""
+    body = {"error": {"message": message, "type": "server_error", "param": None, "code": STREAM_CUT}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+_CUT_END = _cut_event("").rsplit(b",", 1)[1]  # b' "code": "upstream_stream_cut"}}\n\n'
+CUT_TAIL = len(_CUT_END)  # how much of a stream's end ends_with_cut needs
+
+
+def ends_with_cut(tail: bytes) -> bool:
+    """Whether a stream's last bytes are the error event of a stream that was cut (a door's, for
+    the lab router, which then writes no second one)."""
+    return tail.endswith(_CUT_END)
+
+
+async def chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The upstream's body as it arrives. When its connection breaks (ClientPayloadError), what
+    it wrote just before the break comes first: aiohttp's reads raise as soon as the break is
+    known and drop what is still buffered (StreamReader.readany), so an engine's last events, or a
+    door's error event, that arrived with the close would be lost."""
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except aiohttp.ClientError:
+        rest = upstream.content._read_nowait(-1)  # the buffer as it stands; the public reads raise
+        if rest:
+            yield rest
+        raise
+
+
+async def cut_stream(request: web.Request, response: web.StreamResponse, message: str, *, tail: bytes) -> None:
+    """End a stream that cannot be finished as a failure the client sees: the error event (after
+    a blank line when `tail`, the last bytes written, ends inside an event), then the connection
+    closed without chunked encoding's last, empty chunk. curl exits 18 ("transfer closed with
+    outstanding read data remaining") and httpx raises RemoteProtocolError even for a client that
+    reads no events. close() sends what is buffered first; aiohttp's own end of the response then
+    meets a closed transport and writes nothing."""
+    boundary = not tail or tail.endswith((b"\n\n", b"\r\n\r\n"))
+    with contextlib.suppress(ConnectionResetError):
+        await response.write((b"" if boundary else b"\n\n") + _cut_event(message))
+    if request.transport is not None:
+        request.transport.close()
+
+
 class EngineGone(Exception):
     """The engine refused the connection (its process is gone): nothing was sent, nothing answered."""
 
@@ -60,6 +116,7 @@ class Answer:
     status: int
     usage: dict[str, Any] | None = None
     ok: bool = False
+    cut: bool = False  # a stream the engine broke off mid-answer (status 502)
 
 
 class Upstream:
@@ -129,7 +186,9 @@ class Upstream:
                 # By what the engine answers, not what the door asked: a stream is metered as one
                 # whatever in the body made the engine stream.
                 if upstream.status == 200 and upstream.content_type == "text/event-stream":
-                    return await self._pass_stream(request, upstream, UsageStream(strip=strip), answer, wait_ms)
+                    return await self._pass_stream(
+                        request, upstream, UsageStream(strip=strip), answer, wait_ms, model.name
+                    )
                 body = await upstream.read()
                 answer.status = upstream.status
                 answer.ok = upstream.status < 400
@@ -157,15 +216,19 @@ class Upstream:
         reader: UsageStream,
         answer: Answer,
         headers: dict[str, str],
+        name: str,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
         )
         answer.status = CLIENT_GONE
+        tail = b""  # what was written last (the cut's event goes after a whole event)
         try:
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await _deliver(response, reader.feed(chunk), reader, answer)
+            async for chunk in chunks(upstream):
+                out = reader.feed(chunk)
+                await _deliver(response, out, reader, answer)
+                tail = out or tail
             answer.status = 200  # the engine finished; what is left is ours to deliver
             await _deliver(response, reader.close(), reader, answer)
             # Everything is written: a client that hangs up now was answered, whatever the end
@@ -176,9 +239,15 @@ class Upstream:
             if not answer.ok:
                 answer.status = CLIENT_GONE
         except aiohttp.ClientError as exc:
-            # The engine broke off mid-answer (it died, or was stopped): the client's stream ends here.
-            log.warning("front door: stream from %s broke off: %s", request.path, exc)
-            answer.status = 502
+            if answer.ok:  # after [DONE]: the client has the whole answer
+                with contextlib.suppress(ConnectionResetError):
+                    await response.write_eof()
+            else:
+                # The engine broke off mid-answer (it died, or was stopped): a failure, never a clean end.
+                log.warning("front door: %s broke off a stream mid-answer: %s", name, exc)
+                answer.status, answer.cut = 502, True
+                message = f"The engine serving `{name}` broke off this answer before its end: it is incomplete."
+                await cut_stream(request, response, message, tail=tail)
         finally:
             # The engine's usage, or the text deltas counted when none came (a client gone before
             # llama.cpp's separate usage event, an engine that sends none): never zero for a stream

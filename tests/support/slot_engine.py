@@ -8,6 +8,8 @@ llama-server schedules and starts:
 - `--token-s T`: each token takes T seconds.
 - `--ready-after S`: it listens at once, but GET /health answers 503 "Loading model" for S
   seconds (llama-server's answer while it reads the weights), then 200.
+- `--die-after N`: the process dies (exits at once, as a crashed or killed engine does) after
+  writing the Nth token of a stream, mid-answer: its connections close with the body unfinished.
 
 POST /v1/chat/completions answers as llama-server's OpenAI API does: a chat completion with its
 usage, or with `"stream": true` one chunk per token, a last chunk with the finish reason, the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,11 +34,13 @@ from aiohttp import web
 HERE = Path(__file__).resolve()
 
 
-def command(port: int, *, slots: int = 4, token_s: float = 0.05, ready_after: float = 0.0) -> tuple[str, ...]:
+def command(
+    port: int, *, slots: int = 4, token_s: float = 0.05, ready_after: float = 0.0, die_after: int = 0
+) -> tuple[str, ...]:
     """The argv that starts one, for a ProcessLoader Command."""
     return (
         sys.executable, str(HERE), "--port", str(port), "--slots", str(slots),
-        "--token-s", str(token_s), "--ready-after", str(ready_after),
+        "--token-s", str(token_s), "--ready-after", str(ready_after), "--die-after", str(die_after),
     )  # fmt: skip
 
 
@@ -43,7 +48,7 @@ def _event(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-def app(slots: int, token_s: float, ready_after: float) -> web.Application:
+def app(slots: int, token_s: float, ready_after: float, die_after: int = 0) -> web.Application:
     running = asyncio.Semaphore(slots)  # FIFO: waiting requests get slots in the order they came
     ready_at = time.monotonic() + ready_after
 
@@ -68,9 +73,12 @@ def app(slots: int, token_s: float, ready_after: float) -> web.Application:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await response.prepare(request)
             chunk = {**base, "object": "chat.completion.chunk"}
-            for _ in range(tokens):
+            for written in range(1, tokens + 1):
                 await asyncio.sleep(token_s)
                 await response.write(_event({**chunk, "choices": [{"index": 0, "delta": {"content": "x"}}]}))
+                if written == die_after:
+                    await asyncio.sleep(0.05)  # the token reaches the client before the end
+                    os._exit(1)
             end = {"index": 0, "delta": {}, "finish_reason": "length"}
             await response.write(_event({**chunk, "choices": [end]}))
             if (body.get("stream_options") or {}).get("include_usage"):
@@ -91,9 +99,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--token-s", type=float, default=0.05)
     parser.add_argument("--ready-after", type=float, default=0.0)
+    parser.add_argument("--die-after", type=int, default=0)
     args = parser.parse_args()
     web.run_app(
-        app(args.slots, args.token_s, args.ready_after), host="127.0.0.1", port=args.port, print=None,
+        app(args.slots, args.token_s, args.ready_after, args.die_after), host="127.0.0.1", port=args.port, print=None,
         handle_signals=True,
     )  # fmt: skip
 
