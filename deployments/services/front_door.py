@@ -25,7 +25,7 @@ from serving.exports import base_url_for
 
 from .inference_keys import key_table
 from .planning import planned_memory
-from .serving_set import door_set, served_set
+from .serving_set import door_set
 from .usage import usage_record
 
 STATE_ROWS = 256  # models a report's state may list
@@ -166,9 +166,10 @@ def front_door_live(host: Host) -> dict[str, Any]:
     """The host page's front-door section: each served revision with the last report's facts."""
     door = FrontDoor.objects.filter(host=host).first()
     reported = {row.get("name"): row for row in (door.state if door else []) if isinstance(row, dict)}
-    left_out = {item.served.revision.pk: item.reason for item in door_set(host)[1]}
+    kept, left = door_set(host)
+    left_out = {item.served.revision.pk: item.reason for item in left}
     rows = []
-    for served in served_set(host):
+    for served in sorted(kept + [item.served for item in left], key=lambda s: (not s.active, s.revision.number)):
         seen = reported.pop(served.name, None) or {}
         rows.append(
             {

@@ -25,7 +25,6 @@ from core.audit import audit_record
 from deployments.choices import ServeMode
 from deployments.front_door_models import FrontDoor
 from deployments.models import (
-    Deployment,
     DeploymentRevision,
     ModelAlias,
     ServedRevision,
@@ -68,9 +67,8 @@ def model_name(revision: DeploymentRevision) -> str:
 
 
 def served_set(host: Host) -> list[Served]:
-    """The host's serving set, its active revision first (pinned), then the others by number. The
-    active revision is read from the database, not from a `host` read before a switch moved it."""
-    active_id = Deployment.objects.filter(host_id=host.pk).values_list("active_revision_id", flat=True).first()
+    """The host's serving set, its active revision first (pinned), then the others by number."""
+    active_id = active_revision_id_of(host)
     served: list[Served] = []
     if active_id:
         active = DeploymentRevision.objects.select_related("host", "model_variant").get(pk=active_id)
@@ -153,7 +151,8 @@ def set_rule_breaks(host: Host, members: list[Served]) -> list[str]:
             reasons.append(f"r{first.revision.number} and r{served.revision.number} are both named {served.name}")
     aliases = set(ModelAlias.objects.filter(host=host, name__in=list(named)).values_list("name", flat=True))
     reasons += [f"{name} is an alias on {host.name}" for name in sorted(aliases)]
-    short = _fit(host, [s.revision for s in members if s.mode == ServeMode.PINNED])
+    pinned = [s.revision for s in members if s.mode == ServeMode.PINNED]
+    short = _fit(host, pinned) if len(pinned) > 1 else []  # one alone: the planner's (an admin may override)
     if short:
         reasons.append("the pinned revisions do not fit: " + "; ".join(short))
     return reasons
@@ -195,7 +194,8 @@ def free_port(host: Host, parent: DeploymentRevision) -> int:
     neither the set nor the front door uses. So the child can be switched to or served beside the
     set, and a line of revisions made one from another takes turns on two ports instead of creeping
     upward."""
-    taken = {s.revision.port for s in served_set(host)} | {_door_port(host)}
+    fresh = Host.objects.select_related("deployment").get(pk=host.pk)  # not one read before a switch
+    taken = {s.revision.port for s in served_set(fresh)} | {_door_port(host)}
     if parent.port not in taken:
         return int(parent.port)
     grand = parent.parent.port if parent.parent_id and parent.parent else parent.port

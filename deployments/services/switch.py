@@ -100,7 +100,7 @@ def switch_request(
         raise ValidationError(
             f"Switching {host.name} to r{revision.number} would give its front door a serving set it refuses: "
             + "; ".join(breaks)
-            + ". Take the other revision out of the serving set (host page, front door: mode off), or make a "
+            + ". Change the serving set first (host page, front door: another mode, or off), or switch to a "
             "revision on a free port (New revision from this picks one)."
         )
     # Read now, not from the revision's cached host: another switch may have moved it since.
