@@ -7,6 +7,12 @@ or leave it. A change is audited and refused, with nothing changed, when it brea
 two served revisions on one port, a served name that is an alias, a revision the planner
 refuses, pinned revisions whose planned memory does not fit the host, a revision aliases still
 point at.
+
+The set's rules live in one place, `set_rule_breaks`, asked of the set a change would make: by
+`serving_mode_set`, and by `switch_request` (a page, the API, the CLI, a rollout, a schedule)
+through `switch_set_refusals`. `free_port` gives a revision derived from a served one a port of
+its own; `door_set` is the set as the front door's document carries it, never one the agent
+refuses (hostagent.door.tables).
 """
 
 from __future__ import annotations
