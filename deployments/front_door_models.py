@@ -135,6 +135,11 @@ class FrontDoor(models.Model):
     # the card's fingerprint moves only when these do, not with every report's idle seconds.
     card = models.JSONField(default=dict, blank=True)
     reported_at = models.DateTimeField(null=True, blank=True)
+    # The panel's table the door refused (it keeps serving its previous one), as its last report
+    # said: the refused version, why, and since when; empty once it serves the panel's table.
+    refused_version = models.CharField(max_length=64, blank=True)
+    refused_reason = models.CharField(max_length=500, blank=True)
+    refused_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"front door of {self.host_id}"

@@ -570,4 +570,16 @@ def serving_report(body: dict[str, Any]) -> dict[str, Any]:
             for i, r in enumerate(seq(body.get("state"), "state", most=MAX_DOOR_MODELS))
         ],
         "usage": usage,
+        "refused": _refused_table(body.get("refused")),
+    }
+
+
+def _refused_table(value: object) -> dict[str, str] | None:
+    """The panel's table the door refused: {version, reason}, or null (it serves the panel's)."""
+    if value is None:
+        return None
+    refused = obj(value, "refused", optional=False)
+    return {
+        "version": text(refused.get("version"), "refused.version", most=64) or "",
+        "reason": text(refused.get("reason"), "refused.reason", most=500, optional=False) or "",
     }

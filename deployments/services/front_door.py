@@ -15,6 +15,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core.audit import audit_record
+from core.secrets_mask import mask_text
 from deployments.models import FrontDoor, ModelAlias
 from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import Host
@@ -23,7 +25,7 @@ from serving.exports import base_url_for
 
 from .inference_keys import key_table
 from .planning import planned_or_refused
-from .serving_set import served_set
+from .serving_set import door_set
 from .usage import usage_record
 
 STATE_ROWS = 256  # models a report's state may list
@@ -59,7 +61,7 @@ def front_door_document(host: Host) -> dict[str, Any]:
     for alias in ModelAlias.objects.filter(host=host).order_by("name"):
         aliases.setdefault(alias.revision_id, []).append(alias.name)
     models = []
-    for served in served_set(host):
+    for served in door_set(host)[0]:
         revision = served.revision
         launch = revision_launch(revision)
         memory, refused = planned_or_refused(revision)
@@ -98,9 +100,17 @@ def front_door_document(host: Host) -> dict[str, Any]:
 
 @transaction.atomic
 def front_door_report(
-    *, host: Host, version: str, bind: str, state: list[dict[str, Any]], usage: list[dict[str, Any]]
+    *,
+    host: Host,
+    version: str,
+    bind: str,
+    state: list[dict[str, Any]],
+    usage: list[dict[str, Any]],
+    refused: dict[str, str] | None = None,
 ) -> None:
-    """Keep the front door's last state (checked by the agent API) and its usage totals.
+    """Keep the front door's last state (checked by the agent API) and its usage totals, and the
+    table it refused (`refused`: version and reason; None when it serves the panel's): audited
+    when a new one is refused, shown on the host page until the door serves the panel's table.
     ValidationError, with nothing kept, when the usage names a key or model the host may not
     book to (usage.usage_record)."""
     usage_record(host=host, rows=usage)  # first: it refuses before anything is kept
@@ -108,7 +118,26 @@ def front_door_report(
     door.reported_version, door.bind, door.state = version, bind, state
     door.card = door_card(state)
     door.reported_at = timezone.now()
+    _refusal_keep(host, door, refused)
     door.save()
+
+
+def _refusal_keep(host: Host, door: FrontDoor, refused: dict[str, str] | None) -> None:
+    if not refused:
+        door.refused_version, door.refused_reason, door.refused_at = "", "", None
+        return
+    reason = mask_text(refused.get("reason") or "")[:500] or "no reason given"
+    if (refused.get("version") or "", reason) == (door.refused_version, door.refused_reason):
+        return  # the same refusal, reported again
+    door.refused_version, door.refused_reason = refused.get("version") or "", reason
+    door.refused_at = door.reported_at
+    audit_record(
+        action="door.table_refused",
+        summary=f"{host.name}'s front door refused its serving table and keeps the previous one: {reason}",
+        host=host,
+        data={"version": door.refused_version, "reason": reason, "served_version": door.reported_version},
+        actor=None,
+    )
 
 
 def door_card(state: list[dict[str, Any]]) -> dict[str, Any]:
@@ -142,8 +171,10 @@ def front_door_live(host: Host) -> dict[str, Any]:
     """The host page's front-door section: each served revision with the last report's facts."""
     door = FrontDoor.objects.filter(host=host).first()
     reported = {row.get("name"): row for row in (door.state if door else []) if isinstance(row, dict)}
+    kept, left = door_set(host)
+    left_out = {item.served.revision.pk: item.reason for item in left}
     rows = []
-    for served in served_set(host):
+    for served in sorted(kept + [item.served for item in left], key=lambda s: (not s.active, s.revision.number)):
         seen = reported.pop(served.name, None) or {}
         planned, refused = planned_or_refused(served.revision)
         rows.append(
@@ -157,6 +188,7 @@ def front_door_live(host: Host) -> dict[str, Any]:
                 "planned": sum(planned.values()) or None,
                 "planner_refused": refused,
                 "measured": sum(v for v in (seen.get("measured") or {}).values() if isinstance(v, int)) or None,
+                "left_out": left_out.get(served.revision.pk, ""),
             }
         )
     leaving = [row for row in reported.values() if row.get("phase") != "unloaded"]

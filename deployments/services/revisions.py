@@ -15,6 +15,7 @@ from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
 from deployments.runtime_bridge import model_ref, revision_spec, spec_for_values
 from deployments.services.aliases import aliases_follow_switch
+from deployments.services.serving_set import free_port
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
@@ -218,7 +219,9 @@ def revision_derive(
     """Record a new revision made from `parent` with `changes` (serving.launch.derive: the one
     rule the web form, the API and the CLI share). `changes` takes RevisionSpec's fields, with
     `model` a ModelVariant, plus `set` / `set_env` for single knobs and variables (None
-    removes one); a value of None is "not given"."""
+    removes one); a value of None is "not given". A port not given is the parent's unless a
+    revision of the host's serving set listens there; then a free one (serving_set.free_port), so
+    the child can be switched to, or served beside the set, without two engines on one port."""
     model = changes.get("model")
     if model is None and parent is None:
         raise ValidationError({"model_variant": "A host's first revision needs a model."})
@@ -226,6 +229,8 @@ def revision_derive(
     base = revision_spec(parent) if parent is not None else None
     if base is None and given.get("port") is None:
         given["port"] = 0  # the engine's own default port (revision_create)
+    elif parent is not None and given.get("port") is None:
+        given["port"] = free_port(host, parent)  # never the port of a revision the host serves
     try:
         spec = derive(base, given)
     except EngineConfigError as exc:

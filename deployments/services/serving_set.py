@@ -7,6 +7,12 @@ or leave it. A change is audited and refused, with nothing changed, when it brea
 two served revisions on one port, a served name that is an alias, a revision the planner
 refuses, pinned revisions whose planned memory does not fit the host, a revision aliases still
 point at.
+
+The set's rules live in one place, `set_rule_breaks`, asked of the set a change would make: by
+`serving_mode_set`, and by `switch_request` (a page, the API, the CLI, a rollout, a schedule)
+through `switch_set_refusals`. `free_port` gives a revision derived from a served one a port of
+its own; `door_set` is the set as the front door's document carries it, never one the agent
+refuses (hostagent.door.tables).
 """
 
 from __future__ import annotations
@@ -23,8 +29,15 @@ from django.utils.text import slugify
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
 from deployments.choices import ServeMode
-from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, active_revision_id_of
+from deployments.front_door_models import FrontDoor
+from deployments.models import (
+    DeploymentRevision,
+    ModelAlias,
+    ServedRevision,
+    active_revision_id_of,
+)
 from hardware.models import Host
+from serving.binds import FRONT_DOOR_DEFAULT_BIND, split_bind
 from serving.diffing import fmt
 
 from .planning import plan_for_revision, planned_or_refused
@@ -71,6 +84,39 @@ def served_set(host: Host) -> list[Served]:
     return served
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A revision of the set the front door's document leaves out, and why."""
+
+    served: Served
+    reason: str
+
+
+def door_set(host: Host) -> tuple[list[Served], list[LeftOut]]:
+    """The serving set as the front door's document carries it: the host's set, less any revision
+    that would share a port or a name with one before it (the active revision first), which the
+    host would refuse the whole table for. The services refuse such a set up front
+    (set_rule_breaks); this keeps a set made before that rule, or by a race, from leaving the door
+    on a stale table: the active revision serves, the host page says what was left out and why."""
+    kept: list[Served] = []
+    left: list[LeftOut] = []
+    ports: dict[int, Served] = {}
+    names: dict[str, Served] = {}
+    for served in served_set(host):
+        clash = ports.get(served.revision.port)
+        named = names.get(served.name)
+        if clash is not None:
+            reason = f"r{clash.revision.number} listens on port {served.revision.port} too"
+        elif named is not None:
+            reason = f"r{named.revision.number} has the name {served.name} too"
+        else:
+            ports[served.revision.port], names[served.name] = served, served
+            kept.append(served)
+            continue
+        left.append(LeftOut(served, reason + ": take it out of the set, or serve a revision of it on a free port"))
+    return kept, left
+
+
 def host_capacity(host: Host) -> dict[str, int]:
     """Each device's memory as the host reported it (what a pinned set must fit in)."""
     if host.cpu_only:
@@ -95,28 +141,85 @@ def _fit(host: Host, pinned: Iterable[DeploymentRevision]) -> list[str]:
     ]
 
 
+def set_rule_breaks(host: Host, members: list[Served]) -> list[str]:
+    """Every rule of a serving set, checked on the whole set as the host would get it ([] when it
+    keeps them all): one port per engine, each name once and none an alias, the pinned revisions
+    fit the host's memory. The one check every path that changes the set asks (serving_mode_set,
+    switch_request through switch_set_refusals); the agent refuses a table that breaks one."""
+    reasons: list[str] = []
+    on_port: dict[int, Served] = {}
+    for served in members:
+        first = on_port.setdefault(served.revision.port, served)
+        if first is not served:
+            port = served.revision.port
+            reasons.append(f"r{first.revision.number} and r{served.revision.number} would both listen on port {port}")
+    named: dict[str, Served] = {}
+    for served in members:
+        first = named.setdefault(served.name, served)
+        if first is not served:
+            reasons.append(f"r{first.revision.number} and r{served.revision.number} are both named {served.name}")
+    aliases = set(ModelAlias.objects.filter(host=host, name__in=list(named)).values_list("name", flat=True))
+    reasons += [f"{name} is an alias on {host.name}" for name in sorted(aliases)]
+    pinned = [s.revision for s in members if s.mode == ServeMode.PINNED]
+    short = _fit(host, pinned) if len(pinned) > 1 else []  # one alone: the planner's (an admin may override)
+    if short:
+        reasons.append("the pinned revisions do not fit: " + "; ".join(short))
+    return reasons
+
+
 def _refusals(host: Host, revision: DeploymentRevision, mode: str, current: list[Served]) -> list[str]:
-    others = [s for s in current if s.revision.pk != revision.pk]
-    reasons = [
-        f"r{s.revision.number} is served on port {revision.port} already"
-        for s in others
-        if s.revision.port == revision.port
-    ]
-    name = model_name(revision)
-    if ModelAlias.objects.filter(host=host, name=name).exists():
-        reasons.append(f"{name} is an alias on {host.name}")
+    """Why `revision` cannot join the set `mode` (or change to it): the set's rules on the set it
+    would make, then the revision's own planner and preflight."""
+    after = [s for s in current if s.revision.pk != revision.pk] + [Served(revision, mode, None, False)]
+    reasons = set_rule_breaks(host, after)
     try:
         report = plan_for_revision(revision)
     except Exception as exc:  # noqa: BLE001 - PlanInputError and the like: the planner cannot read it
         return [*reasons, f"the planner cannot read r{revision.number}: {exc}"]
     reasons += [f"planner: {f.code}: {f.message}" for f in report.findings if f.severity == "error"]
     reasons += [f"{c.name}: {c.message}" for c in panel_preflight(revision, report) if c.status == FAIL]
-    if mode == ServeMode.PINNED:
-        pinned = [s.revision for s in others if s.mode == ServeMode.PINNED] + [revision]
-        short = _fit(host, pinned)
-        if short:
-            reasons.append("the pinned revisions do not fit: " + "; ".join(short))
     return reasons
+
+
+def served_set_after_switch(host: Host, revision: DeploymentRevision) -> list[Served]:
+    """The serving set a switch to `revision` makes: it first, pinned; the other revisions of the
+    set keep their rows (the revision it replaces leaves unless it has one)."""
+    entries = ServedRevision.objects.filter(host=host).exclude(revision=revision)
+    entries = entries.select_related("revision__model_variant", "revision__host")
+    return [Served(revision, str(ServeMode.PINNED), None, True)] + [
+        Served(e.revision, e.mode, e.idle_ttl_s, False) for e in entries
+    ]
+
+
+def switch_set_refusals(host: Host, revision: DeploymentRevision) -> list[str]:
+    """Why the set a switch to `revision` would make breaks a rule ([] when it keeps them)."""
+    return set_rule_breaks(host, served_set_after_switch(host, revision))
+
+
+def free_port(host: Host, parent: DeploymentRevision) -> int:
+    """The port a revision made from `parent` listens on: the parent's when no revision of the host's
+    serving set listens there (the parent itself included: a served parent's child never shares its
+    port), else the lowest port from the smaller of the parent's and its own parent's upward that
+    neither the set nor the front door uses. So the child can be switched to or served beside the
+    set, and a line of revisions made one from another takes turns on two ports instead of creeping
+    upward."""
+    fresh = Host.objects.select_related("deployment").get(pk=host.pk)  # not one read before a switch
+    taken = {s.revision.port for s in served_set(fresh)} | {_door_port(host)}
+    if parent.port not in taken:
+        return int(parent.port)
+    grand = parent.parent.port if parent.parent_id and parent.parent else parent.port
+    port = min(parent.port, grand)
+    while port in taken and port < 65535:
+        port += 1
+    return int(port)
+
+
+def _door_port(host: Host) -> int:
+    """The port the host's front door last said it listens on (its default before any report)."""
+    try:
+        return split_bind(str(FrontDoor.objects.filter(host=host).values_list("bind", flat=True).first() or ""))[1]
+    except ValueError:
+        return split_bind(FRONT_DOOR_DEFAULT_BIND)[1]
 
 
 @reviewed

@@ -20,6 +20,7 @@ from .gates import GateRequest, gate_open, gate_params
 from .operations import operation_create
 from .planning import plan_for_revision
 from .review import Approval, approval_stamp, review_check, reviewed
+from .serving_set import switch_set_refusals
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -94,6 +95,14 @@ def switch_request(
             raise ValidationError("Only an admin may override the planner.")
     elif override:
         override = ""  # nothing to override
+    breaks = switch_set_refusals(host, revision)
+    if breaks:
+        raise ValidationError(
+            f"Switching {host.name} to r{revision.number} would give its front door a serving set it refuses: "
+            + "; ".join(breaks)
+            + ". Change the serving set first (host page, front door: another mode, or off), or switch to a "
+            "revision on a free port (New revision from this picks one)."
+        )
     # Read now, not from the revision's cached host: another switch may have moved it since.
     previous = active_revision_of(Host.objects.select_related("deployment__active_revision").get(pk=host.pk))
     params: dict[str, Any] = {

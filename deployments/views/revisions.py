@@ -31,6 +31,7 @@ from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
 from deployments.services.review import ChangeRequested
 from deployments.services.revisions import comment_create, engine_default_port, revision_derive
+from deployments.services.serving_set import free_port
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
 from schedules.choices import ChangeKind
@@ -166,7 +167,7 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
         start = host_obj.revisions.select_related("model_variant").order_by("-number").first()
     first_engine = Engine.LLAMACPP if host_obj.cpu_only else Engine.VLLM
     initial = (
-        RevisionForm.initial_from(start)
+        RevisionForm.initial_from(start) | {"port": free_port(host_obj, start)}  # never a served revision's port
         if start
         else {"engine": first_engine, "port": engine_default_port(first_engine)}
     )

@@ -39,6 +39,7 @@ __all__ = ["FrontDoorService", "door_settings", "start_front_door"]
 log = logging.getLogger("controlpanel.agent")
 T = TypeVar("T")
 OFF = "off"
+REASON_CHARS = 500  # of a refused table's reason, in the report
 
 
 def door_settings(environ: Mapping[str, str] | None = None) -> FrontDoorSettings | None:
@@ -71,6 +72,7 @@ class FrontDoorService:
         if relaunching:  # requests for it wait for the panel's start of it, as for an on-demand load
             self.loader.relaunching[relaunching] = time.monotonic() + self.RELAUNCH_WAIT_S
         self.version: str | None = None
+        self.refused: dict[str, str] | None = None  # the panel's last table, when refused: version, reason
         self.loop = asyncio.new_event_loop()
         self.door: FrontDoor | None = None
         self.started_s: float | None = None  # seconds from start() to listening
@@ -272,11 +274,19 @@ class FrontDoorService:
         return new
 
     def poll(self) -> bool:
-        """Ask the panel once; True when the table changed."""
+        """Ask the panel once; True when the table changed. A table refused (TableError) is kept in
+        `refused` (its version and the reason) for the next report, so the panel's host page says
+        why the door still serves its previous table; the next table served clears it."""
         answer = self.ctx.panel.serving(self.version)
         if answer is None:
+            self.refused = None  # the panel's table is the one served
             return False
-        self.apply(answer)
+        try:
+            self.apply(answer)
+        except TableError as exc:
+            self.refused = {"version": str(answer.get("version") or "")[:64], "reason": str(exc)[:REASON_CHARS]}
+            raise
+        self.refused = None
         return True
 
     def report(self) -> None:
@@ -289,7 +299,7 @@ class FrontDoorService:
             if row["name"] in measured:
                 row["measured"] = measured[row["name"]]
         self.store.save_usage(usage)
-        body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage}
+        body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage, "refused": self.refused}
         self.ctx.panel.serving_report(body)
 
     def reap(self) -> None:
