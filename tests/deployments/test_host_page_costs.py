@@ -26,9 +26,10 @@ pytestmark = pytest.mark.django_db
 # stamp (GPU, engine, CPU and memory samples); the catalog's digest; the last revisions,
 # operations and benchmark runs; the GPU memory held by processes the panel did not start and the
 # newest points of the planner-error trend (bounded per host); whether the host requires review,
-# its maintenance window and upcoming scheduled changes, its tags and any open rollout. Drawing
-# the charts reads the three series, planning what fits the catalog's models.
-WARM_QUERIES = 22
+# its maintenance window and upcoming scheduled changes, its tags and any open rollout; the lab's
+# door mode (open or keys required). Drawing the charts reads the three series, planning what fits
+# the catalog's models.
+WARM_QUERIES = 23
 COLD_QUERIES = WARM_QUERIES + 3 + 1
 
 
