@@ -8,8 +8,9 @@
 (`/v1/chat/completions`). `upstream_model` is the name the engine serves (vLLM refuses any other);
 requests are rewritten to it, whatever name or alias the client used. `memory` is the planner's
 bytes per device ("gpu0", "gpu1", ... or "ram" on a CPU host), compared with what the host's
-`free_memory()` reports under the same keys. `api_key` is the engine's own key: sent upstream,
-never shown to a client, never in a repr.
+`free_memory()` reports under the same keys. `threads` (optional) is the CPU threads a CPU engine
+computes with: engines whose threads together exceed the host's cores are never loaded side by side.
+`api_key` is the engine's own key: sent upstream, never shown to a client, never in a repr.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ServedModel:
     api_key: str | None = field(default=None, repr=False)
     idle_ttl_s: float | None = None  # None: never unloaded for being idle
     memory: Mapping[str, int] = field(default_factory=dict)  # planned bytes per device
+    threads: int | None = None  # CPU threads the engine computes with (a CPU engine's -t); None: not counted
 
     @property
     def served_name(self) -> str:
@@ -67,6 +69,7 @@ class ServedModel:
             api_key=data.get("api_key") or None,
             idle_ttl_s=None if ttl is None else float(ttl),
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
+            threads=None if data.get("threads") is None else int(data["threads"]),
         )
         model.check()
         return model
@@ -81,6 +84,7 @@ class ServedModel:
             "mode": str(self.mode),
             "idle_ttl_s": self.idle_ttl_s,
             "memory": dict(self.memory),
+            "threads": self.threads,
         }
 
     def check(self) -> None:
@@ -91,6 +95,8 @@ class ServedModel:
             raise TableError(f"model {self.name!r}: upstream must be an http(s) URL, not {self.upstream!r}")
         if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:
             raise TableError(f"model {self.name!r}: idle_ttl_s must be positive (or null: never)")
+        if self.threads is not None and self.threads < 1:
+            raise TableError(f"model {self.name!r}: threads must be at least 1 (or null: not counted)")
         bad = [device for device, size in self.memory.items() if size < 0]
         if bad:
             raise TableError(f"model {self.name!r}: negative planned memory on {', '.join(bad)}")
