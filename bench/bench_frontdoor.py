@@ -71,6 +71,7 @@ def front_door(
     keys: dict[str, Any] | None = None,
     bind_host: str = "127.0.0.1",
     budget_device: str = "ram",
+    extra: tuple[str, ...] = (),
 ) -> Iterator[FrontDoorProcess]:
     """A front door in its own process over `models` (routing table entries), each started with
     its argv by the front door's command loader; `budget` bytes of `budget_device`; `keys` its key table
@@ -83,7 +84,7 @@ def front_door(
     argv = [sys.executable, "-m", "hostagent.frontdoor", "--table", str(folder / "table.json")]
     argv += ["--commands", str(folder / "commands.json"), "--budget", f"{budget_device}={budget}"]
     argv += ["--bind", f"{bind_host}:{port}"]
-    argv += ["--log-dir", str(folder)]
+    argv += ["--log-dir", str(folder), *extra]
     if keys is not None:
         (folder / "keys.json").write_text(json.dumps(keys))
         argv += ["--keys", str(folder / "keys.json")]

@@ -13,7 +13,7 @@ count: the door's frontdoor_loads_total{result="ok"}, the router's models seen g
 `[DONE]`).
 
     .venv/bin/python bench/bench_swap_vs_router.py [--streams 4] [--requests 12] [--tokens 16] [--runs 1]
-        [--threads 1] [--slots 4] [--turn 5] [--llama-server PATH] [--model GGUF] [--gpu-layers 0]
+        [--threads 1] [--slots 4] [--turn 5] [--stop-grace 10] [--llama-server PATH] [--model GGUF] [--gpu-layers 0]
 
 On a GPU host: `--llama-server` a CUDA build, `--model` a GGUF, `--gpu-layers 99`, and the door's
 budget in the device's bytes (`--budget gpu0=...`, planned bytes per model `--planned`).
@@ -118,7 +118,8 @@ def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
         for name, port in ports.items()
     }
     os.environ["CONTROLPANEL_FRONT_DOOR_TURN"] = str(args.turn)
-    with front_door(models, argvs, budget=args.planned, budget_device=args.device) as door:
+    extra = ("--stop-grace", str(args.stop_grace))
+    with front_door(models, argvs, budget=args.planned, budget_device=args.device, extra=extra) as door:
         out = asyncio.run(load(door.url, args.streams, args.requests, args.tokens))
         text = httpx.get(f"{door.url}/metrics", timeout=10).text
         out.loads = round(
@@ -196,6 +197,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=1024)
     parser.add_argument("--gpu-layers", type=int, default=0)
     parser.add_argument("--turn", type=float, default=5.0, help="the door's CONTROLPANEL_FRONT_DOOR_TURN")
+    parser.add_argument("--stop-grace", type=float, default=10.0, help="the door's --stop-grace (0: hard stop)")
     parser.add_argument("--llama-server", default="")
     parser.add_argument("--model", default="")
     parser.add_argument("--device", default="ram", help="the door's budget device (gpu0 on a GPU host)")
@@ -208,7 +210,8 @@ def main() -> None:
     for name in MODELS:
         (folder / f"{name}.gguf").symlink_to(model)
     shape = f"{args.streams} streams x {args.requests} requests, {args.tokens} tokens, alternating a/b, room for one"
-    print(f"{shape}; engines: {' '.join(engine_flags(args))}; door turn {args.turn:g} s; {os.cpu_count()} CPUs")
+    door = f"door turn {args.turn:g} s, stop grace {args.stop_grace:g} s"
+    print(f"{shape}; engines: {' '.join(engine_flags(args))}; {door}; {os.cpu_count()} CPUs")
     print("| run | TTFT p50 | TTFT p99 | wall | loads | failed |")
     print("| --- | --- | --- | --- | --- | --- |")
     errors: list[str] = []
