@@ -209,6 +209,11 @@ class _Slot:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     last_used: float = 0.0
     granted: int = 0  # leases granted so far (a turn watches for new ones)
+    # Requests that came within `turn_linger_s` of one of its answers (its clients come back to it):
+    # since its last load, and in the load before.
+    returns: int = 0
+    returns_before: int = 0
+    last_release: float | None = None
     last_load_s: float | None = None
     loaded_at: float | None = None  # when its last load ended: its first answer's first token is timed from here
     load_task: asyncio.Task[None] | None = None
@@ -329,6 +334,8 @@ class Scheduler:
         return max(1, math.floor(self.settings.queue_max * self.settings.key_queue_share))
 
     async def _acquire(self, slot: _Slot, label: str, holder: str) -> Lease:
+        if slot.last_release is not None and self.clock() - slot.last_release <= self.settings.turn_linger_s:
+            slot.returns += 1
         if slot.phase is Phase.LOADED:
             return self._lease(slot, label, 0.0, holder)
         if self._waiting >= self.settings.queue_max:
@@ -381,7 +388,7 @@ class Scheduler:
     def _give_back(self, lease: Lease) -> None:
         slot = lease._slot
         slot.in_flight -= 1
-        slot.last_used = self.clock()
+        slot.last_used = slot.last_release = self.clock()
         self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
         if slot.in_flight == 0:
             slot.idle.set()
@@ -613,6 +620,7 @@ class Scheduler:
         slot.last_load_s = self.clock() - started
         slot.phase = Phase.LOADED
         slot.last_used = slot.loaded_at = self.clock()
+        slot.returns_before, slot.returns = slot.returns, 0
         self.metrics.loads.labels(slot.name, "ok").inc()
         self.metrics.load_seconds.labels(slot.name).observe(slot.last_load_s)
         self.metrics.loaded.labels(slot.name).set(1)
@@ -725,7 +733,11 @@ class Scheduler:
                     await asyncio.wait_for(other.idle.wait(), left)
                 continue
             # Nothing in flight: a moment for its clients' next requests (a client sends its next
-            # one a few milliseconds after the last answer); none came: its turn is over.
+            # one a few milliseconds after the last answer); none came: its turn is over. Not for a
+            # model whose clients have not come back to it so (clients alternating models never
+            # do): it swaps at once.
+            if not (other.returns or other.returns_before):
+                break
             granted = other.granted
             await asyncio.sleep(min(self.settings.turn_linger_s, left))
             if other.granted == granted:

@@ -116,7 +116,7 @@ def test_two_teams_of_clients_swap_once_per_batch_not_once_per_request(doors: Ca
 
 
 def test_the_loaded_model_hands_over_after_its_turn_however_busy(doors: Callable[..., DoorThread]) -> None:
-    door = doors(engines(slots=4, token_s=0.02), turn_s=1.0)
+    door = doors(engines(slots=4, token_s=0.02), turn_s=1.0, turn_linger_s=0.5)  # its clients come back
     assert ask(door, "a").status_code == 200  # a is loaded
     stop = threading.Event()
     served_a: list[float] = []
