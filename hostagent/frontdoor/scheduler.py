@@ -18,10 +18,10 @@
   answered LoadTimedOut with the reason.
 - A swap finishes the loaded model's turn first: once a request waits for a model that needs a
   loaded one's room, the loaded one keeps taking (and answering) its own new requests until it has
-  none in flight (and no new one came within `turn_linger_s`), or for at most `turn_s` after that
-  request arrived, whichever comes first; then
-  it drains. So an alternating load swaps once per batch, not once per request, and the other
-  model's waiters never wait more than `turn_s` plus the drain for their turn.
+  none in flight (and, for a model whose clients come back to it, no new one came within
+  `turn_linger_s`), or for at most `turn_s` after that request arrived, whichever comes first;
+  then it drains. Clients of two models sharing room for one get one swap per batch, not one per
+  request, and the other model's waiters wait at most `turn_s`, the drain and a start.
 - An unload drains: new requests for the model wait for its reload, those in flight finish. If
   they do not finish within `drain_timeout_s` (counted with the turn), the unload is abandoned
   (the model keeps serving, no stream is cut) and the load that wanted the room fails with Busy.
@@ -589,6 +589,7 @@ class Scheduler:
         """Answer `slot`'s waiting requests with `error`; load back what was unloaded for it (under the lock)."""
         self.metrics.loads.labels(slot.name, error.result).inc()
         log.warning("front door: %s", error.message)
+        self._timeline.pop(slot.name, None)  # the next swap's timeline starts afresh
         self._fail(slot, error)
         self._flip(slot)
         await self._restore(evicted)
@@ -722,8 +723,8 @@ class Scheduler:
         """`other` is to make room for `slot`: it stays loaded, taking its own new requests at once,
         until it has none in flight, or `turn_s` after `slot`'s oldest waiter arrived, or the
         drain deadline, whichever comes first (under the lock)."""
-        if other.phase is not Phase.LOADED or not other.in_flight:
-            return
+        if other.phase is not Phase.LOADED or not (other.in_flight or other.returns or other.returns_before):
+            return  # idle, and its clients do not come back to it: swapped at once
         started = self.clock()
         since = min((waiter.since for waiter in slot.waiters), default=started)
         until = min(since + self.settings.turn_s, deadline)
