@@ -70,9 +70,11 @@ def front_door(
     *,
     keys: dict[str, Any] | None = None,
     bind_host: str = "127.0.0.1",
+    budget_device: str = "ram",
+    extra: tuple[str, ...] = (),
 ) -> Iterator[FrontDoorProcess]:
     """A front door in its own process over `models` (routing table entries), each started with
-    its argv by the front door's command loader; `budget` bytes of "ram"; `keys` its key table
+    its argv by the front door's command loader; `budget` bytes of `budget_device`; `keys` its key table
     (none: open); listening on `bind_host` (reached at 127.0.0.1: 0.0.0.0 covers it)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-frontdoor-"))
     (folder / "table.json").write_text(json.dumps({"models": models}))
@@ -80,8 +82,9 @@ def front_door(
     (folder / "commands.json").write_text(json.dumps(commands))
     port = free_port()
     argv = [sys.executable, "-m", "hostagent.frontdoor", "--table", str(folder / "table.json")]
-    argv += ["--commands", str(folder / "commands.json"), "--budget", f"ram={budget}", "--bind", f"{bind_host}:{port}"]
-    argv += ["--log-dir", str(folder)]
+    argv += ["--commands", str(folder / "commands.json"), "--budget", f"{budget_device}={budget}"]
+    argv += ["--bind", f"{bind_host}:{port}"]
+    argv += ["--log-dir", str(folder), *extra]
     if keys is not None:
         (folder / "keys.json").write_text(json.dumps(keys))
         argv += ["--keys", str(folder / "keys.json")]

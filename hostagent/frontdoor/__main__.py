@@ -1,7 +1,7 @@
 """Run a front door without the agent or manage.py: for the bench and for trying it out.
 
     python -m hostagent.frontdoor --table table.json --commands commands.json \
-        [--keys keys.json] [--budget ram=2GiB] [--bind 127.0.0.1:4000] [--log-dir DIR]
+        [--keys keys.json] [--budget ram=2GiB] [--bind 127.0.0.1:4000] [--log-dir DIR] [--stop-grace 10]
 
 table.json is a routing table (table.py), keys.json a key table (keys.py), commands.json says how
 to start each model: {"name": {"argv": [...], "health_url": "http://127.0.0.1:8001/health"}}.
@@ -65,7 +65,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.bind:
         host, port = parse_bind(args.bind)
         settings = dataclasses.replace(settings, host=host, port=port)
-    loader = ProcessLoader(commands, log_dir=Path(args.log_dir) if args.log_dir else None)
+    loader = ProcessLoader(commands, log_dir=Path(args.log_dir) if args.log_dir else None, stop_grace=args.stop_grace)
     budget = dict(args.budget)
     free = (lambda: budget_free_memory(table, budget, loader)) if budget else available_ram
 
@@ -91,6 +91,11 @@ def main() -> None:
     parser.add_argument("--budget", type=parse_budget, action="append", default=[], help="DEVICE=SIZE, repeatable")
     parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_FRONT_DOOR_BIND or 127.0.0.1:4000)")
     parser.add_argument("--log-dir", help="one log file per engine here (made if missing)")
+    parser.add_argument(
+        "--stop-grace", type=float, default=10.0,
+        help="seconds a stopped engine has after SIGTERM before SIGKILL (default 10); an engine is stopped only "
+        "once drained, with no stream open: 0 stops it hard at once, its memory freed sooner",
+    )  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     asyncio.run(main_async(parser.parse_args()))
 

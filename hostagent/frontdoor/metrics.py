@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 __all__ = ["Metrics", "Registry"]
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
@@ -89,3 +90,9 @@ class Metrics(Registry):
             LOAD_BUCKETS, "model",
         )  # fmt: skip
         self.unloads = counter("frontdoor_unloads", "Unloads by reason: room, idle, removed", "model", "reason")
+        self.swap_phase = histogram(
+            "frontdoor_swap_phase_seconds",
+            "A swap's timeline, phase by phase: turn (the loaded model finishes its own requests), drain, "
+            "stop, release (memory shown free), start (engine start to a passed health gate), first_token",
+            PHASE_BUCKETS, "model", "phase",
+        )  # fmt: skip

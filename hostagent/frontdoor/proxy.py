@@ -127,9 +127,12 @@ class Upstream:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        # A retry after a pooled connection broke goes out on a new one, never on another pooled one.
+        self.fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
 
     async def close(self) -> None:
         await self.session.close()
+        await self.fresh.close()
 
     async def forward(
         self,
@@ -187,9 +190,10 @@ class Upstream:
                 # whatever in the body made the engine stream.
                 if upstream.status == 200 and upstream.content_type == "text/event-stream":
                     return await self._pass_stream(
-                        request, upstream, UsageStream(strip=strip), answer, wait_ms, model.name
+                        request, upstream, UsageStream(strip=strip), answer, wait_ms, model.name, lease.answering
                     )
                 body = await upstream.read()
+                lease.answering()
                 answer.status = upstream.status
                 answer.ok = upstream.status < 400
                 answer.usage = _usage_of(body) if answer.ok else None
@@ -207,7 +211,7 @@ class Upstream:
                 done(answer)
 
     async def _post(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        return await post(self.session, url, data, headers)
+        return await post(self.session, url, data, headers, fresh=self.fresh)
 
     async def _pass_stream(
         self,
@@ -217,6 +221,7 @@ class Upstream:
         answer: Answer,
         headers: dict[str, str],
         name: str,
+        first: Callable[[], None],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
@@ -226,6 +231,7 @@ class Upstream:
         try:
             await response.prepare(request)
             async for chunk in chunks(upstream):
+                first()
                 out = reader.feed(chunk)
                 await _deliver(response, out, reader, answer)
                 tail = out or tail
@@ -275,10 +281,19 @@ async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream
 
 
 async def post(
-    session: aiohttp.ClientSession, url: str, data: bytes, headers: Mapping[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    data: bytes,
+    headers: Mapping[str, str],
+    *,
+    fresh: aiohttp.ClientSession | None = None,
 ) -> aiohttp.ClientResponse:
     """POST on a pooled connection, once more on a fresh one when the pooled one was found closed
-    (the lab router's way to the front doors too). ClientConnectorError: refused, nothing sent."""
+    (the lab router's way to the front doors too). ClientConnectorError: refused, nothing sent.
+
+    `fresh` is a session that never pools (force_close): the retry goes out on a new connection.
+    Without it the retry takes the pool's next idle connection, which may be as stale as the first
+    (several closed by the engine at once): the request failed with 502 while the engine served."""
     try:
         return await session.post(url, data=data, headers=headers)
     except aiohttp.ClientConnectorError:
@@ -286,7 +301,7 @@ async def post(
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
         # A pooled connection closed or reset as it was reused (the server closed it idle, or
         # died): nothing reached it. Once more, on a fresh connection: a dead server refuses it.
-        return await session.post(url, data=data, headers=headers)
+        return await (fresh or session).post(url, data=data, headers=headers)
 
 
 def _usage_of(body: bytes) -> dict[str, Any] | None:

@@ -16,9 +16,20 @@
   them to finish first. Each load has its own deadline (`load_timeout_s`): past it the loader's
   load is cancelled, the model unloaded (whatever it started stopped) and its waiting requests
   answered LoadTimedOut with the reason.
+- A swap finishes the loaded model's turn first: once a request waits for a model that needs a
+  loaded one's room, the loaded one keeps taking (and answering) its own new requests until it has
+  none in flight (and, for a model whose clients come back to it, no new one came within
+  `turn_linger_s`), or for at most `turn_s` after that request arrived, whichever comes first;
+  then it drains. Clients of two models sharing room for one get one swap per batch, not one per
+  request, and the other model's waiters wait at most `turn_s`, the drain and a start.
 - An unload drains: new requests for the model wait for its reload, those in flight finish. If
-  they do not finish within `drain_timeout_s`, the unload is abandoned (the model keeps serving,
-  no stream is cut) and the load that wanted the room fails with Busy.
+  they do not finish within `drain_timeout_s` (counted with the turn), the unload is abandoned
+  (the model keeps serving, no stream is cut) and the load that wanted the room fails with Busy.
+- Room on CPU hosts counts cores too: a model whose table entry has `threads` fits only if its
+  threads and those of the models loaded or loading are at most the host's cores (`cores`, else
+  this process's CPU affinity), so two CPU engines never share cores they each think are theirs.
+- Each swap's timeline (turn, drain, stop, release, start, first_token) goes to
+  `frontdoor_swap_phase_seconds` and one log line per load.
 - A failed load answers its waiting requests with LoadFailed and loads back what it unloaded, so
   the loaded set is what it was.
 - A lease holds the model it was granted on: when an alias moves (`update_table`), requests in
@@ -40,6 +51,7 @@ import contextlib
 import inspect
 import logging
 import math
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -77,6 +89,7 @@ REAP_EVERY_S = 0.5
 NOT_YET_POLL_S = 0.25
 DEFAULT_LOAD_ESTIMATE_S = 5.0
 MAX_MESSAGE = 2000  # characters of a loader's error shown to clients
+CORES = "cores"  # room counted in CPU cores beside the memory devices (a table entry's `threads`)
 
 
 class Loader(Protocol):
@@ -199,8 +212,15 @@ class _Slot:
     waiters: deque[_Waiter] = field(default_factory=deque)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     last_used: float = 0.0
+    granted: int = 0  # leases granted so far (a turn watches for new ones)
+    # Requests that came within `turn_linger_s` of one of its answers (its clients come back to it):
+    # since its last load, and in the load before.
+    returns: int = 0
+    returns_before: int = 0
+    last_release: float | None = None
     last_load_s: float | None = None
     loading_since: float | None = None  # when the load under way began (kept while the loader says NotYet)
+    loaded_at: float | None = None  # when its last load ended: its first answer's first token is timed from here
     load_task: asyncio.Task[None] | None = None
     retired: bool = False  # gone from the table: unloaded once its last request is answered
 
@@ -221,6 +241,13 @@ class Lease:
     waited_s: float
     _slot: _Slot = field(repr=False)
     holder: str = ""  # whose per-key limits it counts against
+    _first: Callable[[], None] | None = field(default=None, repr=False)
+
+    def answering(self) -> None:
+        """The engine's first bytes of the answer reached the front door (for the swap timeline)."""
+        if self._first is not None:
+            first, self._first = self._first, None
+            first()
 
 
 class Scheduler:
@@ -249,6 +276,7 @@ class Scheduler:
         self._holds: dict[str, str] = {}  # alias -> the loaded model it stays on while its new one loads
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
+        self._timeline: dict[str, list[str]] = {}  # model about to load -> the phases of its swap so far
         self.update_table(table)
 
     @property
@@ -311,6 +339,8 @@ class Scheduler:
         return max(1, math.floor(self.settings.queue_max * self.settings.key_queue_share))
 
     async def _acquire(self, slot: _Slot, label: str, holder: str) -> Lease:
+        if slot.last_release is not None and self.clock() - slot.last_release <= self.settings.turn_linger_s:
+            slot.returns += 1
         if slot.phase is Phase.LOADED:
             return self._lease(slot, label, 0.0, holder)
         if self._waiting >= self.settings.queue_max:
@@ -360,18 +390,28 @@ class Scheduler:
     def _give_back(self, lease: Lease) -> None:
         slot = lease._slot
         slot.in_flight -= 1
-        slot.last_used = self.clock()
+        slot.last_used = slot.last_release = self.clock()
         self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
         if slot.in_flight == 0:
             slot.idle.set()
 
     def _lease(self, slot: _Slot, alias: str, waited: float, holder: str) -> Lease:
         slot.in_flight += 1
+        slot.granted += 1
         slot.idle.clear()
         slot.last_used = self.clock()
         self.metrics.in_flight.labels(slot.name).set(slot.in_flight)
         self.metrics.queue_wait.labels(slot.name, alias).observe(waited)
-        return Lease(slot.model, alias, waited, slot, holder)
+        lease = Lease(slot.model, alias, waited, slot, holder)
+        if slot.loaded_at is not None:
+            lease._first = lambda: self._first_token(slot)
+        return lease
+
+    def _first_token(self, slot: _Slot) -> None:
+        if slot.loaded_at is None:
+            return
+        took, slot.loaded_at = self.clock() - slot.loaded_at, None
+        self._phase(slot, "first_token", took)
 
     def _abandon(self, waiter: _Waiter) -> None:
         """A waiter that gave up (timeout, client gone): a lease granted meanwhile goes back."""
@@ -549,7 +589,7 @@ class Scheduler:
                     if not self._loading:
                         self._before_loads = dict(await self._measured())
                     slot.phase = Phase.LOADING
-                    self._loading[slot.name] = _need(slot)
+                    self._loading[slot.name] = self._need(slot)
                     break
             await loads_done.wait()  # it may fit once the loads running now have taken their share
         error: LoadFailed | None = None
@@ -584,6 +624,7 @@ class Scheduler:
         """Answer `slot`'s waiting requests with `error`; load back what was unloaded for it (under the lock)."""
         self.metrics.loads.labels(slot.name, error.result).inc()
         log.warning("front door: %s", error.message)
+        self._timeline.pop(slot.name, None)  # the next swap's timeline starts afresh
         self._fail(slot, error)
         self._flip(slot)
         await self._restore(evicted)
@@ -612,6 +653,7 @@ class Scheduler:
                     retry_after=self._retry_after(slot),
                 ) from exc
             slot.phase = Phase.UNLOADED
+            self._timeline.pop(slot.name, None)
             reason = str(exc) or type(exc).__name__
             why = without_paths(reason)[:MAX_MESSAGE]  # clients learn which file, not where the host keeps it
             if why != reason:
@@ -620,11 +662,15 @@ class Scheduler:
         began = started if slot.loading_since is None else slot.loading_since  # NotYet's waits count: clients waited
         slot.last_load_s = self.clock() - began
         slot.phase, slot.loading_since = Phase.LOADED, None
-        slot.last_used = self.clock()
+        slot.last_used = slot.loaded_at = self.clock()
+        slot.returns_before, slot.returns = slot.returns, 0
         self.metrics.loads.labels(slot.name, "ok").inc()
         self.metrics.load_seconds.labels(slot.name).observe(slot.last_load_s)
         self.metrics.loaded.labels(slot.name).set(1)
-        log.info("front door: loaded %s in %.1f s", slot.name, slot.last_load_s)
+        notes = self._timeline.pop(slot.name, [])
+        self._phase(slot, "start", slot.last_load_s)
+        swap = f" (after {', '.join(notes)})" if notes else ""
+        log.info("front door: loaded %s in %.2f s%s", slot.name, slot.last_load_s, swap)
 
     async def _stop_late(self, slot: _Slot) -> None:
         """A load past its deadline was cancelled: whatever it started is stopped, its memory released."""
@@ -638,9 +684,11 @@ class Scheduler:
     async def _measured(self) -> Mapping[str, int]:
         try:
             free = self.free_memory()
-            return await free if inspect.isawaitable(free) else free
+            measured = await free if inspect.isawaitable(free) else free
         except Exception as exc:
             raise LoadFailed(f"the host's free memory could not be read: {exc}") from exc
+        cores = self._cores_free()
+        return {**measured, **cores} if cores else measured
 
     async def _free(self) -> Mapping[str, int]:
         """Free bytes per device for the next load. While others load: what was free before they
@@ -663,7 +711,7 @@ class Scheduler:
         """Unload least recently used on-demand models until `slot`'s planned bytes fit, or raise
         NoRoom (before unloading anything) when even unloading all of them would not do. False:
         it does not fit beside the loads running now; ask again once one has ended."""
-        need = _need(slot)
+        need = self._need(slot)
         if not need:
             return True
         free = await self._free()
@@ -687,57 +735,130 @@ class Scheduler:
         for other in candidates:
             if all(freed[d] >= short[d] for d in short):
                 break
-            if any(other.model.memory.get(d, 0) > 0 for d in short):
+            holds = self._need(other)
+            if any(holds.get(d, 0) > 0 for d in short):
                 plan.append(other)
-                freed.update({d: other.model.memory.get(d, 0) for d in short})
+                freed.update({d: holds.get(d, 0) for d in short})
         if any(freed[d] < short[d] for d in short):
             raise NoRoom(self._no_room(slot, need, free, freed), retry_after=self._retry_after(slot))
+        notes = self._timeline.setdefault(slot.name, [])
         for other in plan:
-            if not await self._unload(other, "room"):
+            deadline = self.clock() + self.settings.drain_timeout_s
+            await self._finish_turn(other, slot, deadline, notes)
+            if not await self._unload(other, "room", deadline=deadline, notes=notes):
                 raise Busy(
                     f"no room for `{slot.name}` yet: `{other.name}` still answers {other.in_flight} requests "
                     f"after {self.settings.drain_timeout_s:g} s of draining; try again later.",
                     retry_after=self._retry_after(other),
                 )
             evicted.append(other)
-        deadline = self.clock() + self.settings.memory_settle_s
+        started = self.clock()
+        deadline = started + self.settings.memory_settle_s
         while short := self._shortfall(need, free := await self._free()):
             if self.clock() >= deadline:
                 raise NoRoom(self._no_room(slot, need, free, Counter()), retry_after=self._retry_after(slot))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.02)
+        self._phase(slot, "release", self.clock() - started, notes)
         return True
 
+    async def _finish_turn(self, other: _Slot, slot: _Slot, deadline: float, notes: list[str]) -> None:
+        """`other` is to make room for `slot`: it stays loaded, taking its own new requests at once,
+        until it has none in flight, or `turn_s` after `slot`'s oldest waiter arrived, or the
+        drain deadline, whichever comes first (under the lock)."""
+        if other.phase is not Phase.LOADED or not (other.in_flight or other.returns or other.returns_before):
+            return  # idle, and its clients do not come back to it: swapped at once
+        started = self.clock()
+        since = min((waiter.since for waiter in slot.waiters), default=started)
+        until = min(since + self.settings.turn_s, deadline)
+        while other.phase is Phase.LOADED and (left := until - self.clock()) > 0:
+            if other.in_flight:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(other.idle.wait(), left)
+                continue
+            # Nothing in flight: a moment for its clients' next requests (a client sends its next
+            # one a few milliseconds after the last answer); none came: its turn is over. Not for a
+            # model whose clients have not come back to it so (clients alternating models never
+            # do): it swaps at once.
+            if not (other.returns or other.returns_before):
+                break
+            granted = other.granted
+            await asyncio.sleep(min(self.settings.turn_linger_s, left))
+            if other.granted == granted:
+                break
+        self._phase(other, "turn", self.clock() - started, notes)
+
+    def _phase(self, slot: _Slot, phase: str, seconds: float, notes: list[str] | None = None) -> None:
+        """One phase of a swap's timeline: in the metrics, and in the load's log line."""
+        self.metrics.swap_phase.labels(slot.name, phase).observe(seconds)
+        if notes is not None:
+            notes.append(f"{slot.name} {phase} {seconds:.2f} s" if phase != "release" else f"{phase} {seconds:.2f} s")
+        elif phase == "first_token":
+            log.info("front door: %s's first token %.2f s after its load", slot.name, seconds)
+
+    def _cores(self) -> int:
+        return self.settings.cores or len(os.sched_getaffinity(0))
+
+    def _need(self, slot: _Slot) -> dict[str, int]:
+        """What `slot` takes when loaded: its planned bytes per device, and its threads in cores."""
+        need = {device: size for device, size in slot.model.memory.items() if size > 0}
+        if slot.model.threads:
+            need[CORES] = slot.model.threads
+        return need
+
+    def _cores_free(self) -> dict[str, int]:
+        """Cores not taken by the engines loaded, loading or still stopping (when any model counts threads)."""
+        if not any(slot.model.threads for slot in self._slots.values()):
+            return {}
+        taken = sum(
+            slot.model.threads or 0
+            for slot in self._slots.values()
+            if slot.phase in (Phase.LOADED, Phase.DRAINING, Phase.UNLOADING) or slot.name in self._loading
+        )
+        return {CORES: self._cores() - taken}
+
     def _no_room(self, slot: _Slot, need: Mapping[str, int], free: Mapping[str, int], freed: Counter[str]) -> str:
+        def amount(device: str, size: float) -> str:
+            return f"{size:.0f}" if device == CORES else _size(size)
+
         parts = [
-            f"{device}: needs {_size(size)}, {_size(free.get(device, 0))} free"
-            + (f" (+{_size(freed[device])} from unloading idle on-demand models)" if freed[device] else "")
+            f"{device}: needs {amount(device, size)}, {amount(device, free.get(device, 0))} free"
+            + (f" (+{amount(device, freed[device])} from unloading idle on-demand models)" if freed[device] else "")
             for device, size in need.items()
             if size > free.get(device, 0) + freed[device]
         ]
+        what = "room" if CORES in need else "memory"
         return (
-            f"not enough memory to load `{slot.name}` ({'; '.join(parts)}); "
+            f"not enough {what} to load `{slot.name}` ({'; '.join(parts)}); "
             "pinned models, models busy answering and other processes hold the rest."
         )
 
-    async def _unload(self, slot: _Slot, reason: str) -> bool:
+    async def _unload(
+        self, slot: _Slot, reason: str, *, deadline: float | None = None, notes: list[str] | None = None
+    ) -> bool:
         """Drain then unload `slot` (under the lock). False: its requests outlived the drain
-        timeout; it is serving again and nothing was cut."""
+        timeout (or `deadline`); it is serving again and nothing was cut."""
         slot.phase = Phase.DRAINING
+        started = self.clock()
         if slot.in_flight:
+            left = self.settings.drain_timeout_s if deadline is None else max(0.0, deadline - started)
             try:
-                await asyncio.wait_for(slot.idle.wait(), self.settings.drain_timeout_s)
+                await asyncio.wait_for(slot.idle.wait(), left)
             except TimeoutError:
                 slot.phase = Phase.LOADED
                 self._grant(slot)
                 return False
+        self._phase(slot, "drain", self.clock() - started, notes)
         slot.phase = Phase.UNLOADING
+        slot.loaded_at = None
         self.metrics.loaded.labels(slot.name).set(0)
+        started = self.clock()
         try:
             await self.loader.unload(slot.name)
         except Exception:
             log.exception("front door: unloading %s failed", slot.name)
         finally:
             slot.phase = Phase.UNLOADED
+        self._phase(slot, "stop", self.clock() - started, notes)
         self.metrics.unloads.labels(slot.name, reason).inc()
         log.info("front door: unloaded %s (%s)", slot.name, reason)
         if slot.waiters:
@@ -750,7 +871,7 @@ class Scheduler:
             if slot.retired or slot.phase is not Phase.UNLOADED:
                 continue
             try:
-                if self._shortfall(slot.model.memory, await self._free()):
+                if self._shortfall(self._need(slot), await self._free()):
                     continue
                 await self._load(slot)
             except LoadFailed as error:
@@ -867,10 +988,6 @@ _DOING = {
     Phase.DRAINING: "it is draining before an unload",
     Phase.UNLOADING: "it is unloading",
 }
-
-
-def _need(slot: _Slot) -> dict[str, int]:
-    return {device: size for device, size in slot.model.memory.items() if size > 0}
 
 
 def _requests(count: int) -> str:

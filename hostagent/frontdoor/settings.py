@@ -19,6 +19,10 @@ MEMORY_SETTLE_ENV = "CONTROLPANEL_FRONT_DOOR_MEMORY_SETTLE"
 KEY_INFLIGHT_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX"
 KEY_QUEUE_SHARE_ENV = "CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"
 LOAD_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_LOAD_TIMEOUT"
+# Swaps (issue 39): how long a loaded model finishes its turn, and the host's cores for CPU engines.
+TURN_ENV = "CONTROLPANEL_FRONT_DOOR_TURN"
+TURN_LINGER_ENV = "CONTROLPANEL_FRONT_DOOR_TURN_LINGER"
+CORES_ENV = "CONTROLPANEL_FRONT_DOOR_CORES"
 # Connections and /metrics (limits.py; docs/front-door.md, "Connections").
 HEADER_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_HEADER_TIMEOUT"
 BODY_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_BODY_TIMEOUT"
@@ -45,6 +49,12 @@ class FrontDoorSettings:
     key_inflight_max: int = 32  # requests one key may have answered or waiting at once; 0: no cap
     key_queue_share: float = 0.5  # the fraction of `queue_max` one key's waiting requests may take
     load_timeout_s: float = 900.0  # longest one load may take (start to health) before it fails
+    # Swaps (issue 39). Once a request waits for a model that needs a loaded one's room, the loaded
+    # one keeps taking its own requests for at most `turn_s` (counted from that request's arrival,
+    # within the drain timeout), and is swapped out as soon as it has none in flight.
+    turn_s: float = 5.0
+    turn_linger_s: float = 0.05  # once it has none in flight, how long its turn waits for its clients' next request
+    cores: int = 0  # CPU cores engines may share (a table entry's `threads`); 0: this process's affinity
 
     # --- Connections and /metrics: what one client may hold of the door (limits.py says each) ---
     header_timeout_s: float = ConnectionLimits.header_timeout_s
@@ -82,6 +92,9 @@ class FrontDoorSettings:
             key_inflight_max=int(_number(environ, KEY_INFLIGHT_MAX_ENV, cls.key_inflight_max, minimum=0)),
             key_queue_share=_share(environ),
             load_timeout_s=_number(environ, LOAD_TIMEOUT_ENV, cls.load_timeout_s, minimum=1.0),
+            turn_s=_number(environ, TURN_ENV, cls.turn_s, minimum=0.0),
+            turn_linger_s=_number(environ, TURN_LINGER_ENV, cls.turn_linger_s, minimum=0.0),
+            cores=int(_number(environ, CORES_ENV, cls.cores, minimum=0)),
             # Connections and /metrics
             header_timeout_s=_number(environ, HEADER_TIMEOUT_ENV, cls.header_timeout_s, minimum=0.1),
             body_timeout_s=_number(environ, BODY_TIMEOUT_ENV, cls.body_timeout_s, minimum=0.1),

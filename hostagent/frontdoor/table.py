@@ -15,6 +15,8 @@ panel's number 12), shown to clients that still call a name the table no longer 
 the OpenAI and Anthropic paths its engine answers (the agent writes its adapter's `api_paths`;
 `engine` is the engine's name, for the door's answer on any other path); with none (a hand-written
 table), every path is passed on and the engine answers for itself.
+`threads` (optional) is the CPU threads a CPU engine computes with: engines whose threads together
+exceed the host's cores are never loaded side by side.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class ServedModel:
     revision: str = ""  # the panel's revision ("r12"), "" when the table does not say
     engine: str = ""  # the engine's name as people write it ("llama.cpp", "vLLM"); "": not said
     paths: frozenset[str] | None = None  # the API paths its engine answers; None: not said (all)
+    threads: int | None = None  # CPU threads the engine computes with (a CPU engine's -t); None: not counted
 
     @property
     def served_name(self) -> str:
@@ -82,6 +85,7 @@ class ServedModel:
             revision=_revision(data.get("revision")),
             engine=str(data.get("engine") or ""),
             paths=None if data.get("paths") is None else frozenset(str(p) for p in data["paths"]),
+            threads=None if data.get("threads") is None else int(data["threads"]),
         )
         model.check()
         return model
@@ -99,6 +103,7 @@ class ServedModel:
             "revision": self.revision,
             "engine": self.engine,
             "paths": None if self.paths is None else sorted(self.paths),
+            "threads": self.threads,
         }
 
     def check(self) -> None:
@@ -109,6 +114,8 @@ class ServedModel:
             raise TableError(f"model {self.name!r}: upstream must be an http(s) URL, not {self.upstream!r}")
         if self.idle_ttl_s is not None and self.idle_ttl_s <= 0:
             raise TableError(f"model {self.name!r}: idle_ttl_s must be positive (or null: never)")
+        if self.threads is not None and self.threads < 1:
+            raise TableError(f"model {self.name!r}: threads must be at least 1 (or null: not counted)")
         bad = [device for device, size in self.memory.items() if size < 0]
         if bad:
             raise TableError(f"model {self.name!r}: negative planned memory on {', '.join(bad)}")

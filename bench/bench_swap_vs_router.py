@@ -1,0 +1,229 @@
+"""Two models, room for one: the front door against llama.cpp's own router, on the same load.
+
+The same llama-server binary runs both sides, and the same GGUF twice under two names (`a` and
+`b`, symlinks in one folder): the front door in its own process (`python -m hostagent.frontdoor`
+with `--budget` room for one, its ProcessLoader starting one llama-server per model), against
+`llama-server --models-dir DIR --models-max 1` (the router starts its own children). The load:
+N streams, M requests in all (M / N each, one after another), stream s's i-th request for `a`
+when s + i is even (requests alternate between the models), streamed chat, K output tokens, one
+connection per request. Runs alternate door / router `--runs` times, so the machine's drift falls
+on both. Printed per run and side: time to first token p50 / p99, wall time, loads (each side's
+count: the door's frontdoor_loads_total{result="ok"}, the router's models seen going to
+"loading" on its /models, polled every 20 ms), failed requests (not 200, or a stream without
+`[DONE]`).
+
+    .venv/bin/python bench/bench_swap_vs_router.py [--streams 4] [--requests 12] [--tokens 16] [--runs 1]
+        [--threads 1] [--slots 4] [--turn 5] [--stop-grace 10] [--llama-server PATH] [--model GGUF] [--gpu-layers 0]
+
+On a GPU host: `--llama-server` a CUDA build, `--model` a GGUF, `--gpu-layers 99`, and the door's
+budget in the device's bytes (`--budget gpu0=...`, planned bytes per model `--planned`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_frontdoor import front_door  # noqa: E402
+from bench.bench_loadgen import wait_healthy  # noqa: E402
+from serving.benchmarking.stats import percentile  # noqa: E402
+from tests.support.llama import free_port, gemma_model_path, llama_server_binary  # noqa: E402
+
+MIB = 1 << 20
+MODELS = ("a", "b")
+
+
+@dataclass
+class Outcome:
+    ttft: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    wall: float = 0.0
+    loads: int = 0
+
+
+async def one(url: str, model: str, text: str, tokens: int, out: Outcome) -> None:
+    """One streamed chat on its own connection: its time to first token, or why it failed."""
+    body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": tokens, "stream": True}
+    started = time.perf_counter()
+    first: float | None = None
+    received = b""
+    try:
+        connector = aiohttp.TCPConnector(force_close=True)
+        timeout = aiohttp.ClientTimeout(total=900)
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.post(f"{url}/v1/chat/completions", json=body) as resp,
+        ):
+            async for chunk in resp.content.iter_any():
+                if first is None and b'"content"' in chunk:
+                    first = time.perf_counter() - started
+                received += chunk
+            status = resp.status
+    except aiohttp.ClientError as exc:
+        out.failed.append(repr(exc)[:200])
+        return
+    if status != 200 or b"data: [DONE]" not in received:
+        out.failed.append(f"{status} {received[-200:]!r}")
+        return
+    out.ttft.append(first if first is not None else time.perf_counter() - started)
+
+
+async def load(url: str, streams: int, requests: int, tokens: int) -> Outcome:
+    out = Outcome()
+    each = max(1, requests // streams)
+
+    async def stream(s: int) -> None:
+        for i in range(each):
+            await one(url, MODELS[(s + i) % 2], f"Stream {s}, turn {i}: say something.", tokens, out)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(stream(s) for s in range(streams)))
+    out.wall = time.perf_counter() - started
+    return out
+
+
+def engine_flags(args: argparse.Namespace) -> list[str]:
+    flags = ["-c", str(args.context), "-np", str(args.slots), "-t", str(args.threads)]
+    return flags + ["-ngl", str(args.gpu_layers), *args.engine_arg]
+
+
+def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
+    ports = {name: free_port() for name in MODELS}
+    models = [
+        {
+            "name": name, "upstream": f"http://127.0.0.1:{port}", "mode": "on-demand", "idle_ttl_s": None,
+            "memory": {args.device: args.planned}, "threads": args.threads if args.gpu_layers == 0 else None,
+        }
+        for name, port in ports.items()
+    ]  # fmt: skip
+    argvs = {
+        name: [args.llama_server, "-m", str(folder / f"{name}.gguf"), "--host", "127.0.0.1", "--port", str(port)]
+        + engine_flags(args)
+        + ["-a", name]
+        for name, port in ports.items()
+    }
+    os.environ["CONTROLPANEL_FRONT_DOOR_TURN"] = str(args.turn)
+    extra = ("--stop-grace", str(args.stop_grace))
+    with front_door(models, argvs, budget=args.planned, budget_device=args.device, extra=extra) as door:
+        out = asyncio.run(load(door.url, args.streams, args.requests, args.tokens))
+        text = httpx.get(f"{door.url}/metrics", timeout=10).text
+        out.loads = round(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("frontdoor_loads_total{") and 'result="ok"' in line
+            )
+        )
+    return out
+
+
+def router_run(args: argparse.Namespace, folder: Path) -> Outcome:
+    port = free_port()
+    argv = [args.llama_server, "--models-dir", str(folder), "--models-max", "1", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), *engine_flags(args)]
+    log = (folder / "router.log").open("ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(f"{url}/health", timeout=60)
+
+        async def measured() -> Outcome:
+            loads = 0
+            seen = dict.fromkeys(MODELS, "unloaded")
+            running = asyncio.Event()
+
+            async def watch() -> None:
+                nonlocal loads
+                async with aiohttp.ClientSession() as session:
+                    while not running.is_set():
+                        try:
+                            async with session.get(f"{url}/models") as resp:
+                                for model in (await resp.json())["data"]:
+                                    state = model["status"]["value"]
+                                    if state in ("loading", "loaded") and seen.get(model["id"]) == "unloaded":
+                                        loads += 1
+                                    seen[model["id"]] = state
+                        except (aiohttp.ClientError, ValueError, KeyError):
+                            pass
+                        await asyncio.sleep(0.02)
+
+            watcher = asyncio.ensure_future(watch())
+            out = await load(url, args.streams, args.requests, args.tokens)
+            running.set()
+            await watcher
+            out.loads = loads
+            return out
+
+        return asyncio.run(measured())
+    finally:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        log.close()
+
+
+def row(name: str, out: Outcome) -> str:
+    p50 = statistics.median(out.ttft) if out.ttft else float("nan")
+    p99 = percentile(out.ttft, 99) if out.ttft else float("nan")
+    return f"| {name} | {p50:.2f} s | {p99:.2f} s | {out.wall:.1f} s | {out.loads} | {len(out.failed)} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=12, help="requests in all, spread over the streams")
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument("--gpu-layers", type=int, default=0)
+    parser.add_argument("--turn", type=float, default=5.0, help="the door's CONTROLPANEL_FRONT_DOOR_TURN")
+    parser.add_argument("--stop-grace", type=float, default=10.0, help="the door's --stop-grace (0: hard stop)")
+    parser.add_argument("--llama-server", default="")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--device", default="ram", help="the door's budget device (gpu0 on a GPU host)")
+    parser.add_argument("--planned", type=int, default=400 * MIB, help="planned bytes per model: room for one")
+    parser.add_argument("--engine-arg", action="append", default=[], help="more llama-server flags, both sides")
+    args = parser.parse_args()
+    args.llama_server = args.llama_server or llama_server_binary()
+    model = Path(args.model or gemma_model_path()).resolve()
+    folder = Path(tempfile.mkdtemp(prefix="bench-swap-"))
+    for name in MODELS:
+        (folder / f"{name}.gguf").symlink_to(model)
+    shape = f"{args.streams} streams x {args.requests} requests, {args.tokens} tokens, alternating a/b, room for one"
+    door = f"door turn {args.turn:g} s, stop grace {args.stop_grace:g} s"
+    print(f"{shape}; engines: {' '.join(engine_flags(args))}; {door}; {os.cpu_count()} CPUs")
+    print("| run | TTFT p50 | TTFT p99 | wall | loads | failed |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    errors: list[str] = []
+    for run in range(1, args.runs + 1):
+        for name, side in (("door", door_run), ("router", router_run)):
+            out = side(args, folder)
+            print(row(f"{run}: {name}", out), flush=True)
+            errors += out.failed
+    for error in sorted(set(errors))[:5]:
+        print(f"failed: {error}")
+    print(json.dumps({"folder": str(folder)}))
+
+
+if __name__ == "__main__":
+    main()
