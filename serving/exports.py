@@ -45,6 +45,10 @@ NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
 HERMES_COMPRESSION_THRESHOLD = 0.75  # seed 2 §4 c: use the window before the lossy summary pass
 MAX_OUTPUT_CAP = 32768
+# hermes-agent 0.19.0 (agent.model_metadata.MINIMUM_CONTEXT_LENGTH): below it the agent refuses to
+# start ("below the minimum 64,000 required by Hermes Agent"); its tool schemas and system prompt
+# are a large fixed prefix.
+HERMES_MIN_CONTEXT = 64_000
 
 
 class NotExportable(ValueError):
@@ -63,6 +67,7 @@ class NamedExport:
     title: str
     export: Export | None
     error: str = ""  # why there is no export (NotExportable)
+    warnings: tuple[str, ...] = ()  # why the tool itself would still refuse the file (`client_warnings`)
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,18 @@ def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", pr
 # -- Hermes Agent -------------------------------------------------------------------------
 
 
+def hermes_warnings(target: ClientTarget) -> tuple[str, ...]:
+    """Why Hermes Agent would refuse to start with this revision ((), when it would not)."""
+    context = target.context_tokens
+    if context is None or context >= HERMES_MIN_CONTEXT:
+        return ()
+    return (
+        f"Hermes Agent refuses any model with a context under {HERMES_MIN_CONTEXT:,} tokens (hermes-agent 0.19.0: "
+        f"its tool schemas and system prompt are a large fixed prefix), and this revision serves {context:,} "
+        "per request: Hermes will not start with it; serve a larger context (max_model_len, ctx_size) to use Hermes",
+    )
+
+
 def hermes_config(target: ClientTarget) -> Export:
     """~/.hermes/config.yaml: Hermes' self-hosted provider (`custom`) at the server, the served
     model as `default`, the key as `${LLM_API_KEY}` (Hermes expands it from its .env) or
@@ -291,7 +308,8 @@ def hermes_config(target: ClientTarget) -> Export:
     context = target.require_context("Hermes Agent")
     target.require_reachable("Hermes Agent")
     key_comment = "  # Hermes expands it from the environment or ~/.hermes/.env" if target.api_key_required else ""
-    lines = [
+    lines = [f"# WARNING: {warning}" for warning in hermes_warnings(target)]
+    lines += [
         f"# Hermes Agent: {target.served_name} at {target.base_url}",
         "# context_length must match the server, or Hermes compresses conversations too early (or too late).",
         f"# Context: {target.context_note}",
@@ -439,13 +457,23 @@ CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
 }
 
 
+# What the real tool refuses that its file cannot fix: said on the page and by `manage.py export`.
+CLIENT_WARNINGS: dict[str, Any] = {"hermes": hermes_warnings}
+
+
+def client_warnings(key: str, target: ClientTarget) -> tuple[str, ...]:
+    """Why the client `key` would refuse the revision even with its exported file (() when it would not)."""
+    check = CLIENT_WARNINGS.get(key)
+    return tuple(check(target)) if check else ()
+
+
 def client_exports(target: ClientTarget) -> list[NamedExport]:
     """Every client config for a target, in the order a page lists them; one that cannot be
-    exported carries its reason instead."""
+    exported carries its reason instead, and one its tool would refuse says why (`warnings`)."""
     out = []
     for key, (title, build) in CLIENT_EXPORTS.items():
         try:
-            out.append(NamedExport(key, title, build(target)))
+            out.append(NamedExport(key, title, build(target), warnings=client_warnings(key, target)))
         except NotExportable as exc:
             out.append(NamedExport(key, title, None, str(exc)))
     return out
