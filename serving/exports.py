@@ -11,7 +11,9 @@ Each config writes what the client would otherwise take from its own defaults:
   `default` (the model; `api_base`/`name` are old aliases newer releases ignore),
   `api_key` and `context_length`. Checked with hermes-agent's own `load_config()` and
   `resolve_runtime_provider()` (tests/deployments/test_exports_real_tools.py).
-- opencode: `limit.context` and `limit.output` always (opencode compacts by them).
+- opencode: `limit.context` and `limit.output` always (opencode compacts by them); the output cap
+  (opencode's and aider's) is a quarter of what one request holds: the per-slot context, never past the
+  model's trained context, at most 32K (`default_max_output`), and never more than the slot.
 - Aider: `use_temperature` and the catalog's sampling preset (aider otherwise sends
   temperature 0), `extra_params` with the reply budget; vLLM-only parameters (top_k) go in
   `extra_body`, which the OpenAI client passes through.
@@ -146,9 +148,32 @@ def _clean_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def default_max_output(context: int | None) -> int | None:
-    """A reply budget that leaves room for the prompt: a quarter of the context, at most 32K."""
-    return min(MAX_OUTPUT_CAP, context // 4) if context else None
+OUTPUT_SHARE = 4  # a reply may take a quarter of what one request holds; the prompt keeps the rest
+
+
+def request_room(context: int | None, *, trained: int | None = None) -> int | None:
+    """What one request can really hold: the served context per request (per slot), and never more
+    than the model's trained context (llama-server caps each slot there, and past it the model was
+    never trained to write). None when the context is unknown."""
+    if not context:
+        return None
+    return min(context, trained) if trained and trained > 0 else context
+
+
+def default_max_output(context: int | None, *, trained: int | None = None) -> int | None:
+    """A reply budget that fits the model and leaves room for the prompt: a quarter of what one
+    request holds (`request_room`), at most 32K."""
+    room = request_room(context, trained=trained)
+    return max(1, min(MAX_OUTPUT_CAP, room // OUTPUT_SHARE)) if room else None
+
+
+def fitted_max_output(asked: int | None, context: int | None, *, trained: int | None = None) -> int | None:
+    """The output cap the configs write: `asked` when given, else `default_max_output`; never more
+    than one request holds, so a client never asks for a reply the slot cannot take."""
+    room = request_room(context, trained=trained)
+    if not asked:
+        return default_max_output(context, trained=trained)
+    return min(asked, room) if room else asked
 
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty")
@@ -205,7 +230,7 @@ def client_target(
         api_key_required=api_key_required,
         reasoning=reasoning,
         engine=view.engine,
-        max_output=max_output or default_max_output(ctx.per_sequence),
+        max_output=fitted_max_output(max_output, ctx.per_sequence, trained=view.arch.native_context),
         tools=serves_tool_calls(view),
         sampling=sampling,
         sampling_preset=preset,
