@@ -11,7 +11,9 @@ Each config writes what the client would otherwise take from its own defaults:
   `default` (the model; `api_base`/`name` are old aliases newer releases ignore),
   `api_key` and `context_length`. Checked with hermes-agent's own `load_config()` and
   `resolve_runtime_provider()` (tests/deployments/test_exports_real_tools.py).
-- opencode: `limit.context` and `limit.output` always (opencode compacts by them).
+- opencode: `limit.context` and `limit.output` always (opencode compacts by them); the output cap
+  (opencode's and aider's) is a quarter of what one request holds: the per-slot context, never past the
+  model's trained context, at most 32K (`default_max_output`), and never more than the slot.
 - Aider: `use_temperature` and the catalog's sampling preset (aider otherwise sends
   temperature 0), `extra_params` with the reply budget; vLLM-only parameters (top_k) go in
   `extra_body`, which the OpenAI client passes through.
@@ -45,6 +47,10 @@ NO_KEY = "EMPTY"  # what OpenAI clients send when the server takes no key (seed 
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
 HERMES_COMPRESSION_THRESHOLD = 0.75  # seed 2 §4 c: use the window before the lossy summary pass
 MAX_OUTPUT_CAP = 32768
+# hermes-agent 0.19.0 (agent.model_metadata.MINIMUM_CONTEXT_LENGTH): below it the agent refuses to
+# start ("below the minimum 64,000 required by Hermes Agent"); its tool schemas and system prompt
+# are a large fixed prefix.
+HERMES_MIN_CONTEXT = 64_000
 
 
 class NotExportable(ValueError):
@@ -63,6 +69,7 @@ class NamedExport:
     title: str
     export: Export | None
     error: str = ""  # why there is no export (NotExportable)
+    warnings: tuple[str, ...] = ()  # why the tool itself would still refuse the file (`client_warnings`)
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,32 @@ def _clean_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def default_max_output(context: int | None) -> int | None:
-    """A reply budget that leaves room for the prompt: a quarter of the context, at most 32K."""
-    return min(MAX_OUTPUT_CAP, context // 4) if context else None
+OUTPUT_SHARE = 4  # a reply may take a quarter of what one request holds; the prompt keeps the rest
+
+
+def request_room(context: int | None, *, trained: int | None = None) -> int | None:
+    """What one request can really hold: the served context per request (per slot), and never more
+    than the model's trained context (llama-server caps each slot there, and past it the model was
+    never trained to write). None when the context is unknown."""
+    if not context:
+        return None
+    return min(context, trained) if trained and trained > 0 else context
+
+
+def default_max_output(context: int | None, *, trained: int | None = None) -> int | None:
+    """A reply budget that fits the model and leaves room for the prompt: a quarter of what one
+    request holds (`request_room`), at most 32K."""
+    room = request_room(context, trained=trained)
+    return max(1, min(MAX_OUTPUT_CAP, room // OUTPUT_SHARE)) if room else None
+
+
+def fitted_max_output(asked: int | None, context: int | None, *, trained: int | None = None) -> int | None:
+    """The output cap the configs write: `asked` when given, else `default_max_output`; never more
+    than one request holds, so a client never asks for a reply the slot cannot take."""
+    room = request_room(context, trained=trained)
+    if not asked:
+        return default_max_output(context, trained=trained)
+    return min(asked, room) if room else asked
 
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "repetition_penalty")
@@ -200,7 +230,7 @@ def client_target(
         api_key_required=api_key_required,
         reasoning=reasoning,
         engine=view.engine,
-        max_output=max_output or default_max_output(ctx.per_sequence),
+        max_output=fitted_max_output(max_output, ctx.per_sequence, trained=view.arch.native_context),
         tools=serves_tool_calls(view),
         sampling=sampling,
         sampling_preset=preset,
@@ -281,6 +311,18 @@ def opencode_config(target: ClientTarget, *, provider_id: str = "selfhosted", pr
 # -- Hermes Agent -------------------------------------------------------------------------
 
 
+def hermes_warnings(target: ClientTarget) -> tuple[str, ...]:
+    """Why Hermes Agent would refuse to start with this revision ((), when it would not)."""
+    context = target.context_tokens
+    if context is None or context >= HERMES_MIN_CONTEXT:
+        return ()
+    return (
+        f"Hermes Agent refuses any model with a context under {HERMES_MIN_CONTEXT:,} tokens (hermes-agent 0.19.0: "
+        f"its tool schemas and system prompt are a large fixed prefix), and this revision serves {context:,} "
+        "per request: Hermes will not start with it; serve a larger context (max_model_len, ctx_size) to use Hermes",
+    )
+
+
 def hermes_config(target: ClientTarget) -> Export:
     """~/.hermes/config.yaml: Hermes' self-hosted provider (`custom`) at the server, the served
     model as `default`, the key as `${LLM_API_KEY}` (Hermes expands it from its .env) or
@@ -291,7 +333,8 @@ def hermes_config(target: ClientTarget) -> Export:
     context = target.require_context("Hermes Agent")
     target.require_reachable("Hermes Agent")
     key_comment = "  # Hermes expands it from the environment or ~/.hermes/.env" if target.api_key_required else ""
-    lines = [
+    lines = [f"# WARNING: {warning}" for warning in hermes_warnings(target)]
+    lines += [
         f"# Hermes Agent: {target.served_name} at {target.base_url}",
         "# context_length must match the server, or Hermes compresses conversations too early (or too late).",
         f"# Context: {target.context_note}",
@@ -439,13 +482,23 @@ CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
 }
 
 
+# What the real tool refuses that its file cannot fix: said on the page and by `manage.py export`.
+CLIENT_WARNINGS: dict[str, Any] = {"hermes": hermes_warnings}
+
+
+def client_warnings(key: str, target: ClientTarget) -> tuple[str, ...]:
+    """Why the client `key` would refuse the revision even with its exported file (() when it would not)."""
+    check = CLIENT_WARNINGS.get(key)
+    return tuple(check(target)) if check else ()
+
+
 def client_exports(target: ClientTarget) -> list[NamedExport]:
     """Every client config for a target, in the order a page lists them; one that cannot be
-    exported carries its reason instead."""
+    exported carries its reason instead, and one its tool would refuse says why (`warnings`)."""
     out = []
     for key, (title, build) in CLIENT_EXPORTS.items():
         try:
-            out.append(NamedExport(key, title, build(target)))
+            out.append(NamedExport(key, title, build(target), warnings=client_warnings(key, target)))
         except NotExportable as exc:
             out.append(NamedExport(key, title, None, str(exc)))
     return out

@@ -19,7 +19,7 @@ the engine adapters (serving.engines); this module only puts a spec and a host t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "engine_config",
     "launch",
     "served_context",
+    "working_folder",
 ]
 
 
@@ -118,12 +119,23 @@ def served_context(spec: RevisionSpec, *, planned: int | None = None) -> ServedC
     return adapter.served_context(ContextInputs(knobs, spec.model.native_context, spec.env, planned))
 
 
+def working_folder(model_dirs: Sequence[str], *, is_dir: Callable[[str], bool] = lambda _folder: True) -> str | None:
+    """Where the engine runs, so a bare file name (`--chat-template-file gemma3.jinja`) is read
+    there: the first of the host's model folders that `is_dir` (the agent checks its disk; the
+    panel takes the folders as the host reported them). None when there is none."""
+    return next((d for d in model_dirs if d and is_dir(d)), None)
+
+
 def launch(spec: RevisionSpec, facts: HostFacts, *, api_key: str | None = None) -> LaunchSpec:
-    """The process the host runs for `spec`: argv, env, port, URLs, served name and context.
-    EngineConfigError (naming the field) when the engine would refuse the spec."""
+    """The process the host runs for `spec`: argv, env, port, URLs, served name and context,
+    run from the host's working folder (`working_folder`, so the start script and the unit read
+    a bare file name where the agent's own start does). EngineConfigError (naming the field)
+    when the engine would refuse the spec."""
     config = engine_config(spec, facts, api_key=api_key)
     made = get_adapter(spec.engine).launch_spec(config)
-    return dataclasses.replace(made, served_context=served_context(spec).per_sequence)
+    return dataclasses.replace(
+        made, served_context=served_context(spec).per_sequence, cwd=working_folder(facts.model_dirs)
+    )
 
 
 # --- a new revision from an old one -------------------------------------------------------------

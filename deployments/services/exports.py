@@ -43,6 +43,7 @@ from serving.exports import (
     base_url_for,
     client_exports,
     client_target,
+    client_warnings,
     through_door,
     through_router,
 )
@@ -273,7 +274,7 @@ def revision_export(revision: DeploymentRevision, target: str, via: str | None =
         client = targets.pick(via)
         made = build(client)
         where = "through" if client.via_door else "at the engine itself:"
-        notes = [f"{where} {client.route}"]
+        notes = [f"{where} {client.route}", *(f"warning: {w}" for w in client_warnings(target, client))]
         if via == "router" and targets.router is None:
             notes.append(f"not through the lab router: {targets.router_why}")
         return TargetExport(target, made.filename, made.content, tuple(notes))

@@ -24,7 +24,7 @@ from serving.exports import ClientTarget, NotExportable, client_exports
 from .lookups import revision_or_404
 
 
-def _client_exports(target: ClientTarget) -> list[dict[str, str]]:
+def _client_exports(target: ClientTarget) -> list[dict[str, Any]]:
     """The client configs (opencode, Hermes, Aider, curl, openai) at `target` (the lab router,
     or the host's front door and the revision's alias, or the engine, saying why), with the
     context the server really runs with; the API key is only ever a placeholder. One that cannot
@@ -37,6 +37,7 @@ def _client_exports(target: ClientTarget) -> list[dict[str, str]]:
             "content": item.export.content if item.export else "",
             "language": item.export.language if item.export else "",
             "error": item.error,
+            "warnings": list(item.warnings),
         }
         for item in client_exports(target)
     ]

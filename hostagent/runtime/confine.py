@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.launch import working_folder as first_folder
+
 from .errors import HostRuntimeError
 
 INSTALL_DIRS_SETTING = "CONTROLPANEL_INSTALL_DIRS"
@@ -72,8 +74,9 @@ class PathOutsideModelFolders(HostRuntimeError):
 
 
 def working_folder(model_dirs: Sequence[str]) -> str | None:
-    """Where a bare file name is read: the first model folder that exists."""
-    return next((d for d in model_dirs if os.path.isdir(d)), None)
+    """Where a bare file name is read: the first model folder that exists (serving.launch's
+    rule, which the exported start script and unit follow, checked on this host's disk)."""
+    return first_folder(model_dirs, is_dir=os.path.isdir)
 
 
 def _roots(folders: Sequence[str]) -> list[Path]:

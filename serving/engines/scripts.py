@@ -107,7 +107,7 @@ def render_systemd_unit(spec: LaunchSpec, *, user: str = "llm", log_dir: str = "
         f"User={user}",
     ]
     if spec.cwd:
-        service.append(f"WorkingDirectory={spec.cwd}")
+        service.append(f"WorkingDirectory={spec.cwd.replace('%', '%%')}")  # the rest of the line: spaces kept
     for key, value in sorted(spec.masked_env().items()):
         env_word = _systemd_quote(f"{key}={value}", always=True).replace("$$", "$")  # no $ expansion here
         service.append(f"Environment={env_word}")

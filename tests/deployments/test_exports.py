@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from serving.diffing import RevisionView
-from serving.exports import all_exports, base_url_for, client_target, hermes_config, opencode_config
+from serving.exports import all_exports, base_url_for, client_exports, client_target, hermes_config, opencode_config
 
 BASE = "http://10.0.0.5:8001/v1"
 SECRET_VALUES = ("hf_realtokenvalue", "sk-realapikey", "hunter2")
@@ -237,3 +237,49 @@ def test_base_url_for(address, port, url):
 def test_opencode_is_told_whether_the_server_parses_tool_calls(view, tools):
     model = next(iter(opencode(view)["provider"]["selfhosted"]["models"].values()))
     assert model["tool_call"] is tools
+
+
+def _caps(view: RevisionView, **kw) -> tuple[int, int, int, int]:
+    """(opencode's limit.output, aider's max_tokens, aider's max_output_tokens, the context written)."""
+    target = client_target(view, base_url=BASE, api_key_required=True, **kw)
+    out = {e.key: e.export for e in client_exports(target) if e.export}
+    model = json.loads(out["opencode"].content)["provider"]["selfhosted"]["models"][view.served_name]
+    settings = yaml.safe_load(out["aider-settings"].content)[0]
+    metadata = json.loads(out["aider-metadata"].content)[f"openai/{view.served_name}"]
+    assert metadata["max_tokens"] == metadata["max_output_tokens"]
+    return (
+        model["limit"]["output"],
+        settings["extra_params"]["max_tokens"],
+        metadata["max_output_tokens"],
+        (model["limit"]["context"]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("knobs", "cap"),
+    [
+        ({"ctx_size": 8192, "parallel": 4}, 512),  # 2,048 per slot: a quarter of the slot, never 8,192
+        ({"ctx_size": 1024, "parallel": 1}, 256),
+        ({"ctx_size": 65536, "parallel": 1}, 8192),  # the 270M model is trained for 32,768: its quarter, not 16,384
+        ({"ctx_size": 32768, "parallel": 1}, 8192),
+    ],
+    ids=["slots", "small-context", "past-trained", "trained"],
+)
+def test_opencode_and_aider_output_caps_fit_what_one_request_of_the_model_holds(knobs, cap):
+    view = replace(GEMMA_GGUF, knobs=knobs)
+    opencode_cap, aider_cap, aider_meta_cap, _context = _caps(view)
+    assert opencode_cap == aider_cap == aider_meta_cap == cap
+
+
+def test_an_output_cap_is_never_more_than_one_request_holds():
+    """Whatever the context, and whatever a caller asks: the reply budget leaves the prompt room
+    and never exceeds the slot."""
+    for ctx in (256, 512, 3000, 32768, 262144, 1048576):
+        view = replace(
+            QWEN38, knobs={"max_model_len": ctx}, model={**QWEN38.model, "arch": {"native_context": 1 << 21}}
+        )
+        output, _, _, context = _caps(view)
+        assert 1 <= output <= min(context // 4, 32768), ctx
+    small = replace(GEMMA_GGUF, knobs={"ctx_size": 4096, "parallel": 1})
+    output, aider_cap, _, context = _caps(small, max_output=100_000)
+    assert output == aider_cap == context == 4096

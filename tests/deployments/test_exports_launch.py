@@ -47,7 +47,7 @@ SHELL_ENV |= {"LAUNCH_RECORD", "LANG"}
 STUB = """#!{python}
 import json, os, sys
 with open(os.environ["LAUNCH_RECORD"], "w") as out:
-    json.dump({{"argv": sys.argv, "env": dict(os.environ)}}, out)
+    json.dump({{"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd()}}, out)
 """
 
 
@@ -60,6 +60,14 @@ def stand_in_venv(tmp_path_factory: Any) -> Path:
     stub.write_text(STUB.format(python=sys.executable))
     stub.chmod(0o755)
     return venv
+
+
+def _lab_folders(tmp_path: Path) -> list[str]:
+    """The lab's model folders: the exported script starts in the first, as the agent does, so it
+    must exist here; the seed's /opt/vllm (its HF_HOME) after it."""
+    first = tmp_path / "lab-models"
+    first.mkdir(exist_ok=True)
+    return [str(first), "/opt/vllm"]
 
 
 def _installed(host: Any, version: str, venv: Path) -> None:
@@ -166,7 +174,7 @@ def test_the_role_runs_the_imported_seed_setup_exactly_as_we_do(catalog, operato
     host whose agent binds engines where the role does (0.0.0.0, as the seed lab's agent reports)."""
     from tests.hardware.factories import HostFactory
 
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"], engine_state={"bind_host": "0.0.0.0"})
+    host = HostFactory(name="lab", model_dirs=_lab_folders(tmp_path), engine_state={"bind_host": "0.0.0.0"})
     revision = revision_import_ansible(
         host=host, text=GROUP_VARS, message="the lab", engine_version="0.12.0", actor=operator
     ).revision
@@ -177,6 +185,7 @@ def test_the_role_runs_the_imported_seed_setup_exactly_as_we_do(catalog, operato
     role, ours = _run(scripts["seed"], tmp_path), _ours(revision, tmp_path)
     assert _differences(role, ours) == {}
     assert role["argv"][0] == str(stand_in_venv / "bin" / "vllm")  # the venv's vllm, not a bare name
+    assert ours["cwd"] == host.model_dirs[0]  # where the agent starts it: a bare file name is read there
     assert ours["env"]["HF_HOME"] == ours["env"]["HUGGINGFACE_HUB_CACHE"] == "/opt/vllm/hf-cache"
 
 
@@ -185,7 +194,7 @@ def test_on_the_vllm_the_role_installs_only_the_ignored_attention_variable_diffe
 ):
     from tests.hardware.factories import HostFactory
 
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"], engine_state={"bind_host": "0.0.0.0"})
+    host = HostFactory(name="lab", model_dirs=_lab_folders(tmp_path), engine_state={"bind_host": "0.0.0.0"})
     result = revision_import_ansible(host=host, text=GROUP_VARS, message="the lab", actor=operator)
     revision = result.revision
     assert revision.engine_version == "0.33.0"  # what `vllm>=0.17.0` installs: the newest release
@@ -309,7 +318,7 @@ def test_jinja_kept_from_an_import_stays_text_when_ansible_renders_the_export(
     lookup = "{{ lookup('pipe', 'touch " + str(marker) + "') }}"
     text = GROUP_VARS.replace("vllm_hf_cache_dir: /opt/vllm/hf-cache", f'vllm_hf_cache_dir: "{lookup}"')
     text += f'site_cmd: "{lookup}"\n'
-    host = HostFactory(name="lab", model_dirs=["/opt/vllm"])
+    host = HostFactory(name="lab", model_dirs=_lab_folders(tmp_path))
     revision = revision_import_ansible(
         host=host, text=text, message="hostile", engine_version="0.12.0", actor=operator
     ).revision

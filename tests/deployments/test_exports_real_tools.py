@@ -24,10 +24,12 @@ import pytest
 
 from serving.diffing import RevisionView
 from serving.exports import (
+    HERMES_MIN_CONTEXT,
     NotExportable,
     aider_model_metadata,
     aider_model_settings,
     client_target,
+    client_warnings,
     hermes_config,
     opencode_config,
     through_door,
@@ -116,6 +118,42 @@ def test_hermes_resolves_our_config_to_the_lab_host_never_to_openai(tmp_path, ke
     }
     assert seen["model"]["default"] == SERVED
     assert seen["model"]["context_length"] == 262144
+
+
+HERMES_START = """
+import json
+from hermes_cli.config import load_config
+from hermes_cli.runtime_provider import resolve_runtime_provider
+from run_agent import AIAgent
+model, runtime = load_config()["model"], resolve_runtime_provider()
+try:
+    AIAgent(model=model["default"], base_url=runtime["base_url"], api_key=runtime["api_key"],
+            provider=runtime["provider"], quiet_mode=True, skip_context_files=True, skip_memory=True)
+    print(json.dumps({"refused": ""}))
+except ValueError as exc:
+    print(json.dumps({"refused": str(exc)}))
+"""
+
+
+@pytest.mark.parametrize(("context", "refused"), [(32768, True), (64000, False)])
+def test_hermes_warning_says_exactly_when_the_real_agent_refuses_to_start(tmp_path, context, refused):
+    """Hermes Agent 0.19.0 refuses a model under 64,000 tokens when its agent starts (no request
+    is sent): the export warns, in the page's list and in the file, exactly then."""
+    python = tool_python("hermes-agent")
+    view = replace(QWEN38, knobs={"max_model_len": context})
+    target = client_target(view, base_url=BASE, api_key_required=False)
+    made = hermes_config(target)
+    hermes_home = tmp_path / "hermes"
+    hermes_home.mkdir()
+    (hermes_home / "config.yaml").write_text(made.content)
+    seen = _run_python(python, HERMES_START, _isolated_env(tmp_path, HERMES_HOME=str(hermes_home)), tmp_path)
+    warned = client_warnings("hermes", target)
+    assert bool(seen["refused"]) is refused and bool(warned) is refused, seen
+    if refused:
+        assert f"minimum {HERMES_MIN_CONTEXT:,} required by Hermes Agent" in seen["refused"]
+        assert f"under {HERMES_MIN_CONTEXT:,} tokens" in warned[0] and f"{context:,}" in warned[0]
+        assert made.content.startswith(f"# WARNING: {warned[0]}")
+    assert client_warnings("opencode", target) == ()
 
 
 def test_hermes_is_not_exported_when_the_context_is_unknown():

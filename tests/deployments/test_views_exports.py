@@ -16,7 +16,7 @@ from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.imports import revision_import_ansible
 from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
-from tests.deployments.test_views_revisions import add_revision, make_lab
+from tests.deployments.test_views_revisions import GOOD_KNOBS, add_revision, make_lab
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db
@@ -174,3 +174,30 @@ def test_every_export_has_a_copy_button_and_downloads_as_its_own_file(client, ca
     assert opencode["Content-Disposition"] == 'attachment; filename="opencode.json"'
     assert json.loads(opencode.content)["provider"]
     assert client.get(url, {"download": "nope"}).status_code == 404
+
+
+def test_hermes_export_of_a_32k_revision_warns_that_hermes_refuses_it(client, catalog, operator, viewer):
+    """Hermes Agent 0.19.0 will not start with a model under 64,000 tokens: the revision's exports
+    page and `manage.py export` say so before anyone tries; a 64K revision gets no warning."""
+    import io
+
+    from django.core.management import call_command
+
+    host, _ = make_lab(operator)  # r1 serves 32,768 tokens
+    add_revision(host, operator, knobs={**GOOD_KNOBS, "max_model_len": 65536})
+    client.force_login(viewer)
+    warning = "Hermes Agent refuses any model with a context under 64,000 tokens"
+    page = html.unescape(client.get(reverse("deployments:revision_exports", args=["lab", 1])).content.decode())
+    hermes = page.split('id="client-hermes"', 1)[1].split("</section>", 1)[0]
+    assert warning in hermes and "this revision serves 32,768 per request" in hermes
+    assert f"# WARNING: {warning}" in hermes  # in the downloaded file too
+    assert warning not in page.split('id="client-hermes"', 1)[0]  # opencode runs with 32K: no warning there
+    out, err = io.StringIO(), io.StringIO()
+    call_command("export", "--host", "lab", "--revision", "1", "--to", "hermes", stdout=out, stderr=err)
+    assert warning in err.getvalue() and "context_length: 32768" in out.getvalue()
+
+    page = html.unescape(client.get(reverse("deployments:revision_exports", args=["lab", 2])).content.decode())
+    assert "context_length: 65536" in page and warning not in page
+    err = io.StringIO()
+    call_command("export", "--host", "lab", "--revision", "2", "--to", "hermes", stdout=io.StringIO(), stderr=err)
+    assert warning not in err.getvalue()
