@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from aiohttp import web
 
-from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, post
+from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, fresh_session, post
 from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
@@ -47,10 +47,13 @@ class Doors:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 30 s
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        # A retry after a pooled connection broke goes out on a new one (proxy.post), as the door's.
+        self.fresh = fresh_session(timeout)
         self.in_flight: Counter[str] = Counter()  # door URL -> requests it is answering for us
 
     async def close(self) -> None:
         await self.session.close()
+        await self.fresh.close()
 
     async def forward(
         self,
@@ -71,7 +74,7 @@ class Doors:
             self.in_flight[route.door.url] += 1
             try:
                 try:
-                    upstream = await post(self.session, route.door.url + request.path, body, headers)
+                    upstream = await post(self.session, route.door.url + request.path, body, headers, fresh=self.fresh)
                 except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                     down(route, str(getattr(exc, "os_error", None) or exc) or type(exc).__name__)
                     tried.append(route.door.host)

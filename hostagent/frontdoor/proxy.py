@@ -31,7 +31,7 @@ from .usage import UsageStream, ends_stream
 
 __all__ = [
     "CLIENT_GONE", "STREAM_CUT", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "ends_with_cut",
-    "error_response", "post",
+    "error_response", "fresh_session", "post",
 ]  # fmt: skip
 
 log = logging.getLogger("controlpanel.frontdoor")
@@ -128,7 +128,7 @@ class Upstream:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         # A retry after a pooled connection broke goes out on a new one, never on another pooled one.
-        self.fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
+        self.fresh = fresh_session(timeout)
 
     async def close(self) -> None:
         await self.session.close()
@@ -280,6 +280,11 @@ async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream
         raise
 
 
+def fresh_session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+    """A session that never pools (force_close): `post`'s retry goes out on a new connection."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
+
+
 async def post(
     session: aiohttp.ClientSession,
     url: str,
@@ -289,9 +294,10 @@ async def post(
     fresh: aiohttp.ClientSession | None = None,
 ) -> aiohttp.ClientResponse:
     """POST on a pooled connection, once more on a fresh one when the pooled one was found closed
-    (the lab router's way to the front doors too). ClientConnectorError: refused, nothing sent.
+    (the lab router's way to the front doors too, with its own `fresh`). ClientConnectorError:
+    refused, nothing sent.
 
-    `fresh` is a session that never pools (force_close): the retry goes out on a new connection.
+    `fresh` is a session that never pools (`fresh_session`): the retry goes out on a new connection.
     Without it the retry takes the pool's next idle connection, which may be as stale as the first
     (several closed by the engine at once): the request failed with 502 while the engine served."""
     try:
