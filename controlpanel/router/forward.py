@@ -8,8 +8,8 @@ is written on as the door writes it; when the client hangs up, aiohttp cancels t
 (handler_cancellation) and closing the door's response here closes its connection, which the door
 passes on to the engine. A stream the door breaks off before its end (it died, or its engine did)
 ends at the client as a failure, as the door ends one (hostagent/frontdoor/proxy.py cut_stream):
-an error event, the door's own when it wrote one, then the connection closed with the body
-unfinished.
+an error event in the API's format (apis.cut_event), the door's own when it wrote one, then the
+connection closed with the body unfinished.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from aiohttp import web
 
-from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, fresh_session, post
+from hostagent.frontdoor.apis import CUT_TAIL, ends_with_cut
+from hostagent.frontdoor.proxy import chunks, cut_stream, error_response, fresh_session, post
 from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
@@ -136,5 +137,5 @@ class Doors:
                 if request.transport is not None:
                     request.transport.close()
             else:
-                await cut_stream(request, response, message, tail=tail)
+                await cut_stream(request, response, message, path=request.path, tail=tail)
         return response
