@@ -166,6 +166,17 @@ def test_two_cpu_engines_never_share_the_cores_each_thinks_are_its_own(doors: Ca
     assert roomy.loader.running() == {"a", "b"}  # 4 cores: side by side
 
 
+def test_an_engine_with_more_threads_than_the_hosts_cores_loads_alone(doors: Callable[..., DoorThread]) -> None:
+    """The panel counts a CPU engine left at its default threads as every core of its host (and an
+    operator may give -t above them): such an engine takes the whole host, never fails to fit it."""
+    host = engines(threads=16, slots=2, token_s=0.01)
+    host.budget = 2 * PLANNED
+    door = doors(host, cores=2)
+    assert ask(door, "a").status_code == 200
+    assert ask(door, "b").status_code == 200
+    assert door.loader.running() == {"b"}  # one at a time: each takes all 2 cores
+
+
 def test_a_pinned_engine_holding_the_cores_leaves_no_room_and_says_so(doors: Callable[..., DoorThread]) -> None:
     host = engines(threads=2, slots=2, token_s=0.01)
     host.budget = 2 * PLANNED
