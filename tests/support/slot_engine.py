@@ -59,7 +59,7 @@ def _named(data: dict[str, Any]) -> bytes:
 
 def _messages(model: str, tokens: int) -> tuple[list[bytes], Callable[[int], bytes], list[bytes]]:
     """Anthropic Messages' stream: the events before the text, one per token, those after."""
-    message = {"id": "msg_slot", "type": "message", "role": "assistant", "model": model, "content": [],
+    message: dict[str, Any] = {"id": "msg_slot", "type": "message", "role": "assistant", "model": model, "content": [],
                "stop_reason": None, "stop_sequence": None,
                "usage": {"input_tokens": 5, "output_tokens": 0}}  # fmt: skip
     before = [
