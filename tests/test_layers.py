@@ -281,12 +281,14 @@ PANEL_RUNS_HOST_CODE = {
     # The lab router (controlpanel/router) checks inference keys with the front doors' own key table,
     # answers errors in their shape, reaches them as they reach engines, knows a stream's end as they
     # do, listens as they do and exports its metrics on their registry: the doors' Django-free data plane.
-    # It reads a body's model as they do, whatever the API (apis.py), within their connection limits.
+    # It reads a body's model as they do, whatever the API (apis.py), within their connection limits,
+    # and ends a stream it cannot finish with that API's error event, as they do (apis.cut_event).
     "controlpanel.router.app -> hostagent.frontdoor.apis",
     "controlpanel.router.app -> hostagent.frontdoor.keys",
     "controlpanel.router.app -> hostagent.frontdoor.limits",
     "controlpanel.router.app -> hostagent.frontdoor.proxy",
     "controlpanel.router.app -> hostagent.frontdoor.server",
+    "controlpanel.router.forward -> hostagent.frontdoor.apis",
     "controlpanel.router.forward -> hostagent.frontdoor.proxy",
     "controlpanel.router.forward -> hostagent.frontdoor.usage",
     "controlpanel.router.metrics -> hostagent.frontdoor.metrics",

@@ -8,8 +8,8 @@ is written on as the door writes it; when the client hangs up, aiohttp cancels t
 (handler_cancellation) and closing the door's response here closes its connection, which the door
 passes on to the engine. A stream the door breaks off before its end (it died, or its engine did)
 ends at the client as a failure, as the door ends one (hostagent/frontdoor/proxy.py cut_stream):
-an error event, the door's own when it wrote one, then the connection closed with the body
-unfinished.
+an error event in the API's format (apis.cut_event), the door's own when it wrote one, then the
+connection closed with the body unfinished.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 import aiohttp
 from aiohttp import web
 
-from hostagent.frontdoor.proxy import CUT_TAIL, chunks, cut_stream, ends_with_cut, error_response, post
+from hostagent.frontdoor.apis import CUT_TAIL, ends_with_cut
+from hostagent.frontdoor.proxy import chunks, cut_stream, error_response, fresh_session, post
 from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
@@ -47,10 +48,13 @@ class Doors:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 30 s
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        # A retry after a pooled connection broke goes out on a new one (proxy.post), as the door's.
+        self.fresh = fresh_session(timeout)
         self.in_flight: Counter[str] = Counter()  # door URL -> requests it is answering for us
 
     async def close(self) -> None:
         await self.session.close()
+        await self.fresh.close()
 
     async def forward(
         self,
@@ -71,7 +75,7 @@ class Doors:
             self.in_flight[route.door.url] += 1
             try:
                 try:
-                    upstream = await post(self.session, route.door.url + request.path, body, headers)
+                    upstream = await post(self.session, route.door.url + request.path, body, headers, fresh=self.fresh)
                 except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                     down(route, str(getattr(exc, "os_error", None) or exc) or type(exc).__name__)
                     tried.append(route.door.host)
@@ -133,5 +137,5 @@ class Doors:
                 if request.transport is not None:
                     request.transport.close()
             else:
-                await cut_stream(request, response, message, tail=tail)
+                await cut_stream(request, response, message, path=request.path, tail=tail)
         return response

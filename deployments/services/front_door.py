@@ -21,6 +21,7 @@ from deployments.models import FrontDoor, ModelAlias
 from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import Host
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
+from serving.engines.registry import get_adapter
 from serving.exports import base_url_for
 
 from .inference_keys import key_table
@@ -70,6 +71,10 @@ def front_door_document(host: Host) -> dict[str, Any]:
             # it too, saying why, instead of loading it as if it took no memory.
             launch = {**launch, "error": refused}
         config = launch.get("config") or {}
+        entry: dict[str, Any] = {}
+        threads = _engine_threads(host, revision.engine, config.get("knobs") or {}) if host.cpu_only else None
+        if threads is not None:
+            entry["threads"] = threads
         models.append(
             {
                 "name": served.name,
@@ -82,6 +87,7 @@ def front_door_document(host: Host) -> dict[str, Any]:
                 "memory": memory,
                 "revision": revision.number,
                 "launch": launch,
+                **entry,
             }
         )
     door = door_of(host)
@@ -96,6 +102,23 @@ def front_door_document(host: Host) -> dict[str, Any]:
     }
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return {"version": hashlib.sha256(encoded.encode()).hexdigest()[:32], **document}
+
+
+def _engine_threads(host: Host, engine: str, knobs: dict[str, Any]) -> int | None:
+    """The CPU threads a revision's engine computes with on CPU-only `host`, which the door counts
+    as cores of its room (hostagent/frontdoor/scheduler.py): the engine's threads knob as it is
+    launched, else its default. llama.cpp's default is every physical core; counted here as all of
+    the host's cores (`cpu_cores`, logical, the most the door's room holds): an engine left at its
+    default takes the whole host, so two such engines are never loaded side by side sharing cores.
+    None (not counted) for an engine whose threads the panel does not read, or a host that has
+    not reported its cores."""
+    knob = get_adapter(engine).threads_knob
+    if not knob:
+        return None
+    threads = knobs.get(knob)
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
+        return threads
+    return host.cpu_cores or None
 
 
 @transaction.atomic

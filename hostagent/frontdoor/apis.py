@@ -11,6 +11,9 @@ and an engine's OpenAI-shaped error too (llama-server answers `/v1/messages` so)
 `{"type": "error", "error": {"type": ..., "message": ...}}` (`anthropic_error`), which the
 `anthropic` SDK and Claude Code read.
 
+A stream broken off mid-answer ends with an error event in its API's own stream format
+(`cut_event`), on which that API's clients fail.
+
 A multipart body (`/v1/audio/transcriptions`) is kept as it came, byte for byte, but for the
 `model` field's value (`Form`).
 """
@@ -18,6 +21,7 @@ A multipart body (`/v1/audio/transcriptions`) is kept as it came, byte for byte,
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +34,18 @@ __all__ = [
     "OPENAI",
     "Api",
     "BodyError",
+    "CUT_TAIL",
+    "STREAM_CUT",
     "Form",
     "anthropic_error",
     "api_of",
+    "cut_event",
     "encode_body",
+    "ends_with_cut",
 ]
 
 OPENAI, ANTHROPIC = "openai", "anthropic"
+MESSAGES = "/v1/messages"
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,50 @@ def anthropic_error(status: int, body: bytes) -> bytes | None:
     kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     answer = {"type": "error", "error": {"type": kind, "message": str(message if message is not None else "")}}
     return json.dumps(answer).encode()
+
+
+# -- a stream cut mid-answer -----------------------------------------------------------------------
+
+STREAM_CUT = "upstream_stream_cut"  # the error code of a stream that broke off mid-answer
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+
+
+def cut_event(path: str, message: str, *, tail: bytes = b"") -> bytes:
+    """The error event that ends a stream of `path` broken off mid-answer, in its API's format;
+    `tail` is the end of what was written before it. Each ends with bytes of its own, so the lab
+    router knows a door's (ends_with_cut).
+
+    - Anthropic (`/v1/messages`): `event: error` with Anthropic's error, on which the `anthropic`
+      SDK raises and Claude Code stops; its end is `"type": "api_error"}}`.
+    - Responses: `event: error` with a ResponseErrorEvent (openai/types/responses/
+      response_error_event.py), its `sequence_number` the one after the last in `tail` (left out
+      when none is there); the `openai` client hands it over as the stream's last event, then
+      raises on the unfinished body (cut_stream).
+    - Chat, completions: `data: {"error": {...}}`, on which the `openai` client raises APIError
+      (its _streaming.py)."""
+    api = api_of(path)
+    if api is not None and api.family == ANTHROPIC:
+        anthropic = {"type": "error", "error": {"message": message, "type": "api_error"}}
+        return b"event: error\ndata: " + json.dumps(anthropic).encode() + b"\n\n"
+    if api is not None and api.path == "/v1/responses":
+        responses: dict[str, Any] = {"type": "error", "message": message, "param": None}
+        numbers = _SEQUENCE.findall(tail)
+        if numbers:
+            responses["sequence_number"] = int(numbers[-1]) + 1
+        responses["code"] = STREAM_CUT
+        return b"event: error\ndata: " + json.dumps(responses).encode() + b"\n\n"
+    openai = {"error": {"message": message, "type": "server_error", "param": None, "code": STREAM_CUT}}
+    return b"data: " + json.dumps(openai).encode() + b"\n\n"
+
+
+_CUT_ENDS = tuple(cut_event(path, "").rsplit(b",", 1)[1] for path in ("/v1/completions", "/v1/responses", MESSAGES))
+CUT_TAIL = 1024  # how much of a stream's end cut_event and ends_with_cut read (a Responses event's number)
+
+
+def ends_with_cut(tail: bytes) -> bool:
+    """Whether a stream's last bytes are the error event of a stream that was cut (a door's, for
+    the lab router, which then writes no second one), in any API's format."""
+    return tail.endswith(_CUT_ENDS)
 
 
 # -- bodies -----------------------------------------------------------------------------------------

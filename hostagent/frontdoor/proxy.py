@@ -8,8 +8,9 @@ cancels the handler (aiohttp's handler_cancellation), and the engine's connectio
 makes llama.cpp and vLLM stop generating for it.
 
 A stream the engine breaks off before its end (it died, or was stopped) is not ended as a whole
-answer would be: the client gets an error event in the stream (`cut_stream`), then the connection
-closes without HTTP's end of the body, so every client sees a failure, never a short 200.
+answer would be: the client gets an error event in the stream, in its API's format (`cut_stream`,
+apis.cut_event), then the connection closes without HTTP's end of the body, so every client sees
+a failure, never a short 200.
 """
 
 from __future__ import annotations
@@ -25,20 +26,19 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from .apis import Form, api_of, encode_body
+from .apis import CUT_TAIL, Form, api_of, cut_event, encode_body
 from .scheduler import Lease
 from .usage import UsageStream, ends_stream
 
 __all__ = [
-    "CLIENT_GONE", "STREAM_CUT", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "ends_with_cut",
-    "error_response", "post",
+    "CLIENT_GONE", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "error_response", "fresh_session",
+    "post",
 ]  # fmt: skip
 
 log = logging.getLogger("controlpanel.frontdoor")
 
 QUEUE_WAIT_HEADER = "X-Queue-Wait-Ms"
 CLIENT_GONE = 499  # the code nginx logs for a request its client closed
-STREAM_CUT = "upstream_stream_cut"  # the error code of a stream that broke off mid-answer
 
 
 def error_response(
@@ -58,24 +58,6 @@ def error_response(
     return web.json_response(body, status=status, headers=headers)
 
 
-def _cut_event(message: str) -> bytes:
-    """The error event that ends a stream broken off mid-answer, as OpenAI writes an error in a
-    stream: `data: {"error": {...}}`, on which the official client raises APIError (its
-    _streaming.py). `code` comes last, so the event's end is known (ends_with_cut)."""
-    body = {"error": {"message": message, "type": "server_error", "param": None, "code": STREAM_CUT}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-_CUT_END = _cut_event("").rsplit(b",", 1)[1]  # b' "code": "upstream_stream_cut"}}\n\n'
-CUT_TAIL = len(_CUT_END)  # how much of a stream's end ends_with_cut needs
-
-
-def ends_with_cut(tail: bytes) -> bool:
-    """Whether a stream's last bytes are the error event of a stream that was cut (a door's, for
-    the lab router, which then writes no second one)."""
-    return tail.endswith(_CUT_END)
-
-
 async def chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """The upstream's body as it arrives. When its connection breaks (ClientPayloadError), what
     it wrote just before the break comes first: aiohttp's reads raise as soon as the break is
@@ -91,8 +73,11 @@ async def chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         raise
 
 
-async def cut_stream(request: web.Request, response: web.StreamResponse, message: str, *, tail: bytes) -> None:
-    """End a stream that cannot be finished as a failure the client sees: the error event (after
+async def cut_stream(
+    request: web.Request, response: web.StreamResponse, message: str, *, path: str, tail: bytes
+) -> None:
+    """End a stream of API `path` that cannot be finished as a failure the client sees: the
+    error event in that API's format (apis.cut_event; after
     a blank line when `tail`, the last bytes written, ends inside an event), then the connection
     closed without chunked encoding's last, empty chunk. curl exits 18 ("transfer closed with
     outstanding read data remaining") and httpx raises RemoteProtocolError even for a client that
@@ -100,7 +85,7 @@ async def cut_stream(request: web.Request, response: web.StreamResponse, message
     meets a closed transport and writes nothing."""
     boundary = not tail or tail.endswith((b"\n\n", b"\r\n\r\n"))
     with contextlib.suppress(ConnectionResetError):
-        await response.write((b"" if boundary else b"\n\n") + _cut_event(message))
+        await response.write((b"" if boundary else b"\n\n") + cut_event(path, message, tail=tail))
     if request.transport is not None:
         request.transport.close()
 
@@ -128,7 +113,7 @@ class Upstream:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         # A retry after a pooled connection broke goes out on a new one, never on another pooled one.
-        self.fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
+        self.fresh = fresh_session(timeout)
 
     async def close(self) -> None:
         await self.session.close()
@@ -190,8 +175,9 @@ class Upstream:
                 # whatever in the body made the engine stream.
                 if upstream.status == 200 and upstream.content_type == "text/event-stream":
                     return await self._pass_stream(
-                        request, upstream, UsageStream(strip=strip), answer, wait_ms, model.name, lease.answering
-                    )
+                        request, upstream, UsageStream(strip=strip), answer, wait_ms, model.name, lease.answering,
+                        endpoint,
+                    )  # fmt: skip
                 body = await upstream.read()
                 lease.answering()
                 answer.status = upstream.status
@@ -222,19 +208,20 @@ class Upstream:
         headers: dict[str, str],
         name: str,
         first: Callable[[], None],
+        endpoint: str,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
         )
         answer.status = CLIENT_GONE
-        tail = b""  # what was written last (the cut's event goes after a whole event)
+        tail = b""  # the end of what was written (the cut's event goes after a whole event)
         try:
             await response.prepare(request)
             async for chunk in chunks(upstream):
                 first()
                 out = reader.feed(chunk)
                 await _deliver(response, out, reader, answer)
-                tail = out or tail
+                tail = (tail + out)[-CUT_TAIL:] if out else tail
             answer.status = 200  # the engine finished; what is left is ours to deliver
             await _deliver(response, reader.close(), reader, answer)
             # Everything is written: a client that hangs up now was answered, whatever the end
@@ -253,7 +240,7 @@ class Upstream:
                 log.warning("front door: %s broke off a stream mid-answer: %s", name, exc)
                 answer.status, answer.cut = 502, True
                 message = f"The engine serving `{name}` broke off this answer before its end: it is incomplete."
-                await cut_stream(request, response, message, tail=tail)
+                await cut_stream(request, response, message, path=endpoint, tail=tail)
         finally:
             # The engine's usage, or the text deltas counted when none came (a client gone before
             # llama.cpp's separate usage event, an engine that sends none): never zero for a stream
@@ -280,6 +267,11 @@ async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream
         raise
 
 
+def fresh_session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+    """A session that never pools (force_close): `post`'s retry goes out on a new connection."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
+
+
 async def post(
     session: aiohttp.ClientSession,
     url: str,
@@ -289,9 +281,10 @@ async def post(
     fresh: aiohttp.ClientSession | None = None,
 ) -> aiohttp.ClientResponse:
     """POST on a pooled connection, once more on a fresh one when the pooled one was found closed
-    (the lab router's way to the front doors too). ClientConnectorError: refused, nothing sent.
+    (the lab router's way to the front doors too, with its own `fresh`). ClientConnectorError:
+    refused, nothing sent.
 
-    `fresh` is a session that never pools (force_close): the retry goes out on a new connection.
+    `fresh` is a session that never pools (`fresh_session`): the retry goes out on a new connection.
     Without it the retry takes the pool's next idle connection, which may be as stale as the first
     (several closed by the engine at once): the request failed with 502 while the engine served."""
     try:

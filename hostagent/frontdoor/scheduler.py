@@ -802,15 +802,21 @@ class Scheduler:
         """What `slot` takes when loaded: its planned bytes per device, and its threads in cores."""
         need = {device: size for device, size in slot.model.memory.items() if size > 0}
         if slot.model.threads:
-            need[CORES] = slot.model.threads
+            need[CORES] = self._threads(slot)
         return need
+
+    def _threads(self, slot: _Slot) -> int:
+        """The cores `slot`'s engine takes: its threads, at most all of them (an engine given more
+        threads than the host has, as the panel counts one left at llama.cpp's default, takes the
+        whole host and still fits it alone)."""
+        return min(slot.model.threads or 0, self._cores())
 
     def _cores_free(self) -> dict[str, int]:
         """Cores not taken by the engines loaded, loading or still stopping (when any model counts threads)."""
         if not any(slot.model.threads for slot in self._slots.values()):
             return {}
         taken = sum(
-            slot.model.threads or 0
+            self._threads(slot)
             for slot in self._slots.values()
             if slot.phase in (Phase.LOADED, Phase.DRAINING, Phase.UNLOADING) or slot.name in self._loading
         )

@@ -276,6 +276,9 @@ class EngineAdapter(Protocol):
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
     concurrency_knob: str  # the knob that caps the requests served at once (max_num_seqs, max_running_requests)
+    # The knob of the CPU threads it computes with (llama.cpp's `threads`, `-t`; "" = none the panel
+    # reads). Unset, llama.cpp computes on every physical core (common/common.cpp cpu_get_num_math).
+    threads_knob: str
     kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)

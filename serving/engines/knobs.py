@@ -411,6 +411,7 @@ class CheckedAdapter:
     api_paths: frozenset[str] = OPENAI_CORE  # the OpenAI and Anthropic paths its server answers
 
     concurrency_knob = ""  # the knob that caps the requests served at once
+    threads_knob = ""  # the knob of the CPU threads it computes with ("" = none the panel reads)
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """The knobs that serve `sequences` requests at once, each with `context` tokens."""

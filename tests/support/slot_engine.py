@@ -14,6 +14,9 @@ llama-server schedules and starts:
 POST /v1/chat/completions answers as llama-server's OpenAI API does: a chat completion with its
 usage, or with `"stream": true` one chunk per token, a last chunk with the finish reason, the
 usage in a chunk of its own when `stream_options.include_usage` asks, then `data: [DONE]`.
+POST /v1/messages and /v1/responses with `"stream": true` stream as llama-server's Anthropic
+Messages and OpenAI Responses APIs do (one text delta per token, `message_stop` /
+`response.completed` at the end), for tests of those APIs' streams (`--die-after` as for chat).
 
     python tests/support/slot_engine.py --port 8123 --slots 4 --token-s 0.05 --ready-after 0
 """
@@ -26,6 +29,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,51 @@ def command(
 
 def _event(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def _named(data: dict[str, Any]) -> bytes:
+    """An event named by its `type`, as the Messages and Responses APIs write them."""
+    return f"event: {data['type']}\n".encode() + _event(data)
+
+
+def _messages(model: str, tokens: int) -> tuple[list[bytes], Callable[[int], bytes], list[bytes]]:
+    """Anthropic Messages' stream: the events before the text, one per token, those after."""
+    message: dict[str, Any] = {"id": "msg_slot", "type": "message", "role": "assistant", "model": model, "content": [],
+               "stop_reason": None, "stop_sequence": None,
+               "usage": {"input_tokens": 5, "output_tokens": 0}}  # fmt: skip
+    before = [
+        _named({"type": "message_start", "message": message}),
+        _named({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ]
+    after = [
+        _named({"type": "content_block_stop", "index": 0}),
+        _named(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+                "usage": {"output_tokens": tokens},
+            }
+        ),  # fmt: skip
+        _named({"type": "message_stop"}),
+    ]
+    return before, lambda _: _named({"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "x"}}), after  # fmt: skip
+
+
+def _responses(model: str, tokens: int) -> tuple[list[bytes], Callable[[int], bytes], list[bytes]]:
+    """OpenAI Responses' stream, each event numbered (`sequence_number`)."""
+    response: dict[str, Any] = {"id": "resp_slot", "object": "response", "created_at": int(time.time()),
+                                "model": model, "status": "in_progress", "output": []}  # fmt: skip
+    done = {**response, "status": "completed",
+            "usage": {"input_tokens": 5, "output_tokens": tokens, "total_tokens": 5 + tokens}}  # fmt: skip
+    before = [_named({"type": "response.created", "sequence_number": 0, "response": response})]
+    after = [_named({"type": "response.completed", "sequence_number": tokens + 1, "response": done})]
+
+    def delta(number: int) -> bytes:
+        return _named({"type": "response.output_text.delta", "sequence_number": number, "item_id": "msg_slot",
+                       "output_index": 0, "content_index": 0, "delta": "x", "logprobs": []})  # fmt: skip
+
+    return before, delta, after
 
 
 def app(slots: int, token_s: float, ready_after: float, die_after: int = 0) -> web.Application:
@@ -87,9 +136,32 @@ def app(slots: int, token_s: float, ready_after: float, die_after: int = 0) -> w
             await response.write_eof()
             return response
 
+    async def other_api(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        tokens = int(body.get("max_tokens") or body.get("max_output_tokens") or 16)
+        shape = _messages if request.path == "/v1/messages" else _responses
+        before, delta, after = shape(str(body.get("model", "")), tokens)
+        if body.get("stream") is not True:
+            return web.json_response({"error": {"message": "only streams here"}}, status=400)
+        async with running:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b"".join(before))
+            for written in range(1, tokens + 1):
+                await asyncio.sleep(token_s)
+                await response.write(delta(written))
+                if written == die_after:
+                    await asyncio.sleep(0.05)  # the token reaches the client before the end
+                    os._exit(1)
+            await response.write(b"".join(after))
+            await response.write_eof()
+            return response
+
     application = web.Application()
     application.router.add_get("/health", health)
     application.router.add_post("/v1/chat/completions", chat)
+    application.router.add_post("/v1/messages", other_api)
+    application.router.add_post("/v1/responses", other_api)
     return application
 
 

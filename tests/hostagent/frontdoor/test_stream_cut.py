@@ -224,6 +224,66 @@ def test_a_door_killed_mid_stream_is_a_failure_at_the_routers_client(lab: Lab) -
     assert metric(lab.router, "router_requests_total", alias="slow", code="200") == 0
 
 
+def named_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """A Messages or Responses stream's events: (the event's name, its data)."""
+    found = []
+    for block in text.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "event" in lines and "data" in lines:
+            found.append((lines["event"], json.loads(lines["data"])))
+    return found
+
+
+@pytest.mark.parametrize("via", ["door", "router"])
+def test_an_anthropic_stream_cut_mid_answer_ends_with_anthropics_error_event_unfinished(lab: Lab, via: str) -> None:
+    """Claude Code and the `anthropic` SDK read Messages' own error event (`event: error`), not
+    OpenAI's `data: {"error": ...}`, which they would skip as an unknown event."""
+    url = lab.door.url if via == "door" else lab.router
+    body = {"model": "dying", "max_tokens": 20, "messages": ASK, "stream": True}
+    text, unfinished = "", False
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as answer:
+        assert answer.status_code == 200
+        try:
+            for piece in answer.iter_text():
+                text += piece
+        except httpx.RemoteProtocolError:
+            unfinished = True
+    assert unfinished, text  # the body never ends: a client that reads no events fails too
+    stream = named_events(text)
+    deltas = [data["delta"]["text"] for name, data in stream if name == "content_block_delta"]
+    assert deltas == ["x", "x", "x"]
+    assert "message_stop" not in [name for name, _ in stream]
+    name, error = stream[-1]
+    assert name == "error" and error["type"] == "error", stream[-1]
+    assert error["error"]["type"] == "api_error"
+    assert "`dying` broke off this answer before its end: it is incomplete" in error["error"]["message"]
+    assert [n for n, _ in stream].count("error") == 1  # the door's, passed on by the router: one
+    assert lab.door.metric("frontdoor_streams_cut_total", model="dying", alias="dying") == 1
+    if via == "router":
+        assert metric(lab.router, "router_streams_cut_total", host="lab-a", model="dying", alias="dying") == 1
+
+
+@pytest.mark.parametrize("via", ["door", "router"])
+def test_a_responses_stream_cut_mid_answer_raises_in_the_openai_client(lab: Lab, via: str) -> None:
+    """Codex and the `openai` client read the Responses API's own error event; the client hands it
+    over as the last event, numbered after the engine's, then raises on the unfinished body."""
+    url = lab.door.url if via == "door" else lab.router
+    client = OpenAI(base_url=f"{url}/v1", api_key="no-key", max_retries=0, timeout=30)
+    got: list[Any] = []
+    with pytest.raises(APIError):
+        for event in client.responses.create(model="dying", input="Say hello.", max_output_tokens=20, stream=True):
+            got.append(event)
+    kinds = [event.type for event in got]
+    assert kinds == ["response.created"] + ["response.output_text.delta"] * 3 + ["error"], kinds
+    error = got[-1]
+    assert error.code == "upstream_stream_cut" and error.sequence_number == 4
+    assert "`dying` broke off this answer before its end: it is incomplete" in error.message
+    assert "response.completed" not in kinds
+    assert lab.door.metric("frontdoor_streams_cut_total", model="dying", alias="dying") == 1
+    if via == "router":
+        assert metric(lab.router, "router_streams_cut_total", host="lab-a", model="dying", alias="dying") == 1
+
+
 TOKEN = {"object": "chat.completion.chunk", "model": "coder", "choices": [{"index": 0, "delta": {"content": "x"}}]}
 DOOR_CUT = {
     "error": {

@@ -9,7 +9,7 @@ own ProcessLoader), and an engine that drops pooled connections.
 - It never starves the other model: with its own clients sending without pause, the loaded model
   hands over after its turn (`turn_s`), and the waiting request is answered.
 - Room on a CPU host counts cores: two engines of 2 threads each never run side by side on 2 cores.
-- A retry after a pooled connection broke goes out on a fresh connection (the 502
+- A retry after a pooled connection broke goes out on a fresh connection, at the door and at the lab router (the 502
   `upstream_unavailable` with both models loaded).
 - Each swap's timeline is in /metrics, phase by phase.
 """
@@ -33,6 +33,7 @@ from tests.support.llama import free_port
 from tests.support.slot_engine import command
 
 from .conftest import PLANNED, DoorThread, Host, start_door
+from .test_stream_cut import lab_router
 
 CHAT = "/v1/chat/completions"
 ASK = [{"role": "user", "content": "Say hello."}]
@@ -165,6 +166,17 @@ def test_two_cpu_engines_never_share_the_cores_each_thinks_are_its_own(doors: Ca
     assert roomy.loader.running() == {"a", "b"}  # 4 cores: side by side
 
 
+def test_an_engine_with_more_threads_than_the_hosts_cores_loads_alone(doors: Callable[..., DoorThread]) -> None:
+    """The panel counts a CPU engine left at its default threads as every core of its host (and an
+    operator may give -t above them): such an engine takes the whole host, never fails to fit it."""
+    host = engines(threads=16, slots=2, token_s=0.01)
+    host.budget = 2 * PLANNED
+    door = doors(host, cores=2)
+    assert ask(door, "a").status_code == 200
+    assert ask(door, "b").status_code == 200
+    assert door.loader.running() == {"b"}  # one at a time: each takes all 2 cores
+
+
 def test_a_pinned_engine_holding_the_cores_leaves_no_room_and_says_so(doors: Callable[..., DoorThread]) -> None:
     host = engines(threads=2, slots=2, token_s=0.01)
     host.budget = 2 * PLANNED
@@ -262,6 +274,33 @@ def test_a_request_on_stale_pooled_connections_is_answered_not_502(doors: Callab
         assert answer.json()["choices"][0]["message"]["content"] == "hi"
     finally:
         engine.close()
+
+
+def test_a_request_the_router_sends_on_stale_pooled_connections_is_answered_not_502() -> None:
+    """The lab router's pool to a door meets the same: idle connections the door closed as they
+    are reused. Its retry goes out on a fresh connection too (proxy.post with the router's own)."""
+    door = DroppingEngine()  # a door that closes each reused connection, its request unanswered
+    try:
+        with lab_router(f"http://127.0.0.1:{door.port}", {"a": "a"}) as router:
+            asked: list[httpx.Response] = []
+
+            def one() -> None:
+                asked.append(httpx.post(router + CHAT, json={"model": "a", "messages": ASK}, timeout=30))
+
+            threads = [threading.Thread(target=one) for _ in range(3)]
+            for thread in threads:  # three answers at once: three connections in the router's pool
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+            assert [answer.status_code for answer in asked] == [200, 200, 200]
+            # The first pooled connection is dropped as the request arrives; the retry must not
+            # take the next pooled one (dropped the same way), but a new connection.
+            answer = httpx.post(router + CHAT, json={"model": "a", "messages": ASK}, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"] == "hi"
+            assert answer.headers["X-Controlpanel-Host"] == "lab-a"
+    finally:
+        door.close()
 
 
 def test_a_threads_entry_below_one_is_refused() -> None:
