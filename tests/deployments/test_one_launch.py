@@ -333,7 +333,7 @@ def test_client_exports_of_a_remote_host_without_an_address_refuse_naming_the_fi
         host=host, engine="vllm", model_variant=model, knobs={"max_model_len": 8192}, message="m", actor=operator
     )
     for target in ("opencode", "hermes", "aider-settings"):
-        with pytest.raises(NotExportable, match="far's address: 127.0.0.1 is a loopback address.*its host page, Address"):
+        with pytest.raises(NotExportable, match="far's address: 127.0.0.1 is a loopback.*its host page, Address"):
             revision_export(revision, target)
     host.address = "far.lan"
     host.save()
