@@ -220,8 +220,8 @@ def revision_derive(
     rule the web form, the API and the CLI share). `changes` takes RevisionSpec's fields, with
     `model` a ModelVariant, plus `set` / `set_env` for single knobs and variables (None
     removes one); a value of None is "not given". A port not given is the parent's unless a
-    revision of the host's serving set listens there; then a free one (serving_set.free_port), so
-    the child can be switched to, or served beside the set, without two engines on one port."""
+    revision that stays in the host's serving set through a switch listens there; then a free one
+    (serving_set.free_port), so a switch to the child never puts two engines on one port."""
     model = changes.get("model")
     if model is None and parent is None:
         raise ValidationError({"model_variant": "A host's first revision needs a model."})

@@ -197,14 +197,15 @@ def switch_set_refusals(host: Host, revision: DeploymentRevision) -> list[str]:
 
 
 def free_port(host: Host, parent: DeploymentRevision) -> int:
-    """The port a revision made from `parent` listens on: the parent's when no revision of the host's
-    serving set listens there (the parent itself included: a served parent's child never shares its
-    port), else the lowest port from the smaller of the parent's and its own parent's upward that
-    neither the set nor the front door uses. So the child can be switched to or served beside the
-    set, and a line of revisions made one from another takes turns on two ports instead of creeping
-    upward."""
-    fresh = Host.objects.select_related("deployment").get(pk=host.pk)  # not one read before a switch
-    taken = {s.revision.port for s in served_set(fresh)} | {_door_port(host)}
+    """The port a revision made from `parent` listens on: the parent's unless a revision that stays in
+    the host's serving set through a switch (one with a row of its own, pinned or on-demand: the
+    parent itself included) or the front door listens there; then the lowest port from the smaller
+    of the parent's and its own parent's upward that neither uses. The active revision alone does
+    not hold its port: a switch to the child replaces it, so a new generation keeps the port its
+    clients and exports know. A line of revisions made one from another takes turns on two ports
+    instead of creeping upward."""
+    rows = ServedRevision.objects.filter(host=host).values_list("revision__port", flat=True)
+    taken = {int(port) for port in rows} | {_door_port(host)}
     if parent.port not in taken:
         return int(parent.port)
     grand = parent.parent.port if parent.parent_id and parent.parent else parent.port

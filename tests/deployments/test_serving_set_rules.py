@@ -99,6 +99,16 @@ def _one_per_port_and_accepted(document: dict[str, Any]) -> None:
     agent_table(document, bind_host="127.0.0.1")  # the agent's own rules: no TableError
 
 
+def test_a_new_generation_of_the_active_revision_keeps_its_port(lab, operator):
+    """The active revision alone does not hold its port: a switch to its child replaces it, so the
+    child keeps the port its clients and exports know, and the switch leaves one engine per port."""
+    host, agent = lab["host"], lab["agent"]
+    child = revision_derive(host=host, parent=lab["r1"], changes={}, message="New revision from this", actor=operator)
+    assert child.port == 8001
+    agent.switched(switch_request(revision=child, actor=operator))
+    _one_per_port_and_accepted(agent.serving())
+
+
 def test_new_revision_from_a_once_on_demand_revision_then_a_switch_serves_it_by_its_alias(lab, operator, client):
     host, agent = lab["host"], lab["agent"]
     agent.switched(switch_request(revision=lab["r2"], actor=operator))  # r2 active, its on-demand row kept
