@@ -33,23 +33,17 @@ from hostagent.door.tables import serving_set as agent_table
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.runtime.supervisor import Supervisor
 from rollouts.services import rollout_start
+from tests.test_agent_api import Agent as AgentClient
 
 pytestmark = pytest.mark.django_db
 GiB = 1 << 30
 
 
-class Agent:
-    """The host's agent as the panel sees it: its bearer token on every request."""
-
-    def __init__(self, token: str) -> None:
-        self.client, self.auth = Client(), {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+class Agent(AgentClient):
+    """The host's agent as the panel sees it (tests/test_agent_api.py), and what it tells the panel."""
 
     def serving(self) -> dict[str, Any]:
-        return self.client.get("/agent/v1/serving", **self.auth).json()
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        data = json.dumps(body)
-        return self.client.post(f"/agent/v1/{path}", data=data, content_type="application/json", **self.auth)
+        return self.get("serving").json()
 
     def switched(self, op: Operation) -> None:
         """The host ran the switch and says so, as its agent does."""
