@@ -204,3 +204,26 @@ def test_any_connection_setting_makes_bounded_settings_or_names_the_variable(env
         if name not in environ or not environ[name].strip():
             assert value == getattr(FrontDoorSettings, field_name)
     assert isinstance(limits.max_connections, int) and isinstance(limits.max_connections_per_peer, int)
+
+
+SWAP_SETTINGS = {
+    "CONTROLPANEL_FRONT_DOOR_TURN": ("turn_s", 0.0),
+    "CONTROLPANEL_FRONT_DOOR_TURN_LINGER": ("turn_linger_s", 0.0),
+    "CONTROLPANEL_FRONT_DOOR_CORES": ("cores", 0),
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(environ=st.dictionaries(st.sampled_from(sorted(SWAP_SETTINGS)), setting_values))
+def test_any_swap_setting_makes_bounded_settings_or_names_the_variable(environ: dict[str, str]) -> None:
+    try:
+        made = FrontDoorSettings.from_env(environ)
+    except SettingsError as exc:
+        assert any(name in str(exc) for name in environ)
+        return
+    for name, (field_name, minimum) in SWAP_SETTINGS.items():
+        value = getattr(made, field_name)
+        assert math.isfinite(value) and value >= minimum
+        if name not in environ or not environ[name].strip():
+            assert value == getattr(FrontDoorSettings, field_name)
+    assert isinstance(made.cores, int)
