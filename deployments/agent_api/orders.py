@@ -15,6 +15,7 @@ from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.launch import served_context as launch_context
+from serving.planner import PlanInputError
 
 
 def served_context(revision: DeploymentRevision) -> int | None:
@@ -28,7 +29,6 @@ def _memory_need(revision: DeploymentRevision) -> dict[str, int | None] | None:
         return None
     from deployments.services.planning import plan_for_revision
     from deployments.services.preflight import memory_need
-    from serving.planner import PlanInputError
 
     try:
         report: Any = plan_for_revision(revision)

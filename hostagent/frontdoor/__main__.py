@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -38,6 +39,17 @@ def parse_size(text: str) -> int:
     if not match or match.group(2).lower() not in UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8GiB, 512MiB, 1000000)")
     return int(float(match.group(1)) * UNITS[match.group(2).lower()])
+
+
+def parse_grace(text: str) -> float:
+    """--stop-grace: seconds, finite and 0 or more (inf would never send SIGKILL)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"--stop-grace is a number of seconds, 0 or more, not {text!r}")
+    return value
 
 
 def parse_budget(text: str) -> tuple[str, int]:
@@ -92,7 +104,7 @@ def main() -> None:
     parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_FRONT_DOOR_BIND or 127.0.0.1:4000)")
     parser.add_argument("--log-dir", help="one log file per engine here (made if missing)")
     parser.add_argument(
-        "--stop-grace", type=float, default=10.0,
+        "--stop-grace", type=parse_grace, default=10.0,
         help="seconds a stopped engine has after SIGTERM before SIGKILL (default 10); an engine is stopped only "
         "once drained, with no stream open: 0 stops it hard at once, its memory freed sooner",
     )  # fmt: skip

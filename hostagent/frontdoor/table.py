@@ -84,8 +84,8 @@ class ServedModel:
             memory={str(k): int(v) for k, v in (data.get("memory") or {}).items()},
             revision=_revision(data.get("revision")),
             engine=str(data.get("engine") or ""),
-            paths=None if data.get("paths") is None else frozenset(str(p) for p in data["paths"]),
-            threads=None if data.get("threads") is None else int(data["threads"]),
+            paths=_paths(data.get("paths")),
+            threads=_threads(data.get("threads")),
         )
         model.check()
         return model
@@ -119,6 +119,24 @@ class ServedModel:
         bad = [device for device, size in self.memory.items() if size < 0]
         if bad:
             raise TableError(f"model {self.name!r}: negative planned memory on {', '.join(bad)}")
+
+
+def _paths(value: Any) -> frozenset[str] | None:
+    """A list of API paths, or None (not said: every path passes)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise TableError(f"paths must be a list of API paths, not {value!r:.60}")
+    return frozenset(value)
+
+
+def _threads(value: Any) -> int | None:
+    """A whole number of CPU threads, or None (not counted)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TableError(f"threads must be a whole number, not {value!r:.60}")
+    return value
 
 
 def _revision(value: Any) -> str:

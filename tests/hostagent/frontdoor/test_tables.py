@@ -4,11 +4,13 @@ wherever the engine's reads happen to cut its events."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
 from hostagent.frontdoor import KeyTable, RoutingTable, hash_key
+from hostagent.frontdoor.__main__ import parse_grace
 from hostagent.frontdoor.settings import FrontDoorSettings, SettingsError
 from hostagent.frontdoor.table import TableError
 from hostagent.frontdoor.usage import UsageStream, ends_stream
@@ -34,6 +36,11 @@ def test_a_routing_table_round_trips_and_resolves_names_and_aliases() -> None:
         ([MODEL | {"memory": {"gpu0": -1}}], "negative planned memory on gpu0"),
         ([MODEL | {"idle_ttl_s": 0}], "idle_ttl_s must be positive"),
         ([MODEL | {"name": " "}], "needs a name"),
+        ([MODEL | {"paths": "/v1/chat/completions"}], "paths must be a list of API paths"),
+        ([MODEL | {"paths": [1]}], "paths must be a list of API paths"),
+        ([MODEL | {"threads": "abc"}], "threads must be a whole number"),
+        ([MODEL | {"threads": True}], "threads must be a whole number"),
+        ([MODEL | {"threads": 2.7}], "threads must be a whole number"),
     ],
 )
 def test_a_table_that_cannot_be_served_is_refused_whole(models: list[dict[str, object]], message: str) -> None:
@@ -110,3 +117,11 @@ def test_the_piece_that_carries_the_streams_end_is_known_wherever_the_reads_cut_
     assert ends_stream(next(p for p in reversed(pieces) if p))
     quoted = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
     assert not ends_stream(quoted) and not ends_stream(b'data: {"content":"\\n[DONE]"}\n\n')
+
+
+@pytest.mark.parametrize("raw", ["-1", "inf", "nan", "soon"])
+def test_the_standalone_doors_stop_grace_is_a_finite_number_of_seconds(raw: str) -> None:
+    """--stop-grace inf would never send SIGKILL to a stopped engine: refused, naming the flag."""
+    with pytest.raises(argparse.ArgumentTypeError, match="--stop-grace"):
+        parse_grace(raw)
+    assert parse_grace("0") == 0.0 and parse_grace("2.5") == 2.5
