@@ -28,9 +28,15 @@ def _better(old: Any, new: Any, higher: bool | None) -> bool | None:
     return (b > a) == higher
 
 
-def figure_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[DiffRow]:
+def figure_rows(old: Mapping[str, Any], new: Mapping[str, Any], *, on_gpus: bool = True) -> list[DiffRow]:
+    """Each figure either side has; on a CPU-only host (`on_gpus` False) the per-GPU figures read
+    as the host's own (the planner puts a CPU host's memory where a GPU's would be)."""
     rows = []
     for label, key, render, higher in _FIGURES:
+        if not on_gpus:
+            if key == "gpus_used":
+                continue
+            label = label.replace(" per GPU", "")
         a, b = old.get(key), new.get(key)
         if a is None and b is None:
             continue
@@ -77,5 +83,8 @@ def planner_section(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
     """None when neither side has a fit report; one missing side reads "unknown"."""
     if not old and not new:
         return None
-    rows = figure_rows(old or {}, new or {}) + finding_rows(old or {}, new or {})
-    return DiffSection("planner", "Planner: fit on the GPUs", tuple(rows), headers=("Figure", "Old", "New"))
+    # A CPU-only host's reports say it has no GPUs; an old report that does not say reads as a GPU's.
+    on_gpus = not all(side.get("gpus_present") == 0 for side in (old, new) if side)
+    rows = figure_rows(old or {}, new or {}, on_gpus=on_gpus) + finding_rows(old or {}, new or {})
+    title = "Planner: fit on the GPUs" if on_gpus else "Planner: fit in the host's memory (CPU only)"
+    return DiffSection("planner", title, tuple(rows), headers=("Figure", "Old", "New"))

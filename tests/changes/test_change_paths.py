@@ -63,7 +63,11 @@ def test_deciding_on_the_page(protected, operator, reviewer, viewer):
         switch_request(revision=protected["r"][2], actor=operator)
     decide = f"/changes/{caught.value.change.pk}/decide/"
     assert _signed_in(viewer).post(decide, {"verdict": "approve"}).status_code == 403
-    assert _signed_in(operator).post(decide, {"verdict": "approve"}).status_code == 403  # its author
+    own = _signed_in(operator).post(decide, {"verdict": "approve"})
+    assert own.status_code == 403  # its author: told who decides, not sent to ask for a role that would not help
+    assert "another operator or admin decides it" in own.content.decode()
+    assert "role with more rights" not in own.content.decode()
+    assert "role with more rights" in _signed_in(viewer).post(decide, {"verdict": "approve"}).content.decode()
     assert Operation.objects.count() == 0
     response = _signed_in(reviewer).post(decide, {"verdict": "approve", "comment": "ok"})
     assert response.status_code == 302

@@ -278,6 +278,17 @@ def test_planner_findings_added_and_removed_by_code():
     assert added.kind == "added" and added.new == "info: MTP head costs 0.85 GiB"
 
 
+def test_a_cpu_only_hosts_planner_section_speaks_of_its_memory_not_gpus():
+    cpu = {**fit(2560, 310_000, 1, 65536, 300_000_000), "gpus_present": 0, "gpus_used": 1}
+    section = diff_revisions(
+        replace(OLD, planner=cpu), replace(NEW, planner={**cpu, "kv_pool_tokens": 620_000})
+    ).section("planner")
+    assert section.title == "Planner: fit in the host's memory (CPU only)"
+    labels = [row.key for row in section.rows]
+    assert "Weights" in labels and "KV pool tokens" in labels
+    assert not [label for label in labels if "GPU" in label]
+
+
 def test_planner_missing_on_one_side_reads_unknown():
     b = replace(NEW, planner=fit(8192, 1_050_000, 4, 262144, 9_750_000_000))
     row = diff_revisions(OLD, b).section("planner").row("KV pool tokens")

@@ -145,3 +145,11 @@ def test_engine_metrics_are_kept_for_the_last_hour_and_rolled_up_later(catalog, 
     assert result["engine_deleted_raw"] == 3 and result["engine_rolled_up"] == 1
     rollup = EngineSample.objects.get(host=host)
     assert rollup.resolution_s == 60 and rollup.requests_running == 1.0 and rollup.generation_tokens_total == 200.0
+
+
+def test_a_viewer_is_not_told_to_install_an_engine_below_a_form_they_cannot_see(client, viewer):
+    host = host_probe_record(name="bare", facts={}, inventory={"available": False, "gpus": []})
+    client.force_login(viewer)
+    page = client.get(f"/hosts/{host.name}/").content.decode()
+    assert "No engine installed yet: an operator or admin installs one here." in page
+    assert "install one below" not in page and "Install an engine" not in page
