@@ -476,3 +476,14 @@ def test_viewer_cannot_switch(client, catalog, operator, viewer):
     client.force_login(viewer)
     assert client.post(reverse("deployments:revision_switch", args=["lab", 1])).status_code == 403
     assert not Operation.objects.exists()
+
+
+def test_the_active_revisions_page_offers_a_restart_not_a_switch_to_itself(client, catalog, operator):
+    host, r1 = make_lab(operator)
+    r2 = add_revision(host, operator)
+    client.force_login(operator)
+    active = client.get(reverse("deployments:revision_detail", args=[host.name, r1.number])).content.decode()
+    assert f"Restart r1's engine on {host.name}" in active and f"Switch {host.name} to r1" not in active
+    assert f"r1 is what {host.name} serves now" in active
+    other = client.get(reverse("deployments:revision_detail", args=[host.name, r2.number])).content.decode()
+    assert f"Switch {host.name} to r2" in other and "Restart r2" not in other
