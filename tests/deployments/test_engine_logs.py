@@ -141,6 +141,8 @@ def test_the_page_and_the_follower_show_new_lines_filter_and_move_to_the_next_st
     assert box.status_code == 200
     body = box.content.decode()
     assert "main: loading model" in body and "Warnings and errors only" in body
+    shown = re.search(r'<pre class="log engine-log-lines"[^>]*>(.*?)</pre>', body, re.S).group(1)
+    assert re.sub(r"<[^>]+>", "", shown) == "\n".join(start) + "\n"  # one line each, not double-spaced
     follow = re.search(r'hx-get="([^"]*after=3[^"]*)"', body)
     assert follow, body
     url = follow.group(1).replace("&amp;", "&")
