@@ -329,6 +329,8 @@ def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
                 errors.append("One of those runs does not exist.")
             else:
                 return redirect("deployments:benchmark_compare", a=run_a, b=run_b)
+    if not (a or b):
+        a, b = _compare_defaults(runs)
     rows = [(r, safe_headline(r.results)) for r in runs]
     response = render(
         request,
@@ -338,6 +340,17 @@ def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
     if errors:
         response.status_code = 400
     return response
+
+
+def _compare_defaults(runs: list[BenchmarkRun]) -> tuple[str, str]:
+    """The pair the picker starts on: the newest completed run as B, and as A the completed run
+    before it with the same profile (else the one just before it); "" where there is none."""
+    done = [run for run in runs if run.status == "completed"]
+    if len(done) < 2:
+        return "", ""
+    newest = done[0]
+    same = next((run for run in done[1:] if run.profile_name == newest.profile_name), done[1])
+    return str(same.pk), str(newest.pk)
 
 
 urlpatterns = [

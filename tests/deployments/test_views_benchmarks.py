@@ -372,6 +372,9 @@ def test_host_runs_list_picks_two_to_compare(client, viewer, served):
     url = reverse("deployments:benchmark_list", args=["bench-host"])
     page = client.get(url)
     assert page.status_code == 200 and f"#{a.pk}".encode() in page.content and f"#{b.pk}".encode() in page.content
+    html = page.content.decode()  # the picker starts on the newest run as B and the one before it as A
+    assert f'name="a" value="{a.pk}" checked' in html and f'name="b" value="{b.pk}" checked' in html
+    assert html.count(" checked ") == 2
     assert client.get(url, {"a": a.pk, "b": b.pk}).url == reverse("deployments:benchmark_compare", args=[a.pk, b.pk])
     same = client.get(url, {"a": a.pk, "b": a.pk})
     assert same.status_code == 400 and b"two different runs" in same.content
