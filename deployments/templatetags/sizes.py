@@ -20,3 +20,15 @@ def size(value: object) -> SafeString | str:
     if fmt.number(value) is None:
         return fmt.UNKNOWN
     return format_html('<span class="size" title="{}">{}</span>', fmt.exact_bytes(value), fmt.size_bytes(value))
+
+
+@register.filter
+def params(value: object) -> str:
+    """A parameter count as people say it: 27_400_000_000 -> "27.4B", 268_000_000 -> "268M"."""
+    return fmt.params(value)
+
+
+@register.filter
+def count(value: object) -> str:
+    """A whole number with thousands separators (32768 -> "32,768"); "unknown" for anything else."""
+    return fmt.count(value)

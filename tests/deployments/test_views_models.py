@@ -98,3 +98,10 @@ def test_viewer_cannot_import(client, catalog, viewer):
     before = ModelVariant.objects.count()
     assert client.post(URL, {"source": "hf", "hf-config_text": "{}", "hf-name": "x"}).status_code == 403
     assert ModelVariant.objects.count() == before
+
+
+def test_the_catalog_prints_parameter_counts_as_people_say_them(client, catalog, viewer):
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:model_list")).content.decode()
+    assert "35B / 3B" in page and "27B / 27B" in page  # a MoE's total and active, a dense model's
+    assert "35000000000" not in page.replace('title="35000000000', "")  # the exact count only in a title
