@@ -181,7 +181,14 @@ class RevisionForm(forms.Form):
             self.fields["port"].required = False
 
     def chat_template_warning(self) -> str:
-        """The chosen model's warning when its GGUF has no chat template ("" otherwise)."""
+        """The chosen model's warning when its GGUF has no chat template and the knobs give it none
+        (`chat_template` or `chat_template_file`); "" otherwise."""
+        try:
+            knobs = parse_lines(str(self["knobs"].value() or ""), what="knobs")
+        except ValidationError:
+            knobs = {}
+        if knobs.get("chat_template") or knobs.get("chat_template_file"):
+            return ""
         chosen = self["model_variant"].value()
         if isinstance(chosen, ModelVariant):
             return chosen.chat_template_warning

@@ -25,6 +25,7 @@ from core.models import WrittenOnce
 from hardware.models import Host
 from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
+from serving.engines.llamacpp import suggested_chat_template
 from serving.planner.inputs import GgufKvFacts, WeightFacts
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -98,11 +99,20 @@ class ModelVariant(models.Model):
         """The warning a GGUF without a chat template gets on the catalog and the revision form ("" if none)."""
         if self.has_chat_template is not False:
             return ""
+        architecture = self.model_arch.architecture
+        builtin = suggested_chat_template(architecture)
+        fix = (
+            f"Give the revision the knob chat_template: {builtin} (llama.cpp's built-in template for {architecture} "
+            "models), or chat_template_file (a .jinja file in the model folders)"
+            if builtin
+            else "Give the revision chat_template (one of llama.cpp's built-in templates) or chat_template_file "
+            "(a .jinja file in the model folders)"
+        )
         return (
             f"{self.name}: the GGUF has no chat template (tokenizer.chat_template). llama.cpp then formats chats "
             "as ChatML, which most models answer with gibberish echoing <|im_end|>; the switch refuses such an "
-            "answer. Give the revision chat_template_file (a .jinja file in the model folders), or import a GGUF "
-            "that carries its template."
+            f"answer. {fix}, or import a GGUF that carries its template. A base model (not instruction-tuned) "
+            "answers any template with noise."
         )
 
     @property

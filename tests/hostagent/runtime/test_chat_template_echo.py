@@ -66,3 +66,22 @@ def test_the_same_weights_with_a_chat_template_pass(sup: Supervisor) -> None:
 
     assert result.chat is not None and echoed_marker(result.chat.text) is None
     assert (result.chat.completion_tokens or 0) >= 1
+
+
+@pytest.mark.engine
+def test_the_shipped_gguf_serves_with_llamas_built_in_template_named_as_a_knob(sup: Supervisor) -> None:
+    """The fix the warning names: `chat_template: gemma` (llama.cpp's built-in Gemma template),
+    through the adapter's own command line, on the GGUF as shipped: no .jinja file to write."""
+    from serving.engines.base import ModelRef
+    from serving.launch import HostFacts, RevisionSpec, launch
+    from tests.support.llama import llama_server_binary
+
+    model = ModelRef(name="gemma-270m", gguf_file=gemma_package_path(), format="gguf")
+    knobs = {"chat_template": "gemma", "ctx_size": 2048, "parallel": 1, "n_gpu_layers": "0"}
+    spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=free_port())
+    made = launch(spec, HostFacts(binary=llama_server_binary()))
+    assert "--chat-template" in made.argv and made.argv[made.argv.index("--chat-template") + 1] == "gemma"
+
+    result = sup.start(made, revision_label="r3", ready_timeout=120)
+
+    assert result.chat is not None and echoed_marker(result.chat.text) is None

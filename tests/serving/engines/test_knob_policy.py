@@ -174,3 +174,19 @@ def test_sglangs_start_script_and_unit_keep_the_key_file_private_and_masked():
     assert "--config /etc/llm/sglang-secrets.yaml" in script
     assert "@private" not in script + unit
     assert "/etc/llm/sglang-secrets.yaml (mode 0600" in unit
+
+
+def test_llamas_built_in_template_and_a_template_file_are_one_choice_and_a_name_is_one_it_knows():
+    adapter = get_adapter("llama.cpp")
+
+    def config(**knobs):
+        return EngineConfig(engine="llama.cpp", engine_version="", model="/models/g.gguf", knobs=knobs)
+
+    argv = adapter.launch_spec(config(chat_template="gemma")).argv
+    assert argv[argv.index("--chat-template") + 1] == "gemma"
+    with pytest.raises(EngineConfigError) as both:
+        adapter.launch_spec(config(chat_template="gemma", chat_template_file="/models/g.jinja"))
+    assert both.value.field == "chat_template" and "set one of them" in str(both.value)
+    with pytest.raises(EngineConfigError) as unknown:
+        adapter.launch_spec(config(chat_template="gemma4-ultra"))
+    assert unknown.value.field == "chat_template" and "chatml" in str(unknown.value)
