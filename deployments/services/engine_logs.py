@@ -4,7 +4,6 @@ lines appended in order, bounded per start and per host; and the lines a page sh
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,61 +18,10 @@ from core.secrets_mask import mask_text
 from deployments.choices import Engine
 from deployments.models import DeploymentRevision, EngineLogRun
 from hardware.models import Host
+from serving.engine_log_lines import problem_flags
 
 MAX_LINES_PER_REPORT = 10_000
 MAX_LINE = 4096
-# What "warnings and errors only" keeps. A line that carries its engine's level is judged by that
-# level alone (an INFO line that mentions "failed" is not a problem); a line without one (llama.cpp
-# with --no-log-prefix, SGLang's own lines, Python's tracebacks, stderr prints, the panel's "====="
-# lines) by its words. Recorded samples of each engine: tests/fixtures/engine_logs/.
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # --log-colors on, vLLM's coloured level names
-_PREFIX = re.compile(
-    r"^(?:\([\w .:-]+ pid=\d+\) )?"  # vLLM V1's process prefix: (EngineCore_DP0 pid=123)
-    r"(?:\[\d[\d/: .,-]*(?: [^\]]*)?\] )?"  # SGLang's [2026-12-03 14:01:02 TP0]
-    r"(?:\d+\.\d\d\.\d{3}\.\d{3} )?"  # llama.cpp's --log-timestamps: 0.00.010.371
-)
-_LEVELS = (
-    re.compile(r"^(?P<level>[IWEDT]) \S"),  # llama.cpp's --log-prefix letter
-    re.compile(
-        r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\b"
-    ),  # vLLM's "WARNING 12-03 14:01:02 [x.py:12]", SGLang's
-    re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+:\d+: (?P<level>DEBUG|INFO|WARN|ERROR)\b"),  # old Ollama
-    re.compile(r"^time=\S+ level=(?P<level>[A-Z]+)\b"),  # Ollama (Go's slog)
-    re.compile(r'^\{"type":"log",.*"level":"(?P<level>\w+)"'),  # llama.cpp --log-jsonl
-)
-_PROBLEM_LEVELS = frozenset({"W", "E", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "ERR"})
-_PROBLEM_WORDS = re.compile(
-    r"\b(warn(ing)?|error|critical|fatal|traceback|exception|failed|failure|out of memory|OOM|abort(ed)?|"
-    r"segmentation fault|core dumped|panic)\b|^\s*[\w.]+(Error|Exception|Warning):",
-    re.IGNORECASE,
-)
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
-_TRACEBACK_BODY = re.compile(r"^(\s|\w[\w.]*(Error|Exception|Exit|Interrupt)\b|During handling|The above exception)")
-
-
-def line_level(line: str) -> str | None:
-    """The level a line carries in its engine's format ("W", "WARNING", "warn", ...), else None."""
-    text = _PREFIX.sub("", _ANSI.sub("", line), count=1)
-    for pattern in _LEVELS:
-        found = pattern.match(text)
-        if found:
-            return found["level"]
-    return None
-
-
-def problem_flags(lines: list[str]) -> list[bool]:
-    """For each line: is it a warning or an error? A Python traceback is kept whole."""
-    flags = []
-    in_traceback = False
-    for line in lines:
-        text = _PREFIX.sub("", _ANSI.sub("", line), count=1)
-        if in_traceback and _TRACEBACK_BODY.match(text):
-            flags.append(True)
-            continue
-        in_traceback = bool(_TRACEBACK.search(text))
-        level = line_level(line)
-        flags.append(level.upper() in _PROBLEM_LEVELS if level else bool(_PROBLEM_WORDS.search(text)))
-    return flags
 
 
 def _clean(line: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from core.secrets_mask import mask_text
+from serving.engine_log_lines import cause_line
 from serving.engines.base import LaunchSpec
 
 from .errors import EngineExitedError, EngineNotReadyError, EngineVerifyError
@@ -117,10 +118,12 @@ def wait_ready(
             polls += 1
             elapsed = time.monotonic() - started
             if process_alive is not None and not process_alive():
+                lines = tail()
+                said = cause_line(lines)  # the engine's own reason, quoted wherever the failure is reported
                 raise EngineExitedError(
                     f"the engine process exited {elapsed:.1f} s after the start, before it was "
-                    f"ready (last probe: {last})",
-                    tail(),
+                    f"ready{f': {said}' if said else ''} (last probe: {last})",
+                    lines,
                 )
             if health_seconds is None:
                 last = _probe_health(http, spec)

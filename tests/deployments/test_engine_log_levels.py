@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.services.engine_logs import problem_flags
+from serving.engine_log_lines import problem_flags
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engine_logs"
 
@@ -63,3 +63,28 @@ def test_sglang_levels_words_and_traceback() -> None:
 def test_ollama_levels_decide() -> None:
     # 6 is INFO though it carries `status="llm server error"`.
     assert kept("ollama.log") == [3, 5]
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("llamacpp_missing_model.log", "gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No"),
+        ("llamacpp_no_prefix.log", "gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No such file"),
+        ("llamacpp_bad_argument.log", "error: invalid argument: --bogus-arg"),
+        ("vllm.log", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+        ("sglang.log", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+    ],
+)
+def test_a_failed_starts_cause_is_the_engines_own_line(name: str, cause: str) -> None:
+    """What a failed switch, rollout wave or restart quotes: the engine's first error (a Python
+    engine's last exception), never an INFO line that mentions a failure."""
+    from serving.engine_log_lines import cause_line
+
+    said = cause_line((FIXTURES / name).read_text().splitlines())
+    assert said is not None and said.startswith(cause), said
+
+
+def test_a_log_with_no_error_names_no_cause() -> None:
+    from serving.engine_log_lines import cause_line
+
+    assert cause_line(["I srv  llama_server: initializing ...", "W srv  security: no API key is set"]) is None

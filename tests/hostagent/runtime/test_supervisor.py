@@ -155,6 +155,9 @@ def test_bad_model_path_fails_fast_with_the_log_tail(sup: Supervisor, tmp_path: 
     assert error.returncode not in (None, 0)
     assert any("missing-model.gguf" in line for line in error.log_tail)
     assert "missing-model.gguf" in str(error)
+    # The reason itself (what an operation, a rollout wave and the watchdog report in one line)
+    # quotes llama-server's own error, not only "exited 0.1 s after the start".
+    assert "failed to open GGUF file" in error.reason and "missing-model.gguf" in error.reason
     assert sup.status().phase == "stopped" and port_is_free(spec.port)
 
 
