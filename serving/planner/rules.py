@@ -242,7 +242,7 @@ def _context(ctx: Context) -> None:
             WARNING,
             F.CONTEXT_BEYOND_NATIVE,
             f"Context {requested:,} is beyond the model's native window of {trained:,} tokens: "
-            f"{ctx.request.engine} answers worse past the trained length.",
+            f"{_engine_name(ctx)} {get_adapter(ctx.request.engine).beyond_trained_context}.",
             f"Set {knob} to {trained:,} or less.",
         )
     elif requested and trained and requested > trained and not s.rope_factor:
