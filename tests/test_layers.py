@@ -267,14 +267,15 @@ PURE_CORE = (
 )
 AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
 # The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded),
-# `manage.py host register-local` and the import of a local GGUF read that machine with the agent's
-# own code (its probe, its model-folder rules). Nowhere else does the panel's side run host code,
-# but for the lab router's use of the front door's data plane (below).
+# `manage.py host register-local`, `engine first-install` and the import of a local GGUF read that
+# machine with the agent's own code (its probe, its model-folder rules). Nowhere else does the panel's
+# side run host code, but for the lab router's use of the front door's data plane (below).
 PANEL_RUNS_HOST_CODE = {
     "controlpanel.embedded -> hostagent.probe",
     "controlpanel.embedded -> hostagent.runtime.processes",
     "controlpanel.embedded -> hostagent.runtime.supervisor",
     "deployments.management.commands.host -> hostagent.probe",
+    "deployments.management.commands.engine -> hostagent.probe",  # this machine, as register-local names it
     "deployments.services.imports -> hostagent.runtime.confine",
     "deployments.services.imports -> hostagent.runtime.errors",
     "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error

@@ -9,7 +9,9 @@ from typing import Any
 from django.db.models import QuerySet
 
 from core.models import AuditEvent
+from deployments.choices import ACTIVE_STATES, OperationKind
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_id_of
+from deployments.services.installs import install_time_left
 from hardware.models import Host
 
 # A list page's filter (its query parameter) -> the lookup it narrows the rows by.
@@ -95,6 +97,18 @@ class FirstStep:
     url: str = ""
 
 
+def _installing(op: Operation) -> str:
+    """The first step while an install runs: what, where, how far and how long is left."""
+    what = f"{op.params.get('engine', 'An engine')} {op.params.get('version') or ''}".strip()
+    left = install_time_left(op)
+    stage = f": {op.stage}" if op.stage else ""
+    return (
+        f"{what} is installing on {op.host.name} ({round(100 * float(op.progress or 0))} %{stage})"
+        + (f", {left}" if left else "")
+        + ". Import a model meanwhile."
+    )
+
+
 def first_steps() -> list[FirstStep]:
     """What a new user does between installing the panel and a served model, each step marked
     done from what is recorded; empty once a real (not demo) host serves an active revision."""
@@ -102,21 +116,35 @@ def first_steps() -> list[FirstStep]:
 
     from hardware.models import Host
 
-    # Always the same three queries, whatever the answer (the dashboard's query count is pinned).
+    # Always the same four queries, whatever the answer (the dashboard's query count is pinned).
     hosts = list(Host.objects.filter(is_demo=False).select_related("deployment").order_by("name"))
     revisions = DeploymentRevision.objects.filter(host__is_demo=False).exists()
     imported = AuditEvent.objects.filter(action="model.import").exists() or revisions
+    installing = (
+        Operation.objects.filter(kind=OperationKind.INSTALL, host__is_demo=False, state__in=ACTIVE_STATES)
+        .select_related("host")
+        .order_by("created_at")
+        .first()
+    )
     if not hosts or any(active_revision_id_of(h) for h in hosts):
         return []
     host = hosts[0]
     folders = " or ".join(host.model_dirs[:2]) if host.model_dirs else "one of the host's model folders"
-    return [
-        FirstStep(
+    install = FirstStep(
+        "Install an engine",
+        any(h.engine_installs for h in hosts),
+        f"On {host.name}'s page, under Engines: llama.cpp installs with a build that works here.",
+        reverse("hardware:host_detail", args=[host.name]) + "#host-engines",
+    )
+    if installing is not None and not install.done:
+        install = FirstStep(
             "Install an engine",
-            any(h.engine_installs for h in hosts),
-            f"On {host.name}'s page, under Engines: llama.cpp installs with a build that works here.",
-            reverse("hardware:host_detail", args=[host.name]) + "#host-engines",
-        ),
+            False,
+            _installing(installing),
+            reverse("deployments:operation_detail", args=[installing.pk]),
+        )
+    return [
+        install,
         FirstStep(
             "Import a model",
             imported,

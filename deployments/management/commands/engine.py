@@ -1,6 +1,8 @@
-"""`manage.py engine install|list`: engines on a host. `install` queues an install of an engine
-version (exit 0 when queued, or with --wait when it succeeded; 1 when it failed or was cancelled;
-2 for bad input). `list`: the installed engines and versions."""
+"""`manage.py engine install|list|first-install`: engines on a host. `install` queues an install of
+an engine version (exit 0 when queued, or with --wait when it succeeded; 1 when it failed or was
+cancelled; 2 for bad input). `list`: the installed engines and versions. `first-install` (what
+scripts/run does at a first run): start building llama.cpp on the host in the background while
+no host has an engine yet; nothing otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from django.core.management.base import CommandError
 
 from deployments.choices import Engine, OperationState
 from deployments.management import cli
-from deployments.services.installs import install_list, install_request
+from deployments.services.installs import first_install, install_list, install_request
 
 
 class Command(cli.ActionCommand):
@@ -42,6 +44,10 @@ class Command(cli.ActionCommand):
             "CONTROLPANEL_INSTALL_DIRS allows)",
         )
         cli.add_operation_options(install)
+        first = actions.add_parser(
+            "first-install", help="first run: start building llama.cpp on this machine while no host has an engine"
+        )
+        first.add_argument("--host", default=None, help="the host (default: this machine, as register-local names it)")
         lst = cli.host_action(actions, "list", "installed engines and versions")
         lst.add_argument("--json", action="store_true")
 
@@ -68,6 +74,12 @@ class Command(cli.ActionCommand):
             self.stdout.write(self.style.SUCCESS(f"{label} is installed on {host.name} at {op.result.get('path')}."))
             return
         raise CommandError(op.error or f"Install {op.state}.", returncode=1)
+
+    def do_first_install(self, options: dict[str, Any]) -> None:
+        from hostagent.probe import local_host_name
+
+        op, said = first_install(cli.get_host(options["host"] or local_host_name()))
+        self.stdout.write(f"First run: {said}." if op else f"Engines: {said}.")
 
     def do_list(self, options: dict[str, Any]) -> None:
         host = cli.get_host(options["host"])
