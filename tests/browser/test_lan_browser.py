@@ -184,7 +184,7 @@ def test_one_setting_serves_the_box_to_the_lan(lan: Lan, tmp_path: Path) -> None
     panel.start()
     try:
         panel.wait_healthy(timeout=120)
-        assert f"running at http://{lan.here}:8000/" in panel.output()
+        assert f"running at http://{lan.here}:8000/" in panel.out_path.read_text(errors="replace")
         served = json.loads(panel.django(SERVE.format(model=gemma_model_path(), port=free_port())).splitlines()[-1])
         assert served["state"] == "succeeded", (served, panel.output())
         assert served["address"] == lan.here  # the host's address followed the setting (audited)
