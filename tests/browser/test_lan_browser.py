@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.browser.chromium import ARGS, CHROMIUM
@@ -206,6 +207,10 @@ def test_one_setting_serves_the_box_to_the_lan(lan: Lan, tmp_path: Path) -> None
         assert lan.curl(*post, f"http://{lan.here}:4000/v1/chat/completions")[0] == 401
         code, body = lan.curl(*auth, *post, f"http://{lan.here}:4000/v1/chat/completions")
         assert code == 200 and json.loads(body)["choices"], body
+
+        # The door's own state: for this host (which reaches it at the LAN address), not for the LAN.
+        assert lan.curl(f"http://{lan.here}:4000/frontdoor/state")[0] == 403
+        assert httpx.get(f"http://{lan.here}:4000/frontdoor/state", timeout=10).status_code == 200
 
         # The lab router, to the host's door at the address the host took from the setting.
         def router_answers() -> tuple[int, str] | None:
