@@ -139,3 +139,14 @@ def test_register_local_takes_the_lan_setting_as_this_machines_address(settings:
     host = Host.objects.get()
     assert host.address == "10.213.7.1"
     assert AuditEvent.objects.get(host=host, action="host.address").data["after"] == "10.213.7.1"
+
+
+def test_the_host_page_of_the_panels_own_machine_names_the_lan_setting(client: Client, admin_user: User) -> None:
+    from hostagent.probe import local_host_name
+
+    here = Host.objects.create(name=local_host_name(), address="127.0.0.1", queue="host.here")
+    Host.objects.create(name="far-away", address="10.0.0.9", queue="host.far-away")
+    client.force_login(admin_user)
+    page = client.get(reverse("hardware:host_detail", args=[here.name])).content.decode()
+    assert 'id="lan-setting"' in page and "<code>CONTROLPANEL_LAN_ADDRESS</code> sets its address" in page
+    assert 'id="lan-setting"' not in client.get(reverse("hardware:host_detail", args=["far-away"])).content.decode()
