@@ -506,8 +506,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PANEL_BIND"] = args.bind
     from django.conf import settings
 
-    from controlpanel.lan import serving_refusals
+    from controlpanel.lan import serving_refusals, serving_warnings
 
+    for sentence in serving_warnings(settings.PANEL_BIND, settings.ALLOWED_HOSTS):
+        print(f"panel: warning: {sentence}", file=sys.stderr)
     refused = serving_refusals(settings.PANEL_BIND)
     for sentence in refused:
         print(f"panel: cannot start: {sentence}", file=sys.stderr)

@@ -91,3 +91,18 @@ def serving_refusals(bind: str) -> list[str]:
             "DJANGO_ALLOWED_HOSTS, or leave it unset (it follows the bind)."
         )
     return [f for f in found if f]
+
+
+def serving_warnings(bind: str, allowed_hosts: list[str]) -> list[str]:
+    """What serves, but not what the bind suggests: a panel listening on every interface that
+    answers only for this machine's names (a browser on the LAN would get 400)."""
+    host = split_bind(bind)[0]
+    if not is_wildcard(host) or "*" in allowed_hosts:
+        return []
+    local = {"localhost", "127.0.0.1", "[::1]", "testserver"}
+    if set(allowed_hosts) - local:
+        return []
+    return [
+        f"PANEL_BIND={bind} listens on every interface, but the panel answers only for {', '.join(allowed_hosts)}: "
+        f"browsers on the LAN get 400; set {LAN_ADDRESS_ENV} to this machine's LAN address (or DJANGO_ALLOWED_HOSTS)."
+    ]

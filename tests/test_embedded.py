@@ -296,3 +296,15 @@ def test_a_bind_the_panel_cannot_serve_is_refused_at_start_naming_the_setting(tm
         taken = holder.getsockname()[1]
         code, said, _ = _refused_start(tmp_path, ["--bind", f"127.0.0.1:{taken}"])
     assert code == 2 and f"PANEL_BIND=127.0.0.1:{taken}: port {taken} is taken by another program" in said, said
+
+
+def test_a_wildcard_bind_that_answers_only_this_machines_names_is_said_at_start() -> None:
+    """0.0.0.0 without the LAN setting serves, but a browser on the LAN would get 400: the start says so."""
+    from controlpanel.lan import serving_warnings
+
+    local = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+    (said,) = serving_warnings("0.0.0.0:8000", local)
+    assert "browsers on the LAN get 400; set CONTROLPANEL_LAN_ADDRESS" in said
+    assert serving_warnings("0.0.0.0:8000", [*local, "10.213.7.1"]) == []
+    assert serving_warnings("0.0.0.0:8000", ["*"]) == []
+    assert serving_warnings("127.0.0.1:8000", local) == []
