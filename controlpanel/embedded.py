@@ -240,9 +240,9 @@ class Panel:
             self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
         panel_only = ("DATABASE_URL", "DJANGO_SECRET_KEY", "CONTROLPANEL_HOST_TOKEN")
         env = {k: v for k, v in self.env.items() if k not in panel_only}
-        host, _, port = self.bind.rpartition(":")
-        host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]") else host  # noqa: S104 - reach a wildcard bind on loopback
-        env.update(CONTROLPANEL_URL=f"http://{host}:{port}", CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
+        from controlpanel.lan import agent_url
+
+        env.update(CONTROLPANEL_URL=agent_url(self.bind), CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
         return env, token
 
     def _wait_redis(self, child: Child) -> None:
@@ -283,6 +283,12 @@ class Panel:
             signal.signal(sig, self._on_stop_signal)
         become_subreaper()
         self._stop_leftovers()
+        from controlpanel.lan import bind_refusal
+
+        taken = bind_refusal("PANEL_BIND", self.bind, port_too=True)  # an earlier run's web server is gone now
+        if taken:
+            print(f"panel: cannot start: {taken}", file=sys.stderr)
+            return 2
         for child in self.children:
             self.start(child)
         self.say(f"panel: running at http://{self.bind}/ (Ctrl-C stops everything)")
@@ -491,12 +497,25 @@ def become_subreaper() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlpanel.embedded", description=__doc__.split("\n")[0])
-    parser.add_argument("--bind", default=os.environ.get("PANEL_BIND", "127.0.0.1:8000"), help="web server address")
+    parser.add_argument("--bind", help="web server address (default: PANEL_BIND, docs/configuration.md)")
     parser.add_argument("--max-restarts", type=int, default=MAX_RESTARTS, help="per process, within --window")
     parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds (default 600)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
-    panel = Panel(args.bind, max_restarts=args.max_restarts, window_s=args.window)
+    if args.bind:  # the settings' PANEL_BIND (allowed hosts, the panel's URL) follow it, here and in each process
+        os.environ["PANEL_BIND"] = args.bind
+    from django.conf import settings
+
+    from controlpanel.lan import serving_refusals, serving_warnings
+
+    for sentence in serving_warnings(settings.PANEL_BIND, settings.ALLOWED_HOSTS):
+        print(f"panel: warning: {sentence}", file=sys.stderr)
+    refused = serving_refusals(settings.PANEL_BIND)
+    for sentence in refused:
+        print(f"panel: cannot start: {sentence}", file=sys.stderr)
+    if refused:
+        return 2
+    panel = Panel(settings.PANEL_BIND, max_restarts=args.max_restarts, window_s=args.window)
     # One supervisor per data folder: a second one would start a second Redis on the same files.
     lock = open(panel.data_dir / "embedded.lock", "a")  # noqa: SIM115 - held for the whole run
     try:

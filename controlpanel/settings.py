@@ -51,6 +51,7 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     ENGINE_READY_TIMEOUT_S,
     HOST_OFFLINE_AFTER_S,
     HOST_STATE_DIR,
+    LAN_ADDRESS,
     LOGGING,
     TELEMETRY_INTERVAL_S,
     TELEMETRY_RAW_RETENTION_H,
@@ -64,7 +65,7 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     env_choice,
     env_number,
 )
-from serving.binds import is_wildcard, split_bind
+from serving.binds import is_wildcard, join_bind, lan_address, split_bind
 
 # The embedded default's key (when DJANGO_SECRET_KEY is not set); `manage.py restore` puts a backup's key back here.
 SECRET_KEY_FILE = DATA_DIR / "secret_key"
@@ -81,7 +82,39 @@ def _embedded_secret_key() -> str:
 
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _embedded_secret_key()
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+# --- Serving the LAN (docs/configuration.md, "Serving the LAN") ----------------------------------
+# CONTROLPANEL_LAN_ADDRESS (settings_shared: the engines and the front door read it too) is checked
+# here: this machine's IP address on its LAN, never loopback; a bad one stops the start, naming it.
+try:
+    LAN_ADDRESS = lan_address(LAN_ADDRESS)
+except ValueError as _exc:
+    raise ImproperlyConfigured(str(_exc)) from None
+# Where `scripts/run` (the embedded supervisor, controlpanel.embedded) serves the panel: the LAN
+# address when it is set, else loopback. The supervisor refuses at start a bind it cannot serve.
+PANEL_BIND = env.str("PANEL_BIND", default=join_bind(LAN_ADDRESS, 8000) if LAN_ADDRESS else "127.0.0.1:8000").strip()
+try:
+    PANEL_HOST, PANEL_PORT = split_bind(PANEL_BIND)
+except ValueError:
+    raise ImproperlyConfigured(f"PANEL_BIND must be HOST:PORT (e.g. 127.0.0.1:8000), not {PANEL_BIND!r}.") from None
+# Where the panel is reached: its bind, on the LAN address (or loopback) when it listens on every interface.
+_PANEL_SHOWN = (LAN_ADDRESS or "127.0.0.1") if is_wildcard(PANEL_HOST) else PANEL_HOST
+PANEL_DEFAULT_URL = f"http://{join_bind(_PANEL_SHOWN, PANEL_PORT)}"
+
+
+def _host_header(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+# The host names the panel answers for: this machine's loopback names, and the LAN address and the
+# panel's own bind address, so that what PANEL_BIND listens on is always answered (the local agent
+# reaches the panel there). DJANGO_ALLOWED_HOSTS replaces the list; the supervisor refuses to start
+# when it leaves out the address the local agent must use.
+_ALLOWED_DEFAULT = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+for _extra in (LAN_ADDRESS, "" if is_wildcard(PANEL_HOST) else PANEL_HOST):
+    if _extra and _host_header(_extra) not in _ALLOWED_DEFAULT:
+        _ALLOWED_DEFAULT.append(_host_header(_extra))
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=_ALLOWED_DEFAULT)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 # --- HTTPS (docs/production.md) ----------------------------------------------------------------
@@ -124,6 +157,19 @@ CONTROLPANEL_PROXY_COUNT = env.int("CONTROLPANEL_PROXY_COUNT", default=0)
 # The panel's Prometheus /metrics: with a token, scrapers send `Authorization: Bearer <token>`;
 # without one, only clients on the panel's own machine (loopback) are answered (docs/metrics.md).
 CONTROLPANEL_METRICS_TOKEN = env.str("CONTROLPANEL_METRICS_TOKEN", default="")
+# Scrapers answered by their address, without the token: comma-separated addresses or networks
+# (10.0.5.7, 10.0.5.0/24). This machine (loopback, and CONTROLPANEL_LAN_ADDRESS) is always answered
+# when no token is set.
+try:
+    CONTROLPANEL_METRICS_ALLOWED_NETWORKS = [
+        str(ipaddress.ip_network(n.strip(), strict=False))
+        for n in env.list("CONTROLPANEL_METRICS_ALLOWED_NETWORKS", default=[])
+        if n.strip()
+    ]
+except ValueError as _exc:
+    raise ImproperlyConfigured(
+        f"CONTROLPANEL_METRICS_ALLOWED_NETWORKS lists addresses or networks such as 10.0.5.7 or 10.0.5.0/24: {_exc}"
+    ) from _exc
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = env.int("DJANGO_SESSION_COOKIE_AGE", default=14 * 24 * 3600)
@@ -331,7 +377,7 @@ SCHEDULE_BUSY_RETRY_S = env_number("CONTROLPANEL_SCHEDULE_BUSY_RETRY_S", 1800, 6
 
 # --- Notifications (notifications app) --------------------------------------------------------------
 # Where people reach the panel: links in notifications are made absolute with it.
-CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default="http://127.0.0.1:8000")
+CONTROLPANEL_URL = env.str("CONTROLPANEL_URL", default=PANEL_DEFAULT_URL)
 # The panel worker's queue that sends them (a slow channel waits there, never in a request).
 NOTIFICATIONS_QUEUE = env.str("CONTROLPANEL_NOTIFICATIONS_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
 # A delivery the channel refused (or that could not be queued) is sent again after each of these
@@ -374,7 +420,7 @@ HUB_IMPORT_QUEUE = env.str("CONTROLPANEL_HUB_IMPORT_QUEUE", default=CELERY_TASK_
 # --- The lab router (controlpanel/router: `manage.py router`, docs/front-door.md) -------------------
 # One OpenAI endpoint for the whole lab: routes /v1/ to a host whose front door serves the model.
 # `off`: the embedded supervisor starts no router (`manage.py router` refuses to start).
-ROUTER_BIND = env.str("CONTROLPANEL_ROUTER_BIND", default="127.0.0.1:4100").strip()
+ROUTER_BIND = env.str("CONTROLPANEL_ROUTER_BIND", default=join_bind(LAN_ADDRESS or "127.0.0.1", 4100)).strip()
 try:
     ROUTER_HOST, ROUTER_PORT = (None, None) if ROUTER_BIND.lower() == "off" else split_bind(ROUTER_BIND)
 except ValueError:
@@ -386,9 +432,9 @@ except ValueError:
 ROUTER_URL = env.str("CONTROLPANEL_ROUTER_URL", default="").strip().rstrip("/")
 if ROUTER_URL and not ROUTER_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"CONTROLPANEL_ROUTER_URL must be an http(s) URL, not {ROUTER_URL!r}.")
-if not ROUTER_URL and ROUTER_HOST is not None:
-    _shown = "127.0.0.1" if is_wildcard(ROUTER_HOST) else ROUTER_HOST
-    ROUTER_URL = f"http://{f'[{_shown}]' if ':' in _shown else _shown}:{ROUTER_PORT}"
+if not ROUTER_URL and ROUTER_HOST is not None and ROUTER_PORT is not None:
+    _shown = (LAN_ADDRESS or "127.0.0.1") if is_wildcard(ROUTER_HOST) else ROUTER_HOST
+    ROUTER_URL = f"http://{join_bind(_shown, ROUTER_PORT)}"
 # How often it reads its route table from the database, and how old a front door's last report
 # may be before the router stops sending it requests (doors report every CONTROLPANEL_AGENT_SERVING_S).
 ROUTER_REFRESH_S = env_number("CONTROLPANEL_ROUTER_REFRESH_S", 5.0, 0.2, 300, cast=float)

@@ -110,9 +110,15 @@ AGENT_SERVING_S = env_number("CONTROLPANEL_AGENT_SERVING_S", 5.0, 0.2, 300, cast
 TELEMETRY_RAW_RETENTION_H = env.int("CONTROLPANEL_TELEMETRY_RAW_RETENTION_H", default=24)
 TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_D", default=30)
 
-# Engines bind here on GPU hosts. Loopback by default (safe on a laptop); a GPU host that
-# serves its LAN sets 0.0.0.0 and lets its firewall decide.
-ENGINE_BIND_HOST = env.str("CONTROLPANEL_ENGINE_BIND_HOST", default="127.0.0.1")
+# This machine's address on its LAN (docs/configuration.md, "Serving the LAN"): the one setting that
+# serves the box to the LAN. Set, the panel, its engines, the front door and the lab router listen
+# there, the panel's allowed hosts and URL follow, and this machine's host takes it as its address;
+# each of those settings still overrides it. Unset: everything stays on loopback.
+# (The panel's settings check it with serving.binds.lan_address and refuse to start on a bad one.)
+LAN_ADDRESS = env.str("CONTROLPANEL_LAN_ADDRESS", default="").strip()
+# Engines bind here on GPU hosts. Loopback by default (safe on a laptop), the LAN address when
+# CONTROLPANEL_LAN_ADDRESS is set; 0.0.0.0 serves every interface and lets the firewall decide.
+ENGINE_BIND_HOST = env.str("CONTROLPANEL_ENGINE_BIND_HOST", default=LAN_ADDRESS or "127.0.0.1")
 ENGINE_READY_TIMEOUT_S = env.float("CONTROLPANEL_ENGINE_READY_TIMEOUT_S", default=900.0)
 # Executables per engine, e.g. {"llama.cpp": "/opt/llama.cpp/build/bin/llama-server"}; empty = discover.
 ENGINE_BINARIES = env.dict("CONTROLPANEL_ENGINE_BINARIES", default={})

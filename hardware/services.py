@@ -201,6 +201,18 @@ def host_address_set(*, host: Host, address: str, actor: AbstractUser | None) ->
     return host
 
 
+def host_address_follow_lan(host: Host) -> Host:
+    """The panel's own machine's host takes CONTROLPANEL_LAN_ADDRESS as its address when the
+    setting is given (its registration and each hello from its agent), audited as
+    `host_address_set` is; an admin's own address for it is kept while the setting is unset."""
+    from django.conf import settings
+
+    lan = settings.LAN_ADDRESS
+    if not lan or host.address == lan:
+        return host
+    return host_address_set(host=host, address=lan, actor=None)
+
+
 @transaction.atomic
 def host_probe_record(
     *, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: AbstractUser | None = None

@@ -17,18 +17,22 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 __all__ = [
     "FRONT_DOOR_BIND_ENV",
     "FRONT_DOOR_DEFAULT_BIND",
+    "LAN_ADDRESS_ENV",
     "Resolver",
     "address_ips",
     "address_refusal",
     "canonical_address",
+    "front_door_bind",
     "ip_refusal",
     "is_loopback",
     "is_wildcard",
+    "join_bind",
+    "lan_address",
     "literal_ip",
     "split_bind",
     "system_resolve",
@@ -43,6 +47,7 @@ _REACHES_ITSELF = "every machine reaches it as itself"
 
 FRONT_DOOR_BIND_ENV = "CONTROLPANEL_FRONT_DOOR_BIND"
 FRONT_DOOR_DEFAULT_BIND = "127.0.0.1:4000"
+LAN_ADDRESS_ENV = "CONTROLPANEL_LAN_ADDRESS"
 
 
 def split_bind(value: str) -> tuple[str, int]:
@@ -162,3 +167,41 @@ def is_wildcard(address: str) -> bool:
     """A bind on every interface (0.0.0.0, ::): where a server listens, never where to connect."""
     ip = literal_ip(address)
     return ip is not None and ip.is_unspecified
+
+
+def join_bind(host: str, port: int) -> str:
+    """(host, port) -> "HOST:PORT", an IPv6 literal in brackets: what gunicorn and the doors take."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def lan_address(value: str) -> str:
+    """CONTROLPANEL_LAN_ADDRESS as the panel uses it: "" (unset: everything on loopback) or this
+    machine's address on its LAN, an IP literal in canonical form that the one loopback rule
+    accepts (servers bind it, so a name would not do). ValueError: one sentence naming the setting."""
+    text = value.strip()
+    if not text:
+        return ""
+    ip = literal_ip(text)
+    if ip is None:
+        raise ValueError(
+            f"{LAN_ADDRESS_ENV} must be this machine's IP address on its LAN (e.g. 192.168.1.20), not {value!r}: "
+            "the panel, its engines, the front door and the lab router listen on it."
+        )
+    why = ip_refusal(ip)
+    if why:
+        raise ValueError(
+            f"{LAN_ADDRESS_ENV}={text} is {why}; set the address other machines reach this one at "
+            "(e.g. 192.168.1.20), or leave it unset to serve this machine only."
+        )
+    return str(ip)
+
+
+def front_door_bind(environ: Mapping[str, str]) -> str:
+    """Where the host's front door listens: CONTROLPANEL_FRONT_DOOR_BIND (or `off`), else port 4000
+    on CONTROLPANEL_LAN_ADDRESS, else FRONT_DOOR_DEFAULT_BIND. The door itself reads it with the
+    same rule (hostagent/frontdoor/settings.py, default_bind), loading nothing of the project."""
+    given = (environ.get(FRONT_DOOR_BIND_ENV) or "").strip()
+    if given:
+        return given
+    lan = (environ.get(LAN_ADDRESS_ENV) or "").strip().strip("[]")
+    return join_bind(lan, 4000) if lan else FRONT_DOOR_DEFAULT_BIND

@@ -251,3 +251,60 @@ def test_a_run_after_a_killed_supervisor_stops_what_that_one_left_running(panel:
     finally:
         if again.proc is not None and again.proc.poll() is None:
             again.kill_all()
+
+
+def _refused_start(tmp_path: Path, args: list[str], **env: str) -> tuple[int, str, float]:
+    """`python -m controlpanel.embedded` with `args`: its exit code, its output, and the seconds it took."""
+    import subprocess
+    import sys
+
+    from tests.support.embedded import ROOT
+
+    full = embedded_env(tmp_path / "data", **env)
+    for name in ("PANEL_BIND", "DJANGO_ALLOWED_HOSTS", "CONTROLPANEL_LAN_ADDRESS"):
+        if name not in env:
+            full.pop(name, None)
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "controlpanel.embedded", *args], cwd=ROOT, env=full, capture_output=True, text=True
+    )
+    return out.returncode, out.stdout + out.stderr, time.monotonic() - t0
+
+
+def test_a_bind_the_panel_cannot_serve_is_refused_at_start_naming_the_setting(tmp_path: Path) -> None:
+    """Never a panel that stops itself half a minute later: an address that is not this machine's,
+    allowed hosts that would refuse the local agent's hello (400), or a port another program holds
+    stop the start at once, exit 2, with one sentence naming the setting."""
+    import socket
+
+    # 192.0.2.0/24 is TEST-NET-1: never an address of this machine.
+    code, said, took = _refused_start(tmp_path, ["--bind", "192.0.2.7:8000"])
+    assert code == 2 and "PANEL_BIND=192.0.2.7:8000: 192.0.2.7 is not an address of this machine" in said, said
+    assert took < 20
+
+    code, said, _ = _refused_start(tmp_path, [], CONTROLPANEL_LAN_ADDRESS="192.0.2.7")
+    assert code == 2 and "PANEL_BIND=192.0.2.7:8000 (from CONTROLPANEL_LAN_ADDRESS)" in said, said
+
+    port = free_port()
+    code, said, _ = _refused_start(tmp_path, [], PANEL_BIND=f"127.0.0.2:{port}", DJANGO_ALLOWED_HOSTS="localhost")
+    assert code == 2 and "DJANGO_ALLOWED_HOSTS=localhost leaves out 127.0.0.2" in said, said
+    assert not (tmp_path / "data" / "embedded.json").exists()  # nothing was started
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        taken = holder.getsockname()[1]
+        code, said, _ = _refused_start(tmp_path, ["--bind", f"127.0.0.1:{taken}"])
+    assert code == 2 and f"PANEL_BIND=127.0.0.1:{taken}: port {taken} is taken by another program" in said, said
+
+
+def test_a_wildcard_bind_that_answers_only_this_machines_names_is_said_at_start() -> None:
+    """0.0.0.0 without the LAN setting serves, but a browser on the LAN would get 400: the start says so."""
+    from controlpanel.lan import serving_warnings
+
+    local = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+    (said,) = serving_warnings("0.0.0.0:8000", local)
+    assert "browsers on the LAN get 400; set CONTROLPANEL_LAN_ADDRESS" in said
+    assert serving_warnings("0.0.0.0:8000", [*local, "10.213.7.1"]) == []
+    assert serving_warnings("0.0.0.0:8000", ["*"]) == []
+    assert serving_warnings("127.0.0.1:8000", local) == []

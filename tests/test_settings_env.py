@@ -99,3 +99,60 @@ def test_an_end_session_endpoint_is_checked_at_start_and_let_through_the_sign_ou
             [sys.executable, "-c", probe], cwd=ROOT, env={**base, **good, **wrong}, capture_output=True, text=True
         )
         assert out.returncode != 0 and "CONTROLPANEL_OIDC_END_SESSION_ENDPOINT" in out.stderr and said in out.stderr
+
+
+LAN_PROBE = (
+    "import json, django; from django.conf import settings; django.setup(); "
+    "print(json.dumps({k: getattr(settings, k) for k in ('LAN_ADDRESS', 'PANEL_BIND', 'ALLOWED_HOSTS', "
+    "'CONTROLPANEL_URL', 'ROUTER_BIND', 'ROUTER_URL', 'ENGINE_BIND_HOST')}))"
+)
+
+
+def _lan_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
+    for name in ("PANEL_BIND", "DJANGO_ALLOWED_HOSTS", "CONTROLPANEL_URL", "CONTROLPANEL_ROUTER_BIND"):
+        clean.pop(name, None)
+    clean.update(env, CONTROLPANEL_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="controlpanel.settings")
+    return subprocess.run([sys.executable, "-c", LAN_PROBE], cwd=ROOT, env=clean, capture_output=True, text=True)
+
+
+def test_one_lan_address_serves_the_box_and_each_bind_still_overrides_it(tmp_path):
+    """CONTROLPANEL_LAN_ADDRESS moves the panel, the router and the engines onto the LAN address;
+    the allowed hosts and the URLs follow; each of the old settings still wins over it."""
+    lan = json.loads(_lan_settings(tmp_path, CONTROLPANEL_LAN_ADDRESS="10.213.7.1").stdout.splitlines()[-1])
+    assert lan["PANEL_BIND"] == "10.213.7.1:8000"
+    assert "10.213.7.1" in lan["ALLOWED_HOSTS"] and "127.0.0.1" in lan["ALLOWED_HOSTS"]
+    assert lan["CONTROLPANEL_URL"] == "http://10.213.7.1:8000"
+    assert (lan["ROUTER_BIND"], lan["ROUTER_URL"]) == ("10.213.7.1:4100", "http://10.213.7.1:4100")
+    assert lan["ENGINE_BIND_HOST"] == "10.213.7.1"
+
+    over = _lan_settings(
+        tmp_path,
+        CONTROLPANEL_LAN_ADDRESS="10.213.7.1",
+        PANEL_BIND="0.0.0.0:9000",
+        CONTROLPANEL_ROUTER_BIND="127.0.0.1:4200",
+        CONTROLPANEL_ENGINE_BIND_HOST="127.0.0.1",
+        CONTROLPANEL_URL="https://panel.lab.example",
+    )
+    found = json.loads(over.stdout.splitlines()[-1])
+    assert found["PANEL_BIND"] == "0.0.0.0:9000" and found["ROUTER_BIND"] == "127.0.0.1:4200"
+    assert found["ENGINE_BIND_HOST"] == "127.0.0.1" and found["CONTROLPANEL_URL"] == "https://panel.lab.example"
+
+    # Without the LAN setting, the allowed hosts follow a bind on one address (the local agent's hello
+    # reaches the panel there), and the URL names it.
+    bound = json.loads(_lan_settings(tmp_path, PANEL_BIND="10.213.7.1:8010").stdout.splitlines()[-1])
+    assert "10.213.7.1" in bound["ALLOWED_HOSTS"] and bound["CONTROLPANEL_URL"] == "http://10.213.7.1:8010"
+    assert bound["ROUTER_BIND"] == "127.0.0.1:4100" and bound["ENGINE_BIND_HOST"] == "127.0.0.1"
+
+
+def test_a_lan_address_that_is_not_one_stops_the_start_naming_the_setting(tmp_path):
+    for value, said in (
+        ("127.0.0.1", "is a loopback address"),
+        ("0.0.0.0", "unspecified"),
+        ("169.254.1.1", "link-local"),
+        ("gpu-box.lan", "must be this machine's IP address"),
+    ):
+        out = _lan_settings(tmp_path, CONTROLPANEL_LAN_ADDRESS=value)
+        assert out.returncode != 0 and "CONTROLPANEL_LAN_ADDRESS" in out.stderr and said in out.stderr, out.stderr[
+            -300:
+        ]

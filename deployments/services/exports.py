@@ -31,7 +31,7 @@ from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
 from hardware.models import Host
-from serving.binds import Resolver, address_ips, address_refusal, system_resolve
+from serving.binds import Resolver, address_ips, address_refusal, is_loopback, system_resolve
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -265,6 +265,19 @@ def _model_reference_problem(revision: DeploymentRevision) -> str:
     return ""
 
 
+def loopback_warning(target: ClientTarget) -> str:
+    """Client configs that name a loopback URL work on the panel's own machine only: the warning
+    the exports page and `manage.py export` give them ("" when they name an address others reach)."""
+    host = urlsplit(target.base_url).hostname or ""
+    if not host or not is_loopback(host):
+        return ""
+    return (
+        f"{target.base_url} is a loopback address: these configs work on the panel's own machine only; "
+        "for other machines set CONTROLPANEL_LAN_ADDRESS to this machine's LAN address and restart the panel "
+        '(docs/configuration.md, "Serving the LAN"), or set the host\'s address on its page'
+    )
+
+
 def revision_export(revision: DeploymentRevision, target: str, via: str | None = None) -> TargetExport:
     """The file `target` runs for `revision` (module docstring), or NotExportable; a client's
     through `via` ("router" or "door", ExportTargets.pick)."""
@@ -275,6 +288,8 @@ def revision_export(revision: DeploymentRevision, target: str, via: str | None =
         made = build(client)
         where = "through" if client.via_door else "at the engine itself:"
         notes = [f"{where} {client.route}", *(f"warning: {w}" for w in client_warnings(target, client))]
+        if loopback_warning(client):
+            notes.append(f"warning: {loopback_warning(client)}")
         if via == "router" and targets.router is None:
             notes.append(f"not through the lab router: {targets.router_why}")
         return TargetExport(target, made.filename, made.content, tuple(notes))

@@ -17,8 +17,9 @@ from django.utils import timezone
 from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_id_of, active_revision_of
+from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import EngineSample, Host
-from hardware.services import ENGINE_SAMPLE_FIELDS, host_heartbeat, host_probe_record
+from hardware.services import ENGINE_SAMPLE_FIELDS, host_address_follow_lan, host_heartbeat, host_probe_record
 from notifications.events import watchdog_event
 from notifications.services import notify
 
@@ -51,6 +52,8 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
     end `lost` (which frees the host lock), the host points at the revision that serves, and
     when nothing serves, the active revision is started again (deployments.services.serving)."""
     host = host_probe_record(name=host.name, facts=facts, inventory=inventory)
+    if runs_on_this_machine(host):  # the panel's own machine: its address follows CONTROLPANEL_LAN_ADDRESS
+        host = host_address_follow_lan(host)
     lost = operations_mark_lost(
         host=host,
         worker_gone=True,

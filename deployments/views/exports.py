@@ -16,7 +16,7 @@ from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method, form_save
 from deployments.forms import AnsibleImportForm
 from deployments.models import DeploymentRevision
-from deployments.services.exports import VIA, revision_export, revision_export_targets
+from deployments.services.exports import VIA, loopback_warning, revision_export, revision_export_targets
 from deployments.services.imports import revision_import_ansible
 from hardware.models import Host
 from serving.exports import ClientTarget, NotExportable, client_exports
@@ -70,6 +70,7 @@ def revision_exports(request: HttpRequest, host: str, number: int) -> HttpRespon
         "launches": _host_exports(revision),
         "target": target,
         "targets": targets,
+        "loopback_warning": loopback_warning(target),
         "via": "router" if target.via_router else "door" if target.via_door else "",
         "ansible": None,
         "ansible_error": "",

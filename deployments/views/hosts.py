@@ -27,6 +27,7 @@ from core.http import cached_render
 from deployments import plots, presenters
 from deployments.choices import Engine
 from deployments.models import Operation
+from deployments.runtime_bridge import runs_on_this_machine
 from deployments.selectors import hosts as selectors
 from deployments.selectors import memory as memory_selectors
 from deployments.services.inference_keys import door_mode
@@ -185,6 +186,7 @@ def host_detail(request: HttpRequest, name: str) -> HttpResponse:
             card.host.credentials.filter(revoked_at__isnull=True).select_related("created_by").first()
         )
         context["reported_address"] = hardware_selectors.host_reported_address(card.host)
+        context["panels_own_machine"] = runs_on_this_machine(card.host)  # CONTROLPANEL_LAN_ADDRESS sets its address
     return render(request, "hardware/host_detail.html", context)
 
 

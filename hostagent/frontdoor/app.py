@@ -7,7 +7,7 @@ POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body
 GET  /v1/models                                              the names and aliases a key may use, each model's state
 GET  /metrics                                                Prometheus text
 GET  /health                                                 {"status": "ok"} while it listens
-GET  /frontdoor/state, /frontdoor/usage                      for the agent; loopback clients only
+GET  /frontdoor/state, /frontdoor/usage                      for this host: loopback, or the address the door listens on
 """
 
 from __future__ import annotations
@@ -235,14 +235,19 @@ class FrontDoor:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    def _this_host(self, request: web.Request) -> bool:
+        """A client on this host: loopback, or the address the door listens on (a door on the LAN
+        address, CONTROLPANEL_LAN_ADDRESS, is reached from this host at that address)."""
+        return request.remote in LOOPBACK or request.remote == self.settings.host
+
     async def _state(self, request: web.Request) -> web.Response:
-        if request.remote not in LOOPBACK:
+        if not self._this_host(request):
             return error_response(403, "Only this host may read the front door's state.", code="loopback_only")
         waiting = sum(row["waiting"] for row in self.state())
         return web.json_response({"models": self.state(), "waiting": waiting})
 
     async def _usage(self, request: web.Request) -> web.Response:
-        if request.remote not in LOOPBACK:
+        if not self._this_host(request):
             return error_response(403, "Only this host may read the front door's usage.", code="loopback_only")
         return web.json_response({"usage": self.usage()})
 

@@ -11,6 +11,7 @@ from .limits import ConnectionLimits
 __all__ = ["FrontDoorSettings", "SettingsError"]
 
 BIND_ENV = "CONTROLPANEL_FRONT_DOOR_BIND"
+LAN_ADDRESS_ENV = "CONTROLPANEL_LAN_ADDRESS"  # the default bind's address when set (docs/configuration.md)
 QUEUE_MAX_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_MAX"
 QUEUE_WAIT_ENV = "CONTROLPANEL_FRONT_DOOR_QUEUE_WAIT"
 DRAIN_TIMEOUT_ENV = "CONTROLPANEL_FRONT_DOOR_DRAIN_TIMEOUT"
@@ -80,7 +81,7 @@ class FrontDoorSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> FrontDoorSettings:
-        host, port = parse_bind(environ.get(BIND_ENV) or "127.0.0.1:4000")
+        host, port = parse_bind(environ.get(BIND_ENV) or default_bind(environ))
         return cls(
             host=host,
             port=port,
@@ -105,6 +106,14 @@ class FrontDoorSettings:
             ),
             metrics_token=(environ.get(METRICS_TOKEN_ENV) or "").strip(),
         )
+
+
+def default_bind(environ: Mapping[str, str]) -> str:
+    """Without CONTROLPANEL_FRONT_DOOR_BIND: port 4000 on CONTROLPANEL_LAN_ADDRESS, else on loopback."""
+    lan = (environ.get(LAN_ADDRESS_ENV) or "").strip().strip("[]")
+    if not lan:
+        return "127.0.0.1:4000"
+    return f"[{lan}]:4000" if ":" in lan else f"{lan}:4000"
 
 
 def parse_bind(value: str) -> tuple[str, int]:

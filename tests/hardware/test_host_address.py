@@ -109,3 +109,44 @@ def test_the_django_admin_shows_the_address_but_cannot_change_it(client: Client,
     client.force_login(django_user_model.objects.create_superuser("root", password="pw-root-1"))
     page = client.get(f"/admin/hardware/host/{host.pk}/change/").content.decode()
     assert "10.0.0.9" in page and 'name="address"' not in page
+
+
+def test_the_panels_own_host_follows_the_lan_setting_at_each_hello_audited(settings: Any, db: Any) -> None:
+    """CONTROLPANEL_LAN_ADDRESS: the host the embedded agent registers (this machine) takes it as its
+    address at its hello, as an admin's own change is recorded; another host's hello changes nothing."""
+    from hostagent.probe import local_host_name
+
+    settings.LAN_ADDRESS = "10.213.7.1"
+    here, token = host_token_issue(name=local_host_name(), actor=None)
+    far, far_token = host_token_issue(name="far-away", actor=None)
+    assert _register(token, "127.0.0.1") == 200 and _register(far_token, "10.213.7.1") == 200
+    assert Host.objects.get(pk=here.pk).address == "10.213.7.1"
+    assert Host.objects.get(pk=far.pk).address == "127.0.0.1"
+    event = AuditEvent.objects.get(host=here, action="host.address")
+    assert event.actor is None and event.data == {"before": "127.0.0.1", "after": "10.213.7.1"}
+
+    assert _register(token, "127.0.0.1") == 200  # the next hello: nothing to change, nothing recorded
+    assert AuditEvent.objects.filter(action="host.address").count() == 1
+
+    settings.LAN_ADDRESS = ""  # unset again: the address an admin (or the setting) gave it is kept
+    assert _register(token, "127.0.0.1") == 200
+    assert Host.objects.get(pk=here.pk).address == "10.213.7.1"
+
+
+def test_register_local_takes_the_lan_setting_as_this_machines_address(settings: Any, db: Any) -> None:
+    settings.LAN_ADDRESS = "10.213.7.1"
+    call_command("host", "register-local", stdout=io.StringIO())
+    host = Host.objects.get()
+    assert host.address == "10.213.7.1"
+    assert AuditEvent.objects.get(host=host, action="host.address").data["after"] == "10.213.7.1"
+
+
+def test_the_host_page_of_the_panels_own_machine_names_the_lan_setting(client: Client, admin_user: User) -> None:
+    from hostagent.probe import local_host_name
+
+    here = Host.objects.create(name=local_host_name(), address="127.0.0.1", queue="host.here")
+    Host.objects.create(name="far-away", address="10.0.0.9", queue="host.far-away")
+    client.force_login(admin_user)
+    page = client.get(reverse("hardware:host_detail", args=[here.name])).content.decode()
+    assert 'id="lan-setting"' in page and "<code>CONTROLPANEL_LAN_ADDRESS</code> sets its address" in page
+    assert 'id="lan-setting"' not in client.get(reverse("hardware:host_detail", args=["far-away"])).content.decode()

@@ -10,7 +10,7 @@ from controlpanel.params import parse_int
 from deployments.management.cli import ActionCommand, Actions
 from deployments.models import active_revision_of
 from hardware.models import GpuType, Host
-from hardware.services import host_address_set, host_declare, host_probe_record
+from hardware.services import host_address_follow_lan, host_address_set, host_declare, host_probe_record
 from serving.planner.fit import MAX_GPUS
 
 
@@ -20,7 +20,7 @@ class Command(ActionCommand):
     def add_actions(self, actions: Actions[Any]) -> None:
         reg = actions.add_parser("register-local", help="probe this machine (NVML) and record it as a host")
         reg.add_argument("--name", default=None)
-        reg.add_argument("--address", default="127.0.0.1")
+        reg.add_argument("--address", default="127.0.0.1", help="default: CONTROLPANEL_LAN_ADDRESS when set")
         actions.add_parser("list", help="name, online, engine, active revision, GPUs")
         adr = actions.add_parser(
             "address", help="set where the panel, the lab router and client exports reach a host (not loopback)"
@@ -171,11 +171,13 @@ class Command(ActionCommand):
         facts, inventory = probe_local()
         facts["address"] = o["address"]
         host = host_probe_record(name=o["name"] or local_host_name(), facts=facts, inventory=inventory)
-        if o["address"] != host.address and o["address"] != "127.0.0.1":  # given here: the admin's own
-            try:
+        try:
+            if o["address"] != host.address and o["address"] != "127.0.0.1":  # given here: the admin's own
                 host = host_address_set(host=host, address=o["address"], actor=None)
-            except ValidationError as exc:
-                raise CommandError("; ".join(exc.messages), returncode=2) from exc
+            elif o["address"] == "127.0.0.1":  # not given: CONTROLPANEL_LAN_ADDRESS, when set
+                host = host_address_follow_lan(host)
+        except ValidationError as exc:
+            raise CommandError("; ".join(exc.messages), returncode=2) from exc
         gpus = host.gpus.count()
         kind = f"{gpus} GPU(s)" if gpus else f"CPU-only ({inventory.get('reason') or 'no NVIDIA driver'})"
         self.stdout.write(f"Registered host {host.name} (queue {host.queue}): {kind}.")

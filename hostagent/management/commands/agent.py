@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
@@ -21,8 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", default=None, help="refuse to start unless the token is this host's")
         parser.add_argument(
             "--address",
-            default="127.0.0.1",
-            help="the address this host suggests to the panel (shown to admins; an admin sets the one used)",
+            default=None,
+            help="the address this host suggests to the panel (shown to admins; an admin sets the one used); "
+            "default: CONTROLPANEL_LAN_ADDRESS, else 127.0.0.1",
         )
         parser.add_argument("--no-watchdog", action="store_true")
         parser.add_argument("--no-telemetry", action="store_true")
@@ -35,7 +37,7 @@ class Command(BaseCommand):
         try:
             run(
                 name=options["name"],
-                address=options["address"],
+                address=options["address"] or settings.LAN_ADDRESS or "127.0.0.1",
                 watchdog=not options["no_watchdog"],
                 telemetry=not options["no_telemetry"],
                 loglevel=options["loglevel"],

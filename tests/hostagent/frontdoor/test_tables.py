@@ -125,3 +125,21 @@ def test_the_standalone_doors_stop_grace_is_a_finite_number_of_seconds(raw: str)
     with pytest.raises(argparse.ArgumentTypeError, match="--stop-grace"):
         parse_grace(raw)
     assert parse_grace("0") == 0.0 and parse_grace("2.5") == 2.5
+
+
+def test_the_lan_address_moves_the_doors_default_bind_and_its_own_setting_still_wins() -> None:
+    """CONTROLPANEL_LAN_ADDRESS (issue 41): the door listens on port 4000 there; the panel's check
+    at start (serving.binds.front_door_bind) reads the same rule."""
+    from serving.binds import front_door_bind
+
+    for environ, bind in (
+        ({}, "127.0.0.1:4000"),
+        ({"CONTROLPANEL_LAN_ADDRESS": "10.213.7.1"}, "10.213.7.1:4000"),
+        ({"CONTROLPANEL_LAN_ADDRESS": "fd00::7"}, "[fd00::7]:4000"),
+        (
+            {"CONTROLPANEL_LAN_ADDRESS": "10.213.7.1", "CONTROLPANEL_FRONT_DOOR_BIND": "127.0.0.1:4400"},
+            "127.0.0.1:4400",
+        ),
+    ):
+        assert FrontDoorSettings.from_env(environ).bind == bind
+        assert front_door_bind(environ) == bind
