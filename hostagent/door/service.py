@@ -346,7 +346,7 @@ def start_front_door(
         return None
     service = FrontDoorService(
         ctx,
-        door,
+        dataclasses.replace(door, host_name=ctx.host),  # the `host` label of its engines' series
         gpus=gpus,
         state=state_dir(ctx.host),
         interval=settings.AGENT_SERVING_S,
