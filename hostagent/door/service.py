@@ -64,7 +64,7 @@ class FrontDoorService:
         relaunching: str | None = None,
     ) -> None:
         self.ctx = ctx
-        self.settings = door_settings
+        self.settings = dataclasses.replace(door_settings, host_name=ctx.host)  # its engines' series' `host`
         self.gpus = gpus
         self.interval = interval
         self.store = ServingStore(state)
@@ -346,7 +346,7 @@ def start_front_door(
         return None
     service = FrontDoorService(
         ctx,
-        dataclasses.replace(door, host_name=ctx.host),  # the `host` label of its engines' series
+        door,
         gpus=gpus,
         state=state_dir(ctx.host),
         interval=settings.AGENT_SERVING_S,

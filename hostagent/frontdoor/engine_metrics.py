@@ -32,6 +32,7 @@ __all__ = ["SCRAPE_TIMEOUT_S", "EngineScraper", "ScrapeError", "relabel"]
 
 SCRAPE_TIMEOUT_S = 2.0  # one engine's whole answer; the engines are asked side by side
 MAX_BYTES = 8 << 20  # an engine's /metrics text beyond this is left out (reason "too_large")
+OFF_STATUSES = (404, 501)  # no /metrics: llama-server without --metrics answers 501
 OWN_PREFIX = "frontdoor_"  # the door's own families; an engine's of that name is left out
 DOOR_LABELS = ("host", "model", "alias")
 SUFFIXES = ("_total", "_created", "_bucket", "_sum", "_count", "_info", "_gsum", "_gcount")
@@ -185,7 +186,9 @@ class EngineScraper:
         try:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             async with self._session.get(model.url("/metrics"), headers=headers, timeout=timeout) as answer:
-                if answer.status != 200:
+                if answer.status in OFF_STATUSES:
+                    reason = "off"
+                elif answer.status != 200:
                     reason = "status"
                 else:
                     body = bytearray()

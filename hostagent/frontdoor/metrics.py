@@ -107,6 +107,7 @@ class Metrics(Registry):
         )
         self.engine_scrape_failures = counter(
             "frontdoor_engine_scrape_failures",
-            "Engine /metrics left out of a scrape, by reason: timeout, refused, status (not 200), parse, too_large",
+            "Engine /metrics left out of a scrape, by reason: off (the engine exports none), timeout, refused, "
+            "status (not 200), parse, too_large",
             "model", "reason",
         )  # fmt: skip
