@@ -103,9 +103,13 @@ def _gpus(now: datetime) -> Iterator[Metric]:
         .order_by("host__name", "index")
         .values_list("host__name", "index", "name", "memory_bytes", "sample_id")
     )
-    samples = GpuSample.objects.only("ts", *(column for column, _ in GPU_GAUGES.values()), "energy_mj").in_bulk(
-        [sample_id for *_, sample_id in gpus if sample_id is not None]
-    )
+    columns = [column for column, _ in GPU_GAUGES.values()]
+    samples = {
+        row[0]: row[1:]
+        for row in GpuSample.objects.filter(
+            pk__in=[sample_id for *_, sample_id in gpus if sample_id is not None]
+        ).values_list("pk", "ts", "energy_mj", *columns)
+    }
     total = GaugeMetricFamily(
         "controlpanel_gpu_memory_total_bytes", "GPU memory in all, bytes (as the host reported it).", labels=GPU_LABELS
     )
@@ -122,13 +126,13 @@ def _gpus(now: datetime) -> Iterator[Metric]:
         sample = samples.get(sample_id) if sample_id is not None else None
         if sample is None:
             continue
-        for family, (column, _) in GPU_GAUGES.items():
-            value = getattr(sample, column)
+        ts, energy_mj, *values = sample
+        for family, value in zip(gauges.values(), values, strict=True):
             if value is not None:
-                gauges[family].add_metric(labels, value)
-        if sample.energy_mj is not None:
-            energy.add_metric(labels, sample.energy_mj / 1000)
-        age.add_metric(labels, max((now - sample.ts).total_seconds(), 0.0))
+                family.add_metric(labels, value)
+        if energy_mj is not None:
+            energy.add_metric(labels, energy_mj / 1000)
+        age.add_metric(labels, max((now - ts).total_seconds(), 0.0))
     yield total
     yield from gauges.values()
     yield energy
