@@ -15,10 +15,11 @@ an alias), to a host whose front door serves it:
 - streams pass through as the door writes them, and a client that hangs up closes the door's
   request at once (which closes the engine's);
 - `/v1/models` is the union of what the usable doors serve, as the key may use it;
-- `/metrics` counts requests by host, name and status, failovers, doors down and the table's age.
+- `/metrics` counts requests by host, name and status, failovers, doors down and the table's age;
+  `/prometheus/doors` lists the doors for Prometheus to scrape each (HTTP service discovery).
 - no client can stall it: the front door's connection bounds (hostagent/frontdoor/limits.py), from
   CONTROLPANEL_ROUTER_*_TIMEOUT_S and CONTROLPANEL_ROUTER_MAX_CONNECTIONS[_PER_PEER]; `/metrics`
-  behind CONTROLPANEL_ROUTER_METRICS_TOKEN when it is set.
+  and `/prometheus/doors` behind CONTROLPANEL_ROUTER_METRICS_TOKEN when it is set.
 
 Inference keys are the front doors' own (hostagent.frontdoor.keys, the table the panel gives
 every door): a key not allowed a name is refused here as it would be at the door, and the

@@ -6,6 +6,7 @@ POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body
      /v1/messages/count_tokens                                 path (Anthropic's errors on its own)
 GET  /v1/models                                              the union of the usable doors', as the key may use it
 GET  /metrics                                                Prometheus text (controlpanel/router/metrics.py)
+GET  /prometheus/doors                                       the doors as Prometheus HTTP service discovery targets
 GET  /health                                                 200 once the route table was read, with its age
 """
 
@@ -18,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -30,7 +32,7 @@ from serving.lab_routes import LabRoutes, Route
 from .forward import STREAM, Doors
 from .metrics import RouterMetrics
 
-__all__ = ["DOWN_FOR_S", "Router"]
+__all__ = ["DOWN_FOR_S", "Router", "door_targets"]
 
 log = logging.getLogger("controlpanel.router")
 
@@ -86,7 +88,7 @@ class Router:
             self.host, self.port, inference=self._inference, not_found=self._not_found,
             gets={
                 "/v1/models": self._models, "/metrics": bearer_only(self._metrics, self.metrics_token),
-                "/health": self._health,
+                "/prometheus/doors": bearer_only(self._door_targets, self.metrics_token), "/health": self._health,
             },
             limits=self.limits, name="lab router",
         )  # fmt: skip
@@ -232,6 +234,11 @@ class Router:
         self.metrics.scraped(self.table, down, busy, now - (self.read_at or self._began))
         return self.metrics.response()
 
+    async def _door_targets(self, request: web.Request) -> web.Response:
+        """Every door of the route table other machines can reach, as Prometheus' `http_sd_configs`
+        reads targets (docs/metrics.md): its HOST:PORT, labelled with its host's name."""
+        return web.json_response(door_targets(self.table))
+
     async def _health(self, request: web.Request) -> web.Response:
         if self.read_at is None:
             return web.json_response({"status": "starting", "reason": self._said or "no route table yet"}, status=503)
@@ -241,3 +248,8 @@ class Router:
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return error_response(404, f"No route {request.method} {request.path} on the lab router.", code="not_found")
+
+
+def door_targets(table: LabRoutes) -> list[dict[str, Any]]:
+    """[{"targets": ["10.0.0.7:4000"], "labels": {"host": "gpu-box-1"}}, ...] for the doors with a URL."""
+    return [{"targets": [urlsplit(door.url).netloc], "labels": {"host": door.host}} for door in table.doors if door.url]

@@ -64,7 +64,7 @@ class FrontDoorService:
         relaunching: str | None = None,
     ) -> None:
         self.ctx = ctx
-        self.settings = door_settings
+        self.settings = dataclasses.replace(door_settings, host_name=ctx.host)  # its engines' series' `host`
         self.gpus = gpus
         self.interval = interval
         self.store = ServingStore(state)

@@ -24,6 +24,7 @@ proxy needs. Starlette on uvicorn with httpx would add a server and a second cli
     proxy.py      one request to an engine: body rewritten, stream passed through, usage read
     usage.py      usage per key, model and day; a stream's usage (chat's chunk, Messages', Responses')
     metrics.py    Prometheus metrics (its Registry is the lab router's too)
+    engine_metrics.py  the loaded engines' own /metrics, relabelled onto the door's
     server.py     the routes (apis.py), listen(), body reading and parsing, errors in each API's shape,
                   shared with the lab router
     limits.py     ConnectionLimits: header, body and idle timeouts, connection caps (door and router)

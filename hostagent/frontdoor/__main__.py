@@ -1,13 +1,15 @@
 """Run a front door without the agent or manage.py: for the bench and for trying it out.
 
     python -m hostagent.frontdoor --table table.json --commands commands.json \
-        [--keys keys.json] [--budget ram=2GiB] [--bind 127.0.0.1:4000] [--log-dir DIR] [--stop-grace 10]
+        [--keys keys.json] [--budget ram=2GiB] [--bind 127.0.0.1:4000] [--log-dir DIR] [--stop-grace 10] \
+        [--host-name gpu-box-1]
 
 table.json is a routing table (table.py), keys.json a key table (keys.py), commands.json says how
 to start each model: {"name": {"argv": [...], "health_url": "http://127.0.0.1:8001/health"}}.
 With --budget, free memory is the budget less the planned bytes of the models running; without,
 it is the host's available RAM under the device name "ram". Settings come from the environment
-(CONTROLPANEL_FRONT_DOOR_*), --bind overrides the bind address. Ctrl-C stops the front door and
+(CONTROLPANEL_FRONT_DOOR_*), --bind overrides the bind address; --host-name is the `host` label of
+the engines' series on /metrics (default: this machine's short hostname). Ctrl-C stops the front door and
 every engine it started.
 """
 
@@ -77,6 +79,8 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.bind:
         host, port = parse_bind(args.bind)
         settings = dataclasses.replace(settings, host=host, port=port)
+    if args.host_name:
+        settings = dataclasses.replace(settings, host_name=args.host_name)
     loader = ProcessLoader(commands, log_dir=Path(args.log_dir) if args.log_dir else None, stop_grace=args.stop_grace)
     budget = dict(args.budget)
     free = (lambda: budget_free_memory(table, budget, loader)) if budget else available_ram
@@ -102,6 +106,7 @@ def main() -> None:
     parser.add_argument("--keys", help="key table JSON (default: no keys, open on the bind address)")
     parser.add_argument("--budget", type=parse_budget, action="append", default=[], help="DEVICE=SIZE, repeatable")
     parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_FRONT_DOOR_BIND or 127.0.0.1:4000)")
+    parser.add_argument("--host-name", help="the `host` label of the engines' series (default: this machine's name)")
     parser.add_argument("--log-dir", help="one log file per engine here (made if missing)")
     parser.add_argument(
         "--stop-grace", type=parse_grace, default=10.0,

@@ -5,7 +5,7 @@ POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body
      /v1/audio/transcriptions, /v1/messages,                   to an engine that serves the path
      /v1/messages/count_tokens                                 (apis.py; Anthropic's errors there)
 GET  /v1/models                                              the names and aliases a key may use, each model's state
-GET  /metrics                                                Prometheus text
+GET  /metrics                                                Prometheus text: the door's, then its loaded engines'
 GET  /health                                                 {"status": "ok"} while it listens
 GET  /frontdoor/state, /frontdoor/usage                      for this host: loopback, or the address the door listens on
 """
@@ -24,6 +24,7 @@ from aiohttp import web
 
 from .apis import BodyError, api_of
 from .departed import Departed, not_found_message
+from .engine_metrics import EngineScraper
 from .flags import FlagError, normalise_flags
 from .keys import NO_KEY_MESSAGE, InferenceKey, KeyTable
 from .metrics import Metrics
@@ -55,6 +56,7 @@ class FrontDoor:
     ) -> None:
         self.settings = settings or FrontDoorSettings.from_env(os.environ)
         self.metrics = Metrics()
+        self.engines = EngineScraper(self.metrics, self.settings.host_label)
         self.ledger = UsageLedger()
         self.keys = keys or KeyTable()
         self.scheduler = Scheduler(table, loader, free_memory, self.settings, self.metrics)
@@ -68,6 +70,7 @@ class FrontDoor:
 
     async def start(self) -> None:
         self._upstream = Upstream()
+        self.engines.open()
         self._runner, self.port = await listen(
             self.settings.host, self.settings.port, inference=self._inference, not_found=self._not_found,
             gets={
@@ -86,6 +89,7 @@ class FrontDoor:
         await self.scheduler.close()
         if self._upstream is not None:
             await self._upstream.close()
+        await self.engines.close()
 
     def update_table(self, table: RoutingTable) -> None:
         self.departed.update(self.scheduler.table, table)
@@ -230,7 +234,11 @@ class FrontDoor:
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return self.metrics.response()
+        """The door's own series, then its loaded engines' (engine_metrics.py): only those loaded
+        are asked, so a scrape never loads one."""
+        loaded = self.scheduler.loaded()
+        models = [model for model in self.scheduler.table.models if model.name in loaded]
+        return self.metrics.response(await self.engines.scrape(models))
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

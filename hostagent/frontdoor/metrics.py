@@ -39,9 +39,10 @@ class Registry:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def response(self) -> web.Response:
-        """The Prometheus text, as `GET /metrics` answers it."""
-        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def response(self, more: bytes = b"") -> web.Response:
+        """The Prometheus text, as `GET /metrics` answers it; `more` (other families: the front
+        door's engines') after its own."""
+        return web.Response(body=self.render() + more, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 class Metrics(Registry):
@@ -95,4 +96,18 @@ class Metrics(Registry):
             "A swap's timeline, phase by phase: turn (the loaded model finishes its own requests), drain, "
             "stop, release (memory shown free), start (engine start to a passed health gate), first_token",
             PHASE_BUCKETS, "model", "phase",
+        )  # fmt: skip
+        # The loaded engines' own /metrics, asked when the door's is scraped (engine_metrics.py).
+        self.engine_up = gauge(
+            "frontdoor_engine_scrape_up",
+            "1 when the loaded model's engine gave its /metrics for this scrape (its series follow), else 0",
+        )
+        self.engine_scrape_seconds = gauge(
+            "frontdoor_engine_scrape_seconds", "Seconds the loaded model's engine took to answer /metrics (or fail)"
+        )
+        self.engine_scrape_failures = counter(
+            "frontdoor_engine_scrape_failures",
+            "Engine /metrics left out of a scrape, by reason: off (the engine exports none), timeout, refused, "
+            "status (not 200), parse, too_large",
+            "model", "reason",
         )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -64,6 +65,13 @@ class FrontDoorSettings:
     max_connections: int = ConnectionLimits.max_connections
     max_connections_per_peer: int = ConnectionLimits.max_connections_per_peer
     metrics_token: str = field(default="", repr=False)  # set: GET /metrics needs `Authorization: Bearer <token>`
+    # The `host` label of the engines' series on /metrics: the host's name in the panel (the agent
+    # sets it); "" is this machine's short hostname.
+    host_name: str = ""
+
+    @property
+    def host_label(self) -> str:
+        return self.host_name or socket.gethostname().split(".")[0].lower() or "localhost"
 
     @property
     def bind(self) -> str:

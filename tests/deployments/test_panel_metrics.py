@@ -1,18 +1,22 @@
 """The panel's Prometheus /metrics (docs/metrics.md): loopback only without a token, the bearer
-token with one, and the figures a Grafana board reads (operations, hosts, usage)."""
+token with one, and the figures a Grafana board reads (operations, hosts, usage, GPUs)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from deployments.metrics import panel_metrics
 from deployments.models import Operation, UsageDay
-from tests.hardware.factories import HostFactory
+from hardware.models import GpuSample
+from tests.hardware.factories import GPUFactory, HostFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +59,53 @@ def test_metrics_count_operations_hosts_and_usage() -> None:
     assert found[("controlpanel_usage_requests_today", labels)] == 9
     assert found[("controlpanel_usage_completion_tokens_today", labels)] == 45
     assert ("controlpanel_telemetry_samples_recent", (("kind", "gpu"),)) in found
+
+
+def test_each_gpu_shows_its_latest_recent_telemetry() -> None:
+    now = timezone.now()
+    box = HostFactory(name="box")
+    busy = GPUFactory(host=box, index=0, name="NVIDIA H100 80GB HBM3", memory_bytes=80 * 1024**3)
+    quiet = GPUFactory(host=box, index=1, name="NVIDIA H100 80GB HBM3", memory_bytes=80 * 1024**3)
+    gone = GPUFactory(host=HostFactory(name="gone"), index=0, memory_bytes=24 * 1024**3)
+    sample = {"resolution_s": 0, "mem_used_bytes": 10 * 1024**3, "temp_c": 50.0}
+    for gpu, ago, util, power, energy in (
+        (busy, 20, 10, 100, 5_000_000),
+        (busy, 5, 97, 640.5, 9_000_000),  # the latest of `busy`
+        (quiet, 5, 0, None, None),
+        (gone, 7200, 55, 300, None),
+    ):
+        GpuSample.objects.create(
+            gpu=gpu, ts=now - timedelta(seconds=ago), util_pct=util, power_w=power, energy_mj=energy, **sample
+        )
+    GpuSample.objects.create(gpu=quiet, ts=now, resolution_s=60, util_pct=42)  # a rollup is not a sample
+    found = _samples(Client().get("/metrics", REMOTE_ADDR="127.0.0.1").content)
+    first = (("gpu", "0"), ("gpu_name", "NVIDIA H100 80GB HBM3"), ("host", "box"))
+    second = (("gpu", "1"), ("gpu_name", "NVIDIA H100 80GB HBM3"), ("host", "box"))
+    old = (("gpu", "0"), ("gpu_name", "NVIDIA GeForce RTX 3090"), ("host", "gone"))
+    assert found[("controlpanel_gpu_utilization_percent", first)] == 97
+    assert found[("controlpanel_gpu_power_watts", first)] == 640.5
+    assert found[("controlpanel_gpu_energy_joules_total", first)] == 9000
+    assert found[("controlpanel_gpu_memory_used_bytes", first)] == 10 * 1024**3
+    assert found[("controlpanel_gpu_memory_total_bytes", first)] == 80 * 1024**3
+    assert found[("controlpanel_gpu_utilization_percent", second)] == 0
+    assert ("controlpanel_gpu_power_watts", second) not in found  # not measured: no series, not 0
+    assert ("controlpanel_gpu_energy_joules_total", second) not in found
+    # A host silent for two hours: its GPU is listed with its size, but no figures from then.
+    assert found[("controlpanel_gpu_memory_total_bytes", old)] == 24 * 1024**3
+    assert ("controlpanel_gpu_utilization_percent", old) not in found
+    assert 0 <= found[("controlpanel_gpu_sample_age_seconds", first)] < 60
+
+
+def test_gpu_series_cost_the_same_queries_for_any_number_of_gpus(django_assert_num_queries: Any) -> None:
+    def gpus_with_samples(count: int) -> None:
+        host = HostFactory()
+        for index in range(count):
+            gpu = GPUFactory(host=host, index=index)
+            GpuSample.objects.create(gpu=gpu, ts=timezone.now(), resolution_s=0, util_pct=50.0)
+
+    gpus_with_samples(1)
+    with CaptureQueriesContext(connection) as one:
+        panel_metrics()
+    gpus_with_samples(16)
+    with django_assert_num_queries(len(one.captured_queries)):
+        panel_metrics()

@@ -1,7 +1,8 @@
 """Two hosts of a lab, as the lab router sees them: real front doors (`python -m
 hostagent.frontdoor`, each in its own process, listening on every interface), each in front of a
 real llama-server serving the shipped Gemma 3 270M under its own name (`gemma-a`, `gemma-b`), so
-an answer says which host's engine wrote it. What each door serves and its keys are the panel's
+an answer says which host's engine wrote it; its /metrics on, re-exported by the door under the
+host's name. What each door serves and its keys are the panel's
 own document for its host (services.front_door.front_door_document, what the agent gets); its
 report is the door's own /frontdoor/state, recorded as the agent API records it. The router is
 `manage.py router` in its own process on the test database.
@@ -144,10 +145,13 @@ def two_hosts(operator: User, admin_user: User, tmp_path: Path) -> Iterator[Lab]
                 alias_set(host=host, name=name, revision=revision, actor=operator)
             document = front_door_document(host)
             table = [{k: m[k] for k in TABLE_FIELDS} for m in document["models"]]
-            argv = engine_argv(revision.port, context=1024, slots=2, threads=1, name=served)
+            argv = [*engine_argv(revision.port, context=1024, slots=2, threads=1, name=served), "--metrics"]
             door = stack.enter_context(
-                front_door(table, {table[0]["name"]: argv}, 64 << 30, keys=document["keys"], bind_host="0.0.0.0")  # noqa: S104
-            )
+                front_door(
+                    table, {table[0]["name"]: argv}, 64 << 30, keys=document["keys"], bind_host="0.0.0.0",  # noqa: S104
+                    extra=("--host-name", host_name),
+                )
+            )  # fmt: skip
             door.wait_phase(table[0]["name"], "loaded", timeout=120)
             report(host, door, document["version"])
             doors[host_name] = door

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import threading
@@ -42,7 +43,10 @@ ASK = [{"role": "user", "content": "Say hello."}]
 
 
 def launch(number: int, *, ctx: int, port: int, model: str | None = None) -> dict[str, Any]:
-    return gemma_launch(number, ctx=ctx, port=port, model=model, api_key=ENGINE_KEY)
+    order = gemma_launch(number, ctx=ctx, port=port, model=model, api_key=ENGINE_KEY)
+    if number == 1:  # llama-server's /metrics, which the door re-exports (r2 runs without)
+        order["config"]["knobs"]["metrics"] = True
+    return order
 
 
 def model(name: str, spec: dict[str, Any], mode: str, *aliases: str, memory: int = PLANNED) -> dict[str, Any]:
@@ -115,6 +119,12 @@ def test_the_pinned_revision_answers_through_the_door_from_the_hosts_own_engine(
     assert not (world.state / "ondemand" / "r101").exists()
     listed = {m.id for m in world.client().models.list().data}
     assert listed == {"gemma-r1", "coder"}
+    # The engine's own series on the door's /metrics, under the agent's host name.
+    scraped = httpx.get(f"{world.url}/metrics", timeout=10).text
+    predicted = re.search(
+        r'^llamacpp:tokens_predicted_total\{host="door-host",model="gemma-r1",alias="coder"\} (\S+)$', scraped, re.M
+    )
+    assert predicted is not None and float(predicted.group(1)) >= 3, scraped
 
 
 def test_a_rolled_back_switch_leaves_the_pinned_revision_reported_loaded(world: World) -> None:
@@ -153,6 +163,9 @@ def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_ow
     assert world.service.loader.running() == {"gemma-r2"}
     state = world.state_of()["gemma-r2"]
     assert state["phase"] == "loaded" and state["last_load_s"] > 0
+    scraped = httpx.get(f"{world.url}/metrics", timeout=10).text  # r2's llama-server has no --metrics
+    assert 'frontdoor_engine_scrape_failures_total{model="gemma-r2",reason="off"}' in scraped
+    assert 'frontdoor_engine_scrape_up{model="gemma-r2"} 0.0' in scraped and 'model="gemma-r2",alias' not in scraped
     print(f"on-demand load through the agent: {state['last_load_s']:.2f} s, first token {first_token_s:.2f} s")
 
 
