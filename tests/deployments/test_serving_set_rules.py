@@ -189,7 +189,7 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
     good = lab["agent"].serving()
     broken = json.loads(json.dumps(good))
     broken["version"] = "broken-1"
-    broken["models"][1]["launch"]["config"]["port"] = good["models"][0]["launch"]["config"]["port"]
+    broken["models"][1]["launch"]["spec"]["port"] = good["models"][0]["launch"]["spec"]["port"]
 
     class Panel:  # the agent's side of the wire: what the panel answers, what the agent sends
         def __init__(self) -> None:

@@ -116,7 +116,7 @@ def test_a_switch_to_a_revision_with_the_knob_reaches_the_preflight(
     # checks each of them against the (replayed) NVML answers before anything is stopped.
     order = operation_order(op)
     launch = order["revision"]
-    assert launch["error"] == "" and launch["memory_planned"] == planned
+    assert launch["error"] == "" and launch["memory"]["devices"] == planned
     spec = launch_spec(launch, installs=order["host"]["engine_installs"])
     checks = host_preflight(
         launch, spec, Supervisor(tmp_path / "state"), installs={}, cpu_only=False, gpu_samples=h200s, ours=()

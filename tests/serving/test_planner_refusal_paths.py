@@ -99,5 +99,6 @@ def test_a_rollback_to_it_is_still_ordered(lab: dict[str, Any], operator: Any, a
     host = Host.objects.get(name="lab")
     op = operation_create(kind="switch", host=host, revision=lab["r1"], actor=admin_user)
     order = operation_order(op)
-    assert order["previous"]["number"] == 2 and order["previous"]["memory_planned"] is None
-    assert order["revision"]["memory_planned"]
+    assert order["previous"]["number"] == 2 and order["previous"]["memory"]["devices"] == {}
+    assert order["previous"]["memory"]["refused"] == REASON
+    assert order["revision"]["memory"]["devices"]

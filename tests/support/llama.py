@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from serving.engines.base import ModelRef
+from serving.launch import RevisionSpec
+from serving.wire import RevisionLaunch
+
 
 @functools.cache
 def llama_server_binary() -> str:
@@ -81,29 +85,17 @@ def gemma_launch(
     number: int, *, ctx: int, port: int, model: str | None = None, api_key: str | None = None
 ) -> dict[str, Any]:
     """A llama.cpp revision's launch of the test model, as the panel sends it to an agent
-    (deployments.agent_api.orders.revision_launch): revision id 100 + number, served as gemma-rN."""
+    (serving.wire.RevisionLaunch.to_dict()): revision id 100 + number, served as gemma-rN."""
     path = model or gemma_model_path()
-    config = {
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "model": path,
-        "served_name": f"gemma-r{number}",
-        "port": port,
-        "knobs": {"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
-        "env": {},
-        "api_key": api_key,
-    }
-    return {
-        "id": 100 + number,
-        "number": number,
-        "label": f"r{number}",
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "config": config,
-        "model": {"gguf_file": path, "mmproj_file": "", "repo_id": "", "weights_bytes": None},
-        "installs": {},
-        "error": "",
-    }
+    spec = RevisionSpec(
+        engine="llama.cpp",
+        version="",
+        model=ModelRef(name="gemma-3-270m", gguf_file=path, format="gguf"),
+        knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
+        served_name=f"gemma-r{number}",
+        port=port,
+    )
+    return RevisionLaunch(id=100 + number, number=number, spec=spec, api_key=api_key).to_dict()
 
 
 def serving_entry(
@@ -115,7 +107,7 @@ def serving_entry(
         "name": name,
         "aliases": list(aliases),
         "upstream": "http://127.0.0.1:9",
-        "upstream_model": launch["config"]["served_name"],
+        "upstream_model": launch["spec"]["served_name"],
         "mode": mode,
         "idle_ttl_s": idle_ttl_s,
         "memory": {"ram": memory},

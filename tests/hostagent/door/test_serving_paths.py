@@ -11,7 +11,9 @@ def test_each_model_carries_its_engines_paths_from_the_adapter_and_a_hand_writte
         "models": [
             {
                 "name": "qwen-r3", "aliases": ["local"], "mode": "on-demand",
-                "launch": {"id": "7", "label": "r3", "config": {"engine": "ollama", "port": 8011}},
+                "launch": {"id": 7, "number": 3, "spec": {
+                    "engine": "ollama", "version": "", "model": {"name": "qwen3:8b", "format": "ollama"}, "port": 8011,
+                }},
             },
             {"name": "by-hand", "upstream": "http://127.0.0.1:8012"},
         ],
