@@ -17,7 +17,7 @@ from typing import Any
 
 from serving.engines.base import ModelRef
 from serving.launch import RevisionSpec
-from serving.wire import RevisionLaunch
+from serving.wire import DoorModel, PlannedMemory, RevisionLaunch
 
 
 @functools.cache
@@ -85,32 +85,57 @@ def gemma_launch(
     number: int, *, ctx: int, port: int, model: str | None = None, api_key: str | None = None
 ) -> dict[str, Any]:
     """A llama.cpp revision's launch of the test model, as the panel sends it to an agent
-    (serving.wire.RevisionLaunch.to_dict()): revision id 100 + number, served as gemma-rN."""
+    (deployments.agent_api.orders.revision_launch): revision id 100 + number, served as gemma-rN."""
     path = model or gemma_model_path()
+    config = {
+        "engine": "llama.cpp",
+        "engine_version": "",
+        "model": path,
+        "served_name": f"gemma-r{number}",
+        "port": port,
+        "knobs": {"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
+        "env": {},
+        "api_key": api_key,
+    }
+    return {
+        "id": 100 + number,
+        "number": number,
+        "label": f"r{number}",
+        "engine": "llama.cpp",
+        "engine_version": "",
+        "config": config,
+        "model": {"gguf_file": path, "mmproj_file": "", "repo_id": "", "weights_bytes": None},
+        "installs": {},
+        "error": "",
+    }
+
+
+def door_launch(launch: dict[str, Any], *, memory: int | None = None) -> RevisionLaunch:
+    """One of gemma_launch()'s revisions as the panel's projection makes it (serving.wire), with
+    `memory` planned bytes of RAM."""
+    config = launch["config"]
     spec = RevisionSpec(
-        engine="llama.cpp",
-        version="",
-        model=ModelRef(name="gemma-3-270m", gguf_file=path, format="gguf"),
-        knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
-        served_name=f"gemma-r{number}",
-        port=port,
+        engine=config["engine"],
+        version=config["engine_version"],
+        model=ModelRef(name=config["served_name"], gguf_file=config["model"], format="gguf"),
+        knobs=dict(config["knobs"]),
+        served_name=config["served_name"],
+        port=config["port"],
     )
-    return RevisionLaunch(id=100 + number, number=number, spec=spec, api_key=api_key).to_dict()
+    return RevisionLaunch(
+        id=launch["id"],
+        number=launch["number"],
+        spec=spec,
+        memory=PlannedMemory(devices={"ram": memory} if memory is not None else {}),
+        api_key=config["api_key"],
+        served_name=config["served_name"],
+    )
 
 
 def serving_entry(
     name: str, launch: dict[str, Any], mode: str, *aliases: str, memory: int, idle_ttl_s: float | None = None
 ) -> dict[str, Any]:
-    """A model of the panel's serving answer (GET /agent/v1/serving) for one of gemma_launch()'s
-    revisions: the agent says where its engine listens (the upstream here is a placeholder)."""
-    return {
-        "name": name,
-        "aliases": list(aliases),
-        "upstream": "http://127.0.0.1:9",
-        "upstream_model": launch["spec"]["served_name"],
-        "mode": mode,
-        "idle_ttl_s": idle_ttl_s,
-        "memory": {"ram": memory},
-        "revision": launch["number"],
-        "launch": launch,
-    }
+    """A model of the panel's serving answer (GET /agent/v1/serving, serving.wire.DoorModel) for
+    one of gemma_launch()'s revisions: the agent says where its engine listens."""
+    entry = DoorModel(name, door_launch(launch, memory=memory), mode, tuple(aliases), idle_ttl_s)
+    return entry.to_dict()
