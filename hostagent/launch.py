@@ -10,13 +10,12 @@ from typing import Any
 
 from django.conf import settings
 
-from hostagent.frontdoor.table import TableError
 from hostagent.runtime.confine import confine, working_folder
 from serving.engines.base import EngineConfigError, LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.launch import HostFacts, engine_config
 from serving.launch import launch as serving_launch
-from serving.wire import RevisionLaunch, WireError
+from serving.wire import RevisionLaunch
 
 from .binaries import resolve_binary
 from .context import current_or_none
@@ -65,41 +64,3 @@ def launch_spec(launch: RevisionLaunch | Mapping[str, Any], *, installs: Install
     concerns = get_adapter(launch.engine).concerns(engine_config(launch.spec, facts, api_key=api_key))
     confine([(c.field, c.path) for c in concerns if c.kind == "path"], facts.model_dirs, cwd=cwd)
     return dataclasses.replace(made, cwd=cwd)
-
-
-# The front door's table (hostagent.door) reads a launch through these until it holds the
-# RevisionLaunch itself; each takes the typed value or its plain JSON, and a launch that breaks
-# the shape refuses the table (TableError, naming the field).
-
-
-def _door_launch(launch: RevisionLaunch | Mapping[str, Any]) -> RevisionLaunch:
-    try:
-        return as_launch(launch)
-    except WireError as exc:
-        raise TableError(str(exc)) from exc
-
-
-def launch_port(launch: RevisionLaunch | Mapping[str, Any]) -> int:
-    """The port a revision's launch asks its engine to listen on."""
-    return _door_launch(launch).port
-
-
-def launch_installs(launch: RevisionLaunch | Mapping[str, Any]) -> dict[str, Any]:
-    """The host's installs to resolve `launch`'s engine with (the agent's, not the launch's)."""
-    return dict(known_installs())
-
-
-def launch_revision(launch: RevisionLaunch | Mapping[str, Any]) -> tuple[str, str]:
-    """(revision id, label such as "r12") of a launch."""
-    typed = _door_launch(launch)
-    return str(typed.id), typed.label
-
-
-def launch_engine(launch: RevisionLaunch | Mapping[str, Any]) -> str:
-    """The engine a launch runs ("llama.cpp", "vllm", ...)."""
-    return _door_launch(launch).engine
-
-
-def launch_api_key(launch: RevisionLaunch | Mapping[str, Any]) -> str | None:
-    """The engine's own API key, which the front door sends upstream and clients never see."""
-    return _door_launch(launch).api_key

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 from hostagent.held import gpu_holders, group_pids, held_by, process_name, rss_bytes
 from hostagent.probes.nvml import GpuSample
@@ -29,7 +28,7 @@ from serving.engines.registry import get_adapter
 from serving.wire import PlannedMemory, RevisionLaunch
 
 from .binaries import resolve_install
-from .launch import Installs, as_launch
+from .launch import Installs
 
 _SOURCES = {
     "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
@@ -242,7 +241,7 @@ def gpu_memory_checks(
 
 
 def host_preflight(
-    launch: RevisionLaunch | Mapping[str, Any],
+    launch: RevisionLaunch,
     spec: LaunchSpec,
     sup: Supervisor,
     *,
@@ -252,9 +251,7 @@ def host_preflight(
     ours: Collection[int] = (),
 ) -> list[Check]:
     """Every check, on this host, before anything is stopped. With `gpu_samples` (NVML, now),
-    the plan's memory per GPU too; `ours`: the pids of every engine the panel runs here. The front
-    door's table hands `launch` over as plain JSON (RevisionLaunch.to_dict())."""
-    launch = as_launch(launch)
+    the plan's memory per GPU too; `ours`: the pids of every engine the panel runs here."""
     checks = [engine_check(launch, installs), port_check(spec, sup), weights_check(launch, spec)]
     memory = memory_check(launch.memory, sup, cpu_only=cpu_only)
     if memory is not None:

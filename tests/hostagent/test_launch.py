@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from hostagent.frontdoor.table import TableError
-from hostagent.launch import launch_api_key, launch_port, launch_revision, launch_spec
+from hostagent.launch import launch_spec
 from hostagent.runtime.confine import PathOutsideModelFolders
 from serving.engines.base import EngineConfigError, ModelRef
 from serving.launch import RevisionSpec
-from serving.wire import RevisionLaunch
+from serving.wire import RevisionLaunch, WireError
 
 
 @pytest.fixture
@@ -73,11 +72,9 @@ def test_weights_outside_the_model_folders_are_refused_before_anything_starts(mo
         launch_spec(_launch(models, local_weights=str(elsewhere)), installs={})
 
 
-def test_the_front_doors_table_reads_a_launch_as_plain_json_and_refuses_a_broken_one(models: Path) -> None:
-    plain = _launch(models).to_dict()
-    assert (launch_port(plain), launch_revision(plain), launch_api_key(plain)) == (18084, ("104", "r4"), "sk-engine-4")
-    plain["spec"]["port"] = "8001"
-    with pytest.raises(TableError, match="launch.spec.port is not a whole number"):
-        launch_port(plain)
-    with pytest.raises(TableError, match="launch.spec is not an object"):
-        launch_revision({"id": 7, "number": 3, "config": {"engine": "ollama", "port": 8011}})
+def test_a_launch_as_plain_json_starts_the_same_and_a_broken_one_names_its_field(models: Path) -> None:
+    typed = _launch(models)
+    assert launch_spec(typed.to_dict(), installs={}).argv == launch_spec(typed, installs={}).argv
+    old = {"id": 7, "number": 3, "config": {"engine": "llama.cpp", "port": 8011}}  # a panel before the spec
+    with pytest.raises(WireError, match="launch.spec is not an object"):
+        launch_spec(old, installs={})
