@@ -5,7 +5,7 @@
     outbox.py       reports kept on disk while the panel is away
     context.py      the running agent (host, port, supervisor, launches in memory)
     tasks.py        Celery tasks by name (serving.operation_tasks), operation id in
-    operations/     switch, stop, install, benchmark, probe: plain data in, reports out
+    operations/     switch, stop, install, benchmark, probe: a typed order in, one outcome out
     loops.py        heartbeat, GPU telemetry, engine watchdog
     launch.py       a revision's launch -> LaunchSpec (executable, bind, model folders)
     preflight.py    the host's half of the switch preflight

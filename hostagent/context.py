@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hostagent.runtime.supervisor import Supervisor
+from serving.wire import RevisionLaunch
 
 from .panel import PanelPort
 
@@ -30,7 +31,10 @@ class AgentContext:
     supervisor: Supervisor
     # Launches of this host's revisions, by revision id, as the panel last sent them (in
     # memory only: they hold API keys). The heartbeat and the watchdog use the running one's.
-    launches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    launches: dict[str, RevisionLaunch] = field(default_factory=dict)
+    # The host's engine installs as the panel recorded them, from the last order (HostBrief):
+    # where an engine version's executable is (hostagent.binaries.resolve_install).
+    installs: Mapping[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set when the host's serving may have changed (an operation ended): the front door asks
     # the panel for its table at once instead of at its next poll.
@@ -50,12 +54,15 @@ class AgentContext:
             if door is not None:
                 door.handed_over(revision_id)
 
-    def remember(self, launch: dict[str, Any] | None) -> None:
-        if launch and launch.get("id") is not None:
-            with self.lock:
-                self.launches[str(launch["id"])] = launch
+    def remember(self, launch: RevisionLaunch | Mapping[str, Any] | None) -> None:
+        """Keep `launch` (the typed value, or its plain JSON as the front door's table holds it)."""
+        if launch is None:
+            return
+        typed = launch if isinstance(launch, RevisionLaunch) else RevisionLaunch.from_dict(launch)
+        with self.lock:
+            self.launches[str(typed.id)] = typed
 
-    def launch_of(self, revision_id: str | None) -> dict[str, Any] | None:
+    def launch_of(self, revision_id: str | None) -> RevisionLaunch | None:
         """The launch of one of this host's revisions: remembered, else asked of the panel."""
         if not revision_id:
             return None
@@ -74,6 +81,10 @@ _current: AgentContext | None = None
 def set_current(context: AgentContext) -> None:
     global _current
     _current = context
+
+
+def current_or_none() -> AgentContext | None:
+    return _current
 
 
 def current() -> AgentContext:

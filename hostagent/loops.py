@@ -15,6 +15,7 @@ import httpx
 from django.conf import settings
 
 from hostagent.runtime.local_http import engine_get
+from serving.wire import WireError
 
 from .context import AgentContext
 from .launch import launch_spec
@@ -155,7 +156,11 @@ def start_watchdog(ctx: AgentContext) -> Any:
         record = ctx.supervisor.status()
         if not record.revision_id:
             return None
-        launch = ctx.launch_of(record.revision_id)
+        try:
+            launch = ctx.launch_of(record.revision_id)
+        except WireError as exc:  # the panel's launch breaks the protocol: nothing to restart with
+            log.error("watchdog on %s: the launch of %s cannot be read: %s", ctx.host, record.revision_label, exc)
+            return None
         return launch_spec(launch) if launch is not None else None
 
     def on_event(event: Any) -> None:

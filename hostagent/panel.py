@@ -20,6 +20,8 @@ from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import httpx
 
+from serving.wire import Order, RevisionLaunch
+
 from .outbox import Outbox
 
 logger = logging.getLogger("controlpanel.agent")
@@ -38,8 +40,9 @@ class PanelAway(RuntimeError):
     """No answer from the panel (connection refused, timeout, 5xx) after retrying."""
 
 
-class Outcome(TypedDict):
-    """How an operation ended, as the agent reports it (PanelPort.finish)."""
+class FinishBody(TypedDict):
+    """How an operation ended, as the agent reports it (PanelPort.finish; hostagent.operations'
+    runner sends its handler's Outcome)."""
 
     state: str
     result: NotRequired[dict[str, Any] | None]
@@ -72,15 +75,15 @@ class PanelPort(Protocol):
 
     def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None: ...
 
-    def launch(self, revision_id: str) -> dict[str, Any] | None: ...
+    def launch(self, revision_id: str) -> RevisionLaunch | None: ...
 
-    def begin(self, op_id: str, *, worker: str) -> dict[str, Any] | None: ...
+    def begin(self, op_id: str, *, worker: str) -> Order | None: ...
 
     def progress(
         self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
     ) -> bool: ...
 
-    def finish(self, op_id: str, **outcome: Unpack[Outcome]) -> None: ...
+    def finish(self, op_id: str, **outcome: Unpack[FinishBody]) -> None: ...
 
     def flush(self) -> int: ...
 
@@ -239,17 +242,21 @@ class HttpPanel:
         `received` is the byte the panel has up to. Not kept when the panel is away: the file is."""
         return self._call("POST", "engine-log", {"run": run, "offset": offset, "end": end, "lines": lines})
 
-    def launch(self, revision_id: str) -> dict[str, Any] | None:
-        return self._call("GET", f"revisions/{int(revision_id)}/launch", patience=5.0)
+    def launch(self, revision_id: str) -> RevisionLaunch | None:
+        """The launch of one of this host's revisions; None when it is not this host's. Raises
+        WireError (naming the field) for an answer that breaks the protocol's shape."""
+        answer = self._call("GET", f"revisions/{int(revision_id)}/launch", patience=5.0)
+        return None if answer is None else RevisionLaunch.from_dict(answer)
 
-    def begin(self, op_id: str, *, worker: str) -> dict[str, Any] | None:
+    def begin(self, op_id: str, *, worker: str) -> Order | None:
         """The operation's order once it is marked running; None when it is not this host's or
-        not queued any more. Waits for a panel that is away (up to 10 minutes)."""
+        not queued any more. Waits for a panel that is away (up to 10 minutes). Raises WireError
+        (naming the field) for an order that breaks the protocol's shape: the operation is begun,
+        and its runner ends it failed with that reason."""
         answer = self._call("POST", f"operations/{op_id}/begin", {"worker": worker}, patience=600.0)
         if not answer or not answer.get("begun"):
             return None
-        order = answer.get("order")
-        return order if isinstance(order, dict) else None
+        return Order.from_dict(answer.get("order"))
 
     def progress(
         self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
@@ -271,7 +278,7 @@ class HttpPanel:
             return False
         return bool(answer and answer.get("cancelled"))
 
-    def finish(self, op_id: str, **outcome: Unpack[Outcome]) -> None:
+    def finish(self, op_id: str, **outcome: Unpack[FinishBody]) -> None:
         with self._lock:
             lines = self._pending_log.pop(op_id, [])
         result = outcome.get("result") or {}

@@ -6,7 +6,8 @@ on CPU-only hosts the weights and the KV cache fit the memory available now (cou
 the engine we are about to stop holds). A failed check refuses the switch with the engine
 untouched (hostagent.operations.switch). The panel shows the same checks, as far as it can
 tell, on the confirmation page (deployments.services.preflight). Everything here works on the
-plain launch the panel sent (`launch`: deployments.agent_api.orders.revision_launch).
+launch the panel sent (serving.wire.RevisionLaunch): its spec and the host's copy of the
+weights, the weights' imported size and the planner's memory (`launch.memory`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
 
 from hostagent.held import gpu_holders, group_pids, held_by, process_name, rss_bytes
 from hostagent.probes.nvml import GpuSample
@@ -24,8 +24,11 @@ from hostagent.runtime.strays import STOP_STRAYS_ENV, find_port_holder
 from hostagent.runtime.supervisor import ORPHAN_SOCKET_WAIT, Supervisor
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.engines.base import LaunchSpec
+from serving.engines.registry import get_adapter
+from serving.wire import PlannedMemory, RevisionLaunch
 
 from .binaries import resolve_install
+from .launch import Installs
 
 _SOURCES = {
     "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
@@ -36,12 +39,12 @@ _SOURCES = {
 }
 
 
-def engine_check(launch: dict[str, Any], installs: dict[str, Any]) -> Check:
-    engine, version = launch["engine"], launch["engine_version"]
-    found = resolve_install(engine, version, installs=installs)
+def engine_check(launch: RevisionLaunch, installs: Installs) -> Check:
+    engine, version = launch.engine, launch.spec.version
+    found = resolve_install(engine, version, installs=dict(installs))
     wanted = f"{engine} {version or 'latest'}"
     if found.binary is None:
-        listed = ", ".join(sorted((installs or {}).get(engine) or {})) or "none"
+        listed = ", ".join(sorted(installs.get(engine) or {})) or "none"
         return Check(
             "engine",
             FAIL,
@@ -128,9 +131,20 @@ def _file_check(label: str, path: Path, expected: int | None) -> str | None:
     return None
 
 
-def weights_check(launch: dict[str, Any], spec: LaunchSpec) -> Check:
-    model = launch.get("model") or {}
-    gguf, mmproj_file, expected = model.get("gguf_file"), model.get("mmproj_file"), model.get("weights_bytes")
+def weights_files(launch: RevisionLaunch) -> tuple[str, str, str]:
+    """(GGUF file, projector file, repository or folder) the engine opens for `launch`: the
+    host's downloaded copy when there is one (a GGUF copy is the file; any other, the folder),
+    else the catalog's names (serving.launch's ModelRef)."""
+    model = launch.spec.model
+    copy = launch.local_weights if not get_adapter(launch.engine).fetches_own_weights else None
+    if copy:
+        return (copy if model.format == "gguf" else ""), model.mmproj_file, copy
+    return model.gguf_file, model.mmproj_file, model.repo_id
+
+
+def weights_check(launch: RevisionLaunch, spec: LaunchSpec) -> Check:
+    gguf, mmproj_file, ref = weights_files(launch)
+    expected = launch.weights_bytes
     cwd = Path(spec.cwd) if spec.cwd else Path.cwd()
     if gguf:
         path = Path(gguf)
@@ -143,7 +157,6 @@ def weights_check(launch: dict[str, Any], spec: LaunchSpec) -> Check:
             return Check("weights", FAIL, problem[0].upper() + problem[1:] + ".", False)
         size = f"{expected:,} bytes as imported" if expected else "no size imported"
         return Check("weights", OK, f"{path} is there and readable ({size}).", False)
-    ref = str(model.get("repo_id") or "")
     if ref.startswith("/"):
         folder = Path(ref)
         if not folder.is_dir() or not os.access(folder, os.R_OK | os.X_OK):
@@ -168,11 +181,12 @@ def engine_rss(sup: Supervisor) -> int:
     return rss_bytes(group_pids(sup))
 
 
-def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> Check | None:
+def memory_check(memory: PlannedMemory, sup: Supervisor, *, cpu_only: bool) -> Check | None:
+    """On a CPU-only host: the planner's weights and KV cache bytes (computed by the panel)
+    against the memory available now plus what the engine the switch stops holds."""
     if not cpu_only:
         return None
-    need_facts = launch.get("memory_need") or {}  # the planner's figures, computed by the panel
-    weights, kv = need_facts.get("weights"), need_facts.get("kv")
+    weights, kv = memory.weights, memory.kv
     if weights is None and kv is None:
         return Check("memory", HOST, "No size for the weights or the KV cache: memory not checked.", False)
     need = (weights or 0) + (kv or 0)
@@ -189,17 +203,17 @@ def memory_check(launch: dict[str, Any], sup: Supervisor, *, cpu_only: bool) -> 
 
 
 def gpu_memory_checks(
-    launch: dict[str, Any],
+    memory: PlannedMemory,
     samples: Sequence[GpuSample],
     *,
     stopping: Collection[int],
     ours: Collection[int],
     name_of: Callable[[int], str] = process_name,
 ) -> list[Check]:
-    """Each GPU the plan uses: its planned bytes (`memory_planned`, the panel's figures) against
-    what NVML says is free there now plus what the engine the switch stops holds on it (its pids:
+    """Each GPU the plan uses: its planned bytes (`memory.devices`' "gpuN", the panel's figures)
+    against what NVML says is free there now plus what the engine the switch stops holds on it (its pids:
     `stopping`). Processes the panel did not start (not in `ours`) that hold memory there are named."""
-    planned = launch.get("memory_planned") or {}
+    planned = memory.devices
     by_index = {sample.index: sample for sample in samples}
     holders = gpu_holders(samples)
     freed = held_by(holders, stopping)
@@ -227,11 +241,11 @@ def gpu_memory_checks(
 
 
 def host_preflight(
-    launch: dict[str, Any],
+    launch: RevisionLaunch,
     spec: LaunchSpec,
     sup: Supervisor,
     *,
-    installs: dict[str, Any],
+    installs: Installs,
     cpu_only: bool,
     gpu_samples: Sequence[GpuSample] | None = None,
     ours: Collection[int] = (),
@@ -239,9 +253,9 @@ def host_preflight(
     """Every check, on this host, before anything is stopped. With `gpu_samples` (NVML, now),
     the plan's memory per GPU too; `ours`: the pids of every engine the panel runs here."""
     checks = [engine_check(launch, installs), port_check(spec, sup), weights_check(launch, spec)]
-    memory = memory_check(launch, sup, cpu_only=cpu_only)
+    memory = memory_check(launch.memory, sup, cpu_only=cpu_only)
     if memory is not None:
         checks.append(memory)
     if gpu_samples is not None and not cpu_only:
-        checks += gpu_memory_checks(launch, gpu_samples, stopping=group_pids(sup), ours=ours)
+        checks += gpu_memory_checks(launch.memory, gpu_samples, stopping=group_pids(sup), ours=ours)
     return checks

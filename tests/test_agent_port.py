@@ -29,7 +29,7 @@ def test_an_end_refused_for_a_revoked_token_waits_and_goes_with_the_new_one(
     assert panel.hello() == {"host": "porthost", "queue": host.queue}
     op = operation_create(kind=OperationKind.PROBE, host=host, actor=operator)
     order = panel.begin(str(op.pk), worker="agent@porthost")
-    assert order is not None and order["kind"] == "probe" and order["host"]["name"] == "porthost"
+    assert order is not None and order.kind == "probe" and order.host.name == "porthost"
     assert panel.progress(str(op.pk), stage="probing", progress=0.5, log="reading NVML") is False
 
     host_token_revoke(host=host, actor=None)

@@ -8,31 +8,29 @@ from typing import Any
 
 from hostagent.context import AgentContext
 from hostagent.launch import launch_spec
+from serving.wire import Order
 
 from .common import Reporter
+from .outcome import CANCELLED, FAILED, SUCCEEDED, Outcome, Refused
 
 
-def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
+def run_benchmark(ctx: AgentContext, order: Order) -> Outcome:
     from hostagent.runtime.energy import NullMeter, NvmlEnergyMeter
     from hostagent.runtime.loadgen import Target, run_benchmark_sync
     from hostagent.runtime.readiness import api_key_from_spec
     from serving.benchmarking.profiles import BenchmarkProfile
 
-    op_id, launch = order["id"], order["revision"]
-    number = launch["number"]
-    sup = ctx.supervisor
-    status = sup.status()
-    if not status.running or status.revision_id != str(launch["id"]):
-        ctx.panel.finish(
-            op_id,
-            state="failed",
-            error=f"{ctx.host} is not serving r{number} (engine: {status.revision_label or 'stopped'}).",
-        )
-        return
-    profile = BenchmarkProfile.from_dict(order["params"]["profile"])
-    spec = launch_spec(launch, installs=order["host"].get("engine_installs") or {})
+    launch = order.revision
+    if launch is None:
+        raise Refused("The benchmark order names no revision to measure.")
+    op_id, number = order.id, launch.number
+    status = ctx.supervisor.status()
+    if not status.running or status.revision_id != str(launch.id):
+        raise Refused(f"{ctx.host} is not serving r{number} (engine: {status.revision_label or 'stopped'}).")
+    profile = BenchmarkProfile.from_dict(order.params["profile"])
+    spec = launch_spec(launch, installs=order.host.engine_installs)
     meter: Any = NullMeter()
-    if order["host"].get("nvml_available"):
+    if order.host.nvml_available:
         from hostagent.probes.nvml import sample_gpus
 
         meter = NvmlEnergyMeter(lambda: [(s.energy_mj, s.power_w or 0.0) for s in sample_gpus()])
@@ -56,14 +54,14 @@ def run_benchmark(ctx: AgentContext, order: dict[str, Any]) -> None:
         progress=progress,
         cancel=cancelled,
         meter=meter,
-        served_context=launch.get("served_context"),
+        served_context=launch.served_context,
     )
     data = result.to_dict()
     summary = {"status": result.status, "revision": number}
     if result.status == "completed":
-        state, error = "succeeded", ""
+        state, error = SUCCEEDED, ""
     elif result.status == "cancelled":
-        state, error = "cancelled", "Cancelled; the results measured so far are kept."
+        state, error = CANCELLED, "Cancelled; the results measured so far are kept."
     else:
-        state, error = "failed", f"{result.reason or result.status}; the partial results are kept."
-    ctx.panel.finish(op_id, state=state, result=summary, benchmark=data, error=error)
+        state, error = FAILED, f"{result.reason or result.status}; the partial results are kept."
+    return Outcome(state, result=summary, benchmark=data, error=error)

@@ -1,4 +1,4 @@
-"""Model downloads and deletes on this host, from the plain order the panel sent.
+"""Model downloads and deletes on this host, from the order the panel sent (serving.wire.Order).
 
 A download fetches only the files the order names (hostagent.runtime.model_downloads) into a
 folder under this host's first model folder (CONTROLPANEL_MODEL_DIRS), named after the repository
@@ -17,6 +17,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ from hostagent.runtime.model_downloads import (
     delete_folder,
     download_files,
 )
+from serving.wire import Order
+
+from .outcome import Cancelled, Outcome, Refused
 
 OLLAMA_URL_ENV = "OLLAMA_HOST"
 LOG_EVERY_S = 5.0
@@ -76,24 +80,50 @@ class _Reports:
         return self.ctx.panel.progress(self.op_id, stage=stage[:120], progress=min(1.0, fraction), log=line)
 
 
-def run_download(ctx: AgentContext, order: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class DownloadParams:
+    """A download or delete order's parameters (deployments' download request), read once."""
+
+    source: str = "hub"  # "hub" or "ollama" (SOURCES)
+    repo_id: str = ""
+    revision: str = ""  # the commit the catalog recorded
+    files: tuple[dict[str, Any], ...] = ()  # WantedFile.to_dict() each
+    gguf_file: str = ""
+    variant: Any = None  # the catalog's variant id, handed back with the result
+    tag: str = ""  # an Ollama model's tag
+    path: str = ""  # what a delete removes
+
+    @classmethod
+    def of(cls, order: Order) -> DownloadParams:
+        params = order.params
+        source, files = params.get("source"), params.get("files")
+        return cls(
+            source=source if isinstance(source, str) else "hub",
+            repo_id=str(params.get("repo_id") or ""),
+            revision=str(params.get("revision") or ""),
+            files=tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
+            gguf_file=str(params.get("gguf_file") or ""),
+            variant=params.get("variant"),
+            tag=str(params.get("tag") or ""),
+            path=str(params.get("path") or ""),
+        )
+
+
+def run_download(ctx: AgentContext, order: Order) -> Outcome:
     """A download from the source the order names: the hub (by default), or an Ollama server's own pull."""
-    source = (order.get("params") or {}).get("source")
-    SOURCES.get(source if isinstance(source, str) else "hub", _download_from_hub)(ctx, order)
+    params = DownloadParams.of(order)
+    return SOURCES.get(params.source, _download_from_hub)(ctx, order.id, params, order.hub_token)
 
 
-def _download_from_hub(ctx: AgentContext, order: dict[str, Any]) -> None:
-    op_id, params, panel = order["id"], order.get("params") or {}, ctx.panel
-    token = order.get("hub_token") or None
-    repo_id, revision = str(params.get("repo_id") or ""), str(params.get("revision") or "")
+def _download_from_hub(ctx: AgentContext, op_id: str, params: DownloadParams, token: str | None) -> Outcome:
+    panel, repo_id, revision = ctx.panel, params.repo_id, params.revision
     try:
-        files = [WantedFile.from_dict(f) for f in params.get("files") or [] if isinstance(f, dict)]
+        files = [WantedFile.from_dict(f) for f in params.files]
         if not files:
             raise DownloadError("the order names no files to download")
         folder = model_folder(repo_id, revision)
     except DownloadError as exc:
-        panel.finish(op_id, state="failed", error=f"This host refuses the download: {exc}")
-        return
+        raise Refused(f"This host refuses the download: {exc}") from exc
     reports = _Reports(ctx, op_id)
     panel.progress(op_id, stage="starting", progress=0.0, log=f"[download] {repo_id}@{revision[:12]} into {folder}")
     try:
@@ -107,15 +137,12 @@ def _download_from_hub(ctx: AgentContext, order: dict[str, Any]) -> None:
             on_progress=reports,
         )
     except DownloadCancelled as exc:
-        panel.finish(op_id, state="cancelled", error=str(exc), result={"folder": str(folder)})
-        return
+        raise Cancelled(str(exc), result={"folder": str(folder)}) from exc
     except DiskFull as exc:
-        panel.finish(op_id, state="failed", error=f"Not enough disk: {exc}", result={"folder": str(folder)})
-        return
+        return Outcome.failed(f"Not enough disk: {exc}", {"folder": str(folder)})
     except DownloadError as exc:
-        panel.finish(op_id, state="failed", error=str(exc), result={"folder": str(folder)})
-        return
-    gguf = params.get("gguf_file") or ""
+        return Outcome.failed(str(exc), {"folder": str(folder)})
+    gguf = params.gguf_file
     path = str(folder / gguf) if gguf else str(folder)
     summary = {
         "folder": result.folder,
@@ -125,7 +152,7 @@ def _download_from_hub(ctx: AgentContext, order: dict[str, Any]) -> None:
         "seconds": round(result.seconds, 2),
         "files": [f.to_dict() for f in result.files],
         "download": {
-            "variant": params.get("variant"),
+            "variant": params.variant,
             "path": path,
             "repo_id": repo_id,
             "revision": revision,
@@ -142,34 +169,30 @@ def _download_from_hub(ctx: AgentContext, order: dict[str, Any]) -> None:
         log=f"[download] {len(result.files)} file(s), {_mib(result.size)} at {path}; fetched "
         f"{_mib(result.bytes_fetched)} at {_mib(rate)}/s; every checksum matches the hub",
     )
-    panel.finish(op_id, state="succeeded", result=summary)
+    return Outcome.succeeded(summary)
 
 
-def run_model_delete(ctx: AgentContext, order: dict[str, Any]) -> None:
-    op_id, params = order["id"], order.get("params") or {}
-    path = Path(str(params.get("path") or ""))
+def run_model_delete(ctx: AgentContext, order: Order) -> Outcome:
+    op_id, path = order.id, Path(DownloadParams.of(order).path)
     if not path.is_absolute():
-        ctx.panel.finish(op_id, state="failed", error="The order names no absolute path to delete.")
-        return
+        raise Refused("The order names no absolute path to delete.")
     folder = path.parent if path.suffix == ".gguf" else path
     try:
         freed = delete_folder(folder, host_model_dirs())
     except DownloadError as exc:
-        ctx.panel.finish(op_id, state="failed", error=str(exc))
-        return
+        raise Refused(str(exc)) from exc
     ctx.panel.progress(op_id, stage="deleted", progress=1.0, log=f"[delete] {folder}: {_mib(freed)} freed")
-    ctx.panel.finish(op_id, state="succeeded", result={"deleted": str(folder), "freed": freed, "model_delete": True})
+    return Outcome.succeeded({"deleted": str(folder), "freed": freed, "model_delete": True})
 
 
-def _pull_ollama(ctx: AgentContext, order: dict[str, Any]) -> None:
+def _pull_ollama(ctx: AgentContext, op_id: str, params: DownloadParams, token: str | None) -> Outcome:
     """Ollama's pull API (docs/api.md "Pull a Model"): POST /api/pull {"model", "stream": true}
     answers one JSON object per line: {"status"} lines, then per layer {"status": "pulling <digest>",
     "digest", "total", "completed"}, then "verifying sha256 digest", "writing manifest", "success";
     an {"error"} line ends it. Ollama resumes a pull's layers itself; a cancel closes the stream."""
     import httpx
 
-    op_id, params, panel = order["id"], order.get("params") or {}, ctx.panel
-    tag = str(params.get("tag") or "")
+    panel, tag = ctx.panel, params.tag
     base = os.environ.get(OLLAMA_URL_ENV, "http://127.0.0.1:11434")
     base = base if base.startswith("http") else f"http://{base}"
     layers: dict[str, tuple[int, int]] = {}
@@ -180,10 +203,7 @@ def _pull_ollama(ctx: AgentContext, order: dict[str, Any]) -> None:
             client.stream("POST", f"{base.rstrip('/')}/api/pull", json={"model": tag, "stream": True}) as response,
         ):
             if response.status_code != 200:
-                panel.finish(
-                    op_id, state="failed", error=f"Ollama answered {response.status_code} to the pull of {tag}."
-                )
-                return
+                return Outcome.failed(f"Ollama answered {response.status_code} to the pull of {tag}.")
             for raw in response.iter_lines():
                 if not raw.strip():
                     continue
@@ -192,8 +212,7 @@ def _pull_ollama(ctx: AgentContext, order: dict[str, Any]) -> None:
                 except json.JSONDecodeError:
                     continue
                 if line.get("error"):
-                    panel.finish(op_id, state="failed", error=f"Ollama: {str(line['error'])[:500]}")
-                    return
+                    return Outcome.failed(f"Ollama: {str(line['error'])[:500]}")
                 if line.get("digest") and isinstance(line.get("total"), int):
                     layers[line["digest"]] = (int(line.get("completed") or 0), int(line["total"]))
                 done = sum(c for c, _ in layers.values())
@@ -209,34 +228,30 @@ def _pull_ollama(ctx: AgentContext, order: dict[str, Any]) -> None:
                         progress=done / total if total else 0.0,
                         log=f"[ollama] {line.get('status')}",
                     ):
-                        panel.finish(op_id, state="cancelled", error="Cancelled; Ollama keeps the layers it has.")
-                        return
+                        raise Cancelled("Cancelled; Ollama keeps the layers it has.")
                 if line.get("status") == "success":
                     size = sum(t for _, t in layers.values())
-                    panel.finish(
-                        op_id,
-                        state="succeeded",
-                        result={
+                    return Outcome.succeeded(
+                        {
                             "path": f"ollama:{tag}",
                             "size": size,
                             "download": {
-                                "variant": params.get("variant"),
+                                "variant": params.variant,
                                 "path": f"ollama:{tag}",
                                 "size": size,
                                 "files": [],
                                 "verified": True,
                             },
-                        },
+                        }
                     )
-                    return
     except httpx.HTTPError as exc:
-        panel.finish(op_id, state="failed", error=f"Ollama at {base} did not answer: {exc}")
-        return
-    panel.finish(op_id, state="failed", error=f"Ollama's pull of {tag} ended without success.")
+        return Outcome.failed(f"Ollama at {base} did not answer: {exc}")
+    return Outcome.failed(f"Ollama's pull of {tag} ended without success.")
 
 
-# The order's "source" -> what fetches the model (the panel's download_request names it).
-SOURCES: dict[str, Callable[[AgentContext, dict[str, Any]], None]] = {
+# The order's "source" -> what fetches the model (the panel's download_request names it), with
+# the operation's id, its parameters and the hub token the order carries (a gated repository's).
+SOURCES: dict[str, Callable[[AgentContext, str, DownloadParams, str | None], Outcome]] = {
     "hub": _download_from_hub,
     "ollama": _pull_ollama,
 }

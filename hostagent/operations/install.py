@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from hostagent.panel import PanelPort
 from hostagent.runtime.errors import HostRuntimeError
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter, install_key
+from serving.wire import Order
+
+from .outcome import Cancelled, Outcome, Refused
 
 
 def running_steps_dir() -> Path:
@@ -101,21 +105,39 @@ def _confined(wheelhouse: Any, source_dir: Any) -> tuple[str | None, str | None]
     return folders["wheelhouse"], folders["source_dir"]
 
 
-def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class InstallParams:
+    """An install order's parameters (deployments' install request): the engine, its version
+    ("" = the newest), and the folders it may read from, as the panel checked them as text."""
+
+    engine: str
+    version: str = ""
+    source_dir: Any = None
+    wheelhouse: Any = None
+    cuda: bool = False
+
+    @classmethod
+    def of(cls, order: Order) -> InstallParams:
+        params = order.params
+        engine, version = params.get("engine"), params.get("version") or ""
+        if not isinstance(engine, str) or not engine or not isinstance(version, str):
+            raise Refused("This host refuses the install: the order names no engine and version.")
+        return cls(engine, version, params.get("source_dir"), params.get("wheelhouse"), bool(params.get("cuda")))
+
+
+def run_install(ctx: AgentContext, order: Order) -> Outcome:
     from hostagent.runtime.installs import install_pinned
     from hostagent.runtime.installs import run_install as run_steps
 
-    op_id, params, panel = order["id"], order["params"], ctx.panel
-    engine, version = params["engine"], params.get("version") or ""
-    source_dir, wheelhouse = params.get("source_dir"), params.get("wheelhouse")
+    op_id, panel, params = order.id, ctx.panel, InstallParams.of(order)
+    engine, version = params.engine, params.version
     adapter = get_adapter(engine)
     key = install_key(version)
     target = install_dir(engine, key)
     try:
-        wheelhouse, source_dir = _confined(wheelhouse, source_dir)
+        wheelhouse, source_dir = _confined(params.wheelhouse, params.source_dir)
     except HostRuntimeError as exc:
-        panel.finish(op_id, state="failed", error=f"This host refuses the install: {exc.reason}")
-        return
+        raise Refused(f"This host refuses the install: {exc.reason}") from exc
     try:
         steps = adapter.install_steps(
             version,
@@ -123,15 +145,13 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
             python=sys.executable,  # the agent's interpreter: a venv of it always has venv and pip
             wheelhouse=wheelhouse,
             source_dir=source_dir,
-            cuda=bool(params.get("cuda")),
+            cuda=params.cuda,
         )
     except EngineConfigError as exc:
-        panel.finish(op_id, state="failed", error=f"This host refuses the install: {exc}")
-        return
+        raise Refused(f"This host refuses the install: {exc}") from exc
     log_path = Path(settings.HOST_STATE_DIR) / "installs" / f"{engine}-{key}-{op_id}.log"
     if panel.progress(op_id):
-        panel.finish(op_id, state="cancelled", error="Cancelled before the install started.")
-        return
+        raise Cancelled("Cancelled before the install started.")
 
     stream = _LogStream(panel, op_id)
     distribution = adapter.install_distribution(source_dir=source_dir)
@@ -163,18 +183,11 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
         "log_path": result.log_path,
     }
     if result.cancelled:
-        panel.finish(op_id, state="cancelled", result=summary, error=result.reason)
-        return
+        raise Cancelled(result.reason, result=summary)
     if not result.ok:
         tail = "\n".join(result.log_tail[-20:])
         summary.update(reason=result.reason, log_tail=result.log_tail)
-        panel.finish(
-            op_id,
-            state="failed",
-            result=summary,
-            error=f"Install of {what} failed: {result.reason}\n--- log tail ---\n{tail}",
-        )
-        return
+        return Outcome.failed(f"Install of {what} failed: {result.reason}\n--- log tail ---\n{tail}", summary)
     installed = adapter.version_from_distribution(result.version) if result.version else version
     path = str(source_dir or target)
     binary = installed_binary(engine, path) or ""
@@ -183,13 +196,9 @@ def run_install(ctx: AgentContext, order: dict[str, Any]) -> None:
         details["source_dir"] = source_dir
     if not binary and not adapter.installs_system_wide:
         summary["reason"] = f"the install finished but no {engine} executable was found in {path}"
-        panel.finish(op_id, state="failed", result=summary, error=summary["reason"])
-        return
+        return Outcome.failed(summary["reason"], summary)
     panel.progress(op_id, stage="installed", progress=1.0, log=f"{engine} {installed or '(latest)'} at {path}")
     summary.update(version=install_key(installed), binary=binary, **details)
-    panel.finish(
-        op_id,
-        state="succeeded",
-        result=summary,
-        install={"engine": engine, "version": installed, "path": path, "binary": binary, "details": details},
+    return Outcome.succeeded(
+        summary, install={"engine": engine, "version": installed, "path": path, "binary": binary, "details": details}
     )

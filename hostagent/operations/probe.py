@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hostagent.context import AgentContext
 from hostagent.probe import probe_local
+from serving.wire import Order
+
+from .outcome import Outcome
 
 
-def run_probe(ctx: AgentContext, order: dict[str, Any]) -> None:
+def run_probe(ctx: AgentContext, order: Order) -> Outcome:
     facts, inventory = probe_local()
     answer = ctx.panel.probe(facts=facts, inventory=inventory)
-    ctx.panel.finish(
-        order["id"],
-        state="succeeded",
-        result={"gpus": answer.get("gpus"), "mismatches": answer.get("mismatches", [])},
-    )
+    return Outcome.succeeded({"gpus": answer.get("gpus"), "mismatches": answer.get("mismatches", [])})

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hostagent.context import AgentContext
+from serving.wire import Order
 
 from .common import Reporter, report_state
+from .outcome import Outcome
 
 
-def run_stop(ctx: AgentContext, order: dict[str, Any]) -> None:
-    sup = ctx.supervisor
-    Reporter(ctx.panel, order["id"])("stopping", 0.1, "stopping the engine")
-    stopped = sup.stop()
+def run_stop(ctx: AgentContext, order: Order) -> Outcome:
+    Reporter(ctx.panel, order.id)("stopping", 0.1, "stopping the engine")
+    stopped = ctx.supervisor.stop()
     report_state(ctx)
-    ctx.panel.finish(
-        order["id"],
-        state="succeeded",
-        result={"was_running": stopped.was_running, "revision": stopped.revision_label},
-    )
+    return Outcome.succeeded({"was_running": stopped.was_running, "revision": stopped.revision_label})

@@ -15,16 +15,18 @@ from hostagent.preflight import host_preflight
 from hostagent.runtime.errors import EngineStartError, HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
 from serving.engines.base import EngineConfigError, LaunchSpec
+from serving.wire import Order, RevisionLaunch
 
 from .common import Reporter, report_state
+from .outcome import Cancelled, Outcome, Refused
 
 
-def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: LaunchSpec) -> dict[str, Any]:
+def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: LaunchSpec) -> dict[str, Any]:
     """Stop, start, wait until ready, verify; the answer carries where the seconds went."""
     result = sup.start(
         spec,
-        revision_label=launch["label"],
-        revision_id=str(launch["id"]),
+        revision_label=launch.label,
+        revision_id=str(launch.id),
         on_progress=report,
         ready_timeout=settings.ENGINE_READY_TIMEOUT_S,
     )
@@ -44,19 +46,20 @@ def _start(sup: Supervisor, launch: dict[str, Any], report: Reporter, spec: Laun
     }
 
 
-def _what(ctx: AgentContext, order: dict[str, Any]) -> str:
-    number, previous = order["revision"]["number"], order.get("previous")
-    if order["kind"] == "launch":  # a start of the active revision (after Stop, or restored after a restart)
-        why = " again after a restart" if (order.get("params") or {}).get("reason") == "restore" else ""
-        return f"starting r{number} on {ctx.host}{why}"
-    if order["kind"] == "rollback":
-        why = (order.get("params") or {}).get("reason") or ""
+def _what(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> str:
+    previous = order.previous
+    reason = order.params.get("reason")
+    if order.kind == "launch":  # a start of the active revision (after Stop, or restored after a restart)
+        why = " again after a restart" if reason == "restore" else ""
+        return f"starting {launch.label} on {ctx.host}{why}"
+    if order.kind == "rollback":
+        why = reason or ""
         return (
-            f"rolling {ctx.host} back to r{number}"
-            + (f" from r{previous['number']}" if previous else "")
+            f"rolling {ctx.host} back to {launch.label}"
+            + (f" from {previous.label}" if previous else "")
             + (f": {why}" if why else "")
         )
-    return f"switching {ctx.host} to r{number}" + (f" from r{previous['number']}" if previous else "")
+    return f"switching {ctx.host} to {launch.label}" + (f" from {previous.label}" if previous else "")
 
 
 def _gpus_now(sup: Supervisor) -> dict[str, Any]:
@@ -68,38 +71,33 @@ def _gpus_now(sup: Supervisor) -> dict[str, Any]:
     return {"gpu_samples": sample_gpus() or None, "ours": ours}  # None: no NVML here, nothing to check
 
 
-def run_switch(ctx: AgentContext, order: dict[str, Any]) -> None:
+def run_switch(ctx: AgentContext, order: Order) -> Outcome:
     """A switch to the order's revision, or (kind `launch`) a start of the active revision with
     nothing to roll back to: preflight, stop what runs, start, wait until healthy, verify. The
     front door first gives up its own engine of that revision, if it loaded one on demand."""
-    with ctx.switching(str(order["revision"]["id"])):
-        _switch(ctx, order)
+    if order.revision is None:
+        raise Refused(f"The {order.kind} order names no revision to run.")
+    with ctx.switching(str(order.revision.id)):
+        return _switch(ctx, order, order.revision)
 
 
-def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
-    op_id = order["id"]
-    launch, previous = order["revision"], order.get("previous")
-    installs = order["host"].get("engine_installs") or {}
-    number = launch["number"]
+def _switch(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> Outcome:
+    previous, installs, number = order.previous, order.host.engine_installs, launch.number
     sup = ctx.supervisor
     began = time.monotonic()
-    report = Reporter(ctx.panel, op_id)
+    report = Reporter(ctx.panel, order.id)
     if report.cancelled():
-        ctx.panel.finish(op_id, state="cancelled", error="Cancelled before the engine was touched.")
-        return
+        raise Cancelled("Cancelled before the engine was touched.")
     try:
         spec = launch_spec(launch, installs=installs)
     except (HostRuntimeError, EngineConfigError) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         report.log(f"refused before anything was stopped: {reason}")
-        ctx.panel.finish(
-            op_id,
-            state="failed",
+        raise Refused(
+            f"r{number} was refused on the host ({reason}); the engine was not touched.",
             result={"revision": number, "reason": reason, "refused": True, "rolled_back": False},
-            error=f"r{number} was refused on the host ({reason}); the engine was not touched.",
-        )
-        return
-    cpu_only = bool(order["host"].get("cpu_only"))
+        ) from exc
+    cpu_only = order.host.cpu_only
     checks = host_preflight(
         launch, spec, sup, installs=installs, cpu_only=cpu_only, **({} if cpu_only else _gpus_now(sup))
     )
@@ -108,9 +106,8 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
     if failed:
         reason = " ".join(c.message for c in failed)
         report.log(f"{said}\nrefused before anything was stopped: {reason}")
-        ctx.panel.finish(
-            op_id,
-            state="failed",
+        raise Refused(
+            f"r{number} was refused on the host before anything was stopped: {reason}",
             result={
                 "revision": number,
                 "reason": reason,
@@ -118,14 +115,12 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
                 "rolled_back": False,
                 "preflight": [c.to_dict() for c in checks],
             },
-            error=f"r{number} was refused on the host before anything was stopped: {reason}",
         )
-        return
     before_start = time.monotonic() - began
     try:
         # Nothing below waits for the panel's answer: the reports go from their own thread.
         with sup.watchdog_paused(f"switch to r{number}"), report.in_background() as background:
-            background.log(f"{said}\n{_what(ctx, order)}")
+            background.log(f"{said}\n{_what(ctx, order, launch)}")
             started = _start(sup, launch, background.scaled(0.0, 0.9), spec)
     except (EngineStartError, HostRuntimeError) as exc:
         tail = list(getattr(exc, "log_tail", []) or [])
@@ -135,7 +130,7 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
             report.log("--- engine log tail ---\n" + "\n".join(tail))
         result: dict[str, Any] = {
             "revision": number,
-            "previous": previous["number"] if previous else None,
+            "previous": previous.number if previous else None,
             "reason": reason,
             "log_tail": tail,
             "rolled_back": False,
@@ -143,12 +138,10 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
         if previous is None:
             sup.stop()
             result["rollback_failed"] = False
-            relaunch = order["kind"] == "launch"
+            relaunch = order.kind == "launch"
             after = "nothing serves until it is started again." if relaunch else "there was no previous revision."
-            _failed(ctx, op_id, result, f"r{number} did not come up ({reason}); {after}")
-        else:
-            _rollback(ctx, order, result, report, reason)
-        return
+            return _failed(ctx, result, f"r{number} did not come up ({reason}); {after}")
+        return _rollback(ctx, order, launch, previous, result, report, reason)
     reported = time.monotonic()
     report_state(ctx)
     timing = {
@@ -156,38 +149,42 @@ def _switch(ctx: AgentContext, order: dict[str, Any]) -> None:
         **started["timing"],
         "state_report_s": round(time.monotonic() - reported, 3),
     }
-    ctx.panel.finish(
-        op_id,
-        state="succeeded",
-        result={"revision": number, "previous": previous["number"] if previous else None, **started, "timing": timing},
+    return Outcome.succeeded(
+        {"revision": number, "previous": previous.number if previous else None, **started, "timing": timing}
     )
 
 
-def _rollback(ctx: AgentContext, order: dict[str, Any], result: dict[str, Any], report: Reporter, reason: str) -> None:
-    op_id, number, previous = order["id"], order["revision"]["number"], order["previous"]
-    sup = ctx.supervisor
-    report("rollback", 0.9, f"starting the previous revision r{previous['number']} again")
+def _rollback(
+    ctx: AgentContext,
+    order: Order,
+    launch: RevisionLaunch,
+    previous: RevisionLaunch,
+    result: dict[str, Any],
+    report: Reporter,
+    reason: str,
+) -> Outcome:
+    number, sup = launch.number, ctx.supervisor
+    report("rollback", 0.9, f"starting the previous revision {previous.label} again")
     try:
-        spec = launch_spec(previous, installs=order["host"].get("engine_installs") or {})
-        with sup.watchdog_paused(f"rollback to r{previous['number']}"):
+        spec = launch_spec(previous, installs=order.host.engine_installs)
+        with sup.watchdog_paused(f"rollback to {previous.label}"):
             _start(sup, previous, report.scaled(0.9, 0.1), spec)
     except (EngineStartError, HostRuntimeError, EngineConfigError) as exc:
         again = getattr(exc, "reason", None) or str(exc)
         result.update(rolled_back=False, rollback_failed=True, rollback_reason=again)
-        report.log(f"ROLLBACK FAILED: r{previous['number']} did not come back either: {again}")
+        report.log(f"ROLLBACK FAILED: {previous.label} did not come back either: {again}")
         sup.stop()
         error = (
-            f"r{number} failed ({reason}) and the previous revision r{previous['number']} did not "
+            f"r{number} failed ({reason}) and the previous revision {previous.label} did not "
             f"come back either ({again}). The host serves nothing: act now."
         )
-        _failed(ctx, op_id, result, error)
-        return
+        return _failed(ctx, result, error)
     result.update(rolled_back=True, rollback_failed=False)
-    error = f"r{number} failed ({reason}); rolled back to r{previous['number']}, which is serving again."
-    _failed(ctx, op_id, result, error)
+    error = f"r{number} failed ({reason}); rolled back to {previous.label}, which is serving again."
+    return _failed(ctx, result, error)
 
 
-def _failed(ctx: AgentContext, op_id: str, result: dict[str, Any], error: str) -> None:
-    """Report what the host runs now, then the switch as failed with `result` and `error`."""
+def _failed(ctx: AgentContext, result: dict[str, Any], error: str) -> Outcome:
+    """Report what the host runs now; the switch ends failed with `result` and `error`."""
     report_state(ctx)
-    ctx.panel.finish(op_id, state="failed", result=result, error=error)
+    return Outcome.failed(error, result)

@@ -24,6 +24,7 @@ from hostagent.preflight import gpu_memory_checks
 from hostagent.probes.nvml import nvml_session, read_samples
 from hostagent.probes.replay import ReplayNvml, load_fixture
 from serving.diffing import fmt
+from serving.wire import PlannedMemory
 from tests.gpu import test_h200_replay as h200
 
 h200_revisions = h200.h200_revisions  # the fixture: r1, r2 (and r3) as the run recorded them
@@ -154,17 +155,17 @@ def test_the_hosts_preflight_names_the_process_that_holds_the_memory_the_plan_ne
     (gpu,) = samples
     free = gpu.memory_total_bytes - gpu.memory_used_bytes  # 139.1 GiB on the recorded H200
     refused = gpu_memory_checks(
-        {"memory_planned": {"gpu0": free + 2**30}}, samples, stopping=(), ours=(), name_of=lambda pid: "python"
+        PlannedMemory(devices={"gpu0": free + 2**30}), samples, stopping=(), ours=(), name_of=lambda pid: "python"
     )
     assert [c.status for c in refused] == ["fail"]
     assert refused[0].message == (
         "0.7 GiB on GPU 0 is held by pid 472 (python): the plan needs 140.1 of the 139.1 GiB left."
     )
-    fits = gpu_memory_checks({"memory_planned": {"gpu0": 2**34}}, samples, stopping=(), ours=(), name_of=str)
+    fits = gpu_memory_checks(PlannedMemory(devices={"gpu0": 2**34}), samples, stopping=(), ours=(), name_of=str)
     assert [c.status for c in fits] == ["ok"] and "the plan's 16.0 GiB fit in the 139.1 GiB left" in fits[0].message
     # The matmul's memory counts as freed when it is the engine the switch stops.
     freed = gpu_memory_checks(
-        {"memory_planned": {"gpu0": free + 2**29}}, samples, stopping=(MATMUL_PID,), ours=(MATMUL_PID,)
+        PlannedMemory(devices={"gpu0": free + 2**29}), samples, stopping=(MATMUL_PID,), ours=(MATMUL_PID,)
     )
     assert [c.status for c in freed] == ["ok"] and freed[0].message.startswith("GPU 0: the plan's")
 

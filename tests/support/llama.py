@@ -6,6 +6,7 @@ packages are missing the test command's install step is broken and the test fail
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -14,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from serving.engines.base import ModelRef
+from serving.launch import RevisionSpec
+from serving.wire import DoorModel, PlannedMemory, RevisionLaunch
 
 
 @functools.cache
@@ -81,44 +86,30 @@ def gemma_launch(
     number: int, *, ctx: int, port: int, model: str | None = None, api_key: str | None = None
 ) -> dict[str, Any]:
     """A llama.cpp revision's launch of the test model, as the panel sends it to an agent
-    (deployments.agent_api.orders.revision_launch): revision id 100 + number, served as gemma-rN."""
-    path = model or gemma_model_path()
-    config = {
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "model": path,
-        "served_name": f"gemma-r{number}",
-        "port": port,
-        "knobs": {"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
-        "env": {},
-        "api_key": api_key,
-    }
-    return {
-        "id": 100 + number,
-        "number": number,
-        "label": f"r{number}",
-        "engine": "llama.cpp",
-        "engine_version": "",
-        "config": config,
-        "model": {"gguf_file": path, "mmproj_file": "", "repo_id": "", "weights_bytes": None},
-        "installs": {},
-        "error": "",
-    }
+    (serving.wire.RevisionLaunch.to_dict()): revision id 100 + number, served as gemma-rN."""
+    spec = RevisionSpec(
+        engine="llama.cpp",
+        version="",
+        model=ModelRef(name=f"gemma-r{number}", gguf_file=model or gemma_model_path(), format="gguf"),
+        knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
+        served_name=f"gemma-r{number}",
+        port=port,
+    )
+    launch = RevisionLaunch(id=100 + number, number=number, spec=spec, api_key=api_key, served_name=f"gemma-r{number}")
+    return launch.to_dict()
+
+
+def door_launch(launch: dict[str, Any], *, memory: int | None = None) -> RevisionLaunch:
+    """One of gemma_launch()'s revisions as the panel's projection makes it (serving.wire), with
+    `memory` planned bytes of RAM."""
+    planned = PlannedMemory(devices={"ram": memory} if memory is not None else {})
+    return dataclasses.replace(RevisionLaunch.from_dict(launch), memory=planned)
 
 
 def serving_entry(
     name: str, launch: dict[str, Any], mode: str, *aliases: str, memory: int, idle_ttl_s: float | None = None
 ) -> dict[str, Any]:
-    """A model of the panel's serving answer (GET /agent/v1/serving) for one of gemma_launch()'s
-    revisions: the agent says where its engine listens (the upstream here is a placeholder)."""
-    return {
-        "name": name,
-        "aliases": list(aliases),
-        "upstream": "http://127.0.0.1:9",
-        "upstream_model": launch["config"]["served_name"],
-        "mode": mode,
-        "idle_ttl_s": idle_ttl_s,
-        "memory": {"ram": memory},
-        "revision": launch["number"],
-        "launch": launch,
-    }
+    """A model of the panel's serving answer (GET /agent/v1/serving, serving.wire.DoorModel) for
+    one of gemma_launch()'s revisions: the agent says where its engine listens."""
+    entry = DoorModel(name, door_launch(launch, memory=memory), mode, tuple(aliases), idle_ttl_s)
+    return entry.to_dict()

@@ -132,7 +132,7 @@ def test_a_rolled_back_switch_leaves_the_pinned_revision_reported_loaded(world: 
     r1 again (hostagent.operations.switch's rollback). With no request coming, the door's state
     (what the agent reports, what the lab router routes by) says r1 serves again, as it does."""
     assert world.state_of()["gemma-r1"]["phase"] == "loaded"
-    broken = launch(9, ctx=1024, port=world.r2["config"]["port"], model=str(world.state / "not-there.gguf"))
+    broken = launch(9, ctx=1024, port=world.r2["spec"]["port"], model=str(world.state / "not-there.gguf"))
     with world.ctx.switching("109"):
         assert world.state_of()["gemma-r1"]["phase"] == "unloaded"  # drained before the switch stops it
         with pytest.raises(HostRuntimeError):
@@ -157,7 +157,7 @@ def test_an_on_demand_revision_loads_through_the_switch_path_on_a_port_of_its_ow
     first_token_s = time.monotonic() - t0
     assert chunks[-1].choices[0].finish_reason is not None and chunks[0].model == "gemma-r2"
     status = world.ondemand(2).status()
-    assert status.running and status.revision_label == "r2" and status.port == world.r2["config"]["port"]
+    assert status.running and status.revision_label == "r2" and status.port == world.r2["spec"]["port"]
     log = Path(status.log_path or "").read_text()
     assert "panel: starting llama.cpp revision r2" in log and ENGINE_KEY not in log
     assert world.service.loader.running() == {"gemma-r2"}

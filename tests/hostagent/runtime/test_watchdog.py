@@ -243,11 +243,14 @@ def test_a_persons_start_gets_a_fresh_restart_budget(sup: Supervisor) -> None:
     started is watched with the whole budget (its first crash is restarted, not given up on),
     and a start after a give-up is watched again too."""
     from hostagent.operations.switch import _start as switch_start  # what the agent's switch calls
+    from serving.engines.base import ModelRef
+    from serving.launch import RevisionSpec
+    from serving.wire import RevisionLaunch
 
     spec = llama_spec(free_port())
 
     def switch(number: int) -> int:
-        launch = {"label": f"r{number}", "id": number}
+        launch = RevisionLaunch(id=number, number=number, spec=RevisionSpec("llama.cpp", "", ModelRef("gemma")))
         return int(switch_start(sup, launch, lambda *_: None, spec)["pid"])
 
     first = switch(3)

@@ -1,0 +1,70 @@
+"""How an operation ends on this host: its handler returns an `Outcome`, or raises `Refused`
+(the host will not do it: the operation fails with the reason) or `Cancelled` (a cancel was
+asked for); the runner (runner.run_operation) reports it to the panel, once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hostagent.panel import FinishBody
+
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the panel records at an operation's end: its state, result and error, and a
+    benchmark's figures or an install's record."""
+
+    state: str
+    result: Mapping[str, Any] | None = None
+    error: str = ""
+    benchmark: Mapping[str, Any] | None = None
+    install: Mapping[str, Any] | None = None
+
+    @classmethod
+    def succeeded(cls, result: Mapping[str, Any] | None = None, **payload: Any) -> Outcome:
+        return cls(SUCCEEDED, result=result, **payload)
+
+    @classmethod
+    def failed(cls, error: str, result: Mapping[str, Any] | None = None) -> Outcome:
+        return cls(FAILED, result=result, error=error)
+
+    def body(self) -> FinishBody:
+        """The keywords of PanelPort.finish."""
+        body: FinishBody = {"state": self.state, "error": self.error}
+        if self.result is not None:
+            body["result"] = dict(self.result)
+        if self.benchmark is not None:
+            body["benchmark"] = dict(self.benchmark)
+        if self.install is not None:
+            body["install"] = dict(self.install)
+        return body
+
+
+class Ended(Exception):
+    """An operation ended early, with `reason` as its error and `result` as its result."""
+
+    state = FAILED
+
+    def __init__(self, reason: str, *, result: Mapping[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.result = result
+
+    def outcome(self) -> Outcome:
+        return Outcome(self.state, result=self.result, error=self.reason)
+
+
+class Refused(Ended):
+    """The host will not carry the operation out (a bad order, a failed preflight): failed."""
+
+    state = FAILED
+
+
+class Cancelled(Ended):
+    """A cancel was asked for and the operation stopped: cancelled."""
+
+    state = CANCELLED
