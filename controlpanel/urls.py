@@ -6,9 +6,9 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
-from controlpanel.people.password import ThrottledPasswordChangeView
-from controlpanel.people.signin import SignInView, SignOutView, SsoCallbackView, SsoStartView
 from deployments.views.metrics import metrics
+from people.password import ThrottledPasswordChangeView
+from people.signin import SignInView, SignOutView, SsoCallbackView, SsoStartView
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -33,7 +33,7 @@ urlpatterns = [
     path("accounts/logout/", SignOutView.as_view(), name="logout"),
     path("accounts/password/", ThrottledPasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
-    path("people/", include("controlpanel.people.views")),
+    path("people/", include("people.views")),
     path("notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),

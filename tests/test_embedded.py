@@ -1,4 +1,4 @@
-"""The embedded default as `scripts/run` starts it (`python -m controlpanel.embedded`), with real
+"""The embedded default as `scripts/run` starts it (`python -m embedded`), with real
 processes: its own Redis on a Unix socket, the panel worker, the agent, gunicorn, and a real
 llama-server. Each test gets a fresh copy of a prepared data folder and a free port, and no
 DATABASE_URL or CELERY_BROKER_URL (so SQLite and the embedded Redis, whatever the suite uses).

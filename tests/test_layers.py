@@ -214,9 +214,10 @@ def test_the_host_runtime_and_probes_live_in_the_agent_package():
 
 
 def test_the_one_import_back_up_the_layers_is_known():
-    """Bottom to top: controlpanel's plumbing, core, serving, hardware (and the agent beside it),
-    notifications, deployments, api, controlpanel's top. One import runs from a layer into one
-    above it: the settings check the lab router's bind with the pure core's one reading of
+    """Bottom to top: controlpanel's plumbing, core, people, serving, hardware (and the agent beside
+    it), notifications, deployments (schedules and rollouts beside it), changes and the dashboard,
+    api and the lab router, controlpanel's top, the embedded supervisor. One import runs from a
+    layer into one above it: the settings check the lab router's bind with the pure core's one reading of
     HOST:PORT (the notifications' event builders are handed the serving revision and the previous
     benchmark run they tell of)."""
     assert backup_imports(_import_graph()) == ["controlpanel.settings -> serving.binds"]
@@ -266,33 +267,33 @@ PURE_CORE = (
     "core.secrets_mask",
 )
 AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
-# The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded),
+# The embedded default runs panel and agent on one machine: its supervisor (embedded),
 # `manage.py host register-local` and the import of a local GGUF read that machine with the agent's
 # own code (its probe, its model-folder rules). Nowhere else does the panel's side run host code,
 # but for the lab router's use of the front door's data plane (below).
 PANEL_RUNS_HOST_CODE = {
-    "controlpanel.embedded -> hostagent.probe",
-    "controlpanel.embedded -> hostagent.runtime.processes",
-    "controlpanel.embedded -> hostagent.runtime.supervisor",
+    "embedded.panel -> hostagent.probe",
+    "embedded.panel -> hostagent.runtime.processes",
+    "embedded.panel -> hostagent.runtime.supervisor",
     "deployments.management.commands.host -> hostagent.probe",
     "deployments.services.imports -> hostagent.runtime.confine",
     "deployments.services.imports -> hostagent.runtime.errors",
     "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error
-    # The lab router (controlpanel/router) checks inference keys with the front doors' own key table,
+    # The lab router (labrouter) checks inference keys with the front doors' own key table,
     # answers errors in their shape, reaches them as they reach engines, knows a stream's end as they
     # do, listens as they do and exports its metrics on their registry: the doors' Django-free data plane.
     # It reads a body's model as they do, whatever the API (apis.py), within their connection limits,
     # and ends a stream it cannot finish with that API's error event, as they do (apis.cut_event).
-    "controlpanel.router.app -> hostagent.frontdoor.apis",
-    "controlpanel.router.app -> hostagent.frontdoor.keys",
-    "controlpanel.router.app -> hostagent.frontdoor.limits",
-    "controlpanel.router.app -> hostagent.frontdoor.proxy",
-    "controlpanel.router.app -> hostagent.frontdoor.server",
-    "controlpanel.router.forward -> hostagent.frontdoor.apis",
-    "controlpanel.router.forward -> hostagent.frontdoor.proxy",
-    "controlpanel.router.forward -> hostagent.frontdoor.usage",
-    "controlpanel.router.metrics -> hostagent.frontdoor.metrics",
-    "controlpanel.router.run -> hostagent.frontdoor.limits",
+    "labrouter.app -> hostagent.frontdoor.apis",
+    "labrouter.app -> hostagent.frontdoor.keys",
+    "labrouter.app -> hostagent.frontdoor.limits",
+    "labrouter.app -> hostagent.frontdoor.proxy",
+    "labrouter.app -> hostagent.frontdoor.server",
+    "labrouter.forward -> hostagent.frontdoor.apis",
+    "labrouter.forward -> hostagent.frontdoor.proxy",
+    "labrouter.forward -> hostagent.frontdoor.usage",
+    "labrouter.metrics -> hostagent.frontdoor.metrics",
+    "labrouter.run -> hostagent.frontdoor.limits",
 }
 
 

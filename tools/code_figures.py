@@ -25,6 +25,7 @@ from pathlib import Path
 PACKAGES = (
     "controlpanel",
     "core",
+    "people",
     "serving",
     "hardware",
     "deployments",
@@ -34,14 +35,16 @@ PACKAGES = (
     "rollouts",
     "dashboard",
     "api",
+    "labrouter",
+    "embedded",
     "hostagent",
 )
 NOT_PRODUCTION = ("tests", "bench", "tools", "docs", "examples", "scripts")
 
 # The stack, bottom to top. controlpanel's plumbing (settings, the Celery app, the broker's
 # accounts, roles, the change context, parameters, hardening) sits under everything; its top
-# (urls, the embedded supervisor, people's pages, middleware) over everything. The host agent
-# stands beside the panel's apps, on the serving core.
+# (urls, middleware, wsgi) over the apps. The host agent stands beside the panel's apps, on the
+# serving core.
 PLUMBING = tuple(
     f"controlpanel.{m}"
     for m in (
@@ -56,15 +59,22 @@ PLUMBING = tuple(
         "hardening",
     )
 )
-RANKS = {"plumbing": 0, "core": 1, "serving": 2, "hardware": 3, "hostagent": 3, "notifications": 4}
+# people (the panel's accounts: people, roles, sign-in, single sign-on) reads only core and the
+# plumbing: everything above may ask who someone is.
+RANKS = {"plumbing": 0, "core": 1, "people": 2, "serving": 3, "hardware": 4, "hostagent": 4, "notifications": 5}
 # schedules stands beside deployments: it runs deployments' services when a change is due, and
 # deployments' entry points (the switch page, the alias form, the commands) offer "later" through it.
 # changes (change requests of protected hosts) runs deployments' services: it sits on them.
 # rollouts beside them too: its waves run deployments' switches, "later" through schedules, and a
 # due rollout is one of schedules' kinds.
 # The dashboard reads deployments and hardware and writes nothing: a page over them.
-RANKS |= {"deployments": 5, "schedules": 5, "rollouts": 5, "changes": 6, "dashboard": 6, "api": 7, "controlpanel": 8}
-# Where the serving core and the agent's runtime lived before they had packages of their own.
+RANKS |= {"deployments": 6, "schedules": 6, "rollouts": 6, "changes": 7, "dashboard": 7}
+# The API and the lab router are entry points over the apps (the router reads deployments' route
+# table and forwards with the front door's data plane); controlpanel's top (urls, middleware)
+# gathers the pages; the embedded supervisor runs all of it as processes, above everything.
+RANKS |= {"api": 8, "labrouter": 8, "controlpanel": 9, "embedded": 10}
+# Where the serving core and the agent's runtime lived before they had packages of their own, and
+# the lab router, people and the embedded supervisor before they left controlpanel.
 OLD_HOMES = {
     "serving": tuple(
         f"deployments.{m}"
@@ -83,6 +93,9 @@ OLD_HOMES = {
         )
     ),
     "hostagent": ("hardware.runtime", "hardware.probes"),
+    "labrouter": ("controlpanel.router",),
+    "people": ("controlpanel.people",),
+    "embedded": ("controlpanel.embedded",),
 }
 ENGINES = {"vllm", "llamacpp", "llama.cpp", "ollama", "sglang"}
 ADAPTERS = ("serving/engines/", "deployments/engines/")

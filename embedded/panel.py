@@ -1,4 +1,4 @@
-"""`python -m controlpanel.embedded`: run the whole panel on this machine and supervise it.
+"""`python -m embedded`: run the whole panel on this machine and supervise it.
 
 `scripts/run` calls it after setting up (migrate, catalog, local host, admin). It starts, in
 this order, each in its own session so only this process signals them:
@@ -13,10 +13,10 @@ this order, each in its own session so only this process signals them:
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
    kept in memory only and written to the agent's standard input, never its environment, which
    its processes could read in /proc), the panel's URL, no database URL and no secret key.
-4. `router` - the lab router (`manage.py router`, controlpanel/router), unless
+4. `router` - the lab router (`manage.py router`, labrouter), unless
    CONTROLPANEL_ROUTER_BIND is `off`: one OpenAI endpoint in front of every host's front door,
    an async process of its own beside the sync web workers. When its address is taken it exits
-   with controlpanel.router.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
+   with labrouter.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
 5. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
@@ -168,7 +168,7 @@ class Panel:
         self.children.append(Child("worker", worker, self.log_dir))
         self.children.append(Child("agent", [py, "manage.py", "agent"], self.log_dir))
         if settings.ROUTER_HOST is not None:
-            from controlpanel.router.run import CANNOT_LISTEN
+            from labrouter.run import CANNOT_LISTEN
 
             router = Child("router", [py, "manage.py", "router"], self.log_dir, final_exit=CANNOT_LISTEN)
             self.children.append(router)
@@ -490,7 +490,7 @@ def become_subreaper() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlpanel.embedded", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--bind", default=os.environ.get("PANEL_BIND", "127.0.0.1:8000"), help="web server address")
     parser.add_argument("--max-restarts", type=int, default=MAX_RESTARTS, help="per process, within --window")
     parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds (default 600)")
@@ -505,7 +505,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"panel: another panel already runs on {panel.data_dir} (see embedded.json there)", file=sys.stderr)
         return 2
     return panel.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
