@@ -223,6 +223,20 @@ def test_the_one_import_back_up_the_layers_is_known():
     assert backup_imports(_import_graph()) == ["controlpanel.settings -> serving.binds"]
 
 
+def test_schedules_knows_no_kind_of_change_it_runs():
+    """The switch, the alias move and the rollout are registered as kinds by deployments and
+    rollouts (their schedule_kinds modules): schedules imports nothing of rollouts, and of
+    deployments only the review gate it passes a scheduled change through, the busy host's error it
+    retries on, and the command-line base its command shares with every other."""
+    graph = _import_graph()
+    assert _reaching(graph, "schedules", ("rollouts",)) == []
+    assert _reaching(graph, "schedules", ("deployments",)) == [
+        "schedules.management.commands.schedule -> deployments.management.cli",
+        "schedules.services -> deployments.services.operations",
+        "schedules.services -> deployments.services.review",
+    ]
+
+
 def _reaching(graph: dict[str, set[str]], prefix: str, into: tuple[str, ...]) -> list[str]:
     return sorted(
         f"{module} -> {target}"
