@@ -1,5 +1,5 @@
 """The pure domain core stays pure: importing it loads no Django, no Celery, no HTTP client and
-no NVML (DESIGN.md layer 1). Checked in a fresh interpreter, so nothing else pre-loads them."""
+no NVML (docs/architecture.md: the bottom layer). Checked in a fresh interpreter, so nothing else pre-loads them."""
 
 from __future__ import annotations
 
