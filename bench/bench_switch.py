@@ -182,7 +182,7 @@ if __name__ == "__main__":
     import django
 
     django.setup()
-    from controlpanel.embedded import embedded_redis
+    from embedded.panel import embedded_redis
 
     with embedded_redis():  # no CELERY_BROKER_URL: the panel's own Redis, as scripts/run starts it
         main()

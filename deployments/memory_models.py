@@ -1,6 +1,7 @@
-"""Memory planned against measured (docs/memory.md): what each revision's engine held on each
-device while it ran, as its host's agent measured it (NVML's per-process bytes per GPU, or
-resident memory on a CPU host), and the memory held by processes the panel did not start.
+"""Memory planned against measured (docs/operators-guide.md#memory-planned-against-measured): what
+each revision's engine held on each device while it ran, as its host's agent measured it (NVML's
+per-process bytes per GPU, or resident memory on a CPU host), and the memory held by processes the
+panel did not start.
 
 Bounded by design: one row per revision and device (the latest reading and the peak), a trend
 point per revision and device at most every TREND_EVERY (a host keeps its TREND_KEEP newest),

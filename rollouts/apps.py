@@ -7,4 +7,6 @@ class RolloutsConfig(AppConfig):
     verbose_name = "Rollouts across hosts"
 
     def ready(self) -> None:
-        from . import receivers  # noqa: F401 - connects to operation_ended and gate_ended
+        from . import receivers, schedule_kinds  # noqa: F401 - receivers connect to operation_ended and gate_ended
+
+        schedule_kinds.register()  # a rollout, as a change that can be scheduled

@@ -2,7 +2,7 @@ from django.db import models
 
 
 class ChangeKind(models.TextChoices):
-    """What a scheduled change does; each kind is one entry of schedules.kinds.KINDS."""
+    """What a scheduled change does; the app that owns each kind registers it (schedules.kinds)."""
 
     SWITCH = "switch", "Switch"
     ALIAS = "alias", "Alias move"

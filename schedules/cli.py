@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from core.maintenance import parse_moment
-from deployments.management.cli import BadInput
 
 from .kinds import describe
 from .models import ScheduledChange
@@ -28,8 +27,8 @@ def when_of(options: dict[str, Any]) -> dict[str, Any] | None:
         return None
     try:
         return {"at": parse_moment(options["at"])}
-    except ValueError as exc:
-        raise BadInput(str(exc)) from exc
+    except ValueError as exc:  # exit status 2, as every bad argument
+        raise CommandError(str(exc), returncode=2) from exc
 
 
 def scheduled_line(change: ScheduledChange) -> str:

@@ -1,4 +1,4 @@
-"""How a model is served, as pure logic: no Django, no I/O (DESIGN.md, layer 1).
+"""How a model is served, as pure logic: no Django, no I/O (docs/architecture.md: the bottom of the panel's layers).
 
 The planner (does a revision fit these GPUs), the engine adapters (a revision as each engine's
 argv and env, how each engine reads its own knobs, its health and metrics), the diff between two

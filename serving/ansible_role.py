@@ -1,7 +1,7 @@
 """What the seed's vLLM Ansible role renders, and a revision written as its variables.
 
-The role (shared/reference/ansible-vars.md; its start-script template and defaults were read
-for issue 14) writes `start.sh`, which exports a fixed environment, activates its venv and
+The role (tmseidel/local-llm-setup, tests/fixtures/ansible/NOTES.md; its start-script template
+and defaults were read for issue 14) writes `start.sh`, which exports a fixed environment, activates its venv and
 `exec`s `{{ vllm_venv_dir }}/bin/vllm serve`. Some flags it always passes (host, port,
 `--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`, `--tensor-parallel-size`,
 the served name), `--max-num-batched-tokens` whenever the variable is defined (the role's
@@ -33,7 +33,7 @@ from serving.engines.versions import (
     at_least,
 )
 
-# The start script always exports these (ansible-vars.md).
+# The start script always exports these (the role's start.sh template).
 VLLM_SCRIPT_ENV = {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_P2P_DISABLE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 # ... and both cache variables, set to vllm_hf_cache_dir.
 CACHE_ENV = ("HF_HOME", "HUGGINGFACE_HUB_CACHE")

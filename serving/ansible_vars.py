@@ -1,4 +1,4 @@
-"""Import and export the seed's Ansible `group_vars` (shared/reference/ansible-vars.md).
+"""Import and export the seed's Ansible `group_vars` (tests/fixtures/ansible/NOTES.md).
 
 `parse_group_vars(text)` turns a group_vars YAML text into engine, model, served name,
 port, adapter knobs and env, applying the start script's translation rules (e.g.
@@ -72,7 +72,7 @@ from serving.engines.base import EngineConfigError
 from serving.engines.versions import VLLM_ATTENTION_BACKEND_FLAG_SINCE, VLLM_ATTENTION_ENV_IGNORED_SINCE, at_least
 from serving.safety import MAX_INT, UnsafeValueError, check_json_value
 
-# The Ollama role's fixed settings (ansible-vars.md).
+# The Ollama role's fixed settings (the seed's Ansible role).
 OLLAMA_ROLE_KNOBS = {"num_parallel": 2, "keep_alive": "30m"}
 
 # Limits on a group_vars text (the seed's file: ~60 variables, no alias, depth 2, 3 KB).

@@ -29,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from controlpanel.router.app import Router
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from hostagent.frontdoor.settings import SettingsError
+from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
 from tests.support.event_loop import LoopThread
 

@@ -26,11 +26,11 @@ from typing import Any
 import httpx
 import pytest
 
-from controlpanel.router.app import Router
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from hostagent.frontdoor.limits import ConnectionLimits
+from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
 from tests.support.event_loop import LoopThread
 from tests.support.half_sent import code as error_code

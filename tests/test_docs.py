@@ -109,3 +109,12 @@ def test_the_link_check_finds_a_broken_link_and_anchor(tmp_path: Path) -> None:
     assert "where-engines-listen" in anchors(tmp_path / "other.md") and "nowhere" not in anchors(tmp_path / "other.md")
     assert slug("GPU hosts (the agent)") == "gpu-hosts-the-agent"
     assert slug("HTTPS, proxies and sign-in") == "https-proxies-and-sign-in"
+
+
+def test_the_architecture_page_names_every_top_level_package() -> None:
+    """docs/architecture.md describes each of the code's packages (the ones the layer map ranks):
+    a new app, or one moved out of another, has its line there."""
+    from tools.code_figures import PACKAGES
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert [p for p in PACKAGES if f"`{p}/`" not in text] == []

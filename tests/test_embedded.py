@@ -1,4 +1,4 @@
-"""The embedded default as `scripts/run` starts it (`python -m controlpanel.embedded`), with real
+"""The embedded default as `scripts/run` starts it (`python -m embedded`), with real
 processes: its own Redis on a Unix socket, the panel worker, the agent, gunicorn, and a real
 llama-server. Each test gets a fresh copy of a prepared data folder and a free port, and no
 DATABASE_URL or CELERY_BROKER_URL (so SQLite and the embedded Redis, whatever the suite uses).
@@ -254,7 +254,7 @@ def test_a_run_after_a_killed_supervisor_stops_what_that_one_left_running(panel:
 
 
 def _refused_start(tmp_path: Path, args: list[str], **env: str) -> tuple[int, str, float]:
-    """`python -m controlpanel.embedded` with `args`: its exit code, its output, and the seconds it took."""
+    """`python -m embedded` with `args`: its exit code, its output, and the seconds it took."""
     import subprocess
     import sys
 
@@ -265,9 +265,7 @@ def _refused_start(tmp_path: Path, args: list[str], **env: str) -> tuple[int, st
         if name not in env:
             full.pop(name, None)
     t0 = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "controlpanel.embedded", *args], cwd=ROOT, env=full, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, "-m", "embedded", *args], cwd=ROOT, env=full, capture_output=True, text=True)
     return out.returncode, out.stdout + out.stderr, time.monotonic() - t0
 
 
@@ -300,7 +298,7 @@ def test_a_bind_the_panel_cannot_serve_is_refused_at_start_naming_the_setting(tm
 
 def test_a_wildcard_bind_that_answers_only_this_machines_names_is_said_at_start() -> None:
     """0.0.0.0 without the LAN setting serves, but a browser on the LAN would get 400: the start says so."""
-    from controlpanel.lan import serving_warnings
+    from embedded.lan import serving_warnings
 
     local = ["localhost", "127.0.0.1", "[::1]", "testserver"]
     (said,) = serving_warnings("0.0.0.0:8000", local)

@@ -22,7 +22,6 @@ from django.test import Client
 from django.urls import Resolver404, get_resolver, resolve, reverse
 
 from changes.forms import DecisionForm, HostReviewForm
-from controlpanel.people.forms import PersonCreateForm, RoleForm
 from core.models import AuditEvent
 from deployments.forms import (
     AliasForm,
@@ -45,6 +44,7 @@ from deployments.forms import (
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
 from deployments.views.hosts import InstallForm
 from notifications.forms import ChannelForm, RuleForm
+from people.forms import PersonCreateForm, RoleForm
 from rollouts.forms import HostTagsForm, RolloutForm
 from schedules.forms import WhenForm, WindowForm
 from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, ROLLOUT, RULE, _names, token_api

@@ -1,5 +1,5 @@
 """The pure domain core stays pure: importing it loads no Django, no Celery, no HTTP client and
-no NVML (DESIGN.md layer 1). Checked in a fresh interpreter, so nothing else pre-loads them."""
+no NVML (docs/architecture.md: the bottom layer). Checked in a fresh interpreter, so nothing else pre-loads them."""
 
 from __future__ import annotations
 
@@ -214,12 +214,27 @@ def test_the_host_runtime_and_probes_live_in_the_agent_package():
 
 
 def test_the_one_import_back_up_the_layers_is_known():
-    """Bottom to top: controlpanel's plumbing, core, serving, hardware (and the agent beside it),
-    notifications, deployments, api, controlpanel's top. One import runs from a layer into one
-    above it: the settings check the lab router's bind with the pure core's one reading of
+    """Bottom to top: controlpanel's plumbing, core, people, serving, hardware (and the agent beside
+    it), notifications, deployments (schedules and rollouts beside it), changes and the dashboard,
+    api and the lab router, controlpanel's top, the embedded supervisor. One import runs from a
+    layer into one above it: the settings check the lab router's bind with the pure core's one reading of
     HOST:PORT (the notifications' event builders are handed the serving revision and the previous
     benchmark run they tell of)."""
     assert backup_imports(_import_graph()) == ["controlpanel.settings -> serving.binds"]
+
+
+def test_schedules_knows_no_kind_of_change_it_runs():
+    """The switch, the alias move and the rollout are registered as kinds by deployments and
+    rollouts (their schedule_kinds modules): schedules imports nothing of rollouts, and of
+    deployments only the review gate it passes a scheduled change through, the busy host's error it
+    retries on, and the command-line base its command shares with every other."""
+    graph = _import_graph()
+    assert _reaching(graph, "schedules", ("rollouts",)) == []
+    assert _reaching(graph, "schedules", ("deployments",)) == [
+        "schedules.management.commands.schedule -> deployments.management.cli",
+        "schedules.services -> deployments.services.operations",
+        "schedules.services -> deployments.services.review",
+    ]
 
 
 def _reaching(graph: dict[str, set[str]], prefix: str, into: tuple[str, ...]) -> list[str]:
@@ -266,34 +281,34 @@ PURE_CORE = (
     "core.secrets_mask",
 )
 AGENT_PLUMBING = ("controlpanel.celery", "controlpanel.broker")
-# The embedded default runs panel and agent on one machine: its supervisor (controlpanel.embedded),
+# The embedded default runs panel and agent on one machine: its supervisor (embedded),
 # `manage.py host register-local`, `engine first-install` and the import of a local GGUF read that
 # machine with the agent's own code (its probe, its model-folder rules). Nowhere else does the panel's
 # side run host code, but for the lab router's use of the front door's data plane (below).
 PANEL_RUNS_HOST_CODE = {
-    "controlpanel.embedded -> hostagent.probe",
-    "controlpanel.embedded -> hostagent.runtime.processes",
-    "controlpanel.embedded -> hostagent.runtime.supervisor",
+    "embedded.panel -> hostagent.probe",
+    "embedded.panel -> hostagent.runtime.processes",
+    "embedded.panel -> hostagent.runtime.supervisor",
     "deployments.management.commands.host -> hostagent.probe",
     "deployments.management.commands.engine -> hostagent.probe",  # this machine, as register-local names it
     "deployments.services.imports -> hostagent.runtime.confine",
     "deployments.services.imports -> hostagent.runtime.errors",
     "deployments.services.installs -> hostagent.runtime.confine",  # the name of its setting, in an error
-    # The lab router (controlpanel/router) checks inference keys with the front doors' own key table,
+    # The lab router (labrouter) checks inference keys with the front doors' own key table,
     # answers errors in their shape, reaches them as they reach engines, knows a stream's end as they
     # do, listens as they do and exports its metrics on their registry: the doors' Django-free data plane.
     # It reads a body's model as they do, whatever the API (apis.py), within their connection limits,
     # and ends a stream it cannot finish with that API's error event, as they do (apis.cut_event).
-    "controlpanel.router.app -> hostagent.frontdoor.apis",
-    "controlpanel.router.app -> hostagent.frontdoor.keys",
-    "controlpanel.router.app -> hostagent.frontdoor.limits",
-    "controlpanel.router.app -> hostagent.frontdoor.proxy",
-    "controlpanel.router.app -> hostagent.frontdoor.server",
-    "controlpanel.router.forward -> hostagent.frontdoor.apis",
-    "controlpanel.router.forward -> hostagent.frontdoor.proxy",
-    "controlpanel.router.forward -> hostagent.frontdoor.usage",
-    "controlpanel.router.metrics -> hostagent.frontdoor.metrics",
-    "controlpanel.router.run -> hostagent.frontdoor.limits",
+    "labrouter.app -> hostagent.frontdoor.apis",
+    "labrouter.app -> hostagent.frontdoor.keys",
+    "labrouter.app -> hostagent.frontdoor.limits",
+    "labrouter.app -> hostagent.frontdoor.proxy",
+    "labrouter.app -> hostagent.frontdoor.server",
+    "labrouter.forward -> hostagent.frontdoor.apis",
+    "labrouter.forward -> hostagent.frontdoor.proxy",
+    "labrouter.forward -> hostagent.frontdoor.usage",
+    "labrouter.metrics -> hostagent.frontdoor.metrics",
+    "labrouter.run -> hostagent.frontdoor.limits",
 }
 
 

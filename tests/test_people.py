@@ -8,9 +8,9 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 
-from controlpanel.people import services
 from controlpanel.roles import user_role
 from core.models import AuditEvent
+from people import services
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "configuration.md"
-APPS = ("controlpanel", "core", "serving", "deployments", "hardware", "hostagent", "notifications", "api", "examples")
+APPS = (
+    "controlpanel",
+    "core",
+    "people",
+    "serving",
+    "deployments",
+    "hardware",
+    "hostagent",
+    "notifications",
+    "changes",
+    "schedules",
+    "rollouts",
+    "dashboard",
+    "api",
+    "labrouter",
+    "embedded",
+    "examples",
+)
 SHELL_FILES = ("scripts/run", "scripts/test", "scripts/venv-install", "scripts/install-tools", ".ci/run")
 COMPOSE_FILES = ("docker-compose.yml", "Dockerfile")
 SETTINGS_READ = re.compile(r"\b(?:env(?:\.[a-z]+)?|env_number|env_list|env_seconds)\(\s*\"([A-Z][A-Z0-9_]+)\"")

@@ -28,7 +28,7 @@ def test_nothing_set_means_sqlite_and_a_serverless_broker(tmp_path):
     found = _settings_under({"CONTROLPANEL_DATA_DIR": str(tmp_path)})
     assert found["db"] == "django.db.backends.sqlite3"
     assert found["name"] == str(tmp_path / "db.sqlite3")
-    # The embedded Redis that `python -m controlpanel.embedded` starts, on a socket in the data folder.
+    # The embedded Redis that `python -m embedded` starts, on a socket in the data folder.
     assert found["broker"] == f"redis+socket://{tmp_path / 'redis' / 'redis.sock'}"
     assert (tmp_path / "redis").is_dir()
     assert (tmp_path / "secret_key").exists()

@@ -14,11 +14,11 @@ from django.urls import reverse
 
 from api.models import ApiToken
 from api.tokens import token_authenticate, token_create
-from controlpanel.people import services
-from controlpanel.people.models import SsoAccount
-from controlpanel.people.sso import SsoClaims, SsoRefused, claims_read, person_follow_groups, sso_sign_in
 from controlpanel.roles import parse_role_map, role_for_groups, user_role
 from core.models import AuditEvent
+from people import services
+from people.models import SsoAccount
+from people.sso import SsoClaims, SsoRefused, claims_read, person_follow_groups, sso_sign_in
 
 MAP = "lab-admins=admin, lab-ops=operator\n/lab/readers=viewer"
 
@@ -200,7 +200,7 @@ def test_a_second_issuers_user_with_the_admins_sub_is_refused_and_does_not_get_t
 @pytest.mark.django_db
 def test_the_issuer_comes_from_the_signed_id_token_not_the_user_info(sso_settings, monkeypatch):
     """Through the backend: the ID token says the other issuer; user info naming the first does not help."""
-    from controlpanel.people.oidc import SsoBackend
+    from people.oidc import SsoBackend
 
     sso_sign_in(claims=_claims("lab-admins", sub="ann-sub", username="ann"))
     backend = SsoBackend()
@@ -235,7 +235,7 @@ def test_existing_links_get_the_configured_issuer_and_unknown_ones_take_the_next
 
     from django.apps import apps
 
-    migration = import_module("controlpanel.people.migrations.0002_sso_account_issuer")
+    migration = import_module("people.migrations.0002_sso_account_issuer")
     sam = sso_sign_in(claims=_claims("lab-ops"))
     SsoAccount.objects.update(issuer="")
     sso_settings.CONTROLPANEL_OIDC_DISCOVERY_URL = ISSUER + "/.well-known/openid-configuration"
@@ -325,7 +325,7 @@ def test_with_local_passwords_off_password_routes_refuse_and_password_sessions_e
     assert client.get(reverse("password_change")).status_code == 200
     settings.CONTROLPANEL_LOCAL_PASSWORDS = False
     assert client.get(reverse("dashboard:index")).url.startswith("/accounts/login/")  # signed out
-    client.force_login(admin_user, backend="controlpanel.people.oidc.SsoBackend")
+    client.force_login(admin_user, backend="people.oidc.SsoBackend")
     for method in ("get", "post"):
         response = getattr(client, method)(reverse("password_change"), {"old_password": "pw-ada"})
         assert response.status_code == 403 and "Local passwords are off" in response.content.decode()
@@ -372,7 +372,7 @@ ID_TOKEN = "eyJ.the-id-token.sig"  # what the callback keeps in the session (OID
 
 
 def _sso_session(client, user) -> None:
-    client.force_login(user, backend="controlpanel.people.oidc.SsoBackend")
+    client.force_login(user, backend="people.oidc.SsoBackend")
     session = client.session
     session["oidc_id_token"] = ID_TOKEN
     session.save()
@@ -399,7 +399,7 @@ def test_signing_out_after_a_sign_on_sends_the_browser_to_the_providers_end_sess
 @pytest.mark.django_db
 def test_a_password_session_or_no_endpoint_signs_out_of_the_panel_only(client, sso_settings, viewer):
     sso_settings.CONTROLPANEL_OIDC_END_SESSION_ENDPOINT = END_SESSION
-    client.force_login(viewer, backend="controlpanel.people.oidc.LocalPasswordBackend")
+    client.force_login(viewer, backend="people.oidc.LocalPasswordBackend")
     assert client.post(reverse("logout"))["Location"] == "/accounts/login/"
     sso_settings.CONTROLPANEL_OIDC_END_SESSION_ENDPOINT = ""
     _sso_session(client, sso_sign_in(claims=_claims("lab-ops")))

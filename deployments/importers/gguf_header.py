@@ -1,6 +1,6 @@
 """GGUF header -> ModelArch + the facts llama.cpp's KV estimate needs (GgufKvFacts).
 
-Keys are gguf-py's (`gguf/constants.py Keys`, engines.md §5). Per-layer arrays are kept as such:
+Keys are gguf-py's (`gguf/constants.py Keys`). Per-layer arrays are kept as such:
 `{arch}.attention.head_count_kv` may be a list with 0 on recurrent layers. Which layers use the
 sliding window: `{arch}.attention.sliding_window_pattern` when the file has it (a period or a
 per-layer bool list), else llama.cpp's built-in period for the architecture (src/models/gemma3.cpp
@@ -405,7 +405,7 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
             "num_experts": field(p + "expert_count", "num_experts"),
             "experts_per_token": field(p + "expert_used_count", "experts_per_token"),
             "native_context": field(p + "context_length", "native_context"),
-            # Qwen3-Next/3.5 -> GGUF (engines.md §5): group_count = linear key heads, time_step_rank =
+            # Qwen3-Next/3.5 -> GGUF (llama.cpp's conversion/qwen.py): group_count = linear key heads, time_step_rank =
             # linear value heads, state_size = key head dim, inner_size = v_dim x v_heads.
             "linear_num_key_heads": field(p + "ssm.group_count") if linear else None,
             "linear_num_value_heads": time_step_rank if linear else None,

@@ -1,7 +1,7 @@
 """Hugging Face `config.json` -> ModelArch + quantization facts.
 
 Reads text-only configs and multimodal ones whose language model sits under `text_config`
-(Qwen3.5 `configuration_qwen3_5*.py`, engines.md §4). Layer kinds come from `layer_types`, or
+(Qwen3.5 `configuration_qwen3_5*.py`; vLLM's reading of them). Layer kinds come from `layer_types`, or
 from `full_attention_interval` (Qwen3-Next: layer i is full when (i+1) % interval == 0), or from
 a sliding-window pattern (Gemma 3: every `sliding_window_pattern`-th layer is global). Fields a
 config does not state stay None. Parsing is pure; `load_hf_config` is the only I/O.

@@ -22,7 +22,7 @@ LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 class Registry:
     """A server's own metrics (tests run several in one process) and its `GET /metrics` answer;
-    the front door's and the lab router's (controlpanel/router/metrics.py)."""
+    the front door's and the lab router's (labrouter/metrics.py)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

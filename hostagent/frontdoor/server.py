@@ -1,4 +1,4 @@
-"""What the front door and the lab router (controlpanel/router/) share as servers: the OpenAI and
+"""What the front door and the lab router (labrouter/) share as servers: the OpenAI and
 Anthropic routes (apis.py), each answering errors in its own API's shape, the body bound, the
 connection bounds, reading and parsing a body, and one function that listens.
 

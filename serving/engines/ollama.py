@@ -1,7 +1,7 @@
 """Ollama adapter: `ollama serve` configured through environment variables.
 
-Ollama takes its server settings from env (envconfig/config.go, docs/faq.mdx; see
-shared/reference/engines.md §6). The served name is the model tag. Ollama has **no
+Ollama takes its server settings from env (ollama/ollama: envconfig/config.go,
+docs/faq.mdx). The served name is the model tag. Ollama has **no
 Prometheus /metrics endpoint**: `parse_metrics` returns an empty EngineMetrics and
 `metrics_url` is None; per-request numbers come from the API's final chunk instead.
 """
@@ -81,7 +81,8 @@ def _context_length(value: object) -> int:
 
 def default_context(vram: int) -> int:
     """The context Ollama serves when OLLAMA_CONTEXT_LENGTH is unset, chosen from the GPUs' memory
-    (`vram`, bytes): under 24 GiB 4k, under 48 GiB 32k, else 256k (engines.md §6)."""
+    (`vram`, bytes): under 24 GiB 4k, under 48 GiB 32k, else 256k (ollama envconfig/config.go; its
+    FAQ still says 4096)."""
     return 4096 if vram < 24 * 2**30 else 32768 if vram < 48 * 2**30 else 262144
 
 

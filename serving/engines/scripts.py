@@ -2,7 +2,7 @@
 
 Rendered from a LaunchSpec with every secret value masked, so the text can be shown on
 a page, stored in history or diffed. The unit mirrors the seed's Ansible role
-(shared/reference/ansible-vars.md): TimeoutStartSec=600, TimeoutStopSec=120,
+(tests/fixtures/ansible/NOTES.md says which): TimeoutStartSec=600, TimeoutStopSec=120,
 KillMode=mixed, OOMScoreAdjust=-100, unlimited memlock, no start-rate limit,
 Restart=on-failure, RestartSec=10, output appended to a log file. Pure: no I/O.
 """

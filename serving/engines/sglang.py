@@ -1,6 +1,6 @@
 """SGLang adapter: `python -m sglang.launch_server` argv, /metrics, KV pool log line.
 
-Flags from sglang/srt/server_args.py (0.5.x; shared/reference/engines.md §7). Boolean
+Flags from sglang/srt/server_args.py (0.5.x; the dataclasses of sglang/srt/arg_groups/fields/). Boolean
 flags are plain switches. `/metrics` needs `--enable-metrics`.
 """
 

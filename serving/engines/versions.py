@@ -24,7 +24,7 @@ from serving.engines.base import EngineConfigError
 
 # vLLM: VLLM_ATTENTION_BACKEND was deprecated in v0.13 in favour of `--attention-backend`
 # (vllm-project/vllm#26315; issues vllm#30564, vllm#50292). By 0.26 the variable is gone
-# from the source and silently ignored (shared/reference/engines.md §1).
+# from the source and silently ignored.
 VLLM_ATTENTION_BACKEND_FLAG_SINCE = "0.13.0"
 # ... and from this release on, vLLM ignores VLLM_ATTENTION_BACKEND: the planner warns, the env
 # policy refuses it, the Ansible role's export says the role's script sets it to no effect.
@@ -46,7 +46,7 @@ LLAMACPP_LOAD_MODE_SINCE = "b10114"
 # server_arguments.md, "To use a configuration file"), in the 0.5.x series.
 SGLANG_CONFIG_FILE_SINCE = "0.5.3"
 
-# Latest versions read for shared/reference/engines.md.
+# The latest versions whose source the adapters were checked against.
 LATEST_KNOWN = {"vllm": "0.33.0", "sglang": "0.5.23", "llama.cpp": "", "ollama": ""}
 
 _SEMVER = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.(\d+))?([A-Za-z0-9.+-]*)$")

@@ -1,7 +1,7 @@
 """vLLM adapter: `vllm serve` argv/env, /metrics, startup KV capacity, install plan.
 
 Flags are from vllm-project/vllm:vllm/engine/arg_utils.py and
-vllm/entrypoints/openai/cli_args.py as summarised in shared/reference/engines.md §1-3
+vllm/entrypoints/openai/cli_args.py (and vllm/engine/arg_utils.py, vLLM 0.33)
 (vLLM 0.33.0). Bool fields have `--x`/`--no-x`; JSON fields take a JSON string.
 """
 
@@ -63,7 +63,7 @@ from serving.engines.versions import (
     version_lt,
 )
 
-# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py, engines.md §1); 0.9 in the
+# gpu_memory_utilization default: 0.92 in 0.33 (vllm/config/cache.py); 0.9 in the
 # 0.17-era releases the seeds ran ("Default 90% GPU memory utilization", seed 000). The exact
 # release of the change is not pinned down here; versions before 0.25 get 0.9.
 VLLM_UTIL_DEFAULT = 0.92
@@ -149,7 +149,7 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
     return found + override_concerns(name, rest)
 
 
-# CacheDType in vllm/config/cache.py (the common ones; engines.md §1).
+# CacheDType in vllm/config/cache.py (the common ones).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 MAMBA_CHOICES = ("auto", "float32", "float16", "bfloat16")
 

@@ -161,7 +161,7 @@ def _size_gpu_split(ctx: Context) -> None:
             if paged and a:
                 ctx.hybrid_block = ctx.block = hybrid_block_size(a, page, s.block_size)
                 prefix = s.prefix_caching if s.prefix_caching is not None else True
-                # blocks per request: 1 + spec ("none" mode), one more in "align" mode (engines.md §4)
+                # blocks per request: 1 + spec ("none" mode), one more in "align" mode (vLLM 0.33, prefix caching on)
                 state_total += stage.linear * (1 + spec_tokens + (1 if prefix else 0)) * ctx.block * int(a)
             else:
                 state_total += stage.linear * page

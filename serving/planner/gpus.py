@@ -1,7 +1,7 @@
 """GPU facts the planner needs, and a small catalog of GPU types for "what could I buy/run".
 
 Memory sizes are the totals NVML reports (`nvmlDeviceGetMemoryInfo(h).total`), which is what
-vLLM multiplies by `gpu_memory_utilization` (engines.md §3 step 1).
+vLLM multiplies by `gpu_memory_utilization` (vllm/v1/worker/gpu_worker.py determine_available_memory).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """KV-cache and recurrent-state maths, per engine. Pure arithmetic on ModelArch / GGUF facts.
 
-vLLM (engines.md §4, vllm/v1/kv_cache_interface.py AttentionSpec):
+vLLM (vllm/v1/kv_cache_interface.py AttentionSpec, 0.33):
   bytes per token per layer per rank = kv_heads_rank x (head_k + head_v) x dtype bytes
   kv_heads_rank = kv_heads // tp when kv_heads >= tp, else 1 (replicated; config/model.py
   get_num_kv_heads). MLA caches one latent of kv_lora_rank + qk_rope_head_dim per token per
@@ -126,8 +126,8 @@ def attn_bytes_per_token_layer(arch: ModelArch, tp: int, dtype_bytes: float) -> 
 def gdn_state_bytes_layer(
     arch: ModelArch, tp: int, *, conv_bytes: int, ssm_bytes: int, spec_tokens: int = 0
 ) -> int | None:
-    """Gated DeltaNet state per sequence per linear layer per rank (engines.md §4,
-    vllm layers/mamba/mamba_utils.py MambaStateShapeCalculator)."""
+    """Gated DeltaNet state per sequence per linear layer per rank (vllm
+    layers/mamba/mamba_utils.py MambaStateShapeCalculator)."""
     k_heads, v_heads = arch.linear_num_key_heads, arch.linear_num_value_heads
     k_dim, v_dim = arch.linear_key_head_dim, arch.linear_value_head_dim
     kernel = arch.linear_conv_kernel_dim

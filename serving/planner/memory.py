@@ -4,7 +4,7 @@ Every constant says where it comes from. They are estimates calibrated against s
 people posted in public issues; the engine's own profile run is the final word, so the planner
 calls a pool "tight" when it is within the model's error of running out.
 
-vLLM (engines.md §3; v1/worker/gpu_worker.py determine_available_memory):
+vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory, 0.33):
     available_kv = total x gpu_memory_utilization - weights - non_torch - activation_peak - cudagraphs
 SGLang (srt/mem_cache/kv_cache_configurator.py _profile_available_bytes):
     kv_pool = free_before_load x mem_fraction_static - weights

@@ -284,7 +284,7 @@ def _context(ctx: Context) -> None:
 def _hybrid_block(ctx: Context) -> None:
     """vllm#34445 (merged 2026-02-12, first in 0.16) asserts block_size <= max_num_batched_tokens in
     Mamba align mode (prefix caching on); vllm#36697 hit 2096 > 2048. 0.33 no longer asserts
-    (engines.md §4, scheduler _mamba_block_aligned_split); seed 002 says >= 0.22 handles it."""
+    (vllm/v1/core/sched/scheduler.py _mamba_block_aligned_split); seed 002 says >= 0.22 handles it."""
     block, tokens = ctx.hybrid_block, ctx.batched_tokens
     version = ctx.request.engine_version
     if block is None or tokens is None or block <= tokens:

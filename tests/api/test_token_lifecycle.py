@@ -13,8 +13,8 @@ from django.test import Client
 
 from api.models import ApiToken
 from api.tokens import token_create
-from controlpanel.people import services
 from core.models import AuditEvent
+from people import services
 
 pytestmark = pytest.mark.django_db
 HOSTS = "/api/v1/hosts/"

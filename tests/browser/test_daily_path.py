@@ -1,6 +1,6 @@
 """Daily use on the embedded default, in real Chromium (issue 26's proof).
 
-The panel runs as `./scripts/run` runs it (`python -m controlpanel.embedded`: SQLite, its own Redis,
+The panel runs as `./scripts/run` runs it (`python -m embedded`: SQLite, its own Redis,
 the worker, the agent and gunicorn; tests/support/embedded.py), serving the real Gemma 3 270M on a
 real llama-server. While a benchmark runs against it (the agent writing its progress every second),
 the user saves notification channels, comments and a new revision from the browser: no 500, and

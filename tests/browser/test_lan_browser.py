@@ -136,7 +136,7 @@ class LanPanel(EmbeddedPanel):
         self._ready_before = {name: self.log(name).count(" ready.") for name in ("worker", "agent")}
         out = open(self.out_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controlpanel.embedded"],
+            [sys.executable, "-m", "embedded"],
             cwd=ROOT,
             env=self.env,
             stdout=out,

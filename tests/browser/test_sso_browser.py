@@ -15,8 +15,8 @@ from urllib.parse import quote
 import pytest
 from django.contrib.auth.models import User
 
-from controlpanel.people.models import SsoAccount
 from controlpanel.roles import user_role
+from people.models import SsoAccount
 from tests.browser.chromium import snap
 from tests.support.oidc_provider import OidcProvider
 

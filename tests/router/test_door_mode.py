@@ -28,7 +28,6 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from controlpanel.router.app import Router
 from core.models import AuditEvent
 from deployments.models import DoorPolicy, InferenceKey
 from deployments.selectors.lab_routes import lab_routes
@@ -37,6 +36,7 @@ from hardware.models import Host
 from hostagent.door.tables import serving_set
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable
 from hostagent.frontdoor.launcher import Command, ProcessLoader
+from labrouter.app import Router
 from serving.lab_routes import LabRoutes
 from tests.hardware.factories import HostFactory
 

@@ -9,7 +9,7 @@ import threading
 
 import httpx
 
-from controlpanel.router.app import Router
+from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
 
 TOKEN = "scrape-the-lab-0123456789"  # noqa: S105 - a test's own

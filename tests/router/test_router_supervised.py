@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controlpanel.embedded import Child, Panel
-from controlpanel.router.run import CANNOT_LISTEN
+from embedded.panel import Child, Panel
+from labrouter.run import CANNOT_LISTEN
 
 
 def test_a_router_whose_address_is_taken_stops_alone_and_the_panel_runs_on(tmp_path: Path, settings: Any) -> None:

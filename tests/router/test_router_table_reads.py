@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bench.bench_frontdoor import metric
-from controlpanel.router.app import Router
+from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
 
 TABLE = LabRoutes((Door(host="gpu-a", url="http://127.0.0.1:9", labels={"coder": "coder-r1"}),))

@@ -11,13 +11,13 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from controlpanel.people.services import person_set_active, person_set_role
 from core.models import AuditEvent
 from deployments.models import ModelAlias, Operation
 from deployments.services.aliases import alias_set
 from deployments.services.serving_set import serving_mode_set
 from notifications.models import Channel, Delivery, Rule
 from notifications.secrets import url_encrypt
+from people.services import person_set_active, person_set_role
 from schedules.models import ScheduledChange
 from schedules.services import change_cancel, change_schedule, changes_run_due, window_clear, window_set
 from schedules.tasks import run_scheduled_changes

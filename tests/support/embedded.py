@@ -1,4 +1,4 @@
-"""The embedded default as a user runs it: `python -m controlpanel.embedded` in a subprocess with
+"""The embedded default as a user runs it: `python -m embedded` in a subprocess with
 its own data folder and port, and neither DATABASE_URL nor CELERY_BROKER_URL (so SQLite and the
 embedded Redis). Used by tests/test_embedded.py and bench/bench_soak.py; no Django needed here.
 """
@@ -95,7 +95,7 @@ class EmbeddedPanel:
         self._ready_before = {name: self.log(name).count(" ready.") for name in ("worker", "agent")}
         out = open(self.out_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controlpanel.embedded", "--bind", f"127.0.0.1:{self.port}", *self.args],
+            [sys.executable, "-m", "embedded", "--bind", f"127.0.0.1:{self.port}", *self.args],
             cwd=ROOT,
             env=self.env,
             stdout=out,

@@ -1,6 +1,6 @@
 """The panel's own flow on a GPU host, end to end, recorded for fixtures.
 
-Starts the embedded panel (`python -m controlpanel.embedded`: private Redis, Celery worker,
+Starts the embedded panel (`python -m embedded`: private Redis, Celery worker,
 this host's agent, gunicorn; SQLite) as `scripts/run` does after its setup, then drives it
 through the services a user's clicks call (as bench/bench_soak.py does):
 
@@ -154,7 +154,7 @@ def main() -> int:  # noqa: C901 - one script, one flow
     panel_log = Path(args.data) / "logs" / "panel.out.log"  # comes back inside logs.tar.gz
     panel_log.parent.mkdir(parents=True, exist_ok=True)
     panel = subprocess.Popen(
-        [sys.executable, "-m", "controlpanel.embedded", "--bind", f"127.0.0.1:{args.port}"],
+        [sys.executable, "-m", "embedded", "--bind", f"127.0.0.1:{args.port}"],
         cwd=ROOT,
         stdout=open(panel_log, "wb"),  # noqa: SIM115 - handed to the child
         stderr=subprocess.STDOUT,

@@ -36,8 +36,8 @@ from openai import APIError, OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
 from bench.bench_frontdoor import FrontDoorProcess, entry, front_door, metric
-from controlpanel.router.app import Router
 from hostagent.frontdoor.proxy import chunks
+from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
 from tests.support.llama import free_port
 from tests.support.slot_engine import command

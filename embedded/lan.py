@@ -1,5 +1,5 @@
 """Where the embedded panel serves (docs/configuration.md, "Serving the LAN"), checked before the
-supervisor (controlpanel.embedded) starts anything: a bind the panel cannot serve stops the start
+supervisor (embedded.panel) starts anything: a bind the panel cannot serve stops the start
 with one sentence naming the setting, instead of a panel that stops itself half a minute later.
 
 What cannot work: an address that is not this machine's (nothing can listen there), the panel's

@@ -4,6 +4,6 @@ from django.apps import AppConfig
 class RouterConfig(AppConfig):
     """The lab router's app: its command only (`manage.py router`); no models."""
 
-    name = "controlpanel.router"
+    name = "labrouter"
     label = "router"
     verbose_name = "Lab router"

@@ -1,7 +1,7 @@
 """The lab router: one OpenAI endpoint for the whole lab, in front of every host's front door.
 
 It runs as its own async process beside the web server (`python manage.py router` or `python -m
-controlpanel.router`; the embedded supervisor and docker-compose start it), never inside the
+labrouter`; the embedded supervisor and docker-compose start it), never inside the
 sync web workers: a stream held open for minutes would take a worker each. It serves
 `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and `/v1/models` on
 CONTROLPANEL_ROUTER_BIND and sends each request, by its `model` (a revision's front-door name or

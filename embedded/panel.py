@@ -1,4 +1,4 @@
-"""`python -m controlpanel.embedded`: run the whole panel on this machine and supervise it.
+"""`python -m embedded`: run the whole panel on this machine and supervise it.
 
 `scripts/run` calls it after setting up (migrate, catalog, local host, admin). It starts, in
 this order, each in its own session so only this process signals them:
@@ -13,10 +13,10 @@ this order, each in its own session so only this process signals them:
    as a GPU host's agent does: a host token issued for it at start (`manage.py host token`,
    kept in memory only and written to the agent's standard input, never its environment, which
    its processes could read in /proc), the panel's URL, no database URL and no secret key.
-4. `router` - the lab router (`manage.py router`, controlpanel/router), unless
+4. `router` - the lab router (`manage.py router`, labrouter), unless
    CONTROLPANEL_ROUTER_BIND is `off`: one OpenAI endpoint in front of every host's front door,
    an async process of its own beside the sync web workers. When its address is taken it exits
-   with controlpanel.router.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
+   with labrouter.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
 5. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
@@ -168,7 +168,7 @@ class Panel:
         self.children.append(Child("worker", worker, self.log_dir))
         self.children.append(Child("agent", [py, "manage.py", "agent"], self.log_dir))
         if settings.ROUTER_HOST is not None:
-            from controlpanel.router.run import CANNOT_LISTEN
+            from labrouter.run import CANNOT_LISTEN
 
             router = Child("router", [py, "manage.py", "router"], self.log_dir, final_exit=CANNOT_LISTEN)
             self.children.append(router)
@@ -240,7 +240,7 @@ class Panel:
             self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
         panel_only = ("DATABASE_URL", "DJANGO_SECRET_KEY", "CONTROLPANEL_HOST_TOKEN")
         env = {k: v for k, v in self.env.items() if k not in panel_only}
-        from controlpanel.lan import agent_url
+        from embedded.lan import agent_url
 
         env.update(CONTROLPANEL_URL=agent_url(self.bind), CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
         return env, token
@@ -283,7 +283,7 @@ class Panel:
             signal.signal(sig, self._on_stop_signal)
         become_subreaper()
         self._stop_leftovers()
-        from controlpanel.lan import bind_refusal
+        from embedded.lan import bind_refusal
 
         taken = bind_refusal("PANEL_BIND", self.bind, port_too=True)  # an earlier run's web server is gone now
         if taken:
@@ -496,7 +496,7 @@ def become_subreaper() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controlpanel.embedded", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--bind", help="web server address (default: PANEL_BIND, docs/configuration.md)")
     parser.add_argument("--max-restarts", type=int, default=MAX_RESTARTS, help="per process, within --window")
     parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds (default 600)")
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PANEL_BIND"] = args.bind
     from django.conf import settings
 
-    from controlpanel.lan import serving_refusals, serving_warnings
+    from embedded.lan import serving_refusals, serving_warnings
 
     for sentence in serving_warnings(settings.PANEL_BIND, settings.ALLOWED_HOSTS):
         print(f"panel: warning: {sentence}", file=sys.stderr)
@@ -524,7 +524,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"panel: another panel already runs on {panel.data_dir} (see embedded.json there)", file=sys.stderr)
         return 2
     return panel.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ checked against the provider's published keys).
 The provider's endpoints come from its discovery document unless set one by one; it is fetched
 on the first sign-in and kept for an hour, never at start and never for a password sign-in, so a
 provider that is down cannot stop the panel or its password sign-ins. Who the person is and which
-role they get is `controlpanel.people.sso`'s work."""
+role they get is `people.sso`'s work."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def end_session_problem(url: str) -> str | None:
     return None
 
 
-SSO_BACKEND = "controlpanel.people.oidc.SsoBackend"
+SSO_BACKEND = "people.oidc.SsoBackend"
 
 
 def provider_logout_url(request: HttpRequest) -> str:

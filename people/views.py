@@ -1,6 +1,6 @@
 """People pages for admins: list, add, change role (or hand an SSO person's role back to their
 groups), deactivate/reactivate, reset a password, unlock after a login lockout. Every change goes
-through controlpanel.people.services (or .sso)."""
+through people.services (or .sso)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from serving.lab_routes import Route
 
 __all__ = ["HOST_HEADER", "STREAM", "Doors"]
 
-log = logging.getLogger("controlpanel.router")
+log = logging.getLogger("labrouter")
 
 HOST_HEADER = "X-Controlpanel-Host"  # which host's front door answered
 # Request key: "ended" once a stream's [DONE] went out, "left" if the client left first, "cut" if

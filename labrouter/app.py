@@ -1,11 +1,11 @@
-"""The lab router's HTTP side (controlpanel/router/__init__.py says what it does).
+"""The lab router's HTTP side (labrouter/__init__.py says what it does).
 
 POST /v1/chat/completions, /v1/completions, /v1/embeddings,   routed by the body's `model` (a form
      /v1/responses, /v1/responses/input_tokens, /v1/rerank,    field on /v1/audio/transcriptions); the
      /v1/audio/transcriptions, /v1/messages,                   door says which engines serve which
      /v1/messages/count_tokens                                 path (Anthropic's errors on its own)
 GET  /v1/models                                              the union of the usable doors', as the key may use it
-GET  /metrics                                                Prometheus text (controlpanel/router/metrics.py)
+GET  /metrics                                                Prometheus text (labrouter/metrics.py)
 GET  /prometheus/doors                                       the doors as Prometheus HTTP service discovery targets
 GET  /health                                                 200 once the route table was read, with its age
 """
@@ -34,7 +34,7 @@ from .metrics import RouterMetrics
 
 __all__ = ["DOWN_FOR_S", "Router", "door_targets"]
 
-log = logging.getLogger("controlpanel.router")
+log = logging.getLogger("labrouter")
 
 DOWN_FOR_S = 10.0  # a door that refused a connection is skipped this long
 

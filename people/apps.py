@@ -4,7 +4,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 class PeopleConfig(AppConfig):
-    name = "controlpanel.people"
+    name = "people"
     label = "people"
     verbose_name = "People"
     default_auto_field = "django.db.models.BigAutoField"

@@ -1,4 +1,4 @@
-"""`manage.py router [--bind HOST:PORT]`: the lab router (controlpanel/router), one OpenAI endpoint
+"""`manage.py router [--bind HOST:PORT]`: the lab router (labrouter), one OpenAI endpoint
 for the whole lab in front of every host's front door, until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
@@ -15,6 +15,6 @@ class Command(BaseCommand):
         parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_ROUTER_BIND, 127.0.0.1:4100)")
 
     def handle(self, *args: Any, bind: str | None = None, **options: Any) -> None:
-        from controlpanel.router.run import serve_forever
+        from labrouter.run import serve_forever
 
         serve_forever(bind)

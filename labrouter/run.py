@@ -1,4 +1,4 @@
-"""The lab router's process: `python manage.py router` or `python -m controlpanel.router`.
+"""The lab router's process: `python manage.py router` or `python -m labrouter`.
 
 It reads the panel's settings (CONTROLPANEL_ROUTER_BIND, CONTROLPANEL_ROUTER_REFRESH_S, the
 connection bounds and the metrics token; the database the route table comes from), reads the
@@ -21,7 +21,7 @@ from .app import Router
 
 __all__ = ["CANNOT_LISTEN", "read_routes", "serve_forever"]
 
-log = logging.getLogger("controlpanel.router")
+log = logging.getLogger("labrouter")
 CANNOT_LISTEN = 78  # EX_CONFIG: the exit code when its address is taken (the embedded supervisor does not restart it)
 
 
