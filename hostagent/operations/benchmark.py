@@ -45,7 +45,10 @@ def run_benchmark(ctx: AgentContext, order: Order) -> Outcome:
         return bool(last_check[1])
 
     def progress(done: int, total: int, level: str, message: str) -> None:
-        report(f"level {level}: {done}/{total}", done / total if total else 0.0, message)
+        # `level` carries the level's own count ("concurrency 4 (level 2 of 3): 5/32"); the bar, the run's.
+        report(
+            f"{level} · {done}/{total} in all" if level else f"{done}/{total}", done / total if total else 0.0, message
+        )
 
     report("preparing", 0.0, f"benchmark '{profile.name}' of r{number} at {spec.chat_url}")
     result = run_benchmark_sync(

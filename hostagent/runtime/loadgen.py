@@ -84,6 +84,12 @@ class Target:
 class _RunState:
     total: int
     done: int = 0
+    # The level running now: its number (1-based) of how many, its size, and `done` when it began,
+    # so progress reads per level ("concurrency 4 (level 2 of 3): 5/32"), not the whole run's count.
+    level: int = 0
+    levels: int = 0
+    level_size: int = 0
+    level_began: int = 0
     status: str | None = None  # set when the run must stop: "cancelled" | "engine_died"
     reason: str = ""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -240,6 +246,10 @@ class LoadGenerator:
     # -- callbacks, off the loop ----------------------------------------------------------
 
     def _report(self, state: _RunState, label: str, message: str) -> None:
+        """The run's count (done of total) and the level's own, in its label."""
+        if label and state.level_size:
+            where = f"level {state.level} of {state.levels}" if state.levels > 1 else "one level"
+            label = f"{label} ({where}): {state.done - state.level_began}/{state.level_size}"
         if self.progress is not None:
             self._callbacks.submit(self._safe, self.progress, state.done, state.total, label, message)
 
@@ -505,6 +515,7 @@ class LoadGenerator:
             for i, (label, conc, rate) in enumerate(levels):
                 if state.stop.is_set():
                     break
+                state.level, state.levels, state.level_size, state.level_began = i + 1, len(levels), n, state.done
                 self._report(state, label, f"starting {label}")
                 records, cancelled, duration = await self._run_level(
                     client, state, prompts[i * n : (i + 1) * n], label=label, concurrency=conc, rate=rate

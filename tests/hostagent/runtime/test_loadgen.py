@@ -73,6 +73,10 @@ def test_concurrency_levels_agree_with_the_engine(llama: Target) -> None:
 
     assert result.status == "completed", result.reason
     assert [lv.concurrency for lv in result.levels] == [1, 2]
+    # Progress counts each level on its own (the whole run's count is the first two figures).
+    labels = [label for _done, _total, label, _message in seen if label]
+    assert "concurrency 1 (level 1 of 2): 0/2" in labels and "concurrency 2 (level 2 of 2): 2/2" in labels
+    assert (4, 4) in [(done, total) for done, total, _label, _message in seen]
     assert result.served_context == 1024  # -c 4096 over 4 slots
     for level in result.levels:
         assert (level.completed, level.failed) == (level.requested, 0) == (2, 0)
