@@ -413,7 +413,9 @@ def main() -> None:
     args = parse_load_arguments(parser)
     if args.short:
         args.swap_rounds, args.cold_rounds = 4, 2
-    print(f"{os.cpu_count()} cores; Gemma 3 270M Q4_K_M on llama-server (CPU), {args.threads} thread(s) per engine")
+    model = Path(args.model).name if args.model else "Gemma 3 270M Q4_K_M"
+    where = f"-ngl {args.gpu_layers}" if args.gpu_layers else "CPU"
+    print(f"{os.cpu_count()} cores; {model} on llama-server ({where}), {args.threads} thread(s) per engine")
     parts = args.only or ["overhead", "swap", "cold"]
     if "overhead" in parts:
         overhead(args)

