@@ -1,5 +1,5 @@
-"""Issue 39's GPU run, replayed: the front door against llama-server's own router mode on one
-NVIDIA H200 (tests/fixtures/gpu/swap_vs_router/README.md).
+"""Issue 39's GPU runs, replayed: the front door against llama-server's own router mode on one
+NVIDIA H200 and, later, one H100 (tests/fixtures/gpu/swap_vs_router/README.md).
 
 The records are what bench/bench_swap_vs_router.py and bench/bench_frontdoor.py wrote there:
 each request's time to first token, each run's wall time, loads and failures, the door's swap
@@ -23,11 +23,12 @@ from serving.benchmarking.stats import percentile
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "swap_vs_router"
 SHAPES = ("8 streams x 24 requests", "16 streams x 48 requests")
+MACHINES = ("h200", "h100")
 
 
-def runs(room: int) -> dict[str, list[dict[str, Any]]]:
-    """Shape -> that shape's runs (door and router alternating), from the room's record."""
-    blocks = json.loads((FIXTURES / f"room{room}.json").read_text())
+def runs(record: str) -> dict[str, list[dict[str, Any]]]:
+    """Shape -> that shape's runs (door and router alternating), from a record."""
+    blocks = json.loads((FIXTURES / f"{record}.json").read_text())
     return {block["shape"].split(",")[0]: block["runs"] for block in blocks}
 
 
@@ -38,17 +39,24 @@ def figures(run: dict[str, Any]) -> dict[str, float]:
     return {"p50": statistics.median(ttft), "p99": p99, "wall": run["wall"], "loads": run["loads"]}
 
 
-def sides(room: int, shape: str) -> list[tuple[dict[str, float], dict[str, float]]]:
+def sides(record: str, shape: str) -> list[tuple[dict[str, float], dict[str, float]]]:
     """(door, router) figures per run, in the order they ran."""
     by_run: dict[int, dict[str, dict[str, float]]] = {}
-    for run in runs(room)[shape]:
+    for run in runs(record)[shape]:
         by_run.setdefault(run["run"], {})[run["side"]] = figures(run)
     return [(pair["door"], pair["router"]) for _, pair in sorted(by_run.items())]
 
 
-@pytest.mark.parametrize("room", [1, 2])
-def test_every_request_was_answered_through_the_door_and_the_router(room: int) -> None:
-    recorded = runs(room)
+def medians(pairs: list[tuple[dict[str, float], dict[str, float]]], key: str) -> tuple[float, float]:
+    return statistics.median(d[key] for d, _ in pairs), statistics.median(r[key] for _, r in pairs)
+
+
+RECORDS = [f"{m}_room{room}" for m in MACHINES for room in (1, 2)] + ["h100_room1_grace10"]
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_every_request_was_answered_through_the_door_and_the_router(record: str) -> None:
+    recorded = runs(record)
     assert set(recorded) == set(SHAPES)
     for shape, shape_runs in recorded.items():
         streams, requests = (int(n) for n in re.findall(r"\d+", shape))
@@ -58,54 +66,74 @@ def test_every_request_was_answered_through_the_door_and_the_router(room: int) -
             assert len(run["ttft"]) == requests // streams * streams
 
 
-def test_room_for_two_the_door_beats_the_router_on_p99_and_wall_but_not_half_its_p50() -> None:
+# Issue 39's goal, p50 at most half the router's: where the records meet it (room for two, 8 x 24, on the H100).
+HALF_P50 = {
+    ("h200", SHAPES[0]): False,
+    ("h200", SHAPES[1]): False,
+    ("h100", SHAPES[0]): True,
+    ("h100", SHAPES[1]): False,
+}
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_room_for_two_the_door_beats_the_routers_p99_in_every_run(machine: str) -> None:
     """Both models stay loaded (2 loads a run, each side). The door loads them side by side at
-    the first requests, the router one after the other, so the door's p99 and wall are lower in
-    every run; its p50 is an engine's queue for its 4 slots, the same behind either, so it is
-    at most the router's (median of the runs) but not half of it."""
+    the first requests, the router one after the other: the door's p99 is lower in every run and
+    its wall no higher (median of the runs). At 8 x 24 its p50 is lower in every run (half the
+    router's or less on the H100, not on the H200); at 16 x 48 the p50 is each engine's queue
+    for its 4 slots, the same behind either: below the router's on the H200, 0.04 s above on the H100."""
     for shape in SHAPES:
-        pairs = sides(2, shape)
+        pairs = sides(f"{machine}_room2", shape)
         for door, router in pairs:
             assert door["loads"] == router["loads"] == 2
-            assert door["p99"] < router["p99"] and door["wall"] < router["wall"], (shape, door, router)
-        door_p50 = statistics.median(d["p50"] for d, _ in pairs)
-        router_p50 = statistics.median(r["p50"] for _, r in pairs)
-        print(f"room for two, {shape}: p50 door {door_p50:.2f} s, router {router_p50:.2f} s")
-        assert door_p50 <= router_p50
-        assert door_p50 > router_p50 / 2  # the goal (half) is not met: both wait for the engine's slots
+            assert door["p99"] < router["p99"], (shape, door, router)
+        door_wall, router_wall = medians(pairs, "wall")
+        assert door_wall <= router_wall
+        door_p50, router_p50 = medians(pairs, "p50")
+        print(f"{machine}, room for two, {shape}: p50 door {door_p50:.3f} s, router {router_p50:.3f} s")
+        if shape == SHAPES[0]:
+            assert all(door["p50"] < router["p50"] for door, router in pairs)
+        else:
+            assert door_p50 < router_p50 + 0.05
+        assert (door_p50 <= router_p50 / 2) is HALF_P50[(machine, shape)]
 
 
-def test_room_for_one_the_door_is_behind_the_router_by_its_swap() -> None:
-    """What the record shows: with room for one the door swaps as often as the router (4 loads
+@pytest.mark.parametrize("record", ["h200_room1", "h100_room1", "h100_room1_grace10"])
+def test_room_for_one_the_door_is_behind_the_router_by_its_swap(record: str) -> None:
+    """What the records show: with room for one the door swaps as often as the router (4 loads
     a run, the fewest this load allows) and its policy wastes no time (each swap waits only for
     the loaded model's requests in flight: no drain left after the turn, no wait for memory),
-    yet its p50, p99 and wall are above the router's in every run. Its swap is the old engine's
-    hard stop (0.1 s) then the new engine's start (0.5 s) then the first token (0.08 s), and
-    every request but each stream's first waits for one (a stream's next request is always for
-    the other model): half the router's p50 is less than an engine's start, out of any policy's
-    reach with room for one."""
-    for shape in SHAPES:
-        for door, router in sides(1, shape):
-            assert door["loads"] == router["loads"] == 4
-            assert door["p50"] > router["p50"] and door["wall"] > router["wall"], (shape, door, router)
+    yet its wall and p99 are above the router's in every run, and its p50 far from half the
+    router's. Its swap is the old engine's stop (0.1-0.16 s; a graceful stop, --stop-grace 10,
+    is no faster than a hard one) then the new engine's start (0.5-0.7 s) then the first token
+    (0.1 s), and every request but each stream's first waits for one (a stream's next request is
+    always for the other model): half the router's p50 at 8 x 24 is less than an engine's start,
+    out of any policy's reach with room for one."""
     phases: dict[str, list[float]] = {}
     for shape in SHAPES:
-        for run in runs(1)[shape]:
+        pairs = sides(record, shape)
+        for door, router in pairs:
+            assert door["loads"] == router["loads"] == 4
+            assert door["wall"] > router["wall"] and door["p99"] > router["p99"], (shape, door, router)
+        door_p50, router_p50 = medians(pairs, "p50")
+        print(f"{record}, {shape}: p50 door {door_p50:.3f} s, router {router_p50:.3f} s")
+        assert door_p50 > router_p50 / 2
+        for run in runs(record)[shape]:
             for key, value in run["phases"].items():
                 phases.setdefault(key.split(" ", 1)[1], []).append(value["sum"] / value["count"])
     mean = {phase: statistics.mean(values) for phase, values in phases.items()}
     print({phase: round(seconds, 3) for phase, seconds in mean.items()})
     assert mean["drain"] < 0.01 and mean["release"] < 0.01
     assert 0.05 < mean["stop"] < 0.2
-    start = min(min(values) for phase, values in phases.items() if phase == "start")
-    router_p50 = min(r["p50"] for _, r in sides(1, SHAPES[0]))
-    assert start > router_p50 / 2  # an engine's start alone is above the goal's p50
+    router_p50 = min(r["p50"] for _, r in sides(record, SHAPES[0]))
+    assert min(phases["start"]) > router_p50 / 2  # an engine's start alone is above the goal's p50
 
 
-def test_the_door_log_tells_each_swaps_timeline() -> None:
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_door_log_tells_each_swaps_timeline(machine: str) -> None:
     """Every load after the first names the swap it needed, in the door's own log line."""
     for shape in SHAPES:
-        for run in runs(1)[shape]:
+        for run in runs(f"{machine}_room1")[shape]:
             if run["side"] != "door":
                 continue
             loads = [line for line in run["log"] if " loaded " in line]
@@ -117,8 +145,10 @@ def test_the_door_log_tells_each_swaps_timeline() -> None:
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_the_doors_overhead_on_one_loaded_model_is_under_a_millisecond(concurrency: int) -> None:
     """The mean time to first token through the door less the engine's own, called directly (the
-    same engine, runs alternating): at most 1 ms; the door's CPU per streamed token beside it."""
-    level = next(lv for lv in json.loads((FIXTURES / "overhead.json").read_text()) if lv["concurrency"] == concurrency)
+    same engine, runs alternating; on the H200): at most 1 ms; the door's CPU per streamed token
+    beside it."""
+    overhead = json.loads((FIXTURES / "h200_overhead.json").read_text())
+    level = next(lv for lv in overhead if lv["concurrency"] == concurrency)
     direct, door = level["direct"], level["door"]
     assert direct["failed"] == door["failed"] == 0
     added = door["mean"] - direct["mean"]
