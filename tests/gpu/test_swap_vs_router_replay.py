@@ -159,3 +159,44 @@ def test_the_doors_overhead_on_one_loaded_model_is_under_a_millisecond(concurren
     )
     assert added <= 1.0
     assert per_token_us < 200
+
+
+def _seconds(stamp: str) -> float:
+    """llama.cpp's --log-timestamps (minutes.seconds.milliseconds.microseconds since its process started)."""
+    minutes, seconds, millis, micros = (int(part) for part in stamp.split("."))
+    return minutes * 60 + seconds + millis / 1e3 + micros / 1e6
+
+
+def test_where_a_swap_goes_the_door_and_the_router_side_by_side() -> None:
+    """One room-for-one run more on an H100 with the engines' --log-timestamps (both sides), to see
+    where the door's 0.1 s a swap goes: the old engine's stop costs both about the same (the
+    router's eviction to its child's exit 0.10-0.12 s, the door's stop phase 0.11-0.14 s); the
+    engines' own time from their process start to "model loaded" is 0.40-0.51 s for the router's
+    children and 0.45-0.54 s for the door's (the same binary and files); the door's start phase is
+    its engine's own time plus 0.07-0.09 s (its spawn, the libraries loaded before the engine's
+    clock starts, its health poll every 20 ms; the router's child says it is ready on its own pipe).
+    Outside the swap policy: the loader and the engine."""
+    router = (FIXTURES / "h100_timestamps_router.log").read_text().splitlines()
+    router_stop = []
+    for i, line in enumerate(router):
+        if evicted := re.search(r"evicting idle LRU name=(\w+)", line):
+            exited = next(later for later in router[i:] if f"instance name={evicted.group(1)} exited" in later)
+            router_stop.append(_seconds(exited.split()[0]) - _seconds(line.split()[0]))
+    child_loads = [_seconds(line.split()[1]) for line in router if line.startswith("[") and "model loaded" in line]
+    door_log = (FIXTURES / "h100_timestamps_door.log").read_text()
+    door_stop = [float(s) for s in re.findall(r"\w stop ([\d.]+) s", door_log)]
+    door_start = [float(s) for s in re.findall(r"loaded \w in ([\d.]+) s", door_log)]
+    engine_loads = [
+        _seconds(line.split()[0]) for line in (FIXTURES / "h100_timestamps_engines.log").read_text().splitlines()
+        if "model loaded" in line
+    ]  # fmt: skip
+    print(f"stop: router {router_stop}, door {door_stop}; engine load: router's children {child_loads}, ")
+    print(f"door's engines {engine_loads}, door's start {door_start}")
+    assert len(router_stop) >= 4 and len(door_stop) == 3
+    assert all(0.08 < s < 0.16 for s in router_stop + door_stop)
+    assert all(0.35 < s < 0.6 for s in child_loads + engine_loads)
+    assert len(door_start) == len(engine_loads) == 4
+    # the door's start = its engine's own load + its spawn and health poll (a's loads, then b's, in the engines' log)
+    by_model = sorted(zip(re.findall(r"loaded (\w) in", door_log), door_start, strict=True), key=lambda pair: pair[0])
+    added = [start - own for (_, start), own in zip(by_model, engine_loads, strict=True)]
+    assert all(0.05 < extra < 0.12 for extra in added), added
