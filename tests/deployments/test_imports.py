@@ -23,8 +23,8 @@ from deployments.services.imports import (
 )
 from serving.ansible_vars import parse_group_vars
 from serving.engines.registry import get_adapter
-from tests.deployments.test_ansible_vars import flag_pairs
 from tests.hardware.factories import HostFactory
+from tests.serving.test_ansible_vars import flag_pairs
 
 pytestmark = pytest.mark.django_db
 
