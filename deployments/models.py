@@ -28,7 +28,7 @@ from serving.benchmarking.profiles import profile_label
 from serving.planner.inputs import GgufKvFacts, WeightFacts
 from serving.safety import UnsafeValueError, check_json_value
 
-from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, GateState, ModelFormat, OperationKind, OperationState
+from .choices import ACTIVE_STATES, Engine, GateState, ModelFormat, OperationKind, OperationState
 
 
 class ModelVariant(models.Model):
@@ -327,10 +327,6 @@ class Operation(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
-
-    @classmethod
-    def kind_is_exclusive(cls, kind: str) -> bool:
-        return kind in EXCLUSIVE_KINDS
 
 
 class BenchmarkRun(models.Model):
