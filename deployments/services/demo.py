@@ -41,11 +41,7 @@ def demo_load(*, actor: AbstractUser | None = None) -> list[Host]:
                 port=rev["port"],
             )
             revision = revision_create(
-                host=host,
-                spec=rev_spec,
-                tag=rev.get("tag", ""),
-                message=rev["message"],
-                actor=actor,
+                host=host, spec=rev_spec, tag=rev.get("tag", ""), message=rev["message"], actor=actor
             )
         if revision is not None:
             revision_mark_active(revision=revision, actor=actor, reason="demo history")

@@ -177,17 +177,24 @@ def model_variant_import_hub(
         return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
 
 
+def _hub_fields(model: HubModel, *, name: str, generation: str) -> dict[str, Any]:
+    """The fields every variant read from the hub has: where it came from and what a download fetches."""
+    return {
+        "name": _name_for(model, name),
+        "repo_id": model.repo_id,
+        "revision": model.revision,
+        "hub_files": [f.to_dict() for f in model.needed_files()],
+        "generation": generation,
+    }
+
+
 def _gguf_variant(model: HubModel, *, name: str, family: str, generation: str) -> ModelVariant:
     """The catalog row for a GGUF on the hub, from its header (read by HTTP ranges); not saved."""
     imported = model.gguf
     assert imported is not None
     return ModelVariant(
-        name=_name_for(model, name),
-        repo_id=model.repo_id,
-        revision=model.revision,
+        **_hub_fields(model, name=name, generation=generation),
         gguf_file=model.gguf_file or "",
-        hub_files=[f.to_dict() for f in model.needed_files()],
-        generation=generation,
         weights_bytes=imported.file_size or None,
         source=(
             f"Read from the hub: {model.repo_id}@{model.revision}, GGUF header of {model.gguf_file} (HTTP ranges); "
@@ -215,12 +222,8 @@ def _hf_variant(model: HubModel, *, name: str, family: str, generation: str) -> 
         else "weights: unknown (no safetensors index): the planner estimates them from the architecture"
     )
     variant = ModelVariant(
-        name=_name_for(model, name),
-        repo_id=model.repo_id,
-        revision=model.revision,
-        hub_files=[f.to_dict() for f in model.needed_files()],
+        **_hub_fields(model, name=name, generation=generation),
         family=family or (hf.arch.family or ""),
-        generation=generation,
         format=ModelFormat.HF,
         quantization=(quant.method or hf.arch.torch_dtype or "")[:60],
         quant_method=quant.method or "",

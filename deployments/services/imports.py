@@ -228,14 +228,7 @@ def revision_import_ansible(
             served_name=parsed.served_name,
             port=parsed.port or 0,  # 0: the engine's default (revision_create)
         )
-        revision = revision_create(
-            host=host,
-            spec=spec,
-            tag=tag,
-            message=message,
-            extras=extras,
-            actor=actor,
-        )
+        revision = revision_create(host=host, spec=spec, tag=tag, message=message, extras=extras, actor=actor)
     except ValidationError as exc:
         raise _with_model_dir_offer(exc, host, parsed.env) from exc
     audit_record(
