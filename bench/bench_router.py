@@ -50,13 +50,15 @@ from django.utils import timezone
 from deployments.models import ModelVariant
 from deployments.services.aliases import alias_set
 from deployments.services.front_door import front_door_report
+from deployments.runtime_bridge import spec_for_values
 from deployments.services.revisions import revision_create, revision_mark_active
 from hardware.models import Host
 from hostagent.probe import local_host_name
 host = Host.objects.get(name=local_host_name())
 variant = ModelVariant.objects.create(name="bench-gemma", format="gguf", gguf_file={model!r})
-revision = revision_create(host=host, engine="llama.cpp", model_variant=variant, served_name="gemma", port={port},
-    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, message="bench", actor=None)
+spec = spec_for_values(engine="llama.cpp", engine_version="", model=variant, served_name="gemma", port={port},
+    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, env={{}})
+revision = revision_create(host=host, spec=spec, message="bench", actor=None)
 revision_mark_active(revision=revision, actor=None)
 alias_set(host=host, name="bench", revision=revision, actor=None)
 front_door_report(host=host, version="bench", bind="127.0.0.1:{door_port}", usage=[],

@@ -335,6 +335,7 @@ class Soak:
         from django.core.exceptions import ValidationError
 
         from deployments.models import ModelVariant, Operation
+        from deployments.runtime_bridge import spec_for_values
         from deployments.services.benchmarks import benchmark_request, profile_from_input
         from deployments.services.revisions import revision_create
         from deployments.services.switch import switch_request
@@ -348,11 +349,15 @@ class Soak:
         revisions = [
             revision_create(
                 host=host,
-                engine="llama.cpp",
-                model_variant=model,
-                served_name="gemma",
-                port=self.engine_port,
-                knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0},
+                spec=spec_for_values(
+                    engine="llama.cpp",
+                    engine_version="",
+                    model=model,
+                    served_name="gemma",
+                    port=self.engine_port,
+                    knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0},
+                    env={},
+                ),
                 message=f"soak ctx {ctx}",
                 actor=None,
             )

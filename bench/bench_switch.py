@@ -49,7 +49,7 @@ def main() -> None:
 
     from deployments.choices import OperationState
     from deployments.models import ModelVariant, Operation
-    from deployments.runtime_bridge import engine_config_for_revision
+    from deployments.runtime_bridge import engine_config_for_revision, spec_for_values
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
     from hardware.credentials import host_token_issue
@@ -100,11 +100,15 @@ def main() -> None:
         revisions = [
             revision_create(
                 host=host,
-                engine="llama.cpp",
-                model_variant=model,
-                served_name="gemma",
-                port=port,
-                knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0},
+                spec=spec_for_values(
+                    engine="llama.cpp",
+                    engine_version="",
+                    model=model,
+                    served_name="gemma",
+                    port=port,
+                    knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0},
+                    env={},
+                ),
                 message=f"ctx {ctx}",
                 actor=None,
             )

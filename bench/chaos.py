@@ -204,6 +204,7 @@ class Chaos:
 
         django.setup()
         from deployments.models import ModelVariant
+        from deployments.runtime_bridge import spec_for_values
         from deployments.services.benchmarks import profile_from_input
         from deployments.services.revisions import revision_create
         from hardware.models import Host
@@ -213,8 +214,9 @@ class Chaos:
         self.host = Host.objects.get()
         model = ModelVariant.objects.create(name="gemma-chaos", format="gguf", gguf_file=stack.model)
         self.revisions = [
-            revision_create(host=self.host, engine="llama.cpp", model_variant=model, served_name="gemma",
-                            port=stack.engine_port, knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0},
+            revision_create(host=self.host, spec=spec_for_values(engine="llama.cpp", engine_version="", model=model,
+                            served_name="gemma", port=stack.engine_port, env={},
+                            knobs={"ctx_size": ctx, "parallel": 1, "n_gpu_layers": 0}),
                             message=f"chaos ctx {ctx}", actor=None)
             for ctx in (1024, 2048)
         ]  # fmt: skip

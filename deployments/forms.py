@@ -136,8 +136,8 @@ def _variant_label(variant: ModelVariant) -> str:
 
 class RevisionForm(forms.Form):
     """A new revision: every field a revision stores, knobs and env as NAME=VALUE lines. Once
-    valid, `cleaned_data` holds exactly `revision_create`'s arguments (but host and actor);
-    `parent` is the parent revision."""
+    valid, `cleaned_data` holds every field of the revision's spec (views.revisions._derive hands them
+    to `revision_derive`) with its tag and message; `parent` is the parent revision."""
 
     model_variant = StrictModelChoiceField(queryset=ModelVariant.objects.none(), label="Model")
     engine = forms.ChoiceField(choices=Engine.choices)

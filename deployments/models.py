@@ -29,7 +29,7 @@ from serving.engines.llamacpp import suggested_chat_template
 from serving.planner.inputs import GgufKvFacts, WeightFacts
 from serving.safety import UnsafeValueError, check_json_value
 
-from .choices import ACTIVE_STATES, EXCLUSIVE_KINDS, Engine, GateState, ModelFormat, OperationKind, OperationState
+from .choices import ACTIVE_STATES, Engine, GateState, ModelFormat, OperationKind, OperationState
 
 
 class ModelVariant(models.Model):
@@ -337,10 +337,6 @@ class Operation(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
-
-    @classmethod
-    def kind_is_exclusive(cls, kind: str) -> bool:
-        return kind in EXCLUSIVE_KINDS
 
 
 class BenchmarkRun(models.Model):

@@ -137,10 +137,6 @@ def _token_query() -> tuple[str, list[str], list[tuple[int, Any, list[Any]]]]:
     return sql, [f.attname for f in Host._meta.concrete_fields], converters
 
 
-def host_credentials(*, host: Host) -> list[HostCredential]:
-    return list(HostCredential.objects.filter(host=host))
-
-
 @dataclass(frozen=True)
 class BrokerUser:
     """A host's Redis user: its users.acl line and ACL SETUSER arguments (the password as its

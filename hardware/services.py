@@ -213,61 +213,27 @@ def host_address_follow_lan(host: Host) -> Host:
     return host_address_set(host=host, address=lan, actor=None)
 
 
-@transaction.atomic
-def host_probe_record(
-    *, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: AbstractUser | None = None
-) -> Host:
-    """Create or refresh a host from what its agent measured. Measured facts replace declared
-    ones; differences from what was declared are kept in `probe_mismatches` and shown.
-
-    `inventory` is `hostagent.probes.nvml.GpuInventory.to_dict()`; `facts` is
-    `hostagent.probes.host.HostFacts.to_dict()` (plus an optional "address": a suggestion, kept in
-    the audit event and shown to admins, never the host's address, which an admin sets:
-    `host_address_set`; a host could otherwise point the lab router at the panel's loopback).
-    """
-    slug = slugify(name)
-    host, created = Host.objects.select_for_update().get_or_create(name=slug, defaults={"queue": host_queue_name(slug)})
-    reported = str(facts.get("address") or "").strip()[:255]
-    measured = inventory.get("gpus", [])
+def _probe_mismatches(declared: list[GPU], measured: list[dict[str, Any]]) -> list[str]:
+    """How the GPUs an admin declared differ from those the probe found (none declared: none)."""
     mismatches: list[str] = []
-    declared = list(host.gpus.filter(declared=True).order_by("index"))
-    if declared:
-        if len(declared) != len(measured):
-            mismatches.append(f"declared {len(declared)} GPU(s), probe found {len(measured)}")
-        for old, new in zip(declared, measured, strict=False):
-            if old.name != new["name"]:
-                mismatches.append(f"GPU {old.index}: declared {old.name}, probe found {new['name']}")
-            elif abs(old.memory_bytes - int(new["memory_total_bytes"])) > 2 * 1024**3:
-                mismatches.append(
-                    f"GPU {old.index}: declared {old.memory_bytes} bytes, probe found {new['memory_total_bytes']}"
-                )
-    for field, key in (
-        ("cpu_model", "cpu_model"),
-        ("cpu_cores", "cpu_logical_cores"),
-        ("ram_bytes", "memory_total_bytes"),
-        ("os", "os_name"),
-        ("kernel", "kernel"),
-    ):
-        if facts.get(key) not in (None, ""):
-            setattr(host, field, facts[key])
-    if "model_dirs" in facts:
-        host.model_dirs = clean_model_dirs(facts["model_dirs"])
-    # What the agent reports replaces what the panel knew: an agent that reports none allows none.
-    host.install_dirs = clean_model_dirs(facts.get("install_dirs") or [], field="install_dirs")
-    host.cached_builds = clean_cached_builds(facts.get("cached_builds"))
-    host.driver_version = inventory.get("driver_version") or ""
-    host.cuda_version = inventory.get("cuda_driver_version") or ""
-    host.nvml_available = bool(inventory.get("available"))
-    host.nvml_reason = (inventory.get("reason") or "")[:300]
-    host.declared = False
-    host.probe_mismatches = mismatches
-    now = timezone.now()
-    host.last_probe_at = now
-    host.last_heartbeat = now
-    host.save()
+    if not declared:
+        return mismatches
+    if len(declared) != len(measured):
+        mismatches.append(f"declared {len(declared)} GPU(s), probe found {len(measured)}")
+    for old, new in zip(declared, measured, strict=False):
+        if old.name != new["name"]:
+            mismatches.append(f"GPU {old.index}: declared {old.name}, probe found {new['name']}")
+        elif abs(old.memory_bytes - int(new["memory_total_bytes"])) > 2 * 1024**3:
+            mismatches.append(
+                f"GPU {old.index}: declared {old.memory_bytes} bytes, probe found {new['memory_total_bytes']}"
+            )
+    return mismatches
 
+
+def _record_gpus(host: Host, measured: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> None:
+    """The host's GPUs become the measured ones, each with its peers (P2P and topology)."""
     peers: dict[int, dict[str, Any]] = {g["index"]: {} for g in measured}
-    for pair in inventory.get("pairs", []):
+    for pair in pairs:
         info = {**(pair.get("p2p") or {}), "topology": pair.get("topology")}
         peers.setdefault(pair["a"], {})[str(pair["b"])] = info
         peers.setdefault(pair["b"], {})[str(pair["a"])] = info
@@ -293,6 +259,51 @@ def host_probe_record(
         )
         seen.append(obj.pk)
     host.gpus.exclude(pk__in=seen).delete()
+
+
+@transaction.atomic
+def host_probe_record(
+    *, name: str, facts: dict[str, Any], inventory: dict[str, Any], actor: AbstractUser | None = None
+) -> Host:
+    """Create or refresh a host from what its agent measured. Measured facts replace declared
+    ones; differences from what was declared are kept in `probe_mismatches` and shown.
+
+    `inventory` is `hostagent.probes.nvml.GpuInventory.to_dict()`; `facts` is
+    `hostagent.probes.host.HostFacts.to_dict()` (plus an optional "address": a suggestion, kept in
+    the audit event and shown to admins, never the host's address, which an admin sets:
+    `host_address_set`; a host could otherwise point the lab router at the panel's loopback).
+    """
+    slug = slugify(name)
+    host, created = Host.objects.select_for_update().get_or_create(name=slug, defaults={"queue": host_queue_name(slug)})
+    reported = str(facts.get("address") or "").strip()[:255]
+    measured = inventory.get("gpus", [])
+    mismatches = _probe_mismatches(list(host.gpus.filter(declared=True).order_by("index")), measured)
+    for field, key in (
+        ("cpu_model", "cpu_model"),
+        ("cpu_cores", "cpu_logical_cores"),
+        ("ram_bytes", "memory_total_bytes"),
+        ("os", "os_name"),
+        ("kernel", "kernel"),
+    ):
+        if facts.get(key) not in (None, ""):
+            setattr(host, field, facts[key])
+    if "model_dirs" in facts:
+        host.model_dirs = clean_model_dirs(facts["model_dirs"])
+    # What the agent reports replaces what the panel knew: an agent that reports none allows none.
+    host.install_dirs = clean_model_dirs(facts.get("install_dirs") or [], field="install_dirs")
+    host.cached_builds = clean_cached_builds(facts.get("cached_builds"))
+    host.driver_version = inventory.get("driver_version") or ""
+    host.cuda_version = inventory.get("cuda_driver_version") or ""
+    host.nvml_available = bool(inventory.get("available"))
+    host.nvml_reason = (inventory.get("reason") or "")[:300]
+    host.declared = False
+    host.probe_mismatches = mismatches
+    now = timezone.now()
+    host.last_probe_at = now
+    host.last_heartbeat = now
+    host.save()
+
+    _record_gpus(host, measured, inventory.get("pairs", []))
     audit_record(
         action="host.register" if created else "host.probe",
         summary=f"{slug}: {len(measured)} GPU(s)" + (f"; mismatches: {'; '.join(mismatches)}" if mismatches else ""),

@@ -142,12 +142,36 @@ class RoleInput:
 
 def vllm_role_vars(role: RoleInput) -> RoleVars:
     """Every variable the role's start script reads, for this revision (module docstring)."""
-    model, knobs, env, engine_version = role.model, role.knobs, role.env, role.engine_version
+    knobs, env, engine_version = role.knobs, role.env, role.engine_version
     kept = dict(role.preserved)
     out = RoleVars()
     v = out.values
     version_label = f"vLLM {engine_version or ROLE_VLLM_VERSION}"
+    _placement(out, role, kept, version_label)
+    _fixed_flags(out, role)
+    _switches_and_values(out, knobs)
+    _attention(out, knobs, env, engine_version, kept, version_label)
+    _environment(out, env, kept)
+    # Secrets: the role passes the key as --api-key and the token as HF_TOKEN, from its own
+    # variables; the panel's engines take them from host secrets. Never a value here: None
+    # keeps an imported vault reference, else the export writes "" (none).
+    v["vllm_api_key"] = None
+    v["vllm_hf_token"] = None
+    if role.api_key_secret:
+        out.not_exported["api_key_secret"] = SECRET_REASONS["api_key_secret"]
+    if role.hf_token_secret:
+        out.not_exported["hf_token_secret"] = SECRET_REASONS["hf_token_secret"]
+    handled = {"quantization", "kv_cache_dtype", "speculative_config", "hf_overrides", "cpu_offload_gb"}
+    handled |= {"pipeline_parallel_size", "attention_backend", "max_model_len", *VLLM_DEFAULTS, *_DIRECT, *_SWITCHES}
+    for knob in knobs:
+        if knob not in handled:
+            out.not_exported[knob] = "the seed's vLLM role has no variable for this knob"
+    return out
 
+
+def _placement(out: RoleVars, role: RoleInput, kept: Mapping[str, Any], version_label: str) -> None:
+    """The model, where the engine listens, and the venv it runs from."""
+    model, v = role.model, out.values
     v["vllm_model"] = model
     if role.served_name and role.served_name != model.split("/")[-1]:
         out.not_exported["served_name"] = (
@@ -165,7 +189,10 @@ def vllm_role_vars(role: RoleInput) -> RoleVars:
             f"{ROLE_DEFAULTS['vllm_venv_dir']}/bin/vllm, installing vllm>={ROLE_VLLM_FLOOR} there if it is missing"
         )
 
-    # Flags the role always passes.
+
+def _fixed_flags(out: RoleVars, role: RoleInput) -> None:
+    """The flags the role always passes: the revision's value, else the default it would get."""
+    knobs, v = role.knobs, out.values
     for knob in VLLM_DEFAULTS:
         var = f"vllm_{knob}"
         value = knobs.get(knob, VLLM_DEFAULTS[knob])
@@ -202,7 +229,10 @@ def vllm_role_vars(role: RoleInput) -> RoleVars:
                 f"set {knob} on the revision"
             )
 
-    # Switches and the values with a "none" spelling.
+
+def _switches_and_values(out: RoleVars, knobs: Mapping[str, Any]) -> None:
+    """Switches, and the values with a "none" spelling."""
+    v = out.values
     for knob, var in _SWITCHES.items():
         value = knobs.get(knob)
         v[var] = bool(value)
@@ -233,24 +263,6 @@ def vllm_role_vars(role: RoleInput) -> RoleVars:
     else:
         v["vllm_cpu_offload_gb"] = int(offload)
     v["vllm_pipeline_parallel_size"] = knobs.get("pipeline_parallel_size", 1)
-
-    _attention(out, knobs, env, engine_version, kept, version_label)
-    _environment(out, env, kept)
-    # Secrets: the role passes the key as --api-key and the token as HF_TOKEN, from its own
-    # variables; the panel's engines take them from host secrets. Never a value here: None
-    # keeps an imported vault reference, else the export writes "" (none).
-    v["vllm_api_key"] = None
-    v["vllm_hf_token"] = None
-    if role.api_key_secret:
-        out.not_exported["api_key_secret"] = SECRET_REASONS["api_key_secret"]
-    if role.hf_token_secret:
-        out.not_exported["hf_token_secret"] = SECRET_REASONS["hf_token_secret"]
-    handled = {"quantization", "kv_cache_dtype", "speculative_config", "hf_overrides", "cpu_offload_gb"}
-    handled |= {"pipeline_parallel_size", "attention_backend", "max_model_len", *VLLM_DEFAULTS, *_DIRECT, *_SWITCHES}
-    for knob in knobs:
-        if knob not in handled:
-            out.not_exported[knob] = "the seed's vLLM role has no variable for this knob"
-    return out
 
 
 def _attention(

@@ -496,6 +496,23 @@ def _parse_vllm(
         warnings.append("vllm_model is not set (or is a Jinja expression)")
     port = _integer(_number(get("vllm_port"), "vllm_port"))
     host = get("vllm_host")
+    _vllm_sizes(get, knobs)
+    _vllm_features(get, data, knobs, warnings)
+    env = _vllm_env(get, data, version, knobs, kept, warnings)
+    return {
+        "engine_version": version,
+        "model": model,
+        "served_name": model.rstrip("/").rsplit("/", 1)[-1] if model else "",
+        "host": _text(host, "vllm_host") if host is not None else "0.0.0.0",  # noqa: S104 - role default
+        "port": port,
+        "knobs": knobs,
+        "env": env,
+        "kept": kept,
+    }
+
+
+def _vllm_sizes(get: Callable[[str], Any], knobs: dict[str, Any]) -> None:
+    """Parallelism, context, memory share and batch sizes."""
     # The script: --tensor-parallel-size always; --pipeline-parallel-size only when > 1.
     if not _empty(get("vllm_tensor_parallel_size")):
         knobs["tensor_parallel_size"] = _number(get("vllm_tensor_parallel_size"), "vllm_tensor_parallel_size")
@@ -510,6 +527,10 @@ def _parse_vllm(
     ):
         if not _empty(get(var)):
             knobs[knob] = _number(get(var), var)
+
+
+def _vllm_features(get: Callable[[str], Any], data: dict[str, Any], knobs: dict[str, Any], warnings: list[str]) -> None:
+    """Switches, parsers, speculation, quantization, KV cache type, RoPE scaling and CPU offload."""
     if _truthy(get("vllm_enforce_eager")):
         knobs["enforce_eager"] = True
     if _truthy(get("vllm_enable_tool_calling")):
@@ -541,6 +562,18 @@ def _parse_vllm(
     offload = _number(get("vllm_cpu_offload_gb"), "vllm_cpu_offload_gb")
     if isinstance(offload, int | float) and not isinstance(offload, bool) and offload > 0:
         knobs["cpu_offload_gb"] = offload
+
+
+def _vllm_env(
+    get: Callable[[str], Any],
+    data: dict[str, Any],
+    version: str,
+    knobs: dict[str, Any],
+    kept: list[str],
+    warnings: list[str],
+) -> dict[str, str]:
+    """The variables the role's script sets: its fixed ones, the attention backend (a knob on a
+    vLLM that takes the flag) and the caches."""
     env = dict(VLLM_SCRIPT_ENV)
     backend = get("vllm_attention_backend")
     backend = "" if _empty(backend) else _text(backend, "vllm_attention_backend").strip()
@@ -560,16 +593,7 @@ def _parse_vllm(
     if not _empty(cache):
         for key in CACHE_ENV:
             env[key] = _text(cache, "vllm_hf_cache_dir")
-    return {
-        "engine_version": version,
-        "model": model,
-        "served_name": model.rstrip("/").rsplit("/", 1)[-1] if model else "",
-        "host": _text(host, "vllm_host") if host is not None else "0.0.0.0",  # noqa: S104 - role default
-        "port": port,
-        "knobs": knobs,
-        "env": env,
-        "kept": kept,
-    }
+    return env
 
 
 def _parse_ollama(

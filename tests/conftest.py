@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from deployments.services.catalog import catalog_load
-from deployments.services.revisions import revision_create
+from tests.support.revisions import make_revision
 
 
 def _user(username: str, role: str | None) -> User:
@@ -83,9 +83,9 @@ def lab(
         def rev(
             message: str, ctx: int, model: ModelVariant = gemma, fields: dict[str, Any] | None = None, **knobs: Any
         ) -> Any:
-            """A llama.cpp revision of `model` with these knobs; `fields`: more of revision_create's
+            """A llama.cpp revision of `model` with these knobs; `fields`: more of make_revision's
             arguments (api_key_secret=..., env=...)."""
-            return revision_create(
+            return make_revision(
                 host=host,
                 engine="llama.cpp",
                 model_variant=model,

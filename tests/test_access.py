@@ -12,8 +12,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from deployments.models import ModelVariant
-from deployments.services.revisions import revision_create
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -223,7 +223,7 @@ def test_the_agent_api_refuses_people_and_strangers(client, world, admin_user, n
 def world(catalog, operator):
     host = HostFactory(name="h1", last_heartbeat=timezone.now())  # online: its page offers every action
     GPUFactory(host=host, index=0)
-    revision_create(
+    make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),

@@ -21,10 +21,10 @@ from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
 from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_id_of
 from deployments.services.operations import operation_create, operations_mark_lost
-from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
 from hardware.credentials import host_token_issue
 from hardware.models import Host, HostCredential
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 KEY_A, KEY_B = "sk-host-a-0123456789", "sk-host-b-9876543210"
@@ -56,7 +56,7 @@ def two_hosts(catalog: None, admin_user: User, operator: User) -> dict[str, Any]
     for name, key in (("alpha", KEY_A), ("beta", KEY_B)):
         host, token = host_token_issue(name=name, actor=admin_user)
         secret_set(host=host, name="api-key", value=key, actor=admin_user)
-        revision = revision_create(
+        revision = make_revision(
             host=host,
             engine="vllm",
             model_variant=variant,

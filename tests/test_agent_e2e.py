@@ -57,9 +57,9 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     # Its size as an import records it (the planner's weights): memory is planned against measured below.
     ModelVariant.objects.filter(pk=lab["gemma"].pk).update(weights_bytes=Path(lab["gemma"].gguf_file).stat().st_size)
     lab["gemma"].refresh_from_db()
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
-    revision = revision_create(
+    revision = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=lab["gemma"],
@@ -129,14 +129,14 @@ def test_a_message_forged_onto_this_hosts_queue_for_another_hosts_operation_does
     from deployments.choices import OperationKind
     from deployments.models import Operation
     from deployments.services.operations import operation_create
-    from deployments.services.revisions import revision_create
     from hardware.credentials import host_token_issue
+    from tests.support.revisions import make_revision
 
     other, _token = host_token_issue(name=f"other-{lab['host'].name}", actor=admin_user)
     Host.objects.filter(pk=other.pk).update(model_dirs=Host.objects.get(pk=lab["host"].pk).model_dirs)
     other.refresh_from_db()
     secret_set(host=other, name="engine-key", value=API_KEY, actor=admin_user)
-    theirs = revision_create(
+    theirs = make_revision(
         host=other,
         engine="llama.cpp",
         model_variant=lab["gemma"],

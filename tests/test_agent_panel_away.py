@@ -21,7 +21,6 @@ from deployments.choices import OperationState
 from deployments.models import BenchmarkRun, ModelVariant, Operation
 from deployments.services.benchmarks import benchmark_request, profile_from_input
 from deployments.services.operations import operations_mark_lost
-from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
 from hardware.models import EngineSample, Host
@@ -30,6 +29,7 @@ from tests.support.agent import AgentProcess
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.operations import wait_done
 from tests.support.panel import PanelServer
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -61,7 +61,7 @@ def test_a_panel_restart_loses_no_result_or_telemetry(tmp_path: Path, catalog: N
         agent.wait_registered()
         host = Host.objects.get(name=name)
         gemma = ModelVariant.objects.create(name=f"gemma-{name}", format="gguf", gguf_file=gemma_model_path())
-        revision = revision_create(
+        revision = make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=gemma,

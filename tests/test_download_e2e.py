@@ -22,7 +22,6 @@ from deployments.choices import OperationState
 from deployments.models import HostModel
 from deployments.services.host_models import download_request, host_model_delete_request, host_model_list
 from deployments.services.hub_imports import model_variant_import_hub
-from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
 from deployments.services.switch import WeightsMissing, switch_request
 from hardware.models import Host
@@ -30,6 +29,7 @@ from hostagent.local import supervisor_for
 from tests.support.fake_hub import FakeHub
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 REPO = "google/gemma-3-270m-it-GGUF"
@@ -91,7 +91,7 @@ def test_import_download_switch_serve(hub, agent, monkeypatch, operator, admin_u
     variant = model_variant_import_hub(repo_id=REPO, token=f"{host.name}/hf-token", actor=operator)
     item = hub.repos[REPO].files[GGUF]
     assert variant.revision == hub.repos[REPO].sha and variant.weights_bytes == item.size
-    revision = revision_create(
+    revision = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=variant,

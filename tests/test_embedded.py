@@ -41,13 +41,15 @@ SWITCH = """
 import json, time
 from hostagent.local import supervisor_for
 from deployments.models import ModelVariant
+from deployments.runtime_bridge import spec_for_values
 from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
 host = Host.objects.get()
 model = ModelVariant.objects.create(name="gemma-embedded", format="gguf", gguf_file={model!r})
-revision = revision_create(host=host, engine="llama.cpp", model_variant=model, served_name="gemma", port={port},
-    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, message="embedded", actor=None)
+spec = spec_for_values(engine="llama.cpp", engine_version="", model=model, served_name="gemma", port={port},
+    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, env={{}})
+revision = revision_create(host=host, spec=spec, message="embedded", actor=None)
 op = switch_request(revision=revision, actor=None)
 deadline = time.monotonic() + 90
 while op.state not in ("succeeded", "failed", "lost", "cancelled") and time.monotonic() < deadline:

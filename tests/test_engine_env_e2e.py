@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from deployments.choices import OperationState
-from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hostagent.local import supervisor_for
 from hostagent.runtime.strays import ENGINE_OWNER_ENV
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +37,7 @@ def environ_of(pid: int) -> tuple[bytes, dict[str, str]]:
 def test_an_engine_sees_the_allowlist_and_its_revisions_env_never_the_agents_token(lab, operator: User) -> None:
     agent = lab["agent"]
     token = agent.token
-    revision = revision_create(
+    revision = make_revision(
         host=lab["host"],
         engine="llama.cpp",
         model_variant=lab["gemma"],

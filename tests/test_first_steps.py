@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from deployments.services.demo import demo_load
 from deployments.services.imports import model_variant_import_gguf
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ def test_steps_follow_the_new_users_progress_and_leave_when_a_model_serves(clien
     steps = _steps(client)
     assert steps.count("badge ok") == 2 and 'href="/hosts/box/revisions/new/"' in steps
 
-    revision = revision_create(
+    revision = make_revision(
         host=host, engine="llama.cpp", model_variant=model, knobs={"ctx_size": 2048}, message="first", actor=operator
     )
     assert _steps(client).count("badge ok") == 3

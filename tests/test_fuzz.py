@@ -68,7 +68,6 @@ from deployments.services.imports import (
     model_variant_import_hf_config,
     revision_import_ansible,
 )
-from deployments.services.revisions import revision_create
 from serving.ansible_vars import AnsibleVarsError, parse_group_vars
 from serving.engines.base import EngineConfig, EngineConfigError
 from serving.engines.envpolicy import ALLOWED, REFUSED, classify_env
@@ -76,6 +75,7 @@ from serving.engines.knobs import normalise_knob
 from serving.engines.registry import ADAPTERS, get_adapter
 from serving.safety import UnsafeValueError, check_json_value
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 ENGINES = sorted(ADAPTERS)
 SLOW = 5.0  # seconds: no single input may take longer than this (alias bombs, huge sizes)
@@ -746,7 +746,7 @@ def test_revision_service(lab, data):
         "actor": pick("actor", st.sampled_from(lab["users"][:-1]), st.just(lab["users"][-1])),
     }
     with example():
-        revision = refused_or_accepted(lambda: revision_create(**kwargs))
+        revision = refused_or_accepted(lambda: make_revision(**kwargs))
         if revision is None:
             return
         revision.refresh_from_db()
@@ -1110,7 +1110,7 @@ def test_revision_service_refuses_lone_surrogates(lab, field):
     kwargs = {"host": lab["host"], "engine": "llama.cpp", "model_variant": lab["variants"][1], "actor": lab["users"][1]}
     before = _counts()
     with example(), pytest.raises(ValidationError):
-        revision_create(**kwargs, **values)
+        make_revision(**kwargs, **values)
     assert _counts() == before
 
 
@@ -1143,7 +1143,7 @@ def test_hf_import_refuses_lone_surrogates(lab, where):
 
 @pytest.mark.django_db
 def test_zero_tensor_split_share_keeps_the_revision_page_up(lab):
-    revision = revision_create(
+    revision = make_revision(
         host=lab["host"],
         engine="llama.cpp",
         model_variant=lab["variants"][1],

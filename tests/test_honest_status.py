@@ -316,9 +316,9 @@ def _llama_host(catalog, operator, **host_fields):
     host = HostFactory(name="cpu2", model_dirs=["/models"], **host_fields)
     gemma = ModelVariant.objects.create(name="gemma-bind", format="gguf", gguf_file="/models/g.gguf", arch={})
     revision_kwargs = {"engine": "llama.cpp", "model_variant": gemma, "served_name": "gemma", "port": 8080}
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
-    return host, revision_create(host=host, message="serve gemma", actor=operator, **revision_kwargs)
+    return host, make_revision(host=host, message="serve gemma", actor=operator, **revision_kwargs)
 
 
 def test_the_revision_page_shows_the_bind_address_the_agent_uses(client, catalog, operator, settings):

@@ -23,8 +23,8 @@ from deployments.models import (
     RevisionComment,
 )
 from deployments.services.catalog import catalog_load
-from deployments.services.revisions import revision_create
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -59,7 +59,7 @@ def _world(django_db_setup: Any, django_db_blocker: Any) -> Any:
             viewer, operator = _user("vera", "viewer"), _user("otto", "operator")
             host = HostFactory(name="h1", model_dirs=["/models"])
             GPUFactory(host=host, index=0)
-            revision_create(
+            make_revision(
                 host=host,
                 engine="llama.cpp",
                 model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),

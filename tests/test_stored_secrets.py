@@ -16,8 +16,8 @@ from core.models import AuditEvent
 from deployments.choices import OperationKind
 from deployments.models import EngineLogRun, ModelVariant, Operation
 from deployments.services.operations import operation_create
-from deployments.services.revisions import revision_create
 from hardware.credentials import host_token_issue
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +50,7 @@ def test_an_operations_reported_log_and_error_are_stored_and_shown_masked(
 ) -> None:
     host, token = host_token_issue(name="gpu-box-1", actor=admin_user)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
-    revision = revision_create(host=host, engine="vllm", model_variant=variant, message="r1", actor=operator)
+    revision = make_revision(host=host, engine="vllm", model_variant=variant, message="r1", actor=operator)
     op = operation_create(kind=OperationKind.SWITCH, host=host, revision=revision, actor=operator)
     _post(token, f"operations/{op.pk}/begin", {"worker": "agent@gpu-box-1"})
     _post(token, f"operations/{op.pk}/progress", {"stage": "loading", "log": REPORT})

@@ -133,11 +133,6 @@ class _Header:
     tensor_elements: list[int]
 
 
-def check_gguf_header(path: Path) -> None:
-    """Raises GgufHeaderError unless `path` has a GGUF header within the bounds (see `_scan`)."""
-    _scan(path)
-
-
 def _scan(path: Path) -> _Header:
     """Read the header (key/values and tensor infos) with bounds, and nothing else.
 
@@ -154,91 +149,103 @@ def _scan(path: Path) -> _Header:
         raise GgufHeaderError(f"{path.name} is not a readable GGUF file: {exc}") from None
 
 
-def _walk_header(data: mmap.mmap | bytes, name: str) -> _Header:
-    size = len(data)
-    offset = 0
+class _Cursor:
+    """A bounded walk over a header's bytes: every read checks it stays inside them."""
 
-    def take(fmt: str) -> Any:
-        nonlocal offset
+    def __init__(self, data: mmap.mmap | bytes, name: str) -> None:
+        self.data, self.name, self.size, self.offset = data, name, len(data), 0
+
+    def take(self, fmt: str) -> Any:
         width = struct.calcsize(fmt)
-        if offset + width > size:
-            raise GgufTruncated(f"{name} ends inside its header (truncated)")
-        value = struct.unpack_from(fmt, data, offset)[0]
-        offset += width
+        if self.offset + width > self.size:
+            raise GgufTruncated(f"{self.name} ends inside its header (truncated)")
+        value = struct.unpack_from(fmt, self.data, self.offset)[0]
+        self.offset += width
         return value
 
-    def skip(count: int, what: str) -> None:
-        nonlocal offset
+    def skip(self, count: int, what: str) -> None:
         if count < 0:
-            raise GgufHeaderError(f"{name}: {what} has a negative length")
-        if offset + count > size:
-            raise GgufTruncated(f"{name}: {what} runs past the end of the file")
-        offset += count
+            raise GgufHeaderError(f"{self.name}: {what} has a negative length")
+        if self.offset + count > self.size:
+            raise GgufTruncated(f"{self.name}: {what} runs past the end of the file")
+        self.offset += count
 
-    def string(most: int, what: str, keep: bool = False) -> bytes | None:
-        length = take("<Q")
+    def string(self, most: int, what: str, keep: bool = False) -> bytes | None:
+        length = self.take("<Q")
         if length > most:
-            raise GgufHeaderError(f"{name}: {what} is {length:,} bytes long; at most {most:,}")
-        start = offset
-        skip(length, what)
-        return bytes(data[start : start + length]) if keep else None
+            raise GgufHeaderError(f"{self.name}: {what} is {length:,} bytes long; at most {most:,}")
+        start = self.offset
+        self.skip(length, what)
+        return bytes(self.data[start : start + length]) if keep else None
 
+    def array(self, kind: int) -> _Field:
+        """An array value: short scalar arrays kept, long ones and string arrays skipped."""
+        name = self.name
+        item, count = self.take("<I"), self.take("<Q")
+        if count > MAX_ARRAY:
+            raise GgufHeaderError(f"{name}: an array of {count:,} values; at most {MAX_ARRAY:,}")
+        values: Any = None
+        if item in _SCALAR_SIZES:
+            start = self.offset
+            self.skip(_SCALAR_SIZES[item] * count, "an array")
+            if count <= MAX_LAYERS:
+                values = list(struct.unpack_from(f"<{count}{_SCALAR_FORMATS[item]}", self.data, start))
+        elif item == _STRING:
+            if self.offset + 8 * count > self.size:
+                raise GgufTruncated(f"{name}: an array runs past the end of the file")
+            for _ in range(count):
+                self.string(MAX_STRING, "a string in an array")
+        else:
+            raise GgufHeaderError(f"{name}: an array of value type {item}, which GGUF models do not use")
+        return _Field(kind, item, values, count)
+
+    def value(self) -> _Field:
+        """One metadata value (its type, then the value)."""
+        kind = self.take("<I")
+        if kind in _SCALAR_SIZES:
+            return _Field(kind, None, self.take("<" + _SCALAR_FORMATS[kind]))
+        if kind == _STRING:
+            return _Field(kind, None, self.string(MAX_STRING, "a string value", keep=True))
+        if kind == _ARRAY:
+            return self.array(kind)
+        raise GgufHeaderError(f"{self.name}: unknown value type {kind}")
+
+    def tensor_elements(self) -> int:
+        """One tensor's description, skipped: how many elements it holds."""
+        self.string(MAX_KEY, "a tensor name")
+        dims = self.take("<I")
+        if dims > MAX_DIMS:
+            raise GgufHeaderError(f"{self.name}: a tensor with {dims} dimensions; at most {MAX_DIMS}")
+        if self.offset + 8 * dims + 12 > self.size:
+            raise GgufTruncated(f"{self.name}: a tensor's description runs past the end of the file")
+        shape = struct.unpack_from(f"<{dims}Q", self.data, self.offset)
+        self.skip(8 * dims + 4 + 8, "a tensor's description")
+        return math.prod(shape)
+
+
+def _walk_header(data: mmap.mmap | bytes, name: str) -> _Header:
+    cursor = _Cursor(data, name)
     if data[:4] != b"GGUF":
         raise GgufHeaderError(f"{name} is not a GGUF file (no GGUF magic)")
-    if size < 24:
+    if cursor.size < 24:
         raise GgufTruncated(f"{name} is too short to be a GGUF file (truncated)")
-    offset = 4
-    version = take("<I")
+    cursor.offset = 4
+    version = cursor.take("<I")
     if version not in (2, 3):
         raise GgufHeaderError(f"{name} is GGUF version {version}; versions 2 and 3 (little-endian) are supported")
-    tensors, kvs = take("<Q"), take("<Q")
+    tensors, kvs = cursor.take("<Q"), cursor.take("<Q")
     if kvs > MAX_KV:
         raise GgufHeaderError(f"{name} declares {kvs:,} metadata keys; at most {MAX_KV:,}")
     if tensors > MAX_TENSORS:
         raise GgufHeaderError(f"{name} declares {tensors:,} tensors; at most {MAX_TENSORS:,}")
     fields: dict[str, _Field] = {}
     for _ in range(kvs):
-        raw_key = string(MAX_KEY, "a metadata key", keep=True) or b""
+        raw_key = cursor.string(MAX_KEY, "a metadata key", keep=True) or b""
         key = raw_key.decode("utf-8", "replace")
         if key in fields:
             raise GgufHeaderError(f"{name}: the key {key[:80]!r} appears twice")
-        kind = take("<I")
-        if kind in _SCALAR_SIZES:
-            fields[key] = _Field(kind, None, take("<" + _SCALAR_FORMATS[kind]))
-        elif kind == _STRING:
-            fields[key] = _Field(kind, None, string(MAX_STRING, "a string value", keep=True))
-        elif kind == _ARRAY:
-            item, count = take("<I"), take("<Q")
-            if count > MAX_ARRAY:
-                raise GgufHeaderError(f"{name}: an array of {count:,} values; at most {MAX_ARRAY:,}")
-            values: Any = None
-            if item in _SCALAR_SIZES:
-                start = offset
-                skip(_SCALAR_SIZES[item] * count, "an array")
-                if count <= MAX_LAYERS:
-                    values = list(struct.unpack_from(f"<{count}{_SCALAR_FORMATS[item]}", data, start))
-            elif item == _STRING:
-                if offset + 8 * count > size:
-                    raise GgufTruncated(f"{name}: an array runs past the end of the file")
-                for _ in range(count):
-                    string(MAX_STRING, "a string in an array")
-            else:
-                raise GgufHeaderError(f"{name}: an array of value type {item}, which GGUF models do not use")
-            fields[key] = _Field(kind, item, values, count)
-        else:
-            raise GgufHeaderError(f"{name}: unknown value type {kind}")
-    elements: list[int] = []
-    for _ in range(tensors):
-        string(MAX_KEY, "a tensor name")
-        dims = take("<I")
-        if dims > MAX_DIMS:
-            raise GgufHeaderError(f"{name}: a tensor with {dims} dimensions; at most {MAX_DIMS}")
-        if offset + 8 * dims + 12 > size:
-            raise GgufTruncated(f"{name}: a tensor's description runs past the end of the file")
-        shape = struct.unpack_from(f"<{dims}Q", data, offset)
-        skip(8 * dims + 4 + 8, "a tensor's description")
-        elements.append(math.prod(shape))
-    return _Header(fields, elements)
+        fields[key] = cursor.value()
+    return _Header(fields, [cursor.tensor_elements() for _ in range(tensors)])
 
 
 def read_gguf_header(path: str | Path) -> GgufImport:
@@ -269,13 +276,21 @@ def _checked_read(header: _Header, name: str, file_size: int, *, single: bool) -
         raise GgufHeaderError(f"{name} has a header the importer cannot read: {exc}") from None
 
 
-def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufImport:
-    def typed(key: str, want: str) -> Any:
+class _Keys:
+    """The header's keys as the importer reads them: each of the GGUF type it expects, each fact
+    within serving.arch's bounds (GgufHeaderError naming the key otherwise). `p` is the
+    architecture's key prefix ("llama.")."""
+
+    def __init__(self, header: _Header, name: str) -> None:
+        self.header, self.name, self.p = header, name, ""
+
+    def typed(self, key: str, want: str) -> Any:
         """The value of `key` if its GGUF type is what the importer reads there, else an error.
 
         want: "int", "str", "int|ints" (an integer or a per-layer array of them), "int|bools",
         "len" (an array's length, its values unread)."""
-        item = header.fields.get(key)
+        name = self.name
+        item = self.header.fields.get(key)
         if item is None:
             return None
         if item.kind == _ARRAY and want == "len":
@@ -300,51 +315,61 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
         expected = {"int": "an integer", "str": "a string", "len": "an array"}.get(want, "an integer or an array")
         raise GgufHeaderError(f"{name}: {key} must be {expected}")
 
-    def field(key: str, fact: str | None = None) -> Any:
+    def field(self, key: str, fact: str | None = None) -> Any:
         """An integer key; with `fact`, also within that ModelArch fact's bounds (error names the key)."""
-        value = typed(key, "int")
+        value = self.typed(key, "int")
         if fact is None or value is None:
             return value
         if value == 0 and INT_FACTS[fact][0] > 0:
             return None  # 0 where a fact cannot be 0: the converter's "not set"
         return check_fact(fact, value, label=key)
 
-    arch_name = typed("general.architecture", "str")
+
+@dataclass(frozen=True)
+class _Layers:
+    """What each layer is: its KV heads (0 on recurrent ones), recurrent or not, sliding or not."""
+
+    n_embd: Any
+    n_head: int
+    kv_heads: tuple[int, ...]
+    key_length: int
+    value_length: int
+    recurrent: list[bool]
+    n_swa: Any
+    swa: list[bool]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(
+            LINEAR_ATTENTION if r else SLIDING_ATTENTION if s else FULL_ATTENTION
+            for r, s in zip(self.recurrent, self.swa, strict=True)
+        )
+
+
+def _architecture(keys: _Keys) -> str:
+    name = keys.name
+    arch_name = keys.typed("general.architecture", "str")
     if not arch_name:
         raise GgufHeaderError(f"{name} has no general.architecture")
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", arch_name):
         raise GgufHeaderError(f"{name}: general.architecture {arch_name[:40]!r} is not an architecture name")
-    p = f"{arch_name}."
-    n_layer = field(p + "block_count")
+    return str(arch_name)
+
+
+def _layer_count(keys: _Keys) -> int:
+    p = keys.p
+    n_layer = keys.field(p + "block_count")
     if not n_layer:
-        raise GgufHeaderError(f"{name} has no {p}block_count")
-    n_layer = check_int(n_layer, least=1, most=MAX_LAYERS, label=p + "block_count")  # before any per-layer list
-    n_embd = field(p + "embedding_length", "hidden_size")
-    heads_raw = typed(p + "attention.head_count", "int|ints")
-    heads = _per_layer(heads_raw, n_layer) if heads_raw is not None else (0,) * n_layer
-    kv_raw = typed(p + "attention.head_count_kv", "int|ints")
-    kv_heads = _per_layer(kv_raw, n_layer) if kv_raw is not None else heads
-    for label, values in ((p + "attention.head_count", heads), (p + "attention.head_count_kv", kv_heads)):
-        for value in values:
-            check_int(value, least=0, most=MAX_HEADS, label=label)
-    n_head = max(heads) if heads else 0
-    # llama-model.cpp: key/value length default to n_embd / n_head
-    key_length = field(p + "attention.key_length", "head_dim") or ((n_embd // n_head) if n_embd and n_head else 0)
-    value_length = field(p + "attention.value_length", "v_head_dim") or key_length
+        raise GgufHeaderError(f"{keys.name} has no {p}block_count")
+    return check_int(n_layer, least=1, most=MAX_LAYERS, label=p + "block_count")  # before any per-layer list
 
-    recurrent = [False] * n_layer
-    interval = field(p + "full_attention_interval")
-    if arch_name in INTERVAL_HYBRIDS and interval:
-        interval = check_int(interval, least=1, most=MAX_LAYERS, label=p + "full_attention_interval")
-        recurrent = [(i + 1) % interval != 0 for i in range(n_layer)]
-    elif isinstance(kv_raw, list) and field(p + "ssm.conv_kernel", "linear_conv_kernel_dim"):
-        recurrent = [h == 0 for h in kv_heads]
-    kv_heads = tuple(0 if r else h for h, r in zip(kv_heads, recurrent, strict=True))
 
-    n_swa = field(p + "attention.sliding_window", "sliding_window")
+def _swa_layers(keys: _Keys, arch_name: str, n_layer: int, n_swa: Any) -> list[bool]:
+    """Which layers use the sliding window: the file's pattern, else llama.cpp's period."""
+    p = keys.p
     swa = [False] * n_layer
     if n_swa:
-        pattern = typed(p + "attention.sliding_window_pattern", "int|bools")
+        pattern = keys.typed(p + "attention.sliding_window_pattern", "int|bools")
         if isinstance(pattern, list):
             swa = ([bool(v) for v in pattern] + [False] * n_layer)[:n_layer]
         else:
@@ -352,18 +377,51 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
             period = check_int(pattern, least=0, most=MAX_LAYERS, label=label) if pattern else 0
             period = period or DEFAULT_SWA_PERIOD.get(arch_name, 0)
             swa = [period == 0 or (i % period < period - 1) for i in range(n_layer)] if period else swa
-    file_type = field("general.file_type")
-    if file_type is not None:
-        file_type = check_int(file_type, least=0, most=1_023, label="general.file_type")
-    facts = GgufKvFacts.checked(
+    return swa
+
+
+def _layers(keys: _Keys, arch_name: str, n_layer: int) -> _Layers:
+    p = keys.p
+    n_embd = keys.field(p + "embedding_length", "hidden_size")
+    heads_raw = keys.typed(p + "attention.head_count", "int|ints")
+    heads = _per_layer(heads_raw, n_layer) if heads_raw is not None else (0,) * n_layer
+    kv_raw = keys.typed(p + "attention.head_count_kv", "int|ints")
+    kv_heads = _per_layer(kv_raw, n_layer) if kv_raw is not None else heads
+    for label, values in ((p + "attention.head_count", heads), (p + "attention.head_count_kv", kv_heads)):
+        for value in values:
+            check_int(value, least=0, most=MAX_HEADS, label=label)
+    n_head = max(heads) if heads else 0
+    # llama-model.cpp: key/value length default to n_embd / n_head
+    default_key_length = (n_embd // n_head) if n_embd and n_head else 0
+    key_length = keys.field(p + "attention.key_length", "head_dim") or default_key_length
+    value_length = keys.field(p + "attention.value_length", "v_head_dim") or key_length
+
+    recurrent = [False] * n_layer
+    interval = keys.field(p + "full_attention_interval")
+    if arch_name in INTERVAL_HYBRIDS and interval:
+        interval = check_int(interval, least=1, most=MAX_LAYERS, label=p + "full_attention_interval")
+        recurrent = [(i + 1) % interval != 0 for i in range(n_layer)]
+    elif isinstance(kv_raw, list) and keys.field(p + "ssm.conv_kernel", "linear_conv_kernel_dim"):
+        recurrent = [h == 0 for h in kv_heads]
+    kv_heads = tuple(0 if r else h for h, r in zip(kv_heads, recurrent, strict=True))
+    n_swa = keys.field(p + "attention.sliding_window", "sliding_window")
+    swa = _swa_layers(keys, arch_name, n_layer, n_swa)
+    return _Layers(n_embd, n_head, kv_heads, key_length, value_length, recurrent, n_swa, swa)
+
+
+def _kv_facts(
+    keys: _Keys, arch_name: str, n_layer: int, layers: _Layers, *, file_type: Any, file_size: int
+) -> GgufKvFacts:
+    p, field = keys.p, keys.field
+    return GgufKvFacts.checked(
         {
             "architecture": arch_name,
             "n_layer": n_layer,
-            "head_count_kv": list(kv_heads),
-            "key_length": key_length,
-            "value_length": value_length,
-            "swa_layers": swa if any(swa) else [],
-            "sliding_window": n_swa or None,
+            "head_count_kv": list(layers.kv_heads),
+            "key_length": layers.key_length,
+            "value_length": layers.value_length,
+            "swa_layers": layers.swa if any(layers.swa) else [],
+            "sliding_window": layers.n_swa or None,
             "context_length": field(p + "context_length", "native_context"),
             "file_type": file_type,
             "file_size": file_size,
@@ -371,20 +429,21 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
             "ssm_inner_size": field(p + "ssm.inner_size"),
             "ssm_state_size": field(p + "ssm.state_size"),
             "ssm_group_count": field(p + "ssm.group_count"),
-            "recurrent_layers": recurrent if any(recurrent) else [],
+            "recurrent_layers": layers.recurrent if any(layers.recurrent) else [],
         }
     )
-    kinds = tuple(
-        LINEAR_ATTENTION if r else SLIDING_ATTENTION if s else FULL_ATTENTION
-        for r, s in zip(recurrent, swa, strict=True)
-    )
+
+
+def _arch(keys: _Keys, arch_name: str, n_layer: int, layers: _Layers, params: int | None) -> ModelArch:
+    p, field, typed = keys.p, keys.field, keys.typed
+    kinds = layers.kinds
     vocab = field(p + "vocab_size", "vocab_size") or typed("tokenizer.ggml.tokens", "len") or None
-    params = sum(header.tensor_elements) if single else None
     time_step_rank, inner = field(p + "ssm.time_step_rank"), field(p + "ssm.inner_size")
-    linear = any(recurrent) and arch_name in INTERVAL_HYBRIDS
-    nonzero_kv = [h for h in kv_heads if h]
+    linear = any(layers.recurrent) and arch_name in INTERVAL_HYBRIDS
+    nonzero_kv = [h for h in layers.kv_heads if h]
     feed_forward = typed(p + "feed_forward_length", "int|ints")
-    arch = arch_from_facts(
+    key_length, value_length = layers.key_length, layers.value_length
+    return arch_from_facts(
         {
             "architecture": arch_name,
             "family": typed("general.basename", "str") or typed("general.name", "str"),
@@ -393,11 +452,11 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
             "full_attention_layers": kinds.count(FULL_ATTENTION),
             "linear_attention_layers": kinds.count(LINEAR_ATTENTION),
             "sliding_window_layers": kinds.count(SLIDING_ATTENTION),
-            "sliding_window": n_swa if n_swa and any(swa) else None,
-            "hidden_size": n_embd,
+            "sliding_window": layers.n_swa if layers.n_swa and any(layers.swa) else None,
+            "hidden_size": layers.n_embd,
             "intermediate_size": _scalar(feed_forward),
             "moe_intermediate_size": field(p + "expert_feed_forward_length", "moe_intermediate_size"),
-            "num_attention_heads": n_head or None,
+            "num_attention_heads": layers.n_head or None,
             "num_kv_heads": max(nonzero_kv) if nonzero_kv else None,
             "head_dim": key_length or None,
             "v_head_dim": value_length if value_length != key_length else None,
@@ -415,14 +474,26 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
             "layer_types": list(kinds),
         }
     )
-    name = typed("general.name", "str")
+
+
+def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufImport:
+    keys = _Keys(header, name)
+    arch_name = _architecture(keys)
+    keys.p = f"{arch_name}."
+    n_layer = _layer_count(keys)
+    layers = _layers(keys, arch_name, n_layer)
+    file_type = keys.field("general.file_type")
+    if file_type is not None:
+        file_type = check_int(file_type, least=0, most=1_023, label="general.file_type")
+    facts = _kv_facts(keys, arch_name, n_layer, layers, file_type=file_type, file_size=file_size)
+    arch = _arch(keys, arch_name, n_layer, layers, sum(header.tensor_elements) if single else None)
     template = header.fields.get("tokenizer.chat_template")
     return GgufImport(
         arch=arch,
         kv=facts,
         file_type_name=FILE_TYPES.get(file_type) if file_type is not None else None,
         file_size=file_size,
-        name=name or None,
+        name=keys.typed("general.name", "str") or None,
         has_chat_template=bool(template and template.kind == _STRING and (template.value or b"").strip()),
     )
 

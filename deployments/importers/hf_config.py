@@ -204,20 +204,61 @@ def arch_from_hf_config(config: Mapping[str, Any] | str) -> HfImport:
         raise HfConfigError("config.json is nested too deeply") from None
 
 
-def _arch_from_hf_config(config: Mapping[str, Any]) -> HfImport:
-    text: Mapping[str, Any] = _object(config.get("text_config"), "text_config") or config
+class _Lookup:
+    """A config's keys, its text_config's first (a multimodal model keeps its language model's there)."""
 
-    def get(*keys: str) -> tuple[str, Any]:
-        for source in (text, config):
+    def __init__(self, config: Mapping[str, Any], text: Mapping[str, Any]) -> None:
+        self.config, self.text = config, text
+
+    def get(self, *keys: str) -> tuple[str, Any]:
+        """The first of `keys` set, and its value (the first key and None when none is)."""
+        for source in (self.text, self.config):
             for key in keys:
                 if source.get(key) is not None:
                     return key, source[key]
         return keys[0], None
 
-    def fact(name: str, *keys: str) -> Any:
-        key, value = get(*keys)
+    def fact(self, name: str, *keys: str) -> Any:
+        """ModelArch fact `name` from the first of `keys` set, within its bounds (error names the key)."""
+        key, value = self.get(*keys)
         return check_fact(name, value, label=key)
 
+
+def _attention_layers(look: _Lookup, num_layers: int) -> tuple[Any, Any, tuple[str, ...], tuple[int, int, int]]:
+    """Whether the sliding window is used, its size, each layer's kind, and the (full, linear,
+    sliding) layer counts."""
+    use_swa = look.text.get("use_sliding_window", True)
+    if use_swa is not None and not isinstance(use_swa, bool):
+        raise HfConfigError(f"config.json: use_sliding_window must be true or false, not {use_swa!r}"[:200])
+    window_key, window = look.get("sliding_window")
+    sliding_window = None if window in (None, 0) else check_fact("sliding_window", window, label=window_key)
+    layer_types = _layer_types(look.text, num_layers)
+    if not layer_types:
+        return use_swa, sliding_window, layer_types, (num_layers, 0, 0)
+    counts = (
+        layer_types.count(FULL_ATTENTION),
+        layer_types.count(LINEAR_ATTENTION),
+        layer_types.count(SLIDING_ATTENTION),
+    )
+    return use_swa, sliding_window, layer_types, counts
+
+
+def _head_dim(look: _Lookup, kv_lora_rank: Any) -> Any:
+    """head_dim, or for multi-head latent attention without one, qk_nope_head_dim + qk_rope_head_dim."""
+    head_dim = look.fact("head_dim", "head_dim")
+    if kv_lora_rank is not None and head_dim is None:
+        nope = _int(look.get("qk_nope_head_dim")[1], "qk_nope_head_dim", 0, MAX_HEAD_DIM)
+        rope = _int(look.get("qk_rope_head_dim")[1], "qk_rope_head_dim", 0, MAX_HEAD_DIM)
+        head_dim = check_fact(
+            "head_dim", (nope or 0) + (rope or 0) or None, label="qk_nope_head_dim + qk_rope_head_dim"
+        )
+    return head_dim
+
+
+def _arch_from_hf_config(config: Mapping[str, Any]) -> HfImport:
+    text: Mapping[str, Any] = _object(config.get("text_config"), "text_config") or config
+    look = _Lookup(config, text)
+    get, fact = look.get, look.fact
     model_type = _text(_first(config.get("model_type"), text.get("model_type")), "model_type")
     architectures = _first(config.get("architectures"), text.get("architectures")) or []
     if not isinstance(architectures, list):
@@ -227,26 +268,9 @@ def _arch_from_hf_config(config: Mapping[str, Any]) -> HfImport:
     heads = fact("num_attention_heads", "num_attention_heads", "n_head")
     if num_layers is None or heads is None:
         raise HfConfigError("config.json lacks num_hidden_layers or num_attention_heads")
-    use_swa = text.get("use_sliding_window", True)
-    if use_swa is not None and not isinstance(use_swa, bool):
-        raise HfConfigError(f"config.json: use_sliding_window must be true or false, not {use_swa!r}"[:200])
-    window_key, window = get("sliding_window")
-    sliding_window = None if window in (None, 0) else check_fact("sliding_window", window, label=window_key)
-    layer_types = _layer_types(text, num_layers)
-    if layer_types:
-        full = layer_types.count(FULL_ATTENTION)
-        linear = layer_types.count(LINEAR_ATTENTION)
-        sliding = layer_types.count(SLIDING_ATTENTION)
-    else:
-        full, linear, sliding = num_layers, 0, 0
+    use_swa, sliding_window, layer_types, (full, linear, sliding) = _attention_layers(look, num_layers)
     kv_lora_rank = fact("kv_lora_rank", "kv_lora_rank")
-    head_dim = fact("head_dim", "head_dim")
-    if kv_lora_rank is not None and head_dim is None:
-        nope = _int(get("qk_nope_head_dim")[1], "qk_nope_head_dim", 0, MAX_HEAD_DIM)
-        rope = _int(get("qk_rope_head_dim")[1], "qk_rope_head_dim", 0, MAX_HEAD_DIM)
-        head_dim = check_fact(
-            "head_dim", (nope or 0) + (rope or 0) or None, label="qk_nope_head_dim + qk_rope_head_dim"
-        )
+    head_dim = _head_dim(look, kv_lora_rank)
     mtp_key, mtp_raw = get("mtp_num_hidden_layers", "num_nextn_predict_layers")
     mtp_layers = _int(mtp_raw, mtp_key, 0, MAX_MTP_LAYERS)
     num_kv_heads = fact("num_kv_heads", "num_key_value_heads")

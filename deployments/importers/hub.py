@@ -95,10 +95,6 @@ class HubModel:
     safetensors_params: int | None = None  # the hub's own count (model_info safetensors.total)
     skipped_names: int = 0  # names the hub listed that are not relative paths in the repository
 
-    @property
-    def file_names(self) -> list[str]:
-        return [f.name for f in self.files]
-
     def needed_files(self) -> list[HubFile]:
         """What an engine needs on disk: the GGUF file (all its shards), or the config, tokenizer
         and safetensors files (never other formats' copies, e.g. .bin, .pth, onnx/ or other quants)."""
@@ -341,6 +337,31 @@ def _pick_gguf(repo_id: str, files: list[HubFile], wanted: str) -> tuple[str, tu
     return name, shards
 
 
+def _hub_files(siblings: list[Any]) -> tuple[HubFile, ...]:
+    """The repository's files the panel would fetch (a name hub_path_problem refuses is left out)."""
+    return tuple(
+        HubFile(
+            name=s.rfilename,
+            size=s.size,
+            sha256=(s.lfs.sha256 if s.lfs is not None else None),
+            blob_id=s.blob_id,
+        )
+        for s in siblings
+        if hub_path_problem(s.rfilename) is None
+    )
+
+
+def _weights_total(index: dict[str, Any] | None, files: tuple[HubFile, ...]) -> int | None:
+    """The weights' bytes: the safetensors index's total, else the sum of the top-level
+    .safetensors files' sizes when the hub gave every one."""
+    total = _index_total(index)
+    if total is None:
+        sizes = [f.size for f in files if f.name.endswith(".safetensors") and "/" not in f.name]
+        if sizes and all(isinstance(s, int) for s in sizes):
+            total = sum(s for s in sizes if s is not None)
+    return total
+
+
 def hub_read(
     repo_id: str,
     *,
@@ -363,16 +384,7 @@ def hub_read(
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         raise HubError(f"The hub did not name the commit of {repo_id} at {revision or 'main'}.", field="revision")
     siblings = info.siblings or []
-    files = tuple(
-        HubFile(
-            name=s.rfilename,
-            size=s.size,
-            sha256=(s.lfs.sha256 if s.lfs is not None else None),
-            blob_id=s.blob_id,
-        )
-        for s in siblings
-        if hub_path_problem(s.rfilename) is None
-    )
+    files = _hub_files(siblings)
     skipped = len(siblings) - len(files)
     names = {f.name for f in files}
     gated = bool(info.gated)
@@ -400,28 +412,20 @@ def hub_read(
     if "config.json" not in names:
         raise HubError(f"{repo_id} has neither a config.json nor a GGUF file: not a model the panel can serve.")
     config_text = _get_small(repo_id, sha, "config.json", token, deadline_s=deadline_s)
-    index = (
-        _json_file(repo_id, sha, "model.safetensors.index.json", token, deadline_s=deadline_s)
-        if "model.safetensors.index.json" in names
-        else None
-    )
-    generation = (
-        _json_file(repo_id, sha, "generation_config.json", token, deadline_s=deadline_s)
-        if "generation_config.json" in names
-        else None
-    )
-    total = _index_total(index)
-    if total is None:
-        sizes = [f.size for f in files if f.name.endswith(".safetensors") and "/" not in f.name]
-        if sizes and all(isinstance(s, int) for s in sizes):
-            total = sum(s for s in sizes if s is not None)
+
+    def listed_json(filename: str) -> Any:
+        """A JSON file of the repository if it lists one (None if not)."""
+        return _json_file(repo_id, sha, filename, token, deadline_s=deadline_s) if filename in names else None
+
+    index = listed_json("model.safetensors.index.json")
+    generation = listed_json("generation_config.json")
     return HubModel(
         repo_id=repo_id,
         revision=sha,
         gated=gated,
         files=files,
         config_text=config_text,
-        index_total_size=total,
+        index_total_size=_weights_total(index, files),
         generation_config=_generation(generation),
         safetensors_params=params,
         skipped_names=skipped,

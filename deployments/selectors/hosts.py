@@ -79,12 +79,6 @@ class GpuCard:
         return 100.0 * self.sample.mem_used_bytes / self.gpu.memory_bytes
 
     @property
-    def power_pct(self) -> float | None:
-        if self.sample is None or self.sample.power_w is None or not self.gpu.power_limit_w:
-            return None
-        return min(100.0, 100.0 * self.sample.power_w / self.gpu.power_limit_w)
-
-    @property
     def peers(self) -> tuple[list[tuple[str, Any]], int]:
         """The host page's P2P column: the first PEERS_SHOWN peers and how many more there are."""
         peers = self.gpu.peers if isinstance(self.gpu.peers, dict) else {}
@@ -328,10 +322,6 @@ def host_cards(*, hosts: QuerySet[Host] | None = None) -> list[HostCard]:
 def _more(gpus: list[GPU]) -> int:
     """How many GPUs the host has past these (each read with its host's count, `shown_gpus`)."""
     return gpus[0].gpus_of_host - len(gpus) if gpus else 0  # type: ignore[attr-defined]
-
-
-def host_get(*, name: str) -> Host:
-    return Host.objects.select_related("deployment__active_revision__model_variant").get(name=name)
 
 
 # --- what fits ---------------------------------------------------------------------------------

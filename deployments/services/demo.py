@@ -9,6 +9,7 @@ from django.db import transaction
 from core.audit import audit_record
 from deployments.demo_data import DEMO_HOSTS
 from deployments.models import Deployment, ModelVariant
+from deployments.runtime_bridge import spec_for_values
 from hardware.models import GpuType, Host
 from hardware.services import host_declare
 
@@ -30,18 +31,17 @@ def demo_load(*, actor: AbstractUser | None = None) -> list[Host]:
         host = host_declare(name=spec["name"], address=spec["address"], gpus=gpus, is_demo=True, actor=actor)
         revision = None
         for rev in spec["revisions"]:
-            revision = revision_create(
-                host=host,
+            rev_spec = spec_for_values(
                 engine=rev["engine"],
                 engine_version=rev["engine_version"],
-                model_variant=ModelVariant.objects.get(name=rev["model"]),
+                model=ModelVariant.objects.get(name=rev["model"]),
                 knobs=rev["knobs"],
                 env=rev["env"],
                 served_name=rev.get("served_name", ""),
                 port=rev["port"],
-                tag=rev.get("tag", ""),
-                message=rev["message"],
-                actor=actor,
+            )
+            revision = revision_create(
+                host=host, spec=rev_spec, tag=rev.get("tag", ""), message=rev["message"], actor=actor
             )
         if revision is not None:
             revision_mark_active(revision=revision, actor=actor, reason="demo history")

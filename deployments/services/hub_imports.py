@@ -43,6 +43,8 @@ from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _varia
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
+    from deployments.importers.hub import HubModel
+
 log = logging.getLogger(__name__)
 
 # HubError.field -> the form field (and command option) it concerns.
@@ -138,7 +140,6 @@ def model_variant_import_hub(
     names as HOST/NAME (`hub_token`). Raises ValidationError keyed by repo_id, revision, file,
     token_secret or name; nothing is stored then. Waits for the hub: the web uses
     `hub_import_request`."""
-    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
     from deployments.importers.hub import HubError, hub_read
 
     ensure_role(actor, OPERATOR)
@@ -167,63 +168,80 @@ def model_variant_import_hub(
         raise ValidationError(
             {"repo_id": f"The catalog already has {model.repo_id} at {model.revision[:12]} as {existing.name!r}."}
         )
-    files = [f.to_dict() for f in model.needed_files()]
-    where = f"{model.repo_id}@{model.revision}"
     with transaction.atomic():
-        if model.gguf is not None:
-            imported = model.gguf
-            variant = ModelVariant(
-                name=_name_for(model, name),
-                repo_id=model.repo_id,
-                revision=model.revision,
-                gguf_file=model.gguf_file or "",
-                hub_files=files,
-                generation=generation,
-                weights_bytes=imported.file_size or None,
-                source=(
-                    f"Read from the hub: {where}, GGUF header of {model.gguf_file} (HTTP ranges); "
-                    f"weights: the file size the hub lists."
-                )
-                + _skipped_note(model),
-                **_gguf_facts(imported, family=family),
-            )
-            return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
-        try:
-            hf = arch_from_hf_config(model.config_text or "")
-        except HfConfigError as exc:
-            raise ValidationError({"repo_id": f"{model.repo_id}: {exc}"}) from exc
-        quant = hf.quant
-        presets = {"generation_config": model.generation_config} if model.generation_config else {}
-        weights_note = (
-            "weights: the safetensors index's total_size / the safetensors files' sizes"
-            if model.index_total_size
-            else "weights: unknown (no safetensors index): the planner estimates them from the architecture"
+        variant = (
+            _gguf_variant(model, name=name, family=family, generation=generation)
+            if model.gguf is not None
+            else _hf_variant(model, name=name, family=family, generation=generation)
         )
-        variant = ModelVariant(
-            name=_name_for(model, name),
-            repo_id=model.repo_id,
-            revision=model.revision,
-            hub_files=files,
-            family=family or (hf.arch.family or ""),
-            generation=generation,
-            format=ModelFormat.HF,
-            quantization=(quant.method or hf.arch.torch_dtype or "")[:60],
-            quant_method=quant.method or "",
-            quant_bits=quant.bits,
-            quant_group_size=quant.group_size,
-            weights_bytes=model.index_total_size,
-            arch=hf.arch.to_dict(),
-            sampling_presets=presets,
-            source=(
-                f"Read from the hub: {where} (config.json"
-                + (", generation_config.json" if presets else "")
-                + f"); {weights_note}."
-                + _skipped_note(model)
-            ),
-        )
-        if hf.arch.params_total is None and model.safetensors_params:
-            variant.arch = {**variant.arch, "params_total": model.safetensors_params}
         return _save_variant(variant, via=f"hub {model.repo_id}", error_key="repo_id", actor=actor)
+
+
+def _hub_fields(model: HubModel, *, name: str, generation: str) -> dict[str, Any]:
+    """The fields every variant read from the hub has: where it came from and what a download fetches."""
+    return {
+        "name": _name_for(model, name),
+        "repo_id": model.repo_id,
+        "revision": model.revision,
+        "hub_files": [f.to_dict() for f in model.needed_files()],
+        "generation": generation,
+    }
+
+
+def _gguf_variant(model: HubModel, *, name: str, family: str, generation: str) -> ModelVariant:
+    """The catalog row for a GGUF on the hub, from its header (read by HTTP ranges); not saved."""
+    imported = model.gguf
+    assert imported is not None
+    return ModelVariant(
+        **_hub_fields(model, name=name, generation=generation),
+        gguf_file=model.gguf_file or "",
+        weights_bytes=imported.file_size or None,
+        source=(
+            f"Read from the hub: {model.repo_id}@{model.revision}, GGUF header of {model.gguf_file} (HTTP ranges); "
+            f"weights: the file size the hub lists."
+        )
+        + _skipped_note(model),
+        **_gguf_facts(imported, family=family),
+    )
+
+
+def _hf_variant(model: HubModel, *, name: str, family: str, generation: str) -> ModelVariant:
+    """The catalog row for a safetensors repository, from its config.json; not saved.
+    ValidationError (repo_id) for a config the importer refuses."""
+    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
+
+    try:
+        hf = arch_from_hf_config(model.config_text or "")
+    except HfConfigError as exc:
+        raise ValidationError({"repo_id": f"{model.repo_id}: {exc}"}) from exc
+    quant = hf.quant
+    presets = {"generation_config": model.generation_config} if model.generation_config else {}
+    weights_note = (
+        "weights: the safetensors index's total_size / the safetensors files' sizes"
+        if model.index_total_size
+        else "weights: unknown (no safetensors index): the planner estimates them from the architecture"
+    )
+    variant = ModelVariant(
+        **_hub_fields(model, name=name, generation=generation),
+        family=family or (hf.arch.family or ""),
+        format=ModelFormat.HF,
+        quantization=(quant.method or hf.arch.torch_dtype or "")[:60],
+        quant_method=quant.method or "",
+        quant_bits=quant.bits,
+        quant_group_size=quant.group_size,
+        weights_bytes=model.index_total_size,
+        arch=hf.arch.to_dict(),
+        sampling_presets=presets,
+        source=(
+            f"Read from the hub: {model.repo_id}@{model.revision} (config.json"
+            + (", generation_config.json" if presets else "")
+            + f"); {weights_note}."
+            + _skipped_note(model)
+        ),
+    )
+    if hf.arch.params_total is None and model.safetensors_params:
+        variant.arch = {**variant.arch, "params_total": model.safetensors_params}
+    return variant
 
 
 # --- from the web: a row first, then the panel's worker ---------------------------------------------

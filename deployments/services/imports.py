@@ -24,7 +24,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, audited_save
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.runtime_bridge import model_reference
+from deployments.runtime_bridge import model_reference, spec_for_values
 from hardware.models import Host
 from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
@@ -219,20 +219,16 @@ def revision_import_ansible(
     if engine_version is not None and engine_version.strip():
         version = engine_version.strip()
     try:
-        revision = revision_create(
-            host=host,
+        spec = spec_for_values(
             engine=parsed.engine,
             engine_version=version,
-            model_variant=variant,
+            model=variant,
             knobs=parsed.knobs,
             env=parsed.env,
             served_name=parsed.served_name,
-            port=parsed.port,
-            tag=tag,
-            message=message,
-            extras=extras,
-            actor=actor,
+            port=parsed.port or 0,  # 0: the engine's default (revision_create)
         )
+        revision = revision_create(host=host, spec=spec, tag=tag, message=message, extras=extras, actor=actor)
     except ValidationError as exc:
         raise _with_model_dir_offer(exc, host, parsed.env) from exc
     audit_record(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
@@ -13,7 +14,7 @@ from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
 from core.audit import audit_record, audited_save
 from deployments.choices import Engine
 from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
-from deployments.runtime_bridge import model_ref, revision_spec, spec_for_values
+from deployments.runtime_bridge import model_ref, revision_spec
 from deployments.services.aliases import aliases_follow_switch
 from deployments.services.serving_set import free_port
 from hardware.models import Host
@@ -101,61 +102,34 @@ def gated(concerns: list[Concern]) -> list[Concern]:
     return [c for c in concerns if c.kind in ("code", "privileged")]
 
 
-@transaction.atomic
-def revision_create(
-    *,
-    host: Host,
-    engine: str,
-    model_variant: ModelVariant,
-    message: str,
-    engine_version: str = "",
-    knobs: dict[str, Any] | None = None,
-    env: dict[str, Any] | None = None,
-    served_name: str = "",
-    port: int | None = None,
-    tag: str = "",
-    parent: DeploymentRevision | None = None,
-    api_key_secret: str = "",
-    hf_token_secret: str = "",
-    extras: dict[str, Any] | None = None,
-    actor: AbstractUser | None,
-) -> DeploymentRevision:
-    """Record a new immutable revision for `host`; its parent is `parent` or the host's latest."""
-    ensure_role(actor, OPERATOR)
-    if not (message or "").strip():
-        raise ValidationError({"message": "A revision needs a message saying what changed and why."})
-    if engine not in Engine.values:
-        raise ValidationError({"engine": f"Unknown engine {engine!r}; choose one of {', '.join(Engine.values)}."})
-    if parent is not None and parent.host_id != host.pk:
-        raise ValidationError({"parent": "The parent revision belongs to another host."})
-    knobs = _storable(dict(knobs or {}), "knobs")
-    env = _storable(dict(env or {}), "env")
-    extras = _storable(dict(extras or {}), "extras")
-    port = _port(port, engine)
-    for name, text in (
-        ("message", message),
-        ("tag", tag),
-        ("served_name", served_name),
-        ("engine_version", engine_version),
-        ("api_key_secret", api_key_secret),
-        ("hf_token_secret", hf_token_secret),
-    ):
-        _storable(text, name)
-    for secret_field, secret_name in (
-        ("api_key_secret", api_key_secret),
-        ("hf_token_secret", hf_token_secret),
-    ):
+def _model_of(spec: RevisionSpec) -> ModelVariant:
+    """The catalog row `spec` serves (a model's name is unique)."""
+    name = getattr(spec.model, "name", None)
+    variant: ModelVariant | None = None
+    if isinstance(name, str) and name:
+        variant = ModelVariant.objects.filter(name=name).first()
+    if variant is None:
+        raise ValidationError({"model_variant": f"The catalog has no model named {name!r}."})
+    return variant
+
+
+def _checked(
+    host: Host, spec: RevisionSpec, actor: AbstractUser | None
+) -> tuple[RevisionSpec, ModelVariant, list[Concern]]:
+    """`spec` as it is stored (JSON-safe, its port settled, its model the catalog's row `model`),
+    with the concerns an admin accepts by creating it; ValidationError naming the form field
+    otherwise."""
+    model = _model_of(spec)
+    knobs = _storable(dict(spec.knobs or {}), "knobs")
+    env = _storable(dict(spec.env or {}), "env")
+    port = _port(spec.port, spec.engine)
+    for name in ("served_name", "version", "api_key_secret", "hf_token_secret"):
+        _storable(getattr(spec, name), "engine_version" if name == "version" else name)
+    for secret_field in ("api_key_secret", "hf_token_secret"):
+        secret_name = getattr(spec, secret_field)
         if secret_name and not host.secrets.filter(name=secret_name).exists():
             raise ValidationError({secret_field: f"Host {host.name} has no secret named {secret_name!r}."})
-    spec = spec_for_values(
-        engine=engine,
-        engine_version=engine_version,
-        model=model_variant,
-        knobs=knobs,
-        env=env,
-        served_name=served_name,
-        port=port,
-    )
+    spec = replace(spec, model=model_ref(model), knobs=knobs, env=env, port=port)
     concerns = revision_concerns(host, spec)
     needs_admin = gated(concerns)
     if needs_admin and actor is not None and not has_role(actor, ADMIN):
@@ -163,6 +137,33 @@ def revision_create(
         raise ValidationError(
             {_field(first.field): f"{first.message}: only an admin may create a revision that {first.label}."}
         )
+    return spec, model, concerns
+
+
+@transaction.atomic
+def revision_create(
+    *,
+    host: Host,
+    spec: RevisionSpec,
+    message: str,
+    tag: str = "",
+    parent: DeploymentRevision | None = None,
+    extras: dict[str, Any] | None = None,
+    actor: AbstractUser | None,
+) -> DeploymentRevision:
+    """Record a new immutable revision for `host` serving `spec` (serving.launch.derive builds it;
+    its model names a catalog row); its parent is `parent` or the host's latest."""
+    ensure_role(actor, OPERATOR)
+    if not (message or "").strip():
+        raise ValidationError({"message": "A revision needs a message saying what changed and why."})
+    if spec.engine not in Engine.values:
+        raise ValidationError({"engine": f"Unknown engine {spec.engine!r}; choose one of {', '.join(Engine.values)}."})
+    if parent is not None and parent.host_id != host.pk:
+        raise ValidationError({"parent": "The parent revision belongs to another host."})
+    extras = _storable(dict(extras or {}), "extras")
+    _storable(message, "message")
+    _storable(tag, "tag")
+    spec, model, concerns = _checked(host, spec, actor)
 
     # Lock the host row so two writers cannot take the same number (or the same tag).
     type(host).objects.select_for_update().filter(pk=host.pk).first()
@@ -174,15 +175,15 @@ def revision_create(
         host=host,
         number=last + 1,
         parent=parent,
-        engine=engine,
-        engine_version=engine_version,
-        model_variant=model_variant,
-        knobs=knobs,
-        env=env,
-        served_name=served_name,
-        port=port,
-        api_key_secret=api_key_secret,
-        hf_token_secret=hf_token_secret,
+        engine=spec.engine,
+        engine_version=spec.version,
+        model_variant=model,
+        knobs=dict(spec.knobs),
+        env=dict(spec.env),
+        served_name=spec.served_name,
+        port=spec.port,
+        api_key_secret=spec.api_key_secret,
+        hf_token_secret=spec.hf_token_secret,
         extras=extras or {},
         author=actor if getattr(actor, "pk", None) else None,
         message=message.strip(),
@@ -235,23 +236,7 @@ def revision_derive(
         spec = derive(base, given)
     except EngineConfigError as exc:
         raise ValidationError({_field(exc.field): str(exc)}) from exc
-    return revision_create(
-        host=host,
-        engine=spec.engine,
-        engine_version=spec.version,
-        model_variant=model if model is not None else parent.model_variant,  # type: ignore[union-attr]
-        knobs=dict(spec.knobs),
-        env=dict(spec.env),
-        served_name=spec.served_name,
-        port=spec.port or None,
-        tag=tag,
-        message=message,
-        parent=parent,
-        api_key_secret=spec.api_key_secret,
-        hf_token_secret=spec.hf_token_secret,
-        extras=extras,
-        actor=actor,
-    )
+    return revision_create(host=host, spec=spec, tag=tag, message=message, parent=parent, extras=extras, actor=actor)
 
 
 @transaction.atomic

@@ -89,11 +89,6 @@ def secret_mark(*, host: Host, name: str, hub_token: bool, actor: AbstractUser |
     return secret
 
 
-def hub_token_names(host: Host) -> list[str]:
-    """The names of the host's secrets an admin marked as hub tokens."""
-    return list(host.secrets.filter(hub_token=True).order_by("name").values_list("name", flat=True))
-
-
 def hub_token_check(*, host: Host | None, name: str) -> None:
     """Refuse (ValidationError on token_secret, one wording) unless `name` is a hub token of `host`."""
     if host is None or not Secret.objects.filter(host=host, name=name, hub_token=True).exists():

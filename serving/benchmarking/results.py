@@ -108,10 +108,6 @@ class LevelResult(_Stored):
     def output_tokens_sum(self) -> int:
         return sum(r.output_tokens or 0 for r in self.requests if r.ok)
 
-    @property
-    def input_tokens_sum(self) -> int:
-        return sum(r.input_tokens or 0 for r in self.requests if r.ok)
-
 
 def build_level(
     records: Sequence[RequestRecord],

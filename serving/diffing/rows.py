@@ -98,10 +98,6 @@ class RevisionDiff:
     def has_changes(self) -> bool:
         return any(s.has_changes for s in self.sections)
 
-    @property
-    def changed_sections(self) -> tuple[DiffSection, ...]:
-        return tuple(s for s in self.sections if s.has_changes)
-
     def section(self, key: str) -> DiffSection | None:
         return next((s for s in self.sections if s.key == key), None)
 

@@ -92,10 +92,6 @@ def override_concerns(field: str, value: Mapping[str, Any]) -> list[Concern]:
     return found[:1]
 
 
-def truthy_concern(field: str, value: object, message: str) -> Concern | None:
-    return Concern(field, "code", message) if value is True else None
-
-
 def model_concern(config: EngineConfig, *, file_only: bool = False) -> Concern | None:
     """The model itself: a repository id or tag is ordinary; a path must lie under the
     model folders. `file_only` engines (llama.cpp) always read a file."""

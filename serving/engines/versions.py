@@ -126,14 +126,6 @@ def at_least(engine: str, version: str | None, cutover: str) -> bool:
     return parse_version(engine, version) >= parse_version(engine, cutover)
 
 
-def pip_pin(package: str, engine: str, version: str) -> str:
-    """`package==X` for an exact, validated version (the install plans pin exactly)."""
-    parsed = parse_version(engine, version)
-    if parsed.latest:
-        raise EngineConfigError(f"an install needs an exact {engine} version to pin", field="engine_version")
-    return f"{package}=={parsed.raw.lstrip('v')}"
-
-
 # --- Lenient comparisons ----------------------------------------------------------------
 
 _NUM = re.compile(r"\d+")

@@ -67,10 +67,6 @@ CATALOG_ALIASES = {
 }
 
 
-def catalog_names() -> list[str]:
-    return sorted(CATALOG_ALIASES)
-
-
 def catalog_gpu(name: str) -> GpuSpec:
     """A catalog GPU type by full name or short alias ("rtx3090"); KeyError if unknown."""
     full = CATALOG_ALIASES.get(name.lower().replace(" ", ""), name)

@@ -17,9 +17,10 @@ from api.models import ApiToken
 from api.tokens import token_create, token_revoke
 from core.models import AuditEvent
 from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, Operation
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
     for i in range(2):
         GPUFactory(host=host, index=i, name="NVIDIA GeForce RTX 3090", memory_bytes=24 << 30)
     model = ModelVariant.objects.get(name=QWEN)
-    r1 = revision_create(
+    r1 = make_revision(
         host=host,
         engine="vllm",
         engine_version="0.17.0",
@@ -52,7 +53,7 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
         actor=operator,
     )
     revision_mark_active(revision=r1, actor=operator)
-    revision_create(
+    make_revision(
         host=host,
         engine="vllm",
         engine_version="0.17.0",
@@ -373,7 +374,7 @@ def test_planner_errors_refuse_a_switch_with_the_findings_and_only_an_admin_over
     client, world, operator, admin_user
 ):
     host: Host = world["host"]
-    bad = revision_create(
+    bad = make_revision(
         host=host,
         engine="vllm",
         engine_version="0.17.0",

@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from api.tokens import token_create
 from deployments.models import Deployment, ModelVariant
-from deployments.services.revisions import revision_create
 from hardware.models import GPU, GpuSample, Host
 from notifications.models import Channel, Rule
 from notifications.secrets import url_encrypt
 from tests.deployments.test_views_benchmarks import record_run
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -69,10 +69,10 @@ def lab(catalog: None, admin_user: User) -> Host:
         for m in range(0, 30, 3)
     )
     variant = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
-    r1 = revision_create(
+    r1 = make_revision(
         host=host, engine="llama.cpp", model_variant=variant, knobs={"ctx_size": 4096}, message="one", actor=admin_user
     )
-    r2 = revision_create(
+    r2 = make_revision(
         host=host, engine="llama.cpp", model_variant=variant, knobs={"ctx_size": 8192}, message="two", actor=admin_user
     )
     Deployment.objects.create(host=host, active_revision=r2)

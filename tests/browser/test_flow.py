@@ -38,7 +38,7 @@ def test_revision_switch_diff_and_benchmark_in_the_browser(live_server, lab, pag
     from playwright.sync_api import expect
 
     from deployments.models import BenchmarkRun, DeploymentRevision
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
     host, gemma, port = lab["host"], lab["gemma"], lab["port"]
     gemma_with_header_facts(gemma)
@@ -120,7 +120,7 @@ def test_revision_switch_diff_and_benchmark_in_the_browser(live_server, lab, pag
     snap(page, "benchmark")
 
     # Not what the host serves: the form says so and nothing starts.
-    revision_create(
+    make_revision(
         host=host, engine="llama.cpp", model_variant=gemma, knobs={"ctx_size": 1024}, message="unused", actor=None
     )
     page.goto(base + reverse("deployments:benchmark_new", args=[host.name]) + "?revision=3")

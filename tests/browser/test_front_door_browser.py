@@ -13,8 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from deployments.models import ModelVariant
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.credentials import host_token_issue
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +41,7 @@ def test_the_front_door_section_changes_live(live_server: Any, page: Any, viewer
         name="tiny-gguf", format="gguf", gguf_file="/models/tiny.gguf", weights_bytes=1 << 30,
         arch={"architecture": "gemma3", "num_layers": 18},
     )  # fmt: skip
-    r1 = revision_create(
+    r1 = make_revision(
         host=host, engine="llama.cpp", model_variant=variant, served_name="tiny", port=8001,
         knobs={"ctx_size": 2048}, message="first", actor=operator,
     )  # fmt: skip

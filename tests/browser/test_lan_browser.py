@@ -43,13 +43,15 @@ import json, time
 from deployments.models import ModelVariant
 from deployments.services.aliases import alias_set
 from deployments.services.inference_keys import key_create
+from deployments.runtime_bridge import spec_for_values
 from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
 host = Host.objects.get()
 model = ModelVariant.objects.create(name="gemma-lan", format="gguf", gguf_file={model!r})
-revision = revision_create(host=host, engine="llama.cpp", model_variant=model, served_name="gemma", port={port},
-    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, message="lan", actor=None)
+spec = spec_for_values(engine="llama.cpp", engine_version="", model=model, served_name="gemma", port={port},
+    knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, env={{}})
+revision = revision_create(host=host, spec=spec, message="lan", actor=None)
 op = switch_request(revision=revision, actor=None)
 deadline = time.monotonic() + 120
 while op.state not in ("succeeded", "failed", "lost", "cancelled") and time.monotonic() < deadline:

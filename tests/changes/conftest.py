@@ -11,8 +11,9 @@ from django.contrib.auth.models import Group, User
 
 from changes.services import host_review_set
 from deployments.models import ModelVariant
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.credentials import host_token_issue
+from tests.support.revisions import make_revision
 
 GiB = 1 << 30
 
@@ -38,7 +39,7 @@ def protected(db: Any, admin_user: User, operator: User) -> dict[str, Any]:
     )
 
     def rev(port: int, ctx: int = 2048) -> Any:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=small,

@@ -21,7 +21,7 @@ from changes.services import change_approve, change_reconfirm, host_review_set
 from core.models import AuditEvent
 from deployments.models import ModelVariant, Operation
 from deployments.services.review import Approval, ApprovalStale, ChangeRequested
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hardware.services import host_tags_set
@@ -35,6 +35,7 @@ from tests.changes.test_change_paths import _api
 from tests.changes.test_rollout_requests import CHANGE
 from tests.hardware.factories import HostFactory
 from tests.rollouts.conftest import MODEL, end_switch, fleet  # noqa: F401 - the fixture
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +47,7 @@ def guarded(fleet, admin_user, operator):  # noqa: F811
     host_review_set(host=fleet["b"], required=True, actor=admin_user)
     spare = HostFactory(name="fleet-e")
     host_tags_set(host=spare, tags=["spare"], actor=operator)
-    first = revision_create(
+    first = make_revision(
         host=spare,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name=MODEL),
@@ -147,7 +148,7 @@ def test_a_host_removed_a_host_protected_or_a_revision_moved_makes_it_stale(guar
     change = _propose(operator)
     host_tags_set(host=guarded["c"], tags=["only-c"], actor=operator)
     host_review_set(host=guarded["d"], required=True, actor=admin_user)
-    other = revision_create(
+    other = make_revision(
         host=guarded["a"],
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name=MODEL),
@@ -186,7 +187,7 @@ def test_a_later_waves_host_that_moved_on_since_the_approval_is_not_switched(
     """The approval showed fleet-c's new revision derived from r1; fleet-c serves r2 by its wave:
     what it would get is not what was approved, so it is refused and its wave put back."""
     change = change_approve(change=_propose(operator), actor=reviewer)
-    moved = revision_create(
+    moved = make_revision(
         host=guarded["c"],
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name=MODEL),

@@ -18,9 +18,9 @@ from django.core.management import CommandError, call_command
 
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant, Operation, Secret
-from deployments.services.revisions import revision_create
 from hardware.models import GPU, Host
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "Qwen3.5-122B-A10B-Q6_K_XL"
@@ -32,7 +32,7 @@ def world(catalog: None, operator: Any, viewer: Any) -> Host:
     host = HostFactory(name="h1", model_dirs=["/models"])
     GPUFactory(host=host, index=0)
     GPUFactory(host=host, index=1)
-    revision_create(
+    make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name=MODEL),
@@ -307,7 +307,7 @@ def test_from_the_shell_exit_2_without_traceback(catalog, viewer, operator) -> N
 
     host = HostFactory(name="h1", model_dirs=["/models"])
     GPUFactory(host=host, index=0)
-    revision_create(
+    make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name=MODEL),

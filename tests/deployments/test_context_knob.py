@@ -13,9 +13,9 @@ from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import revision_view
 from deployments.services.exports import revision_client_target
 from deployments.services.planning import plan_for_revision
-from deployments.services.revisions import revision_create
 from serving.diffing.context import revision_context
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def qwen(catalog):
 
 
 def _create(host, operator, model, value):
-    return revision_create(
+    return make_revision(
         host=host,
         actor=operator,
         engine="vllm",

@@ -13,10 +13,10 @@ import pytest
 from django.utils import timezone
 
 from deployments.models import EngineLogRun, ModelVariant
-from deployments.services.revisions import revision_create
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +102,7 @@ def test_a_start_is_cut_to_its_last_lines_and_a_host_keeps_its_last_starts(clien
 def test_reports_that_are_not_a_log_are_refused_and_change_nothing(client, host_token, operator):
     host, token = host_token
     other = HostFactory(name="h2")
-    theirs = revision_create(
+    theirs = make_revision(
         host=other,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),

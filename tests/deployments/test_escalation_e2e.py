@@ -45,9 +45,9 @@ def test_environment_that_serves_or_preloads_files_is_refused_before_it_is_store
 
 
 def _rev_with_env(lab, operator, env):
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
-    return revision_create(
+    return make_revision(
         host=lab["host"],
         engine="llama.cpp",
         model_variant=lab["gemma"],

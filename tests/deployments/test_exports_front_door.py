@@ -16,13 +16,14 @@ from deployments.services.aliases import alias_set
 from deployments.services.exports import revision_export, revision_export_target
 from deployments.services.front_door import front_door_report
 from deployments.services.inference_keys import key_create
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.secrets import secret_set
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
 from serving.exports import NotExportable
 from tests.api.test_api import _token, call
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 CLIENTS = ("opencode", "hermes", "aider-settings", "aider-metadata")
@@ -41,7 +42,7 @@ def lab(admin_user: User, operator: User) -> dict[str, Any]:
     )
 
     def rev(port: int, **fields: Any) -> Any:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=variant,

@@ -30,9 +30,9 @@ from deployments.services.demo import demo_load
 from deployments.services.exports import revision_binary, revision_export
 from deployments.services.imports import revision_export_ansible, revision_import_ansible
 from deployments.services.installs import install_record
-from deployments.services.revisions import revision_create
 from serving.ansible_vars import parse_group_vars
 from tests.support.client_tools import systemd_analyze, tool_bin
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -242,7 +242,7 @@ def test_every_revision_of_the_seed_history_runs_as_exported_or_says_why(catalog
 
 
 def _revision(host: Any, **values: Any) -> DeploymentRevision:
-    return revision_create(
+    return make_revision(
         host=host,
         engine="vllm",
         engine_version=values.pop("engine_version", "0.22.0"),

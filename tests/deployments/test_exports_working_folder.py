@@ -21,11 +21,11 @@ import pytest
 from deployments.models import ModelVariant
 from deployments.services.exports import revision_export
 from deployments.services.installs import install_record
-from deployments.services.revisions import revision_create
 from hostagent.runtime.confine import working_folder as agents_working_folder
 from tests.hardware.factories import HostFactory
 from tests.support.client_tools import systemd_analyze
 from tests.support.llama import GEMMA_CHAT_TEMPLATE, free_port, gemma_package_path, llama_server_binary
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def revision(catalog, tmp_path):
     install_record(host=host, engine="llama.cpp", version="", path=os.path.dirname(llama_server_binary()),
                    binary=llama_server_binary())  # fmt: skip
     variant = ModelVariant.objects.create(name="gemma-plain", format="gguf", gguf_file=gguf)
-    return revision_create(
+    return make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=variant,

@@ -21,12 +21,13 @@ from deployments.host_serving import revision_launch
 from deployments.models import FrontDoor, InferenceKey, ModelAlias, ModelVariant, ServedRevision, UsageDay
 from deployments.services.aliases import alias_set
 from deployments.services.inference_keys import key_create, key_revoke
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.secrets import secret_set
 from deployments.services.serving_set import serving_mode_set
 from hardware.credentials import host_token_issue
 from hostagent.door.tables import serving_set
 from hostagent.frontdoor.keys import hash_key
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 GiB = 1 << 30
@@ -71,7 +72,7 @@ def world(db: Any, admin_user: User, operator: User) -> dict[str, Any]:
     )
 
     def rev(port: int, variant: ModelVariant = small, **fields: Any) -> Any:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=variant,
@@ -149,7 +150,7 @@ def test_a_cpu_only_hosts_table_counts_each_engines_threads_as_cores(world, oper
     host, r = world["host"], world["r"]
     host.cpu_cores = 8
     host.save()
-    two = revision_create(
+    two = make_revision(
         host=host, engine="llama.cpp", model_variant=r[2].model_variant, served_name="tiny", port=8005,
         knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0, "threads": 2}, message="-t 2", actor=operator,
     )  # fmt: skip
@@ -311,7 +312,7 @@ def test_refusals_change_nothing(world, operator, viewer):
     serving_mode_set(revision=r[2], mode="pinned", actor=operator)
     serving_mode_set(revision=r[4], mode="on-demand", actor=operator)
     alias_set(host=host, name="slow", revision=r[4], actor=operator)
-    clash = revision_create(
+    clash = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=r[2].model_variant,

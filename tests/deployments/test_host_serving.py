@@ -19,13 +19,14 @@ from deployments.host_serving import host_serving
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_of
 from deployments.services.aliases import alias_set
 from deployments.services.demo import demo_load
-from deployments.services.revisions import revision_create, revision_derive, revision_mark_active
+from deployments.services.revisions import revision_derive, revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hostagent.door.tables import serving_set as agent_table
 from serving.wire import DoorDocument
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 GiB = 1 << 30
@@ -76,7 +77,7 @@ def test_every_serving_set_the_panel_makes_is_one_the_agent_accepts(
     ggufs = ModelVariant.objects.filter(format="gguf").order_by("name")[:4]
     assert ggufs, "the catalog has GGUF models"
     for port, variant in enumerate(ggufs, start=8001):
-        revision = revision_create(
+        revision = make_revision(
             host=cpu, engine="llama.cpp", model_variant=variant, port=port, message=variant.name, actor=operator,
             knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0},
         )  # fmt: skip
@@ -120,7 +121,7 @@ def cpu_lab(operator: User, admin_user: User) -> dict[str, Any]:
         arch={"architecture": "gemma3", "num_layers": 18},
     )  # fmt: skip
     revisions = [
-        revision_create(
+        make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=variant,

@@ -181,12 +181,12 @@ def test_the_catalog_shows_an_estimate_as_an_estimate(hub, client, viewer):
 
 def test_the_switch_page_offers_the_download_first(hub, client, operator):
     from deployments.models import Operation
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
     assert run("import", "unsloth/gemma-3-270m-it-GGUF")[0] == 0
     variant = ModelVariant.objects.get(repo_id="unsloth/gemma-3-270m-it-GGUF")
     host = HostFactory(name="box", model_dirs=["/srv/models"])
-    revision = revision_create(
+    revision = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=variant,

@@ -23,8 +23,8 @@ from deployments.services.imports import (
 )
 from serving.ansible_vars import parse_group_vars
 from serving.engines.registry import get_adapter
-from tests.deployments.test_ansible_vars import flag_pairs
 from tests.hardware.factories import HostFactory
+from tests.serving.test_ansible_vars import flag_pairs
 
 pytestmark = pytest.mark.django_db
 
@@ -142,10 +142,10 @@ def test_bad_group_vars_are_refused_and_write_nothing(catalog, operator, kwargs,
 
 
 def test_export_of_an_engine_without_an_ansible_role_is_a_validation_error(catalog, operator):
-    from deployments.services.revisions import revision_create
+    from tests.support.revisions import make_revision
 
     host = _lab()
-    revision = revision_create(
+    revision = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),

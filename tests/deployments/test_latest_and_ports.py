@@ -9,10 +9,11 @@ import pytest
 
 from deployments.choices import Engine
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.services.revisions import PANEL_DEFAULT_PORT, engine_default_port, revision_create
+from deployments.services.revisions import PANEL_DEFAULT_PORT, engine_default_port
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary, resolve_install, worker_llama_build
 from serving.engines.registry import get_adapter
+from tests.support.revisions import make_revision
 
 
 def _llama_venv(root: Path, build: str) -> Path:
@@ -78,7 +79,7 @@ def test_no_engine_defaults_to_the_panels_own_port() -> None:
 def test_a_revision_without_a_port_gets_its_engines_default(operator) -> None:
     host = Host.objects.create(name="ports-1")
     model = ModelVariant.objects.create(name="m-ports", format="gguf", gguf_file="m.gguf")
-    llama = revision_create(host=host, engine="llama.cpp", model_variant=model, message="m", actor=operator)
-    vllm = revision_create(host=host, engine="vllm", model_variant=model, message="m", port=None, actor=operator)
-    given = revision_create(host=host, engine="vllm", model_variant=model, message="m", port=9000, actor=operator)
+    llama = make_revision(host=host, engine="llama.cpp", model_variant=model, message="m", actor=operator)
+    vllm = make_revision(host=host, engine="vllm", model_variant=model, message="m", port=None, actor=operator)
+    given = make_revision(host=host, engine="vllm", model_variant=model, message="m", port=9000, actor=operator)
     assert (llama.port, vllm.port, given.port) == (8080, 8001, 9000)

@@ -27,11 +27,11 @@ from deployments.services.demo import demo_load
 from deployments.services.exports import revision_export
 from deployments.services.imports import model_variant_import_hf_config, revision_import_ansible
 from deployments.services.installs import install_record
-from deployments.services.revisions import revision_create
 from hostagent.launch import launch_spec as agent_launch_spec
 from serving.diffing.argv import parse_argv
 from serving.wire import RevisionLaunch
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +130,7 @@ def test_catalog_revisions_on_each_engine_launch_the_same_everywhere(client, cat
     made = []
     for engine, name in MODEL_FOR.items():
         model = ModelVariant.objects.get(name=name)
-        made.append(revision_create(host=host, engine=engine, model_variant=model, message=engine, actor=operator))
+        made.append(make_revision(host=host, engine=engine, model_variant=model, message=engine, actor=operator))
     _installed(host, tmp_path)
     for revision in made:
         argv = _same_everywhere(client, revision)
@@ -190,7 +190,7 @@ def test_a_hub_import_with_a_downloaded_copy_runs_the_copy_everywhere(client, ca
     copy = models_dir / "someone--Hub-Qwen3-32B-AWQ"
     copy.mkdir()
     HostModel.objects.create(host=host, model_variant=variant, path=str(copy), repo_id=variant.repo_id, verified=True)
-    revision = revision_create(
+    revision = make_revision(
         host=host, engine="vllm", model_variant=variant, knobs={"max_model_len": "32k"}, message="hub", actor=operator
     )
     _installed(host, tmp_path)
@@ -241,7 +241,7 @@ def ctx_host(catalog, operator, tmp_path, models_dir):
     host = HostFactory(name="ctx", address="gpu-ctx.lan", model_dirs=[str(models_dir), "/srv/models"])
     for engine, name in MODEL_FOR.items():  # r1..r4: a parent on each engine
         model = ModelVariant.objects.get(name=name)
-        revision_create(host=host, engine=engine, model_variant=model, message=f"{engine} parent", actor=operator)
+        make_revision(host=host, engine=engine, model_variant=model, message=f"{engine} parent", actor=operator)
     return host
 
 
@@ -331,7 +331,7 @@ def test_client_exports_of_a_remote_host_without_an_address_refuse_naming_the_fi
 
     host = HostFactory(name="far", address="127.0.0.1")
     model = ModelVariant.objects.get(name=MODEL_FOR["vllm"])
-    revision = revision_create(
+    revision = make_revision(
         host=host, engine="vllm", model_variant=model, knobs={"max_model_len": 8192}, message="m", actor=operator
     )
     for target in ("opencode", "hermes", "aider-settings"):

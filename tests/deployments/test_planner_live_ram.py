@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from deployments.models import ModelVariant
 from deployments.services.preflight import panel_preflight
-from deployments.services.revisions import revision_create
 from hardware.models import Host
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def test_what_fits_in_ram_says_so_with_the_figures(client, viewer, cpu_box, gguf
 def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, operator, cpu_box, gguf) -> None:
     from deployments.services.planning import plan_for_revision
 
-    revision = revision_create(
+    revision = make_revision(
         host=cpu_box,
         engine="llama.cpp",
         engine_version="",

@@ -16,9 +16,10 @@ from django.utils import timezone
 from core.models import AuditEvent
 from deployments.models import ModelVariant
 from deployments.services import playground
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
 from tests.support.llama import free_port
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +56,7 @@ def serving_box(operator: Any, *, port: int, engine_state: dict[str, Any] | None
 def gemma_revision(host: Host, model: ModelVariant, operator: Any, **changes: Any) -> Any:
     """A llama.cpp revision of `model` served as "gemma" with a 2k context, but for `changes`."""
     values = {"served_name": "gemma", "port": 8080, "knobs": {"ctx_size": 2048, "parallel": 1}, "message": "gemma"}
-    return revision_create(host=host, engine="llama.cpp", model_variant=model, actor=operator, **(values | changes))
+    return make_revision(host=host, engine="llama.cpp", model_variant=model, actor=operator, **(values | changes))
 
 
 def chat_url(revision: Any) -> str:

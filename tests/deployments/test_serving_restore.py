@@ -17,12 +17,13 @@ from core.models import AuditEvent
 from deployments.choices import OperationKind, OperationState
 from deployments.models import Deployment, ModelVariant, Operation
 from deployments.services.operations import HostBusyError, operation_create
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.serving import start_request, stop_request
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from notifications.models import Delivery
 from notifications.services import channel_create, rule_create
+from tests.support.revisions import make_revision
 from tests.test_agent_api import Agent
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +35,7 @@ def box(catalog: None, admin_user: User, operator: User) -> dict[str, Any]:
     """A host whose last switch applied r1, its agent (by token), and no operation running."""
     host, token = host_token_issue(name="box", actor=admin_user)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
-    revision = revision_create(host=host, engine="vllm", model_variant=variant, message="r1", actor=operator)
+    revision = make_revision(host=host, engine="vllm", model_variant=variant, message="r1", actor=operator)
     revision_mark_active(revision=revision, actor=operator, reason="switch")
     return {"host": host, "agent": Agent(token), "revision": revision}
 

@@ -22,7 +22,7 @@ from api.tokens import token_create
 from core.models import AuditEvent
 from deployments.models import ModelAlias, ModelVariant, Operation, ServedRevision
 from deployments.services.aliases import alias_set
-from deployments.services.revisions import revision_create, revision_derive, revision_mark_active
+from deployments.services.revisions import revision_derive, revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
@@ -33,6 +33,7 @@ from hostagent.door.tables import serving_set as agent_table
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.runtime.supervisor import Supervisor
 from rollouts.services import rollout_start
+from tests.support.revisions import make_revision
 from tests.test_agent_api import Agent as AgentClient
 
 pytestmark = pytest.mark.django_db
@@ -67,7 +68,7 @@ def lab(db: Any, admin_user: User, operator: User) -> dict[str, Any]:
     )
 
     def rev(port: int, **fields: Any) -> Any:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=small,
@@ -139,7 +140,7 @@ def test_a_switch_that_would_break_a_rule_of_the_set_is_refused_up_front_and_cha
     host, agent = lab["host"], lab["agent"]
     serving_mode_set(revision=lab["rev"](8003), mode="pinned", actor=operator)
     same_port = lab["rev"](8002)  # made on r2's port by hand
-    too_big = revision_create(
+    too_big = make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.create(

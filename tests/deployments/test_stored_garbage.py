@@ -15,10 +15,11 @@ import pytest
 from django.urls import reverse
 
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from serving.arch import ModelArch
 from serving.planner.inputs import GgufKvFacts
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -90,9 +91,9 @@ def lab(catalog, operator):
     for i in range(2):
         GPUFactory(host=host, index=i)
     common = {"host": host, "engine": "vllm", "engine_version": "0.17.0", "port": 8001, "actor": operator}
-    r1 = revision_create(model_variant=qwen, knobs=KNOBS, message="qwen", **common)
+    r1 = make_revision(model_variant=qwen, knobs=KNOBS, message="qwen", **common)
     revision_mark_active(revision=r1, actor=operator)
-    r2 = revision_create(model_variant=victim_hf, knobs=KNOBS, message="the victim", **common)
+    r2 = make_revision(model_variant=victim_hf, knobs=KNOBS, message="the victim", **common)
     r3 = DeploymentRevision.objects.create(  # as an old row: no service in between
         host=host, number=3, parent=r2, engine="llama.cpp", model_variant=victim_gguf,
         knobs={"ctx_size": 8192, "parallel": 1}, port=8002, author=operator, message="gguf victim",

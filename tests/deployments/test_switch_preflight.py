@@ -21,12 +21,12 @@ from deployments.choices import OperationState
 from deployments.models import ModelVariant, Operation, active_revision_id_of
 from deployments.services.imports import model_variant_import_gguf
 from deployments.services.preflight import panel_preflight
-from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hostagent.runtime.strays import port_is_free
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 # --- the confirmation page (what the panel can tell) ----------------------------------------
 
@@ -50,7 +50,7 @@ def _variant(**extra: Any) -> ModelVariant:
 
 
 def _rev(host: Host, actor: Any, *, version: str = "", model: ModelVariant | None = None, **kw: Any) -> Any:
-    return revision_create(
+    return make_revision(
         host=host,
         engine="llama.cpp",
         engine_version=version,
@@ -144,7 +144,7 @@ def test_the_host_refuses_before_stopping_anything(lab, operator, tmp_path: Path
     pid = engine_pid(host)
 
     # 1. A build that is not installed on the host (only the worker's own build is).
-    pinned = revision_create(
+    pinned = make_revision(
         host=host,
         engine="llama.cpp",
         engine_version="b6500",
@@ -179,7 +179,7 @@ def test_the_host_refuses_before_stopping_anything(lab, operator, tmp_path: Path
         deadline = time.monotonic() + 10
         while port_is_free(other) and time.monotonic() < deadline:
             time.sleep(0.05)
-        elsewhere = revision_create(
+        elsewhere = make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=lab["gemma"],

@@ -15,11 +15,11 @@ from core.audit import audit_record
 from core.models import AuditEvent
 from deployments.models import BenchmarkRun, Deployment, ModelVariant, Operation, active_revision_of
 from deployments.services.benchmarks import benchmark_run_record
-from deployments.services.revisions import revision_create
 from hardware.models import Host
 from serving.benchmarking.profiles import PROFILES
 from serving.benchmarking.results import RequestRecord, RunResult, build_level
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 NS = "{http://www.w3.org/2000/svg}"
@@ -38,10 +38,10 @@ def served(catalog):
     host = HostFactory(name="bench-host", last_heartbeat=timezone.now())
     GPUFactory(host=host, index=0)
     variant = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
-    revision_create(
+    make_revision(
         host=host, engine="llama.cpp", model_variant=variant, knobs={"ctx_size": 4096}, message="one", actor=None
     )
-    r2 = revision_create(
+    r2 = make_revision(
         host=host, engine="llama.cpp", model_variant=variant, knobs={"ctx_size": 8192}, message="two", actor=None
     )
     Deployment.objects.create(host=host, active_revision=r2)

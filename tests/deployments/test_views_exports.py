@@ -14,10 +14,10 @@ from django.urls import reverse
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.imports import revision_import_ansible
-from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_set
 from tests.deployments.test_views_revisions import GOOD_KNOBS, add_revision, make_lab
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def test_group_vars_download(client, catalog, operator, viewer):
 
 def test_llama_cpp_has_no_group_vars_but_the_page_works(client, catalog, operator, viewer):
     host = HostFactory(name="lab", address="lab.lan", model_dirs=["/opt/vllm"])
-    revision_create(
+    make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),

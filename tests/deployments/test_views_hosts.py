@@ -16,10 +16,10 @@ from django.utils import timezone
 from core.models import AuditEvent
 from deployments.models import Deployment, ModelVariant, Operation
 from deployments.selectors import hosts as host_selectors
-from deployments.services.revisions import revision_create
 from hardware import selectors
 from hardware.models import GpuSample, Host
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 SVG = "{http://www.w3.org/2000/svg}"
@@ -83,7 +83,7 @@ def test_dashboard_query_count_does_not_grow_with_hosts(client, viewer, catalog,
 
     for n in range(18):
         host = make_host(f"big-{n}", 8, online=n % 3 != 0)
-        rev = revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
+        rev = make_revision(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
         Deployment.objects.create(host=host, active_revision=rev)
         Host.objects.filter(pk=host.pk).update(
             engine_state={"running": True, "health": "healthy"},
@@ -101,7 +101,7 @@ def test_dashboard_query_count_does_not_grow_with_hosts(client, viewer, catalog,
 def test_dashboard_shows_engine_metrics_gpu_bars_and_operation(client, viewer, catalog):
     host = make_host("gpu-a", 2)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
-    rev = revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
+    rev = make_revision(host=host, engine="vllm", model_variant=variant, knobs={}, message="m", actor=None)
     Deployment.objects.create(host=host, active_revision=rev)
     Host.objects.filter(pk=host.pk).update(
         engine_state={"running": True, "health": "healthy", "engine": "vllm", "revision_label": "r1", "port": 8000},
@@ -171,7 +171,7 @@ def gpu_host(catalog):
     host = make_host("rig", 2, samples=30)
     variant = ModelVariant.objects.get(name="Qwen3.6-35B-A3B-AWQ-4bit")
     revs = [
-        revision_create(host=host, engine="vllm", model_variant=variant, knobs={}, message=f"rev {i}", actor=None)
+        make_revision(host=host, engine="vllm", model_variant=variant, knobs={}, message=f"rev {i}", actor=None)
         for i in range(3)
     ]
     Deployment.objects.create(host=host, active_revision=revs[-1])

@@ -8,10 +8,11 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from deployments.models import BenchmarkRun, DeploymentRevision, ModelVariant, Operation, RevisionComment
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.secrets import secret_set
 from tests.hardware.factories import GPUFactory, HostFactory
 from tests.support.operations import record_sent_tasks
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,7 @@ def make_lab(operator, *, name: str = "lab", knobs: dict | None = None, gpus: in
     )
     for i in range(gpus):
         GPUFactory(host=host, index=i)
-    r1 = revision_create(
+    r1 = make_revision(
         host=host,
         engine="vllm",
         engine_version="0.17.0",
@@ -58,7 +59,7 @@ def add_revision(host, operator, *, knobs=None, message="tweak", **kwargs):
         "served_name": "qwen",
     }
     values.update(kwargs)
-    return revision_create(host=host, message=message, actor=operator, **values)
+    return make_revision(host=host, message=message, actor=operator, **values)
 
 
 def bench_results(ttft: float, tps: float, agg: float) -> dict:

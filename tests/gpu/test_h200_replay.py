@@ -130,8 +130,8 @@ def h200_revisions(tmp_path, settings, db):
     """r1 and r2 as the run recorded them, on an H200 host, the model imported from a GGUF
     with the run's header and size (tools/gpu_run/make_gguf.py --sparse: same seed, no data)."""
     from deployments.services.imports import model_variant_import_gguf
-    from deployments.services.revisions import revision_create
     from tests.hardware.factories import GPUFactory
+    from tests.support.revisions import make_revision
     from tools.gpu_run.make_gguf import write
 
     facts = write(tmp_path / "rand-llama-1b-f16.gguf", "default", 17, sparse=True)
@@ -147,7 +147,7 @@ def h200_revisions(tmp_path, settings, db):
     revisions = []
     for rec in (FLOW["switches"][0], FLOW["switches"][1], PARTIAL["switches"][3]):
         revisions.append(
-            revision_create(
+            make_revision(
                 host=gpu.host,
                 engine="llama.cpp",
                 engine_version="b11434",

@@ -23,7 +23,6 @@ from core.models import AuditEvent
 from deployments.choices import OperationKind
 from deployments.models import ModelVariant
 from deployments.services.operations import operation_create
-from deployments.services.revisions import revision_create
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from notifications.channels import UNREACHABLE
@@ -33,6 +32,7 @@ from notifications.services import channel_create, rule_create
 from notifications.tasks import check_host_presence
 from tests.support.panel_worker import PanelWorker
 from tests.support.receivers import SilentReceiver, SmtpServer, WebhookReceiver, wait_for
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 H200 = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h200"
@@ -81,7 +81,7 @@ def lab(catalog: None, admin_user: User, operator: User) -> dict[str, Any]:
     other, _ = host_token_issue(name="gpu-box-2", actor=admin_user)
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
     revs = [
-        revision_create(host=host, engine="vllm", model_variant=variant, message=f"rev {n}", actor=operator)
+        make_revision(host=host, engine="vllm", model_variant=variant, message=f"rev {n}", actor=operator)
         for n in (1, 2)
     ]
     agent = Agent(token)

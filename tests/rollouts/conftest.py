@@ -16,7 +16,7 @@ import pytest
 from deployments.choices import OperationState
 from deployments.models import DeploymentRevision, ModelVariant, Operation
 from deployments.services.host_reports import operation_host_begin, operation_host_finish
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hardware.services import host_tags_set
@@ -24,6 +24,7 @@ from hostagent.runtime.supervisor import Supervisor
 from rollouts.models import Rollout
 from tests.hardware.factories import HostFactory
 from tests.support.agent import AgentProcess
+from tests.support.revisions import make_revision
 
 MODEL = "Qwen3.5-122B-A10B-Q6_K_XL"
 
@@ -35,7 +36,7 @@ def fleet(catalog: None, operator: Any) -> dict[str, Host]:
     for letter in "abcd":
         host = HostFactory(name=f"fleet-{letter}")
         host_tags_set(host=host, tags=["fleet", f"only-{letter}"], actor=operator)
-        first = revision_create(
+        first = make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=ModelVariant.objects.get(name=MODEL),

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from deployments.models import DeploymentRevision, ModelVariant, Operation
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
 from hardware.services import host_tags_set
 from hostagent.runtime.supervisor import Supervisor
@@ -31,6 +31,7 @@ from rollouts.services import rollout_start
 from tests.rollouts.conftest import active_number, revisions_of, running_agents, wait_ended
 from tests.support.agent import AgentProcess
 from tests.support.llama import GEMMA_CHAT_TEMPLATE, free_port, gemma_model_path, gemma_package_path
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 ARCH = {"architecture": "gemma3", "num_layers": 18}
@@ -59,7 +60,7 @@ def test_a_rollout_whose_second_wave_fails_keeps_the_canary_rolls_the_wave_back_
         host = Host.objects.get(name=agent.name)
         host_tags_set(host=host, tags=["trio"], actor=operator)
         own_template = {} if letter == "b" else {"chat_template_file": str(template)}
-        first = revision_create(
+        first = make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=chat,

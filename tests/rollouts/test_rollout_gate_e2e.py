@@ -27,7 +27,7 @@ from api.tokens import token_create
 from deployments.choices import GateState, OperationState
 from deployments.models import ModelVariant, Operation
 from deployments.services.gates import gate_from_input
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from hardware.services import host_tags_set
@@ -40,6 +40,7 @@ from tests.rollouts.conftest import active_number, revisions_of, running_agents,
 from tests.support.agent import AgentProcess
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 # Four requests at once after one to warm up (a cold first one pages the weights in).
@@ -73,7 +74,7 @@ def test_the_canarys_gate_stops_a_slower_change_and_lets_an_equal_one_through(
     for letter, agent in pair.items():
         host = Host.objects.get(name=agent.name)
         host_tags_set(host=host, tags=["pair"], actor=operator)
-        first = revision_create(
+        first = make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=gemma,

@@ -39,12 +39,13 @@ from deployments.models import ModelVariant
 from deployments.services.aliases import alias_set
 from deployments.services.front_door import front_door_document, front_door_report
 from deployments.services.inference_keys import key_create
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
 from hostagent.door.tables import serving_set
 from tests.hardware.factories import HostFactory
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.panel import ROOT, test_database_url
+from tests.support.revisions import make_revision
 
 
 def lab_address() -> str:
@@ -74,7 +75,7 @@ def active_tiny_revision(host: Host, operator: User, alias: str) -> Any:
         name=f"tiny-{host.name}", format="gguf", gguf_file="/models/tiny.gguf", weights_bytes=1 << 30,
         arch={"num_layers": 18},
     )  # fmt: skip
-    revision = revision_create(
+    revision = make_revision(
         host=host, engine="llama.cpp", model_variant=variant, served_name="tiny", port=8001,
         knobs={"ctx_size": 4096, "parallel": 1, "n_gpu_layers": 0}, message="r1", actor=operator,
     )  # fmt: skip
@@ -134,7 +135,7 @@ def two_hosts(operator: User, admin_user: User, tmp_path: Path) -> Iterator[Lab]
         doors = {}
         for host_name, served, alias in (("lab-a", "gemma-a", "coder"), ("lab-b", "gemma-b", "fast")):
             host = HostFactory(name=host_name, address=address, model_dirs=[str(Path(model).parent)])
-            revision = revision_create(
+            revision = make_revision(
                 host=host, engine="llama.cpp", model_variant=variant, served_name=served, port=free_port(),
                 knobs={"ctx_size": 1024, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
                 message="the lab's model", actor=operator,

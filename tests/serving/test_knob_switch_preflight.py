@@ -20,7 +20,6 @@ from deployments.choices import OperationState
 from deployments.models import ModelVariant
 from deployments.services.planning import planned_memory
 from deployments.services.preflight import panel_preflight
-from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host
 from hostagent.launch import launch_spec
@@ -29,6 +28,7 @@ from hostagent.probes.nvml import GpuSample, nvml_session, read_samples
 from hostagent.probes.replay import ReplayNvml, load_fixture
 from hostagent.runtime.supervisor import Supervisor
 from serving.wire import Order
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -101,7 +101,7 @@ def test_a_switch_to_a_revision_with_the_knob_reaches_the_preflight(
     monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", "/srv/models")
     host = _host(engine, h200s)
     variant = _ollama_model() if engine == "ollama" else ModelVariant.objects.get(name=model)
-    revision = revision_create(
+    revision = make_revision(
         host=host, engine=engine, model_variant=variant, knobs=knobs, message=f"with {knob}", actor=operator
     )
     assert knob in revision.knobs
@@ -131,8 +131,8 @@ def test_data_parallel_replicas_are_planned_on_gpus_of_their_own(catalog, operat
     """vLLM DP=2: two replicas of the whole model, so the door and the preflight count two GPUs."""
     host = _host("vllm", h200s)
     qwen = ModelVariant.objects.get(name="Qwen3-32B-AWQ")
-    one = revision_create(host=host, engine="vllm", model_variant=qwen, knobs={}, message="one", actor=operator)
-    two = revision_create(
+    one = make_revision(host=host, engine="vllm", model_variant=qwen, knobs={}, message="one", actor=operator)
+    two = make_revision(
         host=host, engine="vllm", model_variant=qwen, knobs={"data_parallel_size": 2}, message="dp", actor=operator
     )
     assert planned_memory(one) == {"gpu0": planned_memory(one)["gpu0"]}

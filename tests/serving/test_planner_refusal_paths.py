@@ -21,13 +21,14 @@ from api.tokens import token_create
 from deployments.agent_api.orders import operation_order
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.services.front_door import front_door_document
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host
 from hostagent.door.loader import AgentLoader, LoadError
 from hostagent.door.tables import serving_set
 from hostagent.runtime.supervisor import Supervisor
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 REASON = "the planner cannot read r2: unknown vllm knob 'tensor_paralel_size'"
@@ -43,7 +44,7 @@ def lab(catalog: None, operator: Any) -> dict[str, Any]:
     qwen = ModelVariant.objects.get(name="Qwen3-32B-AWQ")
 
     def rev(port: int) -> DeploymentRevision:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="vllm",
             model_variant=qwen,

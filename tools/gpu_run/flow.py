@@ -223,6 +223,7 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     from django.contrib.auth import get_user_model
 
     from deployments.models import BenchmarkRun, Operation
+    from deployments.runtime_bridge import spec_for_values
     from deployments.services.benchmarks import benchmark_export, benchmark_request, profile_from_input
     from deployments.services.imports import model_variant_import_gguf
     from deployments.services.planning import plan_for_revision
@@ -249,26 +250,18 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     gpu = {} if args.cpu else {"n_gpu_layers": "all", "flash_attn": "on"}
     # log_verbosity 4: this build hides the `llama_kv_cache: size = ...` lines at its default 3
     common = {"metrics": True, "log_verbosity": 4, **gpu}
+
+    def rand(knobs: dict[str, Any], message: str) -> Any:
+        """A llama.cpp b11434 revision of the imported model on port 8089 with `knobs`."""
+        spec = spec_for_values(
+            engine="llama.cpp", engine_version="b11434", model=model, served_name="rand", port=8089, knobs=knobs, env={}
+        )
+        return revision_create(host=host, spec=spec, message=message, actor=actor)
+
     revs = [
-        revision_create(
-            host=host,
-            engine="llama.cpp",
-            engine_version="b11434",
-            model_variant=model,
-            served_name="rand",
-            port=8089,
-            knobs={"ctx_size": 32768, "parallel": 16, **common},
-            message="all layers on the GPU, 16 slots of 2048",
-            actor=actor,
-        ),
-        revision_create(
-            host=host,
-            engine="llama.cpp",
-            engine_version="b11434",
-            model_variant=model,
-            served_name="rand",
-            port=8089,
-            knobs={
+        rand({"ctx_size": 32768, "parallel": 16, **common}, "all layers on the GPU, 16 slots of 2048"),
+        rand(
+            {
                 "ctx_size": 131072,
                 "parallel": 8,
                 "batch_size": 4096,
@@ -276,25 +269,17 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
                 **common,
                 **({} if args.cpu else {"split_mode": "none"}),
             },
-            message="longer context, bigger batch",
-            actor=actor,
+            "longer context, bigger batch",
         ),
     ]
     engine_log = Path(args.data) / "host" / host.name / "engine.log"  # HOST_STATE_DIR/<host>/engine.log
     if args.partial:
         # 8 of 16 layers on the GPU, flash attention off: the planner's partial offload on a real GPU
         revs.append(
-            revision_create(
-                host=host,
-                engine="llama.cpp",
-                engine_version="b11434",
-                model_variant=model,
-                served_name="rand",
-                port=8089,
-                knobs={"ctx_size": 8192, "parallel": 4, "metrics": True, "log_verbosity": 4}
+            rand(
+                {"ctx_size": 8192, "parallel": 4, "metrics": True, "log_verbosity": 4}
                 | ({} if args.cpu else {"n_gpu_layers": 8, "flash_attn": "off"}),
-                message="half the layers on the GPU, flash attention off",
-                actor=actor,
+                "half the layers on the GPU, flash attention off",
             )
         )
     figures["switches"] = []

@@ -19,10 +19,10 @@ from deployments.services.operations import (
     operation_progress,
     operations_mark_lost,
 )
-from deployments.services.revisions import revision_create
 from deployments.services.switch import PlanRefused, switch_request
 from deployments.tasks import reap_lost_operations
 from tests.hardware.factories import GPUFactory, HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def revision(catalog, operator):
     host = HostFactory()
-    return revision_create(
+    return make_revision(
         host=host,
         engine="llama.cpp",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL"),
@@ -86,7 +86,7 @@ def test_planner_errors_block_a_switch_unless_an_admin_overrides_with_a_reason(c
     host = HostFactory()
     for i in range(6):
         GPUFactory(host=host, index=i)
-    trap = revision_create(
+    trap = make_revision(
         host=host,
         engine="vllm",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-27B"),

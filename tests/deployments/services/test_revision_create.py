@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ImmutableError, ModelVariant
+from deployments.runtime_bridge import model_ref, revision_spec
 from deployments.services.revisions import revision_create
+from serving.engines.base import ModelRef
+from serving.launch import derive
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +25,7 @@ def _create(host, actor, **kwargs):
         "message": "serve the big MoE",
     }
     values.update(kwargs)
-    return revision_create(host=host, actor=actor, **values)
+    return make_revision(host=host, actor=actor, **values)
 
 
 def test_numbers_increase_per_host_and_link_parents(catalog, operator):
@@ -93,4 +99,33 @@ def test_tags_are_unique_per_host(catalog, operator):
 def test_viewer_cannot_create_revisions(catalog, viewer):
     with pytest.raises(PermissionDenied):
         _create(HostFactory(), viewer)
+    assert not DeploymentRevision.objects.exists()
+
+
+def test_the_spec_derive_builds_is_stored_as_given(catalog, operator):
+    """revision_create takes derive()'s spec: what the revision stores, and launches, is that spec."""
+    host = HostFactory(model_dirs=["/models"])
+    variant = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
+    spec = derive(
+        None,
+        {
+            "engine": "llama.cpp",
+            "model": model_ref(variant),
+            "knobs": {"ctx_size": 4096},
+            "served_name": "big",
+            "port": 0,
+        },
+    )
+    revision = revision_create(host=host, spec=spec, message="from a spec", actor=operator)
+    assert revision.model_variant == variant
+    assert revision.port == 8080  # 0: the engine's default
+    assert revision_spec(revision) == replace(spec, port=8080)
+
+
+def test_a_spec_naming_no_catalog_model_is_refused(catalog, operator):
+    host = HostFactory()
+    spec = derive(None, {"engine": "llama.cpp", "model": ModelRef(name="not-in-the-catalog"), "port": 0})
+    with pytest.raises(ValidationError) as exc:
+        revision_create(host=host, spec=spec, message="m", actor=operator)
+    assert "not-in-the-catalog" in exc.value.message_dict["model_variant"][0]
     assert not DeploymentRevision.objects.exists()

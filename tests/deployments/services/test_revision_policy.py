@@ -12,9 +12,9 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.services.revisions import revision_create
 from deployments.templatetags.revision_concerns import needs_admin, revision_concerns
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -32,14 +32,14 @@ def awq(catalog):
 def vllm(host, actor, model, **kwargs):
     values = {"engine": "vllm", "model_variant": model, "message": "serve it", "knobs": {"max_model_len": 32768}}
     values.update(kwargs)
-    return revision_create(host=host, actor=actor, **values)
+    return make_revision(host=host, actor=actor, **values)
 
 
 def llama(host, actor, path, **kwargs):
     model = ModelVariant.objects.create(name=f"m-{ModelVariant.objects.count()}", format="gguf", gguf_file=path)
     values = {"engine": "llama.cpp", "model_variant": model, "message": "serve it", "knobs": {"ctx_size": 4096}}
     values.update(kwargs)
-    return revision_create(host=host, actor=actor, **values)
+    return make_revision(host=host, actor=actor, **values)
 
 
 @pytest.mark.parametrize(

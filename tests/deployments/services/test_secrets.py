@@ -11,10 +11,10 @@ from core.models import AuditEvent
 from core.secrets_mask import MASK
 from deployments.models import DeploymentRevision, ModelVariant, Secret
 from deployments.runtime_bridge import engine_config_for_revision
-from deployments.services.revisions import revision_create
 from deployments.services.secrets import secret_reveal
 from serving.engines.registry import get_adapter
 from tests.hardware.factories import HostFactory
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 VALUE = "sk-local-0123456789abcdef"
@@ -29,7 +29,7 @@ def test_a_secret_is_stored_encrypted_and_used_only_where_the_engine_runs(catalo
     assert VALUE.encode() not in bytes(stored.ciphertext)
     assert secret_reveal(host=host, name="vllm-key") == VALUE
 
-    revision = revision_create(
+    revision = make_revision(
         host=host,
         engine="vllm",
         model_variant=ModelVariant.objects.get(name="Qwen3.5-27B"),

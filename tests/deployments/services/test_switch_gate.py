@@ -23,13 +23,14 @@ from deployments.models import BenchmarkRun, ModelVariant, Operation, SwitchGate
 from deployments.services import benchmarks, gates, switch
 from deployments.services.gates import gate_from_input
 from deployments.services.host_reports import operation_host_begin, operation_host_finish
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from notifications.events import gate_event
 from serving.benchmarking.profiles import BenchmarkProfile
 from tests.hardware.factories import HostFactory
 from tests.support.gate_runs import gate_run_report
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 PROFILE = BenchmarkProfile(name="gate-test", num_requests=2, input_tokens=16, output_tokens=4, warmup_requests=0)
@@ -51,7 +52,7 @@ def two(catalog, operator) -> tuple[Any, Any]:
     variant = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
 
     def rev(message: str) -> Any:
-        return revision_create(
+        return make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=variant,

@@ -13,13 +13,13 @@ from openai import OpenAI
 from bench.bench_frontdoor import metric
 from deployments.choices import OperationState
 from deployments.services.aliases import alias_set
-from deployments.services.revisions import revision_create
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hostagent.local import state_dir
 from hostagent.runtime.supervisor import Supervisor
 from tests.support.llama import free_port
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 from .test_front_door_e2e import DOOR, DOOR_PORT, listed, phases, until
 
@@ -33,7 +33,7 @@ def test_an_on_demand_engine_still_running_after_an_agent_restart_is_adopted_not
 ) -> None:
     host = lab["host"]
     r1 = lab["rev"]("pinned", 1024, threads=1)
-    r2 = revision_create(
+    r2 = make_revision(
         host=host, engine="llama.cpp", model_variant=lab["gemma"], served_name="gemma-wide", port=free_port(),
         knobs=dict(ctx_size=2048, parallel=1, n_gpu_layers=0, threads=1), message="on demand", actor=operator,
     )  # fmt: skip

@@ -19,12 +19,12 @@ from openai import OpenAI
 from deployments.choices import OperationState
 from deployments.models import FrontDoor
 from deployments.services.aliases import alias_set
-from deployments.services.revisions import revision_create
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from deployments.services.usage import usage_totals
 from tests.support.llama import free_port
 from tests.support.operations import wait_done
+from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 DOOR_PORT = free_port()
@@ -59,7 +59,7 @@ def test_an_on_demand_load_an_alias_switch_and_an_unload_under_load_through_the_
     host = lab["host"]
     r1 = lab["rev"]("pinned, short context", 1024, threads=1)
     wide = dict(ctx_size=2048, parallel=2, n_gpu_layers=0, threads=1)
-    r2 = revision_create(
+    r2 = make_revision(
         host=host, engine="llama.cpp", model_variant=lab["gemma"], served_name="gemma-wide", port=free_port(),
         knobs=wide, message="on demand, wide context", actor=operator,
     )  # fmt: skip
