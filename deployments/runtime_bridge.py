@@ -13,7 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
+from deployments.engine_installs import revision_binary
 from deployments.models import DeploymentRevision, HostModel, ModelVariant
+from deployments.services.secrets import secret_reveal
 from hardware.models import Host
 from serving.engines.base import EngineConfig, EngineConfigError, LaunchSpec, ModelRef
 from serving.engines.registry import get_adapter
@@ -115,8 +117,6 @@ def host_facts(host: Host, *, model: ModelVariant | None = None, binary: str | N
 def revision_host_facts(revision: DeploymentRevision) -> HostFacts:
     """The host facts of `revision`'s launch, with the executable the host recorded installing
     for its engine version (deployments.engine_installs)."""
-    from deployments.engine_installs import revision_binary
-
     return host_facts(revision.host, model=revision.model_variant, binary=revision_binary(revision))
 
 
@@ -150,7 +150,5 @@ def engine_config_for_revision(
     `resolve_secrets` the API key is the secret's value (the agent's order only)."""
     api_key = None
     if resolve_secrets and revision.api_key_secret:
-        from deployments.services.secrets import secret_reveal
-
         api_key = secret_reveal(host=revision.host, name=revision.api_key_secret)
     return engine_config(revision_spec(revision), facts or revision_host_facts(revision), api_key=api_key)

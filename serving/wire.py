@@ -6,6 +6,9 @@
   `serving.launch.launch(launch.spec, its own facts, api_key=launch.api_key)` and nothing else.
 - `Order`: what an operation asks of a host: its kind and parameters, the host as the panel
   knows it, the revision it runs and the one it replaces.
+- `DoorDocument`: what a host's front door serves (GET /agent/v1/serving): each `DoorModel` with
+  its revision's `RevisionLaunch` (which holds the port, the engine's key, the planned memory and
+  the served name: the model entry repeats none of them), the inference keys and the door's bounds.
 
 Pure and frozen; each has `to_dict()` (plain JSON) and `from_dict()`, which raises `WireError`
 (naming the field) for a body that breaks the shape. hostagent/PROTOCOL.md's tables describe
@@ -21,7 +24,17 @@ from typing import Any
 
 from serving.launch import RevisionSpec
 
-__all__ = ["GpuBrief", "HostBrief", "Order", "PlannedMemory", "RevisionLaunch", "WireError"]
+__all__ = [
+    "DoorDocument",
+    "DoorLimits",
+    "DoorModel",
+    "GpuBrief",
+    "HostBrief",
+    "Order",
+    "PlannedMemory",
+    "RevisionLaunch",
+    "WireError",
+]
 
 
 class WireError(ValueError):
@@ -103,6 +116,7 @@ class RevisionLaunch:
     served_context: int | None = None  # tokens one request can use (serving.launch.served_context)
     api_key: str | None = field(default=None, repr=False)
     error: str = ""
+    served_name: str = ""  # what clients send as "model" and the engine serves (launch().served_name)
 
     @property
     def label(self) -> str:
@@ -127,6 +141,7 @@ class RevisionLaunch:
             "served_context": self.served_context,
             "api_key": self.api_key,
             "error": self.error,
+            "served_name": self.served_name,
         }
 
     @classmethod
@@ -151,6 +166,7 @@ class RevisionLaunch:
             served_context=_int(data, "served_context", where, optional=True),
             api_key=_str(data, "api_key", where, optional=True) or None,
             error=_str(data, "error", where, optional=True) or "",
+            served_name=_str(data, "served_name", where, optional=True) or "",
         )
 
 
@@ -173,6 +189,7 @@ class HostBrief:
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
         values["engine_installs"] = dict(self.engine_installs)
+        values["gpus"] = [dataclasses.asdict(gpu) for gpu in self.gpus]  # a list, as JSON gives it back
         return values
 
     @classmethod
@@ -232,4 +249,116 @@ class Order:
             revision=launch_of("revision"),
             previous=launch_of("previous"),
             hub_token=_str(data, "hub_token", "order", optional=True) or None,
+        )
+
+
+MODES = ("pinned", "on-demand")
+
+
+def _number(data: Mapping[str, Any], name: str, where: str) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise WireError(f"{where}.{name} is not a number of 0 or more", field=f"{where}.{name}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class DoorModel:
+    """One model of a host's front door: its door name, how it is served, and its revision's
+    launch (the upstream port, the engine's key, the planned memory, the served name, the label)."""
+
+    name: str
+    launch: RevisionLaunch
+    mode: str = "on-demand"  # "pinned" (kept loaded) | "on-demand" (loaded when a request names it)
+    aliases: tuple[str, ...] = ()
+    idle_ttl_s: float | None = None  # unloaded after this long idle (None: never)
+    threads: int | None = None  # CPU threads its engine computes with on a CPU-only host (None: not counted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "launch": self.launch.to_dict(),
+            "mode": self.mode,
+            "aliases": list(self.aliases),
+            "idle_ttl_s": self.idle_ttl_s,
+            "threads": self.threads,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "model") -> DoorModel:
+        data = _mapping(data, where)
+        mode = data.get("mode", "on-demand")
+        if mode not in MODES:
+            raise WireError(f"{where}.mode is pinned or on-demand, not {mode!r:.40}", field=f"{where}.mode")
+        aliases = data.get("aliases") or []
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise WireError(f"{where}.aliases is not a list of names", field=f"{where}.aliases")
+        return cls(
+            name=_str(data, "name", where) or "",
+            launch=RevisionLaunch.from_dict(data.get("launch"), f"{where}.launch"),
+            mode=mode,
+            aliases=tuple(aliases),
+            idle_ttl_s=_number(data, "idle_ttl_s", where),
+            threads=_int(data, "threads", where, optional=True),
+        )
+
+
+@dataclass(frozen=True)
+class DoorLimits:
+    """The door's bounds the panel sets for the host (hostagent.frontdoor.FrontDoorSettings)."""
+
+    max_waiting: int | None = None  # requests that may wait for a model (None: the host's setting)
+    max_wait_s: float | None = None
+    drain_timeout_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "door") -> DoorLimits:
+        data = _mapping(data if data is not None else {}, where)
+        waiting = _number(data, "max_waiting", where)
+        return cls(
+            max_waiting=None if waiting is None else int(waiting),
+            max_wait_s=_number(data, "max_wait_s", where),
+            drain_timeout_s=_number(data, "drain_timeout_s", where),
+        )
+
+
+@dataclass(frozen=True)
+class DoorDocument:
+    """What a host's front door serves (GET /agent/v1/serving). `version` is a digest of the rest:
+    the agent sends it back (If-None-Match) and gets 304 while nothing changed. `keys` is the
+    inference key table (hostagent.frontdoor.keys.KeyTable's shape); `engine_installs` the
+    host's installs as it reported them (where an on-demand load finds its engine)."""
+
+    version: str
+    models: tuple[DoorModel, ...] = ()
+    keys: Mapping[str, Any] = field(default_factory=dict)
+    door: DoorLimits = field(default_factory=DoorLimits)
+    engine_installs: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "models": [m.to_dict() for m in self.models],
+            "keys": dict(self.keys),
+            "door": self.door.to_dict(),
+            "engine_installs": dict(self.engine_installs),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DoorDocument:
+        data = _mapping(data, "document")
+        models = data.get("models")
+        if not isinstance(models, list):
+            raise WireError('the document has no "models" list', field="document.models")
+        return cls(
+            version=_str(data, "version", "document", optional=True) or "",
+            models=tuple(DoorModel.from_dict(m, f"document.models[{i}]") for i, m in enumerate(models)),
+            keys=dict(_mapping(data.get("keys") or {}, "document.keys")),
+            door=DoorLimits.from_dict(data.get("door"), "document.door"),
+            engine_installs=dict(_mapping(data.get("engine_installs") or {}, "document.engine_installs")),
         )

@@ -119,7 +119,7 @@ def test_a_host_reads_and_runs_its_own_operation_with_its_own_key(two_hosts: dic
     assert begun["begun"] is True
     order = begun["order"]
     assert order["kind"] == "switch" and order["revision"]["id"] == alpha["revision"].pk
-    assert order["revision"]["config"]["api_key"] == KEY_A
+    assert order["revision"]["api_key"] == KEY_A
     assert KEY_B not in json.dumps(begun)
     assert alpha["agent"].post(f"operations/{alpha['op'].pk}/begin").json() == {"begun": False, "state": "running"}
 
@@ -155,7 +155,7 @@ def test_another_hosts_operation_revision_and_secret_are_not_there(two_hosts: di
 
     assert alpha["agent"].get(f"revisions/{beta['revision'].pk}/launch").status_code == 404
     own = alpha["agent"].get(f"revisions/{alpha['revision'].pk}/launch").json()
-    assert own["config"]["api_key"] == KEY_A
+    assert own["api_key"] == KEY_A
     listed = alpha["agent"].get("operations").content.decode()
     assert str(theirs) not in listed
 

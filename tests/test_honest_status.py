@@ -322,7 +322,7 @@ def _llama_host(catalog, operator, **host_fields):
 
 
 def test_the_revision_page_shows_the_bind_address_the_agent_uses(client, catalog, operator, settings):
-    from deployments.agent_api.orders import revision_launch  # what the panel sends the agent
+    from deployments.host_serving import revision_launch  # what the panel sends the agent
     from hostagent.launch import launch_spec  # what the agent itself runs
 
     settings.ENGINE_BIND_HOST = "127.0.0.1"
@@ -331,7 +331,7 @@ def test_the_revision_page_shows_the_bind_address_the_agent_uses(client, catalog
     page = client.get(reverse("deployments:revision_detail", args=[host.name, 1])).content.decode()
     assert "--host 127.0.0.1" in page and "--host 0.0.0.0" not in page
     try:
-        agent_argv = launch_spec(revision_launch(revision)).argv
+        agent_argv = launch_spec(revision_launch(revision, host_bound=True)).argv
     except Exception:  # no llama-server or model folder on this machine: the flag is what matters
         agent_argv = None
     if agent_argv is not None:

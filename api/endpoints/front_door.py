@@ -10,11 +10,11 @@ from ninja import Router, Status
 
 from api.schemas import AliasIn, AliasList, Error, KeyCreated, KeyIn, KeyList, KeyOut, ServeIn, ServingList, UsageList
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER
+from deployments.host_serving import revision_memory, served_set
 from deployments.models import FrontDoor, InferenceKey
 from deployments.services.aliases import alias_delete, alias_list, alias_set
 from deployments.services.inference_keys import key_create, key_revoke
-from deployments.services.planning import planned_or_refused
-from deployments.services.serving_set import served_set, serving_mode_set
+from deployments.services.serving_set import serving_mode_set
 from deployments.services.usage import usage_totals
 from hardware.models import Host
 
@@ -34,7 +34,7 @@ def _serving(host: Host) -> dict[str, Any]:
     items = []
     for s in served_set(host):
         seen = reported.get(s.name, {})
-        planned, refused = planned_or_refused(s.revision)
+        memory = revision_memory(s.revision)
         items.append(
             {
                 "revision": s.revision.number,
@@ -46,8 +46,8 @@ def _serving(host: Host) -> dict[str, Any]:
                 "phase": seen.get("phase"),
                 "in_flight": seen.get("in_flight"),
                 "waiting": seen.get("waiting"),
-                "memory_planned": planned,
-                "planner_refused": refused,
+                "memory_planned": dict(memory.devices),
+                "planner_refused": memory.refused,
             }
         )
     return {"items": items, "count": len(items), "reported_at": door.reported_at if door else None}

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from deployments.choices import ACTIVE_STATES
+from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, Operation
 from deployments.services import host_reports
 from deployments.services.engine_logs import engine_log_append
@@ -20,7 +21,7 @@ from hardware.services import host_probe_record, telemetry_record, usage_record
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
-from .orders import operation_brief, operation_order, revision_launch
+from .orders import operation_brief, operation_order
 
 NOT_YOURS = "No such operation on this host."
 
@@ -122,7 +123,7 @@ def launch(request: HttpRequest, host: Host, body: dict[str, Any], revision_id: 
     found = revision.first()
     if found is None:
         return problem(404, "No such revision on this host.")
-    return JsonResponse(revision_launch(found))
+    return JsonResponse(revision_launch(found, host_bound=True).to_dict())
 
 
 @host_endpoint(("GET",))
@@ -179,8 +180,8 @@ def _etag_matches(request: HttpRequest, version: str) -> bool:
 def serving(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     """The host's front-door document (PROTOCOL.md); 304 when the agent has this version."""
     document = front_door_document(host)
-    version = document["version"]
-    response = HttpResponse(status=304) if _etag_matches(request, version) else JsonResponse(document)
+    version = document.version
+    response = HttpResponse(status=304) if _etag_matches(request, version) else JsonResponse(document.to_dict())
     response["ETag"] = f'"{version}"'
     response["Cache-Control"] = "no-store"  # it carries the host's engine keys
     return response

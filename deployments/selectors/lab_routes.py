@@ -1,6 +1,6 @@
 """The lab router's route table from the database (serving.lab_routes.LabRoutes): every host
-whose front door has reported, the names and aliases it serves (its serving set and alias table,
-as the panel sends them to the door), the models loaded at its last report, where the router
+whose front door has reported, the names and aliases it serves (deployments.host_serving's
+door_set and door_labels: what the panel sends the door), the models loaded at its last report, where the router
 reaches it (services.front_door.door_base_url, as client exports do, at the address the one
 loopback rule judged: services.exports.host_reach, pinned so a name cannot resolve elsewhere when
 the router connects), whether it may be used now, and the inference keys every door gets
@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.models import FrontDoor, ModelAlias
+from deployments.host_serving import door_labels, door_set
+from deployments.models import FrontDoor
 from deployments.services.exports import host_reach
 from deployments.services.front_door import door_base_url
 from deployments.services.inference_keys import key_table
-from deployments.services.serving_set import served_set
 from hardware.models import Host
 from serving.exports import base_url_for
 from serving.lab_routes import Door, LabRoutes, door_problem
@@ -44,15 +44,13 @@ def _pinned(host: Host, url: str) -> tuple[str, str]:
 def lab_routes() -> LabRoutes:
     now = timezone.now()
     doors = list(FrontDoor.objects.filter(reported_at__isnull=False).select_related("host").order_by("host__name"))
-    aliases: dict[int, list[ModelAlias]] = {}
-    for alias in ModelAlias.objects.filter(host__in=[d.host for d in doors]).order_by("name"):
-        aliases.setdefault(alias.host_id, []).append(alias)
     found = []
     for door in doors:
         host = door.host
-        names = {served.revision.pk: served.name for served in served_set(host)}
+        kept = door_set(host)[0]  # what the door's document serves (deployments.host_serving)
+        names = {served.revision.pk: served.name for served in kept}
         labels = {name: name for name in names.values()}
-        labels |= {a.name: names[a.revision_id] for a in aliases.get(host.pk, []) if a.revision_id in names}
+        labels |= {alias: names[pk] for pk, aliases in door_labels(host, kept).items() for alias in aliases}
         url, unreachable = door_base_url(host, door)
         if url and not unreachable:
             url, unreachable = _pinned(host, url)

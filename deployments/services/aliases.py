@@ -18,11 +18,11 @@ from django.utils import timezone
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, audited_save
+from deployments.host_serving import model_name, served_set
 from deployments.models import DeploymentRevision, ModelAlias
 from hardware.models import Host
 
 from .review import Approval, approval_stamp, review_check, reviewed
-from .serving_set import model_name, served_set
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from deployments.engine_installs import revision_binary
+from deployments.host_serving import served_set
 from deployments.models import DeploymentRevision, FrontDoor, ModelAlias
 from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
@@ -51,7 +52,6 @@ from serving.exports import (
 from .front_door import door_base_url
 from .imports import revision_export_ansible
 from .inference_keys import keys_required
-from .serving_set import served_set
 
 CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
 HOST_TARGETS = ("start-script", "systemd", "ansible")

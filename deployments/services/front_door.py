@@ -1,15 +1,14 @@
 """The front door's document for one host (what `GET /agent/v1/serving` answers) and its report.
 
-The document is the host's serving set as a routing table (hostagent.frontdoor.table), each
-model with its revision's launch (deployments.agent_api.orders.revision_launch, the engine's
-API key resolved: it goes to its own host only), the inference keys' digests and the door's
-bounds. Its `version` is a digest of the rest, so an agent asks again cheaply (ETag, 304).
+The document (serving.wire.DoorDocument, made by deployments.host_serving) is the host's serving
+set, each model with its revision's launch (the engine's API key resolved: it goes to its own host
+only), the inference keys' digests and the door's bounds. Its `version` is a digest of the rest,
+so an agent asks again cheaply (ETag, 304), and the planner is not run again for a set that did
+not change (host_serving.revision_plan).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from django.db import transaction
@@ -17,16 +16,14 @@ from django.utils import timezone
 
 from core.audit import audit_record
 from core.secrets_mask import mask_text
+from deployments.host_serving import door_set, host_serving, revision_memory
 from deployments.models import FrontDoor, ModelAlias
 from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import Host
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
-from serving.engines.registry import get_adapter
 from serving.exports import base_url_for
+from serving.wire import DoorDocument
 
-from .inference_keys import key_table
-from .planning import planned_or_refused
-from .serving_set import door_set
 from .usage import usage_record
 
 STATE_ROWS = 256  # models a report's state may list
@@ -53,72 +50,9 @@ def door_base_url(host: Host, door: FrontDoor) -> tuple[str, str]:
     return base_url_for(host.address or "127.0.0.1", port), ""
 
 
-def front_door_document(host: Host) -> dict[str, Any]:
-    """What the host's front door serves now, with its `version`."""
-    from deployments.agent_api.orders import revision_launch
-    from deployments.revision_views import effective_served_name
-
-    aliases: dict[int, list[str]] = {}
-    for alias in ModelAlias.objects.filter(host=host).order_by("name"):
-        aliases.setdefault(alias.revision_id, []).append(alias.name)
-    models = []
-    for served in door_set(host)[0]:
-        revision = served.revision
-        launch = revision_launch(revision)
-        memory, refused = planned_or_refused(revision)
-        if refused and not launch.get("error"):
-            # A revision the planner cannot read is one a switch refuses: the door refuses to load
-            # it too, saying why, instead of loading it as if it took no memory.
-            launch = {**launch, "error": refused}
-        config = launch.get("config") or {}
-        entry: dict[str, Any] = {}
-        threads = _engine_threads(host, revision.engine, config.get("knobs") or {}) if host.cpu_only else None
-        if threads is not None:
-            entry["threads"] = threads
-        models.append(
-            {
-                "name": served.name,
-                "aliases": aliases.get(revision.pk, []),
-                "upstream": f"http://127.0.0.1:{revision.port}",
-                "upstream_model": effective_served_name(revision),
-                "api_key": config.get("api_key") or None,
-                "mode": str(served.mode),
-                "idle_ttl_s": float(served.idle_ttl_s) if served.idle_ttl_s else None,
-                "memory": memory,
-                "revision": revision.number,
-                "launch": launch,
-                **entry,
-            }
-        )
-    door = door_of(host)
-    document: dict[str, Any] = {
-        "door": {
-            "max_waiting": door.max_waiting,
-            "max_wait_s": float(door.max_wait_s),
-            "drain_timeout_s": float(door.drain_timeout_s),
-        },
-        "models": models,
-        "keys": key_table(),
-    }
-    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return {"version": hashlib.sha256(encoded.encode()).hexdigest()[:32], **document}
-
-
-def _engine_threads(host: Host, engine: str, knobs: dict[str, Any]) -> int | None:
-    """The CPU threads a revision's engine computes with on CPU-only `host`, which the door counts
-    as cores of its room (hostagent/frontdoor/scheduler.py): the engine's threads knob as it is
-    launched, else its default. llama.cpp's default is every physical core; counted here as all of
-    the host's cores (`cpu_cores`, logical, the most the door's room holds): an engine left at its
-    default takes the whole host, so two such engines are never loaded side by side sharing cores.
-    None (not counted) for an engine whose threads the panel does not read, or a host that has
-    not reported its cores."""
-    knob = get_adapter(engine).threads_knob
-    if not knob:
-        return None
-    threads = knobs.get(knob)
-    if isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
-        return threads
-    return host.cpu_cores or None
+def front_door_document(host: Host) -> DoorDocument:
+    """What the host's front door serves now, with its `version` (deployments.host_serving)."""
+    return host_serving(host, host_bound=True).document()
 
 
 @transaction.atomic
@@ -199,7 +133,7 @@ def front_door_live(host: Host) -> dict[str, Any]:
     rows = []
     for served in sorted(kept + [item.served for item in left], key=lambda s: (not s.active, s.revision.number)):
         seen = reported.pop(served.name, None) or {}
-        planned, refused = planned_or_refused(served.revision)
+        memory = revision_memory(served.revision)
         rows.append(
             {
                 "served": served,
@@ -208,8 +142,8 @@ def front_door_live(host: Host) -> dict[str, Any]:
                 "in_flight": seen.get("in_flight"),
                 "waiting": seen.get("waiting"),
                 "idle_s": seen.get("idle_s") if seen.get("phase") == "loaded" and not seen.get("in_flight") else None,
-                "planned": sum(planned.values()) or None,
-                "planner_refused": refused,
+                "planned": sum(memory.devices.values()) or None,
+                "planner_refused": memory.refused,
                 "measured": sum(v for v in (seen.get("measured") or {}).values() if isinstance(v, int)) or None,
                 "left_out": left_out.get(served.revision.pk, ""),
             }

@@ -8,39 +8,30 @@ two served revisions on one port, a served name that is an alias, a revision the
 refuses, pinned revisions whose planned memory does not fit the host, a revision aliases still
 point at.
 
-The set's rules live in one place, `set_rule_breaks`, asked of the set a change would make: by
-`serving_mode_set`, and by `switch_request` (a page, the API, the CLI, a rollout, a schedule)
-through `switch_set_refusals`. `free_port` gives a revision derived from a served one a port of
-its own; `door_set` is the set as the front door's document carries it, never one the agent
-refuses (hostagent.door.tables).
+The set's rules live in one place, deployments.host_serving's `set_rule_breaks`, asked of the set
+a change would make: by `serving_mode_set`, and by `switch_request` (a page, the API, the CLI, a
+rollout, a schedule) through `switch_set_refusals`. `free_port` gives a revision derived from a
+served one a port of its own; host_serving's `door_set` is the set as the front door's document
+carries it, never one the agent refuses (hostagent.door.tables).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.text import slugify
 
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record
 from deployments.choices import ServeMode
 from deployments.front_door_models import FrontDoor
-from deployments.models import (
-    DeploymentRevision,
-    ModelAlias,
-    ServedRevision,
-    active_revision_id_of,
-)
+from deployments.host_serving import Served, revision_plan, served_set, set_rule_breaks
+from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, active_revision_id_of
 from hardware.models import Host
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, split_bind
-from serving.diffing import fmt
 
-from .planning import plan_for_revision, planned_or_refused
 from .preflight import FAIL, panel_preflight
 from .review import Approval, approval_stamp, review_check, reviewed
 
@@ -50,132 +41,14 @@ if TYPE_CHECKING:
 NOT_SERVED = "off"  # the mode a form or command gives to take a revision out of the set
 
 
-@dataclass(frozen=True)
-class Served:
-    """One revision of the serving set as the front door gets it."""
-
-    revision: DeploymentRevision
-    mode: str
-    idle_ttl_s: int | None
-    active: bool
-
-    @property
-    def name(self) -> str:
-        return model_name(self.revision)
-
-
-def model_name(revision: DeploymentRevision) -> str:
-    """The front door's name for a revision: `<served name, slugified>-r<number>`."""
-    from deployments.revision_views import effective_served_name
-
-    base = slugify(effective_served_name(revision).replace("/", "-").replace(".", "-")) or "model"
-    return f"{base[:120]}-r{revision.number}"
-
-
-def served_set(host: Host) -> list[Served]:
-    """The host's serving set, its active revision first (pinned), then the others by number."""
-    active_id = active_revision_id_of(host)
-    served: list[Served] = []
-    if active_id:
-        active = DeploymentRevision.objects.select_related("host", "model_variant").get(pk=active_id)
-        served.append(Served(active, ServeMode.PINNED, None, True))
-    entries = ServedRevision.objects.filter(host=host).select_related("revision__model_variant", "revision__host")
-    served += [Served(e.revision, e.mode, e.idle_ttl_s, False) for e in entries if e.revision_id != active_id]
-    return served
-
-
-@dataclass(frozen=True)
-class LeftOut:
-    """A revision of the set the front door's document leaves out, and why."""
-
-    served: Served
-    reason: str
-
-
-def door_set(host: Host) -> tuple[list[Served], list[LeftOut]]:
-    """The serving set as the front door's document carries it: the host's set, less any revision
-    that would share a port or a name with one before it (the active revision first), which the
-    host would refuse the whole table for. The services refuse such a set up front
-    (set_rule_breaks); this keeps a set made before that rule, or by a race, from leaving the door
-    on a stale table: the active revision serves, the host page says what was left out and why."""
-    kept: list[Served] = []
-    left: list[LeftOut] = []
-    ports: dict[int, Served] = {}
-    names: dict[str, Served] = {}
-    for served in served_set(host):
-        clash = ports.get(served.revision.port)
-        named = names.get(served.name)
-        if clash is not None:
-            reason = f"r{clash.revision.number} listens on port {served.revision.port} too"
-        elif named is not None:
-            reason = f"r{named.revision.number} has the name {served.name} too"
-        else:
-            ports[served.revision.port], names[served.name] = served, served
-            kept.append(served)
-            continue
-        left.append(LeftOut(served, reason + ": take it out of the set, or serve a revision of it on a free port"))
-    return kept, left
-
-
-def host_capacity(host: Host) -> dict[str, int]:
-    """Each device's memory as the host reported it (what a pinned set must fit in)."""
-    if host.cpu_only:
-        return {"ram": host.ram_bytes} if host.ram_bytes else {}
-    return {f"gpu{g.index}": g.memory_bytes for g in host.gpus.all() if g.memory_bytes}
-
-
-def _fit(host: Host, pinned: Iterable[DeploymentRevision]) -> list[str]:
-    """Why the pinned revisions' planned memory does not fit the host ([] when it does)."""
-    capacity = host_capacity(host)
-    total: dict[str, int] = {}
-    refused = []
-    for revision in pinned:
-        planned, why = planned_or_refused(revision)
-        refused += [why] if why else []
-        for device, size in planned.items():
-            total[device] = total.get(device, 0) + size
-    return refused + [
-        f"{device}: {fmt.size_bytes(need)} planned, {fmt.size_bytes(capacity[device])} present"
-        for device, need in sorted(total.items())
-        if device in capacity and need > capacity[device]
-    ]
-
-
-def set_rule_breaks(host: Host, members: list[Served]) -> list[str]:
-    """Every rule of a serving set, checked on the whole set as the host would get it ([] when it
-    keeps them all): one port per engine, each name once and none an alias, the pinned revisions
-    fit the host's memory. The one check every path that changes the set asks (serving_mode_set,
-    switch_request through switch_set_refusals); the agent refuses a table that breaks one."""
-    reasons: list[str] = []
-    on_port: dict[int, Served] = {}
-    for served in members:
-        first = on_port.setdefault(served.revision.port, served)
-        if first is not served:
-            port = served.revision.port
-            reasons.append(f"r{first.revision.number} and r{served.revision.number} would both listen on port {port}")
-    named: dict[str, Served] = {}
-    for served in members:
-        first = named.setdefault(served.name, served)
-        if first is not served:
-            reasons.append(f"r{first.revision.number} and r{served.revision.number} are both named {served.name}")
-    aliases = set(ModelAlias.objects.filter(host=host, name__in=list(named)).values_list("name", flat=True))
-    reasons += [f"{name} is an alias on {host.name}" for name in sorted(aliases)]
-    pinned = [s.revision for s in members if s.mode == ServeMode.PINNED]
-    short = _fit(host, pinned) if len(pinned) > 1 else []  # one alone: the planner's (an admin may override)
-    if short:
-        reasons.append("the pinned revisions do not fit: " + "; ".join(short))
-    return reasons
-
-
 def _refusals(host: Host, revision: DeploymentRevision, mode: str, current: list[Served]) -> list[str]:
     """Why `revision` cannot join the set `mode` (or change to it): the set's rules on the set it
     would make, then the revision's own planner and preflight."""
     after = [s for s in current if s.revision.pk != revision.pk] + [Served(revision, mode, None, False)]
     reasons = set_rule_breaks(host, after)
-    try:
-        report = plan_for_revision(revision)
-    except Exception as exc:  # noqa: BLE001 - PlanInputError and the like: the planner cannot read it
-        return [*reasons, f"the planner cannot read r{revision.number}: {exc}"]
+    report = revision_plan(revision).report  # planned once: set_rule_breaks' fit read the same report
+    if report is None:
+        return [*reasons, revision_plan(revision).refused]
     reasons += [f"planner: {f.code}: {f.message}" for f in report.findings if f.severity == "error"]
     reasons += [f"{c.name}: {c.message}" for c in panel_preflight(revision, report) if c.status == FAIL]
     return reasons

@@ -8,7 +8,7 @@ one, changes nothing.
 
 A host books usage only to what its door could have served: a key of the key table (revoked ones
 too, for a door keeps their earlier totals; `""` is the open door's) and a model the host serves,
-named as its door names it (serving_set.model_name). A door keeps a model's totals for 31 days
+named as its door names it (host_serving.model_name). A door keeps a model's totals for 31 days
 after the model leaves its set, so "serves" means: a revision of this host by its door name, or a
 name this host has booked before. Anything else refuses the whole report (ValidationError) and
 books nothing: the agent API checked the counts' bounds before.
@@ -26,10 +26,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from deployments.host_serving import model_name
 from deployments.models import DeploymentRevision, InferenceKey, UsageDay
 from hardware.models import Host
-
-from .serving_set import model_name
 
 COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
 REVISION_SUFFIX = re.compile(r"-r(\d+)$")

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from hostagent.frontdoor.scheduler import NotYet
-from hostagent.launch import launch_installs, launch_spec
+from hostagent.launch import launch_spec
 from hostagent.preflight import host_preflight
 from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
 from hostagent.runtime.watchdog import Watchdog
 from serving.engines.base import EngineConfigError
+from serving.wire import RevisionLaunch
 
 __all__ = ["AgentLoader", "LoadError", "Served"]
 
@@ -47,7 +48,7 @@ class Served:
     name: str
     revision_id: str
     label: str
-    launch: dict[str, Any] = field(repr=False)  # with the port the door gave it; holds the engine's key
+    launch: RevisionLaunch = field(repr=False)  # holds the engine's key
     pinned: bool = False  # the host's active revision: the host supervisor's engine
 
 
@@ -58,6 +59,7 @@ class AgentLoader:
         self.supervisor = supervisor  # the host's own: the pinned revision's
         self.root, self.gpus, self.ready_timeout = root, gpus, ready_timeout
         self.served: dict[str, Served] = {}
+        self.installs: Mapping[str, Any] = {}  # the host's engine installs as the panel's document says
         self.claimed: set[str] = set()  # revisions a switch is taking over: the supervisor's from now on
         # The pinned revision a switch replaces -> None while the switch runs, then the monotonic
         # time until which requests for it still wait for the panel's new table (a rollback
@@ -70,9 +72,11 @@ class AgentLoader:
         self._started: dict[str, str] = {}  # model name -> revision id of the engines this loader runs
         self._starting: dict[str, threading.Lock] = {}  # per revision: one start (and its undoing) at a time
 
-    def update(self, served: Mapping[str, Served]) -> None:
+    def update(self, served: Mapping[str, Served], installs: Mapping[str, Any] | None = None) -> None:
         """The table's models from now on (on the door's event loop, with the table)."""
         self.served = dict(served)
+        if installs is not None:
+            self.installs = dict(installs)
         still = {s.revision_id for s in self.served.values() if s.pinned}
         for revision_id, until in list(self.leaving.items()):
             if until is not None and revision_id not in still:
@@ -203,11 +207,14 @@ class AgentLoader:
         status = sup.status(probe=True)
         if status.running and status.revision_id == served.revision_id and status.healthy:
             return
+        refused = served.launch.memory.refused  # the planner cannot read it: a switch to it is refused too
+        if refused:
+            raise LoadError(f"{served.label} was refused on this host: {refused}")
+        installs = dict(self.installs)
         try:
-            spec = launch_spec(served.launch)
+            spec = launch_spec(served.launch, installs=installs)
         except (HostRuntimeError, EngineConfigError) as exc:
             raise LoadError(f"{served.label} was refused on this host: {getattr(exc, 'reason', None) or exc}") from exc
-        installs = launch_installs(served.launch)
         checks = host_preflight(served.launch, spec, sup, installs=installs, cpu_only=not self.gpus)
         failed = [check.message for check in checks if check.failed]
         if failed:

@@ -94,7 +94,7 @@ class FrontDoorService:
         async def begin() -> FrontDoor:
             table, keys = (kept.table, kept.keys) if kept else (RoutingTable(), KeyTable())
             if kept:
-                self.loader.update(kept.served)
+                self.loader.update(kept.served, kept.document.engine_installs)
             door = FrontDoor(table, self.loader, self._free_memory, self.settings, keys=keys)
             for name in adopted:  # before the pinned loads start: what they hold is counted
                 door.scheduler.adopt(name)
@@ -232,7 +232,7 @@ class FrontDoorService:
 
     # -- the panel's serving set --------------------------------------------------------------------
 
-    def _set(self, answer: Mapping[str, Any]) -> ServingSet:
+    def _set(self, answer: Any) -> ServingSet:
         record = self.ctx.supervisor.state.read_engine()
         return serving_set(
             answer,
@@ -250,7 +250,7 @@ class FrontDoorService:
             log.warning("front door: the kept serving table is refused (%s); waiting for the panel", exc)
             return None
 
-    def apply(self, answer: Mapping[str, Any]) -> ServingSet:
+    def apply(self, answer: Any) -> ServingSet:
         """Serve `answer` from the next request on (raises TableError, nothing changed)."""
         new = self._set(answer)
         for served in new.served.values():
@@ -259,14 +259,14 @@ class FrontDoorService:
         assert door is not None
 
         def swap() -> None:
-            self.loader.update(new.served)
+            self.loader.update(new.served, new.document.engine_installs)
             door.update_table(new.table)
             door.update_keys(new.keys)
             if new.limits:
                 door.update_limits(**new.limits)
 
         self.call(swap)
-        self.store.save_answer(answer)
+        self.store.save_answer(new.document)
         self.version = new.version
         log.info(
             "front door: serving set %s, %d model(s), %d key(s)", new.version, len(new.table.models), len(new.keys.keys)
@@ -284,7 +284,8 @@ class FrontDoorService:
         try:
             self.apply(answer)
         except TableError as exc:
-            self.refused = {"version": str(answer.get("version") or "")[:64], "reason": str(exc)[:REASON_CHARS]}
+            version = answer.get("version") if isinstance(answer, dict) else None
+            self.refused = {"version": str(version or "")[:64], "reason": str(exc)[:REASON_CHARS]}
             raise
         self.refused = None
         return True

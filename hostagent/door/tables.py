@@ -1,10 +1,11 @@
-"""The panel's serving answer (GET /agent/v1/serving, hostagent/PROTOCOL.md) made into what the
-front door serves: its RoutingTable, its KeyTable, its queue and drain limits, and for the loader
-each model's revision and launch.
+"""The panel's serving answer (GET /agent/v1/serving, hostagent/PROTOCOL.md: a
+serving.wire.DoorDocument) made into what the front door serves: its RoutingTable, its KeyTable,
+its queue and drain limits, and for the loader each model's revision and launch.
 
 Each engine listens on its launch's port (the panel refuses two served revisions on one port; a
 table that has them is refused here too), at the host's engine bind address
-(CONTROLPANEL_ENGINE_BIND_HOST): the agent builds each upstream from them.
+(CONTROLPANEL_ENGINE_BIND_HOST): the agent builds each upstream from them, and takes the engine's
+key, served name, planned memory and label from the launch (the document says each once).
 
 The last answer is kept in <state>/private/serving.json (0600, in a 0700 folder, like the engines'
 key files), so an agent restarted while the panel is away serves again at once.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,9 @@ from typing import Any
 from core.atomicfile import write_atomic
 from hostagent.frontdoor import KeyTable, RoutingTable, ServedModel
 from hostagent.frontdoor.table import Mode, TableError
-from hostagent.launch import launch_api_key, launch_engine, launch_port, launch_revision
 from serving.engines.knobs import url_host
 from serving.engines.registry import ADAPTERS
+from serving.wire import DoorDocument, DoorModel, WireError
 
 from .loader import Served
 
@@ -35,54 +35,69 @@ LIMITS = {"max_waiting": "queue_max", "max_wait_s": "queue_wait_s", "drain_timeo
 
 @dataclass(frozen=True)
 class ServingSet:
-    version: str | None
+    document: DoorDocument = field(repr=False)
     table: RoutingTable
     keys: KeyTable
     served: dict[str, Served] = field(repr=False)
     limits: dict[str, float]  # FrontDoorSettings fields the panel set for this host
 
+    @property
+    def version(self) -> str | None:
+        return self.document.version or None
 
-def serving_set(answer: Mapping[str, Any], *, bind_host: str, active_revision: str | None = None) -> ServingSet:
-    """Raises TableError (the whole answer refused) when a model or key breaks a rule. The host's
-    active revision is the panel's first model when it is pinned, or the one the host's supervisor
-    runs (`active_revision`, its record's): the supervisor's engine, which the door never starts."""
-    rows = answer.get("models")
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise TableError('the serving answer has no "models" list')
+
+def _model(entry: DoorModel, bind_host: str) -> ServedModel:
+    """The door's model for one entry of the document: its upstream at this host's engine bind
+    address and its launch's port, the engine's key, name, planned memory and label from the launch."""
+    launch = entry.launch
+    adapter = ADAPTERS.get(launch.engine)
+    model = ServedModel(
+        name=entry.name,
+        upstream=f"http://{url_host(bind_host)}:{launch.port}",
+        mode=Mode(entry.mode),
+        aliases=entry.aliases,
+        upstream_model=launch.served_name,
+        api_key=launch.api_key,
+        idle_ttl_s=entry.idle_ttl_s,
+        memory=dict(launch.memory.devices),
+        revision=launch.label,  # told to clients that still call a name this set no longer serves
+        engine=adapter.label if adapter is not None else "",
+        paths=frozenset(adapter.api_paths) if adapter is not None else None,  # the adapter's fact
+        threads=entry.threads,
+    )
+    model.check()
+    return model
+
+
+def serving_set(answer: Any, *, bind_host: str, active_revision: str | None = None) -> ServingSet:
+    """The panel's answer (serving.wire.DoorDocument's shape) made into what the door serves.
+    Raises TableError (the whole answer refused) when it is not that shape or a model or key
+    breaks a rule. The host's active revision is the panel's first model when it is pinned, or the
+    one the host's supervisor runs (`active_revision`, its record's): the supervisor's engine,
+    which the door never starts."""
+    try:
+        document = DoorDocument.from_dict(answer)
+    except WireError as exc:
+        raise TableError(f"the serving answer: {exc}") from exc
     models: list[ServedModel] = []
     served: dict[str, Served] = {}
     ports: dict[int, str] = {}
-    for index, row in enumerate(rows):
-        entry = {k: v for k, v in row.items() if k not in ("revision", "launch")}
-        launch = row.get("launch")
-        if isinstance(launch, dict):
-            revision_id, label = launch_revision(launch)
-            port = launch_port(launch)
-            if port in ports:
-                raise TableError(f"{ports[port]} and {label} both listen on port {port}")
-            ports[port] = label
-            entry["upstream"] = f"http://{url_host(bind_host)}:{port}"
-            entry["api_key"] = entry.get("api_key") or launch_api_key(launch)
-            entry["revision"] = label  # told to clients that still call a name this set no longer serves
-            adapter = ADAPTERS.get(launch_engine(launch))
-            if adapter is not None:  # the paths its engine answers: the adapter's fact
-                entry.setdefault("engine", adapter.label)
-                entry.setdefault("paths", sorted(adapter.api_paths))
-        model = ServedModel.from_dict(entry)
+    for index, entry in enumerate(document.models):
+        launch = entry.launch
+        if launch.port in ports:
+            raise TableError(f"{ports[launch.port]} and {launch.label} both listen on port {launch.port}")
+        ports[launch.port] = launch.label
+        model = _model(entry, bind_host)
         models.append(model)
-        if isinstance(launch, dict):
-            active = (index == 0 and model.mode is Mode.PINNED) or revision_id == active_revision
-            served[model.name] = Served(model.name, revision_id, label, launch, pinned=active)
+        active = (index == 0 and model.mode is Mode.PINNED) or str(launch.id) == active_revision
+        served[model.name] = Served(model.name, str(launch.id), launch.label, launch, pinned=active)
     table = RoutingTable(tuple(models))
     try:
-        keys = KeyTable.from_dict(answer.get("keys") or {"keys": []})
+        keys = KeyTable.from_dict(document.keys or {"keys": []})
     except (ValueError, KeyError, TypeError) as exc:
         raise TableError(f"the key table: {exc}") from exc
-    door = answer.get("door")
-    door = door if isinstance(door, dict) else {}
-    limits = {LIMITS[k]: float(v) for k, v in door.items() if k in LIMITS and isinstance(v, int | float) and v >= 0}
-    version = answer.get("version")
-    return ServingSet(None if version is None else str(version), table, keys, served, limits)
+    limits = {LIMITS[k]: float(v) for k, v in document.door.to_dict().items() if k in LIMITS and v is not None}
+    return ServingSet(document, table, keys, served, limits)
 
 
 class ServingStore:
@@ -104,12 +119,12 @@ class ServingStore:
             return json.loads(path.read_text())
         return None
 
-    def save_answer(self, answer: Mapping[str, Any]) -> None:
-        self._write(self.answer_file, dict(answer))
+    def save_answer(self, document: DoorDocument) -> None:
+        self._write(self.answer_file, document.to_dict())
 
-    def answer(self) -> dict[str, Any] | None:
-        data = self._read(self.answer_file)
-        return data if isinstance(data, dict) else None
+    def answer(self) -> Any:
+        """The kept answer as JSON (serving_set judges it), None when there is none."""
+        return self._read(self.answer_file)
 
     def save_usage(self, rows: list[dict[str, Any]]) -> None:
         self._write(self.usage_file, rows)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from deployments.agent_api.orders import revision_launch
+from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import revision_view
 from deployments.services.exports import revision_client_target
@@ -47,18 +47,18 @@ def _create(host, operator, model, value):
 )
 def test_each_accepted_spelling_gives_one_context_everywhere(host, qwen, operator, value, tokens):
     revision = _create(host, operator, qwen, value)
-    order = revision_launch(revision)  # the agent's order: was int("32k"), a 500 at the host
+    order = revision_launch(revision, host_bound=True)  # the agent's order: was int("32k"), a 500 at the host
     page = revision_context(revision_view(revision))
     export = revision_client_target(revision).context
     report = plan_for_revision(revision)
     if tokens is None:
         # auto: vLLM picks the largest that fits at start. The pages and exports show the
         # planner's estimate of it (never -1); the agent's benchmark asks the running server.
-        assert order["served_context"] is None
+        assert order.served_context is None
         assert page.per_sequence == export.per_sequence == report.max_model_len
         assert export.per_sequence is not None and export.per_sequence > 0
     else:
-        assert order["served_context"] == page.per_sequence == export.per_sequence == tokens
+        assert order.served_context == page.per_sequence == export.per_sequence == tokens
         assert report.max_model_len == tokens
 
 

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from core.models import AuditEvent
-from deployments.agent_api.orders import revision_launch
+from deployments.host_serving import revision_launch
 from deployments.models import FrontDoor, InferenceKey, ModelAlias, ModelVariant, ServedRevision, UsageDay
 from deployments.services.aliases import alias_set
 from deployments.services.inference_keys import key_create, key_revoke
@@ -26,8 +26,7 @@ from deployments.services.secrets import secret_set
 from deployments.services.serving_set import serving_mode_set
 from hardware.credentials import host_token_issue
 from hostagent.door.tables import serving_set
-from hostagent.frontdoor.keys import KeyTable, hash_key
-from hostagent.frontdoor.table import RoutingTable
+from hostagent.frontdoor.keys import hash_key
 
 pytestmark = pytest.mark.django_db
 GiB = 1 << 30
@@ -111,11 +110,13 @@ def test_the_document_lists_the_active_revision_pinned_and_the_set_with_launches
     doc = response.json()
     assert response["ETag"].strip('"') == doc["version"]
     first, second = doc["models"]
-    assert (first["name"], first["mode"], first["revision"], first["aliases"]) == ("tiny-r1", "pinned", 1, ["coder"])
-    assert first["upstream"] == "http://127.0.0.1:8001" and first["upstream_model"] == "tiny"
-    assert first["api_key"] == KEY  # the engine's own key, to its own host
-    assert first["launch"] == json.loads(json.dumps(revision_launch(r[1])))
-    assert first["memory"] == {"ram": 2 * GiB}  # the weights (the planner knows no KV cache for this arch)
+    assert (first["name"], first["mode"], first["aliases"]) == ("tiny-r1", "pinned", ["coder"])
+    launch = first["launch"]  # each fact once: the port, the key, the memory, the name are the launch's
+    assert launch == json.loads(json.dumps(revision_launch(r[1], host_bound=True).to_dict()))
+    assert (launch["number"], launch["spec"]["port"], launch["served_name"]) == (1, 8001, "tiny")
+    assert launch["api_key"] == KEY  # the engine's own key, to its own host
+    assert launch["memory"]["devices"] == {"ram": 2 * GiB}  # the weights (the planner knows no KV cache here)
+    assert not {"upstream", "upstream_model", "api_key", "memory", "revision"} & set(first)
     assert (second["name"], second["mode"], second["idle_ttl_s"], second["aliases"]) == (
         "tiny-r2",
         "on-demand",
@@ -127,8 +128,11 @@ def test_the_document_lists_the_active_revision_pinned_and_the_set_with_launches
         "mode": "keys_required",
         "keys": [{"name": "aider-alice", "sha256": hash_key(secret), "models": ["coder"]}],
     }
-    # What the front door itself reads: its tables accept the document as it is.
-    table, keys = RoutingTable.from_dict(doc), KeyTable.from_dict(doc["keys"])
+    # What the host's agent makes of it: the door's tables, upstream at its engine bind address.
+    made = serving_set(doc, bind_host="127.0.0.1")
+    table, keys = made.table, made.keys
+    assert table.resolve("tiny-r1").upstream == "http://127.0.0.1:8001" and table.resolve("coder").api_key == KEY
+    assert table.resolve("coder").upstream_model == "tiny" and table.resolve("coder").memory == {"ram": 2 * GiB}
     assert table.resolve("coder").name == "tiny-r1" and table.resolve("fast").name == "tiny-r2"
     found = keys.find({"Authorization": f"Bearer {secret}"})
     assert found.allows("coder", "tiny-r1") and not found.allows("fast", "tiny-r2")
@@ -154,15 +158,13 @@ def test_a_cpu_only_hosts_table_counts_each_engines_threads_as_cores(world, oper
     threads = {model["name"]: model.get("threads") for model in doc["models"]}
     # r1 leaves threads unset: llama.cpp then computes on every core, counted as the whole host's.
     assert threads == {"tiny-r1": 8, "tiny-r5": 2}
-    table = RoutingTable.from_dict(doc)
-    assert {model.name: model.threads for model in table.models} == threads
     agents = serving_set(doc, bind_host="127.0.0.1").table  # the table the host's agent gives its door
     assert {model.name: model.threads for model in agents.models} == threads
 
     # A GPU host's engines compute on its GPUs: their CPU threads are not the door's room.
     host.nvml_available = True
     host.save()
-    assert all("threads" not in model for model in world["agent"].serving().json()["models"])
+    assert all(model["threads"] is None for model in world["agent"].serving().json()["models"])
 
 
 def test_etag_answers_304_until_something_changes(world, operator, admin_user):

@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 from api.tokens import token_create
-from deployments.agent_api.orders import revision_launch
+from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, HostModel, ModelVariant
 from deployments.revision_views import changes_between, revision_view
 from deployments.services.demo import demo_load
@@ -30,6 +30,7 @@ from deployments.services.installs import install_record
 from deployments.services.revisions import revision_create
 from hostagent.launch import launch_spec as agent_launch_spec
 from serving.diffing.argv import parse_argv
+from serving.wire import RevisionLaunch
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db
@@ -94,9 +95,10 @@ def _unit(text: str) -> tuple[list[str], dict[str, str]]:
 
 def _agent(revision: DeploymentRevision) -> tuple[list[str], dict[str, str], int | None]:
     """The agent's start: the order the panel answers, made into a launch on the host."""
-    order = json.loads(json.dumps(revision_launch(revision)))  # through JSON, as the agent receives it
+    sent = json.loads(json.dumps(revision_launch(revision, host_bound=True).to_dict()))  # through JSON, as sent
+    order = RevisionLaunch.from_dict(sent)
     spec = agent_launch_spec(order, installs=revision.host.engine_installs)
-    return spec.masked_argv(), spec.masked_env(), order["served_context"]
+    return spec.masked_argv(), spec.masked_env(), order.served_context
 
 
 def _same_everywhere(client: Any, revision: DeploymentRevision) -> list[str]:

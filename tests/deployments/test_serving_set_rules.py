@@ -88,7 +88,7 @@ def lab(db: Any, admin_user: User, operator: User) -> dict[str, Any]:
 
 
 def _one_per_port_and_accepted(document: dict[str, Any]) -> None:
-    ports = [m["launch"]["config"]["port"] for m in document["models"]]
+    ports = [m["launch"]["spec"]["port"] for m in document["models"]]
     assert len(ports) == len(set(ports)), ports
     agent_table(document, bind_host="127.0.0.1")  # the agent's own rules: no TableError
 
@@ -116,8 +116,8 @@ def test_new_revision_from_a_once_on_demand_revision_then_a_switch_serves_it_by_
     document = agent.serving()
     _one_per_port_and_accepted(document)
     first = document["models"][0]
-    assert (first["revision"], first["mode"], first["aliases"]) == (child.number, "pinned", ["coder"])
-    assert [(m["revision"], m["mode"]) for m in document["models"][1:]] == [(2, "on-demand")]
+    assert (first["launch"]["number"], first["mode"], first["aliases"]) == (child.number, "pinned", ["coder"])
+    assert [(m["launch"]["number"], m["mode"]) for m in document["models"][1:]] == [(2, "on-demand")]
 
 
 def test_a_rollout_from_a_once_on_demand_revision_switches_without_two_engines_on_one_port(lab, operator):
@@ -132,7 +132,7 @@ def test_a_rollout_from_a_once_on_demand_revision_switches_without_two_engines_o
     agent.switched(part.operation)
     document = agent.serving()
     _one_per_port_and_accepted(document)
-    assert document["models"][0]["revision"] == child.number and document["models"][0]["aliases"] == ["coder"]
+    assert document["models"][0]["launch"]["number"] == child.number and document["models"][0]["aliases"] == ["coder"]
 
 
 def test_a_switch_that_would_break_a_rule_of_the_set_is_refused_up_front_and_changes_nothing(lab, operator):
@@ -177,7 +177,7 @@ def test_a_set_broken_before_the_rules_leaves_the_clash_out_of_the_table_and_say
     ServedRevision.objects.create(host=lab["host"], revision=clash, mode="on-demand")
     document = lab["agent"].serving()
     _one_per_port_and_accepted(document)
-    assert [m["revision"] for m in document["models"]] == [1, 2]  # the active revision keeps its port
+    assert [m["launch"]["number"] for m in document["models"]] == [1, 2]  # the active revision keeps its port
     client.force_login(operator)
     part = client.get("/hosts/alpha/front-door/").content.decode()
     assert "left out of the front door's table: r1 listens on port 8001 too" in part
@@ -189,7 +189,7 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
     good = lab["agent"].serving()
     broken = json.loads(json.dumps(good))
     broken["version"] = "broken-1"
-    broken["models"][1]["launch"]["config"]["port"] = good["models"][0]["launch"]["config"]["port"]
+    broken["models"][1]["launch"]["spec"]["port"] = good["models"][0]["launch"]["spec"]["port"]
 
     class Panel:  # the agent's side of the wire: what the panel answers, what the agent sends
         def __init__(self) -> None:

@@ -40,11 +40,10 @@ from deployments.services.front_door import front_door_document, front_door_repo
 from deployments.services.inference_keys import key_create
 from deployments.services.revisions import revision_create, revision_mark_active
 from hardware.models import Host
+from hostagent.door.tables import serving_set
 from tests.hardware.factories import HostFactory
 from tests.support.llama import free_port, gemma_model_path
 from tests.support.panel import ROOT, test_database_url
-
-TABLE_FIELDS = ("name", "aliases", "upstream", "upstream_model", "api_key", "mode", "idle_ttl_s", "memory")
 
 
 def lab_address() -> str:
@@ -142,8 +141,9 @@ def two_hosts(operator: User, admin_user: User, tmp_path: Path) -> Iterator[Lab]
             revision_mark_active(revision=revision, actor=operator)
             for name in ("chat", alias):
                 alias_set(host=host, name=name, revision=revision, actor=operator)
-            document = front_door_document(host)
-            table = [{k: m[k] for k in TABLE_FIELDS} for m in document["models"]]
+            document = front_door_document(host).to_dict()
+            # The routing table the host's agent makes of the panel's document (hostagent.door.tables).
+            table = serving_set(document, bind_host="127.0.0.1").table.to_dict()["models"]
             argv = engine_argv(revision.port, context=1024, slots=2, threads=1, name=served)
             door = stack.enter_context(
                 front_door(table, {table[0]["name"]: argv}, 64 << 30, keys=document["keys"], bind_host="0.0.0.0")  # noqa: S104

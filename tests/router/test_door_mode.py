@@ -34,7 +34,8 @@ from deployments.models import DoorPolicy, InferenceKey
 from deployments.selectors.lab_routes import lab_routes
 from deployments.services.front_door import front_door_document, front_door_report
 from hardware.models import Host
-from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable
+from hostagent.door.tables import serving_set
+from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from serving.lab_routes import LabRoutes
 from tests.hardware.factories import HostFactory
@@ -74,7 +75,7 @@ class Lab:
 
     def sync(self) -> None:
         """What the agent and the router each do on their next poll: read the panel again."""
-        keys = KeyTable.from_dict(front_door_document(self.host)["keys"])
+        keys = KeyTable.from_dict(front_door_document(self.host).keys)
 
         async def update() -> None:
             self.door.update_keys(keys)
@@ -93,14 +94,15 @@ def lab(operator: User, tmp_path: Path) -> Iterator[Lab]:
     address = lab_address()
     host = HostFactory(name="lab-a", address=address, model_dirs=["/models"], last_heartbeat=timezone.now())
     active_tiny_revision(host, operator, "chat")
-    document = front_door_document(host)
+    document = front_door_document(host).to_dict()
     loader = ProcessLoader({"tiny-r1": Command(("/bin/false",), "http://127.0.0.1:9/health")}, log_dir=tmp_path)
     settings = FrontDoorSettings(host="0.0.0.0", port=0, queue_wait_s=5.0)  # noqa: S104 - the lab's door
     loop = Loop()
 
     async def start_door() -> FrontDoor:
         keys = KeyTable.from_dict(document["keys"])
-        door = FrontDoor(RoutingTable.from_dict(document), loader, lambda: {"ram": 1 << 40}, settings, keys=keys)
+        table = serving_set(document, bind_host="127.0.0.1").table  # as the host's agent makes it
+        door = FrontDoor(table, loader, lambda: {"ram": 1 << 40}, settings, keys=keys)
         await door.start()
         return door
 

@@ -28,6 +28,7 @@ from hostagent.preflight import host_preflight
 from hostagent.probes.nvml import GpuSample, nvml_session, read_samples
 from hostagent.probes.replay import ReplayNvml, load_fixture
 from hostagent.runtime.supervisor import Supervisor
+from serving.wire import Order
 
 pytestmark = pytest.mark.django_db
 
@@ -114,10 +115,10 @@ def test_a_switch_to_a_revision_with_the_knob_reaches_the_preflight(
 
     # The host: the order the agent receives carries the plan's bytes per GPU, and its preflight
     # checks each of them against the (replayed) NVML answers before anything is stopped.
-    order = operation_order(op)
-    launch = order["revision"]
-    assert launch["error"] == "" and launch["memory_planned"] == planned
-    spec = launch_spec(launch, installs=order["host"]["engine_installs"])
+    order = Order.from_dict(operation_order(op))
+    launch = order.revision
+    assert launch is not None and launch.error == "" and launch.memory.devices == planned
+    spec = launch_spec(launch, installs=dict(order.host.engine_installs))
     checks = host_preflight(
         launch, spec, Supervisor(tmp_path / "state"), installs={}, cpu_only=False, gpu_samples=h200s, ours=()
     )

@@ -8,7 +8,9 @@ panel stored with a knob no adapter knows (revisions are immutable, so it stays 
 
 from __future__ import annotations
 
+import asyncio
 from html import unescape
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +25,9 @@ from deployments.services.revisions import revision_create, revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host
-from hostagent.launch import launch_spec
-from serving.engines.base import EngineConfigError
+from hostagent.door.loader import AgentLoader, LoadError
+from hostagent.door.tables import serving_set
+from hostagent.runtime.supervisor import Supervisor
 
 pytestmark = pytest.mark.django_db
 REASON = "the planner cannot read r2: unknown vllm knob 'tensor_paralel_size'"
@@ -65,13 +68,18 @@ def test_the_switch_and_the_serving_set_refuse_it_by_name(lab: dict[str, Any], o
         serving_mode_set(revision=lab["r3"], mode="pinned", actor=operator)
 
 
-def test_the_door_is_told_why_and_refuses_to_load_it(lab: dict[str, Any]) -> None:
-    models = {m["revision"]: m for m in front_door_document(lab["host"])["models"]}
-    assert models[1]["memory"] == {"gpu0": models[1]["memory"]["gpu0"]} and models[1]["launch"]["error"] == ""
-    r2 = models[2]
-    assert r2["memory"] == {} and r2["launch"]["error"] == REASON
-    with pytest.raises(EngineConfigError, match=REASON):  # what the door's loader runs before a load
-        launch_spec(r2["launch"])
+def test_the_door_is_told_why_and_refuses_to_load_it(lab: dict[str, Any], tmp_path: Path) -> None:
+    document = front_door_document(lab["host"])
+    models = {m.launch.number: m for m in document.models}
+    assert set(models[1].launch.memory.devices) == {"gpu0"} and models[1].launch.memory.refused == ""
+    r2 = models[2].launch
+    assert r2.memory.devices == {} and r2.memory.refused == REASON
+    # What the host's agent does with it: in its table, and a load of it answers the reason.
+    made = serving_set(document.to_dict(), bind_host="127.0.0.1")
+    loader = AgentLoader(Supervisor(tmp_path / "host"), tmp_path / "ondemand", gpus=True)
+    loader.update(made.served)
+    with pytest.raises(LoadError, match=REASON):
+        asyncio.run(loader.load(models[2].name))
 
 
 def test_the_pages_and_the_api_say_why(lab: dict[str, Any], operator: Any, client: Client) -> None:
@@ -99,5 +107,7 @@ def test_a_rollback_to_it_is_still_ordered(lab: dict[str, Any], operator: Any, a
     host = Host.objects.get(name="lab")
     op = operation_create(kind="switch", host=host, revision=lab["r1"], actor=admin_user)
     order = operation_order(op)
-    assert order["previous"]["number"] == 2 and order["previous"]["memory_planned"] is None
-    assert order["revision"]["memory_planned"]
+    previous = order["previous"]
+    assert previous["number"] == 2 and previous["memory"]["devices"] == {} and previous["error"] == ""
+    assert previous["memory"]["refused"] == REASON  # said, not refused: the host skips that check
+    assert order["revision"]["memory"]["devices"]

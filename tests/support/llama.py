@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from serving.engines.base import ModelRef
+from serving.launch import RevisionSpec
+from serving.wire import DoorModel, PlannedMemory, RevisionLaunch
+
 
 @functools.cache
 def llama_server_binary() -> str:
@@ -106,19 +110,32 @@ def gemma_launch(
     }
 
 
+def door_launch(launch: dict[str, Any], *, memory: int | None = None) -> RevisionLaunch:
+    """One of gemma_launch()'s revisions as the panel's projection makes it (serving.wire), with
+    `memory` planned bytes of RAM."""
+    config = launch["config"]
+    spec = RevisionSpec(
+        engine=config["engine"],
+        version=config["engine_version"],
+        model=ModelRef(name=config["served_name"], gguf_file=config["model"], format="gguf"),
+        knobs=dict(config["knobs"]),
+        served_name=config["served_name"],
+        port=config["port"],
+    )
+    return RevisionLaunch(
+        id=launch["id"],
+        number=launch["number"],
+        spec=spec,
+        memory=PlannedMemory(devices={"ram": memory} if memory is not None else {}),
+        api_key=config["api_key"],
+        served_name=config["served_name"],
+    )
+
+
 def serving_entry(
     name: str, launch: dict[str, Any], mode: str, *aliases: str, memory: int, idle_ttl_s: float | None = None
 ) -> dict[str, Any]:
-    """A model of the panel's serving answer (GET /agent/v1/serving) for one of gemma_launch()'s
-    revisions: the agent says where its engine listens (the upstream here is a placeholder)."""
-    return {
-        "name": name,
-        "aliases": list(aliases),
-        "upstream": "http://127.0.0.1:9",
-        "upstream_model": launch["config"]["served_name"],
-        "mode": mode,
-        "idle_ttl_s": idle_ttl_s,
-        "memory": {"ram": memory},
-        "revision": launch["number"],
-        "launch": launch,
-    }
+    """A model of the panel's serving answer (GET /agent/v1/serving, serving.wire.DoorModel) for
+    one of gemma_launch()'s revisions: the agent says where its engine listens."""
+    entry = DoorModel(name, door_launch(launch, memory=memory), mode, tuple(aliases), idle_ttl_s)
+    return entry.to_dict()
