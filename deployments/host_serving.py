@@ -302,11 +302,15 @@ def set_rule_breaks(host: Host, members: list[Served]) -> list[str]:
 
 
 def door_labels(host: Host, kept: Iterable[Served] | None = None) -> dict[int, list[str]]:
-    """The aliases of each revision the door serves (by revision id), by name."""
-    ids = {s.revision.pk for s in (kept if kept is not None else door_set(host)[0])}
+    """The aliases of each revision the door serves (by revision id), by name; less an alias that is
+    also a served model's name (made before that revision was served by a path that asks no rule:
+    the agent would refuse the whole table for it), which the name wins."""
+    kept = list(kept if kept is not None else door_set(host)[0])
+    names = {s.name for s in kept}
     aliases: dict[int, list[str]] = {}
-    for alias in ModelAlias.objects.filter(host=host, revision_id__in=ids).order_by("name"):
-        aliases.setdefault(alias.revision_id, []).append(alias.name)
+    for alias in ModelAlias.objects.filter(host=host, revision_id__in={s.revision.pk for s in kept}).order_by("name"):
+        if alias.name not in names:
+            aliases.setdefault(alias.revision_id, []).append(alias.name)
     return aliases
 
 

@@ -287,7 +287,7 @@ class DoorModel:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "model") -> DoorModel:
+    def from_dict(cls, data: object, where: str = "model") -> DoorModel:
         data = _mapping(data, where)
         mode = data.get("mode", "on-demand")
         if mode not in MODES:
@@ -317,7 +317,7 @@ class DoorLimits:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "door") -> DoorLimits:
+    def from_dict(cls, data: object, where: str = "door") -> DoorLimits:
         data = _mapping(data if data is not None else {}, where)
         waiting = _number(data, "max_waiting", where)
         return cls(
@@ -350,7 +350,7 @@ class DoorDocument:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> DoorDocument:
+    def from_dict(cls, data: object) -> DoorDocument:
         data = _mapping(data, "document")
         models = data.get("models")
         if not isinstance(models, list):

@@ -18,6 +18,7 @@ from django.db.models.functions import MD5, Cast, JSONArray, RowNumber
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
 from deployments.runtime_bridge import launch_knobs
+from deployments.services.planning import gpu_spec
 from hardware.models import GPU, GpuSample, Host, used_memory
 from hardware.selectors import LATEST_USAGE, latest_usage, offline_reason, reported_ago
 from serving.planner import CatalogModel, GpuSpec, WhatFitsCell, what_fits
@@ -375,8 +376,6 @@ def what_fits_digest(*, gpus: Sequence[GPU], contexts: tuple[int, ...] = DEFAULT
 
 
 def _specs(gpus: Sequence[GPU]) -> tuple[GpuSpec, ...]:
-    from deployments.services.planning import gpu_spec
-
     return tuple(gpu_spec(g) for g in sorted(gpus, key=lambda g: g.index))
 
 

@@ -24,7 +24,7 @@ from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, audited_save
 from deployments.choices import ModelFormat
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.runtime_bridge import model_reference, spec_for_values
+from deployments.runtime_bridge import engine_bind_host, model_reference, spec_for_values
 from hardware.models import Host
 from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
@@ -102,8 +102,6 @@ def parse_ansible_text(text: str, *, engine_version: str | None = None) -> Ansib
 def _bind_notes(host: Host, role_bind: str) -> list[str]:
     """What the role's bind address (`--host`) becomes on this host: the agent binds every engine
     where its CONTROLPANEL_ENGINE_BIND_HOST says, which the revision cannot change."""
-    from deployments.runtime_bridge import engine_bind_host
-
     bind = engine_bind_host(host)
     role_bind = (role_bind or "").strip()
     if not role_bind or role_bind == bind or "{" in role_bind:

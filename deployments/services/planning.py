@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NotRequired, TypedDict, Unpack
 
+from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
+from deployments.importers.hf_config import HfConfigError, load_hf_config
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import launch_knobs, revision_values
 from hardware.models import GPU, GpuType, Host
 from serving.planner import FitReport, GpuSpec, PlanInputError, PlanRequest, plan
+from serving.planner.fit import MAX_GPUS
 from serving.planner.memory import planned_bytes_per_gpu
 
 
@@ -39,8 +43,6 @@ def gpu_spec(gpu: GPU) -> GpuSpec:
 
 
 def gpu_type_specs(gpu_type: GpuType, count: int) -> tuple[GpuSpec, ...]:
-    from serving.planner.fit import MAX_GPUS
-
     if not 0 <= count <= MAX_GPUS:
         raise PlanInputError(f"a host has 0 to {MAX_GPUS} GPUs, not {count:,}", field="gpu_count")
     return tuple(
@@ -112,12 +114,6 @@ def model_source(ref: str) -> dict[str, Any]:
 
     Raises PlanInputError (field "model") when it is none of these or cannot be read.
     """
-    from pathlib import Path
-
-    from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
-    from deployments.importers.hf_config import HfConfigError, load_hf_config
-    from serving.planner import PlanInputError
-
     variant = ModelVariant.objects.filter(name=ref).first()
     if variant is not None:
         return variant_facts(variant)

@@ -40,6 +40,7 @@ from serving.benchmarking.stats import StreamTimer, tpot
 from serving.exports import ClientTarget
 
 from .exports import revision_client_target
+from .secrets import secret_reveal
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -137,8 +138,6 @@ def playground_state(revision: DeploymentRevision, *, with_defaults: bool = True
 def _api_key(revision: DeploymentRevision) -> str | None:
     if not revision.api_key_secret:
         return None
-    from .secrets import secret_reveal
-
     try:
         return secret_reveal(host=revision.host, name=revision.api_key_secret)
     except Secret.DoesNotExist as exc:

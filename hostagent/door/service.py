@@ -232,7 +232,7 @@ class FrontDoorService:
 
     # -- the panel's serving set --------------------------------------------------------------------
 
-    def _set(self, answer: Any) -> ServingSet:
+    def _set(self, answer: object) -> ServingSet:
         record = self.ctx.supervisor.state.read_engine()
         return serving_set(
             answer,
@@ -250,7 +250,7 @@ class FrontDoorService:
             log.warning("front door: the kept serving table is refused (%s); waiting for the panel", exc)
             return None
 
-    def apply(self, answer: Any) -> ServingSet:
+    def apply(self, answer: object) -> ServingSet:
         """Serve `answer` from the next request on (raises TableError, nothing changed)."""
         new = self._set(answer)
         for served in new.served.values():

@@ -69,7 +69,7 @@ def _model(entry: DoorModel, bind_host: str) -> ServedModel:
     return model
 
 
-def serving_set(answer: Any, *, bind_host: str, active_revision: str | None = None) -> ServingSet:
+def serving_set(answer: object, *, bind_host: str, active_revision: str | None = None) -> ServingSet:
     """The panel's answer (serving.wire.DoorDocument's shape) made into what the door serves.
     Raises TableError (the whole answer refused) when it is not that shape or a model or key
     breaks a rule. The host's active revision is the panel's first model when it is pinned, or the

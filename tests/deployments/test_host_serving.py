@@ -96,6 +96,23 @@ def test_every_serving_set_the_panel_makes_is_one_the_agent_accepts(
         assert any(c.startswith("switch to") for c in done) and any(" from " in c for c in done), done
 
 
+def test_an_alias_that_became_a_served_name_leaves_the_document_not_the_whole_table(
+    cpu_lab: dict[str, Any], operator: User
+) -> None:
+    """An alias `tiny-r4` made while there was no r4, then r4 made active by a path that asks no rule
+    of the set (an agent's restore, the demo): the name wins, the table is still accepted."""
+    host, r2 = cpu_lab["host"], cpu_lab["revisions"][1]
+    alias_set(host=host, name="tiny-r4", revision=r2, actor=operator)
+    r4 = make_revision(
+        host=host, engine="llama.cpp", model_variant=r2.model_variant, served_name="tiny", port=8004,
+        knobs={"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}, message="r4", actor=operator,
+    )  # fmt: skip
+    revision_mark_active(revision=r4, actor=operator)
+    document = accepted(host)
+    assert [m.name for m in document.models][0] == "tiny-r4"
+    assert all("tiny-r4" not in m.aliases for m in document.models)
+
+
 class Counted:
     """Counts the planner's runs (serving.planner.plan) wherever the panel calls it."""
 

@@ -118,6 +118,8 @@ def test_new_revision_from_a_once_on_demand_revision_then_a_switch_serves_it_by_
     _one_per_port_and_accepted(document)
     first = document["models"][0]
     assert (first["launch"]["number"], first["mode"], first["aliases"]) == (child.number, "pinned", ["coder"])
+    door = agent_table(document, bind_host="127.0.0.1").table  # what the host's door serves
+    assert door.resolve("coder").revision == f"r{child.number}" and door.resolve("coder").upstream.endswith(":8001")
     assert [(m["launch"]["number"], m["mode"]) for m in document["models"][1:]] == [(2, "on-demand")]
 
 
