@@ -45,7 +45,7 @@ ASK = [{"role": "user", "content": "Say hello."}]
 def launch(number: int, *, ctx: int, port: int, model: str | None = None) -> dict[str, Any]:
     order = gemma_launch(number, ctx=ctx, port=port, model=model, api_key=ENGINE_KEY)
     if number == 1:  # llama-server's /metrics, which the door re-exports (r2 runs without)
-        order["config"]["knobs"]["metrics"] = True
+        order["spec"]["knobs"]["metrics"] = True
     return order
 
 
