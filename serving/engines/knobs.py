@@ -177,6 +177,27 @@ def _as_json(name: str, value: object) -> dict[str, Any]:
     return value
 
 
+def argparse_choice(name: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
+    """The check of a choice knob of an engine with an argparse command line (vLLM, SGLang): a
+    value off the list is refused with the sentence the engine itself prints
+    ("argument --kv-cache-dtype: invalid choice: 'fp4' (choose from ...)"), here naming the
+    choices the panel offers."""
+
+    def check(value: object) -> str:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise EngineConfigError(f"{name} must be text, not {shown_value(value)}", field=name)
+        text = str(value)
+        if text not in choices:
+            listed = ", ".join(repr(c) for c in choices)
+            flag = "--" + name.replace("_", "-")
+            raise EngineConfigError(
+                f"argument {flag}: invalid choice: {shown_value(text)} (choose from {listed})", field=name
+            )
+        return text
+
+    return check
+
+
 def normalise_knob(spec: KnobSpec, value: object) -> Any:
     """Return the checked, normalised value of one knob (raise EngineConfigError)."""
     name = spec.name

@@ -31,13 +31,17 @@ VLLM_KV_DTYPES: dict[str, float | None] = {
     "fp8_inc": 1.0,
     "fp8_ds_mla": 1.0,
 }
-# SGLang's --kv-cache-dtype (srt/server_args.py); fp4_e2m1 packs two values a byte.
+# SGLang's --kv-cache-dtype (srt/server_args.py); fp4 packs two values a byte, and the block
+# formats add a one-byte scale per block (mxfp8: 32 values; nvfp4, fp4_mx_block16: 16 values).
 SGLANG_KV_DTYPES: dict[str, float | None] = {
     "auto": None,
     "bf16": 2.0,
     "bfloat16": 2.0,
     "fp8_e4m3": 1.0,
     "fp8_e5m2": 1.0,
+    "mxfp8": 1 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
+    "fp4_mx_block16": 0.5 + 1 / 16,
     "fp4_e2m1": 0.5,
 }
 # llama.cpp cache types (common/arg.cpp kv_cache_types) -> bytes per element (ggml block sizes:

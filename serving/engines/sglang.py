@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 from serving.engines.adapter import PipAdapter
@@ -32,6 +33,7 @@ from serving.engines.knobs import (
     MAX_GPUS,
     TRUST_REMOTE_CODE,
     KnobSpec,
+    argparse_choice,
     base_env,
     default_served_name,
     flag_args,
@@ -75,7 +77,17 @@ def _cuda_graph_max_bs(gib: float, tp: int) -> int:
     return 512
 
 
-KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1")
+# --kv-cache-dtype and --attention-backend choices of SGLang 0.5.23 (its own parser, in the order it
+# lists them); fp4_e2m1 is an older release's, refused from 0.5.23 (SGLANG_CHOICES_SEEN).
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1")
+SGLANG_CHOICES_SEEN = "0.5.23"
+ATTENTION_BACKENDS = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4",
+    "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla",
+    "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx",
+    "ascend", "intel_xpu",
+)  # fmt: skip
+_CHOICES_AT_SEEN = {"kv_cache_dtype": KV_CACHE_DTYPES[:-1], "attention_backend": ATTENTION_BACKENDS}
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 
@@ -87,14 +99,32 @@ def _chat_template(name: str, value: object) -> list[Concern]:
     return [path_concern(name, text, what="a chat template file")]
 
 
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
 def _context_length(value: object) -> int:
-    """`--context-length` is argparse `type=int` in server_args.py: a plain whole number. No
-    suffix, no `auto` and no -1 (unset is the model's native context)."""
+    """`--context-length` as SGLang 0.5.23 reads it (srt/utils/common.py human_readable_int): a
+    whole number, or SI (k, M: powers of 1000, decimals allowed) and IEC (Ki, Mi: powers of 1024)
+    suffixes, case-sensitive; no `auto`, no `32K`. The command line gets the plain number, which
+    every release reads (older ones took only `type=int`). -1 parses, but no model has it."""
+    text = str(value).strip() if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    match = re.fullmatch(r"(\d{1,12}(?:\.\d{1,6})?)(Ki|Mi|Gi|Ti|k|M|G|T)", text)
     tokens = whole_tokens(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _IEC and "." in number:
+            raise EngineConfigError(
+                f"argument --context-length: Decimals are not allowed with IEC suffixes like '{suffix}'. Use an "
+                f"integer IEC value such as '{int(Decimal(number))}{suffix}', or an SI value such as "
+                f"'{number}{suffix[0]}'.",
+                field="context_length",
+            )
+        tokens = int(number) * _IEC[suffix] if suffix in _IEC else int(Decimal(number) * _SI[suffix])
     if tokens is None:
         raise EngineConfigError(
-            f"argument --context-length: invalid int value: {shown_value(str(value))} (SGLang takes a whole "
-            "number of tokens such as 32768; leave it unset for the model's native context)",
+            f"argument --context-length: Invalid integer value: {shown_value(text or value)}. Use a plain integer, "
+            "SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive.",
             field="context_length",
         )
     if not 0 < tokens <= MAX_CONTEXT:
@@ -143,13 +173,25 @@ KNOBS: dict[str, KnobSpec] = {
             maximum=MAX_CONTEXT,
             plan=sets("max_num_batched_tokens", _prefill_chunk),
         ),
-        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, plan=kv_dtype(SGLANG_KV_DTYPES)),
+        KnobSpec(
+            "kv_cache_dtype",
+            "choice",
+            choices=KV_CACHE_DTYPES,
+            normalise=argparse_choice("kv_cache_dtype", KV_CACHE_DTYPES),
+            plan=kv_dtype(SGLANG_KV_DTYPES),
+        ),
         # SGLang's own methods (w8a8_int8, w8a8_fp8, qoq, ...) beside vLLM's: any the adapter lets through.
         KnobSpec("quantization", "token", plan=quantization_of(None)),
         KnobSpec("disable_radix_cache", "bool", plan=NO_EFFECT),
         KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
         KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),
-        KnobSpec("speculative_algorithm", "choice", choices=SPEC_ALGORITHMS, plan=speculative_algorithm),
+        KnobSpec(
+            "speculative_algorithm",
+            "choice",
+            choices=SPEC_ALGORITHMS,
+            normalise=argparse_choice("speculative_algorithm", SPEC_ALGORITHMS),
+            plan=speculative_algorithm,
+        ),
         KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64, plan=sets("spec_tokens", positive)),
         KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64, plan=NO_EFFECT),
         KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024, plan=NO_EFFECT),
@@ -231,6 +273,15 @@ class SglangAdapter(PipAdapter):
                 "local user can read it: upgrade, or put an authenticating proxy in front",
                 field="api_key",
             )
+        if at_least(self.name, config.engine_version, SGLANG_CHOICES_SEEN):
+            for name, choices in _CHOICES_AT_SEEN.items():
+                if name in knobs and knobs[name] not in choices:
+                    # argparse's own sentence: what `launch_server` would print and exit with.
+                    listed = ", ".join(repr(c) for c in choices)
+                    raise EngineConfigError(
+                        f"argument --{name.replace('_', '-')}: invalid choice: {knobs[name]!r} (choose from {listed})",
+                        field=name,
+                    )
         if knobs.get("chunked_prefill_size") == 0:
             raise EngineConfigError(
                 "chunked_prefill_size must be positive, or -1 to turn it off", field="chunked_prefill_size"

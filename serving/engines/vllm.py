@@ -32,6 +32,7 @@ from serving.engines.knobs import (
     MAX_GPUS,
     TRUST_REMOTE_CODE,
     KnobSpec,
+    argparse_choice,
     base_env,
     default_served_name,
     flag_args,
@@ -94,7 +95,7 @@ def max_model_len_tokens(value: object) -> int | None:
             tokens = int(float(number) * _DECIMAL[suffix])
         elif "." in number:
             raise EngineConfigError(
-                f"max_model_len: decimals are not allowed with binary suffixes like {suffix}. "
+                f"argument --max-model-len: Decimals are not allowed with binary suffixes like {suffix}. "
                 f"Did you mean to use {number}{suffix.lower()} instead?",
                 field="max_model_len",
             )
@@ -182,7 +183,13 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec(
             "kv_cache_memory_bytes", "int", minimum=1, maximum=2**50, plan=sets("kv_cache_memory_bytes", positive)
         ),
-        KnobSpec("kv_cache_dtype", "choice", choices=KV_CACHE_DTYPES, plan=kv_dtype(VLLM_KV_DTYPES)),
+        KnobSpec(
+            "kv_cache_dtype",
+            "choice",
+            choices=KV_CACHE_DTYPES,
+            normalise=argparse_choice("kv_cache_dtype", KV_CACHE_DTYPES),
+            plan=kv_dtype(VLLM_KV_DTYPES),
+        ),
         KnobSpec("block_size", "int", minimum=1, maximum=4096, plan=sets("block_size", positive)),
         KnobSpec("quantization", "token", plan=quantization),
         KnobSpec("dtype", "token", plan=NO_EFFECT),  # the weights' size is the checkpoint's
@@ -200,8 +207,20 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("attention_backend", "token", plan=sets("attention_backend", read_text)),
         TRUST_REMOTE_CODE,
         KnobSpec("disable_custom_all_reduce", "bool", plan=NO_EFFECT),
-        KnobSpec("mamba_cache_dtype", "choice", choices=MAMBA_CHOICES, plan=mamba_dtype("mamba_conv_bytes")),
-        KnobSpec("mamba_ssm_cache_dtype", "choice", choices=MAMBA_CHOICES, plan=mamba_dtype("mamba_ssm_bytes")),
+        KnobSpec(
+            "mamba_cache_dtype",
+            "choice",
+            choices=MAMBA_CHOICES,
+            normalise=argparse_choice("mamba_cache_dtype", MAMBA_CHOICES),
+            plan=mamba_dtype("mamba_conv_bytes"),
+        ),
+        KnobSpec(
+            "mamba_ssm_cache_dtype",
+            "choice",
+            choices=MAMBA_CHOICES,
+            normalise=argparse_choice("mamba_ssm_cache_dtype", MAMBA_CHOICES),
+            plan=mamba_dtype("mamba_ssm_bytes"),
+        ),
         # How often prefix caching keeps a recurrent state (tokens between saved states): the planner
         # sizes a request's states from block_size and the layers' shapes, not from this.
         KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576, plan=NO_EFFECT),
@@ -270,7 +289,9 @@ class VllmAdapter(PipAdapter):
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         if knobs.get("enable_auto_tool_choice") and not knobs.get("tool_call_parser"):
             raise EngineConfigError(
-                "enable_auto_tool_choice needs a tool_call_parser (e.g. qwen3_coder, hermes)",
+                # vLLM's own words (cli_args.py validate_parsed_serve_args), then the knob to set.
+                "--enable-auto-tool-choice requires --tool-call-parser: set tool_call_parser "
+                "(e.g. qwen3_coder, hermes)",
                 field="enable_auto_tool_choice",
             )
         if knobs.get("language_model_only") and "limit_mm_per_prompt" in knobs:

@@ -65,7 +65,11 @@ def test_each_accepted_spelling_gives_one_context_everywhere(host, qwen, operato
 @pytest.mark.parametrize(
     ("value", "said"),
     [
-        ("1.5K", "decimals are not allowed with binary suffixes like K. Did you mean to use 1.5k instead?"),
+        (
+            "1.5K",
+            "argument --max-model-len: Decimals are not allowed with binary suffixes like K. "
+            "Did you mean to use 1.5k instead?",
+        ),
         ("garbage", "must be a positive number of tokens"),
         ("0", "must be a positive number of tokens"),
         ("-2", "must be a positive number of tokens"),

@@ -212,17 +212,17 @@ ACCEPTED = {
     ("vllm", "auto"): None,
     ("vllm", "-1"): None,
     ("sglang", "32768"): 32_768,
+    ("sglang", "32k"): 32_000,  # SGLang 0.5.23 reads SI suffixes; the argv has the number
     ("llama.cpp", "32768"): 32_768,
     ("llama.cpp", "0"): "native",
     ("ollama", "32768"): 32_768,
 }
 REFUSED = {
     ("vllm", "garbage"): "argument --max-model-len: invalid human_readable_int_or_auto value: 'garbage'",
-    ("sglang", "32k"): "argument --context-length: invalid int value: '32k'",
-    ("sglang", "32K"): "argument --context-length: invalid int value: '32K'",
-    ("sglang", "auto"): "argument --context-length: invalid int value: 'auto'",
+    ("sglang", "32K"): "argument --context-length: Invalid integer value: '32K'",
+    ("sglang", "auto"): "argument --context-length: Invalid integer value: 'auto'",
     ("sglang", "-1"): "SGLang has no 'auto' or -1",
-    ("sglang", "garbage"): "argument --context-length: invalid int value: 'garbage'",
+    ("sglang", "garbage"): "argument --context-length: Invalid integer value: 'garbage'",
     ("llama.cpp", "32k"): "llama-server reads --ctx-size 32k as 32 tokens",
     ("llama.cpp", "32K"): "llama-server reads --ctx-size 32K as 32 tokens",
     ("llama.cpp", "auto"): 'error while handling argument "--ctx-size": stoi',
@@ -271,8 +271,9 @@ def test_an_accepted_context_starts_what_the_page_shows(client, ctx_host, operat
         expected = revision.model_variant.model_arch.native_context
     assert served == expected
     flag = {"vllm": "--max-model-len", "sglang": "--context-length", "llama.cpp": "--ctx-size"}.get(engine)
-    if flag:  # as typed, or in the one spelling the engine has for it (vLLM's -1 is its auto)
-        assert parse_argv(argv)[flag] == ("auto" if value == "-1" else value)
+    if flag:  # as typed, or in the one spelling the engine has for it (vLLM's -1 is its auto; SGLang's 32k its number)
+        spelled = {("vllm", "-1"): "auto", ("sglang", "32k"): "32000"}.get((engine, value), value)
+        assert parse_argv(argv)[flag] == spelled
     else:
         assert _env["OLLAMA_CONTEXT_LENGTH"] == value
 

@@ -325,7 +325,7 @@ def test_create_types_the_knobs_and_redirects_to_the_revision(client, catalog, o
         ({"knobs": "just words"}, "knobs", "NAME=VALUE"),
         ({"env": "HF_TOKEN=hf_abc"}, "env", "is a secret"),
         ({"port": "70000"}, "port", "less than or equal to 65535"),
-        ({"knobs": "enable_auto_tool_choice=true"}, "knobs", "needs a tool_call_parser"),
+        ({"knobs": "enable_auto_tool_choice=true"}, "knobs", "requires --tool-call-parser: set tool_call_parser"),
     ],
 )
 def test_bad_input_shows_a_form_error_and_writes_nothing(client, catalog, operator, overrides, field, text):
