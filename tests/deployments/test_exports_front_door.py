@@ -25,7 +25,7 @@ from tests.api.test_api import _token, call
 from tests.hardware.factories import HostFactory
 
 pytestmark = pytest.mark.django_db
-CLIENTS = ("opencode", "hermes", "aider-settings", "aider-metadata")
+CLIENTS = ("opencode", "hermes", "aider-settings", "aider-metadata", "claude-code", "codex")
 DOOR = "http://10.0.0.7:4100/v1"
 ENGINE_KEY = "sk-engine-lab-0123456789"
 
