@@ -21,7 +21,7 @@ Each config writes what the client would otherwise take from its own defaults:
 - Claude Code (Anthropic's Messages API) and Codex (OpenAI's Responses API): the model for every
   role the agent has, the window it compacts by, and the agent's own traffic to its maker off
   (telemetry, update checks); checked by running each real agent against a real llama-server
-  through the front door (tests/deployments/test_agents_e2e.py).
+  through the front door (tests/hostagent/frontdoor/test_coding_agents.py).
 
 No secret can appear: a view only names secrets, and the key is always a placeholder
 (`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere, Claude Code's
@@ -500,9 +500,10 @@ def _toml_str(text: str) -> str:
 def codex_config(target: ClientTarget) -> Export:
     """~/.codex/config.toml: a model provider on the server's OpenAI Responses API
     (`wire_api = "responses"`, Codex's only one), the served model and its context window
-    (`model_context_window`: Codex compacts by it), Codex's update check, analytics and feedback
-    off. The key is read from the environment variable `env_key` names; without one (an open
-    server) Codex sends none."""
+    (`model_context_window`: Codex compacts by it), Codex's update check, analytics, feedback and
+    plugins off (0.171.0 resolves api.github.com and chatgpt.com for its plugins even in `codex
+    exec`; with them off it reaches nothing but the server). The key is read from the environment
+    variable `env_key` names; without one (an open server) Codex sends none."""
     context = target.require_context("Codex")
     target.require_reachable("Codex")
     require_api(target, "/v1/responses", "Codex")
@@ -521,7 +522,8 @@ def codex_config(target: ClientTarget) -> Export:
     ]
     if target.api_key_required:
         lines.append(f"env_key = {_toml_str(target.key_env)}")
-    lines += ["", "[analytics]", "enabled = false", "", "[feedback]", "enabled = false"]
+    lines += ["", "[analytics]", "enabled = false", "", "[feedback]", "enabled = false", ""]
+    lines += ["[features]", "plugins = false  # its plugin sync calls api.github.com and chatgpt.com at every start"]
     return Export("config.toml", "\n".join(lines) + "\n", "toml")
 
 

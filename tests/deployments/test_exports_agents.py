@@ -72,6 +72,7 @@ def test_codex_gets_a_responses_provider_at_the_door_with_the_key_from_the_envir
         "env_key": "CONTROLPANEL_KEY",
     }
     assert config["analytics"] == {"enabled": False} and config["feedback"] == {"enabled": False}
+    assert config["features"] == {"plugins": False}
     assert "env_key" not in codex(door_target(key=False))["model_providers"]["controlpanel"]  # sends none
 
 
