@@ -508,7 +508,7 @@ def codex_config(target: ClientTarget) -> Export:
     target.require_reachable("Codex")
     require_api(target, "/v1/responses", "Codex")
     lines = [
-        f"# Codex: {target.served_name} at {target.base_url} (the OpenAI Responses API)",
+        f"# ~/.codex/config.toml for Codex: {target.served_name} at {target.base_url} (the OpenAI Responses API)",
         f"# Context: {target.context_note}",
         f"model = {_toml_str(target.served_name)}",
         f"model_provider = {_toml_str(CODEX_PROVIDER)}",
@@ -578,8 +578,8 @@ CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
     "aider-settings": ("Aider model settings", aider_model_settings),
     "aider-metadata": ("Aider model metadata", aider_model_metadata),
     "aider-env": ("Aider environment", aider_env),
-    "claude-code": ("Claude Code", claude_code_settings),
-    "codex": ("Codex", codex_config),
+    "claude-code": ("Claude Code (~/.claude/settings.json)", claude_code_settings),
+    "codex": ("Codex (~/.codex/config.toml)", codex_config),
     "curl": ("curl", curl_snippet),
     "python": ("Python (openai)", python_snippet),
 }
