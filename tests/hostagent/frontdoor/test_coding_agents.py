@@ -17,9 +17,10 @@ Every socket the agents open is traced (strace): they reach the door on loopback
 no telemetry, update check or DNS lookup (the exports turn them off). HOME is a temporary folder.
 
 Time: a run is one cold prefill of the agent's prompt (each revision's engine sees it once) on one
-CPU thread, and the 270M model's one sentence. Measured on the suite's shared two-core machine at
-a load average of 10: 55 to 57 s a run (prefill at about 80 tokens/s), 114 to 117 s an agent, four
-runs in all; the engine's prefill is nearly all of it, so a quiet machine is several times faster.
+CPU thread, and the 270M model's one sentence; four runs in all. Measured on the suite's shared
+two-core machine: at a load average of 2.6, 16 to 25 s a run, 34 s for Codex's test and 48 s for
+Claude Code's (84 s the module); at a load average of 10, 55 to 57 s a run (prefill at about 80
+tokens/s), about 115 s a test. The engine's prefill is nearly all of it.
 """
 
 from __future__ import annotations
