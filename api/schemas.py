@@ -224,7 +224,15 @@ class BenchmarkCompareOut(Schema):
 
 
 ExportTarget = Literal[
-    "opencode", "hermes", "aider-settings", "aider-metadata", "start-script", "systemd", "ansible"
+    "opencode",
+    "hermes",
+    "aider-settings",
+    "aider-metadata",
+    "claude-code",
+    "codex",
+    "start-script",
+    "systemd",
+    "ansible",
 ]  # deployments.services.exports.TARGETS (a test keeps them equal)
 ExportVia = Literal["router", "door"]  # deployments.services.exports.VIA
 

@@ -1,4 +1,5 @@
-"""Client configs for a revision: opencode, Hermes Agent, Aider, curl and the openai client.
+"""Client configs for a revision: opencode, Hermes Agent, Aider, Claude Code, Codex, curl and the
+openai client.
 
 Pure: a RevisionView, the server's base URL and whether it wants an API key go in; each
 export comes out as (filename, content, language) for a download or copy button, or
@@ -17,15 +18,20 @@ Each config writes what the client would otherwise take from its own defaults:
 - Aider: `use_temperature` and the catalog's sampling preset (aider otherwise sends
   temperature 0), `extra_params` with the reply budget; vLLM-only parameters (top_k) go in
   `extra_body`, which the OpenAI client passes through.
+- Claude Code (Anthropic's Messages API) and Codex (OpenAI's Responses API): the model for every
+  role the agent has, the window it compacts by, and the agent's own traffic to its maker off
+  (telemetry, update checks); checked by running each real agent against a real llama-server
+  through the front door (tests/hostagent/frontdoor/test_coding_agents.py).
 
 No secret can appear: a view only names secrets, and the key is always a placeholder
-(`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere) or
-`EMPTY` when the server takes none. Through the host's front door (`through_door`) the configs
-name the door and the revision's alias, and the key is the user's inference key
-(`CONTROLPANEL_KEY`); the engine's own key stays behind the door. Through the lab router
-(`through_router`) they name the router instead, with the same alias and key. The context written into each
-config is the one the server really runs with (serving.diffing.context): for llama.cpp that is
-the per-slot context, ctx_size / parallel, because one request can never use more than its slot.
+(`{env:LLM_API_KEY}` for opencode's own substitution, `${LLM_API_KEY}` elsewhere, Claude Code's
+`printenv LLM_API_KEY`, Codex's `env_key`) or `EMPTY` when the server takes none. Through the
+host's front door (`through_door`) the configs name the door and the revision's alias, and the key
+is the user's inference key (`CONTROLPANEL_KEY`); the engine's own key stays behind the door.
+Through the lab router (`through_router`) they name the router instead, with the same alias and
+key. The context written into each config is the one the server really runs with
+(serving.diffing.context): for llama.cpp that is the per-slot context, ctx_size / parallel,
+because one request can never use more than its slot.
 """
 
 from __future__ import annotations
@@ -426,6 +432,101 @@ def aider_env(target: ClientTarget) -> Export:
     return Export("aider.sh", "\n".join(lines) + "\n", "bash")
 
 
+# -- coding agents on other APIs: Claude Code (Anthropic Messages), Codex (OpenAI Responses) -------------
+
+CLAUDE_CODE_SCHEMA = "https://json.schemastore.org/claude-code-settings.json"
+# Claude Code's switches for a self-hosted server (2.1.x): no telemetry, error reports, update checks or
+# other calls to Anthropic (NONESSENTIAL_TRAFFIC covers the rest), and no experimental beta fields in
+# requests (a server that is not Anthropic's would refuse what it does not know).
+CLAUDE_CODE_QUIET = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
+}
+CODEX_PROVIDER = "controlpanel"
+
+
+def require_api(target: ClientTarget, path: str, client: str) -> None:
+    """NotExportable when the revision's engine does not serve `path` (the front door would refuse
+    every request of that client): its adapter's `api_paths`."""
+    try:
+        paths = get_adapter(target.engine).api_paths
+    except EngineConfigError:
+        return
+    if path not in paths:
+        raise NotExportable(f"{client} calls {path}, which {engine_label(target.engine)} does not serve")
+
+
+def anthropic_base_url(target: ClientTarget) -> str:
+    """The server's root: Anthropic's clients append /v1/messages themselves."""
+    url = target.base_url
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def claude_code_settings(target: ClientTarget) -> Export:
+    """~/.claude/settings.json: Claude Code on the server's Anthropic Messages API (/v1/messages).
+
+    `env` names the server (ANTHROPIC_BASE_URL, without /v1) and the model for every role Claude
+    Code has (its main model and the opus, sonnet and haiku defaults its background calls use), the
+    window it compacts by (CLAUDE_CODE_AUTO_COMPACT_WINDOW: the served context) and its reply cap,
+    and turns its own traffic off (`CLAUDE_CODE_QUIET`). The key is never in the file:
+    `apiKeyHelper` prints it from the user's environment when Claude Code starts (sent as x-api-key
+    and as a bearer token), or EMPTY when the server takes none."""
+    context = target.require_context("Claude Code")
+    target.require_reachable("Claude Code")
+    require_api(target, "/v1/messages", "Claude Code")
+    model = target.served_name
+    env = {
+        "ANTHROPIC_BASE_URL": anthropic_base_url(target),
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(context),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(target.max_output or default_max_output(context)),
+        **CLAUDE_CODE_QUIET,
+    }
+    helper = f"printenv {target.key_env}" if target.api_key_required else f"echo {NO_KEY}"
+    settings = {"$schema": CLAUDE_CODE_SCHEMA, "model": model, "apiKeyHelper": helper, "env": env}
+    return Export("settings.json", json.dumps(settings, indent=2) + "\n", "json")
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid TOML basic string
+
+
+def codex_config(target: ClientTarget) -> Export:
+    """~/.codex/config.toml: a model provider on the server's OpenAI Responses API
+    (`wire_api = "responses"`, Codex's only one), the served model and its context window
+    (`model_context_window`: Codex compacts by it), Codex's update check, analytics, feedback and
+    plugins off (0.171.0 resolves api.github.com and chatgpt.com for its plugins even in `codex
+    exec`; with them off it reaches nothing but the server). The key is read from the environment
+    variable `env_key` names; without one (an open server) Codex sends none."""
+    context = target.require_context("Codex")
+    target.require_reachable("Codex")
+    require_api(target, "/v1/responses", "Codex")
+    lines = [
+        f"# ~/.codex/config.toml for Codex: {target.served_name} at {target.base_url} (the OpenAI Responses API)",
+        f"# Context: {target.context_note}",
+        f"model = {_toml_str(target.served_name)}",
+        f"model_provider = {_toml_str(CODEX_PROVIDER)}",
+        f"model_context_window = {context}",
+        "check_for_update_on_startup = false",
+        "",
+        f"[model_providers.{CODEX_PROVIDER}]",
+        f"name = {_toml_str(f'{target.served_name} ({engine_label(target.engine)})')}",
+        f"base_url = {_toml_str(target.base_url)}",
+        'wire_api = "responses"',
+    ]
+    if target.api_key_required:
+        lines.append(f"env_key = {_toml_str(target.key_env)}")
+    lines += ["", "[analytics]", "enabled = false", "", "[feedback]", "enabled = false", ""]
+    lines += ["[features]", "plugins = false  # its plugin sync calls api.github.com and chatgpt.com at every start"]
+    return Export("config.toml", "\n".join(lines) + "\n", "toml")
+
+
 # -- generic OpenAI-compatible -------------------------------------------------------------
 
 
@@ -477,6 +578,8 @@ CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
     "aider-settings": ("Aider model settings", aider_model_settings),
     "aider-metadata": ("Aider model metadata", aider_model_metadata),
     "aider-env": ("Aider environment", aider_env),
+    "claude-code": ("Claude Code (~/.claude/settings.json)", claude_code_settings),
+    "codex": ("Codex (~/.codex/config.toml)", codex_config),
     "curl": ("curl", curl_snippet),
     "python": ("Python (openai)", python_snippet),
 }

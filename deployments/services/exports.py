@@ -3,8 +3,8 @@
 One entry point, `revision_export(revision, target)`, returns the file a target runs as it
 is, or raises `NotExportable` with the reason. Targets:
 
-- clients (serving.exports): opencode, hermes, aider-settings, aider-metadata (and the
-  page's aider-env, curl, python), through the host's front door and the revision's alias when
+- clients (serving.exports): opencode, hermes, aider-settings, aider-metadata, claude-code, codex
+  (and the page's aider-env, curl, python), through the host's front door and the revision's alias when
   the door has reported and serves the revision (`door_route`), else at the engine itself, the
   page saying why; with the door, through the lab router (CONTROLPANEL_ROUTER_URL) and the same
   alias instead, by default when clients can reach the router (`ExportTargets`, `via`);
@@ -53,7 +53,7 @@ from .front_door import door_base_url
 from .imports import revision_export_ansible
 from .inference_keys import keys_required
 
-CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata")
+CLIENT_TARGETS = ("opencode", "hermes", "aider-settings", "aider-metadata", "claude-code", "codex")
 HOST_TARGETS = ("start-script", "systemd", "ansible")
 TARGETS = CLIENT_TARGETS + HOST_TARGETS
 

@@ -26,7 +26,7 @@ from tests.hardware.factories import HostFactory
 from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
-CLIENTS = ("opencode", "hermes", "aider-settings", "aider-metadata")
+CLIENTS = ("opencode", "hermes", "aider-settings", "aider-metadata", "claude-code", "codex")
 DOOR = "http://10.0.0.7:4100/v1"
 ENGINE_KEY = "sk-engine-lab-0123456789"
 

@@ -34,6 +34,9 @@ def test_exports_show_client_configs_with_served_name_and_real_context(client, c
     assert "context_length: 32768" in page  # Hermes gets the server's real context
     assert "EMPTY" in page  # no API key: the placeholder clients send
     assert "vllm_model: philbert440/Qwen3.8-27B-W4A16-AWQ" in page  # group_vars
+    # Claude Code (Anthropic's Messages: the root URL) and Codex (a Responses provider)
+    assert "&quot;ANTHROPIC_BASE_URL&quot;: &quot;http://lab.lan:8001&quot;" in page
+    assert "wire_api = &quot;responses&quot;" in page and "model_context_window = 32768" in page
 
 
 def test_exports_never_show_a_secret(client, catalog, operator, admin_user, viewer):
@@ -160,7 +163,7 @@ def test_every_export_has_a_copy_button_and_downloads_as_its_own_file(client, ca
     assert '<script src="/static/js/exports.js" defer></script>' in page
     targets = re.findall(r'<button type="button" class="secondary" data-copy="([\w-]+)">Copy</button>', page)
     keys = re.findall(r'href="\?download=([\w-]+)"', page)
-    assert {"opencode", "start-script", "systemd", "group_vars"} <= set(keys), keys
+    assert {"opencode", "claude-code", "codex", "start-script", "systemd", "group_vars"} <= set(keys), keys
     assert len(targets) == len(keys) and all(f'id="{t}"' in page for t in targets), targets
     for key in keys:
         response = client.get(url, {"download": key})

@@ -92,7 +92,8 @@ def report(host: Host, door: FrontDoorProcess, version: str) -> None:
 
 
 @contextlib.contextmanager
-def router_process(log: Path, **env: str) -> Iterator[str]:
+def router_process(log: Path, usable: int = 2, **env: str) -> Iterator[str]:
+    """The router on the test database, once it can use `usable` doors."""
     port = free_port()
     environ = dict(os.environ, DATABASE_URL=test_database_url(), DJANGO_SETTINGS_MODULE="controlpanel.settings")
     environ.update(
@@ -112,7 +113,7 @@ def router_process(log: Path, **env: str) -> Iterator[str]:
         while True:
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).json().get("usable") == 2:
+                if httpx.get(f"{url}/health", timeout=2).json().get("usable") == usable:
                     break
             time.sleep(0.1)
         yield url

@@ -1,15 +1,11 @@
 """Anthropic's Messages and OpenAI's Responses through the lab router (tests/router/conftest.py:
 two hosts' real front doors and llama-servers, the router as its own process), by an alias, with
-usage booked at the door that answered; the router's own refusals in each API's error shape.
-
-The `anthropic` SDK is not installed in the suite's environment: Messages are sent as it sends them
-(httpx, `x-api-key`, `anthropic-version`); Responses go through the official `openai` client."""
+the official `anthropic` and `openai` clients, usage booked at the door that answered; the router's
+own refusals in each API's error shape, as each client raises them."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+import anthropic
 import httpx
 import pytest
 from openai import OpenAI
@@ -23,10 +19,6 @@ SAY = [{"role": "user", "content": "Count to ten."}]
 PLAIN = {"ignore_eos": True}  # llama.cpp's: exactly the tokens asked for
 
 
-def headers(lab: Lab, key: str = "only-fast") -> dict[str, str]:
-    return {"x-api-key": lab.keys[key], "anthropic-version": "2023-06-01"}
-
-
 def door_tokens(lab: Lab, kind: str) -> float:
     """The tokens lab-b's door booked to `fast` for the key `only-fast` (its own /metrics)."""
     return lab.doors["lab-b"].metric(
@@ -34,38 +26,23 @@ def door_tokens(lab: Lab, kind: str) -> float:
     )
 
 
-def events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
-    out, name = [], ""
-    for line in response.iter_lines():
-        if line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            out.append((name, json.loads(line[5:])))
-    return out
-
-
 def test_messages_and_responses_reach_the_alias_host_booked_and_refusals_are_in_their_apis_shape(
     two_hosts: Lab,
 ) -> None:
     lab = two_hosts
-    body = {"model": "fast", "max_tokens": 4, "messages": SAY, **PLAIN}
-    plain = httpx.post(f"{lab.router}/v1/messages", json=body, headers=headers(lab), timeout=120)
-    assert plain.status_code == 200, plain.text
-    assert plain.headers["X-Controlpanel-Host"] == "lab-b" and plain.json()["model"] == "gemma-b"
-    assert plain.json()["usage"]["output_tokens"] == 4 and door_tokens(lab, "completion") == 4
+    claude = anthropic.Anthropic(base_url=lab.router, api_key=lab.keys["only-fast"], max_retries=0, timeout=120)
+    raw = claude.messages.with_raw_response.create(model="fast", max_tokens=4, messages=SAY, extra_body=PLAIN)
+    plain = raw.parse()
+    assert raw.headers["X-Controlpanel-Host"] == "lab-b" and plain.model == "gemma-b"
+    assert plain.usage.output_tokens == 4 and door_tokens(lab, "completion") == 4
 
-    streamed = {**body, "max_tokens": 6, "stream": True}
-    with httpx.stream("POST", f"{lab.router}/v1/messages", json=streamed, headers=headers(lab), timeout=120) as r:
-        assert r.status_code == 200 and r.headers["X-Controlpanel-Host"] == "lab-b"
-        seen = events(r)
-    assert seen[0][0] == "message_start" and seen[-1][0] == "message_stop"
+    with claude.messages.stream(model="fast", max_tokens=6, messages=SAY, extra_body=PLAIN) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) == 6 and final.model == "gemma-b" and final.usage.output_tokens == 6
     assert door_tokens(lab, "completion") == 4 + 6
 
-    counted = httpx.post(
-        f"{lab.router}/v1/messages/count_tokens", json={"model": "fast", "messages": SAY}, headers=headers(lab),
-        timeout=120,
-    )  # fmt: skip
-    assert counted.status_code == 200 and counted.json()["input_tokens"] > 3
+    assert claude.messages.count_tokens(model="fast", messages=SAY).input_tokens > 3
     assert door_tokens(lab, "completion") == 10
 
     client = OpenAI(base_url=f"{lab.router}/v1", api_key=lab.keys["only-fast"], max_retries=0, timeout=120)
@@ -80,22 +57,21 @@ def test_messages_and_responses_reach_the_alias_host_booked_and_refusals_are_in_
     assert metric(lab.router, "router_requests_total", host="lab-b", alias="fast", code="200") == 5
 
     # The router's own refusals on /v1/messages are Anthropic's (one lab for both: each costs two engines).
-    body = {**body, "max_tokens": 2}
-    wrong = {"x-api-key": "cpk_not-a-key", "anthropic-version": "2023-06-01"}
-    refused = httpx.post(f"{lab.router}/v1/messages", json=body, headers=wrong, timeout=30)
-    assert refused.status_code == 401
-    assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "authentication_error"
-    forbidden = httpx.post(
-        f"{lab.router}/v1/messages", json={**body, "model": "coder"}, headers=headers(lab), timeout=30
-    )
-    assert forbidden.status_code == 403 and forbidden.json()["error"]["type"] == "permission_error"
-    unknown = httpx.post(
-        f"{lab.router}/v1/messages", json={**body, "model": "nobody"}, headers=headers(lab), timeout=30
-    )
-    assert unknown.status_code == 404 and unknown.json()["error"] == {
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        anthropic.Anthropic(base_url=lab.router, api_key="cpk_not-a-key", max_retries=0).messages.create(
+            model="fast", max_tokens=2, messages=SAY
+        )
+    assert isinstance(refused.value.body, dict) and refused.value.body["error"]["type"] == "authentication_error"
+    with pytest.raises(anthropic.PermissionDeniedError) as forbidden:
+        claude.messages.create(model="coder", max_tokens=2, messages=SAY)
+    assert isinstance(forbidden.value.body, dict) and forbidden.value.body["error"]["type"] == "permission_error"
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        claude.messages.create(model="nobody", max_tokens=2, messages=SAY)
+    assert isinstance(unknown.value.body, dict) and unknown.value.body["error"] == {
         "type": "not_found_error",
         "message": "The model `nobody` does not exist in this lab.",
     }
+    wrong = {"x-api-key": "cpk_not-a-key", "anthropic-version": "2023-06-01"}
     # On an OpenAI path the same refusal is OpenAI's.
     openai_shaped = httpx.post(f"{lab.router}/v1/responses", json={"model": "nobody", "input": "x"}, headers=wrong)
     assert openai_shaped.status_code == 401 and openai_shaped.json()["error"]["code"] == "invalid_api_key"

@@ -2,8 +2,9 @@
 
 `./scripts/test` installs each into its own folder under `.tools/` (git-ignored) from the
 registries: hermes-agent, aider-chat and ansible-core from PyPI, each in its own venv (their
-pins clash with the panel's), opencode from npm (`opencode-ai`, which ships its binary), and
-Debian's systemd for `systemd-analyze`. A tool missing here makes its test skip with the
+pins clash with the panel's), opencode, Claude Code and Codex from npm (`opencode-ai`,
+`@anthropic-ai/claude-code`, `@openai/codex`, each shipping its binary), and Debian's systemd
+for `systemd-analyze` and strace. A tool missing here makes its test skip with the
 reason, so a machine that could not install it still runs everything else.
 """
 
@@ -35,11 +36,31 @@ def tool_bin(name: str, executable: str) -> Path:
     return exe
 
 
-def opencode_bin() -> Path:
-    exe = TOOLS / "opencode" / "node_modules" / ".bin" / "opencode"
-    if not exe.exists() or not (TOOLS / "opencode" / ".installed").is_file():
-        pytest.skip("opencode is not installed in .tools/opencode (./scripts/test installs opencode-ai from npm)")
+def npm_bin(folder: str, executable: str, package: str) -> Path:
+    """An npm tool's executable in `.tools/<folder>`, or a skip saying so."""
+    exe = TOOLS / folder / "node_modules" / ".bin" / executable
+    if not exe.exists() or not (TOOLS / folder / ".installed").is_file():
+        pytest.skip(f"{executable} is not installed in .tools/{folder} (./scripts/install-tools installs {package})")
     return exe
+
+
+def opencode_bin() -> Path:
+    return npm_bin("opencode", "opencode", "opencode-ai")
+
+
+def claude_bin() -> Path:
+    return npm_bin("claude-code", "claude", "@anthropic-ai/claude-code")
+
+
+def codex_bin() -> Path:
+    return npm_bin("codex", "codex", "@openai/codex")
+
+
+def strace() -> str:
+    found = shutil.which("strace")
+    if found is None:
+        pytest.skip("strace is not installed (./scripts/install-tools installs Debian's strace package)")
+    return found
 
 
 def systemd_analyze() -> str:

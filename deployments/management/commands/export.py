@@ -13,8 +13,8 @@ from serving.exports import NotExportable
 class Command(PanelCommand):
     help = (
         "Print one export of a revision to standard output, exactly as its target runs it: a client config "
-        "(opencode, hermes, aider-settings, aider-metadata; --via router or door), the host's launch "
-        "(start-script, systemd) or the seed role's group_vars (ansible). What the file cannot say goes to "
+        "(opencode, hermes, aider-settings, aider-metadata, claude-code, codex; --via router or door), the host's "
+        "launch (start-script, systemd) or the seed role's group_vars (ansible). What the file cannot say goes to "
         "standard error. Exit status 2, with one line saying why, when the revision cannot be exported to that "
         "target."
     )

@@ -1,23 +1,24 @@
 """Every API an engine serves, through one front door by an alias: Anthropic's Messages (plain,
-streamed, count_tokens) and OpenAI's Responses (plain, streamed, input-token count) against a real
-llama-server, each booked from its own usage block; an engine that lacks a path answered in that
-API's own error shape; a bad key on /v1/messages refused as Anthropic refuses one.
-
-The `anthropic` SDK is not installed in the suite's environment, so Messages are sent as its
-client sends them (httpx, `x-api-key`, `anthropic-version`) and read as it reads them; Responses go
-through the official `openai` client."""
+streamed, count_tokens) through the official `anthropic` client and OpenAI's Responses (plain,
+streamed, input-token count) through the official `openai` client, against a real llama-server,
+each booked from its own usage block; a switch (the alias moved) under both clients' streams loses
+nothing; an engine that lacks a path answered in that API's own error shape; a bad key on
+/v1/messages refused as Anthropic refuses one."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from openai import NotFoundError, OpenAI
 
-from hostagent.frontdoor import InferenceKey, KeyTable, hash_key
+from hostagent.frontdoor import InferenceKey, KeyTable, RoutingTable, hash_key
 from hostagent.frontdoor.apis import Form
 from hostagent.frontdoor.usage import ends_stream
 from serving.engines.registry import ADAPTERS
@@ -30,6 +31,7 @@ KEY = "sk-claude-code-1234567890"
 ANTHROPIC_HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
 SAY = [{"role": "user", "content": "Count to ten."}]
 PLAIN = {"ignore_eos": True}  # llama.cpp's: exactly max_tokens tokens, whatever the model says
+LONG = 200  # tokens a stream runs for while the switch comes (seconds on a CPU)
 
 
 @pytest.fixture(scope="module")
@@ -66,38 +68,41 @@ def events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_anthropic_messages_by_an_alias_plain_and_streamed_are_booked_from_their_usage(door: DoorThread) -> None:
-    before = usage(door)
-    body = {"model": "fast", "max_tokens": 5, "messages": SAY, **PLAIN}
-    plain = httpx.post(f"{door.url}/v1/messages", json=body, headers=ANTHROPIC_HEADERS, timeout=300)
-    assert plain.status_code == 200, plain.text
-    message = plain.json()
-    assert message["type"] == "message" and message["content"][0]["type"] == "text"
-    assert message["model"] == "small"  # the alias was rewritten to the engine's name
-    spent = message["usage"]
-    prompt = spent["input_tokens"] + spent.get("cache_read_input_tokens", 0)
-    assert spent["output_tokens"] == 5 and booked(door, before) == (1, prompt, 5)
+def claude(door: DoorThread, key: str = KEY) -> anthropic.Anthropic:
+    """The official `anthropic` client at the door (it sends the key as `x-api-key`)."""
+    return anthropic.Anthropic(base_url=door.url, api_key=key, max_retries=0, timeout=300)
 
-    # Streamed, with `stream` as a lax boolean ("yes": the door reads it as vLLM does and sends `true`).
+
+def test_anthropic_messages_by_an_alias_plain_and_streamed_are_booked_from_their_usage(door: DoorThread) -> None:
+    client = claude(door)
     before = usage(door)
-    streamed = {**body, "max_tokens": 7, "stream": "yes"}
-    with httpx.stream("POST", f"{door.url}/v1/messages", json=streamed, headers=ANTHROPIC_HEADERS, timeout=300) as r:
+    message = client.messages.create(model="fast", max_tokens=5, messages=SAY, extra_body=PLAIN)
+    assert message.type == "message" and message.content[0].type == "text" and message.content[0].text
+    assert message.model == "small"  # the alias was rewritten to the engine's name
+    prompt = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert message.usage.output_tokens == 5 and booked(door, before) == (1, prompt, 5)
+
+    before = usage(door)
+    with client.messages.stream(model="fast", max_tokens=7, messages=SAY, extra_body=PLAIN) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) == 7 and "".join(pieces) == final.content[0].text  # type: ignore[union-attr]
+    assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 7
+    prompt = final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+    assert booked(door, before) == (1, prompt, 7)
+
+    # `stream` as a lax boolean ("yes"): the door reads it as vLLM does and sends the engine `true`.
+    lax = {"model": "fast", "max_tokens": 2, "messages": SAY, "stream": "yes", **PLAIN}
+    with httpx.stream("POST", f"{door.url}/v1/messages", json=lax, headers=ANTHROPIC_HEADERS, timeout=300) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        seen = events(r)
-    kinds = [name for name, _ in seen]
-    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
-    assert sum(1 for name, data in seen if name == "content_block_delta" and data["delta"].get("text")) == 7
-    start = seen[0][1]["message"]["usage"]
-    output = next(data["usage"]["output_tokens"] for name, data in seen if name == "message_delta")
-    assert output == 7
-    assert booked(door, before) == (1, start["input_tokens"] + start.get("cache_read_input_tokens", 0), 7)
+        kinds = [name for name, _ in events(r)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
 
 
 def test_count_tokens_answers_without_booking_any(door: DoorThread) -> None:
     before = usage(door)
-    body = {"model": "fast", "messages": SAY}
-    counted = httpx.post(f"{door.url}/v1/messages/count_tokens", json=body, headers=ANTHROPIC_HEADERS, timeout=300)
-    assert counted.status_code == 200 and counted.json()["input_tokens"] > 3
+    counted = claude(door).messages.count_tokens(model="fast", messages=SAY)
+    assert counted.input_tokens > 3
     assert booked(door, before) == (1, 0, 0)
 
 
@@ -147,20 +152,75 @@ def test_an_engine_without_the_path_answers_in_that_apis_own_error_shape(door: D
 
 
 def test_a_bad_key_on_messages_gets_anthropics_authentication_error(door: DoorThread) -> None:
-    body = {"model": "fast", "max_tokens": 2, "messages": SAY}
-    wrong = {**ANTHROPIC_HEADERS, "x-api-key": "sk-not-a-key-0000000000"}
-    refused = httpx.post(f"{door.url}/v1/messages", json=body, headers=wrong, timeout=30)
-    assert refused.status_code == 401
-    error = refused.json()
-    assert error["type"] == "error" and error["error"]["type"] == "authentication_error"
-    assert "x-api-key" in error["error"]["message"]
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        claude(door, "sk-not-a-key-0000000000").messages.create(model="fast", max_tokens=2, messages=SAY)
+    assert refused.value.status_code == 401
+    error = refused.value.body
+    assert isinstance(error, dict) and error["type"] == "error"
+    assert error["error"]["type"] == "authentication_error" and "x-api-key" in error["error"]["message"]
     # The engine's own refusal of a bad body (OpenAI-shaped from llama-server) reaches an Anthropic
     # client in Anthropic's shape too.
-    bad = httpx.post(
-        f"{door.url}/v1/messages", json={**body, "max_tokens": "many"}, headers=ANTHROPIC_HEADERS, timeout=300
-    )
-    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
-    assert bad.json()["type"] == "error"
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        claude(door).messages.create(model="fast", max_tokens="many", messages=SAY)  # type: ignore[arg-type]
+    assert isinstance(bad.value.body, dict) and bad.value.body["type"] == "error"
+    assert bad.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_a_switch_under_both_clients_streams_loses_nothing(door: DoorThread) -> None:
+    """`fast` moves from `small` to `wide` while an Anthropic and a Responses stream run on `small`:
+    both finish there, whole; the next requests by `fast` reach `wide`; every token is booked."""
+    messages, responses = claude(door), OpenAI(base_url=f"{door.url}/v1", api_key=KEY, max_retries=0, timeout=300)
+    messages.messages.create(model="fast", max_tokens=1, messages=SAY)  # `small` loaded, whatever ran before
+    table = door.table
+    before = {name: usage(door, name) for name in ("small", "wide")}
+    done: dict[str, tuple[str, int, int]] = {}
+    failures: list[BaseException] = []
+
+    def anthropic_stream() -> None:
+        try:
+            with messages.messages.stream(model="fast", max_tokens=LONG, messages=SAY, extra_body=PLAIN) as stream:
+                pieces = sum(1 for _ in stream.text_stream)
+                final = stream.get_final_message()
+            done["messages"] = (final.model, final.usage.output_tokens, pieces)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            failures.append(exc)
+
+    def responses_stream() -> None:
+        try:
+            seen = list(
+                responses.responses.create(
+                    model="fast", input="Count to ten.", max_output_tokens=LONG, stream=True, extra_body=PLAIN
+                )
+            )
+            last = seen[-1]
+            assert last.type == "response.completed" and last.response.usage is not None
+            deltas = sum(1 for event in seen if event.type == "response.output_text.delta")
+            done["responses"] = (last.response.model, last.response.usage.output_tokens, deltas)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            failures.append(exc)
+
+    threads = [threading.Thread(target=anthropic_stream), threading.Thread(target=responses_stream)]
+    for thread in threads:
+        thread.start()
+    door.wait_for(lambda state: state["small"]["in_flight"] == 2)
+    aliases = {"small": (), "wide": ("coder", "fast")}
+    door.update_table(RoutingTable(tuple(replace(m, aliases=aliases.get(m.name, m.aliases)) for m in table.models)))
+    try:
+        assert all(thread.is_alive() for thread in threads)  # the switch came while both streamed
+        door.wait_for(lambda state: state["wide"]["phase"] == "loaded", timeout=180)  # the door starts it
+        after_switch = messages.messages.create(model="fast", max_tokens=3, messages=SAY, extra_body=PLAIN)
+        answer = responses.responses.create(model="fast", input="Hi.", max_output_tokens=3, extra_body=PLAIN)
+        for thread in threads:
+            thread.join(300)
+    finally:
+        door.update_table(table)
+    assert failures == []
+    assert done == {"messages": ("small", LONG, LONG), "responses": ("small", LONG, LONG)}  # where they began
+    assert after_switch.model == "wide" and answer.model == "wide"
+    small, wide = (usage(door, name) for name in ("small", "wide"))
+    assert small["completion_tokens"] - before["small"]["completion_tokens"] == 2 * LONG
+    assert wide["completion_tokens"] - before["wide"]["completion_tokens"] == 6
+    assert small["errors"] == before["small"]["errors"] and wide["errors"] == before["wide"]["errors"]
 
 
 def test_a_transcription_form_is_routed_by_its_model_field(door: DoorThread) -> None:
