@@ -115,7 +115,7 @@ def test_a_cpu_only_layout_prints_the_engines_host_ram_by_part(catalog: object) 
     args += ("--engine", "llama.cpp", "--set", "ctx_size=8192", "--set", "parallel=2", "--set", "n_gpu_layers=0")
     code, out = plan(*args)
     assert code == 0
-    assert "host RAM (CPU only):          0.39 GiB (weights 0.24 GiB, kv cache 0.05 GiB" in out
+    assert "host RAM (CPU only):          0.41 GiB (weights 0.24 GiB, kv cache 0.05 GiB" in out
     assert "up to 8.00 GiB (--cache-ram)" in out
     report = json.loads(plan(*args, "--json")[1])
     assert report["ram_bytes"] == sum(v for k, v in report["ram_parts"].items() if k in PARTS)

@@ -5,9 +5,13 @@ llama-server on the shipped Gemma 3 270M GGUF at contexts 2048-32768, 1-4 slots,
 sizes, flash attention on and off, a q8_0 cache; its peak RSS and its own buffer lines) and holds the
 planner's figure for each setting against it, term by term, then in total.
 
-What the planner does not count, said here rather than hidden:
+What the planner does not follow, said here rather than hidden:
 - the CPU_REPACK buffer (x86 weights repacked for the CPU kernels: 12.66 MiB here, 3-4 % of the
-  peak): which tensors are repacked needs the tensor types, which the catalog does not keep;
+  peak) is inside the measured runtime constant, not a term of its own: which tensors are repacked
+  needs the tensor types, which the catalog does not keep;
+- the process's own memory grows with the prompt a slot holds (~30 MiB more after an 8k-token
+  prompt than after 2k ones); slots longer than 8192 were not filled in the bench's time, so the
+  planner keeps one measured constant (memory.LLAMA_CPU_RUNTIME);
 - the prompt cache (--cache-ram): it grows with distinct prompts up to its limit, so the report
   names the limit (ram_parts["prompt_cache_limit"]) beside the total instead of in it.
 """
@@ -36,8 +40,9 @@ def _planned(run: dict[str, Any]) -> dict[str, int]:
     return planner_ram(run["knobs"], gemma_model_path())
 
 
-def _repack(run: dict[str, Any]) -> int:
-    return int(run["engine"]["model_buffers_mib"].get("CPU_REPACK", 0) * MiB)
+def test_the_repack_buffer_the_runtime_constant_holds_is_this_size() -> None:
+    """The x86 repack of the Q4_K tensors, logged by every run: inside LLAMA_CPU_RUNTIME, not a term."""
+    assert {r["engine"]["model_buffers_mib"].get("CPU_REPACK") for r in RUNS} == {12.66}
 
 
 def test_the_fixture_is_the_shipped_model_and_covers_the_settings() -> None:
@@ -63,11 +68,19 @@ def test_each_buffer_as_the_engine_logged_it(run: dict[str, Any]) -> None:
 @pytest.mark.parametrize("run", [r for r in RUNS if r["after_fill"]], ids=_label)
 def test_total_within_ten_percent_of_the_peak_after_a_slot_was_filled(run: dict[str, Any]) -> None:
     """After one prompt filled a slot (every page of the compute buffer touched) the planner's total is
-    within 10 % of llama-server's peak RSS, the unmodelled repack buffer included in the peak."""
+    within 10 % of llama-server's peak RSS."""
     planned, peak = _planned(run)["total"], run["peak_rss"]
     assert abs(planned - peak) <= 0.10 * peak, f"planned {planned / MiB:.1f} MiB, peak {peak / MiB:.1f} MiB"
-    # the gap the planner knows it leaves: the repack buffer, and no more than 5 % beside it
-    assert abs(planned + _repack(run) - peak) <= 0.05 * peak
+
+
+def test_the_gap_the_planner_leaves_grows_with_the_prompt_a_slot_held() -> None:
+    """Stated, not hidden: the peak less the planner's total is within 4 % after prompts of up to 2k tokens and ~33 MiB
+    (6.5 %) after an 8k-token one; the planner's runtime is one constant."""
+    filled = [(r["after_fill"]["prompt_tokens"], r["peak_rss"], _planned(r)["total"]) for r in RUNS if r["after_fill"]]
+    assert all(abs(peak - total) <= 0.04 * peak for tokens, peak, total in filled if tokens <= 2048)
+    tokens, peak, total = max(filled)
+    assert tokens > 8000
+    assert 25 * MiB <= peak - total <= 40 * MiB
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if not r["after_fill"]], ids=_label)
@@ -77,7 +90,7 @@ def test_never_below_the_peak_when_the_slot_was_too_long_to_fill(run: dict[str, 
     buffer, as a long prompt will use it: never below the measured peak, and above it by no more
     than that buffer and 10 %."""
     planned, peak = _planned(run), run["peak_rss"]
-    assert planned["total"] >= peak - _repack(run)
+    assert planned["total"] >= peak
     assert planned["total"] - planned["compute_buffer"] <= 1.10 * peak
 
 
