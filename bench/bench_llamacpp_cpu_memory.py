@@ -13,6 +13,7 @@ Run:   python bench/bench_llamacpp_cpu_memory.py --fill-up-to 2048   (fill slots
            on 2 shared cores a 2048-token prompt takes ~40 s, longer ones minutes)
        ... --json tests/fixtures/cpu/llamacpp_memory.json            (also write the fixture)
        ... --pick 13 --fill-up-to 8192                              (one setting, by index)
+       ... --pick 1 --fill-up-to 2048 --prompts 8   (then 8 distinct prompts: the prompt cache's growth)
 """
 
 from __future__ import annotations
@@ -116,6 +117,18 @@ def fill_slot(port: int, slot_ctx: int) -> dict[str, Any] | None:
     return {"prompt_tokens": tokens, "seconds": round(time.monotonic() - started, 1), "status": status(PIDS[-1])}
 
 
+def distinct_prompt(port: int, i: int) -> dict[str, int]:
+    """One more prompt unlike the others (~800 tokens): llama-server saves the slot's last one to its
+    prompt cache (--cache-ram) as it arrives; the RSS after it."""
+    text = f"Story {i}: " + f"A different tale number {i} begins here. " * 80
+    _get(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        {"messages": [{"role": "user", "content": text}], "max_tokens": 4},
+    )
+    return status(PIDS[-1])
+
+
+PROMPTS = 0  # distinct prompts after the fill; --prompts
 FILL_UP_TO = 0  # fill slots of at most this many tokens (0: all); --fill-up-to
 PIDS: list[int] = []
 
@@ -151,6 +164,7 @@ def run_one(ctx: int, parallel: int, extra: dict[str, Any], model: str, binary: 
             )
             chatted = status(proc.pid)
             filled = fill_slot(port, slot_context(ctx, parallel, extra))
+            distinct = [distinct_prompt(port, i) for i in range(PROMPTS)]
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -162,6 +176,7 @@ def run_one(ctx: int, parallel: int, extra: dict[str, Any], model: str, binary: 
         "after_load": loaded,
         "after_chat": chatted,
         "after_fill": filled,
+        "after_distinct_prompts": distinct,
         "peak_rss": filled["status"]["VmHWM"] if filled else chatted["VmHWM"],
         "engine": engine_lines(text),
     }
@@ -177,11 +192,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="write the runs to this file (the fixture)")
     parser.add_argument("--only", type=int, help="measure only the first N settings")
+    parser.add_argument("--prompts", type=int, default=0, help="then N distinct prompts (the prompt cache grows)")
     parser.add_argument("--pick", help="measure only these settings (indices into SETTINGS, comma-separated)")
     parser.add_argument("--fill-up-to", type=int, default=0, help="fill only slots of at most N tokens")
     args = parser.parse_args()
-    global FILL_UP_TO
-    FILL_UP_TO = args.fill_up_to
+    global FILL_UP_TO, PROMPTS
+    FILL_UP_TO, PROMPTS = args.fill_up_to, args.prompts
     model, binary = gemma_model_path(), llama_server_binary()
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
     runs = []
