@@ -198,7 +198,7 @@ LLAMA_OUTPUT_BYTES_PER_VOCAB = 4
 # which are repacked needs the tensor types, which the catalog does not keep), the vocabulary and
 # tokenizer, the HTTP server, slot buffers and malloc's arenas. Measured with a 262,144-token
 # vocabulary: peak RSS less the file and the buffers above, after a prompt filled a slot of
-# 512-2048 tokens (84-101 MiB over five runs; 96 is their mean but one). It grows with the prompt:
+# 512-2048 tokens (84-101 MiB over five runs, mean 94; 96 leans to the larger). It grows with the prompt:
 # 128.5 MiB after an 8,065-token one, which this constant does not follow (the replay test says so).
 LLAMA_CPU_RUNTIME = 96 * MiB
 # llama-server's prompt cache (--cache-ram, common/common.h cache_ram_mib = 8192): slot states saved
