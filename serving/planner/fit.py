@@ -276,8 +276,9 @@ def _size_layer_split(ctx: Context) -> None:
     weights = req.weights_bytes or (req.gguf.file_size if req.gguf else None)
     if weights is not None:
         ctx.weights_per_gpu = int(weights * weights_frac * max(share, default=0.0))
-    if not ctx.used and weights is not None and req.engine == "llama.cpp":
-        # Every layer on the CPU: llama-server's whole footprint is host RAM (measured for it, not Ollama).
+    if not ctx.used and weights is not None:
+        # Every layer on the CPU: the whole footprint is host RAM (measured for llama-server; Ollama's
+        # runner shares llama.cpp's buffers, its own process memory was not measured).
         ctx.host_ram = llama_cpu_ram(
             arch,
             weights=weights,
