@@ -29,6 +29,7 @@ from serving.planner.kv import (
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
     GiB,
+    llama_cpu_ram,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
@@ -275,6 +276,20 @@ def _size_layer_split(ctx: Context) -> None:
     weights = req.weights_bytes or (req.gguf.file_size if req.gguf else None)
     if weights is not None:
         ctx.weights_per_gpu = int(weights * weights_frac * max(share, default=0.0))
+    if not ctx.used and weights is not None:
+        # Every layer on the CPU: the whole footprint is host RAM (measured for llama-server; Ollama's
+        # runner shares llama.cpp's buffers, its own process memory was not measured).
+        ctx.host_ram = llama_cpu_ram(
+            arch,
+            weights=weights,
+            kv_bytes=kv.kv_bytes + kv.recurrent_bytes,
+            # llama-context.cpp: n_ubatch <= n_batch <= n_ctx
+            ubatch=min(s.ubatch_size, kv.n_ctx),
+            n_seq=n_seq,
+            kv_cells=kv.base_cells,
+            swa_cells=kv.swa_cells,
+            flash_attn=s.flash_attn != "off",
+        )
     if ctx.used:
         ctx.overheads = llama_overheads(
             arch,
@@ -344,6 +359,8 @@ def _report(ctx: Context) -> FitReport:
         max_num_seqs=ctx.max_num_seqs,
         block_size=ctx.block if ctx.per_token_gpu is not None else None,
         overheads_per_gpu=ctx.overheads.to_dict() if ctx.used else {},
+        ram_bytes=ctx.host_ram.total if ctx.host_ram else None,
+        ram_parts=ctx.host_ram.to_dict() if ctx.host_ram else {},
         findings=tuple(sorted(ctx.findings, key=lambda f: ("error", "warning", "info").index(f.severity))),
         weights_estimate=ctx.weights_estimate.to_dict() if ctx.weights_estimate else None,
         layout=describe_layout(

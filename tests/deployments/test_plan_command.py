@@ -106,3 +106,22 @@ def test_bad_input_exits_2_with_a_message(catalog, args):
         call_command("plan", *args, stdout=io.StringIO(), stderr=io.StringIO())
     assert exc.value.returncode == 2
     assert str(exc.value)
+
+
+def test_a_cpu_only_layout_prints_the_engines_host_ram_by_part(catalog: object) -> None:
+    """With no layer on a GPU (-ngl 0), the report names llama-server's whole host RAM: the GGUF, the
+    KV cache, the compute and output buffers and the process's own, and the prompt cache's limit."""
+    args: tuple[str, ...] = ("--model", gemma_model_path(), "--gpu-memory-gib", "24", "--gpu-count", "1")
+    args += ("--engine", "llama.cpp", "--set", "ctx_size=8192", "--set", "parallel=2", "--set", "n_gpu_layers=0")
+    code, out = plan(*args)
+    assert code == 0
+    assert "host RAM (CPU only):          0.41 GiB (weights 0.24 GiB, kv cache 0.05 GiB" in out
+    assert "up to 8.00 GiB (--cache-ram)" in out
+    report = json.loads(plan(*args, "--json")[1])
+    assert report["ram_bytes"] == sum(v for k, v in report["ram_parts"].items() if k in PARTS)
+    assert report["ram_bytes"] > report["ram_parts"]["weights"] + report["kv_cache_bytes"]
+    on_gpu = json.loads(plan(*args[:-2], "--json")[1])  # every layer on the GPU: no host-RAM figure
+    assert on_gpu["ram_bytes"] is None
+
+
+PARTS = ("weights", "kv_cache", "compute_buffer", "output_buffer", "runtime")

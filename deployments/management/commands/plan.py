@@ -108,6 +108,16 @@ class Command(PanelCommand):
             f"full-length sequences at once: {num(d['max_concurrent_full_length'])} "
             f"(max context for one sequence: {num(d['max_context_one_sequence'])})"
         )
+        if d.get("ram_bytes") is not None:  # every layer on the CPU: the engine's host RAM, by part
+            parts = d["ram_parts"]
+            named = ", ".join(
+                f"{k.replace('_', ' ')} {gib(parts[k])}"
+                for k in ("weights", "kv_cache", "compute_buffer", "output_buffer", "runtime")
+            )
+            self.stdout.write(f"host RAM (CPU only):          {gib(d['ram_bytes'])} ({named})")
+            self.stdout.write(
+                f"  and the prompt cache as it fills, up to {gib(parts['prompt_cache_limit'])} (--cache-ram)"
+            )
         for f in d["findings"]:
             self.stdout.write(f"{f['severity'].upper():8} {f['code']}: {f['message']}")
             if f.get("fix"):
