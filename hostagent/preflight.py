@@ -182,20 +182,26 @@ def engine_rss(sup: Supervisor) -> int:
 
 
 def memory_check(memory: PlannedMemory, sup: Supervisor, *, cpu_only: bool) -> Check | None:
-    """On a CPU-only host: the planner's weights and KV cache bytes (computed by the panel)
-    against the memory available now plus what the engine the switch stops holds."""
+    """On a CPU-only host: the planner's RAM for the engine (weights, KV cache, buffers and
+    runtime; computed by the panel) against the memory available now plus what the engine the
+    switch stops holds."""
     if not cpu_only:
         return None
     weights, kv = memory.weights, memory.kv
     if weights is None and kv is None:
         return Check("memory", HOST, "No size for the weights or the KV cache: memory not checked.", False)
     need = (weights or 0) + (kv or 0)
+    what = f"weights {weights or 0:,} + KV cache {kv or 0:,}"
+    ram = memory.devices.get("ram")
+    if ram is not None and ram > need:  # the planner's whole figure: the engine's buffers and runtime too
+        what += f" + buffers and runtime {ram - need:,}"
+        need = ram
+    what += f" = {need:,} bytes"
     available = _meminfo("MemAvailable")
     if available is None:
         return Check("memory", HOST, "This host does not say how much memory is available.", False)
     freed = engine_rss(sup)
     room = available + freed
-    what = f"weights {weights or 0:,} + KV cache {kv or 0:,} = {need:,} bytes"
     have = f"{available:,} bytes available" + (f" + {freed:,} held by the engine the switch stops" if freed else "")
     if need > room:
         return Check("memory", FAIL, f"CPU-only host: {what} do not fit: {have}.", False)

@@ -144,6 +144,14 @@ def weights_and_kv(variant: ModelVariant, report: Any) -> tuple[int | None, int 
     return weights, kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
+def planned_ram(report: Any) -> int | None:
+    """The RAM llama.cpp holds on a CPU-only host by the planner's whole model (GGUF, KV cache,
+    compute and output buffers, runtime: FitReport.ram_bytes, or its to_dict()), None where the
+    planner has no such figure (then weights + KV cache is what is known)."""
+    ram = report.get("ram_bytes") if isinstance(report, dict) else getattr(report, "ram_bytes", None)
+    return ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else None
+
+
 def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, int | None]:
     """`weights_and_kv` of a revision's model (what the agent's order carries to the host)."""
     return weights_and_kv(revision.model_variant, report)
@@ -156,6 +164,9 @@ def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str
     if report is None:
         report = plan_for_revision(revision)
     if revision.host.cpu_only:
+        ram = planned_ram(report)
+        if ram is not None:
+            return {"ram": ram}
         weights, kv = memory_need(revision, report)
         return {} if weights is None and kv is None else {"ram": (weights or 0) + (kv or 0)}
     per_gpu = planned_bytes_per_gpu(

@@ -18,7 +18,7 @@ from serving.engines.registry import LATEST, get_adapter, recorded_installs, req
 from serving.engines.versions import newest_first
 from serving.planner import FitReport
 
-from .planning import memory_need, planned_memory, planned_or_refused, weights_and_kv
+from .planning import memory_need, planned_memory, planned_or_refused, planned_ram, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
@@ -127,7 +127,12 @@ def ram_check(host: Host, variant: ModelVariant, report: Any) -> Check | None:
     if weights is None and kv is None:
         return Check("memory", HOST, "The planner has no size for the weights or the KV cache; the host checks none.")
     need = (weights or 0) + (kv or 0)
-    what = f"weights {fmt.size_bytes(weights or 0)} + KV cache {fmt.size_bytes(kv or 0)} = {fmt.size_bytes(need)}"
+    what = f"weights {fmt.size_bytes(weights or 0)} + KV cache {fmt.size_bytes(kv or 0)}"
+    ram = planned_ram(report)
+    if ram is not None and ram > need:  # the engine's buffers and runtime too (the planner's CPU model)
+        what += f" + buffers and runtime {fmt.size_bytes(ram - need)}"
+        need = ram
+    what += f" = {fmt.size_bytes(need)}"
     if not host.ram_bytes:
         return Check("memory", HOST, f"CPU-only host: {what}; the host compares it with its available memory.")
     if need > host.ram_bytes:

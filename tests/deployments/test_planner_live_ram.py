@@ -44,8 +44,9 @@ def test_a_kv_cache_larger_than_ram_does_not_fit_as_you_type(client, viewer, cpu
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=196608\nparallel=1")
     assert "Does not fit in this host's RAM" in body
-    # 196,608 tokens x 262,144 bytes = 48 GiB of KV cache; sizes as every page says them
-    assert "weights 4.66 GiB + KV cache 48 GiB = 52.66 GiB" in body
+    # 196,608 tokens x 262,144 bytes = 48 GiB of KV cache, and llama.cpp's compute and output
+    # buffers and runtime (the planner's CPU model); sizes as every page says them
+    assert "weights 4.66 GiB + KV cache 48 GiB + buffers and runtime 468.49 MiB = 53.11 GiB" in body
     assert "more than its 21.89 GiB of RAM" in body
     assert "No findings: it fits." not in body
 

@@ -65,6 +65,8 @@ def test_a_cpu_host_refuses_what_the_planner_says_does_not_fit(tmp_path: Path) -
     assert huge is not None and huge.status == FAIL and "do not fit" in huge.message
     small = memory_check(PlannedMemory(weights=1000, kv=24), sup, cpu_only=True)
     assert small is not None and small.status == OK and "weights 1,000 + KV cache 24 = 1,024 bytes fit" in small.message
+    whole = memory_check(PlannedMemory(devices={"ram": 1_500}, weights=1000, kv=24), sup, cpu_only=True)
+    assert whole is not None and "weights 1,000 + KV cache 24 + buffers and runtime 476 = 1,500 bytes" in whole.message
     unknown = memory_check(PlannedMemory(), sup, cpu_only=True)
     assert unknown is not None and unknown.status == HOST
 
