@@ -244,7 +244,7 @@ def test_an_offline_host_offers_no_switch_or_benchmark_and_says_why(client, cata
     client.force_login(operator)
     why = "lab is offline: its agent last reported 3"
     detail = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
-    assert why in detail and "Switch lab to r1" not in detail and "Benchmark this revision" not in detail
+    assert why in detail and "engine on lab…" not in detail and "Benchmark this revision" not in detail
     listing = client.get(reverse("deployments:benchmark_list", args=["lab"])).content.decode()
     assert why in listing and "Benchmark this host…" not in listing
     new = client.get(reverse("deployments:benchmark_new", args=["lab"])).content.decode()
@@ -256,7 +256,7 @@ def test_an_offline_host_offers_no_switch_or_benchmark_and_says_why(client, cata
     host.last_heartbeat = timezone.now()
     host.save(update_fields=["last_heartbeat"])
     detail = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
-    assert "Switch lab to r1" in detail and "offline" not in detail
+    assert "Restart r1's engine on lab…" in detail and "offline" not in detail  # r1 is active: a restart
 
 
 # --- styled error pages, a favicon, in-page confirmations ----------------------------------------------

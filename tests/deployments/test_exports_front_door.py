@@ -198,7 +198,10 @@ def test_no_router_or_a_door_it_cannot_reach_keeps_the_door_and_says_why(lab, se
     lab[1].host.address = "127.0.0.1"  # another machine at loopback: the router would reach itself too
     lab[1].host.save()
     made = revision_export(lab[1], "aider-metadata", via="router")
-    assert made.notes[1].startswith("not through the lab router: the router cannot reach lab's front door either")
+    assert any(
+        note.startswith("not through the lab router: the router cannot reach lab's front door either")
+        for note in made.notes
+    )  # beside the warning that a loopback URL works on the panel's machine only
     page = client.get("/hosts/lab/revisions/1/exports/").content.decode()
     assert 'id="export-via"' not in page and "not for these configs: the router cannot reach lab&#x27;s" in page
 

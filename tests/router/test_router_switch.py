@@ -25,15 +25,17 @@ from deployments.models import ModelVariant
 from deployments.services.aliases import alias_set
 from deployments.services.front_door import front_door_document
 from deployments.services.inference_keys import key_create
-from deployments.services.revisions import revision_create, revision_mark_active
+from deployments.services.revisions import revision_mark_active
 from deployments.services.serving_set import serving_mode_set
+from hostagent.door.tables import serving_set
 from hostagent.frontdoor import FrontDoorSettings, KeyTable, RoutingTable
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from tests.hardware.factories import HostFactory
 from tests.hostagent.frontdoor.conftest import DoorThread, Host
 from tests.support.llama import free_port, gemma_model_path
+from tests.support.revisions import make_revision
 
-from .conftest import TABLE_FIELDS, lab_address, report, router_process
+from .conftest import lab_address, report, router_process
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 SAY = [{"role": "user", "content": "Count to ten."}]
@@ -42,7 +44,8 @@ LONG = 200  # tokens each stream runs for while the switch comes
 
 
 def door_table(document: dict[str, Any]) -> RoutingTable:
-    return RoutingTable.from_dict({"models": [{k: m[k] for k in TABLE_FIELDS} for m in document["models"]]})
+    """The routing table the host's agent makes of the panel's document (hostagent.door.tables)."""
+    return serving_set(document, bind_host="127.0.0.1").table
 
 
 def test_a_switch_behind_the_router_under_both_clients_streams_loses_nothing(
@@ -56,7 +59,7 @@ def test_a_switch_behind_the_router_under_both_clients_streams_loses_nothing(
     _, key = key_create(name="alice", models=None, actor=admin_user)
     host = HostFactory(name="lab-c", address=lab_address(), model_dirs=[str(Path(model).parent)])
     r1, r2 = (
-        revision_create(
+        make_revision(
             host=host,
             engine="llama.cpp",
             model_variant=variant,
@@ -71,11 +74,11 @@ def test_a_switch_behind_the_router_under_both_clients_streams_loses_nothing(
     revision_mark_active(revision=r1, actor=operator)
     serving_mode_set(revision=r2, mode="on-demand", actor=operator)  # the switch's target, known to the door
     alias_set(host=host, name="fast", revision=r1, actor=operator)
-    document = front_door_document(host)
+    document = front_door_document(host).to_dict()
     engines = Host()
     for revision, served in ((r1, "gemma-one"), (r2, "gemma-two")):
         argv = engine_argv(revision.port, context=1024, slots=2, threads=1, name=served)
-        name = next(m["name"] for m in document["models"] if m["upstream"].endswith(f":{revision.port}"))
+        name = next(m.name for m in door_table(document).models if m.upstream.endswith(f":{revision.port}"))
         engines.commands[name] = Command(tuple(argv), f"http://127.0.0.1:{revision.port}/health")
     engines.models = {m.name: m for m in door_table(document).models}
     loader = ProcessLoader(engines.commands, log_dir=tmp_path, ready_timeout=180.0)
@@ -119,7 +122,7 @@ def test_a_switch_behind_the_router_under_both_clients_streams_loses_nothing(
             one = document["models"][0]["name"]
             door.wait_for(lambda state: state[one]["in_flight"] == 2)
             revision_mark_active(revision=r2, actor=operator)  # the switch: `fast` moves to r2
-            switched = front_door_document(host)
+            switched = front_door_document(host).to_dict()
             door.update_table(door_table(switched))  # what the agent does with the panel's new table
             assert all(thread.is_alive() for thread in threads)  # the switch came while both streamed
             for thread in threads:
