@@ -160,16 +160,20 @@ CONTROLPANEL_METRICS_TOKEN = env.str("CONTROLPANEL_METRICS_TOKEN", default="")
 # Scrapers answered by their address, without the token: comma-separated addresses or networks
 # (10.0.5.7, 10.0.5.0/24). This machine (loopback, and CONTROLPANEL_LAN_ADDRESS) is always answered
 # when no token is set.
-try:
-    CONTROLPANEL_METRICS_ALLOWED_NETWORKS = [
-        str(ipaddress.ip_network(n.strip(), strict=False))
-        for n in env.list("CONTROLPANEL_METRICS_ALLOWED_NETWORKS", default=[])
-        if n.strip()
-    ]
-except ValueError as _exc:
-    raise ImproperlyConfigured(
-        f"CONTROLPANEL_METRICS_ALLOWED_NETWORKS lists addresses or networks such as 10.0.5.7 or 10.0.5.0/24: {_exc}"
-    ) from _exc
+
+
+def _networks(name: str) -> list[str]:
+    """A comma-separated list of addresses or networks (10.0.5.7, 10.0.5.0/24) read from `name`,
+    each as a network; ImproperlyConfigured, naming the setting, for anything else."""
+    try:
+        return [str(ipaddress.ip_network(n.strip(), strict=False)) for n in env.list(name, default=[]) if n.strip()]
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"{name} lists addresses or networks such as 10.0.5.7 or 10.0.5.0/24: {exc}"
+        ) from exc
+
+
+CONTROLPANEL_METRICS_ALLOWED_NETWORKS = _networks("CONTROLPANEL_METRICS_ALLOWED_NETWORKS")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_AGE = env.int("DJANGO_SESSION_COOKIE_AGE", default=14 * 24 * 3600)
@@ -393,16 +397,7 @@ NOTIFICATIONS_RETRY_S = [int(w) for w in NOTIFICATIONS_RETRY_S]
 NOTIFICATIONS_KEPT_DAYS = env_number("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", 90, 1, 36_500)
 # Channels may send to public addresses only, and to these internal networks (loopback, private,
 # link-local...), comma-separated CIDRs or addresses, e.g. 10.0.5.0/24,192.168.1.10/32.
-try:
-    NOTIFICATIONS_ALLOWED_NETWORKS = [
-        str(ipaddress.ip_network(n.strip(), strict=False))
-        for n in env.list("CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS", default=[])
-        if n.strip()
-    ]
-except ValueError as _exc:
-    raise ImproperlyConfigured(
-        f"CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS lists networks such as 10.0.5.0/24 or addresses: {_exc}"
-    ) from _exc
+NOTIFICATIONS_ALLOWED_NETWORKS = _networks("CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS")
 
 # --- Engine logs the agents send (deployments.EngineLogRun) ------------------------------------------
 # Kept per host: the last N engine starts, each cut to its last bytes (older lines are dropped first).
