@@ -128,7 +128,7 @@ def test_a_wrong_setting_stops_the_panel_with_a_clear_error():
     run = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True
     )
-    assert run.returncode != 0 and f"{SETTING} lists networks" in run.stderr and "10.0.5.300" in run.stderr
+    assert run.returncode != 0 and f"{SETTING} lists addresses or networks" in run.stderr and "10.0.5.300" in run.stderr
 
 
 # --- at delivery time ---------------------------------------------------------------------------------
