@@ -26,6 +26,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from django.core.exceptions import ValidationError
 from django.utils.text import slugify
@@ -191,8 +192,9 @@ class Served:
     idle_ttl_s: int | None
     active: bool
 
-    @property
+    @cached_property
     def name(self) -> str:
+        """Its door name, made once (it asks the launch for the engine's default served name)."""
         return model_name(self.revision)
 
 

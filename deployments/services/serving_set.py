@@ -46,9 +46,10 @@ def _refusals(host: Host, revision: DeploymentRevision, mode: str, current: list
     would make, then the revision's own planner and preflight."""
     after = [s for s in current if s.revision.pk != revision.pk] + [Served(revision, mode, None, False)]
     reasons = set_rule_breaks(host, after)
-    report = revision_plan(revision).report  # planned once: set_rule_breaks' fit read the same report
+    plan_ = revision_plan(revision)  # planned once: set_rule_breaks' fit read the same report
+    report = plan_.report
     if report is None:
-        return [*reasons, revision_plan(revision).refused]
+        return [*reasons, plan_.refused]
     reasons += [f"planner: {f.code}: {f.message}" for f in report.findings if f.severity == "error"]
     reasons += [f"{c.name}: {c.message}" for c in panel_preflight(revision, report) if c.status == FAIL]
     return reasons
