@@ -316,6 +316,15 @@ class DoorLimits:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def settings(self) -> dict[str, float]:
+        """The bounds the panel set, under FrontDoorSettings' field names (the host's own for the rest)."""
+        named = {
+            "queue_max": self.max_waiting,
+            "queue_wait_s": self.max_wait_s,
+            "drain_timeout_s": self.drain_timeout_s,
+        }
+        return {field: float(value) for field, value in named.items() if value is not None}
+
     @classmethod
     def from_dict(cls, data: object, where: str = "door") -> DoorLimits:
         data = _mapping(data if data is not None else {}, where)

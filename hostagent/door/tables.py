@@ -30,8 +30,6 @@ from .loader import Served
 
 __all__ = ["ServingSet", "ServingStore", "serving_set"]
 
-LIMITS = {"max_waiting": "queue_max", "max_wait_s": "queue_wait_s", "drain_timeout_s": "drain_timeout_s"}
-
 
 @dataclass(frozen=True)
 class ServingSet:
@@ -96,8 +94,7 @@ def serving_set(answer: object, *, bind_host: str, active_revision: str | None =
         keys = KeyTable.from_dict(document.keys or {"keys": []})
     except (ValueError, KeyError, TypeError) as exc:
         raise TableError(f"the key table: {exc}") from exc
-    limits = {LIMITS[k]: float(v) for k, v in document.door.to_dict().items() if k in LIMITS and v is not None}
-    return ServingSet(document, table, keys, served, limits)
+    return ServingSet(document, table, keys, served, document.door.settings())
 
 
 class ServingStore:
