@@ -26,6 +26,7 @@ from deployments import plots, presenters
 from deployments.choices import OperationKind
 from deployments.forms import BenchmarkForm
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
+from deployments.selectors.benchmarks import previous_benchmark_run
 from deployments.services.benchmarks import benchmark_compare, benchmark_export, benchmark_request, benchmark_summary
 from hardware.models import Host
 from hardware.selectors import offline_reason
@@ -343,14 +344,15 @@ def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
 
 
 def _compare_defaults(runs: list[BenchmarkRun]) -> tuple[str, str]:
-    """The pair the picker starts on: the newest completed run as B, and as A the completed run
-    before it with the same profile (else the one just before it); "" where there is none."""
+    """The pair the picker starts on: the newest completed run as B, and as A the run a new one is
+    held against (previous_benchmark_run: the same profile, the revision before), else the completed
+    run just before it; "" where there is none."""
     done = [run for run in runs if run.status == "completed"]
     if len(done) < 2:
         return "", ""
     newest = done[0]
-    same = next((run for run in done[1:] if run.profile_name == newest.profile_name), done[1])
-    return str(same.pk), str(newest.pk)
+    before = previous_benchmark_run(newest) or done[1]
+    return str(before.pk), str(newest.pk)
 
 
 urlpatterns = [
