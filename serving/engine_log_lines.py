@@ -37,14 +37,22 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
 _TRACEBACK_BODY = re.compile(r"^(\s|\w[\w.]*(Error|Exception|Exit|Interrupt)\b|During handling|The above exception)")
 
 
-def line_level(line: str) -> str | None:
-    """The level a line carries in its engine's format ("W", "WARNING", "warn", ...), else None."""
-    text = _PREFIX.sub("", _ANSI.sub("", line), count=1)
+def _bare(line: str) -> str:
+    """The line without colour codes and its engine's process, date or timestamp prefix."""
+    return _PREFIX.sub("", _ANSI.sub("", line), count=1)
+
+
+def _level(bare: str) -> str | None:
     for pattern in _LEVELS:
-        found = pattern.match(text)
+        found = pattern.match(bare)
         if found:
             return found["level"]
     return None
+
+
+def line_level(line: str) -> str | None:
+    """The level a line carries in its engine's format ("W", "WARNING", "warn", ...), else None."""
+    return _level(_bare(line))
 
 
 def problem_flags(lines: list[str]) -> list[bool]:
@@ -52,12 +60,12 @@ def problem_flags(lines: list[str]) -> list[bool]:
     flags = []
     in_traceback = False
     for line in lines:
-        text = _PREFIX.sub("", _ANSI.sub("", line), count=1)
+        text = _bare(line)
         if in_traceback and _TRACEBACK_BODY.match(text):
             flags.append(True)
             continue
         in_traceback = bool(_TRACEBACK.search(text))
-        level = line_level(line)
+        level = _level(text)
         flags.append(level.upper() in _PROBLEM_LEVELS if level else bool(_PROBLEM_WORDS.search(text)))
     return flags
 
@@ -71,21 +79,17 @@ _ERROR_WORDS = re.compile(
 _LETTER = re.compile(r"^[IWEDT] ")
 
 
-def _text(line: str) -> str:
-    return _PREFIX.sub("", _ANSI.sub("", line), count=1).strip()
-
-
 def cause_line(lines: Sequence[str]) -> str | None:
     """The line of a failed start's log that says why, in the engine's own words: a Python
     engine's last exception (`torch.OutOfMemoryError: CUDA out of memory...`), else the first
     line at an error level or with an error's words (llama.cpp's `gguf_init_from_file: failed to
     open GGUF file ...`, `error: invalid argument: --bogus-arg`); None when no line says."""
-    texts = [_text(line) for line in lines]
-    raised = [text for text in texts if _EXCEPTION.match(text)]
+    bare = [_bare(line) for line in lines]
+    raised = [text.strip() for text in bare if _EXCEPTION.match(text)]
     if raised:
         return raised[-1][:500]
-    for line, text in zip(lines, texts, strict=True):
-        level = line_level(line)
+    for text in bare:
+        level = _level(text)
         if (level.upper() in _ERROR_LEVELS) if level else bool(_ERROR_WORDS.search(text)):
-            return _LETTER.sub("", text, count=1)[:500]
+            return _LETTER.sub("", text.strip(), count=1)[:500]
     return None
