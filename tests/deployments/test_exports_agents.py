@@ -1,7 +1,7 @@
 """Claude Code's settings and Codex's config.toml for a revision (issue 40): the server on the API
 each agent speaks, the model for every role the agent has, the served context it compacts by, its
 own traffic to its maker off, and the key only ever read from the user's environment. The real
-agents run these files against a real engine in tests/deployments/test_agents_e2e.py."""
+agents run these files against a real engine in tests/hostagent/frontdoor/test_coding_agents.py."""
 
 from __future__ import annotations
 
