@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hostagent.panel import FinishBody
+from serving.agent_reports import OperationEnd
 
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 
@@ -32,16 +32,15 @@ class Outcome:
     def failed(cls, error: str, result: Mapping[str, Any] | None = None) -> Outcome:
         return cls(FAILED, result=result, error=error)
 
-    def body(self) -> FinishBody:
-        """The keywords of PanelPort.finish."""
-        body: FinishBody = {"state": self.state, "error": self.error}
-        if self.result is not None:
-            body["result"] = dict(self.result)
-        if self.benchmark is not None:
-            body["benchmark"] = dict(self.benchmark)
-        if self.install is not None:
-            body["install"] = dict(self.install)
-        return body
+    def report(self) -> OperationEnd:
+        """What PanelPort.finish sends."""
+        return OperationEnd(
+            state=self.state,
+            result=dict(self.result or {}),
+            error=self.error,
+            benchmark=self.benchmark,
+            install=self.install,
+        )
 
 
 class Ended(Exception):

@@ -33,6 +33,7 @@ from hostagent.door.tables import serving_set as agent_table
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.runtime.supervisor import Supervisor
 from rollouts.services import rollout_start
+from serving.agent_reports import DoorReport
 from tests.support.revisions import make_revision
 from tests.test_agent_api import Agent as AgentClient
 
@@ -203,8 +204,8 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
             answer = self.answer
             return None if answer is None or answer.get("version") == version else answer
 
-        def serving_report(self, body: dict[str, Any]) -> None:
-            self.reports.append(json.loads(json.dumps(body)))
+        def serving_report(self, report: DoorReport) -> None:
+            self.reports.append(json.loads(json.dumps(report.to_dict())))
 
     panel = Panel()
     ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]

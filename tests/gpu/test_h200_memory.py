@@ -64,7 +64,7 @@ def _report(session: str, groups: dict[str, list[int]]) -> dict[str, Any]:
     samples = _matmul_samples() if session == "telemetry_load" else h200.replayed(session)[0]
     return {
         "gpu_samples": [s.to_dict() for s in samples],
-        "memory": memory_report(groups, samples, now=samples[0].timestamp, name_of=lambda pid: "python"),
+        "memory": memory_report(groups, samples, now=samples[0].timestamp, name_of=lambda pid: "python").to_dict(),
     }
 
 
