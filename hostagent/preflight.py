@@ -27,8 +27,7 @@ from serving.engines.base import LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.wire import PlannedMemory, RevisionLaunch
 
-from .binaries import resolve_install
-from .launch import Installs
+from .binaries import Installs, resolve_install
 
 _SOURCES = {
     "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
