@@ -593,12 +593,14 @@ class Restore:
 
 
 @dataclass(frozen=True)
-class Registered(ProbeAnswer):
-    """POST register's answer: the probe's, the host's name and queue, the operations its
+class Registered:
+    """POST register's answer: the host's name and queue, the probe's answer, the operations its
     previous run left running (now `lost`), and the start the panel queued (`restore`), if any."""
 
     host: str = ""
     queue: str = ""
+    gpus: int = 0
+    mismatches: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     restore: Restore | None = None
 
@@ -606,7 +608,8 @@ class Registered(ProbeAnswer):
         return {
             "host": self.host,
             "queue": self.queue,
-            **super().to_dict(),
+            "gpus": self.gpus,
+            "mismatches": list(self.mismatches),
             "lost": list(self.lost),
             "restore": self.restore.to_dict() if self.restore else None,
         }
@@ -614,13 +617,12 @@ class Registered(ProbeAnswer):
     @classmethod
     def from_dict(cls, data: object, where: str = "register") -> Registered:
         data = _mapping(data, where)
-        probe = ProbeAnswer.from_dict(data, where)
         restore = data.get("restore")
         return cls(
-            gpus=probe.gpus,
-            mismatches=probe.mismatches,
             host=_str(data, "host", where, optional=True) or "",
             queue=_str(data, "queue", where, optional=True) or "",
+            gpus=_int(data, "gpus", where, optional=True) or 0,
+            mismatches=_texts(data, "mismatches", where),
             lost=_texts(data, "lost", where),
             restore=None if restore is None else Restore.from_dict(restore, f"{where}.restore"),
         )
