@@ -15,7 +15,7 @@ from deployments.models import Operation
 from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue, host_token_revoke
 from hostagent.panel import HttpPanel, PanelAway
-from serving.agent_reports import Hello, OperationEnd
+from serving.agent_reports import Heartbeat, Hello, OperationEnd
 from tests.support.llama import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,8 +57,8 @@ def test_progress_lines_said_while_the_panel_is_away_arrive_with_the_end(
     away = HttpPanel(f"http://127.0.0.1:{free_port()}", token, outbox_dir=tmp_path / "o2", report_patience=0.2)
     assert away.progress(str(op.pk), log="line said while away") is False
     with pytest.raises(PanelAway):
-        away.heartbeat(engine_state={})
-    away.finish(str(op.pk), state="failed", error="probe failed")
+        away.heartbeat(Heartbeat(engine_state={}))
+    away.finish(str(op.pk), OperationEnd(state="failed", error="probe failed"))
     kept = [p.name.split("-")[-1] for p in (tmp_path / "o2").glob("*.json")]
     assert kept == ["finish.json"]
 
