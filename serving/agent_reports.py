@@ -14,6 +14,7 @@ checks them field by field (deployments.agent_api.bodies).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,7 +183,7 @@ class OutsideMemory:
     bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "name": self.name, "gpu": self.gpu, "bytes": self.bytes}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "outside") -> OutsideMemory:
@@ -266,7 +267,7 @@ class WatchdogEvent:
     message: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> WatchdogEvent:
@@ -288,13 +289,7 @@ class EngineRun:
     started_at: str | None = None  # ISO 8601
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "engine": self.engine,
-            "revision_id": self.revision_id,
-            "revision_label": self.revision_label,
-            "started_at": self.started_at,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "run") -> EngineRun:
@@ -346,7 +341,7 @@ class OperationProgress:
     log: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "progress": self.progress, "log": self.log}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> OperationProgress:
@@ -458,15 +453,7 @@ class UsageTotal:
     errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "day": self.day,
-            "key": self.key,
-            "model": self.model,
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "errors": self.errors,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "usage") -> UsageTotal:
@@ -488,7 +475,7 @@ class TableRefusal:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "reason": self.reason}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "refused") -> TableRefusal:
@@ -543,7 +530,7 @@ class Hello:
     queue: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "queue": self.queue}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> Hello:
@@ -580,7 +567,7 @@ class Restore:
     revision_id: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"operation": self.operation, "revision": self.revision, "revision_id": self.revision_id}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "restore") -> Restore:
