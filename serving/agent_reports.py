@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from serving.wire import WireError, _int, _mapping, _str
 
@@ -88,6 +88,13 @@ def _texts(data: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise WireError(f"{where}.{name} is not a list of text", field=f"{where}.{name}")
     return tuple(value)
+
+
+class _Plain:
+    """A value of plain fields (text, numbers, None): its JSON is its fields as they are."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(cast(Any, self))
 
 
 # --- register, probe, heartbeat -----------------------------------------------------------------
@@ -174,16 +181,13 @@ class EngineMemory:
 
 
 @dataclass(frozen=True)
-class OutsideMemory:
+class OutsideMemory(_Plain):
     """GPU memory of a process the panel did not start."""
 
     pid: int
     name: str
     gpu: int
     bytes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "outside") -> OutsideMemory:
@@ -260,14 +264,11 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
-class WatchdogEvent:
+class WatchdogEvent(_Plain):
     """POST events: what the host's watchdog did (restarted, restart_failed, gave_up)."""
 
     kind: str
     message: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> WatchdogEvent:
@@ -279,7 +280,7 @@ class WatchdogEvent:
 
 
 @dataclass(frozen=True)
-class EngineRun:
+class EngineRun(_Plain):
     """One start of an engine, whose log lines an EngineLogChunk carries."""
 
     key: str  # "<started_at>|<pid>" (hostagent.enginelog.run_key)
@@ -287,9 +288,6 @@ class EngineRun:
     revision_id: str | None = None
     revision_label: str | None = None
     started_at: str | None = None  # ISO 8601
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "run") -> EngineRun:
@@ -333,15 +331,12 @@ class EngineLogChunk:
 
 
 @dataclass(frozen=True)
-class OperationProgress:
+class OperationProgress(_Plain):
     """POST operations/<id>/progress: stage, fraction done (0 to 1), log lines; all optional."""
 
     stage: str | None = None
     progress: float | None = None
     log: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> OperationProgress:
@@ -441,7 +436,7 @@ USAGE_COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
 
 
 @dataclass(frozen=True)
-class UsageTotal:
+class UsageTotal(_Plain):
     """A running total of one UTC day of one key on one model (hostagent.frontdoor.usage)."""
 
     day: str  # YYYY-MM-DD
@@ -451,9 +446,6 @@ class UsageTotal:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "usage") -> UsageTotal:
@@ -468,14 +460,11 @@ class UsageTotal:
 
 
 @dataclass(frozen=True)
-class TableRefusal:
+class TableRefusal(_Plain):
     """The panel's serving table the door refused (it keeps serving its previous one)."""
 
     version: str
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "refused") -> TableRefusal:
@@ -523,14 +512,11 @@ class DoorReport:
 
 
 @dataclass(frozen=True)
-class Hello:
+class Hello(_Plain):
     """GET hello: which host the token is, and the broker queue its operations come on."""
 
     host: str
     queue: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> Hello:
@@ -559,15 +545,12 @@ class ProbeAnswer:
 
 
 @dataclass(frozen=True)
-class Restore:
+class Restore(_Plain):
     """A start of the host's active revision the panel queued at register (nothing ran)."""
 
     operation: str
     revision: int  # the revision's number
     revision_id: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: object, where: str = "restore") -> Restore:
