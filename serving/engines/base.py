@@ -292,6 +292,10 @@ class EngineAdapter(Protocol):
     def knobs(self) -> Mapping[str, PlannedKnob]:
         """Every knob it takes, each with its effect on the plan (its knobs.KnobSpec table)."""
 
+    def knob_value(self, name: str, value: object) -> Any:
+        """Knob `name`'s value as the engine takes it, checked and normalised (EngineConfigError
+        naming it): what the launch renders and the planner reads."""
+
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""
 
