@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from serving.binds import lan_address
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = (
     "import json, django; from django.conf import settings; django.setup(); "
@@ -156,3 +160,24 @@ def test_a_lan_address_that_is_not_one_stops_the_start_naming_the_setting(tmp_pa
         assert out.returncode != 0 and "CONTROLPANEL_LAN_ADDRESS" in out.stderr and said in out.stderr, out.stderr[
             -300:
         ]
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "gpu-box.lan"])
+def test_an_agent_started_alone_refuses_a_bad_lan_address_in_one_sentence_naming_it(tmp_path, value):
+    """The agent's settings share CONTROLPANEL_LAN_ADDRESS with the panel's (settings_shared): an agent
+    started on its own checks it at start by the same rule, instead of binding its engines there
+    and failing at their first start."""
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DJANGO_SETTINGS_MODULE"}}
+    clean.update(CONTROLPANEL_LAN_ADDRESS=value, CONTROLPANEL_DATA_DIR=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "manage.py", "agent", "--help"], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+    with pytest.raises(ValueError) as refused:
+        lan_address(value)
+    assert (out.returncode, out.stderr.strip()) == (1, str(refused.value))
+    assert "CONTROLPANEL_LAN_ADDRESS" in str(refused.value)
+    clean["CONTROLPANEL_LAN_ADDRESS"] = "10.213.7.1"
+    good = subprocess.run(
+        [sys.executable, "manage.py", "agent", "--help"], cwd=ROOT, env=clean, capture_output=True, text=True
+    )
+    assert good.returncode == 0, good.stderr[-300:]
