@@ -244,8 +244,8 @@ class InstallTarget:
 
 
 PlanEffect = Callable[[dict[str, Any], str, Any], None]
-"""What a knob does to the memory plan: (the planner's settings being built, knob name, value) ->
-None, writing the settings the value decides (serving/engines/plan_effects.py)."""
+"""What a knob does to the memory plan: (the planner's settings being built, knob name, the value as
+the adapter normalised it) -> None, writing the settings the value decides (serving/engines/plan_effects.py)."""
 
 
 class PlannedKnob(Protocol):
