@@ -33,14 +33,7 @@ def main() -> None:
         # A GPU host's agent: no database, no secret key of the panel's (controlpanel/settings_agent.py).
         os.environ["DJANGO_SETTINGS_MODULE"] = "controlpanel.settings_agent"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
-
-    try:
-        settings.INSTALLED_APPS  # noqa: B018 - loads the settings, whose checks stop a bad start
-    except ImproperlyConfigured as exc:
-        sys.exit(str(exc))  # the setting and what is wrong with it, in one sentence, no traceback
 
     try:
         execute_from_command_line(sys.argv)

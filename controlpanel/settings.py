@@ -65,7 +65,7 @@ from controlpanel.settings_shared import (  # noqa: F401 - settings the agent sh
     env_choice,
     env_number,
 )
-from serving.binds import is_wildcard, join_bind, split_bind
+from serving.binds import is_wildcard, join_bind, lan_address, split_bind
 
 # The embedded default's key (when DJANGO_SECRET_KEY is not set); `manage.py restore` puts a backup's key back here.
 SECRET_KEY_FILE = DATA_DIR / "secret_key"
@@ -84,8 +84,12 @@ SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _embedded_secret_key()
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
 # --- Serving the LAN (docs/configuration.md, "Serving the LAN") ----------------------------------
-# CONTROLPANEL_LAN_ADDRESS (settings_shared, checked there: the agent, its engines and the front
-# door read it too): this machine's IP address on its LAN, never loopback.
+# CONTROLPANEL_LAN_ADDRESS (settings_shared: the engines and the front door read it too) is checked
+# here: this machine's IP address on its LAN, never loopback; a bad one stops the start, naming it.
+try:
+    LAN_ADDRESS = lan_address(LAN_ADDRESS)
+except ValueError as _exc:
+    raise ImproperlyConfigured(str(_exc)) from None
 # Where `scripts/run` (the embedded supervisor, embedded/panel.py) serves the panel: the LAN
 # address when it is set, else loopback. The supervisor refuses at start a bind it cannot serve.
 PANEL_BIND = env.str("PANEL_BIND", default=join_bind(LAN_ADDRESS, 8000) if LAN_ADDRESS else "127.0.0.1:8000").strip()

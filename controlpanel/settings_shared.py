@@ -13,7 +13,6 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from controlpanel.hardening import DEFAULT_UMASK, parse_umask, secure_data_dir
-from serving.binds import lan_address
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -115,13 +114,9 @@ TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_
 # serves the box to the LAN. Set, the panel, its engines, the front door and the lab router listen
 # there, the panel's allowed hosts and URL follow, and this machine's host takes it as its address;
 # each of those settings still overrides it. Unset: everything stays on loopback.
-# Checked here, so the panel and an agent started alone refuse a bad one at start with the same
-# sentence naming it (serving.binds.lan_address: this machine's IP address on its LAN, never
-# loopback), instead of an engine failing to bind it at its first start.
-try:
-    LAN_ADDRESS = lan_address(env.str("CONTROLPANEL_LAN_ADDRESS", default=""))
-except ValueError as _exc:
-    raise ImproperlyConfigured(str(_exc)) from None
+# (The panel's settings and the agent's start, hostagent.agent.run, check it with
+# serving.binds.lan_address and refuse to start on a bad one, naming it.)
+LAN_ADDRESS = env.str("CONTROLPANEL_LAN_ADDRESS", default="").strip()
 # Engines bind here on GPU hosts. Loopback by default (safe on a laptop), the LAN address when
 # CONTROLPANEL_LAN_ADDRESS is set; 0.0.0.0 serves every interface and lets the firewall decide.
 ENGINE_BIND_HOST = env.str("CONTROLPANEL_ENGINE_BIND_HOST", default=LAN_ADDRESS or "127.0.0.1")
