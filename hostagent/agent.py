@@ -12,6 +12,7 @@ from django.conf import settings
 
 from hostagent.runtime.childenv import forget_variable, host_pass_list
 from serving.agent_reports import Hello, Registered, Registration
+from serving.binds import lan_address
 
 from .context import AgentContext, set_current
 from .door.service import door_settings, start_front_door
@@ -110,6 +111,12 @@ def register(ctx: AgentContext, *, address: str) -> tuple[Registered, bool]:
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
     from controlpanel.celery import app
 
+    try:
+        # CONTROLPANEL_LAN_ADDRESS (settings_shared) by the panel's own rule: a bad one stops the
+        # start, naming it, before an engine is bound there.
+        lan_address(settings.LAN_ADDRESS)
+    except ValueError as exc:
+        raise AgentConfigError(str(exc)) from exc
     try:
         door = door_settings()  # a bad CONTROLPANEL_FRONT_DOOR_* stops the start before anything runs
     except SettingsError as exc:

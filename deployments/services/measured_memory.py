@@ -19,7 +19,7 @@ from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProces
 from hardware.models import Host
 from serving.agent_reports import MemoryReport, OutsideMemory
 
-from .planning import planned_or_refused
+from .planning import revision_memory
 
 TREND_EVERY = timedelta(minutes=5)  # a trend point per revision and device at most this often
 TREND_KEEP = 1000  # trend points a host keeps (the newest): days of a few revisions at 5 minutes
@@ -61,7 +61,7 @@ def measured_memory_record(*, host: Host, report: MemoryReport) -> int:
             row = rows.get(key)
             due = key not in trended or when - trended[key] >= TREND_EVERY
             if row is None or due:
-                planned = planned if planned is not None else planned_or_refused(revision)[0]  # the pages say why not
+                planned = planned if planned is not None else revision_memory(revision).devices  # the pages say why not
             if row is None:
                 row = rows[key] = MeasuredMemory(
                     revision=revision, device=device, latest_bytes=size, latest_at=when, peak_bytes=size, peak_at=when
