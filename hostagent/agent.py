@@ -10,6 +10,8 @@ from typing import Any
 
 from django.conf import settings
 
+from controlpanel.broker import host_unacked_keys
+from controlpanel.celery import app
 from hostagent.runtime.childenv import forget_variable, host_pass_list
 
 from .context import AgentContext, set_current
@@ -108,8 +110,6 @@ def register(ctx: AgentContext, *, address: str) -> dict[str, Any]:
 
 
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
-    from controlpanel.celery import app
-
     try:
         door = door_settings()  # a bad CONTROLPANEL_FRONT_DOOR_* stops the start before anything runs
     except SettingsError as exc:
@@ -165,8 +165,6 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
 def use_own_broker_keys(app: Any, queue: str) -> None:
     """This host's unacknowledged messages under keys of its own (controlpanel.broker), the only
     ones its broker user may touch besides its queue: before the worker first connects."""
-    from controlpanel.broker import host_unacked_keys
-
     app.conf.broker_transport_options = {**app.conf.broker_transport_options, **host_unacked_keys(queue)}
 
 

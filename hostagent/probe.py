@@ -10,8 +10,11 @@ import os
 import socket
 from typing import Any
 
+from hostagent.local import host_install_dirs, host_model_dirs
+from hostagent.pipcache import cached_llama_builds
 from hostagent.probes.host import probe_host
 from hostagent.probes.nvml import probe_host_gpus
+from hostagent.runtime.confine import ensure_default_model_dir
 
 
 def local_host_name() -> str:
@@ -22,10 +25,6 @@ def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
     """Host facts (with the model folders this agent confines engines to, and the folders it
     lets an install read from, and the llama.cpp builds in its pip cache) and the GPU inventory."""
     from django.conf import settings
-
-    from hostagent.local import host_install_dirs, host_model_dirs
-    from hostagent.pipcache import cached_llama_builds
-    from hostagent.runtime.confine import ensure_default_model_dir
 
     ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()
