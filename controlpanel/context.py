@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 
+from controlpanel.hardening import client_ip
+
 
 @dataclass(frozen=True)
 class ChangeContext:
@@ -42,8 +44,6 @@ class ChangeContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        from controlpanel.hardening import client_ip
-
         with change_context(request_source(request), client_ip(request)):
             return self.get_response(request)
 
