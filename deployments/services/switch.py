@@ -17,6 +17,7 @@ from serving.planner import PlanInputError
 
 from .dispatch import operation_dispatch
 from .gates import GateRequest, gate_open, gate_params
+from .host_models import download_active, downloadable, host_model_of
 from .operations import operation_create
 from .planning import plan_for_revision
 from .review import Approval, approval_stamp, review_check, reviewed
@@ -41,8 +42,6 @@ class WeightsMissing(ValidationError):
 def _weights_on_host(revision: DeploymentRevision) -> None:
     """A model imported by repository id is downloaded first, as its own operation, so the switch
     never stops the serving engine to wait for (or fail on) a download."""
-    from .host_models import download_active, downloadable, host_model_of
-
     variant = revision.model_variant
     if (
         get_adapter(revision.engine).fetches_own_weights
