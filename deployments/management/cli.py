@@ -15,8 +15,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DataError
 
-from controlpanel.context import change_context
 from controlpanel.params import parse_int
+from core.context import change_context
 from deployments.choices import ACTIVE_STATES
 from deployments.models import DeploymentRevision, Operation
 from deployments.services.gates import gate_from_input

@@ -6,8 +6,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
+from core.context import change_context
 from deployments.choices import GATE_ACTIVE_STATES, GateState, OperationKind, OperationState
 from deployments.management.cli import (
     BadInput,
