@@ -19,8 +19,8 @@ from ninja.security import HttpBearer
 
 from changes.models import ChangeRequest
 from deployments.services.operations import HostBusyError
-from deployments.services.review import ChangeRequested
 from deployments.services.switch import PlanRefused
+from hardware.review import ChangeRequested
 from rollouts.services import RolloutOverlap
 
 from .endpoints import benchmarks, changes, front_door, hosts, models, operations, revisions, rollouts, schedules

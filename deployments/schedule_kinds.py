@@ -11,13 +11,13 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.roles import OPERATOR
 from hardware.models import Host
+from hardware.review import Approval
 from schedules.choices import ChangeKind
 from schedules.kinds import Checked, Kind, Outcome, kind_register
 
 from .selectors import revision_kept
 from .services.aliases import ALIAS_NAME, alias_set
 from .services.gates import gate_from_params, gate_params
-from .services.review import Approval
 from .services.switch import switch_request
 
 if TYPE_CHECKING:

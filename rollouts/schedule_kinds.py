@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controlpanel.roles import OPERATOR
-from deployments.services.review import Approval
 from hardware.models import Host
+from hardware.review import Approval
 from schedules.choices import ChangeKind
 from schedules.kinds import Checked, Kind, Outcome, kind_register
 

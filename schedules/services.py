@@ -24,7 +24,8 @@ from controlpanel.roles import OPERATOR, ensure_role, has_role
 from core.audit import audit_record, audited_save, person_of
 from core.maintenance import next_opening
 from deployments.services.operations import HostBusyError
-from deployments.services.review import (
+from hardware.models import Host
+from hardware.review import (
     Approval,
     ChangeRequested,
     approval_recheck,
@@ -32,7 +33,6 @@ from deployments.services.review import (
     review_check,
     reviewed,
 )
-from hardware.models import Host
 
 from .choices import ChangeState
 from .events import change_event

@@ -233,7 +233,7 @@ def test_schedules_knows_no_kind_of_change_it_runs():
     assert _reaching(graph, "schedules", ("deployments",)) == [
         "schedules.management.commands.schedule -> deployments.management.cli",
         "schedules.services -> deployments.services.operations",
-        "schedules.services -> deployments.services.review",
+        "schedules.services -> hardware.review",
     ]
 
 

@@ -30,11 +30,11 @@ from deployments.services.gates import gate_params
 from deployments.services.host_models import download_active, downloadable, host_model_of
 from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
-from deployments.services.review import ChangeRequested
 from deployments.services.revisions import comment_create, engine_default_port, revision_derive
 from deployments.services.serving_set import free_port
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
+from hardware.review import ChangeRequested
 from hardware.selectors import offline_reason
 from schedules.choices import ChangeKind
 from schedules.forms import WhenForm

@@ -24,8 +24,8 @@ from deployments.management.cli import (
 )
 from deployments.models import Operation
 from deployments.services.gates import gate_of, gate_params
-from deployments.services.review import ChangeRequested
 from deployments.services.switch import PlanRefused, switch_request
+from hardware.review import ChangeRequested
 from schedules.choices import ChangeKind
 from schedules.cli import add_when_options, scheduled_line, when_of
 from schedules.services import change_schedule
