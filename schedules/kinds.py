@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from hardware.models import Host
@@ -44,6 +45,9 @@ class Kind:
     describe: Callable[[dict[str, Any]], str]  # "switch to r5"
     # host, params, actor, approval (the review gate's Approval of an approved change, or None)
     run: Callable[[Host, dict[str, Any], Any, Any], Outcome]
+    # What `run` raises while its host is busy (another operation holds it): the change is tried
+    # again on each tick until its run_until, instead of failing.
+    busy: tuple[type[ValidationError], ...] = ()
 
 
 KINDS: dict[str, Kind] = {}
