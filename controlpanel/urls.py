@@ -39,7 +39,7 @@ urlpatterns = [
     path("", include("changes.urls")),
     path("", include("schedules.urls")),
     path("", include("dashboard.urls")),
-    path("", include("deployments.host_urls")),
-    path("", include("deployments.urls")),
+    path("", include("deployments.views.host_urls")),
+    path("", include("deployments.views.urls")),
     path("", include("rollouts.urls")),
 ]
