@@ -1,6 +1,6 @@
 """The kinds of change that can be scheduled: what each checks when it is scheduled and does when
 it is due. The apps that own a change register its kind (`kind_register`) when they are ready:
-deployments the switch and the alias move (deployments/schedule_kinds.py), rollouts the rollout
+deployments the switch and the alias move (deployments/services/schedule_kinds.py), rollouts the rollout
 (rollouts/schedule_kinds.py). So this app imports none of them; they sit on it, and their entry
 points offer "later" through it.
 

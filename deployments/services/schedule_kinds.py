@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 
 from controlpanel.roles import OPERATOR
+from deployments.selectors import revision_kept
 from hardware.models import Host
 from hardware.review import Approval
 from schedules.choices import ChangeKind
 from schedules.kinds import Checked, Kind, Outcome, kind_register
 
-from .selectors import revision_kept
-from .services.aliases import ALIAS_NAME, alias_set
-from .services.gates import gate_from_params, gate_params
-from .services.operations import HostBusyError
-from .services.switch import switch_request
+from .aliases import ALIAS_NAME, alias_set
+from .gates import gate_from_params, gate_params
+from .operations import HostBusyError
+from .switch import switch_request
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
