@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 
 from deployments.models import DeploymentRevision
 from deployments.presenters import report_for_revision
-from deployments.revision_views import changes_between
+from deployments.selectors.revision_views import changes_between
 from deployments.services.exports import TARGETS, revision_export
 from deployments.services.gates import baseline_run, gate_from_params
 from hardware.models import Host

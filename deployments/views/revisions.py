@@ -23,9 +23,9 @@ from deployments.choices import Engine, ModelFormat
 from deployments.engine_installs import host_binary
 from deployments.forms import CommentForm, RevisionForm, SwitchForm
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
-from deployments.revision_views import changes_between
 from deployments.runtime_bridge import host_facts, spec_for_values
 from deployments.selectors.memory import revision_memory
+from deployments.selectors.revision_views import changes_between
 from deployments.services.gates import gate_params
 from deployments.services.host_models import download_active, downloadable, host_model_of
 from deployments.services.operations import HostBusyError

@@ -18,8 +18,8 @@ from deployments.management.cli import (
 )
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
-from deployments.revision_views import changes_between
 from deployments.selectors import revision_numbered
+from deployments.selectors.revision_views import changes_between
 from deployments.services.revisions import revision_derive
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
