@@ -72,8 +72,10 @@ RANKS = {"plumbing": 0, "core": 1, "people": 2, "serving": 3, "hardware": 4, "ho
 # (the switch page, the alias form, the commands, `manage.py schedule` among them) offer "later"
 # through it. rollouts sits on deployments: its waves run deployments' switches. changes (change
 # requests of protected hosts) runs deployments' and rollouts' services: it sits on them.
+# tuning (where it is) sits on deployments as rollouts do: a run is a chain of deployments' switches
+# and benchmarks, and a change request of kind `tuning` (changes) starts one.
 # The dashboard reads deployments and hardware and writes nothing: a page over them.
-RANKS |= {"schedules": 6, "deployments": 7, "rollouts": 8, "changes": 9, "dashboard": 8}
+RANKS |= {"schedules": 6, "deployments": 7, "rollouts": 8, "tuning": 8, "changes": 9, "dashboard": 8}
 # The API and the lab router are entry points over the apps (the router reads deployments' route
 # table and forwards with the front door's data plane); controlpanel's top (urls, middleware)
 # gathers the pages; the embedded supervisor runs all of it as processes, above everything.
