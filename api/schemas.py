@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from django.core.exceptions import ValidationError
 from ninja import Field, Schema
 
+from deployments.services.gates import gate_from_input
+
 if TYPE_CHECKING:
     from deployments.services.gates import GateRequest
 
@@ -180,8 +182,6 @@ class GateIn(Schema):
 
     def request(self) -> GateRequest:
         """The gate as switch_request and rollout_start take it (ValidationError on bad input)."""
-        from deployments.services.gates import gate_from_input
-
         return gate_from_input(profile=self.profile, limits=self.max_drop)
 
 

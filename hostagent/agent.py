@@ -10,6 +10,8 @@ from typing import Any
 
 from django.conf import settings
 
+from controlpanel.broker import host_unacked_keys
+from controlpanel.celery import app
 from hostagent.runtime.childenv import forget_variable, host_pass_list
 from serving.agent_reports import Hello, Registered, Registration
 from serving.binds import lan_address
@@ -109,8 +111,6 @@ def register(ctx: AgentContext, *, address: str) -> tuple[Registered, bool]:
 
 
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
-    from controlpanel.celery import app
-
     try:
         # CONTROLPANEL_LAN_ADDRESS (settings_shared) by the panel's own rule: a bad one stops the
         # start, naming it, before an engine is bound there.
@@ -172,8 +172,6 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
 def use_own_broker_keys(app: Any, queue: str) -> None:
     """This host's unacknowledged messages under keys of its own (controlpanel.broker), the only
     ones its broker user may touch besides its queue: before the worker first connects."""
-    from controlpanel.broker import host_unacked_keys
-
     app.conf.broker_transport_options = {**app.conf.broker_transport_options, **host_unacked_keys(queue)}
 
 

@@ -14,11 +14,17 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from hostagent.held import host_memory_report
+from hostagent.probes.host_usage import HostUsageSampler
+from hostagent.probes.nvml import nvml_session, read_samples
 from hostagent.runtime.local_http import engine_get
+from hostagent.runtime.watchdog import Watchdog
 from serving.agent_reports import Heartbeat, Telemetry, WatchdogEvent
+from serving.engines.registry import get_adapter
 from serving.wire import WireError
 
 from .context import AgentContext
+from .enginelog import EngineLogShipper
 from .launch import launch_spec
 from .local import EngineState, engine_state
 from .panel import CredentialRefused, PanelAway, PanelError
@@ -33,7 +39,6 @@ def engine_metrics(ctx: AgentContext, state: EngineState) -> dict[str, float | N
     """The engine's own metrics in the common shape, when it runs and exposes them."""
     if not state.get("running") or not state.get("revision_id"):
         return {}
-    from serving.engines.registry import get_adapter
 
     try:
         launch = ctx.launch_of(str(state["revision_id"]))
@@ -79,10 +84,6 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
 def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = True) -> None:
     """Every TELEMETRY_INTERVAL_S: the host's CPU and memory (CPU busy over the interval),
     where NVML answers each GPU's sample, and the memory each engine holds, in one report."""
-    from hostagent.held import host_memory_report
-    from hostagent.probes.host_usage import HostUsageSampler
-    from hostagent.probes.nvml import read_samples
-
     usage = HostUsageSampler()
     measured: queue.Queue[Telemetry] = queue.Queue(maxsize=TELEMETRY_WAITING)
     sender = threading.Thread(target=_telemetry_sender, args=(ctx, measured, stop), daemon=True, name="telemetry-send")
@@ -133,8 +134,6 @@ def _telemetry_sender(ctx: AgentContext, measured: queue.Queue[Telemetry], stop:
 
 def _gpu_session(stack: contextlib.ExitStack) -> Any:
     """NVML, open until the loop ends; None (CPU and memory go on alone) when it does not open."""
-    from hostagent.probes.nvml import nvml_session
-
     try:
         return stack.enter_context(nvml_session())
     except Exception:  # noqa: BLE001 - a driver fault stops GPU samples, not the host's own
@@ -143,8 +142,6 @@ def _gpu_session(stack: contextlib.ExitStack) -> Any:
 
 
 def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
-    from .enginelog import EngineLogShipper
-
     shipper = EngineLogShipper(ctx.supervisor, ctx.panel)
     while not stop.wait(settings.AGENT_ENGINE_LOG_S):
         try:
@@ -154,8 +151,6 @@ def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
 
 
 def start_watchdog(ctx: AgentContext) -> Any:
-    from hostagent.runtime.watchdog import Watchdog
-
     def spec_provider() -> Any:
         record = ctx.supervisor.status()
         if not record.revision_id:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import socket
 
+from hostagent.local import host_install_dirs, host_model_dirs
+from hostagent.pipcache import cached_llama_builds
 from hostagent.probes.host import probe_host
 from hostagent.probes.nvml import probe_host_gpus
+from hostagent.runtime.confine import ensure_default_model_dir
 from serving.agent_reports import HostProbe
 
 
@@ -23,10 +26,6 @@ def probe_local(*, address: str | None = None) -> HostProbe:
     lets an install read from, and the llama.cpp builds in its pip cache, and the `address` the
     panel reaches it at when given) and the GPU inventory."""
     from django.conf import settings
-
-    from hostagent.local import host_install_dirs, host_model_dirs
-    from hostagent.pipcache import cached_llama_builds
-    from hostagent.runtime.confine import ensure_default_model_dir
 
     ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()

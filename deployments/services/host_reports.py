@@ -25,6 +25,7 @@ from notifications.services import notify
 from serving.agent_reports import Registered, Restore
 
 from .benchmarks import benchmark_run_record, benchmark_run_start
+from .host_models import host_model_forget, host_model_record
 from .installs import install_record
 from .operations import operation_begin, operation_finish, operations_mark_lost
 from .revisions import revision_mark_active
@@ -167,15 +168,11 @@ def operation_host_finish(
             actor=locked.requested_by,
         )
     if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:
-        from .host_models import host_model_record
-
         report = result.get("download")
         if not isinstance(report, dict):
             raise ValidationError("A finished download reports what it put on the disk.")
         result["host_model"] = host_model_record(op=locked, report=report).pk
     if locked.kind == OperationKind.MODEL_DELETE and state == OperationState.SUCCEEDED:
-        from .host_models import host_model_forget
-
         host_model_forget(op=locked)
     if (
         locked.kind in (OperationKind.SWITCH, OperationKind.ROLLBACK)

@@ -2,7 +2,7 @@
 widgets it polls. (The dashboard, every host's card, is `dashboard.views`.)
 
 They put hosts beside their revisions and operations, so they live here, above `hardware`;
-their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in
+their URLs keep the `hardware:` names (`deployments.views.host_urls`) and their templates stay in
 `templates/hardware/`."""
 
 from __future__ import annotations

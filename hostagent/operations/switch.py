@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 from django.conf import settings
 
 from hostagent.context import AgentContext
+from hostagent.held import engine_supervisors, group_pids
 from hostagent.launch import launch_spec
 from hostagent.preflight import host_preflight
+from hostagent.probes.nvml import sample_gpus
 from hostagent.runtime.errors import EngineStartError, HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
 from serving.engines.base import EngineConfigError, LaunchSpec
@@ -101,9 +103,6 @@ def _what(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> str:
 
 def _gpus_now(sup: Supervisor) -> GpusNow:
     """NVML's samples now and the pids of every engine the panel runs here (the GPU memory check)."""
-    from hostagent.held import engine_supervisors, group_pids
-    from hostagent.probes.nvml import sample_gpus
-
     ours = {pid for engine in engine_supervisors(sup).values() for pid in group_pids(engine)}
     return {"gpu_samples": sample_gpus() or None, "ours": ours}
 

@@ -30,7 +30,8 @@ from serving.engines.base import (
 )
 from serving.engines.envpolicy import classify_env
 from serving.engines.plan_effects import NO_EFFECT
-from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
+from serving.engines.policy import Concern, model_concern, override_concerns, path_concern, source_concern
+from serving.engines.versions import parse_version
 from serving.safety import UnsafeValueError, check_json_value
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -495,8 +496,6 @@ class CheckedAdapter:
 
     def _checked(self, config: EngineConfig) -> dict[str, Any]:
         """The config's knobs, checked and normalised (EngineConfigError naming the field)."""
-        from serving.engines.versions import parse_version
-
         check_common(config)
         parse_version(self.name, config.engine_version)
         classify_env(config.env, engine=self.name, engine_version=config.engine_version)
@@ -525,7 +524,5 @@ class CheckedAdapter:
         return found
 
     def _model_concerns(self, config: EngineConfig) -> list[Concern]:
-        from serving.engines.policy import model_concern
-
         found = model_concern(config)
         return [found] if found else []

@@ -31,6 +31,7 @@ from serving.engines.base import (
     shown_value,
 )
 from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch_spec, reads_path, whole_tokens
+from serving.engines.llamacpp import LlamaCppAdapter
 from serving.engines.plan_effects import (
     NO_EFFECT,
     OLLAMA_KV_TYPES,
@@ -197,8 +198,6 @@ class OllamaAdapter(Adapter):
     def parse_kv_capacity(self, log_text: str) -> KvCapacity:
         """Ollama's runner is llama.cpp-based and logs the same KV lines when it loads a
         model; the first request (not startup) loads it."""
-        from serving.engines.llamacpp import LlamaCppAdapter
-
         return LlamaCppAdapter().parse_kv_capacity(log_text)
 
     def install_plan(self, version: str, target: InstallTarget) -> list[InstallStep]:

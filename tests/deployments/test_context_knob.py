@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.revision_views import revision_view
+from deployments.selectors.revision_views import revision_view
 from deployments.services.exports import revision_client_target
 from deployments.services.planning import revision_plan
 from serving.diffing.context import revision_context

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deployments.views import hosts as views
 from hardware import address_views, token_views
+
+from . import hosts as views
 
 app_name = "hardware"
 
