@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.urls import path
 
+from deployments.views import host_events
 from deployments.views import hosts as views
 from hardware import address_views, token_views
 
@@ -14,6 +15,7 @@ app_name = "hardware"
 urlpatterns = [
     path("hosts/<slug:name>/", views.host_detail, name="host_detail"),
     path("hosts/<slug:name>/card/", views.host_card, name="host_card"),
+    path("hosts/<slug:name>/events/", host_events.host_events, name="host_events"),
     path("hosts/<slug:name>/telemetry/", views.host_telemetry, name="host_telemetry"),
     path("hosts/<slug:name>/probe/", views.host_action, {"action": "probe"}, name="host_probe"),
     path("hosts/<slug:name>/stop/", views.host_action, {"action": "stop"}, name="host_stop"),

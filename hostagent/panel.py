@@ -20,6 +20,7 @@ from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 import httpx
 
+from serving.host_events import HostEventReport
 from serving.wire import Order, RevisionLaunch
 
 from .outbox import Outbox
@@ -72,6 +73,8 @@ class PanelPort(Protocol):
     ) -> None: ...
 
     def event(self, *, kind: str, message: str) -> None: ...
+
+    def host_event(self, report: HostEventReport) -> None: ...
 
     def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None: ...
 
@@ -236,6 +239,11 @@ class HttpPanel:
 
     def event(self, *, kind: str, message: str) -> None:
         self._durable("events", {"kind": kind, "message": message}, kind="event", patience=5.0)
+
+    def host_event(self, report: HostEventReport) -> None:
+        """What happened to this host unasked (its agent killed, its door down or back): kept in
+        the outbox while the panel is away, like a watchdog's event."""
+        self._durable("events", report.to_dict(), kind="event", patience=5.0)
 
     def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None:
         """Lines of the engine's log (bytes offset..end of the host's file, one run); the answer's

@@ -18,6 +18,8 @@ from deployments.services.measured_memory import measured_memory_record
 from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_probe_record, telemetry_record, usage_record
+from serving.host_events import HOST_REPORTED, HostEventReport
+from serving.wire import WireError
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -93,10 +95,14 @@ def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 
 @host_endpoint(("POST",))
 def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    """A watchdog's `{kind, message}`, or what the agent reports of itself (HostEventReport)."""
     try:
-        kind, message = bodies.event(body)
-        host_reports.watchdog_event_record(host=host, kind=kind, message=message)
-    except ValidationError as exc:
+        if body.get("kind") in HOST_REPORTED:
+            host_reports.host_event_report(host=host, report=HostEventReport.from_dict(body))
+        else:
+            kind, message = bodies.event(body)
+            host_reports.watchdog_event_record(host=host, kind=kind, message=message)
+    except (ValidationError, WireError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
 
