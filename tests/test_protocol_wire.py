@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from serving import wire
+from serving.host_events import HostEventReport
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "hostagent" / "PROTOCOL.md"
 ROW = re.compile(r"^\| `(\w+)` \| ((?:`\w+`(?:, )?)+) \|$", re.MULTILINE)
@@ -30,6 +31,7 @@ def documented() -> dict[str, list[str]]:
         wire.DoorDocument,
         wire.DoorModel,
         wire.DoorLimits,
+        HostEventReport,
     ],
 )
 def test_protocol_lists_each_wire_types_fields(kind: type) -> None:

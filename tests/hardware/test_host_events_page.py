@@ -123,3 +123,10 @@ def test_host_events_are_never_edited(box):
     event.summary = "rewritten"
     with pytest.raises(Exception, match="never edited"):
         event.save()
+
+
+def test_every_host_event_kind_is_a_notification_a_rule_can_watch():
+    from notifications.choices import RULE_EVENTS, SEVERITY
+
+    assert set(HostEvent.Kind.values) <= {value for value, _ in RULE_EVENTS}
+    assert set(HostEvent.Kind.values) <= set(SEVERITY)
