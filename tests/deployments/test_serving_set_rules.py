@@ -8,6 +8,7 @@ the host page with its reason."""
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from pathlib import Path
@@ -224,7 +225,7 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
         [refused] = HostEvent.objects.filter(kind="door.table_refused")
         assert refused.summary == "alpha's front door refused its serving table broken-1 and keeps serving its previous one."
         assert "both listen on port 8001" in refused.reason
-        events = client.get("/hosts/alpha/events/?kind=door.table_refused").content.decode()
+        events = html.unescape(client.get("/hosts/alpha/events/?kind=door.table_refused").content.decode())
         assert refused.summary in events and "both listen on port 8001" in events
         panel.answer = good  # the panel's table is fine again: served, and the page says nothing more
         fixed = _report_where(panel, lambda body: body.get("version") == good["version"])
