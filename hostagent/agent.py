@@ -11,7 +11,6 @@ from typing import Any
 from django.conf import settings
 
 from hostagent.runtime.childenv import forget_variable, host_pass_list
-
 from serving.host_events import HostEventReport
 
 from .agent_run import previous_run_unclean, run_begins, run_ends
@@ -121,7 +120,16 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
     unclean = previous_run_unclean(state)  # killed, crashed or lost to a reboot: the panel hears of it
     run_begins(state)
     try:
-        _run(ctx, who, door=door, unclean=unclean, address=address, watchdog=watchdog, telemetry=telemetry, loglevel=loglevel)
+        _run(
+            ctx,
+            who,
+            door=door,
+            unclean=unclean,
+            address=address,
+            watchdog=watchdog,
+            telemetry=telemetry,
+            loglevel=loglevel,
+        )
     finally:
         run_ends(state)  # a clean stop: the next start reports nothing
 

@@ -338,7 +338,9 @@ class FrontDoorService:
             return
         if self.down is not None:
             log.info("front door: answers again on %s", self.bind)
-            self.ctx.panel.host_event(HostEventReport("door.up", f"It answers on {self.bind} again. It was down: {self.down}"))
+            self.ctx.panel.host_event(
+                HostEventReport("door.up", f"It answers on {self.bind} again. It was down: {self.down}")
+            )
             self.down = None
 
     def _follow(self) -> None:

@@ -223,7 +223,10 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
         assert "The front door refused the panel's serving table" in part
         assert "both listen on port 8001" in part.split('class="door-refused-reason">')[1].split("</span>")[0]
         [refused] = HostEvent.objects.filter(kind="door.table_refused")
-        assert refused.summary == "alpha's front door refused its serving table broken-1 and keeps serving its previous one."
+        assert (
+            refused.summary
+            == "alpha's front door refused its serving table broken-1 and keeps serving its previous one."
+        )
         assert "both listen on port 8001" in refused.reason
         events = html.unescape(client.get("/hosts/alpha/events/?kind=door.table_refused").content.decode())
         assert refused.summary in events and "both listen on port 8001" in events

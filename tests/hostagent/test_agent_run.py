@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-
 from pathlib import Path
 
 from hostagent.agent_run import RUN_FILE, previous_run_unclean, run_begins, run_ends

@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from hostagent.context import AgentContext
 from hostagent.door import service as door_service
 from hostagent.door.service import FrontDoorService
