@@ -132,9 +132,17 @@ def test_a_killed_agent_started_again_is_a_host_event_a_clean_stop_is_not(lab, h
 @pytest.mark.parametrize("lab", [{"CONTROLPANEL_FRONT_DOOR_BIND": f"127.0.0.1:{TAKEN_PORT}"}], indirect=True)
 def test_a_front_door_that_cannot_listen_is_down_with_why(lab, hook, operator, admin_user) -> None:
     host, (hook, channel) = lab["host"], hook
+    [first] = wait_for(lambda: _events(host, "door.down"), 30, "the door-down event")  # at the agent's start
     rule_create(channel=channel, host=None, events=[EventKind.DOOR_DOWN], actor=admin_user)
-    [down] = wait_for(lambda: _events(host, "door.down"), 30, "the door-down event")
+    lab["agent"].stop()  # started again (the port still taken): down again, and now a rule watches it
+    lab["agent"] = lab["agent"].sibling(lab["tmp"] / "agent-2.log").start()
+    lab["agent"].wait_registered()
+    down = wait_for(lambda: _events(host, "door.down")[1:] and _events(host, "door.down")[0], 30, "a second one")
     assert f"cannot listen on 127.0.0.1:{TAKEN_PORT}" in down.reason and "in use" in down.reason
+    assert (
+        down.reason == first.reason
+        and down.summary == f"{host.name}'s front door is down: clients of its endpoint get no answer."
+    )
     page = _page(operator, f"/hosts/{host.name}/events/?kind=door.down")
     assert down.summary in page and f"127.0.0.1:{TAKEN_PORT}" in page
     wait_for(lambda: hook.received, 30, "the door-down message")
