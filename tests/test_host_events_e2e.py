@@ -91,7 +91,7 @@ def test_a_crashed_engine_restarted_by_the_watchdog_is_a_host_event_a_rule_sends
     assert restarted.summary in page and restarted.reason[:40] in page
     wait_for(lambda: hook.received, 30, "the watchdog's message")
     [message] = [r["json"] for r in hook.received]
-    assert message["title"] == f"[{host.name}] Watchdog restarted the engine" and message["type"] == "warning"
+    assert message["title"] == f"[{host.name}] Watchdog restarted the engine (r1)" and message["type"] == "warning"
 
 
 def test_a_killed_agent_started_again_is_a_host_event_a_clean_stop_is_not(lab, hook, operator, admin_user) -> None:
