@@ -92,6 +92,22 @@ class HostList(Schema):
     count: int
 
 
+class HostEventOut(Schema):
+    id: int
+    kind: str = Field(description="agent.restarted, watchdog.restarted, door.table_refused, door.down, door.up, ...")
+    label: str
+    severity: str = Field(description="As its notification says it: info, success, warning or failure")
+    at: datetime
+    summary: str
+    reason: str = Field(description="The host's own words (secrets masked)")
+    revision: str = Field(description="What served then: 'r5', or empty")
+
+
+class HostEventList(Schema):
+    items: list[HostEventOut]
+    count: int = Field(description="Every event of the host that matches, not only those listed")
+
+
 class ModelOut(Schema):
     name: str
     repo_id: str

@@ -15,10 +15,12 @@ from controlpanel.celery import app
 from hostagent.runtime.childenv import forget_variable, host_pass_list
 from serving.agent_reports import Hello, Registered, Registration
 from serving.binds import lan_address
+from serving.host_events import HostEventReport
 
+from .agent_run import previous_run_unclean, run_begins, run_ends
 from .context import AgentContext, set_current
 from .door.service import door_settings, start_front_door
-from .frontdoor.settings import SettingsError
+from .frontdoor.settings import FrontDoorSettings, SettingsError
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
 from .operations.install import stop_leftover_installs
@@ -123,8 +125,41 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         raise AgentConfigError(str(exc)) from exc
     ctx, who = connect(name=name)
     set_current(ctx)
+    state = state_dir(ctx.host)
+    unclean = previous_run_unclean(state)  # killed, crashed or lost to a reboot: the panel hears of it
+    run_begins(state)
+    try:
+        _run(
+            ctx,
+            who,
+            door=door,
+            unclean=unclean,
+            address=address,
+            watchdog=watchdog,
+            telemetry=telemetry,
+            loglevel=loglevel,
+        )
+    finally:
+        run_ends(state)  # a clean stop: the next start reports nothing
+
+
+def _run(
+    ctx: AgentContext,
+    who: Hello,
+    *,
+    address: str,
+    watchdog: bool,
+    telemetry: bool,
+    loglevel: str,
+    door: FrontDoorSettings | None,
+    unclean: str | None,
+) -> None:
+
     leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
     answer, nvml = register(ctx, address=address)
+    if unclean:
+        log.warning("%s", unclean)
+        ctx.panel.host_event(HostEventReport("agent.restarted", unclean))
     state = engine_state(ctx.supervisor)
     lost = answer.lost
     engine = f"running {state['revision_label']}" if state["running"] else "stopped"
@@ -142,11 +177,12 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
         front_door = start_front_door(ctx, door=door, gpus=nvml, relaunching=relaunching)
     except OSError as exc:  # the agent's switches and reports matter more than the door: go on without it
         front_door = None
-        log.error(
-            "front door off: it cannot listen on %s (%s); set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off",
-            door.bind if door else "?",
-            exc.strerror or exc,
+        why = (
+            f"it cannot listen on {door.bind if door else '?'} ({exc.strerror or exc}); "
+            "set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off"
         )
+        log.error("front door off: %s", why)
+        ctx.panel.host_event(HostEventReport("door.down", f"The front door did not start: {why}."))
     stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=nvml)
     dog = start_watchdog(ctx) if watchdog else None
     try:

@@ -36,6 +36,7 @@ from serving.agent_reports import (
     Telemetry,
     WatchdogEvent,
 )
+from serving.host_events import HostEventReport
 from serving.wire import Order, RevisionLaunch
 
 from .outbox import Outbox
@@ -71,6 +72,8 @@ class PanelPort(Protocol):
     def telemetry(self, report: Telemetry) -> None: ...
 
     def event(self, event: WatchdogEvent) -> None: ...
+
+    def host_event(self, report: HostEventReport) -> None: ...
 
     def engine_log(self, chunk: EngineLogChunk) -> int | None: ...
 
@@ -215,6 +218,11 @@ class HttpPanel:
 
     def event(self, event: WatchdogEvent) -> None:
         self._durable("events", event.to_dict(), kind="event", patience=5.0)
+
+    def host_event(self, report: HostEventReport) -> None:
+        """What happened to this host unasked (its agent killed, its door down or back): kept in
+        the outbox while the panel is away, like a watchdog's event."""
+        self._durable("events", report.to_dict(), kind="event", patience=5.0)
 
     def engine_log(self, chunk: EngineLogChunk) -> int | None:
         """Send lines of the engine's log (bytes offset..end of the host's file, one run); answers

@@ -26,6 +26,7 @@ from core.audit import audit_record, audited_delete, audited_save, person_of
 from core.secrets_mask import mask_text
 from hardware.models import Host
 from hardware.selectors import offline_reason
+from hardware.services import host_event_record
 
 from .choices import RULE_EVENTS, DeliveryState, EventKind, severity
 from .events import Event, presence_event
@@ -499,14 +500,8 @@ def hosts_presence_check() -> list[Event]:
             ):
                 continue
             reason = "" if online else offline_reason(host)
-            audit_record(
-                action="host.online" if online else "host.offline",
-                summary=f"{host.name} is back" if online else f"{host.name} went offline",
-                obj=host,
-                host=host,
-                actor=None,
-            )
             event = presence_event(host, online=online, reason=reason)
+            host_event_record(host=host, kind=event.kind, summary=event.summary, reason=reason)
             notify(event)
             events.append(event)
     return events

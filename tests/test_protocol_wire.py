@@ -14,6 +14,7 @@ import pytest
 
 from serving import agent_reports as reports
 from serving import wire
+from serving.host_events import HostEventReport
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "hostagent" / "PROTOCOL.md"
 ROW = re.compile(r"^\| `(\w+)` \| ((?:`\w+`(?:, )?)+) \|$", re.MULTILINE)
@@ -27,7 +28,7 @@ def _types(module: Any) -> list[type]:
     return [getattr(module, name) for name in module.__all__ if dataclasses.is_dataclass(getattr(module, name))]
 
 
-@pytest.mark.parametrize("kind", _types(wire) + _types(reports), ids=lambda kind: kind.__name__)
+@pytest.mark.parametrize("kind", [*_types(wire), *_types(reports), HostEventReport], ids=lambda kind: kind.__name__)
 def test_protocol_lists_each_wire_types_fields(kind: type) -> None:
     table = documented()
     assert kind.__name__ in table, f"PROTOCOL.md has no row for {kind.__name__}"

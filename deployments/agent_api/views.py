@@ -19,6 +19,8 @@ from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_probe_record, telemetry_record, usage_record
 from serving.agent_reports import Hello, ProbeAnswer
+from serving.host_events import HOST_REPORTED, HostEventReport
+from serving.wire import WireError
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -94,10 +96,14 @@ def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 
 @host_endpoint(("POST",))
 def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
+    """A watchdog's `{kind, message}`, or what the agent reports of itself (HostEventReport)."""
     try:
-        event = bodies.event(body)
-        host_reports.watchdog_event_record(host=host, kind=event.kind, message=event.message)
-    except ValidationError as exc:
+        if body.get("kind") in HOST_REPORTED:
+            host_reports.host_event_report(host=host, report=HostEventReport.from_dict(body))
+        else:
+            event = bodies.event(body)
+            host_reports.watchdog_event_record(host=host, kind=event.kind, message=event.message)
+    except (ValidationError, WireError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
 

@@ -15,12 +15,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from core.audit import audit_record
 from core.secrets_mask import mask_text
 from deployments.host_serving import door_set, host_serving, revision_memory
-from deployments.models import FrontDoor, ModelAlias
+from deployments.models import FrontDoor, ModelAlias, active_revision_of
 from deployments.runtime_bridge import runs_on_this_machine
-from hardware.models import Host
+from hardware.models import Host, HostEvent
+from hardware.services import host_event_record
+from notifications.events import host_event
+from notifications.services import notify
 from serving.agent_reports import TableRefusal, UsageTotal
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
 from serving.exports import base_url_for
@@ -90,13 +92,16 @@ def _refusal_keep(host: Host, door: FrontDoor, refused: TableRefusal | None) -> 
         return  # the same refusal, reported again
     door.refused_version, door.refused_reason = refused.version, reason
     door.refused_at = door.reported_at
-    audit_record(
-        action="door.table_refused",
-        summary=f"{host.name}'s front door refused its serving table and keeps the previous one: {reason}",
+    serving = active_revision_of(host)
+    row = host_event_record(
         host=host,
-        data={"version": door.refused_version, "reason": reason, "served_version": door.reported_version},
-        actor=None,
+        kind=HostEvent.Kind.TABLE_REFUSED,
+        summary=f"{host.name}'s front door refused its serving table {door.refused_version or '(no version)'} "
+        f"and keeps serving {door.reported_version or 'its previous one'}.",
+        reason=reason,
+        revision=f"r{serving.number}" if serving else "",
     )
+    notify(host_event(row))
 
 
 def door_card(state: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from django.conf import settings
 
 from hostagent.context import AgentContext
@@ -31,6 +32,8 @@ from hostagent.held import ONDEMAND_DIR
 from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
 from serving.agent_reports import DoorModelState, DoorReport, TableRefusal, UsageTotal
+from serving.binds import split_bind
+from serving.host_events import HostEventReport
 
 from .loader import AgentLoader
 from .memory import engine_memory, free_for_loads
@@ -42,6 +45,7 @@ log = logging.getLogger("controlpanel.agent")
 T = TypeVar("T")
 OFF = "off"
 REASON_CHARS = 500  # of a refused table's reason, in the report
+HEALTH_TIMEOUT_S = 5.0  # how long the door's own /health may take before it counts as down
 
 
 def door_settings(environ: Mapping[str, str] | None = None) -> FrontDoorSettings | None:
@@ -82,6 +86,7 @@ class FrontDoorService:
         self._sync: threading.Thread | None = None
         self._closing = threading.Event()
         self._said: dict[str, str] = {}  # per step, the problem last logged
+        self.down: str | None = None  # why the door does not answer, while it does not
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -321,9 +326,30 @@ class FrontDoorService:
 
             self.call(unload, timeout=door.settings.drain_timeout_s + 60)
 
+    def watch(self) -> None:
+        """Ask the door's own /health, as a client would: the first miss reports the door down
+        (host event door.down, with what the client got), the first answer after that back up."""
+        host, port = split_bind(self.bind)
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - a wildcard bind's loopback
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}/health"
+        try:
+            httpx.get(url, timeout=HEALTH_TIMEOUT_S).raise_for_status()
+        except httpx.HTTPError as exc:
+            if self.down is None and not self._closing.is_set():
+                self.down = f"The front door on {self.bind} does not answer its /health: {type(exc).__name__}: {exc}"
+                log.error("front door: %s", self.down)
+                self.ctx.panel.host_event(HostEventReport("door.down", self.down))
+            return
+        if self.down is not None:
+            log.info("front door: answers again on %s", self.bind)
+            self.ctx.panel.host_event(
+                HostEventReport("door.up", f"It answers on {self.bind} again. It was down: {self.down}")
+            )
+            self.down = None
+
     def _follow(self) -> None:
         while not self._closing.is_set():
-            for step in (self.poll, self.reap, self.report):
+            for step in (self.watch, self.poll, self.reap, self.report):
                 try:
                     step()
                     self._said.pop(step.__name__, None)
