@@ -214,7 +214,7 @@ LLAMA_PROMPT_CACHE_DEFAULT = 8192 * MiB
 
 @dataclass(frozen=True)
 class HostRam:
-    """What a CPU-only llama.cpp engine holds in host RAM once serving (peak RSS), by part."""
+    """What a CPU-only engine (llama.cpp, vLLM's CPU build) holds in host RAM once serving (peak RSS), by part."""
 
     weights: int = 0
     kv_cache: int = 0
