@@ -89,9 +89,6 @@ class StateDir:
         self.pauses = self.path / "pauses"
         self.lock_file = self.path / "supervisor.lock"
         self.starts_file = self.path / "starts.jsonl"
-        # The engine's own TMPDIR (vLLM leaves its ZeroMQ sockets there at every start), emptied
-        # before each start and after each stop: nothing of a stopped engine is left in /tmp.
-        self.tmp_dir = self.path / "tmp"
         self.path.mkdir(parents=True, exist_ok=True)
         self.pauses.mkdir(exist_ok=True)
         for folder in (self.path, self.pauses):  # what a killed writer left is never read

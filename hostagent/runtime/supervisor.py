@@ -22,10 +22,12 @@ reported in the result (and so in the operation's log).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -373,15 +375,27 @@ class Supervisor:
         self.state.record_start(record)
         return record, proc
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The engine's own TMPDIR: vLLM leaves its ZeroMQ sockets there at every start, so it is
+        emptied before each start and after each stop. A short name in the agent's own TMPDIR, one
+        per state folder (any process finds it): a Unix socket's path holds 107 bytes at most, and
+        a state folder's may be long."""
+        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+
     def _fresh_tmp(self) -> Path:
-        """The engine's TMPDIR, empty (0700): what an earlier engine left there is removed."""
-        shutil.rmtree(self.state.tmp_dir, ignore_errors=True)
-        self.state.tmp_dir.mkdir(mode=0o700)
-        return self.state.tmp_dir
+        """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
+        self._clear_tmp()
+        self.tmp_dir.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
+        return self.tmp_dir
 
     def _clear_tmp(self) -> None:
         """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""
-        shutil.rmtree(self.state.tmp_dir, ignore_errors=True)
+        path = self.tmp_dir
+        if path.is_symlink():  # not ours: never follow it
+            path.unlink()
+        shutil.rmtree(path, ignore_errors=True)
 
     def _discard(self, record: EngineRecord) -> None:
         """Kill a start that failed and forget it; its output stays in the log."""

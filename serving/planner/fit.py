@@ -155,7 +155,7 @@ def _size_vllm_cpu(ctx: Context) -> None:
             Severity.ERROR,
             F.VLLM_CPU_BLOCK_SIZE,
             f"block_size {s.block_size} is not a multiple of {VLLM_CPU_BLOCK_MULTIPLE}: vLLM's CPU attention refuses "
-            f"it at start (\"No common block size for {s.block_size} (CPU_ATTN: [MultipleOf(32)])\").",
+            f'it at start ("No common block size for {s.block_size} (CPU_ATTN: [MultipleOf(32)])").',
             f"Leave block_size unset (the CPU build's default is {VLLM_CPU_BLOCK_DEFAULT}) or use a multiple of "
             f"{VLLM_CPU_BLOCK_MULTIPLE}.",
         )

@@ -42,13 +42,15 @@ def _spec(said: Path, env: dict[str, str] | None = None) -> LaunchSpec:
 
 def test_an_engine_gets_its_own_tmpdir_and_a_failed_start_leaves_nothing_there(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path / "host")
-    stale = sup.state.tmp_dir
+    stale = sup.tmp_dir
     stale.mkdir()
     (stale / "left-by-a-killed-engine").write_text("")
     with pytest.raises(EngineExitedError):
         sup.start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
-    assert (tmp_path / "said").read_text() == str(sup.state.tmp_dir)  # the engine's own, not the host's
-    assert not sup.state.tmp_dir.exists()  # its litter and what an earlier engine left: gone
+    assert (tmp_path / "said").read_text() == str(sup.tmp_dir)  # the engine's own, not the host's
+    assert not sup.tmp_dir.exists()  # its litter and what an earlier engine left: gone
+    deep = Supervisor(tmp_path / ("a-long-state-folder-name" * 4) / "host")
+    assert len(str(deep.tmp_dir / "14b0a5f9-9f94-4582-a27b-d603bf0292b0")) <= 107  # a Unix socket's path
 
 
 def test_a_revision_that_names_its_tmpdir_keeps_it(tmp_path: Path) -> None:
