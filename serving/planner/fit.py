@@ -20,6 +20,7 @@ from serving.planner.kv import (
     TORCH_DTYPE_BYTES,
     attn_bytes_per_token_layer,
     bottleneck_stage,
+    compute_dtype_bytes,
     gdn_state_bytes_layer,
     hybrid_block_size,
     layer_counts,
@@ -27,7 +28,6 @@ from serving.planner.kv import (
     llama_layers_from_arch,
     llama_layers_from_gguf,
     model_dtype_bytes,
-    vllm_dtype_bytes,
 )
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
@@ -159,7 +159,9 @@ def _size_vllm_cpu(ctx: Context) -> None:
             f"Leave block_size unset (the CPU build's default is {VLLM_CPU_BLOCK_DEFAULT}) or use a multiple of "
             f"{VLLM_CPU_BLOCK_MULTIPLE}.",
         )
-    a = attn_bytes_per_token_layer(arch, 1, s.kv_bytes_k or vllm_dtype_bytes(arch))
+    a = attn_bytes_per_token_layer(
+        arch, 1, s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=get_adapter(req.engine).float32_as_16bit)
+    )
     if a is not None and ctx.counts is not None and ctx.counts.full:
         ctx.per_token_gpu = ctx.per_token_total = a * ctx.counts.full
         ctx.block = s.block_size or VLLM_CPU_BLOCK_DEFAULT
@@ -172,7 +174,8 @@ def _size_vllm_cpu(ctx: Context) -> None:
 
 def _size_gpu_split(ctx: Context) -> None:
     s, arch, req = ctx.settings, ctx.request.arch, ctx.request
-    if not req.gpus and req.engine == "vllm":
+    adapter = get_adapter(req.engine)
+    if not req.gpus and adapter.cpu_build:
         _size_vllm_cpu(ctx)
         return
     # One replica's world: TP x PP GPUs sharing the weights. Each data-parallel replica is that
@@ -182,7 +185,6 @@ def _size_gpu_split(ctx: Context) -> None:
     ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
     ctx.native_context = _native(arch, s)
     ctx.max_model_len = s.max_model_len or arch.native_context
-    adapter = get_adapter(req.engine)
     default_tokens, default_seqs = adapter.batch_defaults(ctx.gpu_memory or 24 * GiB)
     ctx.batched_tokens = s.max_num_batched_tokens or default_tokens
     ctx.max_num_seqs = s.max_num_seqs or default_seqs
@@ -196,7 +198,7 @@ def _size_gpu_split(ctx: Context) -> None:
             weights = max(0, weights - head)
         ctx.weights_per_gpu = max(0, math.ceil(weights / world) - s.cpu_offload_bytes)
 
-    kv_bytes = s.kv_bytes_k or (vllm_dtype_bytes(arch) if req.engine == "vllm" else model_dtype_bytes(arch))
+    kv_bytes = s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=adapter.float32_as_16bit)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
     split = GpuSplit(ctx.gpu_memory, s.tp, s.pp, prefill_chunk=s.max_num_batched_tokens, speculative=s.spec_method)

