@@ -378,17 +378,25 @@ class Supervisor:
     @property
     def tmp_dir(self) -> Path:
         """The engine's own TMPDIR: vLLM leaves its ZeroMQ sockets there at every start, so it is
-        emptied before each start and after each stop. A short name in the agent's own TMPDIR, one
-        per state folder (any process finds it): a Unix socket's path holds 107 bytes at most, and
-        a state folder's may be long."""
+        emptied before each start and after each stop. A short name in the TMPDIR of the process
+        that started it (a Unix socket's path holds 107 bytes at most, and a state folder's may be
+        long), noted in the state folder so that any process that stops the engine finds it."""
+        noted = self.state.path / "engine-tmp"
+        with contextlib.suppress(OSError):
+            path = Path(noted.read_text().strip())
+            if path.is_absolute() and path.name.startswith("cp-engine-"):
+                return path
         key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / f"cp-engine-{key}"
 
     def _fresh_tmp(self) -> Path:
         """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
         self._clear_tmp()
-        self.tmp_dir.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
-        return self.tmp_dir
+        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+        path.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
+        (self.state.path / "engine-tmp").write_text(str(path))
+        return path
 
     def _clear_tmp(self) -> None:
         """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""

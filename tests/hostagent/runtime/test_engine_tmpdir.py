@@ -61,3 +61,22 @@ def test_a_revision_that_names_its_tmpdir_keeps_it(tmp_path: Path) -> None:
         sup.start(_spec(tmp_path / "said", {"TMPDIR": str(mine)}), revision_label="r1", ready_timeout=60)
     assert (tmp_path / "said").read_text() == str(mine)
     assert (mine / "torchinductor_root").is_dir()  # the revision's folder is its own business
+
+
+def test_another_process_with_another_tmpdir_finds_the_engines_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's TMPDIR is not the panel's: a stop from another process (the test's lab teardown,
+    `manage.py`) clears the folder the engine was given, which the state folder notes."""
+    import tempfile
+
+    agents, others = tmp_path / "agent-tmp", tmp_path / "other-tmp"
+    agents.mkdir(), others.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(agents))
+    with pytest.raises(EngineExitedError):
+        Supervisor(tmp_path / "host").start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    given = Path((tmp_path / "said").read_text())
+    assert given.parent == agents
+    given.mkdir()  # as if the engine were still running there
+    monkeypatch.setattr(tempfile, "tempdir", str(others))
+    assert Supervisor(tmp_path / "host").tmp_dir == given
