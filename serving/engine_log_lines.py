@@ -30,7 +30,8 @@ _LEVELS = (
 _PROBLEM_LEVELS = frozenset({"W", "E", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "ERR"})
 _PROBLEM_WORDS = re.compile(
     r"\b(warn(ing)?|error|critical|fatal|traceback|exception|failed|failure|out of memory|OOM|abort(ed)?|"
-    r"segmentation fault|core dumped|panic)\b|^\s*[\w.]+(Error|Exception|Warning):",
+    r"segmentation fault|core dumped|panic)\b|^\s*[\w.]+(Error|Exception|Warning):"
+    r"|\.py:\d+: \w*(Warning|Error):",  # Python's warnings module: "path.py:24: DeprecationWarning: ..."
     re.IGNORECASE,
 )
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
@@ -79,15 +80,23 @@ _ERROR_WORDS = re.compile(
 _LETTER = re.compile(r"^[IWEDT] ")
 
 
+# vLLM logs a worker's traceback line by line at ERROR ("ERROR 12-07 01:01:42 [file.py:1063] ValueError:
+# ..."), then raises wrappers that only point back at it.
+_VLLM_LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[[^\]]*\] ")
+_WRAPPER = re.compile(r"root cause above|stack trace above for the root cause", re.IGNORECASE)
+
+
 def cause_line(lines: Sequence[str]) -> str | None:
     """The line of a failed start's log that says why, in the engine's own words: a Python
-    engine's last exception (`torch.OutOfMemoryError: CUDA out of memory...`), else the first
-    line at an error level or with an error's words (llama.cpp's `gguf_init_from_file: failed to
-    open GGUF file ...`, `error: invalid argument: --bogus-arg`); None when no line says."""
+    engine's last exception (`torch.OutOfMemoryError: CUDA out of memory...`; in vLLM's logged
+    tracebacks too, past the wrappers that say "see root cause above"), else the first line at an
+    error level or with an error's words (llama.cpp's `gguf_init_from_file: failed to open GGUF
+    file ...`, `error: invalid argument: --bogus-arg`); None when no line says."""
     bare = [_bare(line) for line in lines]
-    raised = [text.strip() for text in bare if _EXCEPTION.match(text)]
-    if raised:
-        return raised[-1][:500]
+    raised = [t.strip() for t in (_VLLM_LEVEL.sub("", text, count=1) for text in bare) if _EXCEPTION.match(t)]
+    causes = [text for text in raised if not _WRAPPER.search(text)]
+    if causes or raised:
+        return (causes or raised)[-1][:500]
     for text in bare:
         level = _level(text)
         if (level.upper() in _ERROR_LEVELS) if level else bool(_ERROR_WORDS.search(text)):

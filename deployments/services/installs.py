@@ -40,10 +40,17 @@ if TYPE_CHECKING:
 
 
 def _check_install_folders(
-    host: Host, actor: AbstractUser | None, *, wheelhouse: str | None, source_dir: str | None
+    host: Host,
+    actor: AbstractUser | None,
+    *,
+    wheelhouse: str | None,
+    source_dir: str | None,
+    existing: str | None = None,
 ) -> None:
-    """A wheelhouse or source folder: an admin's, inside the folders the host reports it allows."""
-    given = [(field, value) for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)) if value]
+    """A wheelhouse, source folder or existing venv: an admin's, inside the folders the host
+    reports it allows."""
+    folders = (("wheelhouse", wheelhouse), ("source_dir", source_dir), ("existing", existing))
+    given = [(field, value) for field, value in folders if value]
     if not given:
         return
     field, _value = given[0]
@@ -83,6 +90,7 @@ def install_request(
     source_dir: str | None = None,
     cuda: bool | None = None,
     wheelhouse: str | None = None,
+    existing: str | None = None,
     actor: AbstractUser | None,
 ) -> Operation:
     """Queue an install of `engine` at `version` on `host` (operator or admin).
@@ -92,14 +100,19 @@ def install_request(
     from without the Internet (pip --no-index --find-links) for air-gapped hosts. Both run
     the folder's code on the host, so only an admin may give them, and only inside the
     folders the host's agent reports it allows (CONTROLPANEL_INSTALL_DIRS); the host checks
-    again, with symlinks resolved. An operator installs from the index.
+    again, with symlinks resolved. An operator installs from the index. `existing`: a venv
+    already on the host that holds the engine (admin, in those folders too): nothing is
+    installed, the host reads the version the venv holds (`version` "" = whatever it is) and
+    records it as the install.
     Raises ValidationError (nothing written) when the engine, version or paths do not fit.
     """
     ensure_role(actor, OPERATOR)
-    _check_install_folders(host, actor, wheelhouse=wheelhouse, source_dir=source_dir)
+    _check_install_folders(host, actor, wheelhouse=wheelhouse, source_dir=source_dir, existing=existing)
     if engine not in Engine.values:
         known = ", ".join(Engine.values)
         raise ValidationError({"engine": f"Unknown engine {engine!r}; known engines: {known}."})
+    if existing:
+        return _adopt_request(host, engine, version, existing, wheelhouse or source_dir, actor)
     adapter = get_adapter(engine)
     use_cuda = bool(host.nvml_available) if cuda is None else bool(cuda)
     try:
@@ -120,6 +133,26 @@ def install_request(
         "cuda": use_cuda,
         "wheelhouse": (wheelhouse or "").rstrip("/") or None,
     }
+    with transaction.atomic():
+        return operation_create(
+            kind=OperationKind.INSTALL, host=host, params=params, enqueue=operation_dispatch, actor=actor
+        )
+
+
+def _adopt_request(
+    host: Host, engine: str, version: str, existing: str, other: str | None, actor: AbstractUser | None
+) -> Operation:
+    """Queue the record of a venv already on `host` as `engine`'s install (install_request's `existing`)."""
+    adapter = get_adapter(engine)
+    if other:
+        raise ValidationError({"existing": "An existing venv is recorded as it is: no wheelhouse or source folder."})
+    if adapter.install_distribution() is None:
+        raise ValidationError({"existing": f"{adapter.label} is not installed with pip: there is no venv to record."})
+    try:
+        canonical = adapter.install_version(version.strip()) if (version or "").strip() else ""
+    except EngineConfigError as exc:
+        raise ValidationError({"version": str(exc)}) from exc
+    params = {"engine": engine, "version": canonical, "existing": posixpath.normpath(existing), "cuda": False}
     with transaction.atomic():
         return operation_create(
             kind=OperationKind.INSTALL, host=host, params=params, enqueue=operation_dispatch, actor=actor

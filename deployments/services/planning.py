@@ -146,9 +146,10 @@ def weights_and_kv(variant: ModelVariant, report: Any) -> tuple[int | None, int 
 
 
 def planned_ram(report: Any) -> int | None:
-    """The RAM llama.cpp holds on a CPU-only host by the planner's whole model (GGUF, KV cache,
-    compute and output buffers, runtime: FitReport.ram_bytes, or its to_dict()), None where the
-    planner has no such figure (then weights + KV cache is what is known)."""
+    """The RAM the engine holds on a CPU-only host by the planner's whole model (llama.cpp: GGUF, KV
+    cache, compute and output buffers, runtime; vLLM's CPU build: weights, KV cache, runtime:
+    FitReport.ram_bytes, or its to_dict()), None where the planner has no such figure (then weights
+    + KV cache is what is known)."""
     ram = report.get("ram_bytes") if isinstance(report, dict) else getattr(report, "ram_bytes", None)
     return ram if isinstance(ram, int) and not isinstance(ram, bool) and ram > 0 else None
 

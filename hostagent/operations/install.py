@@ -114,6 +114,7 @@ class InstallParams:
     source_dir: Any = None
     wheelhouse: Any = None
     cuda: bool = False
+    existing: Any = None  # a venv already on the host to record as the install (nothing is installed)
 
     @classmethod
     def of(cls, order: Order) -> InstallParams:
@@ -121,11 +122,20 @@ class InstallParams:
         engine, version = params.get("engine"), params.get("version") or ""
         if not isinstance(engine, str) or not engine or not isinstance(version, str):
             raise Refused("This host refuses the install: the order names no engine and version.")
-        return cls(engine, version, params.get("source_dir"), params.get("wheelhouse"), bool(params.get("cuda")))
+        return cls(
+            engine,
+            version,
+            params.get("source_dir"),
+            params.get("wheelhouse"),
+            bool(params.get("cuda")),
+            params.get("existing"),
+        )
 
 
 def run_install(ctx: AgentContext, order: Order) -> Outcome:
     op_id, panel, params = order.id, ctx.panel, InstallParams.of(order)
+    if params.existing not in (None, ""):
+        return adopt_existing(ctx, order, params)
     engine, version = params.engine, params.version
     adapter = get_adapter(engine)
     key = install_key(version)
@@ -197,4 +207,49 @@ def run_install(ctx: AgentContext, order: Order) -> Outcome:
     summary.update(version=install_key(installed), binary=binary, **details)
     return Outcome.succeeded(
         summary, install={"engine": engine, "version": installed, "path": path, "binary": binary, "details": details}
+    )
+
+
+def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Outcome:
+    """Record a venv already on this host (inside its install folders) as the engine's install:
+    nothing is installed; the venv's own Python says which of the engine's distributions it holds
+    and at which version (the order's version, when it names one, must be that one), and the
+    executable is the one that distribution runs."""
+    from hostagent.local import host_install_dirs
+    from hostagent.runtime.confine import confine_install_folder
+    from hostagent.runtime.installs import installed_version, venv_python
+
+    adapter = get_adapter(params.engine)
+    if not isinstance(params.existing, str):
+        raise Refused("This host refuses the install: existing: not a path")
+    try:
+        folder = confine_install_folder("existing", params.existing, host_install_dirs())
+    except HostRuntimeError as exc:
+        raise Refused(f"This host refuses the install: {exc.reason}") from exc
+    own = adapter.install_distribution()
+    distributions = [d for d in (own, *adapter.other_distributions) if d]
+    if not distributions or not venv_python(folder).is_file():
+        raise Refused(f"This host refuses the install: {folder} is not a Python venv holding {params.engine}.")
+    ctx.panel.progress(order.id, stage="reading the venv", progress=0.0, log=f"reading {params.engine} in {folder}")
+    found = next(((d, v) for d in distributions if (v := installed_version(folder, d))), None)
+    if found is None:
+        return Outcome.failed(f"{folder} holds none of {', '.join(distributions)}: no {params.engine} to record.", {})
+    distribution, package_version = found
+    installed = adapter.version_from_distribution(package_version)
+    if params.version and installed != params.version:
+        return Outcome.failed(
+            f"{folder} holds {distribution} {package_version}, not {params.engine} {params.version}.", {}
+        )
+    inside = adapter.other_distributions.get(distribution)
+    binary = str(Path(folder) / inside) if inside else installed_binary(params.engine, folder) or ""
+    if not binary or not Path(binary).is_file():
+        return Outcome.failed(f"{folder} holds {distribution} {package_version} but no {params.engine} executable.", {})
+    details = {"package_version": package_version, "distribution": distribution, "adopted": True}
+    ctx.panel.progress(
+        order.id, stage="installed", progress=1.0, log=f"{params.engine} {installed} at {folder} runs {binary}"
+    )
+    summary = {"engine": params.engine, "version": install_key(installed), "path": folder, "binary": binary, **details}
+    return Outcome.succeeded(
+        summary,
+        install={"engine": params.engine, "version": installed, "path": folder, "binary": binary, "details": details},
     )

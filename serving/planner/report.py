@@ -120,7 +120,7 @@ class Context:
     kv_cache_bytes: int | None = None
     vision_on: bool = False
     weights_estimate: Any = None  # planner.weights.WeightsEstimate when the weights were estimated
-    host_ram: HostRam | None = None  # a CPU-only llama.cpp layout's host RAM
+    host_ram: HostRam | None = None  # a CPU-only layout's host RAM (llama.cpp, vLLM's CPU build)
     findings: list[Finding] = field(default_factory=list)
 
     def add(self, severity: Severity, code: str, message: str, fix: str = "") -> None:

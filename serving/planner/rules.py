@@ -137,7 +137,9 @@ def _weights_known(ctx: Context) -> None:
 def _parallel(ctx: Context) -> None:
     s, arch = ctx.settings, ctx.request.arch
     world = s.gpus_needed
-    if world > len(ctx.gpus) and not ctx.request.gpus:
+    if world == 1 and not ctx.request.gpus and get_adapter(ctx.request.engine).cpu_build:
+        pass  # vLLM's CPU build (fit._size_vllm_cpu says so)
+    elif world > len(ctx.gpus) and not ctx.request.gpus:
         ctx.add(
             ERROR,
             F.PARALLEL_TOO_MANY_GPUS,

@@ -72,6 +72,8 @@ def test_ollama_levels_decide() -> None:
         ("llamacpp_no_prefix.log", "gguf_init_from_file: failed to open GGUF file '/nonexistent.gguf' (No such file"),
         ("llamacpp_bad_argument.log", "error: invalid argument: --bogus-arg"),
         ("vllm.log", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+        # The worker's own exception, not the engine core's "See root cause above" wrappers after it.
+        ("vllm_cpu_block_size.log", "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."),
         ("sglang.log", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
     ],
 )
@@ -88,3 +90,17 @@ def test_a_log_with_no_error_names_no_cause() -> None:
     from serving.engine_log_lines import cause_line
 
     assert cause_line(["I srv  llama_server: initializing ...", "W srv  security: no API key is set"]) is None
+
+
+def test_a_real_vllm_cpu_log_is_judged_by_vllms_own_levels() -> None:
+    """vllm-cpu 0.32.0's own lines (API server, engine core, worker prefixes): no INFO line is a
+    problem, every WARNING and ERROR line is, and so are the Python warnings it prints bare."""
+    from serving.engine_log_lines import line_level, problem_flags
+
+    lines = (FIXTURES / "vllm_cpu_block_size.log").read_text().splitlines()
+    judged = list(zip(lines, problem_flags(lines), strict=True))
+    levels = [line_level(line) for line in lines]
+    assert levels.count("INFO") > 20 and levels.count("WARNING") > 5 and levels.count("ERROR") > 20
+    assert not any(problem for (_line, problem), level in zip(judged, levels, strict=True) if level == "INFO")
+    assert all(problem for (_line, problem), level in zip(judged, levels, strict=True) if level in ("WARNING", "ERROR"))
+    assert any(problem for line, problem in judged if "DeprecationWarning" in line)

@@ -315,3 +315,24 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_use
     assert set(host.engine_installs["vllm"]) == {"0.22.0"}
     bad = Operation.objects.filter(host=host, kind=OperationKind.INSTALL).order_by("-created_at").first()
     assert bad.state == OperationState.FAILED and bad.result["log_tail"]
+
+
+def test_an_existing_venv_is_an_admins_inside_the_hosts_install_folders(
+    host, admin_user, operator, sent, django_capture_on_commit_callbacks
+):
+    """`engine install --existing`: the host reads the venv (tests/hostagent/test_adopt_install.py);
+    the panel checks who asks and where, as for a wheelhouse (the venv's code runs as the engine)."""
+    with pytest.raises(ValidationError) as info:
+        install_request(host=host, engine="vllm", version="", existing="/srv/wheels/vllm-cpu", actor=operator)
+    assert "Only an admin may install from a folder on the host" in info.value.message_dict["existing"][0]
+    with pytest.raises(ValidationError) as info:
+        install_request(host=host, engine="vllm", version="", existing="/opt/vllm-cpu", actor=admin_user)
+    assert "outside the folders gpu-1 allows installs from" in info.value.message_dict["existing"][0]
+    with pytest.raises(ValidationError) as info:
+        install_request(host=host, engine="ollama", version="", existing="/srv/wheels/ollama", actor=admin_user)
+    assert info.value.message_dict["existing"] == ["Ollama is not installed with pip: there is no venv to record."]
+    assert Operation.objects.count() == 0 and sent == []
+    with django_capture_on_commit_callbacks(execute=True):
+        op = install_request(host=host, engine="vllm", version="", existing="/srv/wheels/vllm-cpu/", actor=admin_user)
+    assert op.params == {"engine": "vllm", "version": "", "existing": "/srv/wheels/vllm-cpu", "cuda": False}
+    assert len(sent) == 1

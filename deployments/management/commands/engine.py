@@ -44,6 +44,12 @@ class Command(cli.ActionCommand):
             help="air-gapped hosts, admin only: pip installs only from this folder on the host (in a folder its "
             "CONTROLPANEL_INSTALL_DIRS allows)",
         )
+        install.add_argument(
+            "--existing",
+            default=None,
+            help="admin only: record a venv already on the host that holds the engine (nothing is installed; "
+            "the version is the one it holds; in a folder its CONTROLPANEL_INSTALL_DIRS allows)",
+        )
         cli.add_operation_options(install)
         first = actions.add_parser(
             "first-install", help="first run: start building llama.cpp on this machine while no host has an engine"
@@ -62,12 +68,14 @@ class Command(cli.ActionCommand):
                 source_dir=options["source_dir"],
                 cuda=options["cuda"],
                 wheelhouse=options["wheelhouse"],
+                existing=options["existing"],
                 actor=cli.get_actor(options["user"]),
             )
         except (ValidationError, PermissionDenied) as exc:
             messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
             raise cli.BadInput("; ".join(messages)) from exc
-        label = f"{op.params['engine']} {op.params['version'] or '(latest)'}"
+        version = op.params["version"] or ("(the venv's)" if op.params.get("existing") else "(latest)")
+        label = f"{op.params['engine']} {version}"
         op = self.queued(op, f"Install of {label} on {host.name}", wait=options["wait"], timeout=options["timeout"])
         if op is None:
             return

