@@ -35,7 +35,7 @@ from deployments.services.engine_logs import engine_log_lines
 from deployments.services.imports import model_variant_import_hf_config
 from deployments.services.inference_keys import key_create
 from deployments.services.installs import install_request
-from deployments.services.planning import plan_for_revision, planned_memory
+from deployments.services.planning import planned_memory, revision_plan
 from deployments.services.secrets import secret_set
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import EngineSample, Host
@@ -132,8 +132,8 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
         host=host, engine="vllm", engine_version=VLLM_VERSION, model_variant=model, served_name="tiny", port=port,
         knobs=knobs, api_key_secret="engine-key", message="tiny on vLLM's CPU build", actor=operator,
     )  # fmt: skip
-    planned = planned_memory(r1)["ram"]
-    plan = plan_for_revision(r1)
+    plan = revision_plan(r1).checked()
+    planned = planned_memory(r1, plan)["ram"]
     assert [f.code for f in plan.findings] == ["vllm.cpu"]
     op = wait_done(switch_request(revision=r1, actor=operator), 500)
     timings["vLLM switch"] = op.result.get("seconds", 0.0)
