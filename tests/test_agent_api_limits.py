@@ -205,3 +205,15 @@ def test_a_nan_from_the_engine_is_sent_as_no_reading() -> None:
 
     assert [_finite(v) for v in (float("nan"), float("inf"), 0.5, None, 3)] == [None, None, 0.5, None, 3]
     assert json.dumps({"v": _finite(float("nan"))}) == '{"v": null}'
+
+
+def test_a_host_event_whose_reason_holds_nul_or_a_lone_surrogate_is_kept_not_a_500(box: dict[str, Any]) -> None:
+    """An agent's own event (agent.restarted, door.down) is report text like a watchdog's message:
+    NUL and lone surrogates, which PostgreSQL stores neither of, are replaced, never a 500."""
+    agent = box["agent"]
+    response = _raw(agent, "events", '{"kind": "door.down", "reason": "refused\\u0000 on \\ud800 port 8080"}')
+    assert response.status_code == 200, (response.status_code, response.content[:300])
+    event = box["host"].events.get()
+    assert event.kind == "door.down"
+    assert "refused" in event.reason and "port 8080" in event.reason and "\x00" not in event.reason
+    _refused(agent.post("events", {"kind": "door.down", "reason": ["not", "text"]}), "reason")

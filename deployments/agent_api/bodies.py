@@ -44,6 +44,8 @@ from serving.agent_reports import (
     Telemetry,
     WatchdogEvent,
 )
+from serving.host_events import REASON_CHARS as HOST_EVENT_REASON_CHARS
+from serving.host_events import HostEventReport
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 from serving.wire import WireError
 
@@ -488,6 +490,16 @@ def event(body: dict[str, Any]) -> WatchdogEvent:
     if kind not in WATCHDOG_EVENTS:
         raise ValidationError(f"kind must be one of {', '.join(WATCHDOG_EVENTS)}.")
     return typed(WatchdogEvent, {"kind": kind, "message": log_text(body.get("message"), "message", keep=MAX_TEXT)})
+
+
+def host_event(body: dict[str, Any]) -> HostEventReport:
+    """What the agent reports of itself (serving.host_events): its reason is report text, kept
+    like a watchdog's message (NUL and lone surrogates replaced), never refused for them."""
+    reason = log_text(body.get("reason"), "reason", keep=HOST_EVENT_REASON_CHARS)
+    try:
+        return HostEventReport.from_dict({"kind": body.get("kind"), "reason": reason})
+    except WireError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def engine_log(body: dict[str, Any]) -> EngineLogChunk:

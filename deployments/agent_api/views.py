@@ -19,8 +19,7 @@ from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_probe_record, telemetry_record, usage_record
 from serving.agent_reports import Hello, ProbeAnswer
-from serving.host_events import HOST_REPORTED, HostEventReport
-from serving.wire import WireError
+from serving.host_events import HOST_REPORTED
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -99,11 +98,11 @@ def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespons
     """A watchdog's `{kind, message}`, or what the agent reports of itself (HostEventReport)."""
     try:
         if body.get("kind") in HOST_REPORTED:
-            host_reports.host_event_report(host=host, report=HostEventReport.from_dict(body))
+            host_reports.host_event_report(host=host, report=bodies.host_event(body))
         else:
             event = bodies.event(body)
             host_reports.watchdog_event_record(host=host, kind=event.kind, message=event.message)
-    except (ValidationError, WireError) as exc:
+    except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
 
