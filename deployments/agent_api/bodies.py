@@ -617,7 +617,7 @@ def _usage_row(row: Any, at: str) -> dict[str, Any]:
     if counts["errors"] > counts["requests"]:
         raise ValidationError(f"{at}.errors ({counts['errors']:,}) exceeds its requests ({counts['requests']:,}).")
     return {
-        "day": raw_day,
+        "day": day.isoformat(),  # one way of writing it: the report's rows are told apart by it
         "key": text(row.get("key"), f"{at}.key", most=63) or "",
         "model": text(row.get("model"), f"{at}.model", most=200, optional=False),
         **counts,

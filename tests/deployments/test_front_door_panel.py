@@ -446,3 +446,16 @@ def test_commands_key_and_alias(world, operator):
     )  # fmt: skip
     entry = ServedRevision.objects.get(revision__number=int(made.getvalue().strip()))
     assert entry.mode == "on-demand" and entry.host == world["host"]
+
+
+def test_one_day_written_two_ways_is_one_day_twice(world):
+    """A day is a date, however it is written: today and today as an ISO week date (ten
+    characters too, which Python's date.fromisoformat reads) are one (day, key, model) twice."""
+    today = datetime.now(UTC).date()
+    year, week, weekday = today.isocalendar()
+    report = _report()
+    report["usage"] = [_usage_row(key=""), _usage_row(key="", day=f"{year}-W{week:02d}-{weekday}")]
+    response = world["agent"].report(report)
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    assert "twice" in response.json()["error"]
+    assert not UsageDay.objects.exists()
