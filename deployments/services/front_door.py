@@ -70,9 +70,9 @@ def front_door_report(
     refused: TableRefusal | None = None,
 ) -> None:
     """Keep the front door's last state (checked by the agent API) and its usage totals, and the
-    table it refused (`refused`: version and reason; None when it serves the panel's): audited
-    when a new one is refused, shown on the host page until the door serves the panel's table.
-    ValidationError, with nothing kept, when the usage names a key or model the host may not
+    table it refused (`refused`: version and reason; None when it serves the panel's): a host
+    event (door.table_refused) when a new one is refused, shown on the host page until the door
+    serves the panel's table. ValidationError, with nothing kept, when the usage names a key or model the host may not
     book to (usage.usage_record)."""
     usage_record(host=host, rows=usage)  # first: it refuses before anything is kept
     door = FrontDoor.objects.select_for_update().filter(host=host).first() or FrontDoor(host=host)
