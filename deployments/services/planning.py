@@ -229,7 +229,9 @@ def revision_plan(revision: DeploymentRevision) -> Plan:
     else:
         _plans.move_to_end(key)
     if isinstance(found, PlanInputError):
-        return Plan(None, planner_refusal(revision, found), found)
+        # A fresh error each time: the kept one raised again would grow its traceback by each raise.
+        error = PlanInputError(str(found), field=found.field)
+        return Plan(None, planner_refusal(revision, error), error)
     return Plan(found)
 
 

@@ -5,6 +5,7 @@ model for a poll, and not at all for a poll answered 304."""
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hostagent.door.tables import serving_set as agent_table
+from serving.planner import PlanInputError
 from serving.wire import DoorDocument
 from tests.support.revisions import make_revision
 
@@ -191,3 +193,20 @@ def test_the_order_is_the_typed_order_and_carries_each_launch_once(cpu_lab: dict
     assert order.revision.memory.devices == {"ram": 2 * GiB} and order.revision.served_name == "tiny"
     old = {"config", "model", "label", "engine", "installs", "memory_need", "memory_planned"}
     assert not old & set(sent["revision"])
+
+
+def test_a_kept_refusal_is_raised_afresh_each_time(cpu_lab: dict[str, Any]) -> None:
+    """A revision the planner refuses is kept refused by its input, and each page or switch that
+    asks raises the refusal anew: the kept one raised again grew its traceback by every raise,
+    holding each caller's frames (a page polled every few seconds) for the process's life."""
+    planning_module._plans.clear()
+    revision = cpu_lab["revisions"][1]
+    DeploymentRevision.objects.filter(pk=revision.pk).update(knobs={"ctx_size": "lots", "parallel": 1})
+    revision.refresh_from_db()
+    depths = []
+    for _ in range(3):
+        with pytest.raises(PlanInputError) as caught:
+            planning_module.revision_plan(revision).checked()
+        assert caught.value.field == "ctx_size"
+        depths.append(len(traceback.extract_tb(caught.value.__traceback__)))
+    assert depths[0] == depths[1] == depths[2]
