@@ -132,7 +132,8 @@ def _size_vllm_cpu(ctx: Context) -> None:
     ctx.batched_tokens = s.max_num_batched_tokens or ctx.batched_tokens
     ctx.max_num_seqs = s.max_num_seqs or ctx.max_num_seqs
     space = (req.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-    pool = int(space) * GiB if space.isdigit() and int(space) > 0 else s.kv_cache_memory_bytes
+    gib = int(space) if space.isascii() and space.isdigit() else 0  # "²" is a digit, not a number to int()
+    pool = gib * GiB if gib > 0 else s.kv_cache_memory_bytes
     ctx.add(
         Severity.INFO,
         F.VLLM_CPU,

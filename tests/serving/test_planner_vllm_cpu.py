@@ -60,3 +60,12 @@ def test_a_block_size_its_cpu_attention_refuses_is_an_error() -> None:
     assert error.code == "vllm.cpu_block_size" and "No common block size for 16" in error.message
     fine = _plan({"kv_cache_memory_bytes": 64 * MiB, "block_size": 64, "max_num_seqs": 4})
     assert _codes(fine) == {"vllm.cpu": "info"}
+
+
+def test_a_kvcache_space_that_is_no_whole_number_of_gib_is_not_read() -> None:
+    """vLLM reads VLLM_CPU_KVCACHE_SPACE with int(): "²" passes str.isdigit() but is no number to
+    int(), and "4.5" is none to vLLM; the planner reads neither (the knob's size stands) and never
+    fails on one (an admin may set any variable)."""
+    for space in ("²", "4.5", "-1", "0"):
+        report = _plan({"kv_cache_memory_bytes": 64 * MiB}, env={"VLLM_CPU_KVCACHE_SPACE": space})
+        assert report.kv_cache_bytes == 64 * MiB, space
