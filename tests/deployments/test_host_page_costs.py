@@ -27,9 +27,9 @@ pytestmark = pytest.mark.django_db
 # operations and benchmark runs; the GPU memory held by processes the panel did not start and the
 # newest points of the planner-error trend (bounded per host); whether the host requires review,
 # its maintenance window and upcoming scheduled changes, its tags and any open rollout; the lab's
-# door mode (open or keys required). Drawing the charts reads the three series, planning what fits
-# the catalog's models.
-WARM_QUERIES = 23
+# door mode (open or keys required); the host's last five events. Drawing the charts reads the three
+# series, planning what fits the catalog's models.
+WARM_QUERIES = 24
 COLD_QUERIES = WARM_QUERIES + 3 + 1
 
 
