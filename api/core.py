@@ -128,10 +128,28 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _register() -> None:
-    from .endpoints import benchmarks, changes, front_door, hosts, models, operations, revisions, rollouts, schedules
+    from .endpoints import (
+        benchmarks,
+        changes,
+        front_door,
+        hosts,
+        models,
+        operations,
+        revisions,
+        rollouts,
+        schedules,
+        tuning,
+    )
 
     routers = {
-        "/hosts/": (hosts.router, revisions.router, benchmarks.host_router, front_door.hosts, rollouts.hosts),
+        "/hosts/": (
+            hosts.router,
+            revisions.router,
+            benchmarks.host_router,
+            front_door.hosts,
+            rollouts.hosts,
+            tuning.hosts,
+        ),
         "/benchmarks/": (benchmarks.router,),
         "/models/": (models.router,),
         "/operations/": (operations.router,),
@@ -140,6 +158,7 @@ def _register() -> None:
         "/changes/": (changes.router,),
         "/schedules/": (schedules.router,),
         "/rollouts/": (rollouts.router,),
+        "/tuning/": (tuning.router,),
     }
     for prefix, group in routers.items():
         for router in group:

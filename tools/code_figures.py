@@ -36,6 +36,7 @@ PACKAGES = (
     "notifications",
     "changes",
     "rollouts",
+    "tuning",
     "dashboard",
     "api",
     "labrouter",
@@ -72,7 +73,9 @@ RANKS = {"plumbing": 0, "core": 1, "people": 2, "serving": 3, "hardware": 4, "ho
 # rollouts beside them too: its waves run deployments' switches, "later" through schedules, and a
 # due rollout is one of schedules' kinds.
 # The dashboard reads deployments and hardware and writes nothing: a page over them.
-RANKS |= {"deployments": 6, "schedules": 6, "rollouts": 6, "changes": 7, "dashboard": 7}
+# tuning beside them: a run is a chain of deployments' switches and benchmarks, and a change request
+# of kind `tuning` (changes) starts one.
+RANKS |= {"deployments": 6, "schedules": 6, "rollouts": 6, "tuning": 6, "changes": 7, "dashboard": 7}
 # The API and the lab router are entry points over the apps (the router reads deployments' route
 # table and forwards with the front door's data plane); controlpanel's top (urls, middleware)
 # gathers the pages; the embedded supervisor runs all of it as processes, above everything.
