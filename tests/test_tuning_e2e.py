@@ -9,7 +9,7 @@ parallel x KV cache type: a quantized V cache with flash attention off is refuse
 (llama.cpp does not start so), so two of the four candidates are never started; two slots still
 leave a request waiting for a whole answer, and a limit of a fifth of the base's TTFT p95 rules
 that trial out after its first round (seen: a third to half of the base's); four slots pass and
-win, measured three rounds against the base's three.
+win, measured two rounds against the base's two (their spread is the noise they must beat).
 """
 
 from __future__ import annotations
@@ -32,22 +32,20 @@ from tuning.services import tuning_cancel, tuning_propose, tuning_start
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 PROFILE = BenchmarkProfile(
-    name="tune-e2e", concurrency=(4,), num_requests=4, input_tokens=12, output_tokens=48, warmup_requests=1
+    name="tune-e2e", concurrency=(4,), num_requests=4, input_tokens=12, output_tokens=32, warmup_requests=1
 )
 SPACE = {"parallel": [2, 4], "cache_type_v": ["f16", "q8_0"]}
 
 
-def wait_run(run: TuningRun, timeout: float = 240.0) -> TuningRun:
+def wait_run(run: TuningRun, timeout: float = 480.0) -> TuningRun:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run.refresh_from_db()
         if not run.is_open:
             return run
         time.sleep(0.3)
-    ops = Operation.objects.filter(host=run.host).order_by("-created_at")[:3]
-    raise AssertionError(
-        f"run still {run.state}/{run.stage}: " + "\n".join(f"{o.kind} {o.state} {o.stage}" for o in ops)
-    )
+    trials = [f"trial {t.number} {t.knobs} {t.state} {len(t.rounds)} round(s)" for t in run.trials.all()]
+    raise AssertionError(f"run still {run.state}/{run.stage}: " + "\n".join(trials))
 
 
 def serving(lab) -> int | None:
@@ -69,7 +67,7 @@ def test_a_sweep_rules_out_what_does_not_fit_or_breaks_a_limit_and_its_winner_is
         limits="ttft_p95<=0.2*base",
         profile=PROFILE.to_dict(),
         max_trials=4,
-        repeats=3,
+        repeats=2,
         repeat_best=1,
         actor=operator,
     )
@@ -88,18 +86,18 @@ def test_a_sweep_rules_out_what_does_not_fit_or_breaks_a_limit_and_its_winner_is
     two = by[(2, "f16")]
     assert two.state == TuningTrial.State.RULED_OUT and len(two.rounds) == 1 and two.passed is False
     assert "stopped after its first round" in two.reason and "TTFT p95" in two.reason
-    # Four slots won: three rounds against the base's three, beyond the rounds' own noise.
+    # Four slots won: two rounds against the base's two, beyond the rounds' own noise.
     four = by[(4, "f16")]
-    assert four.state == TuningTrial.State.MEASURED and len(four.rounds) == 3 and four.passed
-    assert len(trials[0].rounds) == 3
+    assert four.state == TuningTrial.State.MEASURED and len(four.rounds) == 2 and four.passed
+    assert len(trials[0].rounds) == 2
     assert run.best == four and run.verdict["beats_base"] is True, run.verdict
-    print(f"best: {run.reason}")
+    print(f"best: {run.reason}; verdict {run.verdict}")
     # Each measured trial is a revision derived from the base, the run named in its message.
     assert four.revision.parent_id == base.pk and f"Tuning run #{run.pk}" in four.revision.message
     assert four.revision.knobs == {**base.knobs, "parallel": 4, "cache_type_v": "f16"}
     assert four.planned_memory.get("ram", 0) > 0  # the planner's figure beside what the host measured
     # Each round its own benchmark run, on the trial's own revision.
-    assert {r["run"] for r in four.rounds} and len({r["run"] for r in four.rounds}) == 3
+    assert len({r["run"] for r in four.rounds}) == 2
     # The plot's points: the winner is on the throughput/TTFT front.
     points = {p.trial.number: p for p in tuning_points(run=run)}
     assert points[four.number].front["ttft_p95"] is True
