@@ -15,12 +15,13 @@ win, measured two rounds against the base's two (their spread is the noise they 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 
 from deployments.choices import OperationKind, OperationState
-from deployments.models import Operation, active_revision_id_of
+from deployments.models import ModelVariant, Operation, active_revision_id_of
 from deployments.services.switch import switch_request
 from hardware.models import Host
 from serving.benchmarking.profiles import BenchmarkProfile
@@ -54,6 +55,8 @@ def serving(lab) -> int | None:
 
 @pytest.fixture
 def base(lab, operator):
+    # Its size as an import records it: the planner's memory per trial needs the weights' bytes.
+    ModelVariant.objects.filter(pk=lab["gemma"].pk).update(weights_bytes=Path(lab["gemma"].gguf_file).stat().st_size)
     revision = lab["rev"]("one slot, flash attention off", 1024, threads=1, parallel=1, flash_attn="off")
     assert wait_done(switch_request(revision=revision, actor=operator)).state == OperationState.SUCCEEDED
     return revision
