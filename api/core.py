@@ -17,11 +17,25 @@ from ninja.errors import AuthenticationError
 from ninja.errors import ValidationError as SchemaError
 from ninja.security import HttpBearer
 
+from changes.models import ChangeRequest
 from deployments.services.operations import HostBusyError
-from deployments.services.review import ChangeRequested
 from deployments.services.switch import PlanRefused
+from hardware.review import ChangeRequested
 from rollouts.services import RolloutOverlap
 
+from .endpoints import (
+    benchmarks,
+    changes,
+    front_door,
+    hosts,
+    models,
+    operations,
+    revisions,
+    rollouts,
+    schedules,
+    tuning,
+)
+from .serialize import change_dict
 from .tokens import token_authenticate
 
 
@@ -91,10 +105,6 @@ def _conflict(request: HttpRequest, exc: HostBusyError | RolloutOverlap) -> Http
 @api.exception_handler(ChangeRequested)
 def _change_requested(request: HttpRequest, exc: ChangeRequested) -> HttpResponse:
     """A protected host: the change waits for a review (202, with the request to follow)."""
-    from changes.models import ChangeRequest
-
-    from .serialize import change_dict
-
     change = ChangeRequest.objects.select_related("host", "author").get(pk=exc.change.pk)
     body = {"detail": " ".join(exc.messages), "change_request": change_dict(change)}
     return api.create_response(request, body, status=202)
@@ -128,19 +138,6 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 def _register() -> None:
-    from .endpoints import (
-        benchmarks,
-        changes,
-        front_door,
-        hosts,
-        models,
-        operations,
-        revisions,
-        rollouts,
-        schedules,
-        tuning,
-    )
-
     routers = {
         "/hosts/": (
             hosts.router,

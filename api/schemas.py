@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from django.core.exceptions import ValidationError
 from ninja import Field, Schema
 
+from deployments.services.gates import gate_from_input
+
 if TYPE_CHECKING:
     from deployments.services.gates import GateRequest
 
@@ -88,6 +90,22 @@ class HostOut(Schema):
 class HostList(Schema):
     items: list[HostOut]
     count: int
+
+
+class HostEventOut(Schema):
+    id: int
+    kind: str = Field(description="agent.restarted, watchdog.restarted, door.table_refused, door.down, door.up, ...")
+    label: str
+    severity: str = Field(description="As its notification says it: info, success, warning or failure")
+    at: datetime
+    summary: str
+    reason: str = Field(description="The host's own words (secrets masked)")
+    revision: str = Field(description="What served then: 'r5', or empty")
+
+
+class HostEventList(Schema):
+    items: list[HostEventOut]
+    count: int = Field(description="Every event of the host that matches, not only those listed")
 
 
 class ModelOut(Schema):
@@ -180,8 +198,6 @@ class GateIn(Schema):
 
     def request(self) -> GateRequest:
         """The gate as switch_request and rollout_start take it (ValidationError on bad input)."""
-        from deployments.services.gates import gate_from_input
-
         return gate_from_input(profile=self.profile, limits=self.max_drop)
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 from django.urls import reverse
 
+from changes.binding import described
 from changes.models import ChangeRequest
+from changes.services import stale_reasons
 from deployments.choices import OperationState
 from deployments.models import (
     BenchmarkRun,
@@ -175,9 +177,6 @@ def operation_with_gate(op: Operation) -> dict[str, Any]:
 
 def change_dict(change: ChangeRequest, *, comments: bool = False) -> dict[str, Any]:
     """A change request as the API answers it (changes/)."""
-    from changes.binding import described
-    from changes.services import stale_reasons
-
     out: dict[str, Any] = {
         "id": change.pk,
         "host": change.host.name,

@@ -74,10 +74,12 @@ def front_door(
     bind_host: str = "127.0.0.1",
     budget_device: str = "ram",
     extra: tuple[str, ...] = (),
+    root: Path = ROOT,
 ) -> Iterator[FrontDoorProcess]:
     """A front door in its own process over `models` (routing table entries), each started with
     its argv by the front door's command loader; `budget` bytes of `budget_device`; `keys` its key table
-    (none: open); listening on `bind_host` (reached at 127.0.0.1: 0.0.0.0 covers it)."""
+    (none: open); listening on `bind_host` (reached at 127.0.0.1: 0.0.0.0 covers it); the door's
+    code from the checkout at `root` (another one's door, to compare two side by side)."""
     folder = Path(tempfile.mkdtemp(prefix="bench-frontdoor-"))
     (folder / "table.json").write_text(json.dumps({"models": models}))
     commands = {m["name"]: {"argv": argvs[m["name"]], "health_url": m["upstream"] + "/health"} for m in models}
@@ -93,7 +95,7 @@ def front_door(
     # One client drives every stream here: no per-key cap, or streams past it would be refused.
     env = {**os.environ, "CONTROLPANEL_FRONT_DOOR_KEY_INFLIGHT_MAX": "0"}
     env["CONTROLPANEL_FRONT_DOOR_KEY_QUEUE_SHARE"] = "1"
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=(folder / "door.log").open("wb"))
     door = FrontDoorProcess(proc, f"http://127.0.0.1:{port}", {m["name"]: m["upstream"] for m in models})
     door.log = folder / "door.log"
     try:

@@ -13,10 +13,13 @@ count: the door's frontdoor_loads_total{result="ok"}, the router's models seen g
 "loading" on its /models, polled every 20 ms), failed requests (not 200, or a stream without
 `[DONE]`). `--json FILE` also writes every run's figures (each request's TTFT, the door's swap
 timeline from `frontdoor_swap_phase_seconds` and its log's swap lines): what tests/fixtures/gpu/ keeps.
+`--baseline DIR` also runs the door of another checkout (e.g. `git archive main | tar -x -C DIR`)
+in each run, between this one's and the router, to hold a change against the door it replaces on
+the same load.
 
     .venv/bin/python bench/bench_swap_vs_router.py [--streams 4] [--requests 12] [--tokens 16] [--runs 1]
         [--threads 1] [--slots 4] [--turn 5] [--stop-grace 10] [--llama-server PATH] [--model GGUF]
-        [--model-b GGUF] [--room 1] [--gpu-layers 0] [--json FILE]
+        [--model-b GGUF] [--room 1] [--gpu-layers 0] [--json FILE] [--baseline DIR]
 
 On a GPU host: `--llama-server` a CUDA build, `--model` a GGUF, `--gpu-layers 99`, and the door's
 budget in the device's bytes (`--budget gpu0=...`, planned bytes per model `--planned`).
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -107,7 +111,7 @@ def engine_flags(args: argparse.Namespace) -> list[str]:
     return flags + ["-ngl", str(args.gpu_layers), *args.engine_arg]
 
 
-def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
+def door_run(args: argparse.Namespace, folder: Path, root: Path = ROOT) -> Outcome:
     ports = {name: free_port() for name in MODELS}
     models = [
         {
@@ -125,7 +129,7 @@ def door_run(args: argparse.Namespace, folder: Path) -> Outcome:
     os.environ["CONTROLPANEL_FRONT_DOOR_TURN"] = str(args.turn)
     extra = ("--stop-grace", str(args.stop_grace))
     budget = args.planned * args.room
-    with front_door(models, argvs, budget=budget, budget_device=args.device, extra=extra) as door:
+    with front_door(models, argvs, budget=budget, budget_device=args.device, extra=extra, root=root) as door:
         out = asyncio.run(load(door.url, args.streams, args.requests, args.tokens))
         text = httpx.get(f"{door.url}/metrics", timeout=10).text
         out.loads = round(
@@ -227,7 +231,10 @@ def main() -> None:
     parser.add_argument("--device", default="ram", help="the door's budget device (gpu0 on a GPU host)")
     parser.add_argument("--planned", type=int, default=400 * MIB, help="planned bytes per model: room for one")
     parser.add_argument("--engine-arg", action="append", default=[], help="more llama-server flags, both sides")
+    parser.add_argument("--baseline", default="", help="also run the door of the checkout in this folder, each run")
     args = parser.parse_args()
+    if args.baseline and not (Path(args.baseline) / "hostagent" / "frontdoor").is_dir():
+        parser.error(f"--baseline {args.baseline} holds no checkout (no hostagent/frontdoor in it)")
     args.llama_server = args.llama_server or llama_server_binary()
     model = Path(args.model or gemma_model_path()).resolve()
     gguf = {"a": model, "b": Path(args.model_b).resolve() if args.model_b else model}
@@ -242,8 +249,13 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     errors: list[str] = []
     records = []
+    sides: list[tuple[str, Callable[[argparse.Namespace, Path], Outcome]]] = [("door", door_run)]
+    if args.baseline:
+        baseline = Path(args.baseline).resolve()
+        sides.append(("baseline", lambda args, folder: door_run(args, folder, baseline)))
+    sides.append(("router", router_run))
     for run in range(1, args.runs + 1):
-        for name, side in (("door", door_run), ("router", router_run)):
+        for name, side in sides:
             out = side(args, folder)
             print(row(f"{run}: {name}", out), flush=True)
             errors += out.failed

@@ -364,10 +364,10 @@ class Chaos:
     def watchdog_reported(self, since: float) -> bool:
         """The agent's watchdog restarted the engine and the panel has its word (kept in the outbox
         while the panel was away)."""
-        from core.models import AuditEvent
+        from hardware.models import HostEvent
 
         after = _aware(since)
-        return bool(orm(lambda: AuditEvent.objects.filter(action="watchdog.restarted", created_at__gte=after).exists()))
+        return bool(orm(lambda: HostEvent.objects.filter(kind="watchdog.restarted", at__gte=after).exists()))
 
     def result_lost(self, op: Any) -> bool:
         """The agent's task ran to its end (its worker logged it), yet the panel has no word of it."""

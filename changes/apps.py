@@ -7,8 +7,8 @@ class ChangesConfig(AppConfig):
     verbose_name = "Change requests"
 
     def ready(self) -> None:
-        """Install the review gate into the gated services (deployments.services.review)."""
-        from deployments.services.review import review_install
+        """Install the review gate into the gated services (hardware.review)."""
+        from hardware.review import review_install
 
         from .services import approval_recheck, approval_targets, change_open_from, host_requires_review
 

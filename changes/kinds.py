@@ -18,10 +18,10 @@ from deployments.models import DeploymentRevision, ModelAlias, Operation, active
 from deployments.selectors import revision_kept
 from deployments.services.aliases import alias_set
 from deployments.services.gates import gate_from_params
-from deployments.services.review import Approval
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
+from hardware.review import Approval
 from rollouts.models import Rollout
 from rollouts.services import rollout_start_from
 from tuning.models import TuningRun

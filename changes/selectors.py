@@ -13,8 +13,9 @@ from django.db.models import QuerySet
 
 from deployments.models import DeploymentRevision
 from deployments.presenters import report_for_revision
-from deployments.revision_views import changes_between
+from deployments.selectors.revision_views import changes_between
 from deployments.services.exports import TARGETS, revision_export
+from deployments.services.gates import baseline_run, gate_from_params
 from hardware.models import Host
 from rollouts.preview import RolloutPreview, rollout_preview
 from schedules.services import next_window, when_args
@@ -85,8 +86,6 @@ class GatePlan:
 
 
 def _gate_plan(change: ChangeRequest, before: DeploymentRevision | None) -> GatePlan | None:
-    from deployments.services.gates import baseline_run, gate_from_params
-
     gate = gate_from_params(change.params if isinstance(change.params, dict) else {})
     if gate is None:
         return None

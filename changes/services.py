@@ -1,7 +1,7 @@
 """Change requests: open, review (approve, ask for changes, reject), re-confirm, withdraw; and
 the admin's setting that a host requires review (docs/change-requests.md).
 
-Who may: an operator or admin opens (through the gated services, deployments.services.review);
+Who may: an operator or admin opens (through the gated services, hardware.review);
 another operator or admin decides; nobody approves their own request, a viewer never decides.
 An approved request runs at once through the same service, with its author as the actor and the
 approver recorded beside; if that service refuses now (the host busy, the planner), the approval
@@ -29,8 +29,8 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record, audited_save, person_of
 from deployments.models import ModelAlias, Operation, ServedRevision, active_revision_of
-from deployments.services.review import Approval, ApprovalStale, ChangeRequested, ReviewRequired, review_asked
 from hardware.models import Host
+from hardware.review import Approval, ApprovalStale, ChangeRequested, ReviewRequired, review_asked
 from notifications.services import notify
 from rollouts.models import Rollout
 from schedules.services import change_schedule, when_args
@@ -341,7 +341,7 @@ def approval_recheck(approval: Approval) -> Approval:
     request resolved again. The approval with the hosts it binds when nothing differs; else the
     request is marked stale (why, in its conversation and the audit log) and ApprovalStale says
     why: the change does not run, and needs its author's re-confirmation and a fresh approval.
-    Installed into the review gate (deployments.services.review.approval_recheck)."""
+    Installed into the review gate (hardware.review.approval_recheck)."""
     rows = ChangeRequest.objects.select_for_update(of=("self",)).select_related("host", "author")
     change = rows.filter(pk=approval.change_id).first()
     if change is None:

@@ -1,7 +1,8 @@
 """Login is required everywhere except the sign-in pages (the password form, single sign-on's start
 and callback), static files, /metrics (its own token or loopback: deployments.views.metrics) and
 the agent API (which authenticates each request by its host's token instead). A full disk is said in one sentence.
-Nothing a signed-in person or a token is answered is kept by a browser's or a proxy's cache."""
+Nothing a signed-in person or a token is answered is kept by a browser's or a proxy's cache. Each
+request runs in its change context (core.context: web or api, and the client's address)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import add_never_cache_headers
 
+from controlpanel.hardening import client_ip
+from core.context import change_context, request_source
 from core.errors import DISK_FULL_SENTENCE, is_disk_full
 
 OPEN_PREFIXES = ("/accounts/login/", "/accounts/sso/", "/static/", "/healthz", "/metrics", "/api/v1/", "/agent/v1/")
@@ -73,3 +76,12 @@ class DiskFullMiddleware:
             return None
         logging.getLogger("controlpanel").error("disk full during %s %s: %s", request.method, request.path, exception)
         return HttpResponse(DISK_FULL_SENTENCE, status=507, content_type="text/plain; charset=utf-8")
+
+
+class ChangeContextMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        with change_context(request_source(request), client_ip(request)):
+            return self.get_response(request)

@@ -221,7 +221,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "controlpanel.middleware.LoginRequiredMiddleware",
     "controlpanel.middleware.DiskFullMiddleware",
-    "controlpanel.context.ChangeContextMiddleware",
+    "controlpanel.middleware.ChangeContextMiddleware",
     # Last, as django-axes wants: turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -5,6 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
+from controlpanel.params import BadParameter
 from deployments.views.metrics import metrics
 
 
@@ -14,8 +15,6 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """400 with the reason when it is one of ours (a bad parameter says which and why)."""
-    from controlpanel.params import BadParameter
-
     reason = str(exception) if isinstance(exception, BadParameter) else ""
     return HttpResponseBadRequest(render_to_string("400.html", {"reason": reason}, request=request))
 
@@ -40,7 +39,7 @@ urlpatterns = [
     path("", include("changes.urls")),
     path("", include("schedules.urls")),
     path("", include("dashboard.urls")),
-    path("", include("deployments.host_urls")),
-    path("", include("deployments.urls")),
+    path("", include("deployments.views.host_urls")),
+    path("", include("deployments.views.urls")),
     path("", include("rollouts.urls")),
 ]

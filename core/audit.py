@@ -6,7 +6,7 @@ from typing import Any, NotRequired, TypedDict, Unpack
 
 from django.db import models
 
-from controlpanel.context import current_context
+from core.context import current_context
 
 from .models import AuditEvent
 

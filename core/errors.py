@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from core.atomicfile import is_disk_full_os_error
+
 NO_ROOM_BYTES = 64 * 1024  # less than this free counts as a full disk (SQLite's files grow by pages)
 
 
@@ -32,8 +34,6 @@ def is_disk_full(exc: BaseException, *, folder: str | Path | None = None) -> boo
     EDQUOT, SQLite's "database or disk is full", PostgreSQL's disk_full (SQLSTATE 53100). With
     `folder` (SQLite's): also SQLite's "disk I/O error" while that folder's disk has no room left,
     which is what opening a database says when its -wal or -shm file cannot be made."""
-    from core.atomicfile import is_disk_full_os_error
-
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:

@@ -6,7 +6,6 @@ class DeploymentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import schedule_kinds
-        from .services import gates  # noqa: F401 - connects the benchmark gate to operations' ends
+        from .services import gates, schedule_kinds  # noqa: F401 - gates connects the benchmark gate to operations' ends
 
         schedule_kinds.register()  # the switch and the alias move, as changes that can be scheduled

@@ -11,12 +11,14 @@ from django.core.exceptions import ValidationError
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
 from deployments.choices import DoorMode, Engine, ServeMode
-from deployments.models import DeploymentRevision, ModelVariant
+from deployments.models import DeploymentRevision, ModelVariant, Secret
 from deployments.services.benchmarks import profile_from_input
+from deployments.services.gates import gate_from_input
+from deployments.services.host_models import download_candidates
+from deployments.services.secrets import HUB_REFUSAL
 from hardware.models import Host
 from serving.benchmarking.profiles import PROFILES
 from serving.engines.base import EngineConfigError
-from serving.engines.knobs import normalise_knob
 from serving.engines.registry import get_adapter
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
@@ -63,9 +65,10 @@ def parse_lines(text: str, *, what: str) -> dict[str, str]:
 def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
     """Type each knob by the engine adapter's knob table (ints, floats, bools, JSON objects)."""
     try:
-        specs = get_adapter(engine).knobs  # type: ignore[attr-defined]
+        adapter = get_adapter(engine)
     except EngineConfigError as exc:
         raise ValidationError(str(exc)) from exc
+    specs = adapter.knobs
     typed: dict[str, Any] = {}
     for name, text in raw.items():
         key = name.replace("-", "_").lstrip("_")
@@ -80,7 +83,7 @@ def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValidationError(f"{engine} has no knob {name!r}{hint}.")
         try:
-            typed[key] = normalise_knob(spec, text)
+            typed[key] = adapter.knob_value(key, text)
         except EngineConfigError as exc:
             raise ValidationError(str(exc)) from exc
         except ValueError as exc:  # a number or JSON too odd to read (e.g. 5,000 digits)
@@ -327,8 +330,6 @@ class GateFields(forms.Form):
         data = super().clean() or {}
         data["gate"] = None
         if data.get("gate_profile"):
-            from deployments.services.gates import gate_from_input
-
             try:
                 data["gate"] = gate_from_input(profile=data["gate_profile"], limits=data.get("gate_limits") or "")
             except ValidationError as exc:  # its messages name gate_profile or gate_limits
@@ -534,8 +535,6 @@ class AnsibleImportForm(forms.Form):
 
 def _token_choices() -> list[tuple[str, str]]:
     """Only the secrets an admin marked as hub tokens: no other is ever sent to a hub."""
-    from deployments.models import Secret
-
     secrets = Secret.objects.filter(hub_token=True).select_related("host").order_by("host__name", "name")
     return [("", "(none: a public repository)")] + [
         (f"{s.host.name}/{s.name}", f"{s.host.name} / {s.name}") for s in secrets[:500]
@@ -544,8 +543,6 @@ def _token_choices() -> list[tuple[str, str]]:
 
 def _hub_token_refused() -> dict[str, str]:
     """A choice that is not a hub token: the services' one wording, which echoes no name."""
-    from deployments.services.secrets import HUB_REFUSAL
-
     return {"invalid_choice": HUB_REFUSAL}
 
 
@@ -577,8 +574,6 @@ class ModelDownloadForm(forms.Form):
     )
 
     def __init__(self, *args: Any, host: Host, **kwargs: Any) -> None:
-        from deployments.services.host_models import download_candidates
-
         super().__init__(*args, **kwargs)
         field = self.fields["model"]
         assert isinstance(field, forms.ModelChoiceField)

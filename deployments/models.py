@@ -27,6 +27,7 @@ from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
 from serving.engines.llamacpp import suggested_chat_template
 from serving.planner.inputs import GgufKvFacts, WeightFacts
+from serving.planner.weights import estimate_weights
 from serving.safety import UnsafeValueError, check_json_value
 
 from .choices import ACTIVE_STATES, Engine, GateState, ModelFormat, OperationKind, OperationState
@@ -137,8 +138,6 @@ class ModelVariant(models.Model):
     def weights_estimate(self) -> Any:
         """The planner's estimate of the weights when no size is known (planner.weights), else None;
         whatever is stored, never an exception."""
-        from serving.planner.weights import estimate_weights
-
         if self.weights_bytes:
             return None
         kv = self.gguf_kv if isinstance(self.gguf_kv, dict) else {}

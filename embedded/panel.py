@@ -16,7 +16,7 @@ this order, each in its own session so only this process signals them:
 4. `router` - the lab router (`manage.py router`, labrouter), unless
    CONTROLPANEL_ROUTER_BIND is `off`: one OpenAI endpoint in front of every host's front door,
    an async process of its own beside the sync web workers. When its address is taken it exits
-   with labrouter.run.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
+   with labrouter.CANNOT_LISTEN and is not restarted: the panel runs on without it, saying so loudly.
 5. `web` - gunicorn.
 
 A process that exits is restarted after a second, with a loud message naming it and its
@@ -53,6 +53,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from embedded.lan import agent_url, bind_refusal, serving_refusals, serving_warnings
+from hostagent.probe import local_host_name
+from hostagent.runtime.processes import group_members, is_alive, read_stat, terminate_tree
+from hostagent.runtime.supervisor import Supervisor
+from labrouter import CANNOT_LISTEN
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RESTARTS = 5
@@ -136,8 +142,6 @@ class Child:
 
     def group_alive(self) -> bool:
         """The leader or any member of its group still runs (zombies do not count)."""
-        from hostagent.runtime.processes import group_members
-
         return self.proc is not None and (self.proc.returncode is None or bool(group_members(self.proc.pid)))
 
 
@@ -168,8 +172,6 @@ class Panel:
         self.children.append(Child("worker", worker, self.log_dir))
         self.children.append(Child("agent", [py, "manage.py", "agent"], self.log_dir))
         if settings.ROUTER_HOST is not None:
-            from labrouter.run import CANNOT_LISTEN
-
             router = Child("router", [py, "manage.py", "router"], self.log_dir, final_exit=CANNOT_LISTEN)
             self.children.append(router)
         web = [py, "-m", "gunicorn", "controlpanel.wsgi", "-b", bind, "-w", "2", "--threads", "4"]
@@ -198,8 +200,6 @@ class Panel:
 
     def write_state(self) -> None:
         """DATA_DIR/embedded.json: who runs (pid and start time), for tools and the next run."""
-        from hostagent.runtime.processes import read_stat
-
         children = {}
         for child in self.children:
             stat = read_stat(child.pid) if child.pid else None
@@ -224,8 +224,6 @@ class Panel:
         the database URL nor the secret key; and a host token issued now (the earlier one revoked),
         which goes to the agent's standard input (CONTROLPANEL_HOST_TOKEN_FILE=-), not its
         environment: /proc/<pid>/environ keeps what a process was started with."""
-        from hostagent.probe import local_host_name
-
         issued = subprocess.run(
             [sys.executable, "manage.py", "host", "token", local_host_name()],
             cwd=ROOT,
@@ -240,7 +238,6 @@ class Panel:
             self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
         panel_only = ("DATABASE_URL", "DJANGO_SECRET_KEY", "CONTROLPANEL_HOST_TOKEN")
         env = {k: v for k, v in self.env.items() if k not in panel_only}
-        from embedded.lan import agent_url
 
         env.update(CONTROLPANEL_URL=agent_url(self.bind), CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
         return env, token
@@ -258,8 +255,6 @@ class Panel:
     def _stop_leftovers(self) -> None:
         """Processes of an earlier run whose supervisor was SIGKILLed (we hold the data folder's
         lock, so it is gone): stop each one still running under its recorded pid and start time."""
-        from hostagent.runtime.processes import group_members, is_alive
-
         try:
             previous = json.loads((self.data_dir / "embedded.json").read_text())["children"]
         except (OSError, ValueError, KeyError):
@@ -283,7 +278,6 @@ class Panel:
             signal.signal(sig, self._on_stop_signal)
         become_subreaper()
         self._stop_leftovers()
-        from embedded.lan import bind_refusal
 
         taken = bind_refusal("PANEL_BIND", self.bind, port_too=True)  # an earlier run's web server is gone now
         if taken:
@@ -397,8 +391,6 @@ class Panel:
 
     def _stop_engine(self) -> None:
         """Stop the engine the agent started (its own session, so the group signals missed it)."""
-        from hostagent.runtime.supervisor import Supervisor
-
         for record in sorted(self.state_dir.glob("*/engine.json")):  # HOST_STATE_DIR/<host>/engine.json
             try:
                 result = Supervisor(record.parent, lock_timeout=1.0).stop(grace=ENGINE_GRACE_S)
@@ -412,8 +404,6 @@ class Panel:
 
     def _stop_orphans(self) -> None:
         """Anything still re-parented to us (an engine whose agent died mid-launch) is stopped."""
-        from hostagent.runtime.processes import read_stat, terminate_tree
-
         ours = {c.proc.pid for c in self.children if c.proc is not None}
         for path in Path("/proc").iterdir():
             if not path.name.isdigit() or int(path.name) in ours:
@@ -505,8 +495,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.bind:  # the settings' PANEL_BIND (allowed hosts, the panel's URL) follow it, here and in each process
         os.environ["PANEL_BIND"] = args.bind
     from django.conf import settings
-
-    from embedded.lan import serving_refusals, serving_warnings
 
     for sentence in serving_warnings(settings.PANEL_BIND, settings.ALLOWED_HOSTS):
         print(f"panel: warning: {sentence}", file=sys.stderr)

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.models import WrittenOnce
+
 from .queues import host_queue_name
 
 
@@ -243,3 +245,38 @@ class HostTag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_id}:{self.name}"
+
+
+class HostEvent(WrittenOnce, models.Model):
+    """What happened on a host that nobody asked for, newest first on its events page: the agent
+    found its previous run killed or crashed, the watchdog restarted the engine (or could not),
+    the front door refused a serving table or went down, the host went offline. Written by
+    `hardware.services.host_event_record` (the reason masked), never edited; each kind is a
+    notification event too (notifications.choices.EventKind), so a rule can watch it."""
+
+    class Kind(models.TextChoices):
+        AGENT_RESTARTED = "agent.restarted", "Agent restarted after it was killed or crashed"
+        WATCHDOG_RESTARTED = "watchdog.restarted", "Watchdog restarted the engine"
+        WATCHDOG_RESTART_FAILED = "watchdog.restart_failed", "Watchdog could not restart the engine"
+        WATCHDOG_GAVE_UP = "watchdog.gave_up", "Watchdog gave up"
+        TABLE_REFUSED = "door.table_refused", "Front door refused its serving table (kept the previous one)"
+        DOOR_DOWN = "door.down", "Front door down"
+        DOOR_UP = "door.up", "Front door back up"
+        HOST_OFFLINE = "host.offline", "Host went offline"
+        HOST_ONLINE = "host.online", "Host came back"
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40, choices=Kind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    summary = models.CharField(max_length=300)
+    reason = models.TextField(blank=True)  # the host's own words (secrets masked)
+    revision = models.CharField(max_length=20, blank=True)  # what served then: "r5"
+
+    edit_refusal = "Host events are history: they are never edited."
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["host", "-at"], name="hostevent_host_at")]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"

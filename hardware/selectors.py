@@ -13,7 +13,7 @@ from django.utils.timesince import timesince
 
 from core.models import AuditEvent
 
-from .models import EngineSample, GpuSample, Host, HostSample, used_memory
+from .models import EngineSample, GpuSample, Host, HostEvent, HostSample, used_memory
 
 REPORTED_ADDRESS = "reported_address"  # in a probe's audit data: the address its agent suggests
 
@@ -51,6 +51,12 @@ def offline_reason(host: Host) -> str:
         f"{host.name} is offline: its agent {since}. Switch, Benchmark and Probe need the agent "
         "running on the host; they come back when it reports again."
     )
+
+
+def host_event_list(*, host: Host, kind: str = "") -> Any:
+    """The host's events, newest first; only those of `kind` when it is one (HostEvent.Kind)."""
+    events = HostEvent.objects.filter(host=host)
+    return events.filter(kind=kind) if kind else events
 
 
 # Raw samples and one-minute rollups (hardware.services.telemetry_rollup): naming both lets a

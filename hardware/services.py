@@ -16,9 +16,10 @@ from django.utils.text import slugify
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record
 from core.limits import MAX_GPUS
+from core.secrets_mask import mask_text
 from serving.binds import address_refusal, canonical_address, literal_ip, system_resolve
 
-from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostSample, HostTag
+from .models import GPU, EngineSample, GpuSample, GpuType, Host, HostEvent, HostSample, HostTag
 from .queues import host_queue_name, host_slug
 from .selectors import REPORTED_ADDRESS
 from .telemetry_sql import Row, insert_gpu_samples
@@ -540,3 +541,21 @@ def host_tags_set(*, host: Host, tags: Any, actor: AbstractUser | None) -> list[
 def hosts_tagged(tag: str) -> list[Host]:
     """The hosts carrying `tag`, by name."""
     return list(Host.objects.filter(tags__name=tag).order_by("name"))
+
+
+REASON_CHARS = 2000  # of a host event's reason
+
+
+def host_event_record(*, host: Host, kind: str, summary: str, reason: str = "", revision: str = "") -> HostEvent:
+    """One host event (HostEvent.Kind), its summary and reason masked (core.secrets_mask): the
+    host's words may quote an engine's command line. ValidationError for a kind it does not know."""
+    event = HostEvent(
+        host=host,
+        kind=kind,
+        summary=mask_text(summary)[:300],
+        reason=mask_text(reason or "")[:REASON_CHARS],
+        revision=revision[:20],
+    )
+    event.full_clean()
+    event.save()
+    return event

@@ -10,11 +10,17 @@ from typing import Any
 
 from django.conf import settings
 
+from controlpanel.broker import host_unacked_keys
+from controlpanel.celery import app
 from hostagent.runtime.childenv import forget_variable, host_pass_list
+from serving.agent_reports import Hello, Registered, Registration
+from serving.binds import lan_address
+from serving.host_events import HostEventReport
 
+from .agent_run import previous_run_unclean, run_begins, run_ends
 from .context import AgentContext, set_current
 from .door.service import door_settings, start_front_door
-from .frontdoor.settings import SettingsError
+from .frontdoor.settings import FrontDoorSettings, SettingsError
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
 from .operations.install import stop_leftover_installs
@@ -74,7 +80,7 @@ def _first_line_of_stdin() -> str:
     return lines[0].strip() if lines else ""
 
 
-def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
+def connect(*, name: str | None) -> tuple[AgentContext, Hello]:
     """Reach the panel, learn which host this token is, and build the agent's context."""
     try:
         host_pass_list()  # a bad CONTROLPANEL_PASS_ENV stops the start, not a later launch
@@ -83,7 +89,7 @@ def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
     token = host_token()
     bootstrap = HttpPanel(settings.CONTROLPANEL_URL, token, outbox_dir=os.devnull, verify=_verify())
     who = bootstrap.hello()
-    host = str(who.get("host") or "")
+    host = who.host
     if not host:
         raise AgentConfigError(f"the panel at {settings.CONTROLPANEL_URL} did not say which host this token is")
     if name and name.lower() != host:
@@ -99,52 +105,89 @@ def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
     return AgentContext(host=host, panel=panel, supervisor=supervisor_for(host)), who
 
 
-def register(ctx: AgentContext, *, address: str) -> dict[str, Any]:
-    facts, inventory = probe_local()
-    facts["address"] = address
-    answer = ctx.panel.register(facts=facts, inventory=inventory, engine_state=engine_state(ctx.supervisor))
-    answer["nvml"] = bool(inventory.get("available"))
-    return answer
+def register(ctx: AgentContext, *, address: str) -> tuple[Registered, bool]:
+    """Tell the panel this agent (re)started; its answer, and whether NVML answers here."""
+    probe = probe_local(address=address)
+    report = Registration(facts=probe.facts, inventory=probe.inventory, engine_state=engine_state(ctx.supervisor))
+    return ctx.panel.register(report), bool(probe.inventory.get("available"))
 
 
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
-    from controlpanel.celery import app
-
+    try:
+        # CONTROLPANEL_LAN_ADDRESS (settings_shared) by the panel's own rule: a bad one stops the
+        # start, naming it, before an engine is bound there.
+        lan_address(settings.LAN_ADDRESS)
+    except ValueError as exc:
+        raise AgentConfigError(str(exc)) from exc
     try:
         door = door_settings()  # a bad CONTROLPANEL_FRONT_DOOR_* stops the start before anything runs
     except SettingsError as exc:
         raise AgentConfigError(str(exc)) from exc
     ctx, who = connect(name=name)
     set_current(ctx)
+    state = state_dir(ctx.host)
+    unclean = previous_run_unclean(state)  # killed, crashed or lost to a reboot: the panel hears of it
+    run_begins(state)
+    try:
+        _run(
+            ctx,
+            who,
+            door=door,
+            unclean=unclean,
+            address=address,
+            watchdog=watchdog,
+            telemetry=telemetry,
+            loglevel=loglevel,
+        )
+    finally:
+        run_ends(state)  # a clean stop: the next start reports nothing
+
+
+def _run(
+    ctx: AgentContext,
+    who: Hello,
+    *,
+    address: str,
+    watchdog: bool,
+    telemetry: bool,
+    loglevel: str,
+    door: FrontDoorSettings | None,
+    unclean: str | None,
+) -> None:
+
     leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
-    answer = register(ctx, address=address)
+    answer, nvml = register(ctx, address=address)
+    if unclean:
+        log.warning("%s", unclean)
+        ctx.panel.host_event(HostEventReport("agent.restarted", unclean))
     state = engine_state(ctx.supervisor)
-    lost = answer.get("lost") or []
-    engine = f"running {state.get('revision_label')}" if state["running"] else "stopped"
+    lost = answer.lost
+    engine = f"running {state['revision_label']}" if state["running"] else "stopped"
     print(  # noqa: T201 - the agent's banner
-        f"Agent for {ctx.host}: queue {who['queue']}, {answer.get('gpus', 0)} GPU(s), "
+        f"Agent for {ctx.host}: queue {who.queue}, {answer.gpus} GPU(s), "
         f"panel {settings.CONTROLPANEL_URL}, engine {engine}"
         + (f", {len(lost)} interrupted operation(s) marked lost" if lost else "")
         + (f", stopped what their install left running: {', '.join(leftovers)}" if leftovers else "")
-        + (f", starting r{restore['revision']} again (the panel asked)" if (restore := answer.get("restore")) else ""),
+        + (f", starting r{restore.revision} again (the panel asked)" if (restore := answer.restore) else ""),
         flush=True,
     )
-    use_own_broker_keys(app, who["queue"])
+    use_own_broker_keys(app, who.queue)
     try:
-        relaunching = str((answer.get("restore") or {}).get("revision_id") or "") or None
-        front_door = start_front_door(ctx, door=door, gpus=answer["nvml"], relaunching=relaunching)
+        relaunching = answer.restore.revision_id if answer.restore else None
+        front_door = start_front_door(ctx, door=door, gpus=nvml, relaunching=relaunching)
     except OSError as exc:  # the agent's switches and reports matter more than the door: go on without it
         front_door = None
-        log.error(
-            "front door off: it cannot listen on %s (%s); set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off",
-            door.bind if door else "?",
-            exc.strerror or exc,
+        why = (
+            f"it cannot listen on {door.bind if door else '?'} ({exc.strerror or exc}); "
+            "set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off"
         )
-    stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=answer["nvml"])
+        log.error("front door off: %s", why)
+        ctx.panel.host_event(HostEventReport("door.down", f"The front door did not start: {why}."))
+    stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=nvml)
     dog = start_watchdog(ctx) if watchdog else None
     try:
         worker = app.Worker(
-            queues=[who["queue"]],
+            queues=[who.queue],
             concurrency=1,
             pool="solo",
             hostname=f"agent@{ctx.host}",
@@ -165,8 +208,6 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
 def use_own_broker_keys(app: Any, queue: str) -> None:
     """This host's unacknowledged messages under keys of its own (controlpanel.broker), the only
     ones its broker user may touch besides its queue: before the worker first connects."""
-    from controlpanel.broker import host_unacked_keys
-
     app.conf.broker_transport_options = {**app.conf.broker_transport_options, **host_unacked_keys(queue)}
 
 

@@ -36,5 +36,8 @@ thread of its own; a failed read keeps the last table.
     apps.py     the Django app, for `manage.py router` (management/commands/router.py)
 
 This package imports nothing itself: it is an installed app, and the panel's web processes load
-none of the router's code (nor the front door's it uses).
+none of the router's code (nor the front door's it uses). It holds only the exit code the embedded
+supervisor reads without loading the router.
 """
+
+CANNOT_LISTEN = 78  # EX_CONFIG: the exit code when its address is taken (the embedded supervisor does not restart it)

@@ -13,23 +13,22 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+from deployments.selectors.lab_routes import lab_routes
 from hostagent.frontdoor.limits import ConnectionLimits
 from serving.binds import split_bind
 from serving.lab_routes import LabRoutes
 
+from . import CANNOT_LISTEN
 from .app import Router
 
 __all__ = ["CANNOT_LISTEN", "read_routes", "serve_forever"]
 
 log = logging.getLogger("labrouter")
-CANNOT_LISTEN = 78  # EX_CONFIG: the exit code when its address is taken (the embedded supervisor does not restart it)
 
 
 def read_routes() -> LabRoutes:
     """The route table from the database (in the reader's thread; Django is set up)."""
     from django.db import close_old_connections
-
-    from deployments.selectors.lab_routes import lab_routes
 
     close_old_connections()  # a connection past CONN_MAX_AGE, or broken, is replaced
     return lab_routes()

@@ -1,16 +1,24 @@
 from django.db import models
 
+from hardware.models import HostEvent
+
+HOST = HostEvent.Kind  # a host's own events (its events page) are notification events too
+
 
 class EventKind(models.TextChoices):
     SWITCH_FAILED = "switch.failed", "Switch failed (nothing rolled back)"
     SWITCH_REFUSED = "switch.refused", "Switch refused (the old revision kept serving)"
     SWITCH_ROLLED_BACK = "switch.rolled_back", "Switch failed and rolled back"
     ROLLBACK_FAILED = "switch.rollback_failed", "Switch failed and the rollback failed too"
-    WATCHDOG_RESTARTED = "watchdog.restarted", "Watchdog restarted the engine"
-    WATCHDOG_RESTART_FAILED = "watchdog.restart_failed", "Watchdog could not restart the engine"
-    WATCHDOG_GAVE_UP = "watchdog.gave_up", "Watchdog gave up"
-    HOST_OFFLINE = "host.offline", "Host went offline"
-    HOST_ONLINE = "host.online", "Host came back"
+    WATCHDOG_RESTARTED = HOST.WATCHDOG_RESTARTED.value, HOST.WATCHDOG_RESTARTED.label
+    WATCHDOG_RESTART_FAILED = HOST.WATCHDOG_RESTART_FAILED.value, HOST.WATCHDOG_RESTART_FAILED.label
+    WATCHDOG_GAVE_UP = HOST.WATCHDOG_GAVE_UP.value, HOST.WATCHDOG_GAVE_UP.label
+    HOST_OFFLINE = HOST.HOST_OFFLINE.value, HOST.HOST_OFFLINE.label
+    HOST_ONLINE = HOST.HOST_ONLINE.value, HOST.HOST_ONLINE.label
+    AGENT_RESTARTED = HOST.AGENT_RESTARTED.value, HOST.AGENT_RESTARTED.label
+    TABLE_REFUSED = HOST.TABLE_REFUSED.value, HOST.TABLE_REFUSED.label
+    DOOR_DOWN = HOST.DOOR_DOWN.value, HOST.DOOR_DOWN.label
+    DOOR_UP = HOST.DOOR_UP.value, HOST.DOOR_UP.label
     BENCHMARK_REGRESSED = "benchmark.regressed", "Benchmark regressed against the previous revision"
     INSTALL_FAILED = "install.failed", "Engine install failed"
     DOWNLOAD_FAILED = "download.failed", "Model download failed"
@@ -36,6 +44,10 @@ SEVERITY: dict[str, str] = {
     EventKind.WATCHDOG_GAVE_UP: "failure",
     EventKind.HOST_OFFLINE: "failure",
     EventKind.HOST_ONLINE: "success",
+    EventKind.AGENT_RESTARTED: "warning",
+    EventKind.TABLE_REFUSED: "warning",
+    EventKind.DOOR_DOWN: "failure",
+    EventKind.DOOR_UP: "success",
     EventKind.BENCHMARK_REGRESSED: "warning",
     EventKind.INSTALL_FAILED: "failure",
     EventKind.DOWNLOAD_FAILED: "failure",

@@ -13,7 +13,7 @@ from typing import Any, ParamSpec
 from django.urls import NoReverseMatch, reverse
 
 from core.secrets_mask import mask_text
-from hardware.models import Host
+from hardware.models import Host, HostEvent
 
 from .choices import EventKind
 from .regression import Comparison, compare
@@ -185,6 +185,23 @@ def presence_event(host: Host, *, online: bool, reason: str = "") -> Event:
         host_name=host.name,
         error="" if online else error_line(reason),
         link_path=_path("hardware:host_detail", name=host.name),
+    )
+
+
+@never_raises
+def host_event(row: HostEvent) -> Event | None:
+    """A host event as recorded (hardware.services.host_event_record): the agent restarted after
+    it was killed or crashed, the front door refused its table or went down or came back. Links
+    to the host's events page; the reason is the error line."""
+    host = row.host
+    return Event(
+        kind=row.kind,
+        summary=row.summary,
+        host_id=host.pk,
+        host_name=host.name,
+        revision=row.revision,
+        error=error_line(row.reason),
+        link_path=_path("hardware:host_events", name=host.name),
     )
 
 

@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from .choices import DeliveryState, EventKind
+from .regression import BY_KEY
 
 
 class Channel(models.Model):
@@ -60,8 +61,6 @@ class Rule(models.Model):
     @property
     def threshold_labels(self) -> list[str]:
         """The benchmark limits as people read them: "TTFT p50 +20 %", "decode tok/s ... -10 %"."""
-        from .regression import BY_KEY
-
         limits = self.thresholds if isinstance(self.thresholds, dict) else {}
         out = []
         for key, value in limits.items():

@@ -20,10 +20,13 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from controlpanel.celery import app
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record, audited_delete, audited_save, person_of
 from core.secrets_mask import mask_text
 from hardware.models import Host
+from hardware.selectors import offline_reason
+from hardware.services import host_event_record
 
 from .choices import RULE_EVENTS, DeliveryState, EventKind, severity
 from .events import Event, presence_event
@@ -324,8 +327,6 @@ def _delivery(
 def _enqueue(delivery: Delivery) -> None:
     """Sent by task name, as operations are (deployments.services.dispatch): the task module
     reads this one, never the other way round."""
-    from controlpanel.celery import app
-
     try:
         app.send_task(
             DELIVER_TASK,
@@ -482,8 +483,6 @@ def hosts_presence_check() -> list[Event]:
     """Beat: compare each host's presence (Host.is_online, as every page decides it) with
     what the last check saw, and raise host.offline / host.online on a change. A host seen
     for the first time is only recorded; demo hosts and hosts that never reported are left out."""
-    from hardware.selectors import offline_reason
-
     events: list[Event] = []
     known = {p.host_id: p for p in HostPresence.objects.all()}
     for host in Host.objects.filter(is_demo=False, last_heartbeat__isnull=False):
@@ -501,14 +500,8 @@ def hosts_presence_check() -> list[Event]:
             ):
                 continue
             reason = "" if online else offline_reason(host)
-            audit_record(
-                action="host.online" if online else "host.offline",
-                summary=f"{host.name} is back" if online else f"{host.name} went offline",
-                obj=host,
-                host=host,
-                actor=None,
-            )
             event = presence_event(host, online=online, reason=reason)
+            host_event_record(host=host, kind=event.kind, summary=event.summary, reason=reason)
             notify(event)
             events.append(event)
     return events

@@ -16,7 +16,7 @@ from django.db import transaction
 
 from deployments.models import DeploymentRevision
 from deployments.presenters import report_for_revision
-from deployments.revision_views import changes_between
+from deployments.selectors.revision_views import changes_between
 from hardware.models import Host
 from serving.diffing import RevisionDiff
 

@@ -11,12 +11,12 @@ from django.dispatch import receiver
 from deployments.services.gates import gate_ended
 from deployments.services.operations import operation_ended
 
+from . import services
+
 log = logging.getLogger(__name__)
 
 
 def _step(what: str, row: Any, step: str, **kwargs: Any) -> None:
-    from . import services
-
     try:
         getattr(services, step)(**kwargs)
     except Exception:  # the operation or the gate has ended whatever a rollout makes of it

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from controlpanel.roles import OPERATOR
-from deployments.services.review import Approval
+from deployments.services.operations import HostBusyError
 from hardware.models import Host
+from hardware.review import Approval
 from schedules.choices import ChangeKind
 from schedules.kinds import Checked, Kind, Outcome, kind_register
 
@@ -37,5 +38,7 @@ def _rollout_words(params: dict[str, Any]) -> str:
 
 def register() -> None:
     kind_register(
-        str(ChangeKind.ROLLOUT), Kind(role=OPERATOR, check=_rollout_check, describe=_rollout_words, run=_rollout_run)
+        str(ChangeKind.ROLLOUT),
+        # its canary's switch meets the host lock as a switch does: tried again until run_until
+        Kind(role=OPERATOR, check=_rollout_check, describe=_rollout_words, run=_rollout_run, busy=(HostBusyError,)),
     )

@@ -33,7 +33,10 @@ from deployments.models import (
 )
 from deployments.services.aliases import ALIAS_NAME, alias_delete, alias_set
 from deployments.services.gates import GateRequest, gate_from_params, gate_params
-from deployments.services.review import (
+from deployments.services.revisions import revision_derive
+from deployments.services.switch import switch_request
+from hardware.models import Host
+from hardware.review import (
     Approval,
     approval_covers,
     approval_stamp,
@@ -41,9 +44,6 @@ from deployments.services.review import (
     review_check,
     reviewed,
 )
-from deployments.services.revisions import revision_derive
-from deployments.services.switch import switch_request
-from hardware.models import Host
 from hardware.services import TAG_NAME, hosts_tagged
 from notifications.events import error_line, rollout_event
 from notifications.services import notify

@@ -20,8 +20,8 @@ from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import apply_error, by_method
 from deployments.presenters import flash_refusal
 from deployments.services.gates import gate_params
-from deployments.services.review import ChangeRequested
 from hardware.models import Host, HostTag
+from hardware.review import ChangeRequested
 from hardware.services import host_tags_set
 from schedules.choices import ChangeKind
 from schedules.forms import WhenForm

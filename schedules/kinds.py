@@ -1,6 +1,6 @@
 """The kinds of change that can be scheduled: what each checks when it is scheduled and does when
 it is due. The apps that own a change register its kind (`kind_register`) when they are ready:
-deployments the switch and the alias move (deployments/schedule_kinds.py), rollouts the rollout
+deployments the switch and the alias move (deployments/services/schedule_kinds.py), rollouts the rollout
 (rollouts/schedule_kinds.py). So this app imports none of them; they sit on it, and their entry
 points offer "later" through it.
 
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from hardware.models import Host
@@ -44,6 +45,9 @@ class Kind:
     describe: Callable[[dict[str, Any]], str]  # "switch to r5"
     # host, params, actor, approval (the review gate's Approval of an approved change, or None)
     run: Callable[[Host, dict[str, Any], Any, Any], Outcome]
+    # What `run` raises while its host is busy (another operation holds it): the change is tried
+    # again on each tick until its run_until, instead of failing.
+    busy: tuple[type[ValidationError], ...] = ()
 
 
 KINDS: dict[str, Kind] = {}

@@ -23,8 +23,8 @@ from django.utils import timezone
 from controlpanel.roles import OPERATOR, ensure_role, has_role
 from core.audit import audit_record, audited_save, person_of
 from core.maintenance import next_opening
-from deployments.services.operations import HostBusyError
-from deployments.services.review import (
+from hardware.models import Host
+from hardware.review import (
     Approval,
     ChangeRequested,
     approval_recheck,
@@ -32,7 +32,6 @@ from deployments.services.review import (
     review_check,
     reviewed,
 )
-from hardware.models import Host
 
 from .choices import ChangeState
 from .events import change_event
@@ -287,13 +286,13 @@ def change_run(*, pk: int, now: datetime) -> ScheduledChange | None:
             approval = approval_recheck(approval)
         with transaction.atomic():  # a refusal rolls back what the service began, never this row
             outcome = kind.run(change.host, change.params, actor, approval)
-    except HostBusyError as exc:
-        return _busy(change, " ".join(exc.messages), now)
     except ChangeRequested:  # the request it opened rolled back with the service's savepoint
         return _finish(change, now, error=NEEDS_REVIEW)
     except (Refused, PermissionDenied) as exc:
         return _finish(change, now, error=str(exc))
     except ValidationError as exc:
+        if kind is not None and isinstance(exc, kind.busy):
+            return _busy(change, " ".join(exc.messages), now)
         return _finish(change, now, error="; ".join(exc.messages))
     except Exception as exc:  # noqa: BLE001 - one broken change must not stop the others
         log.exception("scheduled change #%s failed", change.pk)

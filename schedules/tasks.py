@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from controlpanel.context import change_context
+from core.context import change_context
 from schedules.services import changes_run_due
 
 

@@ -46,7 +46,8 @@ PACKAGES = (
 NOT_PRODUCTION = ("tests", "bench", "tools", "docs", "examples", "scripts")
 
 # The stack, bottom to top. controlpanel's plumbing (settings, the Celery app, the broker's
-# accounts, roles, the change context, parameters, hardening) sits under everything; its top
+# accounts, roles, parameters, hardening; the change context too, before it joined core's audit)
+# sits under everything; its top
 # (urls, middleware, wsgi) over the apps. The host agent stands beside the panel's apps, on the
 # serving core.
 PLUMBING = tuple(
@@ -66,20 +67,20 @@ PLUMBING = tuple(
 # people (the panel's accounts: people, roles, sign-in, single sign-on) reads only core and the
 # plumbing: everything above may ask who someone is.
 RANKS = {"plumbing": 0, "core": 1, "people": 2, "serving": 3, "hardware": 4, "hostagent": 4, "notifications": 5}
-# schedules stands beside deployments: it runs deployments' services when a change is due (each kind
-# registered by the app that owns it, so schedules imports nothing of rollouts), and deployments'
-# entry points (the switch page, the alias form, the commands) offer "later" through it.
-# changes (change requests of protected hosts) runs deployments' services: it sits on them.
-# rollouts beside them too: its waves run deployments' switches, "later" through schedules, and a
-# due rollout is one of schedules' kinds.
+# schedules sits under deployments: it runs a change when it is due through the kind the owning app
+# registered (deployments the switch and the alias move, rollouts the rollout), passes it through
+# hardware's review gate, and imports nothing of deployments or rollouts; deployments' entry points
+# (the switch page, the alias form, the commands, `manage.py schedule` among them) offer "later"
+# through it. rollouts sits on deployments: its waves run deployments' switches. changes (change
+# requests of protected hosts) runs deployments' and rollouts' services: it sits on them.
+# tuning (where it is) sits on deployments as rollouts do: a run is a chain of deployments' switches
+# and benchmarks, and a change request of kind `tuning` (changes) starts one.
 # The dashboard reads deployments and hardware and writes nothing: a page over them.
-# tuning beside them: a run is a chain of deployments' switches and benchmarks, and a change request
-# of kind `tuning` (changes) starts one.
-RANKS |= {"deployments": 6, "schedules": 6, "rollouts": 6, "tuning": 6, "changes": 7, "dashboard": 7}
+RANKS |= {"schedules": 6, "deployments": 7, "rollouts": 8, "tuning": 8, "changes": 9, "dashboard": 8}
 # The API and the lab router are entry points over the apps (the router reads deployments' route
 # table and forwards with the front door's data plane); controlpanel's top (urls, middleware)
 # gathers the pages; the embedded supervisor runs all of it as processes, above everything.
-RANKS |= {"api": 8, "labrouter": 8, "controlpanel": 9, "embedded": 10}
+RANKS |= {"api": 10, "labrouter": 10, "controlpanel": 11, "embedded": 12}
 # Where the serving core and the agent's runtime lived before they had packages of their own, and
 # the lab router, people and the embedded supervisor before they left controlpanel.
 OLD_HOMES = {

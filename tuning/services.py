@@ -48,7 +48,7 @@ from deployments.runtime_bridge import revision_spec
 from deployments.services.benchmarks import benchmark_enqueue, profile_from_input
 from deployments.services.operations import operation_cancel
 from deployments.services.planning import plan_for_values, planned_memory
-from deployments.services.review import (
+from hardware.review import (
     Approval,
     ChangeRequested,
     approval_stamp,

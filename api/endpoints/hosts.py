@@ -7,16 +7,20 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Status
 
-from api.schemas import OPERATION_QUEUED, Error, HostList, HostOut, SwitchIn
+from api.schemas import OPERATION_QUEUED, Error, HostEventList, HostList, HostOut, SwitchIn
 from api.serialize import host_dict, operation_with_gate
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.selectors import hosts as selectors
 from deployments.selectors import revision_numbered
 from deployments.services.switch import switch_request
+from hardware.models import HostEvent
+from hardware.selectors import host_event_list
+from notifications.choices import severity
 
 from . import actor, host_for
 
 router = Router(tags=["hosts"])
+EVENTS_MOST = 500  # events one answer lists
 
 
 @router.get("", response=HostList, summary="The hosts, with GPUs, live state and the running operation")
@@ -30,6 +34,34 @@ def host_list(request: HttpRequest) -> dict[str, Any]:
 def host_get(request: HttpRequest, name: str) -> dict[str, Any]:
     _, host = host_for(request, name, VIEWER)
     return host_dict(selectors.host_cards(hosts=type(host).objects.filter(pk=host.pk))[0])
+
+
+@router.get(
+    "{name}/events/",
+    response={200: HostEventList, 400: Error, 404: Error},
+    summary="The host's events, newest first (agent restarted, watchdog, refused table, door down/up, offline)",
+)
+def host_events(request: HttpRequest, name: str, kind: str = "", limit: int = 50) -> Status | dict[str, Any]:
+    _, host = host_for(request, name, VIEWER)
+    if kind and kind not in HostEvent.Kind.values:
+        return Status(400, {"detail": f"kind must be one of {', '.join(HostEvent.Kind.values)}."})
+    if not 1 <= limit <= EVENTS_MOST:
+        return Status(400, {"detail": f"limit must be 1 to {EVENTS_MOST}."})
+    events = host_event_list(host=host, kind=kind)
+    items = [
+        {
+            "id": e.pk,
+            "kind": e.kind,
+            "label": e.get_kind_display(),
+            "severity": severity(e.kind),
+            "at": e.at,
+            "summary": e.summary,
+            "reason": e.reason,
+            "revision": e.revision,
+        }
+        for e in events[:limit]
+    ]
+    return {"items": items, "count": events.count()}
 
 
 @router.post(

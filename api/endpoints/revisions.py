@@ -12,7 +12,7 @@ from api.schemas import DiffOut, Error, ExportOut, ExportTarget, ExportVia, Revi
 from api.serialize import revision_dict
 from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import DeploymentRevision, ModelVariant
-from deployments.revision_views import changes_between
+from deployments.selectors.revision_views import changes_between
 from deployments.services.exports import revision_export
 from deployments.services.revisions import revision_derive
 from serving.exports import NotExportable

@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from controlpanel.context import change_context
 from controlpanel.hardening import client_ip
+from core.context import change_context
 from hardware.credentials import host_for_token
 from hardware.models import Host
 

@@ -15,10 +15,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DataError
 
-from controlpanel.context import change_context
 from controlpanel.params import parse_int
+from core.context import change_context
 from deployments.choices import ACTIVE_STATES
 from deployments.models import DeploymentRevision, Operation
+from deployments.services.gates import gate_from_input
 from hardware.models import Host
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -217,7 +218,6 @@ def gate_option(options: dict[str, Any]) -> Any:
         raise BadInput("--gate and --max-drop go together: a profile to run and the limits it must keep.")
     if options["gate"] is None:
         return None
-    from deployments.services.gates import gate_from_input
 
     try:
         return gate_from_input(profile=options["gate"], limits=options["max_drop"])

@@ -114,8 +114,6 @@ def first_steps() -> list[FirstStep]:
     done from what is recorded; empty once a real (not demo) host serves an active revision."""
     from django.urls import reverse
 
-    from hardware.models import Host
-
     # Always the same four queries, whatever the answer (the dashboard's query count is pinned).
     hosts = list(Host.objects.filter(is_demo=False).select_related("deployment").order_by("name"))
     revisions = DeploymentRevision.objects.filter(host__is_demo=False).exists()

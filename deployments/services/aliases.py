@@ -21,8 +21,7 @@ from core.audit import audit_record, audited_save
 from deployments.host_serving import model_name, served_set
 from deployments.models import DeploymentRevision, ModelAlias
 from hardware.models import Host
-
-from .review import Approval, approval_stamp, review_check, reviewed
+from hardware.review import Approval, approval_stamp, review_check, reviewed
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

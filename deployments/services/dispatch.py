@@ -8,6 +8,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from kombu.exceptions import KombuError
 
+from controlpanel.celery import app
 from deployments.choices import OperationState
 from deployments.models import Operation
 from serving.operation_tasks import OPERATION_TASKS
@@ -21,8 +22,6 @@ BROKER_AWAY = (
 
 def broker_errors() -> tuple[type[BaseException], ...]:
     """What sending to or reading the broker raises while it is away (refused, reset, timed out)."""
-    from controlpanel.celery import app
-
     return (KombuError, OSError, *app.connection_for_write().connection_errors)
 
 
@@ -32,8 +31,6 @@ def operation_dispatch(op: Operation) -> None:
     A broker that is away does not fail the person's request or lose the operation: the row
     stays queued, its log says why, and the resend of stranded operations
     (operations.operations_resend_stranded) sends it once the broker is back."""
-    from controlpanel.celery import app
-
     try:
         app.send_task(
             OPERATION_TASKS[op.kind],
@@ -53,8 +50,6 @@ def operation_message_waiting(op: Operation) -> bool:
     """Whether the operation's message still waits on its host's queue (a Redis list under the
     queue's name, as the panel's brokers keep it). Unknown (another transport): False, so the
     caller sends it again, which operation_begin makes safe."""
-    from controlpanel.celery import app
-
     needle = f'"id": "{op.pk}"'.encode()
     with app.connection_for_read() as conn:
         client = getattr(conn.default_channel, "client", None)

@@ -28,9 +28,9 @@ from django.core.exceptions import ValidationError
 from deployments.engine_installs import revision_binary
 from deployments.host_serving import served_set
 from deployments.models import DeploymentRevision, FrontDoor, ModelAlias
-from deployments.revision_views import revision_view
 from deployments.runtime_bridge import local_weights, runs_on_this_machine
 from deployments.runtime_bridge import revision_launch_spec as bridged_launch_spec
+from deployments.selectors.revision_views import revision_view
 from hardware.models import Host
 from serving.binds import Resolver, address_ips, address_refusal, is_loopback, system_resolve
 from serving.engines.base import EngineConfigError, LaunchSpec

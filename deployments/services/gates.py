@@ -39,6 +39,7 @@ from serving.benchmarking.profiles import BenchmarkProfile, profile_label
 from .benchmarks import benchmark_enqueue, profile_from_input
 from .dispatch import operation_dispatch
 from .operations import operation_create, operation_ended
+from .serving import serving_wanted
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -154,8 +155,6 @@ def gate_open(
 
 
 def _serving(host: Any) -> bool:
-    from .serving import serving_wanted
-
     return serving_wanted(host)
 
 

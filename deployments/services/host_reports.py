@@ -8,26 +8,36 @@ request; every function here takes that host and touches only its rows.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_id_of, active_revision_of
 from deployments.runtime_bridge import runs_on_this_machine
-from hardware.models import EngineSample, Host
-from hardware.services import ENGINE_SAMPLE_FIELDS, host_address_follow_lan, host_heartbeat, host_probe_record
-from notifications.events import watchdog_event
+from hardware.models import EngineSample, Host, HostEvent
+from hardware.services import (
+    ENGINE_SAMPLE_FIELDS,
+    host_address_follow_lan,
+    host_event_record,
+    host_heartbeat,
+    host_probe_record,
+)
+from notifications.events import host_event, watchdog_event
 from notifications.services import notify
+from serving.agent_reports import Registered, Restore
 
 from .benchmarks import benchmark_run_record, benchmark_run_start
+from .host_models import host_model_forget, host_model_record
 from .installs import install_record
 from .operations import operation_begin, operation_finish, operations_mark_lost
 from .revisions import revision_mark_active
 from .serving import serving_restore
+
+if TYPE_CHECKING:
+    from serving.host_events import HostEventReport
 
 WATCHDOG_EVENTS = ("restarted", "restart_failed", "gave_up")
 # What became of an operation's work when its host's agent restarted in the middle of it.
@@ -47,7 +57,7 @@ def _install_took(op: Operation) -> dict[str, int]:
     return {"install_seconds": max(0, int((timezone.now() - op.started_at).total_seconds()))}
 
 
-def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> dict[str, Any]:
+def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> Registered:
     """An agent (re)starting: its probe is recorded, operations its previous run left running
     end `lost` (which frees the host lock), the host points at the revision that serves, and
     when nothing serves, the active revision is started again (deployments.services.serving)."""
@@ -62,23 +72,22 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
     )
     host_reconcile(host=host, engine_state=engine_state)
     restore = serving_restore(host=host, engine_state=engine_state)  # its engine did not survive the restart
-    return {
-        "host": host.name,
-        "queue": host.queue,
-        "gpus": host.gpus.count(),
-        "mismatches": host.probe_mismatches,
-        "lost": [str(op.pk) for op in lost],
-        "restore": _restore_answer(restore),
-    }
+    return Registered(
+        host=host.name,
+        queue=host.queue,
+        gpus=host.gpus.count(),
+        mismatches=tuple(host.probe_mismatches),
+        lost=tuple(str(op.pk) for op in lost),
+        restore=_restore_answer(restore),
+    )
 
 
-def _restore_answer(restore: Operation | None) -> dict[str, Any] | None:
+def _restore_answer(restore: Operation | None) -> Restore | None:
     """The start the panel queued (its operation, the revision's number and id: the agent's door
     holds requests for that revision until the start ends), or None."""
     if restore is None:
         return None
-    revision = {"revision": restore.params["revision"], "revision_id": str(restore.revision_id)}
-    return {"operation": str(restore.pk), **revision}
+    return Restore(operation=str(restore.pk), revision=restore.params["revision"], revision_id=str(restore.revision_id))
 
 
 def host_reconcile(*, host: Host, engine_state: Any) -> None:
@@ -167,15 +176,11 @@ def operation_host_finish(
             actor=locked.requested_by,
         )
     if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:
-        from .host_models import host_model_record
-
         report = result.get("download")
         if not isinstance(report, dict):
             raise ValidationError("A finished download reports what it put on the disk.")
         result["host_model"] = host_model_record(op=locked, report=report).pk
     if locked.kind == OperationKind.MODEL_DELETE and state == OperationState.SUCCEEDED:
-        from .host_models import host_model_forget
-
         host_model_forget(op=locked)
     if (
         locked.kind in (OperationKind.SWITCH, OperationKind.ROLLBACK)
@@ -199,11 +204,41 @@ def _host_path(value: object, field: str) -> str:
 
 
 def watchdog_event_record(*, host: Host, kind: str, message: str) -> None:
+    """The watchdog's report: a host event (its page) and a notification."""
     if kind not in WATCHDOG_EVENTS:
         raise ValidationError(f"Unknown watchdog event {kind!r}.")
-    audit_record(action=f"watchdog.{kind}", summary=str(message)[:300], host=host, actor=None)
     serving = active_revision_of(host)
-    notify(watchdog_event(host, kind, str(message), serving=serving.number if serving else None))
+    event = watchdog_event(host, kind, str(message), serving=serving.number if serving else None)
+    host_event_record(
+        host=host,
+        kind=f"watchdog.{kind}",
+        summary=event.summary if event else f"Watchdog: {kind}",
+        reason=str(message),
+        revision=f"r{serving.number}" if serving else "",
+    )
+    notify(event)
+
+
+# What the panel says of each kind an agent reports itself (serving.host_events.HOST_REPORTED).
+HOST_REPORTED_SUMMARY = {
+    HostEvent.Kind.AGENT_RESTARTED: "{host}'s agent started again after its previous run was killed or crashed.",
+    HostEvent.Kind.DOOR_DOWN: "{host}'s front door is down: clients of its endpoint get no answer.",
+    HostEvent.Kind.DOOR_UP: "{host}'s front door answers again.",
+}
+
+
+def host_event_report(*, host: Host, report: HostEventReport) -> HostEvent:
+    """What the agent reports happened to it: a host event, then its notification."""
+    serving = active_revision_of(host)
+    row = host_event_record(
+        host=host,
+        kind=report.kind,
+        summary=HOST_REPORTED_SUMMARY[HostEvent.Kind(report.kind)].format(host=host.name),
+        reason=report.reason,
+        revision=f"r{serving.number}" if serving else "",
+    )
+    notify(host_event(row))
+    return row
 
 
 def engine_samples_record(*, host: Host, samples: list[dict[str, Any]]) -> int:

@@ -32,13 +32,18 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel.celery import app
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, person_of
 from deployments.choices import ModelFormat, OperationState
 from deployments.hub_import_models import HubImport
+from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
+from deployments.importers.hub import HubError, hub_read
 from deployments.models import ModelVariant
+from hardware.models import Host
 
 from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text
+from .secrets import hub_token_reveal
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -60,10 +65,6 @@ def hub_token(ref: str) -> str | None:
     marked as a hub token), or None for no reference. Anything else, an unknown host included,
     is refused in the one wording that tells nothing of what exists (ValidationError on
     token_secret)."""
-    from hardware.models import Host
-
-    from .secrets import hub_token_reveal
-
     ref = (ref or "").strip()
     if not ref:
         return None
@@ -140,8 +141,6 @@ def model_variant_import_hub(
     names as HOST/NAME (`hub_token`). Raises ValidationError keyed by repo_id, revision, file,
     token_secret or name; nothing is stored then. Waits for the hub: the web uses
     `hub_import_request`."""
-    from deployments.importers.hub import HubError, hub_read
-
     ensure_role(actor, OPERATOR)
     args = _checked_args(
         repo_id=repo_id,
@@ -208,8 +207,6 @@ def _gguf_variant(model: HubModel, *, name: str, family: str, generation: str) -
 def _hf_variant(model: HubModel, *, name: str, family: str, generation: str) -> ModelVariant:
     """The catalog row for a safetensors repository, from its config.json; not saved.
     ValidationError (repo_id) for a config the importer refuses."""
-    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
-
     try:
         hf = arch_from_hf_config(model.config_text or "")
     except HfConfigError as exc:
@@ -287,8 +284,6 @@ def hub_import_request(
 
 def _enqueue(job: HubImport) -> None:
     """Sent by task name, as operations and notifications are: the task module reads this one."""
-    from controlpanel.celery import app
-
     try:
         app.send_task(
             HUB_IMPORT_TASK,

@@ -20,16 +20,20 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from controlpanel.roles import OPERATOR, ensure_role
+from controlpanel.roles import ADMIN, OPERATOR, ensure_role
 from core.audit import audit_record, audited_save
 from deployments.choices import ModelFormat
+from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
+from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import engine_bind_host, model_reference, spec_for_values
 from hardware.models import Host
 from serving.ansible_role import RoleInput
 from serving.ansible_vars import AnsibleExport, AnsibleImport, AnsibleVarsError, parse_group_vars, render_group_vars
+from serving.arch import ArchFactError, arch_from_facts
 from serving.binds import is_loopback
 from serving.engines.registry import get_adapter
+from serving.planner.inputs import GgufKvFacts
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
@@ -136,8 +140,6 @@ def _outside(host: Host, folders: list[str]) -> list[str]:
 
 def _record_cache_folders(host: Host, env: dict[str, str], *, actor: AbstractUser | None) -> list[str]:
     """Add the role's cache folders that lie outside the host's model folders to them (admin)."""
-    from controlpanel.roles import ADMIN
-
     missing = _outside(host, _cache_folders(env))
     if not missing:
         return []
@@ -257,8 +259,6 @@ def export_bind_host(revision: DeploymentRevision) -> str:
     """Where an exported engine binds: as the Ansible setup it was imported from did, else
     where the host's agent binds it (the revision page's command). Never empty (the role
     would render `--host ""`)."""
-    from deployments.presenters import engine_bind_host
-
     recorded = ansible_extras(revision).get("bind_host")
     if isinstance(recorded, str) and recorded.strip() and "{" not in recorded:
         return recorded.strip()
@@ -331,9 +331,6 @@ def _unique_name(name: str) -> str:
 def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
     """What an importer produced is checked again as stored: strict arch facts, GGUF facts and
     plain JSON, so nothing implausible is ever saved (pages read it back leniently anyway)."""
-    from serving.arch import ArchFactError, arch_from_facts
-    from serving.planner.inputs import GgufKvFacts
-
     try:
         for name in ("arch", "gguf_kv", "sampling_presets", "min_engine_versions"):
             check_json_value(getattr(variant, name), field=name, max_items=20_000)
@@ -392,8 +389,6 @@ def model_variant_import_hf_config(
 
     Bad input is a ValidationError on the form field it concerns ("config" for the file's
     content), and nothing is stored."""
-    from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
-
     ensure_role(actor, OPERATOR)
     name = _unique_name(name)
     repo_id = _variant_text(repo_id, "repo_id")
@@ -483,8 +478,6 @@ def model_variant_import_gguf(
 
     Bad input (a path, or a header that is malformed or implausible) is a ValidationError on
     "path" (or the field it concerns), and nothing is stored."""
-    from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
-
     ensure_role(actor, OPERATOR)
     text = _text_arg(path, field="path", max_len=500)
     family = _variant_text(family, "family")

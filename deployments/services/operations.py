@@ -24,6 +24,7 @@ from core.audit import audit_record, person_of
 from core.secrets_mask import mask_text
 from deployments.choices import ACTIVE_STATES, EXCLUSIVE_KINDS, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.services.dispatch import broker_errors, operation_dispatch, operation_message_waiting
 from hardware.models import Host, online_at
 from notifications.events import operation_event
 from notifications.services import notify
@@ -239,8 +240,6 @@ def operations_resend_stranded(*, now: datetime | None = None) -> list[Operation
     does not consume its queue gets no pile of copies). Sending again is safe: the task id is the
     operation's and operation_begin acts once, so a second message that does arrive finds it
     begun and does nothing (docs/architecture.md, "Tasks and acknowledgements")."""
-    from deployments.services.dispatch import broker_errors, operation_dispatch, operation_message_waiting
-
     now = now or timezone.now()
     busy = Operation.objects.filter(state=OperationState.RUNNING).values("host_id")
     stranded = (

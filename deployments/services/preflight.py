@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
+from deployments.selectors.memory import outside_on_gpu
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
@@ -18,7 +19,8 @@ from serving.engines.registry import LATEST, get_adapter, recorded_installs, req
 from serving.engines.versions import newest_first
 from serving.planner import FitReport
 
-from .planning import memory_need, planned_memory, planned_or_refused, planned_ram, weights_and_kv
+from .host_models import download_active, host_model_of
+from .planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
@@ -88,8 +90,6 @@ def port_check(revision: DeploymentRevision) -> Check:
 def weights_check(revision: DeploymentRevision) -> Check:
     variant = revision.model_variant
     if variant.revision and variant.hub_files and not get_adapter(revision.engine).fetches_own_weights:
-        from .host_models import download_active, host_model_of
-
         copy = host_model_of(host=revision.host, variant=variant)
         if copy is not None:
             return Check(
@@ -160,12 +160,12 @@ def gpu_memory_checks(revision: DeploymentRevision, report: object = None) -> li
     cannot read the revision. `report`: the planner's FitReport when the caller has it."""
     if revision.host.cpu_only:
         return []
-    from deployments.selectors.memory import outside_on_gpu
 
     if isinstance(report, FitReport):
         planned, refused = planned_memory(revision, report), ""
     else:
-        planned, refused = planned_or_refused(revision)
+        memory = revision_memory(revision)
+        planned, refused = memory.devices, memory.refused
     if refused:  # the switch is refused for it (switch_request), saying the same
         return [Check("memory", FAIL, f"{refused}, so its memory on the GPUs is unknown.")]
     outside = outside_on_gpu(revision.host)

@@ -30,10 +30,10 @@ from deployments.front_door_models import FrontDoor
 from deployments.host_serving import Served, revision_plan, served_set, set_rule_breaks
 from deployments.models import DeploymentRevision, ModelAlias, ServedRevision, active_revision_id_of
 from hardware.models import Host
+from hardware.review import Approval, approval_stamp, review_check, reviewed
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, split_bind
 
 from .preflight import FAIL, panel_preflight
-from .review import Approval, approval_stamp, review_check, reviewed
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -109,7 +109,7 @@ def serving_mode_set(
 ) -> ServedRevision | None:
     """Serve `revision` through its host's front door `pinned` or `on-demand`, or take it out of the
     set (`mode="off"`). Answers the set's row (None when taken out). On a host that requires review a
-    person's change opens a change request instead (ChangeRequested, deployments.services.review)."""
+    person's change opens a change request instead (ChangeRequested, hardware.review)."""
     ensure_role(actor, OPERATOR)
     host = Host.objects.select_for_update().get(pk=revision.host_id)
     if mode not in (*ServeMode.values, NOT_SERVED):

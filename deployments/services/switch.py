@@ -12,14 +12,15 @@ from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from deployments.choices import ModelFormat, OperationKind
 from deployments.models import DeploymentRevision, Operation, active_revision_of
 from hardware.models import Host
+from hardware.review import Approval, approval_stamp, review_check, reviewed
 from serving.engines.registry import get_adapter
 from serving.planner import PlanInputError
 
 from .dispatch import operation_dispatch
 from .gates import GateRequest, gate_open, gate_params
+from .host_models import download_active, downloadable, host_model_of
 from .operations import operation_create
-from .planning import plan_for_revision
-from .review import Approval, approval_stamp, review_check, reviewed
+from .planning import revision_plan
 from .serving_set import switch_set_refusals
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ class WeightsMissing(ValidationError):
 def _weights_on_host(revision: DeploymentRevision) -> None:
     """A model imported by repository id is downloaded first, as its own operation, so the switch
     never stops the serving engine to wait for (or fail on) a download."""
-    from .host_models import download_active, downloadable, host_model_of
-
     variant = revision.model_variant
     if (
         get_adapter(revision.engine).fetches_own_weights
@@ -75,14 +74,14 @@ def switch_request(
     a benchmark against the previous revision (deployments.services.gates); the operation
     answered is the gate's first: the switch, or the previous revision's run to compare with.
     On a host that requires review a person's switch (gate included) opens a change request
-    instead (ChangeRequested, deployments.services.review); `approval`: the approved request
+    instead (ChangeRequested, hardware.review); `approval`: the approved request
     running, recorded on the operation beside the author (`actor`).
     """
     ensure_role(actor, OPERATOR)
     host = revision.host
     _weights_on_host(revision)
     try:
-        report = plan_for_revision(revision)
+        report = revision_plan(revision).checked()
     except PlanInputError as exc:
         raise ValidationError({exc.field or "knobs": str(exc)}) from exc
     errors = [f for f in report.findings if f.severity == "error"]

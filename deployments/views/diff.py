@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 from controlpanel.roles import VIEWER, role_required
 from deployments.forms import DiffPickForm
 from deployments.models import active_revision_of
-from deployments.revision_views import changes_between
+from deployments.selectors.revision_views import changes_between
 from hardware.models import Host
 
 

@@ -24,10 +24,10 @@ from deployments.selectors import revision_numbered
 from deployments.services.aliases import alias_delete, alias_set
 from deployments.services.front_door import front_door_live
 from deployments.services.inference_keys import door_mode, door_mode_set, key_create, key_models_set, key_revoke
-from deployments.services.review import ChangeRequested
 from deployments.services.serving_set import NOT_SERVED, serving_mode_set
 from deployments.services.usage import usage_grand_total, usage_totals
 from hardware.models import Host
+from hardware.review import ChangeRequested
 from schedules.choices import ChangeKind
 from schedules.forms import WhenForm
 from schedules.services import change_schedule

@@ -2,7 +2,7 @@
 widgets it polls. (The dashboard, every host's card, is `dashboard.views`.)
 
 They put hosts beside their revisions and operations, so they live here, above `hardware`;
-their URLs keep the `hardware:` names (`deployments.host_urls`) and their templates stay in
+their URLs keep the `hardware:` names (`deployments.views.host_urls`) and their templates stay in
 `templates/hardware/`."""
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from deployments.services.installs import install_carried, install_list, install
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
 from deployments.views.benchmarks import safe_headline
+from deployments.views.host_events import recent_events
 from deployments.views.operations import operation_or_404
 from hardware import selectors as hardware_selectors
 from hardware.models import Host
@@ -173,6 +174,7 @@ def _host_context(host: Host, card: selectors.HostCard) -> dict[str, Any]:
         "planner_error": memory_selectors.host_planner_error(host),
         "benchmarks": [(r, safe_headline(r.results)) for r in runs],
         "door_mode": door_mode(),
+        "events": recent_events(host),
     }
 
 

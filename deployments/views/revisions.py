@@ -23,17 +23,19 @@ from deployments.choices import Engine, ModelFormat
 from deployments.engine_installs import host_binary
 from deployments.forms import CommentForm, RevisionForm, SwitchForm
 from deployments.models import DeploymentRevision, active_revision_id_of, active_revision_of
-from deployments.revision_views import changes_between
 from deployments.runtime_bridge import host_facts, spec_for_values
 from deployments.selectors.memory import revision_memory
+from deployments.selectors.revision_views import changes_between
 from deployments.services.gates import gate_params
+from deployments.services.host_models import download_active, downloadable, host_model_of
 from deployments.services.operations import HostBusyError
 from deployments.services.preflight import panel_preflight, ram_check
-from deployments.services.review import ChangeRequested
 from deployments.services.revisions import comment_create, engine_default_port, revision_derive
 from deployments.services.serving_set import free_port
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import Host
+from hardware.review import ChangeRequested
+from hardware.selectors import offline_reason
 from schedules.choices import ChangeKind
 from schedules.forms import WhenForm
 from schedules.services import change_schedule
@@ -90,8 +92,6 @@ def revision_list(request: HttpRequest, host: str) -> HttpResponse:
 
 
 def _detail_context(request: HttpRequest, revision: DeploymentRevision, **extra: Any) -> dict[str, Any]:
-    from hardware.selectors import offline_reason
-
     report, report_error = presenters.report_for_revision(revision)
     runs = revision.benchmark_runs.order_by("-created_at")
     return {
@@ -277,7 +277,6 @@ def _switch_context(
     report, report_error = presenters.report_for_revision(revision)
     active = active_revision_of(revision.host)
     preflight = panel_preflight(revision, report)
-    from deployments.services.host_models import download_active, downloadable, host_model_of
 
     variant = revision.model_variant
     weights_missing = (

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hostagent.held import gpu_holders, group_pids, held_by, rss_bytes
 from hostagent.probes.host_usage import memory_available, parse_meminfo
+from hostagent.probes.nvml import sample_gpus
 from hostagent.runtime.supervisor import Supervisor
 
 __all__ = ["engine_memory", "free_for_loads", "host_free_memory", "host_free_memory_async"]
@@ -24,8 +25,6 @@ def host_free_memory(*, gpus: bool) -> dict[str, int]:
     if ram is not None:
         free["ram"] = ram
     if gpus:
-        from hostagent.probes.nvml import sample_gpus
-
         for sample in sample_gpus():
             if sample.memory_total_bytes is not None and sample.memory_used_bytes is not None:
                 free[f"gpu{sample.index}"] = max(0, sample.memory_total_bytes - sample.memory_used_bytes)
@@ -46,7 +45,6 @@ def engine_memory(sups: dict[str, Supervisor], *, gpus: bool) -> dict[str, dict[
             if (rss := rss_bytes(group_pids(sup))) > 0:
                 measured[name] = {"ram": rss}
         return measured
-    from hostagent.probes.nvml import sample_gpus
 
     holders = gpu_holders(sample_gpus())
     for name, sup in sups.items():

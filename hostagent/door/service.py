@@ -20,15 +20,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 from django.conf import settings
 
 from hostagent.context import AgentContext
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable
 from hostagent.frontdoor.settings import BIND_ENV
 from hostagent.frontdoor.table import TableError
+from hostagent.frontdoor.usage import UsageRow
 from hostagent.held import ONDEMAND_DIR
 from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
+from serving.agent_reports import DoorModelState, DoorReport, TableRefusal, UsageTotal
+from serving.binds import split_bind
+from serving.host_events import HostEventReport
 
 from .loader import AgentLoader
 from .memory import engine_memory, free_for_loads
@@ -40,6 +45,7 @@ log = logging.getLogger("controlpanel.agent")
 T = TypeVar("T")
 OFF = "off"
 REASON_CHARS = 500  # of a refused table's reason, in the report
+HEALTH_TIMEOUT_S = 5.0  # how long the door's own /health may take before it counts as down
 
 
 def door_settings(environ: Mapping[str, str] | None = None) -> FrontDoorSettings | None:
@@ -72,7 +78,7 @@ class FrontDoorService:
         if relaunching:  # requests for it wait for the panel's start of it, as for an on-demand load
             self.loader.relaunching[relaunching] = time.monotonic() + self.RELAUNCH_WAIT_S
         self.version: str | None = None
-        self.refused: dict[str, str] | None = None  # the panel's last table, when refused: version, reason
+        self.refused: TableRefusal | None = None  # the panel's last table, when refused
         self.loop = asyncio.new_event_loop()
         self.door: FrontDoor | None = None
         self.started_s: float | None = None  # seconds from start() to listening
@@ -80,6 +86,7 @@ class FrontDoorService:
         self._sync: threading.Thread | None = None
         self._closing = threading.Event()
         self._said: dict[str, str] = {}  # per step, the problem last logged
+        self.down: str | None = None  # why the door does not answer, while it does not
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -98,7 +105,7 @@ class FrontDoorService:
             door = FrontDoor(table, self.loader, self._free_memory, self.settings, keys=keys)
             for name in adopted:  # before the pinned loads start: what they hold is counted
                 door.scheduler.adopt(name)
-            door.ledger.restore(self.store.usage())
+            door.ledger.restore(UsageRow(**total.to_dict()) for total in self.store.usage())
             if kept and kept.limits:
                 door.update_limits(**kept.limits)
             await door.start()
@@ -285,7 +292,7 @@ class FrontDoorService:
             self.apply(answer)
         except TableError as exc:
             version = answer.get("version") if isinstance(answer, dict) else None
-            self.refused = {"version": str(version or "")[:64], "reason": str(exc)[:REASON_CHARS]}
+            self.refused = TableRefusal(version=str(version or "")[:64], reason=str(exc)[:REASON_CHARS])
             raise
         self.refused = None
         return True
@@ -294,14 +301,16 @@ class FrontDoorService:
         door = self.door
         if door is None:
             return
-        state, usage, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
+        state, rows, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
         measured = engine_memory(self.loader.engines(loaded), gpus=self.gpus)
-        for row in state:
-            if row["name"] in measured:
-                row["measured"] = measured[row["name"]]
+        models = tuple(
+            dataclasses.replace(model, measured=measured.get(model.name, {}))
+            for model in map(DoorModelState.from_dict, state)
+        )
+        usage = tuple(UsageTotal(**dataclasses.asdict(row)) for row in rows)
         self.store.save_usage(usage)
-        body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage, "refused": self.refused}
-        self.ctx.panel.serving_report(body)
+        report = DoorReport(version=self.version, bind=self.bind, state=models, usage=usage, refused=self.refused)
+        self.ctx.panel.serving_report(report)
 
     def reap(self) -> None:
         """A loaded model whose engine is gone (died, or the pinned one stopped) is unloaded in the
@@ -317,9 +326,30 @@ class FrontDoorService:
 
             self.call(unload, timeout=door.settings.drain_timeout_s + 60)
 
+    def watch(self) -> None:
+        """Ask the door's own /health, as a client would: the first miss reports the door down
+        (host event door.down, with what the client got), the first answer after that back up."""
+        host, port = split_bind(self.bind)
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - a wildcard bind's loopback
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}/health"
+        try:
+            httpx.get(url, timeout=HEALTH_TIMEOUT_S).raise_for_status()
+        except httpx.HTTPError as exc:
+            if self.down is None and not self._closing.is_set():
+                self.down = f"The front door on {self.bind} does not answer its /health: {type(exc).__name__}: {exc}"
+                log.error("front door: %s", self.down)
+                self.ctx.panel.host_event(HostEventReport("door.down", self.down))
+            return
+        if self.down is not None:
+            log.info("front door: answers again on %s", self.bind)
+            self.ctx.panel.host_event(
+                HostEventReport("door.up", f"It answers on {self.bind} again. It was down: {self.down}")
+            )
+            self.down = None
+
     def _follow(self) -> None:
         while not self._closing.is_set():
-            for step in (self.poll, self.reap, self.report):
+            for step in (self.watch, self.poll, self.reap, self.report):
                 try:
                     step()
                     self._said.pop(step.__name__, None)

@@ -3,6 +3,13 @@ without the agent (`python -m hostagent.frontdoor`). The agent's own loader goes
 supervisor (launch, preflight, health gate); this one starts the argv it is given, waits for the
 health URL, and stops the process group (SIGTERM, then SIGKILL after a grace period).
 
+The health URL is asked every `poll_s` (5 ms) on one kept-alive connection: llama-server's router
+hears its child's "ready" at once through a pipe, and each poll here costs the door about 0.2 ms
+of CPU and the engine next to nothing, so a load is seen within a few milliseconds of the engine's
+own "model loaded". `phases(name)` gives the last load's `spawn` (starting the process) and
+`health` (from then until the health URL answered 200), which the scheduler adds to the swap's
+timeline.
+
 A load that fails says why in the loader's own words (the exit code, the health wait), which the
 front door shows the requests waiting for it; never the engine's log, whose lines may hold its
 `--api-key` or a hub token, and never a path on the host (a log that cannot be written, an
@@ -52,7 +59,7 @@ class ProcessLoader:
         log_dir: Path | None = None,
         ready_timeout: float = 120.0,
         stop_grace: float = 10.0,
-        poll_s: float = 0.02,
+        poll_s: float = 0.005,
     ) -> None:
         self.commands = dict(commands)
         self.log_dir = log_dir
@@ -62,6 +69,7 @@ class ProcessLoader:
         self.stop_grace = stop_grace
         self.poll_s = poll_s
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._phases: dict[str, dict[str, float]] = {}  # name -> its last load's spawn and health seconds
 
     def running(self) -> set[str]:
         return {name for name, proc in self._procs.items() if proc.poll() is None}
@@ -70,16 +78,23 @@ class ProcessLoader:
         proc = self._procs.get(name)
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    def phases(self, name: str) -> dict[str, float]:
+        """The last load of `name`, phase by phase: `spawn` (the process started), `health` (its
+        health URL answered 200 after that); empty when it has not loaded here."""
+        return dict(self._phases.get(name, {}))
+
     def log_path(self, name: str) -> Path | None:
         return None if self.log_dir is None else self.log_dir / f"{name}.log"
 
     async def load(self, name: str) -> None:
+        self._phases.pop(name, None)  # an engine already running was started by no load of this one
         if name in self.running():
             return
         command = self.commands.get(name)
         if command is None:
             raise LookupError(f"no command to start {name}")
         path = self.log_path(name)
+        started = time.monotonic()
         try:
             out: IO[bytes] | int = path.open("ab") if path is not None else subprocess.DEVNULL
         except OSError as exc:  # the operator's log gets the path, the waiting clients the reason
@@ -101,11 +116,13 @@ class ProcessLoader:
             if not isinstance(out, int):
                 out.close()
         self._procs[name] = proc
+        spawned = time.monotonic()
         try:
             await self._wait_healthy(name, proc, command.health_url)
         except BaseException:
             await self.unload(name)
             raise
+        self._phases[name] = {"spawn": spawned - started, "health": time.monotonic() - spawned}
 
     async def _wait_healthy(self, name: str, proc: subprocess.Popen[bytes], url: str) -> None:
         deadline = time.monotonic() + self.ready_timeout

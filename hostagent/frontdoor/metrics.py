@@ -94,7 +94,8 @@ class Metrics(Registry):
         self.swap_phase = histogram(
             "frontdoor_swap_phase_seconds",
             "A swap's timeline, phase by phase: turn (the loaded model finishes its own requests), drain, "
-            "stop, release (memory shown free), start (engine start to a passed health gate), first_token",
+            "stop, release (memory shown free), start (engine start to a passed health gate; the command loader's "
+            "spawn and health within it), first_token",
             PHASE_BUCKETS, "model", "phase",
         )  # fmt: skip
         # The loaded engines' own /metrics, asked when the door's is scraped (engine_metrics.py).

@@ -28,8 +28,9 @@
 - Room on CPU hosts counts cores too: a model whose table entry has `threads` fits only if its
   threads and those of the models loaded or loading are at most the host's cores (`cores`, else
   this process's CPU affinity), so two CPU engines never share cores they each think are theirs.
-- Each swap's timeline (turn, drain, stop, release, start, first_token) goes to
-  `frontdoor_swap_phase_seconds` and one log line per load.
+- Each swap's timeline (turn, drain, stop, release, start, first_token, and the loader's own
+  phases of the start when it tells them: spawn, health) goes to `frontdoor_swap_phase_seconds`
+  and one log line per load.
 - A failed load answers its waiting requests with LoadFailed and loads back what it unloaded, so
   the loaded set is what it was.
 - A lease holds the model it was granted on: when an alias moves (`update_table`), requests in
@@ -669,8 +670,13 @@ class Scheduler:
         self.metrics.loaded.labels(slot.name).set(1)
         notes = self._timeline.pop(slot.name, [])
         self._phase(slot, "start", slot.last_load_s)
+        inside: list[str] = []  # the loader's own phases of the start, when it tells them
+        for phase, seconds in _loader_phases(self.loader, slot.name).items():
+            self._phase(slot, phase, seconds)
+            inside.append(f"{phase} {seconds:.3f} s")
+        start = f" ({', '.join(inside)})" if inside else ""
         swap = f" (after {', '.join(notes)})" if notes else ""
-        log.info("front door: loaded %s in %.2f s%s", slot.name, slot.last_load_s, swap)
+        log.info("front door: loaded %s in %.2f s%s%s", slot.name, slot.last_load_s, start, swap)
 
     async def _stop_late(self, slot: _Slot) -> None:
         """A load past its deadline was cancelled: whatever it started is stopped, its memory released."""
@@ -994,6 +1000,19 @@ _DOING = {
     Phase.DRAINING: "it is draining before an unload",
     Phase.UNLOADING: "it is unloading",
 }
+
+
+def _loader_phases(loader: Loader, name: str) -> Mapping[str, float]:
+    """The loader's own phases of `name`'s last start (ProcessLoader's `spawn` and `health`), when
+    it has a `phases(name)`; the agent's loader tells none."""
+    phases = getattr(loader, "phases", None)
+    if not callable(phases):
+        return {}
+    try:
+        return {str(phase): float(seconds) for phase, seconds in phases(name).items()}
+    except Exception:  # a timeline is worth less than the load it describes
+        log.exception("front door: the loader's phases of %s could not be read", name)
+        return {}
 
 
 def _requests(count: int) -> str:

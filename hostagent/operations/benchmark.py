@@ -8,6 +8,11 @@ from typing import Any
 
 from hostagent.context import AgentContext
 from hostagent.launch import launch_spec
+from hostagent.probes.nvml import sample_gpus
+from hostagent.runtime.energy import NullMeter, NvmlEnergyMeter
+from hostagent.runtime.loadgen import Target, run_benchmark_sync
+from hostagent.runtime.readiness import api_key_from_spec
+from serving.benchmarking.profiles import BenchmarkProfile
 from serving.wire import Order
 
 from .common import Reporter
@@ -15,11 +20,6 @@ from .outcome import CANCELLED, FAILED, SUCCEEDED, Outcome, Refused
 
 
 def run_benchmark(ctx: AgentContext, order: Order) -> Outcome:
-    from hostagent.runtime.energy import NullMeter, NvmlEnergyMeter
-    from hostagent.runtime.loadgen import Target, run_benchmark_sync
-    from hostagent.runtime.readiness import api_key_from_spec
-    from serving.benchmarking.profiles import BenchmarkProfile
-
     launch = order.revision
     if launch is None:
         raise Refused("The benchmark order names no revision to measure.")
@@ -31,8 +31,6 @@ def run_benchmark(ctx: AgentContext, order: Order) -> Outcome:
     spec = launch_spec(launch, installs=order.host.engine_installs)
     meter: Any = NullMeter()
     if order.host.nvml_available:
-        from hostagent.probes.nvml import sample_gpus
-
         meter = NvmlEnergyMeter(lambda: [(s.energy_mj, s.power_w or 0.0) for s in sample_gpus()])
     report = Reporter(ctx.panel, op_id)
     last_check = [0.0, False]

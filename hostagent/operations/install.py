@@ -19,8 +19,12 @@ from django.conf import settings
 from hostagent.binaries import install_dir, installed_binary
 from hostagent.context import AgentContext
 from hostagent.install_progress import BuildProgress, compiling_stage
+from hostagent.local import host_install_dirs
 from hostagent.panel import PanelPort
+from hostagent.runtime.confine import confine_install_folder
 from hostagent.runtime.errors import HostRuntimeError
+from hostagent.runtime.installs import install_pinned, stop_leftover_steps
+from hostagent.runtime.installs import run_install as run_steps
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter, install_key
 from serving.wire import Order
@@ -36,8 +40,6 @@ def running_steps_dir() -> Path:
 def stop_leftover_installs() -> list[str]:
     """At the agent's start: stop the install steps its previous run left running (a compile
     would go on with nobody to read it); the panel marks their operations lost."""
-    from hostagent.runtime.installs import stop_leftover_steps
-
     return stop_leftover_steps(running_steps_dir())
 
 
@@ -91,9 +93,6 @@ class _LogStream:
 def _confined(wheelhouse: Any, source_dir: Any) -> tuple[str | None, str | None]:
     """The real paths of the folders an install reads, each inside this host's install folders
     (PathOutsideInstallFolders otherwise)."""
-    from hostagent.local import host_install_dirs
-    from hostagent.runtime.confine import confine_install_folder
-
     folders: dict[str, str | None] = {}
     for field, value in (("wheelhouse", wheelhouse), ("source_dir", source_dir)):
         if value in (None, ""):
@@ -126,9 +125,6 @@ class InstallParams:
 
 
 def run_install(ctx: AgentContext, order: Order) -> Outcome:
-    from hostagent.runtime.installs import install_pinned
-    from hostagent.runtime.installs import run_install as run_steps
-
     op_id, panel, params = order.id, ctx.panel, InstallParams.of(order)
     engine, version = params.engine, params.version
     adapter = get_adapter(engine)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from serving.engines.base import EngineConfigError, shown_value
-from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE
+from serving.engines.versions import VLLM_ATTENTION_ENV_IGNORED_SINCE, at_least
 
 ALL = ("vllm", "llama.cpp", "ollama", "sglang")
 Tier = Literal["allowed", "admin"]
@@ -220,8 +220,6 @@ def _check_value(rule: EnvRule, name: str, value: str) -> None:
 def classify_env(env: Mapping[str, str], *, engine: str, engine_version: str = "") -> list[EnvDecision]:
     """Check every variable against the policy. Refused names and bad values raise
     EngineConfigError (field "env"); the rest come back with their tier."""
-    from serving.engines.versions import at_least
-
     decisions: list[EnvDecision] = []
     for name, value in env.items():
         if not isinstance(name, str) or not _NAME.match(name):

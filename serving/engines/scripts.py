@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from core.secrets_mask import mask_text
 from serving.engines.base import PRIVATE_FILE, EngineConfig, EngineConfigError, InstallStep, InstallTarget, LaunchSpec
 
 LOG_NAMES = {"vllm": "vllm", "llama.cpp": "llama-server", "ollama": "ollama", "sglang": "sglang"}
@@ -29,8 +30,6 @@ def _shown_argv(spec: LaunchSpec) -> list[str]:
 
 
 def _masked_private_files(spec: LaunchSpec) -> dict[str, str]:
-    from core.secrets_mask import mask_text
-
     return {name: mask_text(text, spec.secret_values) for name, text in spec.private_files.items()}
 
 

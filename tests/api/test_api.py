@@ -134,6 +134,7 @@ def call(client: Any, method: str, path: str, token: str = "", body: Any = None)
 ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
     ("GET", "/api/v1/hosts/", None, "viewer", 200),
     ("GET", "/api/v1/hosts/lab/", None, "viewer", 200),
+    ("GET", "/api/v1/hosts/lab/events/", None, "viewer", 200),
     ("GET", "/api/v1/models/", None, "viewer", 200),
     ("GET", f"/api/v1/models/{QWEN}/", None, "viewer", 200),
     ("GET", "/api/v1/hosts/lab/revisions/", None, "viewer", 200),

@@ -20,10 +20,10 @@ from changes.models import ChangeRequest
 from changes.services import change_approve, change_reconfirm, host_review_set
 from core.models import AuditEvent
 from deployments.models import ModelVariant, Operation
-from deployments.services.review import Approval, ApprovalStale, ChangeRequested
 from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
 from hardware.models import Host
+from hardware.review import Approval, ApprovalStale, ChangeRequested
 from hardware.services import host_tags_set
 from notifications.models import Channel, Delivery, Rule
 from notifications.secrets import url_encrypt

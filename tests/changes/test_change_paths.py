@@ -16,9 +16,9 @@ from django.test import Client
 from api.tokens import token_create
 from changes.models import ChangeRequest
 from deployments.models import ModelAlias, Operation
-from deployments.services.review import ChangeRequested
 from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
+from hardware.review import ChangeRequested
 from notifications.models import Delivery
 from notifications.services import channel_create, rule_create
 

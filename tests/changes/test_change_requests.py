@@ -16,10 +16,10 @@ from changes.services import change_approve, change_reconfirm, change_reject, ch
 from core.models import AuditEvent
 from deployments.models import ModelAlias, Operation, ServedRevision
 from deployments.services.aliases import alias_set
-from deployments.services.review import ChangeRequested
 from deployments.services.revisions import revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
+from hardware.review import ChangeRequested
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from changes.models import ChangeRequest
 from changes.services import change_approve, change_reject, host_review_set
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, Operation
-from deployments.services.review import ChangeRequested
+from hardware.review import ChangeRequested
 from rollouts.models import Rollout, RolloutHost
 from rollouts.services import rollout_start
 from schedules.models import ScheduledChange

@@ -18,7 +18,7 @@ from changes.models import ChangeRequest
 from changes.services import change_approve, change_reconfirm, host_review_set
 from core.models import AuditEvent
 from deployments.models import Operation
-from deployments.services.review import ChangeRequested
+from hardware.review import ChangeRequested
 from schedules.models import ScheduledChange
 from schedules.services import change_schedule, changes_run_due, window_set
 from tests.changes.test_change_paths import _api

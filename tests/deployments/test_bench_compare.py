@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from deployments.models import BenchmarkRun, Operation, active_revision_of
-from deployments.revision_views import benchmark_items
+from deployments.selectors.revision_views import benchmark_items
 from deployments.services.benchmarks import benchmark_compare, benchmark_run_record
 from serving.benchmarking.profiles import PROFILES, profile_label
 from serving.benchmarking.results import RequestRecord, RunResult, build_level

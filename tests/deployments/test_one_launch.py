@@ -22,7 +22,7 @@ from django.urls import reverse
 from api.tokens import token_create
 from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, HostModel, ModelVariant
-from deployments.revision_views import changes_between, revision_view
+from deployments.selectors.revision_views import changes_between, revision_view
 from deployments.services.demo import demo_load
 from deployments.services.exports import revision_export
 from deployments.services.imports import model_variant_import_hf_config, revision_import_ansible

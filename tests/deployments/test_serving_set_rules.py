@@ -8,6 +8,7 @@ the host page with its reason."""
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from pathlib import Path
@@ -19,13 +20,14 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from api.tokens import token_create
-from core.models import AuditEvent
+from deployments.host_serving import served_set, set_rule_breaks
 from deployments.models import ModelAlias, ModelVariant, Operation, ServedRevision
 from deployments.services.aliases import alias_set
 from deployments.services.revisions import revision_derive, revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from deployments.services.switch import switch_request
 from hardware.credentials import host_token_issue
+from hardware.models import HostEvent
 from hardware.services import host_tags_set
 from hostagent.context import AgentContext
 from hostagent.door.service import FrontDoorService
@@ -33,6 +35,7 @@ from hostagent.door.tables import serving_set as agent_table
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.runtime.supervisor import Supervisor
 from rollouts.services import rollout_start
+from serving.agent_reports import DoorReport
 from tests.support.revisions import make_revision
 from tests.test_agent_api import Agent as AgentClient
 
@@ -183,7 +186,10 @@ def test_a_set_broken_before_the_rules_leaves_the_clash_out_of_the_table_and_say
     assert [m["launch"]["number"] for m in document["models"]] == [1, 2]  # the active revision keeps its port
     client.force_login(operator)
     part = client.get("/hosts/alpha/front-door/").content.decode()
-    assert "left out of the front door's table: r1 listens on port 8001 too" in part
+    said = f"r1 and r{clash.number} would both listen on port 8001"
+    assert f"left out of the front door's table: {said}: take it out of the set" in part
+    # One rule, said once: what the door leaves out is what a change to this set is refused for.
+    assert set_rule_breaks(lab["host"], served_set(lab["host"])) == [said]
 
 
 def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab, operator, client, tmp_path: Path):
@@ -203,8 +209,8 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
             answer = self.answer
             return None if answer is None or answer.get("version") == version else answer
 
-        def serving_report(self, body: dict[str, Any]) -> None:
-            self.reports.append(json.loads(json.dumps(body)))
+        def serving_report(self, report: DoorReport) -> None:
+            self.reports.append(json.loads(json.dumps(report.to_dict())))
 
     panel = Panel()
     ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]
@@ -216,12 +222,19 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
         assert report["version"] is None and "both listen on port 8001" in report["refused"]["reason"]
         assert report["refused"]["version"] == "broken-1"
         assert lab["agent"].post("serving/report", report).status_code == 204
-        lab["agent"].post("serving/report", report)  # reported again: one audit record
+        lab["agent"].post("serving/report", report)  # reported again: one host event
         client.force_login(operator)
         part = client.get("/hosts/alpha/front-door/").content.decode()
         assert "The front door refused the panel's serving table" in part
         assert "both listen on port 8001" in part.split('class="door-refused-reason">')[1].split("</span>")[0]
-        assert AuditEvent.objects.filter(action="door.table_refused").count() == 1
+        [refused] = HostEvent.objects.filter(kind="door.table_refused")
+        assert (
+            refused.summary
+            == "alpha's front door refused its serving table broken-1 and keeps serving its previous one."
+        )
+        assert "both listen on port 8001" in refused.reason
+        events = html.unescape(client.get("/hosts/alpha/events/?kind=door.table_refused").content.decode())
+        assert refused.summary in events and "both listen on port 8001" in events
         panel.answer = good  # the panel's table is fine again: served, and the page says nothing more
         fixed = _report_where(panel, lambda body: body.get("version") == good["version"])
         assert fixed["refused"] is None
@@ -245,4 +258,4 @@ def test_a_bad_refusal_in_a_report_is_400_and_stores_nothing(lab):
     for bad in ({"reason": 5}, "text", {"version": "v", "reason": "x" * 501}, {"version": "v"}):
         response = lab["agent"].post("serving/report", {"version": "v", "state": [], "usage": [], "refused": bad})
         assert response.status_code == 400
-    assert not AuditEvent.objects.filter(action="door.table_refused").exists()
+    assert not HostEvent.objects.filter(kind="door.table_refused").exists()

@@ -24,7 +24,7 @@ from deployments.choices import OperationKind
 from deployments.models import ModelVariant
 from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue
-from hardware.models import Host
+from hardware.models import Host, HostEvent
 from notifications.channels import UNREACHABLE
 from notifications.choices import DeliveryState, EventKind
 from notifications.models import Channel, Delivery
@@ -320,10 +320,31 @@ def test_a_host_going_offline_and_coming_back(lab, settings):
     assert "gpu-box-1 is offline: its agent last reported" in offline["message"]
     assert online["title"] == "[gpu-box-1] Host came back"
     assert f"Details: {PANEL}/hosts/gpu-box-1/" in online["message"]
-    assert list(AuditEvent.objects.filter(action__startswith="host.o").values_list("action", flat=True)) == [
-        "host.online",
-        "host.offline",
-    ]
+    kinds = HostEvent.objects.filter(host=lab["host"], kind__startswith="host.o").values_list("kind", flat=True)
+    assert list(kinds) == ["host.online", "host.offline"]  # the host's events page, newest first
+
+
+def test_a_table_the_front_door_refused_reaches_a_rule_with_its_reason(lab):
+    """The door's report says it refused the panel's table (the reason in the door's own words,
+    as tests/deployments/test_serving_set_rules.py has a real door give it): a host event, sent once."""
+    reason = "r1 and r2 would both listen on port 8001: one port, one engine"
+    with WebhookReceiver() as hook:
+        channel = channel_create(name="door", url=f"json://127.0.0.1:{hook.port}/", actor=lab["admin"])
+        rule_create(channel=channel, host=lab["host"], events=[EventKind.TABLE_REFUSED], actor=lab["admin"])
+        report = {"version": "v7", "bind": "127.0.0.1:4000", "state": [], "usage": [],
+                  "refused": {"version": "v8", "reason": reason}}  # fmt: skip
+        for _ in range(2):  # the door reports every few seconds: one event, one message
+            lab["agent"].client.post(
+                "/agent/v1/serving/report", data=json.dumps(report), content_type="application/json",
+                HTTP_AUTHORIZATION=f"Bearer {lab['agent'].token}",
+            )  # fmt: skip
+        wait_for(lambda: hook.received, 30, "the refused-table message")
+        time.sleep(1)
+    [message] = [r["json"] for r in hook.received]
+    assert message["title"] == "[gpu-box-1] Front door refused its serving table (kept the previous one)"
+    assert message["type"] == "warning" and f"Error: {reason}" in message["message"]
+    assert f"{PANEL}/hosts/gpu-box-1/events/" in message["message"]
+    assert HostEvent.objects.filter(host=lab["host"], kind="door.table_refused").count() == 1
 
 
 def _presence_known(host: Host) -> bool:

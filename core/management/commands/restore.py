@@ -10,9 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlpanel.context import change_context
 from core.audit import audit_record
 from core.backup import BackupError, backup_restore
+from core.context import change_context
 
 
 class Command(BaseCommand):

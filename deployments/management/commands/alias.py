@@ -13,7 +13,7 @@ from deployments.management.cli import (
     named_action,
 )
 from deployments.services.aliases import alias_delete, alias_list, alias_set
-from deployments.services.review import ChangeRequested
+from hardware.review import ChangeRequested
 from schedules.choices import ChangeKind
 from schedules.cli import add_when_options, scheduled_line, when_of
 from schedules.services import change_schedule

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from controlpanel.context import change_context
+from core.context import change_context
 from deployments.choices import OperationState
 from deployments.forms import MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, MAX_REQUESTS, MAX_SLO_MS, parse_levels
 from deployments.management.cli import (

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from controlpanel.context import change_context
+from core.context import change_context
 from deployments.management.cli import PanelCommand
 from deployments.services.demo import demo_load, demo_remove
 

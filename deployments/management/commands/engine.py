@@ -15,6 +15,7 @@ from django.core.management.base import CommandError
 from deployments.choices import Engine, OperationState
 from deployments.management import cli
 from deployments.services.installs import first_install, install_list, install_request
+from hostagent.probe import local_host_name
 
 
 class Command(cli.ActionCommand):
@@ -76,8 +77,6 @@ class Command(cli.ActionCommand):
         raise CommandError(op.error or f"Install {op.state}.", returncode=1)
 
     def do_first_install(self, options: dict[str, Any]) -> None:
-        from hostagent.probe import local_host_name
-
         op, said = first_install(cli.get_host(options["host"] or local_host_name()))
         self.stdout.write(f"First run: {said}." if op else f"Engines: {said}.")
 

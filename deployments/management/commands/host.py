@@ -6,11 +6,21 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 
+from controlpanel.broker import without_credentials
 from controlpanel.params import parse_int
 from deployments.management.cli import ActionCommand, Actions
 from deployments.models import active_revision_of
+from hardware.credentials import host_broker_user_issue, host_token_issue, host_token_revoke
 from hardware.models import GpuType, Host
-from hardware.services import host_address_follow_lan, host_address_set, host_declare, host_probe_record
+from hardware.services import (
+    host_address_follow_lan,
+    host_address_set,
+    host_declare,
+    host_probe_record,
+    host_tag_names,
+    host_tags_set,
+)
+from hostagent.probe import local_host_name, probe_local
 from serving.planner.fit import MAX_GPUS
 
 
@@ -100,8 +110,6 @@ class Command(ActionCommand):
         self.stdout.write(f"{host.name}'s address is {host.address}.")
 
     def do_tag(self, o: dict[str, Any]) -> None:
-        from hardware.services import host_tag_names, host_tags_set
-
         name, tags, clear = o["name"], o["tags"], o["clear"]
         host = Host.objects.filter(name=name).first()
         if host is None:
@@ -115,8 +123,6 @@ class Command(ActionCommand):
 
     def do_token(self, o: dict[str, Any]) -> None:
         """The token alone on stdout (so `TOKEN=$(manage.py host token NAME)` works), the rest on stderr."""
-        from hardware.credentials import host_token_issue, host_token_revoke
-
         name, revoke = o["name"], o["revoke"]
         try:
             if revoke:
@@ -141,9 +147,6 @@ class Command(ActionCommand):
         ACL lines hold its SHA-256); how to use them on stderr."""
         from django.conf import settings
 
-        from controlpanel.broker import without_credentials
-        from hardware.credentials import host_broker_user_issue
-
         name, url = o["name"], o["url"]
         base = url or without_credentials(settings.CELERY_BROKER_URL)
         try:
@@ -166,10 +169,8 @@ class Command(ActionCommand):
 
     def do_register_local(self, o: dict[str, Any]) -> None:
         """This machine, probed here (the embedded default, where the panel and the host are one)."""
-        from hostagent.probe import local_host_name, probe_local
-
-        facts, inventory = probe_local()
-        facts["address"] = o["address"]
+        probe = probe_local(address=o["address"])
+        facts, inventory = dict(probe.facts), dict(probe.inventory)
         host = host_probe_record(name=o["name"] or local_host_name(), facts=facts, inventory=inventory)
         try:
             if o["address"] != host.address and o["address"] != "127.0.0.1":  # given here: the admin's own

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandParser
 
-from controlpanel.context import change_context
+from core.context import change_context
 from deployments.management.cli import BadInput, PanelCommand, get_actor, get_host
 from deployments.services.imports import revision_import_ansible
 

@@ -15,6 +15,8 @@ from deployments.management.cli import (
     host_action,
 )
 from deployments.models import HostModel, ModelVariant, Operation
+from deployments.services.host_models import download_request, host_model_delete_request, host_model_list
+from deployments.services.hub_imports import model_variant_import_hub
 
 
 class Command(ActionCommand):
@@ -47,8 +49,6 @@ class Command(ActionCommand):
         host_action(actions, "list", "models on a host's disk")
 
     def do_list(self, o: dict[str, Any]) -> None:
-        from deployments.services.host_models import host_model_list
-
         host = get_host(o["host"])
         for row in host_model_list(host=host):
             revisions = ", ".join(f"r{r.number}" for r in row.revisions) or "no revision"
@@ -58,15 +58,11 @@ class Command(ActionCommand):
             )
 
     def do_download(self, o: dict[str, Any]) -> None:
-        from deployments.services.host_models import download_request
-
         host, variant = get_host(o["host"]), self._variant(o)
         op = download_request(host=host, variant=variant, token_secret=o["token_secret"], actor=get_actor(o["user"]))
         self._follow(op, variant, o)
 
     def do_delete(self, o: dict[str, Any]) -> None:
-        from deployments.services.host_models import host_model_delete_request
-
         host, variant = get_host(o["host"]), self._variant(o)
         copy = HostModel.objects.filter(host=host, model_variant=variant).first()
         if copy is None:
@@ -91,8 +87,6 @@ class Command(ActionCommand):
         self.stdout.write(self.style.SUCCESS(f"{finished.get_kind_display()} of {variant.name} done: {where}"))
 
     def do_import(self, o: dict[str, Any]) -> None:
-        from deployments.services.hub_imports import model_variant_import_hub
-
         variant = model_variant_import_hub(
             repo_id=o["repo_id"],
             revision=o["revision"],

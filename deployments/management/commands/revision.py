@@ -19,9 +19,11 @@ from deployments.management.cli import (
 from deployments.models import DeploymentRevision, ModelVariant, active_revision_id_of
 from deployments.presenters import launch_for_revision
 from deployments.selectors import revision_numbered
+from deployments.selectors.revision_views import changes_between
 from deployments.services.revisions import revision_derive
 from deployments.services.serving_set import serving_mode_set
 from hardware.models import Host
+from serving.diffing import render_text
 
 NUMBER = bounded_int(1, MAX_INT)  # a revision number
 
@@ -136,9 +138,6 @@ class Command(ActionCommand):
         self.stdout.write("\n" + r.message)
 
     def do_diff(self, o: dict[str, Any]) -> None:
-        from deployments.revision_views import changes_between
-        from serving.diffing import render_text
-
         host = get_host(o["host"])
         a, b = self._revision(host, o["a"]), self._revision(host, o["b"])
         self.stdout.write(render_text(changes_between(a, b)))

@@ -6,8 +6,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser
 
-from controlpanel.context import change_context
 from controlpanel.params import MAX_INT
+from core.context import change_context
 from deployments.choices import GATE_ACTIVE_STATES, GateState, OperationKind, OperationState
 from deployments.management.cli import (
     BadInput,
@@ -24,8 +24,8 @@ from deployments.management.cli import (
 )
 from deployments.models import Operation
 from deployments.services.gates import gate_of, gate_params
-from deployments.services.review import ChangeRequested
 from deployments.services.switch import PlanRefused, switch_request
+from hardware.review import ChangeRequested
 from schedules.choices import ChangeKind
 from schedules.cli import add_when_options, scheduled_line, when_of
 from schedules.services import change_schedule

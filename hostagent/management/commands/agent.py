@@ -13,6 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from hostagent.agent import AgentConfigError, run
+from hostagent.panel import CredentialRefused
+
 
 class Command(BaseCommand):
     help = "Run this GPU host's agent: Celery worker on host.<name>, heartbeat, telemetry, watchdog."
@@ -31,9 +34,6 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default="INFO")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from hostagent.agent import AgentConfigError, run
-        from hostagent.panel import CredentialRefused
-
         try:
             run(
                 name=options["name"],

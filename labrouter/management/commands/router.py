@@ -7,6 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from labrouter.run import serve_forever
+
 
 class Command(BaseCommand):
     help = "Run the lab router: one OpenAI endpoint routing to the hosts' front doors (docs/front-door.md)."
@@ -15,6 +17,4 @@ class Command(BaseCommand):
         parser.add_argument("--bind", help="HOST:PORT (default: CONTROLPANEL_ROUTER_BIND, 127.0.0.1:4100)")
 
     def handle(self, *args: Any, bind: str | None = None, **options: Any) -> None:
-        from labrouter.run import serve_forever
-
         serve_forever(bind)

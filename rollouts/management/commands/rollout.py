@@ -19,7 +19,7 @@ from deployments.management.cli import (
     parse_pairs,
 )
 from deployments.services.gates import gate_params
-from deployments.services.review import ChangeRequested
+from hardware.review import ChangeRequested
 from rollouts import selectors
 from rollouts.models import Rollout
 from rollouts.services import change_from_input, rollout_cancel, rollout_pause, rollout_resume, rollout_start

@@ -11,7 +11,7 @@ own ProcessLoader), and an engine that drops pooled connections.
 - Room on a CPU host counts cores: two engines of 2 threads each never run side by side on 2 cores.
 - A retry after a pooled connection broke goes out on a fresh connection, at the door and at the lab router (the 502
   `upstream_unavailable` with both models loaded).
-- Each swap's timeline is in /metrics, phase by phase.
+- Each swap's timeline is in /metrics, phase by phase, the loader's spawn and health wait within the start.
 """
 
 from __future__ import annotations
@@ -112,8 +112,13 @@ def test_two_teams_of_clients_swap_once_per_batch_not_once_per_request(doors: Ca
     assert loads(door) <= 5 and loads(door) < drained_at_once, (loads(door), drained_at_once)
     assert len(door.loader.running()) == 1
     # The timeline: each swap's phases are in /metrics.
-    for phase in ("turn", "drain", "stop", "release", "start", "first_token"):
+    for phase in ("turn", "drain", "stop", "release", "start", "spawn", "health", "first_token"):
         assert sum(door.metric("frontdoor_swap_phase_seconds_count", model=m, phase=phase) for m in "ab") >= 1, phase
+    # The loader's own phases are the start's: its spawn and its health wait add up to no more than it.
+    for m in "ab":
+        start = door.metric("frontdoor_swap_phase_seconds_sum", model=m, phase="start")
+        inside = sum(door.metric("frontdoor_swap_phase_seconds_sum", model=m, phase=p) for p in ("spawn", "health"))
+        assert 0 < inside <= start, (m, inside, start)
 
 
 def test_the_loaded_model_hands_over_after_its_turn_however_busy(doors: Callable[..., DoorThread]) -> None:

@@ -21,7 +21,7 @@ from deployments.management.cli import (
     get_revision,
     parse_value,
 )
-from deployments.services.review import ChangeRequested
+from hardware.review import ChangeRequested
 from tuning import selectors
 from tuning.models import TuningRun
 from tuning.services import (

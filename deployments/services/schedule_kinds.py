@@ -10,15 +10,16 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 
 from controlpanel.roles import OPERATOR
+from deployments.selectors import revision_kept
 from hardware.models import Host
+from hardware.review import Approval
 from schedules.choices import ChangeKind
 from schedules.kinds import Checked, Kind, Outcome, kind_register
 
-from .selectors import revision_kept
-from .services.aliases import ALIAS_NAME, alias_set
-from .services.gates import gate_from_params, gate_params
-from .services.review import Approval
-from .services.switch import switch_request
+from .aliases import ALIAS_NAME, alias_set
+from .gates import gate_from_params, gate_params
+from .operations import HostBusyError
+from .switch import switch_request
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -73,7 +74,11 @@ def _alias_words(params: dict[str, Any]) -> str:
 
 
 def register() -> None:
+    busy = (HostBusyError,)  # the host lock: tried again until the change's run_until
     kind_register(
-        str(ChangeKind.SWITCH), Kind(role=OPERATOR, check=_switch_check, describe=_switch_words, run=_switch_run)
+        str(ChangeKind.SWITCH),
+        Kind(role=OPERATOR, check=_switch_check, describe=_switch_words, run=_switch_run, busy=busy),
     )
-    kind_register(str(ChangeKind.ALIAS), Kind(role=OPERATOR, check=_alias_check, describe=_alias_words, run=_alias_run))
+    kind_register(
+        str(ChangeKind.ALIAS), Kind(role=OPERATOR, check=_alias_check, describe=_alias_words, run=_alias_run, busy=busy)
+    )

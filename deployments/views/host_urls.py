@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deployments.views import hosts as views
 from hardware import address_views, token_views
+
+from . import host_events
+from . import hosts as views
 
 app_name = "hardware"
 
 urlpatterns = [
     path("hosts/<slug:name>/", views.host_detail, name="host_detail"),
     path("hosts/<slug:name>/card/", views.host_card, name="host_card"),
+    path("hosts/<slug:name>/events/", host_events.host_events, name="host_events"),
     path("hosts/<slug:name>/telemetry/", views.host_telemetry, name="host_telemetry"),
     path("hosts/<slug:name>/probe/", views.host_action, {"action": "probe"}, name="host_probe"),
     path("hosts/<slug:name>/stop/", views.host_action, {"action": "stop"}, name="host_stop"),

@@ -1,3 +1,7 @@
+"""`manage.py schedule list|cancel`: the scheduled changes (schedules/). It lives with the other
+commands on the panel's command-line base (deployments.management.cli), above schedules, which
+imports nothing of deployments."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,17 +1,18 @@
 """Where a change comes from (web, api, cli, agent, system) and from which address.
 
-Set once per request or command; services read it when they write an audit event, so
-no view or command has to pass it along (the idea of Nautobot's ChangeContext).
+Set once per request (controlpanel.middleware.ChangeContextMiddleware) or command; services read
+it when they write an audit event (core.audit), so no view or command has to pass it along (the
+idea of Nautobot's ChangeContext).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,6 @@ def change_context(source: str, remote_addr: str | None = None) -> Iterator[None
         yield
     finally:
         _current.reset(token)
-
-
-class ChangeContextMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        from controlpanel.hardening import client_ip
-
-        with change_context(request_source(request), client_ip(request)):
-            return self.get_response(request)
 
 
 API_PATH = "/api/"  # where controlpanel/urls.py mounts the automation API (api/urls.py)

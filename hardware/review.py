@@ -9,10 +9,13 @@ which opens a request in its own transaction and answers with it: the caller get
 `ChangeRequested` (a ValidationError, so a caller that knows nothing of reviews still refuses
 with a sentence and runs nothing).
 
-The policy (which hosts require review) and the opening of a request live in `changes`, above
-this layer: it installs them here when the app is ready (`review_install`), so nothing here
-imports it. An approved request runs through the same service with an `Approval`, which passes
-the gate and is recorded (`approval_stamp`) beside the author, who stays the actor.
+It reads only the host and who acts, so it sits with the hosts, under every app that passes a
+change through it: deployments' gated services, rollouts, and schedules (a scheduled change is
+reviewed when it is scheduled). The policy (which hosts require review) and the opening of a
+request live in `changes`, above them all: it installs them here when the app is ready
+(`review_install`), so nothing here imports it. An approved request runs through the same
+service with an `Approval`, which passes the gate and is recorded (`approval_stamp`) beside the
+author, who stays the actor.
 
 An approval binds the hosts its request was shown (`Approval.hosts`): the gate passes it only on
 those hosts, and a rollout starts under it only over exactly those (`approval_covers`). A change

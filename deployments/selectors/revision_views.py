@@ -6,8 +6,9 @@ from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.presenters import Launch, launch_for_revision, report_for_revision
-from deployments.selectors.memory import memory_for_diff
 from serving.diffing import RevisionDiff, RevisionView, diff_revisions
+
+from .memory import memory_for_diff
 
 MODEL_FIELDS = (
     "name",
