@@ -48,6 +48,9 @@ from deployments.runtime_bridge import revision_spec
 from deployments.services.benchmarks import benchmark_enqueue, profile_from_input
 from deployments.services.operations import operation_cancel
 from deployments.services.planning import plan_for_values, planned_memory
+from deployments.services.revisions import revision_derive
+from deployments.services.switch import switch_request
+from hardware.models import Host
 from hardware.review import (
     Approval,
     ChangeRequested,
@@ -57,9 +60,6 @@ from hardware.review import (
     review_required,
     reviewed,
 )
-from deployments.services.revisions import revision_derive
-from deployments.services.switch import switch_request
-from hardware.models import Host
 from notifications.events import error_line
 from serving.benchmarking.gate import run_figures
 from serving.benchmarking.profiles import BenchmarkProfile

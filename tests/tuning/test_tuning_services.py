@@ -19,9 +19,9 @@ from deployments.choices import OperationKind, OperationState
 from deployments.models import ModelVariant, Operation
 from deployments.services.benchmarks import benchmark_run_record, benchmark_run_start
 from deployments.services.operations import operation_begin, operation_finish, operations_mark_lost
-from hardware.review import ChangeRequested
 from deployments.services.revisions import revision_mark_active
 from hardware.credentials import host_token_issue
+from hardware.review import ChangeRequested
 from tests.support.revisions import make_revision
 from tuning.models import TuningRun, TuningTrial
 from tuning.services import tuning_start, tuning_sweep
