@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.engines.base import EngineConfigError
-from serving.engines.knobs import KnobSpec, check_knobs
+from serving.engines.knobs import CheckedAdapter, KnobSpec, check_knobs
 from serving.engines.registry import get_adapter
 
 # A space of at most this many candidates is searched exhaustively; a larger one by a sampler.
@@ -68,9 +68,12 @@ def space_check(engine: str, space: Mapping[str, Sequence[Any]]) -> SearchSpace:
     """`space` ({knob: [values]}) checked against `engine`'s knob specs; TuningInputError naming
     the knob otherwise (unknown, not tunable, a value the engine refuses, a value twice)."""
     try:
-        specs: Mapping[str, Any] = get_adapter(engine).knobs
+        adapter = get_adapter(engine)
     except EngineConfigError as exc:
         raise TuningInputError(str(exc), field="engine") from None
+    if not isinstance(adapter, CheckedAdapter):
+        raise TuningInputError(f"{engine}'s knobs are not checked by a knob table", field="engine")
+    specs: Mapping[str, Any] = adapter.knobs
     if not isinstance(space, Mapping) or not space:
         raise TuningInputError("a search space needs at least one knob with values to try, e.g. parallel=1,2,4")
     if len(space) > MAX_KNOBS:
@@ -92,7 +95,7 @@ def space_check(engine: str, space: Mapping[str, Sequence[Any]]) -> SearchSpace:
         checked: list[Any] = []
         for value in values:
             try:
-                normal = check_knobs(specs, {name: value}, engine).get(name)
+                normal = check_knobs(adapter, {name: value}).get(name)
             except EngineConfigError as exc:
                 raise TuningInputError(str(exc), field=name) from None
             if normal is None or normal in checked:
