@@ -33,6 +33,7 @@ PURE = [
     "serving.benchmarking.results",
     "serving.benchmarking.workload",
     "serving.rollouts",
+    "serving.tuning",
 ]
 # The host runtime uses the OS and HTTP, but never the ORM (GPU hosts may later run without DB access).
 RUNTIME = [
