@@ -43,4 +43,5 @@ urlpatterns = [
     path("", include("deployments.host_urls")),
     path("", include("deployments.urls")),
     path("", include("rollouts.urls")),
+    path("", include("tuning.urls")),
 ]
