@@ -19,7 +19,6 @@ from __future__ import annotations
 from serving.tuning.objective import (
     Limit,
     Objective,
-    TuningInputError,
     Verdict,
     limit_breaks,
     limits_from_input,
@@ -29,7 +28,7 @@ from serving.tuning.objective import (
     verdict,
 )
 from serving.tuning.search import Tried, next_candidate
-from serving.tuning.space import EXHAUSTIVE_MAX, SearchSpace, space_check
+from serving.tuning.space import EXHAUSTIVE_MAX, SearchSpace, TuningInputError, space_check
 
 __all__ = [
     "EXHAUSTIVE_MAX",

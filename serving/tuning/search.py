@@ -56,7 +56,9 @@ def _sampled(
     import optuna  # a heavy import: only a large space needs it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    distributions = {name: optuna.distributions.CategoricalDistribution(values) for name, values in space.knobs}
+    distributions: dict[str, optuna.distributions.BaseDistribution] = {
+        name: optuna.distributions.CategoricalDistribution(values) for name, values in space.knobs
+    }
     study = optuna.create_study(
         direction="maximize" if higher_is_better else "minimize",
         sampler=optuna.samplers.TPESampler(seed=seed),
