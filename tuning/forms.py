@@ -53,10 +53,10 @@ class KnobInput:
 def knob_specs(engine: str) -> dict[str, KnobSpec]:
     """The tunable knobs of `engine` by name ({} for an engine the panel does not know)."""
     try:
-        specs = get_adapter(engine).knobs  # type: ignore[attr-defined]
+        specs = get_adapter(engine).knobs
     except EngineConfigError:
         return {}
-    return {name: spec for name, spec in sorted(specs.items()) if tunable(spec)}
+    return {name: spec for name, spec in sorted(specs.items()) if isinstance(spec, KnobSpec) and tunable(spec)}
 
 
 class TuningForm(BenchmarkForm):
@@ -141,7 +141,8 @@ class TuningForm(BenchmarkForm):
     def knob_inputs(self) -> tuple[list[KnobInput], list[KnobInput]]:
         """(the knobs the base sets, the others): the first shown open, the others folded."""
         knobs = self.base_revision.knobs if self.base_revision and isinstance(self.base_revision.knobs, dict) else {}
-        set_, other = [], []
+        set_: list[KnobInput] = []
+        other: list[KnobInput] = []
         for name, spec in self.specs.items():
             item = KnobInput(self[PREFIX + name], spec, value_to_text(knobs[name]) if name in knobs else None)
             (set_ if name in knobs or self[PREFIX + name].value() else other).append(item)
