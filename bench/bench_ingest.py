@@ -64,6 +64,7 @@ def recorded_rounds() -> list[dict[str, Any]]:
 # ---- the client: one process driving a share of the hosts through HttpPanel -----------------
 def client_main(url: str, tokens: list[str], rounds_per_report: int, seconds: float) -> None:
     from hostagent.panel import HttpPanel
+    from serving.agent_reports import Telemetry
 
     recorded = recorded_rounds()
     outbox = Path(tempfile.mkdtemp(prefix="bench-ingest-outbox-"))
@@ -79,7 +80,7 @@ def client_main(url: str, tokens: list[str], rounds_per_report: int, seconds: fl
                 sample = recorded[(k + r) % len(recorded)]
                 ts = now - (rounds_per_report - r) * 10.0
                 batch.extend({**sample, "index": g, "timestamp": ts} for g in range(GPUS))
-            panel.telemetry(gpu_samples=batch)
+            panel.telemetry(Telemetry(gpu_samples=batch))
             reports += 1
             samples += len(batch)
             k += 1

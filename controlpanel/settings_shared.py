@@ -114,7 +114,8 @@ TELEMETRY_ROLLUP_RETENTION_D = env.int("CONTROLPANEL_TELEMETRY_ROLLUP_RETENTION_
 # serves the box to the LAN. Set, the panel, its engines, the front door and the lab router listen
 # there, the panel's allowed hosts and URL follow, and this machine's host takes it as its address;
 # each of those settings still overrides it. Unset: everything stays on loopback.
-# (The panel's settings check it with serving.binds.lan_address and refuse to start on a bad one.)
+# (The panel's settings and the agent's start, hostagent.agent.run, check it with
+# serving.binds.lan_address and refuse to start on a bad one, naming it.)
 LAN_ADDRESS = env.str("CONTROLPANEL_LAN_ADDRESS", default="").strip()
 # Engines bind here on GPU hosts. Loopback by default (safe on a laptop), the LAN address when
 # CONTROLPANEL_LAN_ADDRESS is set; 0.0.0.0 serves every interface and lets the firewall decide.

@@ -16,7 +16,6 @@ from deployments.services.benchmarks import profile_from_input
 from hardware.models import Host
 from serving.benchmarking.profiles import PROFILES
 from serving.engines.base import EngineConfigError
-from serving.engines.knobs import normalise_knob
 from serving.engines.registry import get_adapter
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
@@ -63,9 +62,10 @@ def parse_lines(text: str, *, what: str) -> dict[str, str]:
 def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
     """Type each knob by the engine adapter's knob table (ints, floats, bools, JSON objects)."""
     try:
-        specs = get_adapter(engine).knobs  # type: ignore[attr-defined]
+        adapter = get_adapter(engine)
     except EngineConfigError as exc:
         raise ValidationError(str(exc)) from exc
+    specs = adapter.knobs
     typed: dict[str, Any] = {}
     for name, text in raw.items():
         key = name.replace("-", "_").lstrip("_")
@@ -80,7 +80,7 @@ def type_knobs(engine: str, raw: dict[str, str]) -> dict[str, Any]:
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ValidationError(f"{engine} has no knob {name!r}{hint}.")
         try:
-            typed[key] = normalise_knob(spec, text)
+            typed[key] = adapter.knob_value(key, text)
         except EngineConfigError as exc:
             raise ValidationError(str(exc)) from exc
         except ValueError as exc:  # a number or JSON too odd to read (e.g. 5,000 digits)

@@ -11,11 +11,12 @@
   revision that breaks a rule of the set, saying why, so the door never gets a table it refuses.
 - `set_rule_breaks(host, members)`: every rule of a serving set (one port per engine, each name
   once and none an alias, the pinned revisions fit the host), which every path that changes the
-  set asks first (deployments.services.serving_set) and `door_set` keeps.
+  set asks first (deployments.services.serving_set); `door_set` keeps the same port and name rule
+  (`one_port_one_name`, the one walk both use).
 
-The planner runs once per revision and host facts (`revision_plan`, kept by its input, so a poll
-that changes nothing plans nothing): its FitReport is the launch's memory, the set's fit and the
-switch's findings.
+The planner runs once per revision and host facts (deployments.services.planning's `revision_plan`,
+the one entry point, kept by its input, so a poll that changes nothing plans nothing): its
+FitReport is the launch's memory, the set's fit and the switch's findings.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,16 +34,9 @@ from django.utils.text import slugify
 from deployments.choices import ServeMode
 from deployments.front_door_models import FrontDoor, ModelAlias, ServedRevision
 from deployments.models import DeploymentRevision, Secret, active_revision_id_of
-from deployments.runtime_bridge import launch_knobs, revision_host_facts, revision_spec, revision_values
+from deployments.runtime_bridge import launch_knobs, revision_host_facts, revision_spec
 from deployments.services.inference_keys import key_table
-from deployments.services.planning import (
-    PlanValues,
-    host_gpu_specs,
-    memory_need,
-    plan_request,
-    planned_memory,
-    planner_refusal,
-)
+from deployments.services.planning import Plan, planned, revision_memory, revision_plan
 from deployments.services.secrets import secret_reveal
 from hardware.models import Host
 from serving.diffing import fmt
@@ -51,8 +44,7 @@ from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.launch import launch
 from serving.launch import served_context as launch_context
-from serving.planner import FitReport, PlanInputError, plan
-from serving.wire import DoorDocument, DoorLimits, DoorModel, PlannedMemory, RevisionLaunch
+from serving.wire import DoorDocument, DoorLimits, DoorModel, RevisionLaunch
 
 __all__ = [
     "HostServing",
@@ -72,57 +64,6 @@ __all__ = [
 ]
 
 # --- one revision -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The planner's report on a revision (None, with why, when it cannot read the revision)."""
-
-    report: FitReport | None
-    refused: str = ""
-
-
-PLANS_KEPT = 512  # plans kept by their input: a poll that changes nothing runs no planner
-_plans: OrderedDict[str, FitReport | PlanInputError] = OrderedDict()
-
-
-def revision_plan(revision: DeploymentRevision) -> Plan:
-    """The planner's report for `revision` on its host, planned once per input (the planner is
-    a pure function of its PlanRequest: the same request gets the same report)."""
-    values = revision_values(revision)
-    try:
-        request = plan_request(
-            gpus=host_gpu_specs(revision.host), **{name: values[name] for name in PlanValues.__annotations__}
-        )
-    except PlanInputError as exc:
-        return Plan(None, planner_refusal(revision, exc))
-    key = repr(request)
-    found = _plans.get(key)
-    if found is None:
-        try:
-            found = plan(request)
-        except PlanInputError as exc:
-            found = exc
-        _plans[key] = found
-        while len(_plans) > PLANS_KEPT:
-            _plans.popitem(last=False)
-    else:
-        _plans.move_to_end(key)
-    if isinstance(found, PlanInputError):
-        return Plan(None, planner_refusal(revision, found))
-    return Plan(found)
-
-
-def planned(revision: DeploymentRevision, plan_: Plan) -> PlannedMemory:
-    """The planner's bytes per device, and on a CPU-only host the weights and KV cache it holds in RAM."""
-    weights, kv = memory_need(revision, plan_.report) if revision.host.cpu_only else (None, None)
-    devices = planned_memory(revision, plan_.report) if plan_.report is not None else {}
-    return PlannedMemory(devices=devices, weights=weights, kv=kv, refused=plan_.refused)
-
-
-def revision_memory(revision: DeploymentRevision) -> PlannedMemory:
-    """`planned` of the revision's own plan: what pages, the API and the set's fit show."""
-    return planned(revision, revision_plan(revision))
 
 
 def served_name(revision: DeploymentRevision) -> str:
@@ -228,29 +169,49 @@ class LeftOut:
     reason: str
 
 
-def door_set(host: Host) -> tuple[list[Served], list[LeftOut]]:
-    """The serving set as the front door's document carries it: the host's set, less any revision
-    that would share a port or a name with one before it (the active revision first), which the
-    host would refuse the whole table for. The services refuse such a set up front
-    (set_rule_breaks); this keeps a set made before that rule, or by a race, from leaving the door
-    on a stale table: the active revision serves, the host page says what was left out and why."""
+@dataclass(frozen=True)
+class Clash:
+    """A revision of a set that shares a port or a name with one before it (`first`)."""
+
+    served: Served
+    first: Served
+    port: bool  # on the same port; else with the same name
+
+    def __str__(self) -> str:
+        first, it = self.first.revision.number, self.served.revision.number
+        if self.port:
+            return f"r{first} and r{it} would both listen on port {self.served.revision.port}"
+        return f"r{first} and r{it} are both named {self.served.name}"
+
+
+def one_port_one_name(members: Iterable[Served]) -> tuple[list[Served], list[Clash]]:
+    """The rule of a set the host would refuse a whole table for, in one walk: each engine on a
+    port of its own, each name once. (kept, clashes): a member is kept unless it shares a port or a
+    name with one kept before it (the active revision first)."""
     kept: list[Served] = []
-    left: list[LeftOut] = []
+    clashes: list[Clash] = []
     ports: dict[int, Served] = {}
     names: dict[str, Served] = {}
-    for served in served_set(host):
-        clash = ports.get(served.revision.port)
-        named = names.get(served.name)
-        if clash is not None:
-            reason = f"r{clash.revision.number} listens on port {served.revision.port} too"
-        elif named is not None:
-            reason = f"r{named.revision.number} has the name {served.name} too"
-        else:
-            ports[served.revision.port], names[served.name] = served, served
-            kept.append(served)
+    for served in members:
+        on_port = ports.get(served.revision.port)
+        first = on_port if on_port is not None else names.get(served.name)
+        if first is not None:
+            clashes.append(Clash(served, first, port=on_port is not None))
             continue
-        left.append(LeftOut(served, reason + ": take it out of the set, or serve a revision of it on a free port"))
-    return kept, left
+        ports[served.revision.port] = names[served.name] = served
+        kept.append(served)
+    return kept, clashes
+
+
+def door_set(host: Host) -> tuple[list[Served], list[LeftOut]]:
+    """The serving set as the front door's document carries it: the host's set less any revision
+    `one_port_one_name` does not keep, which the host would refuse the whole table for. The
+    services refuse such a set up front (set_rule_breaks, by the same rule); this keeps a set made
+    before that rule, or by a race, from leaving the door on a stale table: the active revision
+    serves, the host page says what was left out and why."""
+    kept, clashes = one_port_one_name(served_set(host))
+    why = ": take it out of the set, or serve a revision of it on a free port"
+    return kept, [LeftOut(clash.served, f"{clash}{why}") for clash in clashes]
 
 
 def host_capacity(host: Host) -> dict[str, int]:
@@ -282,19 +243,10 @@ def set_rule_breaks(host: Host, members: list[Served]) -> list[str]:
     keeps them all): one port per engine, each name once and none an alias, the pinned revisions
     fit the host's memory. The one check every path that changes the set asks (serving_mode_set,
     switch_request through switch_set_refusals); the agent refuses a table that breaks one."""
-    reasons: list[str] = []
-    on_port: dict[int, Served] = {}
-    for served in members:
-        first = on_port.setdefault(served.revision.port, served)
-        if first is not served:
-            port = served.revision.port
-            reasons.append(f"r{first.revision.number} and r{served.revision.number} would both listen on port {port}")
-    named: dict[str, Served] = {}
-    for served in members:
-        first = named.setdefault(served.name, served)
-        if first is not served:
-            reasons.append(f"r{first.revision.number} and r{served.revision.number} are both named {served.name}")
-    aliases = set(ModelAlias.objects.filter(host=host, name__in=list(named)).values_list("name", flat=True))
+    _kept, clashes = one_port_one_name(members)
+    reasons = [str(clash) for clash in clashes]
+    names = [served.name for served in members]
+    aliases = set(ModelAlias.objects.filter(host=host, name__in=names).values_list("name", flat=True))
     reasons += [f"{name} is an alias on {host.name}" for name in sorted(aliases)]
     pinned = [s.revision for s in members if s.mode == str(ServeMode.PINNED)]
     short = _fit(host, pinned) if len(pinned) > 1 else []  # one alone: the planner's (an admin may override)

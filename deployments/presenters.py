@@ -24,7 +24,7 @@ from deployments.choices import OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from deployments.runtime_bridge import engine_bind_host as engine_bind_host  # re-exported for the pages
 from deployments.runtime_bridge import engine_config_for_revision, revision_launch_spec
-from deployments.services.planning import PlanValues, plan_for_revision, plan_for_values
+from deployments.services.planning import PlanValues, plan_for_values, revision_plan
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit
@@ -103,7 +103,7 @@ def concerns_for_revision(revision: DeploymentRevision) -> list[ConcernRow]:
 
 def report_for_revision(revision: DeploymentRevision) -> tuple[dict[str, Any] | None, str]:
     """(FitReport.to_dict(), "") or (None, why the planner could not read it)."""
-    return _report(lambda: plan_for_revision(revision))
+    return _report(lambda: revision_plan(revision).checked())
 
 
 def report_for_values(*, host: Host, **values: Unpack[PlanValues]) -> tuple[dict[str, Any] | None, str]:

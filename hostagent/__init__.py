@@ -1,7 +1,7 @@
 """A GPU host's agent: everything that runs on the host, in one place.
 
     agent.py        start: token -> which host, probe + register, loops, Celery worker
-    panel.py        PanelPort, the one port to the panel, and HttpPanel (agent API, outbox)
+    panel.py        PanelPort, the one port to the panel (typed reports: serving.agent_reports), and HttpPanel
     outbox.py       reports kept on disk while the panel is away
     context.py      the running agent (host, port, supervisor, launches in memory)
     tasks.py        Celery tasks by name (serving.operation_tasks), operation id in

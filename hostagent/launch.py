@@ -17,11 +17,9 @@ from serving.launch import HostFacts, engine_config
 from serving.launch import launch as serving_launch
 from serving.wire import RevisionLaunch
 
-from .binaries import resolve_binary
+from .binaries import Installs, resolve_binary
 from .context import current_or_none
 from .local import host_model_dirs
-
-Installs = Mapping[str, Any]  # the host's engine installs as the panel recorded them (HostBrief.engine_installs)
 
 
 def as_launch(launch: RevisionLaunch | Mapping[str, Any]) -> RevisionLaunch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from django.conf import settings
 
@@ -32,7 +32,28 @@ def host_install_dirs() -> list[str]:
     return install_dirs_from_env(os.environ)
 
 
-def engine_state(sup: Supervisor) -> dict[str, Any]:
+class EngineState(TypedDict):
+    """What this host's engine is doing, as the agent reports it (register, heartbeat): the panel
+    stores and shows it as reported."""
+
+    running: bool
+    phase: str
+    engine: str | None
+    revision_id: str | None
+    revision_label: str | None
+    served_name: str | None
+    port: int | None
+    pid: int | None
+    healthy: bool | None
+    health: str  # healthy | starting | unhealthy
+    started_at: str | None
+    watchdog_paused: bool
+    bind_host: str
+    carried: dict[str, str]  # engine -> the build the worker carries itself
+    carried_executables: dict[str, str]  # engine -> that build's executable
+
+
+def engine_state(sup: Supervisor) -> EngineState:
     status = sup.status(probe=True)
     return {
         "running": status.running,

@@ -15,11 +15,12 @@ import httpx
 from django.conf import settings
 
 from hostagent.runtime.local_http import engine_get
+from serving.agent_reports import Heartbeat, Telemetry, WatchdogEvent
 from serving.wire import WireError
 
 from .context import AgentContext
 from .launch import launch_spec
-from .local import engine_state
+from .local import EngineState, engine_state
 from .panel import CredentialRefused, PanelAway, PanelError
 
 log = logging.getLogger("controlpanel.agent")
@@ -28,14 +29,14 @@ log = logging.getLogger("controlpanel.agent")
 TELEMETRY_WAITING = 10_000
 
 
-def engine_metrics(ctx: AgentContext, state: dict[str, Any]) -> dict[str, Any]:
+def engine_metrics(ctx: AgentContext, state: EngineState) -> dict[str, float | None]:
     """The engine's own metrics in the common shape, when it runs and exposes them."""
     if not state.get("running") or not state.get("revision_id"):
         return {}
     from serving.engines.registry import get_adapter
 
     try:
-        launch = ctx.launch_of(state["revision_id"])
+        launch = ctx.launch_of(str(state["revision_id"]))
         if launch is None:
             return {}
         spec = launch_spec(launch)
@@ -63,7 +64,7 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
     while True:
         try:
             state = engine_state(ctx.supervisor)
-            ctx.panel.heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state))
+            ctx.panel.heartbeat(Heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state)))
             ctx.panel.flush()
         except CredentialRefused as exc:
             log.error("heartbeat refused: %s", exc)
@@ -83,9 +84,7 @@ def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = Tru
     from hostagent.probes.nvml import read_samples
 
     usage = HostUsageSampler()
-    measured: queue.Queue[tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]] = queue.Queue(
-        maxsize=TELEMETRY_WAITING
-    )
+    measured: queue.Queue[Telemetry] = queue.Queue(maxsize=TELEMETRY_WAITING)
     sender = threading.Thread(target=_telemetry_sender, args=(ctx, measured, stop), daemon=True, name="telemetry-send")
     sender.start()
     with contextlib.ExitStack() as stack:
@@ -94,12 +93,13 @@ def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = Tru
             try:
                 host = usage.sample()
                 samples = read_samples(lib) if lib is not None else None
-                gpu_samples = [s.to_dict() for s in samples or ()]
+                gpu_samples = tuple(s.to_dict() for s in samples or ())
                 # What each engine the panel started holds (per GPU, or resident on a CPU host), and
                 # what processes it did not start hold on the GPUs: hostagent.held.
                 memory = host_memory_report(ctx.supervisor, samples)
-                if host is not None or gpu_samples or memory["engines"]:
-                    measured.put_nowait((gpu_samples, [host.to_dict()] if host is not None else [], memory))
+                if host is not None or gpu_samples or memory.engines:
+                    host_samples = (host.to_dict(),) if host is not None else ()
+                    measured.put_nowait(Telemetry(gpu_samples=gpu_samples, host_samples=host_samples, memory=memory))
             except queue.Full:
                 log.error("telemetry: %d readings wait to be sent; this one is dropped", TELEMETRY_WAITING)
             except Exception:  # noqa: BLE001 - a probe's fault is logged; the loop goes on
@@ -107,22 +107,26 @@ def telemetry_loop(ctx: AgentContext, stop: threading.Event, *, gpus: bool = Tru
     sender.join(timeout=5)
 
 
-def _telemetry_sender(ctx: AgentContext, measured: queue.Queue[Any], stop: threading.Event) -> None:
+def _telemetry_sender(ctx: AgentContext, measured: queue.Queue[Telemetry], stop: threading.Event) -> None:
     """Send what the loop measured, apart from the measuring: a panel that takes its time to
     answer (a stopped web server: up to the port's timeout) delays the report, never the next
     reading. Readings that piled up meanwhile go in one report (with the newest memory report);
     the port keeps it in the outbox when the panel is away."""
     while not (stop.is_set() and measured.empty()):
         try:
-            gpu_samples, host_samples, memory = measured.get(timeout=0.5)
+            report = measured.get(timeout=0.5)
         except queue.Empty:
             continue
         with contextlib.suppress(queue.Empty):
             while True:
-                more_gpu, more_host, memory = measured.get_nowait()
-                gpu_samples, host_samples = gpu_samples + more_gpu, host_samples + more_host
+                more = measured.get_nowait()
+                report = Telemetry(
+                    gpu_samples=(*report.gpu_samples, *more.gpu_samples),
+                    host_samples=(*report.host_samples, *more.host_samples),
+                    memory=more.memory,
+                )
         try:
-            ctx.panel.telemetry(gpu_samples=gpu_samples, host_samples=host_samples, memory=memory)
+            ctx.panel.telemetry(report)
         except Exception:  # noqa: BLE001 - kept in the outbox when the panel is away; anything else is logged
             log.exception("telemetry not sent")
 
@@ -166,7 +170,7 @@ def start_watchdog(ctx: AgentContext) -> Any:
     def on_event(event: Any) -> None:
         if event.kind in ("restarted", "restart_failed", "gave_up"):
             log.warning("watchdog on %s: %s", ctx.host, event.message)
-            ctx.panel.event(kind=event.kind, message=event.message[:300])
+            ctx.panel.event(WatchdogEvent(kind=event.kind, message=event.message[:300]))
 
     dog = Watchdog(
         ctx.supervisor,

@@ -8,9 +8,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from core.atomicfile import remove_stale_tmp, write_atomic
 
@@ -24,7 +23,7 @@ class Outbox:
         self._lock = threading.Lock()
         self._seq = 0
 
-    def put(self, path: str, body: dict[str, Any], *, kind: str) -> None:
+    def put(self, path: str, body: Mapping[str, object], *, kind: str) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._lock:
             self._seq += 1
@@ -47,7 +46,7 @@ class Outbox:
         for path in telemetry[: max(0, len(telemetry) - MAX_ENTRIES)] + serving[:-1]:
             path.unlink(missing_ok=True)
 
-    def drain(self, send: Callable[[str, dict[str, Any]], bool]) -> int:
+    def drain(self, send: Callable[[str, Mapping[str, object]], bool]) -> int:
         """Send entries oldest first while `send` says it got through; returns how many went."""
         sent = 0
         with self._lock:

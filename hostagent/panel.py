@@ -12,20 +12,39 @@ operation waits for the panel.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, Protocol, TypedDict, Unpack
+from typing import Protocol
 
 import httpx
 
+from serving.agent_reports import (
+    DoorReport,
+    EngineLogChunk,
+    Heartbeat,
+    Hello,
+    HostProbe,
+    OperationEnd,
+    OperationProgress,
+    ProbeAnswer,
+    Registered,
+    Registration,
+    Telemetry,
+    WatchdogEvent,
+)
 from serving.wire import Order, RevisionLaunch
 
 from .outbox import Outbox
 
 logger = logging.getLogger("controlpanel.agent")
 API = "/agent/v1/"
+# A body on the wire, as JSON: the port's callers hand it typed values (serving.agent_reports) and
+# read typed answers; only the transport and the outbox see the JSON.
+JsonBody = Mapping[str, object]
 
 
 class PanelError(RuntimeError):
@@ -40,40 +59,20 @@ class PanelAway(RuntimeError):
     """No answer from the panel (connection refused, timeout, 5xx) after retrying."""
 
 
-class FinishBody(TypedDict):
-    """How an operation ended, as the agent reports it (PanelPort.finish; hostagent.operations'
-    runner sends its handler's Outcome)."""
-
-    state: str
-    result: NotRequired[dict[str, Any] | None]
-    error: NotRequired[str]
-    benchmark: NotRequired[dict[str, Any] | None]
-    install: NotRequired[dict[str, Any] | None]
-
-
 class PanelPort(Protocol):
-    def hello(self) -> dict[str, Any]: ...
+    def hello(self) -> Hello: ...
 
-    def register(
-        self, *, facts: dict[str, Any], inventory: dict[str, Any], engine_state: dict[str, Any]
-    ) -> dict[str, Any]: ...
+    def register(self, report: Registration) -> Registered: ...
 
-    def probe(self, *, facts: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]: ...
+    def probe(self, report: HostProbe) -> ProbeAnswer: ...
 
-    def heartbeat(self, *, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None = None) -> None: ...
+    def heartbeat(self, beat: Heartbeat) -> None: ...
 
-    def telemetry(
-        self,
-        *,
-        gpu_samples: list[dict[str, Any]],
-        engine_samples: list[dict[str, Any]] = ...,
-        host_samples: list[dict[str, Any]] = ...,
-        memory: dict[str, Any] | None = ...,
-    ) -> None: ...
+    def telemetry(self, report: Telemetry) -> None: ...
 
-    def event(self, *, kind: str, message: str) -> None: ...
+    def event(self, event: WatchdogEvent) -> None: ...
 
-    def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None: ...
+    def engine_log(self, chunk: EngineLogChunk) -> int | None: ...
 
     def launch(self, revision_id: str) -> RevisionLaunch | None: ...
 
@@ -83,13 +82,13 @@ class PanelPort(Protocol):
         self, op_id: str, *, stage: str | None = None, progress: float | None = None, log: str | None = None
     ) -> bool: ...
 
-    def finish(self, op_id: str, **outcome: Unpack[FinishBody]) -> None: ...
+    def finish(self, op_id: str, end: OperationEnd) -> None: ...
 
     def flush(self) -> int: ...
 
-    def serving(self, version: str | None) -> dict[str, Any] | None: ...
+    def serving(self, version: str | None) -> object | None: ...
 
-    def serving_report(self, body: dict[str, Any]) -> None: ...
+    def serving_report(self, report: DoorReport) -> None: ...
 
 
 class HttpPanel:
@@ -122,7 +121,7 @@ class HttpPanel:
 
     # transport -------------------------------------------------------------------
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+        self, method: str, path: str, body: JsonBody | None = None, *, headers: dict[str, str] | None = None
     ) -> httpx.Response:
         try:
             response = self.client.request(method, path, json=body if method == "POST" else None, headers=headers)
@@ -136,9 +135,7 @@ class HttpPanel:
             )
         return response
 
-    def _call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, patience: float = 0.0
-    ) -> dict[str, Any] | None:
+    def _call(self, method: str, path: str, body: JsonBody | None = None, *, patience: float = 0.0) -> JsonBody | None:
         """The JSON answer, None for 404 (not this host's). Retries a panel that is away for
         up to `patience` seconds, then raises PanelAway; raises PanelError on other 4xx."""
         deadline = time.monotonic() + patience
@@ -161,7 +158,7 @@ class HttpPanel:
             data = response.json()
             return data if isinstance(data, dict) else {}
 
-    def _durable(self, path: str, body: dict[str, Any], *, kind: str, patience: float) -> None:
+    def _durable(self, path: str, body: JsonBody, *, kind: str, patience: float) -> None:
         """POST now, or keep it in the outbox until the panel is back (after what waits there)."""
         if len(self.outbox) == 0:
             try:
@@ -179,7 +176,7 @@ class HttpPanel:
     def flush(self) -> int:
         """Send what the outbox holds; stops at the first report the panel does not take yet."""
 
-        def send(path: str, body: dict[str, Any]) -> bool:
+        def send(path: str, body: JsonBody) -> bool:
             try:
                 self._call("POST", path, body)
             except PanelAway:
@@ -193,54 +190,39 @@ class HttpPanel:
         return self.outbox.drain(send)
 
     # the port --------------------------------------------------------------------
-    def hello(self) -> dict[str, Any]:
-        """{"host", "queue"}: which host this token is. Waits for a panel that is not up yet."""
-        return self._call("GET", "hello", patience=600.0) or {}
+    def hello(self) -> Hello:
+        """Which host this token is, and its queue. Waits for a panel that is not up yet."""
+        return Hello.from_dict(self._call("GET", "hello", patience=600.0) or {})
 
-    def register(
-        self, *, facts: dict[str, Any], inventory: dict[str, Any], engine_state: dict[str, Any]
-    ) -> dict[str, Any]:
-        body = {"facts": facts, "inventory": inventory, "engine_state": engine_state}
-        return self._call("POST", "register", body, patience=600.0) or {}
+    def register(self, report: Registration) -> Registered:
+        return Registered.from_dict(self._call("POST", "register", report.to_dict(), patience=600.0) or {})
 
-    def probe(self, *, facts: dict[str, Any], inventory: dict[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "probe", {"facts": facts, "inventory": inventory}, patience=60.0) or {}
+    def probe(self, report: HostProbe) -> ProbeAnswer:
+        return ProbeAnswer.from_dict(self._call("POST", "probe", report.to_dict(), patience=60.0) or {})
 
-    def heartbeat(self, *, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None = None) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         """Liveness is now or never; the engine's metrics are telemetry and wait if need be."""
         try:
-            self._call("POST", "heartbeat", {"engine_state": engine_state, "engine_metrics": engine_metrics})
+            self._call("POST", "heartbeat", beat.to_dict())
         except PanelAway:
-            if engine_metrics:
-                self.outbox.put(
-                    "telemetry", {"engine_samples": [{"ts": time.time(), **engine_metrics}]}, kind="telemetry"
-                )
+            if beat.engine_metrics:
+                kept = Telemetry(engine_samples=({"ts": time.time(), **beat.engine_metrics},))
+                self.outbox.put("telemetry", kept.to_dict(), kind="telemetry")
             raise
 
-    def telemetry(
-        self,
-        *,
-        gpu_samples: list[dict[str, Any]],
-        engine_samples: list[dict[str, Any]] | None = None,
-        host_samples: list[dict[str, Any]] | None = None,
-        memory: dict[str, Any] | None = None,
-    ) -> None:
-        body: dict[str, Any] = {
-            "gpu_samples": gpu_samples,
-            "engine_samples": engine_samples or [],
-            "host_samples": host_samples or [],
-        }
-        if memory is not None:  # hostagent.held.memory_report
-            body["memory"] = memory
-        self._durable("telemetry", body, kind="telemetry", patience=0.0)
+    def telemetry(self, report: Telemetry) -> None:
+        self._durable("telemetry", report.to_dict(), kind="telemetry", patience=0.0)
 
-    def event(self, *, kind: str, message: str) -> None:
-        self._durable("events", {"kind": kind, "message": message}, kind="event", patience=5.0)
+    def event(self, event: WatchdogEvent) -> None:
+        self._durable("events", event.to_dict(), kind="event", patience=5.0)
 
-    def engine_log(self, *, run: dict[str, Any], offset: int, end: int, lines: list[str]) -> dict[str, Any] | None:
-        """Lines of the engine's log (bytes offset..end of the host's file, one run); the answer's
-        `received` is the byte the panel has up to. Not kept when the panel is away: the file is."""
-        return self._call("POST", "engine-log", {"run": run, "offset": offset, "end": end, "lines": lines})
+    def engine_log(self, chunk: EngineLogChunk) -> int | None:
+        """Send lines of the engine's log (bytes offset..end of the host's file, one run); answers
+        the byte the panel has up to (None: it did not say). Not kept when the panel is away: the
+        file is."""
+        answer = self._call("POST", "engine-log", chunk.to_dict())
+        received = (answer or {}).get("received")
+        return received if isinstance(received, int) and not isinstance(received, bool) else None
 
     def launch(self, revision_id: str) -> RevisionLaunch | None:
         """The launch of one of this host's revisions; None when it is not this host's. Raises
@@ -267,9 +249,9 @@ class HttpPanel:
             lines = self._pending_log.pop(op_id, [])
             if log:
                 lines.append(log)
-        body: dict[str, Any] = {"stage": stage, "progress": progress, "log": "\n".join(lines) or None}
+        report = OperationProgress(stage=stage, progress=progress, log="\n".join(lines) or None)
         try:
-            answer = self._call("POST", f"operations/{op_id}/progress", body, patience=2.0)
+            answer = self._call("POST", f"operations/{op_id}/progress", report.to_dict(), patience=2.0)
         except (PanelAway, PanelError) as exc:
             logger.warning("progress of %s not reported: %s", op_id, exc)
             if lines:
@@ -278,31 +260,29 @@ class HttpPanel:
             return False
         return bool(answer and answer.get("cancelled"))
 
-    def finish(self, op_id: str, **outcome: Unpack[FinishBody]) -> None:
+    def finish(self, op_id: str, end: OperationEnd) -> None:
+        """Report how the operation ended, with the progress log lines the panel did not take yet."""
         with self._lock:
             lines = self._pending_log.pop(op_id, [])
-        result = outcome.get("result") or {}
         if lines:
-            result = {**result, "log_kept_while_away": "\n".join(lines)[-20000:]}
-        body: dict[str, Any] = {"state": outcome["state"], "result": result, "error": outcome.get("error", "")}
-        body |= {k: outcome[k] for k in ("benchmark", "install") if outcome.get(k) is not None}
-        self._durable(f"operations/{op_id}/finish", body, kind="finish", patience=self.report_patience)
+            end = dataclasses.replace(end, result={**end.result, "log_kept_while_away": "\n".join(lines)[-20000:]})
+        self._durable(f"operations/{op_id}/finish", end.to_dict(), kind="finish", patience=self.report_patience)
 
-    def serving(self, version: str | None) -> dict[str, Any] | None:
-        """The host's serving set (the front door's models, keys and limits), or None when it is
-        still `version` (304). Raises PanelAway or PanelError: the door keeps what it has."""
+    def serving(self, version: str | None) -> object | None:
+        """The host's serving set as JSON (hostagent.door reads it, serving.wire.DoorDocument), or
+        None when it is still `version` (304). Raises PanelAway or PanelError: the door keeps what it has."""
         headers = {"If-None-Match": version} if version else None
         response = self._request("GET", "serving", headers=headers)
         if response.status_code == 304:
             return None
         if response.status_code >= 400:
             raise PanelError(f"GET serving: {response.status_code} {response.text[:500]}")
-        data = response.json()
+        data: object = response.json()
         if not isinstance(data, dict):
             raise PanelError("GET serving: the answer is not a JSON object")
         return data
 
-    def serving_report(self, body: dict[str, Any]) -> None:
+    def serving_report(self, report: DoorReport) -> None:
         """The front door's state and usage totals. Totals only grow, so a report sent twice is
         harmless; while the panel is away only the newest waits in the outbox."""
-        self._durable("serving/report", body, kind="serving", patience=0.0)
+        self._durable("serving/report", report.to_dict(), kind="serving", patience=0.0)

@@ -27,8 +27,7 @@ from serving.engines.base import LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.wire import PlannedMemory, RevisionLaunch
 
-from .binaries import resolve_install
-from .launch import Installs
+from .binaries import Installs, resolve_install
 
 _SOURCES = {
     "configured": "configured on this host (CONTROLPANEL_ENGINE_BINARIES)",
@@ -132,14 +131,15 @@ def _file_check(label: str, path: Path, expected: int | None) -> str | None:
 
 
 def weights_files(launch: RevisionLaunch) -> tuple[str, str, str]:
-    """(GGUF file, projector file, repository or folder) the engine opens for `launch`: the
-    host's downloaded copy when there is one (a GGUF copy is the file; any other, the folder),
-    else the catalog's names (serving.launch's ModelRef)."""
+    """(GGUF file, projector file, what the engine loads) for `launch`: the reference is the
+    adapter's (`model_reference`: the host's downloaded copy when it takes one, else the catalog's
+    file, repository or tag), so the preflight checks what the engine is given. A GGUF copy is the
+    file; any other copy, the folder."""
     model = launch.spec.model
-    copy = launch.local_weights if not get_adapter(launch.engine).fetches_own_weights else None
-    if copy:
-        return (copy if model.format == "gguf" else ""), model.mmproj_file, copy
-    return model.gguf_file, model.mmproj_file, model.repo_id
+    ref = get_adapter(launch.engine).model_reference(model, launch.local_weights)
+    if launch.local_weights and ref == launch.local_weights:
+        return (ref if model.format == "gguf" else ""), model.mmproj_file, ref
+    return model.gguf_file, model.mmproj_file, ref
 
 
 def weights_check(launch: RevisionLaunch, spec: LaunchSpec) -> Check:

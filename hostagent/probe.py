@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from hostagent.probes.host import probe_host
 from hostagent.probes.nvml import probe_host_gpus
+from serving.agent_reports import HostProbe
 
 
 def local_host_name() -> str:
     return socket.gethostname().split(".")[0].lower() or "localhost"
 
 
-def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
+def probe_local(*, address: str | None = None) -> HostProbe:
     """Host facts (with the model folders this agent confines engines to, and the folders it
-    lets an install read from, and the llama.cpp builds in its pip cache) and the GPU inventory."""
+    lets an install read from, and the llama.cpp builds in its pip cache, and the `address` the
+    panel reaches it at when given) and the GPU inventory."""
     from django.conf import settings
 
     from hostagent.local import host_install_dirs, host_model_dirs
@@ -29,8 +30,9 @@ def probe_local() -> tuple[dict[str, Any], dict[str, Any]]:
 
     ensure_default_model_dir(os.environ, data_dir=str(settings.DATA_DIR))  # where a first GGUF goes
     facts = probe_host().to_dict()
+    if address is not None:
+        facts["address"] = address
     facts["model_dirs"] = host_model_dirs()
     facts["install_dirs"] = host_install_dirs()
     facts["cached_builds"] = {"llama.cpp": cached_llama_builds()}  # install in seconds, not a compile
-    inventory = probe_host_gpus().to_dict()
-    return facts, inventory
+    return HostProbe(facts=facts, inventory=probe_host_gpus().to_dict())

@@ -20,7 +20,7 @@ from django.test import Client
 from deployments.choices import OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, MeasuredMemory, ModelVariant, active_revision_id_of
 from deployments.services.benchmarks import benchmark_request, profile_from_input
-from deployments.services.planning import planned_memory
+from deployments.services.planning import revision_memory
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host
@@ -90,7 +90,7 @@ def test_an_agent_without_database_or_secret_key_registers_switches_with_a_secre
     # (RSS, a CPU host), stored beside the planner's weights + KV cache and shown on its page.
     # The first reading may come from while the engine was still loading (CI saw 63 MB of a
     # 253 MB plan): the row keeps the peak, so wait for a reading taken once the weights are in.
-    planned = planned_memory(DeploymentRevision.objects.get(pk=revision.pk))["ram"]
+    planned = revision_memory(DeploymentRevision.objects.get(pk=revision.pk)).devices["ram"]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         seen = MeasuredMemory.objects.filter(revision=revision, device="ram").first()

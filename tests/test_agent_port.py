@@ -15,6 +15,7 @@ from deployments.models import Operation
 from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue, host_token_revoke
 from hostagent.panel import HttpPanel, PanelAway
+from serving.agent_reports import Heartbeat, Hello, OperationEnd
 from tests.support.llama import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,14 +27,14 @@ def test_an_end_refused_for_a_revoked_token_waits_and_goes_with_the_new_one(
     host, old = host_token_issue(name="porthost", actor=None)
     outbox = tmp_path / "outbox"
     panel = HttpPanel(live_server.url, old, outbox_dir=outbox, report_patience=0.5)
-    assert panel.hello() == {"host": "porthost", "queue": host.queue}
+    assert panel.hello() == Hello(host="porthost", queue=host.queue)
     op = operation_create(kind=OperationKind.PROBE, host=host, actor=operator)
     order = panel.begin(str(op.pk), worker="agent@porthost")
     assert order is not None and order.kind == "probe" and order.host.name == "porthost"
     assert panel.progress(str(op.pk), stage="probing", progress=0.5, log="reading NVML") is False
 
     host_token_revoke(host=host, actor=None)
-    panel.finish(str(op.pk), state="succeeded", result={"gpus": 0})
+    panel.finish(str(op.pk), OperationEnd(state="succeeded", result={"gpus": 0}))
     assert [p.name.split("-")[-1] for p in outbox.glob("*.json")] == ["finish.json"]
     assert Operation.objects.get(pk=op.pk).state == OperationState.RUNNING
     assert panel.flush() == 0  # still refused: kept
@@ -56,8 +57,8 @@ def test_progress_lines_said_while_the_panel_is_away_arrive_with_the_end(
     away = HttpPanel(f"http://127.0.0.1:{free_port()}", token, outbox_dir=tmp_path / "o2", report_patience=0.2)
     assert away.progress(str(op.pk), log="line said while away") is False
     with pytest.raises(PanelAway):
-        away.heartbeat(engine_state={})
-    away.finish(str(op.pk), state="failed", error="probe failed")
+        away.heartbeat(Heartbeat(engine_state={}))
+    away.finish(str(op.pk), OperationEnd(state="failed", error="probe failed"))
     kept = [p.name.split("-")[-1] for p in (tmp_path / "o2").glob("*.json")]
     assert kept == ["finish.json"]
 

@@ -71,7 +71,6 @@ from deployments.services.imports import (
 from serving.ansible_vars import AnsibleVarsError, parse_group_vars
 from serving.engines.base import EngineConfig, EngineConfigError
 from serving.engines.envpolicy import ALLOWED, REFUSED, classify_env
-from serving.engines.knobs import normalise_knob
 from serving.engines.registry import ADAPTERS, get_adapter
 from serving.safety import UnsafeValueError, check_json_value
 from tests.hardware.factories import GPUFactory, HostFactory
@@ -306,12 +305,12 @@ def test_adapters_raise_only_engine_config_error(engine, data):
 def test_form_knob_text_raises_only_value_errors(engine, data):
     """What the revision form does with `NAME=VALUE` text: the form catches ValueError (and
     its EngineConfigError subclass) and shows it beside the field."""
-    specs = get_adapter(engine).knobs  # type: ignore[attr-defined]
-    spec = specs[data.draw(st.sampled_from(sorted(specs)))]
+    adapter = get_adapter(engine)
+    spec = adapter.knobs[data.draw(st.sampled_from(sorted(adapter.knobs)))]
     text = data.draw(st.one_of(texts, knob_value(spec).map(lambda v: v if isinstance(v, str) else json.dumps(v))))
     with bounded(text):
         try:
-            normalise_knob(spec, text)
+            adapter.knob_value(spec.name, text)
         except ValueError:
             return
 

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from serving.binds import lan_address
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = (
     "import json, django; from django.conf import settings; django.setup(); "
@@ -156,3 +160,22 @@ def test_a_lan_address_that_is_not_one_stops_the_start_naming_the_setting(tmp_pa
         assert out.returncode != 0 and "CONTROLPANEL_LAN_ADDRESS" in out.stderr and said in out.stderr, out.stderr[
             -300:
         ]
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "gpu-box.lan"])
+def test_an_agent_started_alone_refuses_a_bad_lan_address_in_one_sentence_naming_it(tmp_path, value):
+    """The agent's settings share CONTROLPANEL_LAN_ADDRESS with the panel's (settings_shared): an agent
+    started on its own checks it at start by the panel's rule, before it reaches for the panel or
+    binds an engine there (it used to fail only at the engine's start)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "DJANGO_", "CONTROLPANEL_"))}
+    clean.update(CONTROLPANEL_LAN_ADDRESS=value, CONTROLPANEL_DATA_DIR=str(tmp_path))
+    agent = [sys.executable, "manage.py", "agent"]
+    out = subprocess.run(agent, cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120)
+    with pytest.raises(ValueError) as refused:
+        lan_address(value)
+    assert "CONTROLPANEL_LAN_ADDRESS" in str(refused.value)
+    assert (out.returncode, out.stderr.strip()) == (2, f"CommandError: {refused.value}")
+    # A good address passes that check: the start goes on to the host token, which is not set here.
+    clean["CONTROLPANEL_LAN_ADDRESS"] = "10.213.7.1"
+    good = subprocess.run(agent, cwd=ROOT, env=clean, capture_output=True, text=True, timeout=120)
+    assert good.returncode == 2 and "CONTROLPANEL_LAN_ADDRESS" not in good.stderr and "token" in good.stderr

@@ -9,7 +9,9 @@ JSON is a RecursionError), and each endpoint's checker below bounds every field 
 times within [2000, now + a day], counts and sizes non-negative and bounded, text bounded and
 free of NUL, lists bounded (GPUs per host, samples, metrics, log lines), an operation's result
 at most RESULT_BYTES encoded. The checks build on `serving.safety` (the same rules as for
-what users send) and raise ValidationError, which the views answer with 400.
+what users send) and raise ValidationError, which the views answer with 400. Each endpoint's
+checker answers the body as its typed value (serving.agent_reports), read with `from_dict`
+once the bounds hold: the services take those values, not the agent's JSON.
 
 The limits are module constants: they bound what a well-behaved agent never comes near
 (hostagent's own reports are far smaller), so no deployment has a reason to change them.
@@ -21,7 +23,7 @@ import json
 import math
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -30,7 +32,20 @@ from django.utils.dateparse import parse_datetime
 from deployments.choices import OperationState
 from deployments.services.host_reports import MAX_SAMPLES, WATCHDOG_EVENTS
 from hardware.services import MAX_GPU_INDEX, MAX_GPUS_PER_HOST
+from serving.agent_reports import (
+    USAGE_COUNTS,
+    DoorReport,
+    EngineLogChunk,
+    Heartbeat,
+    HostProbe,
+    OperationEnd,
+    OperationProgress,
+    Registration,
+    Telemetry,
+    WatchdogEvent,
+)
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
+from serving.wire import WireError
 
 MAX_DEPTH = 16  # the deepest real body (a benchmark's levels, requests, fields) is 5
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # no GPU host's clock is right before this
@@ -83,6 +98,23 @@ def _depth(data: object) -> None:
             stack.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+
+
+class _Report(Protocol):
+    @classmethod
+    def from_dict(cls, data: Any) -> Any: ...
+
+
+Report = TypeVar("Report", bound=_Report)
+
+
+def typed(kind: type[Report], checked: dict[str, Any]) -> Report:
+    """The checked body as its typed value; a shape the checks let through and the type does not
+    take is a ValidationError too (naming the field), never a 500."""
+    try:
+        return kind.from_dict(checked)  # type: ignore[no-any-return]
+    except WireError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 # --- fields -------------------------------------------------------------------------------------
@@ -288,6 +320,30 @@ def engine_state(value: object) -> dict[str, Any]:
     return json_value(obj(value, "engine_state"), "engine_state", most_bytes=MAX_STATE_BYTES)
 
 
+def host_probe(body: dict[str, Any]) -> HostProbe:
+    """POST probe: the host's facts and GPU inventory, checked."""
+    return typed(HostProbe, {"facts": facts(body.get("facts")), "inventory": inventory(body.get("inventory"))})
+
+
+def registration(body: dict[str, Any]) -> Registration:
+    """POST register: the probe and the engine's state, checked."""
+    checked = {
+        "facts": facts(body.get("facts")),
+        "inventory": inventory(body.get("inventory")),
+        "engine_state": engine_state(body.get("engine_state")),
+    }
+    return typed(Registration, checked)
+
+
+def heartbeat(body: dict[str, Any]) -> Heartbeat:
+    """POST heartbeat: the engine's state and its metrics, checked."""
+    checked = {
+        "engine_state": engine_state(body.get("engine_state")),
+        "engine_metrics": engine_metrics(body.get("engine_metrics")),
+    }
+    return typed(Heartbeat, checked)
+
+
 # --- heartbeat and telemetry --------------------------------------------------------------------
 
 
@@ -413,31 +469,31 @@ def memory(value: object) -> dict[str, Any] | None:
     return {"ts": data.get("ts"), "engines": engines, "outside": outside}
 
 
-def telemetry(
-    body: dict[str, Any],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+def telemetry(body: dict[str, Any]) -> Telemetry:
     """GPU samples, engine samples, the host's CPU and memory samples, and what each engine holds."""
-    return (
-        gpu_samples(body.get("gpu_samples")),
-        engine_samples(body.get("engine_samples")),
-        host_samples(body.get("host_samples")),
-        memory(body.get("memory")),
-    )
+    checked = {
+        "gpu_samples": gpu_samples(body.get("gpu_samples")),
+        "engine_samples": engine_samples(body.get("engine_samples")),
+        "host_samples": host_samples(body.get("host_samples")),
+        "memory": memory(body.get("memory")),
+    }
+    return typed(Telemetry, checked)
 
 
 # --- events, engine log, operations -------------------------------------------------------------
 
 
-def event(body: dict[str, Any]) -> tuple[str, str]:
+def event(body: dict[str, Any]) -> WatchdogEvent:
     kind = body.get("kind")
     if kind not in WATCHDOG_EVENTS:
         raise ValidationError(f"kind must be one of {', '.join(WATCHDOG_EVENTS)}.")
-    return str(kind), log_text(body.get("message"), "message", keep=MAX_TEXT)
+    return typed(WatchdogEvent, {"kind": kind, "message": log_text(body.get("message"), "message", keep=MAX_TEXT)})
 
 
-def engine_log(body: dict[str, Any]) -> dict[str, Any]:
-    """A run's identity with its start in the window; the lines' count and length are the
-    service's (deployments.services.engine_logs), the body's size the endpoint's."""
+def engine_log(body: dict[str, Any]) -> EngineLogChunk:
+    """A run's identity with its start in the window, and its lines (bytes offset..end of the
+    host's file); the positions and the lines' count and length are the service's
+    (deployments.services.engine_logs), the body's size the endpoint's."""
     run = obj(body.get("run"), "run", optional=False)
     text(run.get("key"), "run.key", most=80, optional=False)
     text(run.get("engine"), "run.engine", most=40)
@@ -448,23 +504,24 @@ def engine_log(body: dict[str, Any]) -> dict[str, Any]:
     elif revision_id is not None and (isinstance(revision_id, bool) or not isinstance(revision_id, int)):
         raise ValidationError("run.revision_id must be a revision's id.")
     iso_time(run.get("started_at"), "run.started_at")
-    return run
+    return typed(EngineLogChunk, {**body, "run": run})
 
 
 def worker(value: object, default: str) -> str:
     return text(value, "worker", most=200) or default
 
 
-def progress(body: dict[str, Any]) -> tuple[str | None, float | None, str | None]:
+def progress(body: dict[str, Any]) -> OperationProgress:
     """Stage, fraction done (0 to 1) and log text; a log longer than PROGRESS_LOG_CHARS keeps
     its tail, after a line that says how much was cut (the agent would only send it again)."""
     stage = text(body.get("stage"), "stage", most=MAX_TEXT, one_line=False)
     fraction = number(body.get("progress"), "progress", high=1)
     log = log_text(body.get("log"), "log", keep=PROGRESS_LOG_CHARS)
-    return stage, float(fraction) if fraction is not None else None, log or None
+    fraction = float(fraction) if fraction is not None else None
+    return typed(OperationProgress, {"stage": stage, "progress": fraction, "log": log or None})
 
 
-def finish(body: dict[str, Any]) -> dict[str, Any]:
+def finish(body: dict[str, Any]) -> OperationEnd:
     """An operation's end: its state, a result of at most RESULT_BYTES, the error text (cut to
     its head by the service), a benchmark's figures and an install's record when there are."""
     state = body.get("state")
@@ -487,7 +544,8 @@ def finish(body: dict[str, Any]) -> dict[str, Any]:
         install = json_value(obj(body["install"], "install"), "install", most_bytes=MAX_STATE_BYTES)
         text(install.get("engine"), "install.engine", most=40)
         text(install.get("version"), "install.version", most=100)
-    return {"state": str(state), "result": result, "error": error, "benchmark": benchmark, "install": install}
+    checked = {"state": state, "result": result, "error": error, "benchmark": benchmark, "install": install}
+    return typed(OperationEnd, checked)
 
 
 MAX_DOOR_MODELS = 256  # models one front door reports (its routing table's)
@@ -527,6 +585,7 @@ def _door_state_row(row: Any, at: str) -> dict[str, Any]:
 
 
 def _usage_row(row: Any, at: str) -> dict[str, Any]:
+    """One (day, key, model) total, checked: a day in the window, counts in range."""
     row = obj(row, at, optional=False)
     raw_day = text(row.get("day"), f"{at}.day", most=10, optional=False) or ""
     try:
@@ -546,23 +605,20 @@ def _usage_row(row: Any, at: str) -> dict[str, Any]:
     if counts["errors"] > counts["requests"]:
         raise ValidationError(f"{at}.errors ({counts['errors']:,}) exceeds its requests ({counts['requests']:,}).")
     return {
-        "day": day,
+        "day": raw_day,
         "key": text(row.get("key"), f"{at}.key", most=63) or "",
         "model": text(row.get("model"), f"{at}.model", most=200, optional=False),
         **counts,
     }
 
 
-USAGE_COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
-
-
-def serving_report(body: dict[str, Any]) -> dict[str, Any]:
+def serving_report(body: dict[str, Any]) -> DoorReport:
     """A front door's report: {version, bind, state: [...], usage: [...]}, checked."""
     rows = seq(body.get("usage"), "usage", most=MAX_USAGE_ROWS)
     usage = [_usage_row(row, f"usage[{i}]") for i, row in enumerate(rows)]
     if len({(u["day"], u["key"], u["model"]) for u in usage}) != len(usage):
         raise ValidationError("usage lists one (day, key, model) twice.")
-    return {
+    checked = {
         "version": text(body.get("version"), "version", most=64) or "",
         "bind": text(body.get("bind"), "bind", most=100) or "",
         "state": [
@@ -572,6 +628,7 @@ def serving_report(body: dict[str, Any]) -> dict[str, Any]:
         "usage": usage,
         "refused": _refused_table(body.get("refused")),
     }
+    return typed(DoorReport, checked)
 
 
 def _refused_table(value: object) -> dict[str, str] | None:

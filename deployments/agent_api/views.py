@@ -18,6 +18,7 @@ from deployments.services.measured_memory import measured_memory_record
 from deployments.services.operations import operation_progress
 from hardware.models import Host
 from hardware.services import host_probe_record, telemetry_record, usage_record
+from serving.agent_reports import Hello, ProbeAnswer
 
 from . import bodies
 from .auth import MAX_BODY, host_endpoint, problem
@@ -38,41 +39,40 @@ def _refused(exc: Exception) -> JsonResponse:
 @host_endpoint(("GET",))
 def hello(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     """Who this token is: the host's name and queue."""
-    return JsonResponse({"host": host.name, "queue": host.queue})
+    return JsonResponse(Hello(host=host.name, queue=host.queue).to_dict())
 
 
 @host_endpoint(("POST",))
 def register(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
+        report = bodies.registration(body)
         answer = host_reports.host_register(
             host=host,
-            facts=bodies.facts(body.get("facts")),
-            inventory=bodies.inventory(body.get("inventory")),
-            engine_state=bodies.engine_state(body.get("engine_state")),
+            facts=dict(report.facts),
+            inventory=dict(report.inventory),
+            engine_state=dict(report.engine_state),
         )
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
-    return JsonResponse(answer)
+    return JsonResponse(answer.to_dict())
 
 
 @host_endpoint(("POST",))
 def probe(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        facts, inventory = bodies.facts(body.get("facts")), bodies.inventory(body.get("inventory"))
-        host = host_probe_record(name=host.name, facts=facts, inventory=inventory)
+        report = bodies.host_probe(body)
+        host = host_probe_record(name=host.name, facts=dict(report.facts), inventory=dict(report.inventory))
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
-    return JsonResponse({"gpus": host.gpus.count(), "mismatches": host.probe_mismatches})
+    return JsonResponse(ProbeAnswer(gpus=host.gpus.count(), mismatches=tuple(host.probe_mismatches)).to_dict())
 
 
 @host_endpoint(("POST",))
 def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        state, metrics = (
-            bodies.engine_state(body.get("engine_state")),
-            bodies.engine_metrics(body.get("engine_metrics")),
-        )
-        host_reports.host_alive(host=host, engine_state=state, engine_metrics=metrics)
+        beat = bodies.heartbeat(body)
+        metrics = dict(beat.engine_metrics) if beat.engine_metrics is not None else None
+        host_reports.host_alive(host=host, engine_state=dict(beat.engine_state), engine_metrics=metrics)
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
@@ -81,10 +81,11 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",), max_body=MAX_BODY)
 def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        gpu_samples, engine_samples, host_samples, memory = bodies.telemetry(body)
-        gpu = telemetry_record(host=host, samples=gpu_samples)
-        engine = host_reports.engine_samples_record(host=host, samples=engine_samples)
-        usage = usage_record(host=host, samples=host_samples)
+        report = bodies.telemetry(body)
+        gpu = telemetry_record(host=host, samples=[dict(s) for s in report.gpu_samples])
+        engine = host_reports.engine_samples_record(host=host, samples=[dict(s) for s in report.engine_samples])
+        usage = usage_record(host=host, samples=[dict(s) for s in report.host_samples])
+        memory = report.memory
         held = {"memory": measured_memory_record(host=host, report=memory)} if memory is not None else {}
     except (ValidationError, TypeError, ValueError, OverflowError) as exc:
         return _refused(exc)
@@ -94,8 +95,8 @@ def telemetry(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
 @host_endpoint(("POST",))
 def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        kind, message = bodies.event(body)
-        host_reports.watchdog_event_record(host=host, kind=kind, message=message)
+        event = bodies.event(body)
+        host_reports.watchdog_event_record(host=host, kind=event.kind, message=event.message)
     except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})
@@ -105,13 +106,7 @@ def event(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespons
 def engine_log(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     """Lines of the engine's log; answers how far into the host's file the panel has it."""
     try:
-        run = engine_log_append(
-            host=host,
-            run=bodies.engine_log(body),
-            offset=body.get("offset"),
-            end=body.get("end"),
-            lines=body.get("lines"),
-        )
+        run = engine_log_append(host=host, chunk=bodies.engine_log(body))
     except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"received": run.received})
@@ -152,8 +147,8 @@ def progress(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID
     if _own_operation(host, op_id) is None:
         return problem(404, NOT_YOURS)
     try:
-        stage, fraction, log = bodies.progress(body)
-        cancelled = operation_progress(op_id=op_id, stage=stage, progress=fraction, log=log)
+        report = bodies.progress(body)
+        cancelled = operation_progress(op_id=op_id, stage=report.stage, progress=report.progress, log=report.log)
     except ValidationError as exc:
         return _refused(exc)
     return JsonResponse({"cancelled": cancelled})
@@ -165,7 +160,15 @@ def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) 
     if op is None:
         return problem(404, NOT_YOURS)
     try:
-        recorded = host_reports.operation_host_finish(op=op, **bodies.finish(body))
+        end = bodies.finish(body)
+        recorded = host_reports.operation_host_finish(
+            op=op,
+            state=end.state,
+            result=dict(end.result),
+            error=end.error,
+            benchmark=dict(end.benchmark) if end.benchmark is not None else None,
+            install=dict(end.install) if end.install is not None else None,
+        )
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"recorded": recorded})
@@ -190,7 +193,15 @@ def serving(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRespo
 @host_endpoint(("POST",))
 def serving_report(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpResponse:
     try:
-        front_door_report(host=host, **bodies.serving_report(body))
+        report = bodies.serving_report(body)
+        front_door_report(
+            host=host,
+            version=report.version or "",
+            bind=report.bind,
+            state=[row.to_dict() for row in report.state],
+            usage=report.usage,
+            refused=report.refused,
+        )
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
     return HttpResponse(status=204)

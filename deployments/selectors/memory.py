@@ -7,7 +7,7 @@ from typing import Any
 
 from deployments import plots
 from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProcess, PlannerErrorPoint
-from deployments.services.planning import planned_or_refused
+from deployments.services.planning import revision_memory as planned_memory_of
 from hardware.models import Host
 
 PLOTTED_POINTS = 500  # the newest trend points the host page plots
@@ -28,7 +28,7 @@ def error_percent(planned: int | None, measured: int | None) -> float | None:
 def revision_memory(revision: DeploymentRevision, planned: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Each device of `revision`: the planner's bytes now, and what its engine held (latest and
     peak, with when) as its host measured; [] when neither is known."""
-    planned = planned_or_refused(revision)[0] if planned is None else planned  # the page says why not
+    planned = planned_memory_of(revision).devices if planned is None else planned  # the page says why not
     measured = {m.device: m for m in MeasuredMemory.objects.filter(revision=revision)}
     rows = []
     for device in sorted({*planned, *measured}):

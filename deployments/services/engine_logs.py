@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -18,44 +17,43 @@ from core.secrets_mask import mask_text
 from deployments.choices import Engine
 from deployments.models import DeploymentRevision, EngineLogRun
 from hardware.models import Host
+from serving.agent_reports import EngineLogChunk, EngineRun
 from serving.engine_log_lines import problem_flags
 
 MAX_LINES_PER_REPORT = 10_000
 MAX_LINE = 4096
 
 
-def _clean(line: Any) -> str:
-    if not isinstance(line, str):
-        raise ValidationError("lines must be strings.")
+def _clean(line: str) -> str:
     # PostgreSQL text holds no NUL; a lone surrogate cannot be stored either.
     # Masked here too: the agent masks what it knows, the panel what it stores and shows.
     line = mask_text(line[:MAX_LINE].replace("\x00", "\ufffd"))
     return line.encode("utf-8", "replace").decode("utf-8")
 
 
-def _run_for(host: Host, run: dict[str, Any]) -> EngineLogRun:
-    key = run.get("key")
-    if not isinstance(key, str) or not key or len(key) > 80:
+def _run_for(host: Host, run: EngineRun) -> EngineLogRun:
+    key = run.key
+    if not key or len(key) > 80:
         raise ValidationError("run.key must be a string of 1 to 80 characters.")
     found = EngineLogRun.objects.select_for_update().filter(host=host, key=key).first()
     if found is not None:
         return found
     try:
-        started = parse_datetime(str(run.get("started_at") or "")) or timezone.now()
+        started = parse_datetime(run.started_at or "") or timezone.now()
     except ValueError as exc:  # well formed but no such time (month 13)
         raise ValidationError("run.started_at must be an ISO 8601 time.") from exc
     if timezone.is_naive(started):
         started = timezone.make_aware(started)
     revision = None
     with contextlib.suppress(ValueError):  # not a revision id: the run is kept without the link
-        revision_id = parse_int(str(run.get("revision_id")), name="run.revision_id", minimum=1)
+        revision_id = parse_int(str(run.revision_id), name="run.revision_id", minimum=1)
         revision = DeploymentRevision.objects.filter(pk=revision_id, host=host).first()  # its own only
-    engine = run.get("engine")
+    engine = run.engine
     created = EngineLogRun.objects.create(
         host=host,
         key=key,
         revision=revision,
-        revision_label=str(run.get("revision_label") or "")[:80],
+        revision_label=(run.revision_label or "")[:80],
         engine=engine if engine in Engine.values else "",
         started_at=started,
     )
@@ -68,22 +66,21 @@ def _run_for(host: Host, run: dict[str, Any]) -> EngineLogRun:
 
 
 @transaction.atomic
-def engine_log_append(*, host: Host, run: Any, offset: Any, end: Any, lines: Any) -> EngineLogRun:
-    """Append a report of `lines` (bytes offset..end of the host's log) to its run.
+def engine_log_append(*, host: Host, chunk: EngineLogChunk) -> EngineLogRun:
+    """Append a report of lines (bytes offset..end of the host's log) to its run.
 
     A report that starts before what the panel has is a resend (a lost answer, a restarted
     agent): nothing is stored, and the run's `received` tells the agent where to resume. One
     that starts after it notes the gap. ValidationError on a malformed report."""
-    if not isinstance(run, dict):
-        raise ValidationError("run must be a JSON object.")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62 for v in (offset, end)):
+    offset, end, lines = chunk.offset, chunk.end, chunk.lines
+    if not all(0 <= v < 1 << 62 for v in (offset, end)):
         raise ValidationError("offset and end must be byte positions.")
     if end < offset:
         raise ValidationError("end must not be before offset.")
-    if not isinstance(lines, list) or len(lines) > MAX_LINES_PER_REPORT:
+    if len(lines) > MAX_LINES_PER_REPORT:
         raise ValidationError(f"lines must be a list of at most {MAX_LINES_PER_REPORT} strings.")
     cleaned = [_clean(line) for line in lines]
-    record = _run_for(host, run)
+    record = _run_for(host, chunk.run)
     if record.lines and offset < record.received:
         return record
     if record.lines and offset > record.received:

@@ -4,11 +4,12 @@ The document (serving.wire.DoorDocument, made by deployments.host_serving) is th
 set, each model with its revision's launch (the engine's API key resolved: it goes to its own host
 only), the inference keys' digests and the door's bounds. Its `version` is a digest of the rest,
 so an agent asks again cheaply (ETag, 304), and the planner is not run again for a set that did
-not change (host_serving.revision_plan).
+not change (services.planning.revision_plan).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -20,6 +21,7 @@ from deployments.host_serving import door_set, host_serving, revision_memory
 from deployments.models import FrontDoor, ModelAlias
 from deployments.runtime_bridge import runs_on_this_machine
 from hardware.models import Host
+from serving.agent_reports import TableRefusal, UsageTotal
 from serving.binds import FRONT_DOOR_DEFAULT_BIND, is_loopback, split_bind
 from serving.exports import base_url_for
 from serving.wire import DoorDocument
@@ -62,8 +64,8 @@ def front_door_report(
     version: str,
     bind: str,
     state: list[dict[str, Any]],
-    usage: list[dict[str, Any]],
-    refused: dict[str, str] | None = None,
+    usage: Sequence[UsageTotal],
+    refused: TableRefusal | None = None,
 ) -> None:
     """Keep the front door's last state (checked by the agent API) and its usage totals, and the
     table it refused (`refused`: version and reason; None when it serves the panel's): audited
@@ -79,14 +81,14 @@ def front_door_report(
     door.save()
 
 
-def _refusal_keep(host: Host, door: FrontDoor, refused: dict[str, str] | None) -> None:
+def _refusal_keep(host: Host, door: FrontDoor, refused: TableRefusal | None) -> None:
     if not refused:
         door.refused_version, door.refused_reason, door.refused_at = "", "", None
         return
-    reason = mask_text(refused.get("reason") or "")[:500] or "no reason given"
-    if (refused.get("version") or "", reason) == (door.refused_version, door.refused_reason):
+    reason = mask_text(refused.reason)[:500] or "no reason given"
+    if (refused.version, reason) == (door.refused_version, door.refused_reason):
         return  # the same refusal, reported again
-    door.refused_version, door.refused_reason = refused.get("version") or "", reason
+    door.refused_version, door.refused_reason = refused.version, reason
     door.refused_at = door.reported_at
     audit_record(
         action="door.table_refused",

@@ -22,6 +22,7 @@ from hardware.models import EngineSample, Host
 from hardware.services import ENGINE_SAMPLE_FIELDS, host_address_follow_lan, host_heartbeat, host_probe_record
 from notifications.events import watchdog_event
 from notifications.services import notify
+from serving.agent_reports import Registered, Restore
 
 from .benchmarks import benchmark_run_record, benchmark_run_start
 from .installs import install_record
@@ -47,7 +48,7 @@ def _install_took(op: Operation) -> dict[str, int]:
     return {"install_seconds": max(0, int((timezone.now() - op.started_at).total_seconds()))}
 
 
-def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> dict[str, Any]:
+def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any], engine_state: Any) -> Registered:
     """An agent (re)starting: its probe is recorded, operations its previous run left running
     end `lost` (which frees the host lock), the host points at the revision that serves, and
     when nothing serves, the active revision is started again (deployments.services.serving)."""
@@ -62,23 +63,22 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
     )
     host_reconcile(host=host, engine_state=engine_state)
     restore = serving_restore(host=host, engine_state=engine_state)  # its engine did not survive the restart
-    return {
-        "host": host.name,
-        "queue": host.queue,
-        "gpus": host.gpus.count(),
-        "mismatches": host.probe_mismatches,
-        "lost": [str(op.pk) for op in lost],
-        "restore": _restore_answer(restore),
-    }
+    return Registered(
+        host=host.name,
+        queue=host.queue,
+        gpus=host.gpus.count(),
+        mismatches=tuple(host.probe_mismatches),
+        lost=tuple(str(op.pk) for op in lost),
+        restore=_restore_answer(restore),
+    )
 
 
-def _restore_answer(restore: Operation | None) -> dict[str, Any] | None:
+def _restore_answer(restore: Operation | None) -> Restore | None:
     """The start the panel queued (its operation, the revision's number and id: the agent's door
     holds requests for that revision until the start ends), or None."""
     if restore is None:
         return None
-    revision = {"revision": restore.params["revision"], "revision_id": str(restore.revision_id)}
-    return {"operation": str(restore.pk), **revision}
+    return Restore(operation=str(restore.pk), revision=restore.params["revision"], revision_id=str(restore.revision_id))
 
 
 def host_reconcile(*, host: Host, engine_state: Any) -> None:

@@ -10,7 +10,6 @@ the host's outside processes as of this report.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
@@ -18,28 +17,28 @@ from django.utils import timezone
 
 from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProcess, PlannerErrorPoint
 from hardware.models import Host
+from serving.agent_reports import MemoryReport, OutsideMemory
 
-from .planning import planned_or_refused
+from .planning import revision_memory
 
 TREND_EVERY = timedelta(minutes=5)  # a trend point per revision and device at most this often
 TREND_KEEP = 1000  # trend points a host keeps (the newest): days of a few revisions at 5 minutes
 
 
-def _when(report: dict[str, Any]) -> datetime:
-    ts = report.get("ts")
-    return datetime.fromtimestamp(float(ts), tz=UTC) if isinstance(ts, int | float) else timezone.now()
+def _when(report: MemoryReport) -> datetime:
+    return datetime.fromtimestamp(float(report.ts), tz=UTC) if report.ts is not None else timezone.now()
 
 
 @transaction.atomic
-def measured_memory_record(*, host: Host, report: dict[str, Any]) -> int:
+def measured_memory_record(*, host: Host, report: MemoryReport) -> int:
     """Store one `memory` report (checked by deployments.agent_api.bodies.memory); answers how
     many engine readings were kept. Readings for revisions that are not this host's are left out."""
     when = _when(report)
-    engines = [e for e in report.get("engines") or () if str(e.get("revision_id") or "").isdigit()]
+    engines = [e for e in report.engines if e.revision_id.isdigit()]
     revisions = {
         r.pk: r
         for r in DeploymentRevision.objects.select_related("host", "model_variant").filter(
-            host=host, pk__in=[int(e["revision_id"]) for e in engines]
+            host=host, pk__in=[int(e.revision_id) for e in engines]
         )
     }
     rows = {
@@ -53,16 +52,16 @@ def measured_memory_record(*, host: Host, report: dict[str, Any]) -> int:
     }
     kept = 0
     for entry in engines:
-        revision = revisions.get(int(entry["revision_id"]))
+        revision = revisions.get(int(entry.revision_id))
         if revision is None:
             continue
         planned: dict[str, int] | None = None
-        for device, size in sorted(entry["devices"].items()):
+        for device, size in sorted(entry.devices.items()):
             key = (revision.pk, device)
             row = rows.get(key)
             due = key not in trended or when - trended[key] >= TREND_EVERY
             if row is None or due:
-                planned = planned if planned is not None else planned_or_refused(revision)[0]  # the pages say why not
+                planned = planned if planned is not None else revision_memory(revision).devices  # the pages say why not
             if row is None:
                 row = rows[key] = MeasuredMemory(
                     revision=revision, device=device, latest_bytes=size, latest_at=when, peak_bytes=size, peak_at=when
@@ -85,8 +84,7 @@ def measured_memory_record(*, host: Host, report: dict[str, Any]) -> int:
                     measured_bytes=size,
                 )
     _prune(host)
-    if "outside" in report:
-        _outside_replace(host, report["outside"], when)
+    _outside_replace(host, report.outside, when)
     return kept
 
 
@@ -97,16 +95,16 @@ def _prune(host: Host) -> None:
         PlannerErrorPoint.objects.filter(pk__in=doomed).delete()
 
 
-def _outside_replace(host: Host, rows: list[dict[str, Any]], when: datetime) -> None:
+def _outside_replace(host: Host, rows: tuple[OutsideMemory, ...], when: datetime) -> None:
     """The host's outside processes are what this report says, nothing older."""
     OutsideProcess.objects.filter(host=host).delete()
     OutsideProcess.objects.bulk_create(
         OutsideProcess(
             host=host,
-            pid=row["pid"],
-            name=str(row["name"])[:64],
-            gpu_index=row["gpu"],
-            bytes=row["bytes"],
+            pid=row.pid,
+            name=row.name[:64],
+            gpu_index=row.gpu,
+            bytes=row.bytes,
             seen_at=when,
         )
         for row in rows

@@ -1,7 +1,12 @@
-"""The planner, fed from the database: a host's GPUs and a variant's facts -> FitReport."""
+"""The planner, fed from the database: a host's GPUs and a variant's facts -> FitReport.
+
+`revision_plan` is the one way to plan a recorded revision (kept by its input, so a poll that
+changes nothing plans nothing); `plan_for_values` plans values not recorded yet (a form's preview)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, Unpack
 
@@ -13,6 +18,7 @@ from hardware.models import GPU, GpuType, Host
 from serving.planner import FitReport, GpuSpec, PlanInputError, PlanRequest, plan
 from serving.planner.fit import MAX_GPUS
 from serving.planner.memory import planned_bytes_per_gpu
+from serving.wire import PlannedMemory
 
 
 def version_floors(stored: Any) -> dict[str, str]:
@@ -104,11 +110,6 @@ def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:
     return plan(plan_request(gpus=host_gpu_specs(host), **values))
 
 
-def plan_for_revision(revision: DeploymentRevision) -> FitReport:
-    values = revision_values(revision)
-    return plan_for_values(host=revision.host, **{name: values[name] for name in PlanValues.__annotations__})
-
-
 def model_source(ref: str) -> dict[str, Any]:
     """A catalog name, a Hugging Face config.json path or a .gguf path -> planner model facts.
 
@@ -157,12 +158,9 @@ def memory_need(revision: DeploymentRevision, report: Any) -> tuple[int | None, 
     return weights_and_kv(revision.model_variant, report)
 
 
-def planned_memory(revision: DeploymentRevision, report: Any = None) -> dict[str, int]:
-    """The planner's bytes per device for `revision` ("gpu0".. for the GPUs it uses, or "ram" on a
-    CPU-only host); {} when the plan knows no size. PlanInputError, naming the knob, when the
-    planner cannot read the revision (`planned_or_refused` for callers that show it instead)."""
-    if report is None:
-        report = plan_for_revision(revision)
+def planned_memory(revision: DeploymentRevision, report: Any) -> dict[str, int]:
+    """The planner's bytes per device for `revision` by its `report` ("gpu0".. for the GPUs it
+    uses, or "ram" on a CPU-only host); {} when the plan knows no size."""
     if revision.host.cpu_only:
         ram = planned_ram(report)
         if ram is not None:
@@ -183,10 +181,65 @@ def planner_refusal(revision: DeploymentRevision, exc: PlanInputError) -> str:
     return f"the planner cannot read r{revision.number}: {field}{exc}"
 
 
-def planned_or_refused(revision: DeploymentRevision) -> tuple[dict[str, int], str]:
-    """`planned_memory`, and "" or why the planner cannot read the revision (then no bytes): what
-    pages, the API and the front door's document show, and the door refuses to load it for."""
+# --- the one entry point: a revision's plan, planned once per input ----------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's report on a revision; None when it cannot read the revision, with why
+    (`refused`, for pages and the door) and the planner's own error (`error`, naming the knob)."""
+
+    report: FitReport | None
+    refused: str = ""
+    error: PlanInputError | None = None
+
+    def checked(self) -> FitReport:
+        """The report; the planner's PlanInputError when it cannot read the revision."""
+        if self.report is None:
+            raise self.error or PlanInputError(self.refused)
+        return self.report
+
+
+PLANS_KEPT = 512  # plans kept by their input: a poll that changes nothing runs no planner
+_plans: OrderedDict[str, FitReport | PlanInputError] = OrderedDict()
+
+
+def revision_plan(revision: DeploymentRevision) -> Plan:
+    """The planner's report for `revision` on its host, planned once per input (the planner is a
+    pure function of its PlanRequest: the same request gets the same report). The one way the
+    panel plans a revision: the switch, the pages, the API, the set's fit and the door's document."""
+    values = revision_values(revision)
     try:
-        return planned_memory(revision), ""
+        request = plan_request(
+            gpus=host_gpu_specs(revision.host), **{name: values[name] for name in PlanValues.__annotations__}
+        )
     except PlanInputError as exc:
-        return {}, planner_refusal(revision, exc)
+        return Plan(None, planner_refusal(revision, exc), exc)
+    key = repr(request)
+    found = _plans.get(key)
+    if found is None:
+        try:
+            found = plan(request)
+        except PlanInputError as exc:
+            found = exc
+        _plans[key] = found
+        while len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)
+    if isinstance(found, PlanInputError):
+        return Plan(None, planner_refusal(revision, found), found)
+    return Plan(found)
+
+
+def planned(revision: DeploymentRevision, plan_: Plan) -> PlannedMemory:
+    """The planner's bytes per device, and on a CPU-only host the weights and KV cache it holds in RAM."""
+    weights, kv = memory_need(revision, plan_.report) if revision.host.cpu_only else (None, None)
+    devices = planned_memory(revision, plan_.report) if plan_.report is not None else {}
+    return PlannedMemory(devices=devices, weights=weights, kv=kv, refused=plan_.refused)
+
+
+def revision_memory(revision: DeploymentRevision) -> PlannedMemory:
+    """`planned` of the revision's own plan: what pages, the API, the preflight and the set's fit
+    show (`refused`: why the planner cannot read it, then no bytes)."""
+    return planned(revision, revision_plan(revision))

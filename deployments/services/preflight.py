@@ -18,7 +18,7 @@ from serving.engines.registry import LATEST, get_adapter, recorded_installs, req
 from serving.engines.versions import newest_first
 from serving.planner import FitReport
 
-from .planning import memory_need, planned_memory, planned_or_refused, planned_ram, weights_and_kv
+from .planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 
@@ -165,7 +165,8 @@ def gpu_memory_checks(revision: DeploymentRevision, report: object = None) -> li
     if isinstance(report, FitReport):
         planned, refused = planned_memory(revision, report), ""
     else:
-        planned, refused = planned_or_refused(revision)
+        memory = revision_memory(revision)
+        planned, refused = memory.devices, memory.refused
     if refused:  # the switch is refused for it (switch_request), saying the same
         return [Check("memory", FAIL, f"{refused}, so its memory on the GPUs is unknown.")]
     outside = outside_on_gpu(revision.host)

@@ -18,7 +18,7 @@ from serving.planner import PlanInputError
 from .dispatch import operation_dispatch
 from .gates import GateRequest, gate_open, gate_params
 from .operations import operation_create
-from .planning import plan_for_revision
+from .planning import revision_plan
 from .review import Approval, approval_stamp, review_check, reviewed
 from .serving_set import switch_set_refusals
 
@@ -82,7 +82,7 @@ def switch_request(
     host = revision.host
     _weights_on_host(revision)
     try:
-        report = plan_for_revision(revision)
+        report = revision_plan(revision).checked()
     except PlanInputError as exc:
         raise ValidationError({exc.field or "knobs": str(exc)}) from exc
     errors = [f for f in report.findings if f.severity == "error"]

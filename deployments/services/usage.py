@@ -29,6 +29,7 @@ from django.utils import timezone
 from deployments.host_serving import model_name
 from deployments.models import DeploymentRevision, InferenceKey, UsageDay
 from hardware.models import Host
+from serving.agent_reports import UsageTotal
 
 COUNTS = ("requests", "prompt_tokens", "completion_tokens", "errors")
 REVISION_SUFFIX = re.compile(r"-r(\d+)$")
@@ -41,14 +42,14 @@ def _named(what: str, names: set[str]) -> str:
     return f"{what}: {shown}" + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def usage_rows_check(*, host: Host, rows: list[dict[str, Any]]) -> None:
+def usage_rows_check(*, host: Host, rows: list[UsageTotal]) -> None:
     """ValidationError unless every row names a key of the key table (or the open door's `""`) and
     a model this host serves or has booked before (see the module's docstring)."""
-    keys = {r["key"] for r in rows} - {OPEN_KEY}
+    keys = {r.key for r in rows} - {OPEN_KEY}
     unknown = keys - set(InferenceKey.objects.filter(name__in=keys).values_list("name", flat=True))
     if unknown:
         raise ValidationError(_named("usage names keys the panel has no record of", unknown))
-    models = {r["model"] for r in rows}
+    models = {r.model for r in rows}
     models -= set(UsageDay.objects.filter(host=host, model__in=models).values_list("model", flat=True).distinct())
     numbers = {int(m.group(1)) for name in models if (m := REVISION_SUFFIX.search(name))}
     if models and numbers:
@@ -59,40 +60,40 @@ def usage_rows_check(*, host: Host, rows: list[dict[str, Any]]) -> None:
 
 
 @transaction.atomic
-def usage_record(*, host: Host, rows: Iterable[dict[str, Any]]) -> int:
-    """Store checked usage rows ({day: date, key, model, counts...}); answers how many changed.
+def usage_record(*, host: Host, rows: Iterable[UsageTotal]) -> int:
+    """Store checked usage rows (deployments.agent_api.bodies); answers how many changed.
     ValidationError, with nothing stored, for a key or model the host may not book to."""
     rows = list(rows)
     if not rows:
         return 0
     Host.objects.select_for_update().filter(pk=host.pk).first()  # one report of a host at a time
     usage_rows_check(host=host, rows=rows)
-    days = {r["day"] for r in rows}
-    stored = {(u.day, u.key, u.model): u for u in UsageDay.objects.filter(host=host, day__in=days)}
-    numbers = {int(m.group(1)) for r in rows if (m := REVISION_SUFFIX.search(r["model"]))}
+    day_of = {r.day: date.fromisoformat(r.day) for r in rows}
+    stored = {(u.day, u.key, u.model): u for u in UsageDay.objects.filter(host=host, day__in=day_of.values())}
+    numbers = {int(m.group(1)) for r in rows if (m := REVISION_SUFFIX.search(r.model))}
     revisions = dict(DeploymentRevision.objects.filter(host=host, number__in=numbers).values_list("number", "pk"))
     now = timezone.now()
     new: list[UsageDay] = []
     grown: list[UsageDay] = []
     for row in rows:
-        at = (row["day"], row["key"], row["model"])
+        at = (day_of[row.day], row.key, row.model)
         found = stored.get(at)
         if found is None:
-            match = REVISION_SUFFIX.search(row["model"])
+            match = REVISION_SUFFIX.search(row.model)
             found = UsageDay(
                 host=host,
-                day=row["day"],
-                key=row["key"],
-                model=row["model"],
+                day=day_of[row.day],
+                key=row.key,
+                model=row.model,
                 revision_id=revisions.get(int(match.group(1))) if match else None,
                 updated_at=now,
-                **{c: row[c] for c in COUNTS},
+                **{c: getattr(row, c) for c in COUNTS},
             )
             stored[at] = found
             new.append(found)
-        elif any(row[c] > getattr(found, c) for c in COUNTS):
+        elif any(getattr(row, c) > getattr(found, c) for c in COUNTS):
             for c in COUNTS:
-                setattr(found, c, max(row[c], getattr(found, c)))
+                setattr(found, c, max(getattr(row, c), getattr(found, c)))
             found.updated_at = now
             grown.append(found)
     UsageDay.objects.bulk_create(new)

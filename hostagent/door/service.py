@@ -26,9 +26,11 @@ from hostagent.context import AgentContext
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable
 from hostagent.frontdoor.settings import BIND_ENV
 from hostagent.frontdoor.table import TableError
+from hostagent.frontdoor.usage import UsageRow
 from hostagent.held import ONDEMAND_DIR
 from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
+from serving.agent_reports import DoorModelState, DoorReport, TableRefusal, UsageTotal
 
 from .loader import AgentLoader
 from .memory import engine_memory, free_for_loads
@@ -72,7 +74,7 @@ class FrontDoorService:
         if relaunching:  # requests for it wait for the panel's start of it, as for an on-demand load
             self.loader.relaunching[relaunching] = time.monotonic() + self.RELAUNCH_WAIT_S
         self.version: str | None = None
-        self.refused: dict[str, str] | None = None  # the panel's last table, when refused: version, reason
+        self.refused: TableRefusal | None = None  # the panel's last table, when refused
         self.loop = asyncio.new_event_loop()
         self.door: FrontDoor | None = None
         self.started_s: float | None = None  # seconds from start() to listening
@@ -98,7 +100,7 @@ class FrontDoorService:
             door = FrontDoor(table, self.loader, self._free_memory, self.settings, keys=keys)
             for name in adopted:  # before the pinned loads start: what they hold is counted
                 door.scheduler.adopt(name)
-            door.ledger.restore(self.store.usage())
+            door.ledger.restore(UsageRow(**total.to_dict()) for total in self.store.usage())
             if kept and kept.limits:
                 door.update_limits(**kept.limits)
             await door.start()
@@ -285,7 +287,7 @@ class FrontDoorService:
             self.apply(answer)
         except TableError as exc:
             version = answer.get("version") if isinstance(answer, dict) else None
-            self.refused = {"version": str(version or "")[:64], "reason": str(exc)[:REASON_CHARS]}
+            self.refused = TableRefusal(version=str(version or "")[:64], reason=str(exc)[:REASON_CHARS])
             raise
         self.refused = None
         return True
@@ -294,14 +296,16 @@ class FrontDoorService:
         door = self.door
         if door is None:
             return
-        state, usage, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
+        state, rows, loaded = self.call(lambda: (door.state(), door.usage(), door.scheduler.loaded()))
         measured = engine_memory(self.loader.engines(loaded), gpus=self.gpus)
-        for row in state:
-            if row["name"] in measured:
-                row["measured"] = measured[row["name"]]
+        models = tuple(
+            dataclasses.replace(model, measured=measured.get(model.name, {}))
+            for model in map(DoorModelState.from_dict, state)
+        )
+        usage = tuple(UsageTotal(**dataclasses.asdict(row)) for row in rows)
         self.store.save_usage(usage)
-        body = {"version": self.version, "bind": self.bind, "state": state, "usage": usage, "refused": self.refused}
-        self.ctx.panel.serving_report(body)
+        report = DoorReport(version=self.version, bind=self.bind, state=models, usage=usage, refused=self.refused)
+        self.ctx.panel.serving_report(report)
 
     def reap(self) -> None:
         """A loaded model whose engine is gone (died, or the pinned one stopped) is unloaded in the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from core.atomicfile import write_atomic
 from hostagent.frontdoor import KeyTable, RoutingTable, ServedModel
 from hostagent.frontdoor.table import Mode, TableError
+from serving.agent_reports import UsageTotal
 from serving.engines.knobs import url_host
 from serving.engines.registry import ADAPTERS
 from serving.wire import DoorDocument, DoorModel, WireError
@@ -123,9 +125,14 @@ class ServingStore:
         """The kept answer as JSON (serving_set judges it), None when there is none."""
         return self._read(self.answer_file)
 
-    def save_usage(self, rows: list[dict[str, Any]]) -> None:
-        self._write(self.usage_file, rows)
+    def save_usage(self, rows: Sequence[UsageTotal]) -> None:
+        self._write(self.usage_file, [row.to_dict() for row in rows])
 
-    def usage(self) -> list[dict[str, Any]]:
+    def usage(self) -> list[UsageTotal]:
+        """The kept totals; a row that does not read (a torn or foreign file) is left out."""
         data = self._read(self.usage_file)
-        return [row for row in data if isinstance(row, dict)] if isinstance(data, list) else []
+        rows = []
+        for row in data if isinstance(data, list) else ():
+            with contextlib.suppress(WireError):
+                rows.append(UsageTotal.from_dict(row))
+        return rows

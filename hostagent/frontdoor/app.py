@@ -33,7 +33,7 @@ from .scheduler import FreeMemory, Loader, Refused, Scheduler
 from .server import bearer_only, listen, read_body, read_body_of
 from .settings import FrontDoorSettings
 from .table import RoutingTable
-from .usage import OPEN_KEY, UsageLedger, tokens_of
+from .usage import OPEN_KEY, UsageLedger, UsageRow, tokens_of
 
 __all__ = ["FrontDoor", "serve"]
 
@@ -106,7 +106,7 @@ class FrontDoor:
         self.settings = dataclasses.replace(self.settings, **limits)  # type: ignore[arg-type]
         self.scheduler.settings = self.settings
 
-    def usage(self) -> list[dict[str, Any]]:
+    def usage(self) -> list[UsageRow]:
         """Totals per day, key and model: requests, prompt and completion tokens, errors."""
         return self.ledger.rows()
 
@@ -257,7 +257,7 @@ class FrontDoor:
     async def _usage(self, request: web.Request) -> web.Response:
         if not self._this_host(request):
             return error_response(403, "Only this host may read the front door's usage.", code="loopback_only")
-        return web.json_response({"usage": self.usage()})
+        return web.json_response({"usage": [dataclasses.asdict(row) for row in self.usage()]})
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return error_response(404, f"No route {request.method} {request.path} on the front door.", code="not_found")

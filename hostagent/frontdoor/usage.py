@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,8 @@ OPEN_KEY = ""  # the key name recorded when the front door has no key table
 
 @dataclass
 class UsageRow:
+    """One running total (the agent reports it as serving.agent_reports.UsageTotal)."""
+
     day: str
     key: str
     model: str
@@ -61,16 +63,15 @@ class UsageLedger:
         for at in [at for at in self._rows if at[0] < oldest]:
             del self._rows[at]
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [asdict(row) for _, row in sorted(self._rows.items())]
+    def rows(self) -> list[UsageRow]:
+        """Copies of the totals, by day, key and model."""
+        return [
+            UsageRow(**{f.name: getattr(row, f.name) for f in fields(row)}) for _, row in sorted(self._rows.items())
+        ]
 
-    def restore(self, rows: list[dict[str, Any]]) -> None:
+    def restore(self, rows: Iterable[UsageRow]) -> None:
         """Take back totals kept from an earlier run (the agent restarted), so they keep growing."""
-        for data in rows:
-            try:
-                row = UsageRow(**{k: data[k] for k in UsageRow.__dataclass_fields__})
-            except (KeyError, TypeError):
-                continue
+        for row in rows:
             at = (row.day, row.key, row.model)
             if at not in self._rows or self._rows[at].requests < row.requests:
                 self._rows[at] = row

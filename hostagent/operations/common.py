@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from hostagent.context import AgentContext
 from hostagent.local import engine_state
 from hostagent.panel import PanelAway, PanelError, PanelPort
+from serving.agent_reports import Heartbeat
 
 log = logging.getLogger("controlpanel.agent")
 FLUSH_WAIT_S = 30.0  # at the end of a background stretch: what is still on its way may take this long
@@ -120,6 +121,6 @@ class Reporter:
 def report_state(ctx: AgentContext) -> None:
     """Tell the panel what the engine does now (best effort: the heartbeat loop says it again)."""
     try:
-        ctx.panel.heartbeat(engine_state=engine_state(ctx.supervisor))
+        ctx.panel.heartbeat(Heartbeat(engine_state=engine_state(ctx.supervisor)))
     except (PanelAway, PanelError) as exc:
         logging.getLogger("controlpanel.agent").warning("engine state not reported: %s", exc)

@@ -5,43 +5,25 @@ asked for); the runner (runner.run_operation) reports it to the panel, once."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from hostagent.panel import FinishBody
+from serving.agent_reports import OperationEnd
 
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What the panel records at an operation's end: its state, result and error, and a
-    benchmark's figures or an install's record."""
-
-    state: str
-    result: Mapping[str, Any] | None = None
-    error: str = ""
-    benchmark: Mapping[str, Any] | None = None
-    install: Mapping[str, Any] | None = None
+class Outcome(OperationEnd):
+    """What the panel records at an operation's end (its state, result and error, and a
+    benchmark's figures or an install's record): the finish report itself, as PanelPort.finish
+    sends it."""
 
     @classmethod
     def succeeded(cls, result: Mapping[str, Any] | None = None, **payload: Any) -> Outcome:
-        return cls(SUCCEEDED, result=result, **payload)
+        return cls(SUCCEEDED, result=result or {}, **payload)
 
     @classmethod
     def failed(cls, error: str, result: Mapping[str, Any] | None = None) -> Outcome:
-        return cls(FAILED, result=result, error=error)
-
-    def body(self) -> FinishBody:
-        """The keywords of PanelPort.finish."""
-        body: FinishBody = {"state": self.state, "error": self.error}
-        if self.result is not None:
-            body["result"] = dict(self.result)
-        if self.benchmark is not None:
-            body["benchmark"] = dict(self.benchmark)
-        if self.install is not None:
-            body["install"] = dict(self.install)
-        return body
+        return cls(FAILED, result=result or {}, error=error)
 
 
 class Ended(Exception):
@@ -55,7 +37,7 @@ class Ended(Exception):
         self.result = result
 
     def outcome(self) -> Outcome:
-        return Outcome(self.state, result=self.result, error=self.reason)
+        return Outcome(self.state, result=self.result or {}, error=self.reason)
 
 
 class Refused(Ended):

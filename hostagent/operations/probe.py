@@ -10,6 +10,5 @@ from .outcome import Outcome
 
 
 def run_probe(ctx: AgentContext, order: Order) -> Outcome:
-    facts, inventory = probe_local()
-    answer = ctx.panel.probe(facts=facts, inventory=inventory)
-    return Outcome.succeeded({"gpus": answer.get("gpus"), "mismatches": answer.get("mismatches", [])})
+    answer = ctx.panel.probe(probe_local())
+    return Outcome.succeeded({"gpus": answer.gpus, "mismatches": list(answer.mismatches)})

@@ -79,6 +79,6 @@ def run_operation(ctx: AgentContext, op_id: str) -> None:
             return
         outcome = _carry_out(ctx, order)
     try:
-        ctx.panel.finish(op_id, **outcome.body())
+        ctx.panel.finish(op_id, outcome)
     finally:
         ctx.serving_poke.set()  # a switch or stop may have changed what the front door serves

@@ -5,7 +5,7 @@ switch succeeded."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from django.conf import settings
 
@@ -20,8 +20,45 @@ from serving.wire import Order, RevisionLaunch
 from .common import Reporter, report_state
 from .outcome import Cancelled, Outcome, Refused
 
+if TYPE_CHECKING:
+    from hostagent.probes.nvml import GpuSample
 
-def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: LaunchSpec) -> dict[str, Any]:
+
+class StoppedEngine(TypedDict):
+    pid: int
+    kind: str
+    revision: str | None
+
+
+class Started(TypedDict):
+    """A start that came up: its pid, where the seconds went, what it stopped first."""
+
+    pid: int
+    seconds: float
+    served_name: str
+    stopped: list[StoppedEngine]
+    timing: dict[str, float]  # stop_s, ready_s, verify_s, start_other_s (and the switch's own)
+
+
+class SwitchFailure(TypedDict):
+    """The result of a switch whose revision did not come up (the panel shows it, rollouts read
+    `rolled_back`)."""
+
+    revision: int
+    previous: int | None
+    reason: str
+    log_tail: list[str]
+    rolled_back: bool
+    rollback_failed: NotRequired[bool]
+    rollback_reason: NotRequired[str]
+
+
+class GpusNow(TypedDict):
+    gpu_samples: list[GpuSample] | None  # None: no NVML here, nothing to check
+    ours: set[int]
+
+
+def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: LaunchSpec) -> Started:
     """Stop, start, wait until ready, verify; the answer carries where the seconds went."""
     result = sup.start(
         spec,
@@ -62,13 +99,13 @@ def _what(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> str:
     return f"switching {ctx.host} to {launch.label}" + (f" from {previous.label}" if previous else "")
 
 
-def _gpus_now(sup: Supervisor) -> dict[str, Any]:
+def _gpus_now(sup: Supervisor) -> GpusNow:
     """NVML's samples now and the pids of every engine the panel runs here (the GPU memory check)."""
     from hostagent.held import engine_supervisors, group_pids
     from hostagent.probes.nvml import sample_gpus
 
     ours = {pid for engine in engine_supervisors(sup).values() for pid in group_pids(engine)}
-    return {"gpu_samples": sample_gpus() or None, "ours": ours}  # None: no NVML here, nothing to check
+    return {"gpu_samples": sample_gpus() or None, "ours": ours}
 
 
 def run_switch(ctx: AgentContext, order: Order) -> Outcome:
@@ -98,9 +135,8 @@ def _switch(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> Outcome:
             result={"revision": number, "reason": reason, "refused": True, "rolled_back": False},
         ) from exc
     cpu_only = order.host.cpu_only
-    checks = host_preflight(
-        launch, spec, sup, installs=installs, cpu_only=cpu_only, **({} if cpu_only else _gpus_now(sup))
-    )
+    gpus: GpusNow = {"gpu_samples": None, "ours": set()} if cpu_only else _gpus_now(sup)
+    checks = host_preflight(launch, spec, sup, installs=installs, cpu_only=cpu_only, **gpus)
     said = "\n".join(f"preflight {check.name}: {check.status}: {check.message}" for check in checks)
     failed = [c for c in checks if c.failed]
     if failed:
@@ -128,7 +164,7 @@ def _switch(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> Outcome:
         report.log(f"switch failed: {reason}")
         if tail:
             report.log("--- engine log tail ---\n" + "\n".join(tail))
-        result: dict[str, Any] = {
+        result: SwitchFailure = {
             "revision": number,
             "previous": previous.number if previous else None,
             "reason": reason,
@@ -159,7 +195,7 @@ def _rollback(
     order: Order,
     launch: RevisionLaunch,
     previous: RevisionLaunch,
-    result: dict[str, Any],
+    result: SwitchFailure,
     report: Reporter,
     reason: str,
 ) -> Outcome:
@@ -171,7 +207,7 @@ def _rollback(
             _start(sup, previous, report.scaled(0.9, 0.1), spec)
     except (EngineStartError, HostRuntimeError, EngineConfigError) as exc:
         again = getattr(exc, "reason", None) or str(exc)
-        result.update(rolled_back=False, rollback_failed=True, rollback_reason=again)
+        result["rolled_back"], result["rollback_failed"], result["rollback_reason"] = False, True, again
         report.log(f"ROLLBACK FAILED: {previous.label} did not come back either: {again}")
         sup.stop()
         error = (
@@ -179,12 +215,12 @@ def _rollback(
             f"come back either ({again}). The host serves nothing: act now."
         )
         return _failed(ctx, result, error)
-    result.update(rolled_back=True, rollback_failed=False)
+    result["rolled_back"], result["rollback_failed"] = True, False
     error = f"r{number} failed ({reason}); rolled back to {previous.label}, which is serving again."
     return _failed(ctx, result, error)
 
 
-def _failed(ctx: AgentContext, result: dict[str, Any], error: str) -> Outcome:
+def _failed(ctx: AgentContext, result: SwitchFailure, error: str) -> Outcome:
     """Report what the host runs now; the switch ends failed with `result` and `error`."""
     report_state(ctx)
     return Outcome.failed(error, result)

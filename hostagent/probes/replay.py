@@ -22,9 +22,44 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 FORMAT = 1
+
+
+class CallError(TypedDict):
+    name: str  # pynvml's error class without "NVMLError_": "NotSupported", "GpuIsLost", ...
+    message: NotRequired[str]
+
+
+class RecordedCall(TypedDict):
+    """One pynvml call as recorded: its function, its arguments and answer (`encode`d), the clock."""
+
+    fn: str
+    args: list[Any]
+    t: float
+    result: NotRequired[Any]
+    error: NotRequired[CallError]
+
+
+class Session(TypedDict):
+    calls: list[RecordedCall]
+    result: Any  # what the probe made of those calls on the real host (compared by the replay tests)
+
+
+class FixtureNvml(TypedDict):
+    functions: list[str]  # every nvml* function the library had
+    constants: dict[str, int]
+
+
+class Fixture(TypedDict):
+    """A recorded fixture file (tools/record_nvml.py)."""
+
+    format: int
+    metadata: dict[str, object]
+    nvml: FixtureNvml
+    sessions: dict[str, Session]
+
 
 # NVML return codes (nvml.h) and the class-name suffix pynvml derives from each.
 ERROR_CODES: dict[str, int] = {
@@ -160,9 +195,9 @@ class RecordingNvml:
     def __init__(self, lib: Any, *, clock: Callable[[], float] = time.time) -> None:
         self._lib = lib
         self._clock = clock
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[RecordedCall] = []
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[RecordedCall]:
         """The calls logged since the last take."""
         calls, self.calls = self.calls, []
         return calls
@@ -176,7 +211,7 @@ class RecordingNvml:
         return lambda *args: self._call(name, attr, args)
 
     def _call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-        entry: dict[str, Any] = {"fn": name, "args": encode_args(args), "t": round(self._clock(), 4)}
+        entry: RecordedCall = {"fn": name, "args": encode_args(args), "t": round(self._clock(), 4)}
         self.calls.append(entry)
         real_args = [a.real if isinstance(a, GpuHandle) else a for a in args]
         try:
@@ -197,14 +232,14 @@ class ReplayNvml:
 
     def __init__(
         self,
-        calls: Iterable[dict[str, Any]],
+        calls: Iterable[RecordedCall],
         *,
         functions: Iterable[str] = (),
         constants: dict[str, int] | None = None,
         loop: bool = False,
         init_error: str | None = None,
     ) -> None:
-        self._answers: dict[str, list[dict[str, Any]]] = {}
+        self._answers: dict[str, list[RecordedCall]] = {}
         self._functions = set(functions)
         for call in calls:
             if call["fn"] not in ("nvmlInit", "nvmlShutdown"):
@@ -220,7 +255,7 @@ class ReplayNvml:
     @classmethod
     def from_fixture(
         cls,
-        fixture: dict[str, Any] | str | Path,
+        fixture: Fixture | str | Path,
         sessions: Sequence[str] | None = None,
         *,
         loop: bool = False,
@@ -281,8 +316,9 @@ class ReplayNvml:
         return decode(answer["result"])
 
 
-def load_fixture(path: str | Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(path).read_text())
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: unsupported NVML fixture format {data.get('format')!r}")
-    return data
+def load_fixture(path: str | Path) -> Fixture:
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise ValueError(f"{path}: unsupported NVML fixture format {found!r}")
+    return cast(Fixture, data)

@@ -21,11 +21,11 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from core.atomicfile import remove_stale_tmp, write_atomic
 
@@ -38,6 +38,54 @@ STARTS_KEPT = 50
 
 def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class EngineStart(TypedDict):
+    """One line of starts.jsonl: an engine start, and where its output begins in engine.log."""
+
+    pid: int
+    engine: str
+    revision_id: str | None
+    revision_label: str
+    started_at: str
+    log_offset: int
+
+
+class PauseHolder(TypedDict):
+    pid: int
+    start_ticks: int | None  # guards against pid reuse
+
+
+class Pause(TypedDict):
+    """pauses/<name>.json: one watchdog pause; with a holder, it ends when that process dies."""
+
+    reason: str
+    since: str
+    holder: PauseHolder | None
+
+
+class GaveUp(TypedDict):
+    at: str
+    reason: str
+    engine: str | None  # the engine process it gave up on: "<pid>:<start ticks>"
+
+
+class Retry(TypedDict):
+    reason: str
+    revision_label: str | None
+
+
+class WatchdogHistory(TypedDict):
+    """watchdog.json: restarts in the window (clock seconds), a give-up, a restart to try again."""
+
+    restarts: list[float]
+    gave_up: GaveUp | None
+    retry: Retry | None
+
+
+def fresh_watchdog() -> WatchdogHistory:
+    """No restarts, no give-up, nothing to retry: the whole restart budget."""
+    return {"restarts": [], "gave_up": None, "retry": None}
 
 
 @dataclass
@@ -64,12 +112,23 @@ class EngineRecord:
     started_at: str
     phase: str = "starting"  # "starting" while loading, "ready" once it answered
     ready_at: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EngineRecord:
+        """The record of engine.json as read (fields it does not know, from another version, are left out)."""
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def start(self) -> EngineStart:
+        """This start as starts.jsonl records it."""
+        return {
+            "pid": self.pid,
+            "engine": self.engine,
+            "revision_id": self.revision_id,
+            "revision_label": self.revision_label,
+            "started_at": self.started_at,
+            "log_offset": self.log_offset,
+        }
 
     def carried(self, into: type) -> dict[str, Any]:
         """This record's values for every field the dataclass `into` shares with it by name:
@@ -108,14 +167,7 @@ class StateDir:
     # starts.jsonl ----------------------------------------------------------------
     def record_start(self, record: EngineRecord) -> None:
         """Note a start the moment it is launched, before it can fail (callers hold the lock)."""
-        entry = {
-            "pid": record.pid,
-            "engine": record.engine,
-            "revision_id": record.revision_id,
-            "revision_label": record.revision_label,
-            "started_at": record.started_at,
-            "log_offset": record.log_offset,
-        }
+        entry = record.start()
         with open(self.starts_file, "a+b") as handle:
             torn = handle.tell() > 0 and handle.seek(-1, os.SEEK_END) >= 0 and handle.read(1) != b"\n"
             handle.write((("\n" if torn else "") + json.dumps(entry, sort_keys=True) + "\n").encode())
@@ -123,7 +175,7 @@ class StateDir:
         if len(starts) > 2 * STARTS_KEPT:
             write_atomic(self.starts_file, "".join(json.dumps(e, sort_keys=True) + "\n" for e in starts[-STARTS_KEPT:]))
 
-    def read_starts(self) -> list[dict[str, Any]]:
+    def read_starts(self) -> list[EngineStart]:
         """The recorded starts, oldest first (a line being written is skipped)."""
         try:
             text = self.starts_file.read_text()
@@ -134,7 +186,7 @@ class StateDir:
             with contextlib.suppress(json.JSONDecodeError):
                 entry = json.loads(line)
                 if isinstance(entry, dict) and isinstance(entry.get("log_offset"), int):
-                    starts.append(entry)
+                    starts.append(cast(EngineStart, entry))  # written by record_start
         return starts
 
     def rotate_log(self) -> None:
@@ -145,7 +197,7 @@ class StateDir:
     def fresh_watchdog_budget(self) -> None:
         """Forget the watchdog's restart history, a give-up and a pending retry: the engine just
         started (by a person, not by the watchdog) gets the whole restart budget."""
-        write_json(self.watchdog_file, {"restarts": [], "gave_up": None, "retry": None})
+        write_json(self.watchdog_file, fresh_watchdog())
 
     def clear_watchdog_retry(self) -> None:
         """A user stopped the engine on purpose: the watchdog must not bring it back."""
@@ -161,25 +213,26 @@ class StateDir:
         holder = None
         if holder_pid is not None:
             stat = read_stat(holder_pid)
-            holder = {"pid": holder_pid, "start_ticks": stat.start_ticks if stat else None}
-        write_json(path, {"reason": reason, "since": utc_now_iso(), "holder": holder})
+            holder = PauseHolder(pid=holder_pid, start_ticks=stat.start_ticks if stat else None)
+        write_json(path, Pause(reason=reason, since=utc_now_iso(), holder=holder))
         return path
 
     def remove_pause(self, path: Path) -> None:
         path.unlink(missing_ok=True)
 
-    def active_pauses(self) -> list[dict[str, Any]]:
+    def active_pauses(self) -> list[Pause]:
         """Pauses in force. A pause whose holder process died (a crashed switch) is removed."""
         active = []
         for path in sorted(self.pauses.glob("*.json")):
             data = read_json(path)
             if data is None:
                 continue
-            holder = data.get("holder")
+            pause = cast(Pause, {"reason": "", "since": "", "holder": None} | data)  # written by add_pause
+            holder = pause["holder"]
             if holder and not is_alive(int(holder["pid"]), holder.get("start_ticks")):
                 path.unlink(missing_ok=True)
                 continue
-            active.append(data)
+            active.append(pause)
         return active
 
     # lock ------------------------------------------------------------------------
@@ -222,7 +275,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: Mapping[str, object]) -> None:
     """Write atomically (temp file, fsync, rename), so a reader never sees half a file, even
     after a power loss or a full disk (core.atomicfile)."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True))

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 
@@ -52,7 +52,7 @@ from .processes import (
     terminate_tree,
 )
 from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_chat, wait_ready
-from .state import EngineRecord, StateDir, utc_now_iso
+from .state import EngineRecord, Pause, StateDir, utc_now_iso
 from .strays import STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
 
 __all__ = [
@@ -538,7 +538,7 @@ class Supervisor:
         finally:
             self.state.remove_pause(path)
 
-    def watchdog_pauses(self) -> list[dict[str, Any]]:
+    def watchdog_pauses(self) -> list[Pause]:
         return self.state.active_pauses()
 
     def forget_secrets(self) -> None:

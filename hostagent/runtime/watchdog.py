@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal, cast
 
 import httpx
 
@@ -41,7 +41,7 @@ from .errors import HostRuntimeError
 from .local_http import engine_client
 from .processes import exit_status, is_alive
 from .readiness import api_key_from_spec
-from .state import EngineRecord, read_json, write_json
+from .state import EngineRecord, WatchdogHistory, fresh_watchdog, read_json, write_json
 from .supervisor import Supervisor
 
 EventKind = Literal[
@@ -108,14 +108,11 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     # persisted state ---------------------------------------------------------------
-    def _load(self) -> dict[str, Any]:
-        data = read_json(self.supervisor.state.watchdog_file) or {}
-        data.setdefault("restarts", [])
-        data.setdefault("gave_up", None)
-        data.setdefault("retry", None)
-        return data
+    def _load(self) -> WatchdogHistory:
+        """watchdog.json as this class wrote it (what it lacks: a fresh budget's)."""
+        return cast(WatchdogHistory, fresh_watchdog() | (read_json(self.supervisor.state.watchdog_file) or {}))
 
-    def _save(self, data: dict[str, Any]) -> None:
+    def _save(self, data: WatchdogHistory) -> None:
         write_json(self.supervisor.state.watchdog_file, data)
 
     def reset(self) -> None:
@@ -155,14 +152,14 @@ class Watchdog:
         pauses = self.supervisor.state.active_pauses()
         if pauses:
             self.consecutive_failures = 0
-            return event("paused", "; ".join(str(p.get("reason")) for p in pauses))
+            return event("paused", "; ".join(str(p["reason"]) for p in pauses))
 
         record = self.supervisor.state.read_engine()
         if data["gave_up"] is not None:
             if record is None or _identity(record) == data["gave_up"].get("engine"):
                 return event("halted", f"gave up earlier: {data['gave_up']['reason']}", record)
             # Someone started an engine since: a fresh budget for it.
-            data = {"restarts": [], "gave_up": None, "retry": None}
+            data = fresh_watchdog()
             self._save(data)
             in_window = 0
 

@@ -244,8 +244,8 @@ class InstallTarget:
 
 
 PlanEffect = Callable[[dict[str, Any], str, Any], None]
-"""What a knob does to the memory plan: (the planner's settings being built, knob name, value) ->
-None, writing the settings the value decides (serving/engines/plan_effects.py)."""
+"""What a knob does to the memory plan: (the planner's settings being built, knob name, the value as
+the adapter normalised it) -> None, writing the settings the value decides (serving/engines/plan_effects.py)."""
 
 
 class PlannedKnob(Protocol):
@@ -291,6 +291,10 @@ class EngineAdapter(Protocol):
     @property
     def knobs(self) -> Mapping[str, PlannedKnob]:
         """Every knob it takes, each with its effect on the plan (its knobs.KnobSpec table)."""
+
+    def knob_value(self, name: str, value: object) -> Any:
+        """Knob `name`'s value as the engine takes it, checked and normalised (EngineConfigError
+        naming it): what the launch renders and the planner reads."""
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
         """Whether the server parses the model's tool calls into `tool_calls` with these knobs."""

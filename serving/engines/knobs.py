@@ -159,7 +159,8 @@ def _as_number(spec: KnobSpec, value: Any) -> int | float:
     return number
 
 
-def _as_json(name: str, value: object) -> dict[str, Any]:
+def json_object(name: str, value: object) -> dict[str, Any]:
+    """A JSON knob's value: an object (or its text), checked for size and safety."""
     if isinstance(value, str):
         check_text(name, value, allow_dash=False)
         try:
@@ -177,29 +178,21 @@ def _as_json(name: str, value: object) -> dict[str, Any]:
     return value
 
 
-def argparse_choice(name: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
-    """The check of a choice knob of an engine with an argparse command line (vLLM, SGLang): a
-    value off the list is refused with the sentence the engine itself prints
-    ("argument --kv-cache-dtype: invalid choice: 'fp4' (choose from ...)"), here naming the
-    choices the panel offers."""
-
-    def check(value: object) -> str:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            raise EngineConfigError(f"{name} must be text, not {shown_value(value)}", field=name)
-        text = str(value)
-        if text not in choices:
-            listed = ", ".join(repr(c) for c in choices)
-            flag = "--" + name.replace("_", "-")
-            raise EngineConfigError(
-                f"argument {flag}: invalid choice: {shown_value(text)} (choose from {listed})", field=name
-            )
-        return text
-
-    return check
+def choice_refusal(name: str, text: str, choices: tuple[str, ...], *, argparse: bool) -> str:
+    """Why a choice knob refuses `text`, as the engine says it: an engine whose command line is
+    Python's argparse (vLLM, SGLang) prints "argument --kv-cache-dtype: invalid choice: 'fp4'
+    (choose from ...)", here naming the choices the panel offers; the others, the list."""
+    if argparse:
+        listed = ", ".join(repr(c) for c in choices)
+        flag = "--" + name.replace("_", "-")
+        return f"argument {flag}: invalid choice: {shown_value(text)} (choose from {listed})"
+    return f"{name} must be one of {', '.join(choices)}; got {shown_value(text)}"
 
 
-def normalise_knob(spec: KnobSpec, value: object) -> Any:
-    """Return the checked, normalised value of one knob (raise EngineConfigError)."""
+def normalise_knob(spec: KnobSpec, value: object, *, argparse: bool = False) -> Any:
+    """Return the checked, normalised value of one knob (raise EngineConfigError). `argparse`: the
+    engine's command line is Python's argparse (its refusal of a choice is argparse's sentence).
+    Callers ask the adapter (`CheckedAdapter.knob_value`), which knows that."""
     name = spec.name
     if spec.normalise is not None:
         return spec.normalise(value)
@@ -208,19 +201,22 @@ def normalise_knob(spec: KnobSpec, value: object) -> Any:
     if spec.kind in ("int", "float"):
         return _as_number(spec, value)
     if spec.kind == "json":
-        return _as_json(name, value)
+        return json_object(name, value)
     if not isinstance(value, str | int | float) or isinstance(value, bool):
         raise EngineConfigError(f"{name} must be text, not {shown_value(value)}", field=name)
+    if spec.kind == "choice":
+        if str(value) not in spec.choices:
+            raise EngineConfigError(choice_refusal(name, str(value), spec.choices, argparse=argparse), field=name)
+        return str(value)
     text = check_text(name, str(value))
-    if spec.kind == "choice" and text not in spec.choices:
-        raise EngineConfigError(f"{name} must be one of {', '.join(spec.choices)}; got {text!r}", field=name)
     if spec.kind == "token" and not _TOKEN.match(text):
         raise EngineConfigError(f"{name} has characters that are not allowed: {text!r}", field=name)
     return text
 
 
-def check_knobs(specs: Mapping[str, KnobSpec], knobs: Mapping[str, Any], engine: str) -> dict[str, Any]:
-    """Validate every knob; unknown names are errors. Returns the normalised knobs."""
+def check_knobs(adapter: CheckedAdapter, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate every knob by `adapter`'s table; unknown names are errors. Returns the normalised knobs."""
+    specs, engine = adapter.knobs, adapter.name
     out: dict[str, Any] = {}
     if len(knobs) > len(specs):
         raise EngineConfigError(f"{engine} has only {len(specs)} knobs; {len(knobs)} were given", field="knobs")
@@ -231,7 +227,7 @@ def check_knobs(specs: Mapping[str, KnobSpec], knobs: Mapping[str, Any], engine:
             raise EngineConfigError(f"{engine} has no knob {name!r}{hint}", field=str(name))
         if value is None:
             continue
-        out[name] = normalise_knob(specs[name], value)
+        out[name] = adapter.knob_value(name, value)
     return out
 
 
@@ -434,6 +430,9 @@ class CheckedAdapter:
     env_ignored_since: Mapping[str, str] = {}  # variables it stops reading from a release on: {variable: release}
     api_paths: frozenset[str] = OPENAI_CORE  # the OpenAI and Anthropic paths its server answers
 
+    # Its command line is Python's argparse (vLLM, SGLang): a choice knob refuses a value off its
+    # list with argparse's own sentence.
+    argparse_command_line = False
     concurrency_knob = ""  # the knob that caps the requests served at once
     threads_knob = ""  # the knob of the CPU threads it computes with ("" = none the panel reads)
 
@@ -473,13 +472,17 @@ class CheckedAdapter:
         out.pop("vision", None)
         return out
 
+    def knob_value(self, name: str, value: object) -> Any:
+        """Knob `name`'s `value` as the engine takes it, checked and normalised (EngineConfigError
+        naming the knob, in the engine's words): what the launch renders and the planner reads."""
+        return normalise_knob(self.knobs[name], value, argparse=self.argparse_command_line)
+
     def context_tokens(self, value: object) -> int | None:
         """The context the engine serves for `value` of its context knob, read as the engine reads
         it (None: chosen at start). EngineConfigError with the engine's reason when it refuses it."""
-        spec = self.knobs.get(self.context_knob)
-        if spec is None:
+        if self.context_knob not in self.knobs:
             return None
-        return whole_tokens(normalise_knob(spec, value))
+        return whole_tokens(self.knob_value(self.context_knob, value))
 
     def served_context(self, asked: ContextInputs) -> ServedContext:
         """What context the engine serves with these knobs. `planned` = the planner's figure."""
@@ -497,7 +500,7 @@ class CheckedAdapter:
         check_common(config)
         parse_version(self.name, config.engine_version)
         classify_env(config.env, engine=self.name, engine_version=config.engine_version)
-        knobs = check_knobs(self.knobs, config.knobs, self.name)
+        knobs = check_knobs(self, config.knobs)
         self._check_rules(config, knobs)
         return knobs
 

@@ -47,13 +47,8 @@ from serving.engines.knobs import (
 from serving.engines.plan_effects import (
     NO_EFFECT,
     cache_type,
-    context_read,
     flash_attn,
     gpu_layers,
-    positive,
-    read_bool,
-    read_choice,
-    read_text,
     sets,
     tensor_split,
 )
@@ -219,23 +214,19 @@ def _ctx_size(value: object) -> int:
     return tokens
 
 
-def _split_mode(name: str, value: object) -> str:
-    return read_choice(name, value, SPLIT_MODES)
-
-
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("ctx_size", "int", normalise=_ctx_size, plan=sets("ctx_size", context_read(_ctx_size))),
-        KnobSpec("parallel", "int", minimum=1, maximum=4096, plan=sets("parallel", positive)),
+        KnobSpec("ctx_size", "int", normalise=_ctx_size, plan=sets("ctx_size")),
+        KnobSpec("parallel", "int", minimum=1, maximum=4096, plan=sets("parallel")),
         KnobSpec("n_gpu_layers", "str", normalise=_gpu_layers, plan=gpu_layers),
         KnobSpec("flash_attn", "str", normalise=_flash_attn, plan=flash_attn),
         KnobSpec("cache_type_k", "choice", choices=CACHE_TYPES, plan=cache_type("kv_bytes_k")),
         KnobSpec("cache_type_v", "choice", choices=CACHE_TYPES, plan=cache_type("kv_bytes_v")),
-        KnobSpec("split_mode", "choice", choices=SPLIT_MODES, plan=sets("split_mode", _split_mode)),
+        KnobSpec("split_mode", "choice", choices=SPLIT_MODES, plan=sets("split_mode")),
         KnobSpec("tensor_split", "str", normalise=_tensor_split, plan=tensor_split),
         KnobSpec("main_gpu", "int", minimum=0, maximum=MAX_GPUS - 1, plan=NO_EFFECT),
-        KnobSpec("mmproj", "str", concerns=reads_path("the projector file"), plan=sets("mmproj", read_text)),
+        KnobSpec("mmproj", "str", concerns=reads_path("the projector file"), plan=sets("mmproj")),
         KnobSpec("jinja", "bool", plan=NO_EFFECT),
         KnobSpec("metrics", "bool", plan=NO_EFFECT),
         KnobSpec("alias", "str", plan=NO_EFFECT),
@@ -243,9 +234,9 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("threads_batch", "int", minimum=1, maximum=4096, plan=NO_EFFECT),
         # The logical batch; the compute buffers follow the physical one (ubatch_size).
         KnobSpec("batch_size", "int", minimum=1, maximum=MAX_CONTEXT, plan=NO_EFFECT),
-        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT, plan=sets("ubatch_size", positive)),
+        KnobSpec("ubatch_size", "int", minimum=1, maximum=MAX_CONTEXT, plan=sets("ubatch_size")),
         KnobSpec("cont_batching", "bool", plan=NO_EFFECT),
-        KnobSpec("kv_unified", "bool", plan=sets("kv_unified", read_bool)),
+        KnobSpec("kv_unified", "bool", plan=sets("kv_unified")),
         KnobSpec("no_mmap", "bool", plan=NO_EFFECT),
         KnobSpec("chat_template_file", "str", concerns=reads_path("the chat template file"), plan=NO_EFFECT),
         KnobSpec("chat_template", "choice", choices=BUILTIN_CHAT_TEMPLATES, plan=NO_EFFECT),

@@ -34,10 +34,8 @@ from serving.engines.knobs import MAX_CONTEXT, KnobSpec, base_env, openai_launch
 from serving.engines.plan_effects import (
     NO_EFFECT,
     OLLAMA_KV_TYPES,
-    context_read,
-    flash_attention_switch,
+    flash_attn,
     ollama_kv_type,
-    positive,
     sets,
 )
 from serving.engines.policy import Concern
@@ -102,13 +100,11 @@ ENV_OF = {
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec(
-            "context_length", "int", normalise=_context_length, plan=sets("ctx_size", context_read(_context_length))
-        ),
-        KnobSpec("num_parallel", "int", minimum=1, maximum=4096, plan=sets("parallel", positive)),
+        KnobSpec("context_length", "int", normalise=_context_length, plan=sets("ctx_size")),
+        KnobSpec("num_parallel", "int", minimum=1, maximum=4096, plan=sets("parallel")),
         KnobSpec("keep_alive", "str", normalise=_keep_alive, plan=NO_EFFECT),
         KnobSpec("kv_cache_type", "choice", choices=OLLAMA_KV_TYPES, plan=ollama_kv_type),
-        KnobSpec("flash_attention", "str", normalise=_flash, plan=flash_attention_switch),
+        KnobSpec("flash_attention", "str", normalise=_flash, plan=flash_attn),
         # How many models stay loaded at once: each revision is planned on its own.
         KnobSpec("max_loaded_models", "int", minimum=0, maximum=1024, plan=NO_EFFECT),
         KnobSpec("max_queue", "int", minimum=1, maximum=1_000_000, plan=NO_EFFECT),  # requests waiting, not memory

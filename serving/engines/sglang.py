@@ -33,8 +33,8 @@ from serving.engines.knobs import (
     MAX_GPUS,
     TRUST_REMOTE_CODE,
     KnobSpec,
-    argparse_choice,
     base_env,
+    choice_refusal,
     default_served_name,
     flag_args,
     openai_launch_spec,
@@ -46,14 +46,9 @@ from serving.engines.plan_effects import (
     NO_EFFECT,
     SGLANG_KV_DTYPES,
     config_overrides,
-    context_read,
     kv_dtype,
-    positive,
-    quantization_of,
-    read_int,
-    read_text,
+    quantization,
     sets,
-    share,
     speculative_algorithm,
 )
 from serving.engines.policy import Concern, path_concern
@@ -136,34 +131,31 @@ def _context_length(value: object) -> int:
     return tokens
 
 
-def _prefill_chunk(name: str, value: object) -> int:
+def _prefill_chunk(size: int) -> int:
     """--chunked-prefill-size; -1 turns chunking off, and a prefill is then up to
     --max-prefill-tokens long (SGLANG_MAX_PREFILL_TOKENS unless set)."""
-    size = read_int(name, value, minimum=-1)
-    return SGLANG_MAX_PREFILL_TOKENS if size == -1 else positive(name, size)
+    return SGLANG_MAX_PREFILL_TOKENS if size == -1 else size
 
 
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp", positive)),
+        KnobSpec("tp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp")),
         # Each data-parallel replica runs the whole model on TP x PP GPUs of its own (without
         # --enable-dp-attention, which this adapter does not take: srt/managers/data_parallel_controller.py).
-        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp", positive)),
-        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp", positive)),
+        KnobSpec("dp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp")),
+        KnobSpec("pp_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp")),
         # Expert parallelism inside the TP group: each GPU holds 1/ep of the experts whole instead of
         # 1/tp of each expert, the same bytes per GPU; no GPU is added.
         KnobSpec("ep_size", "int", minimum=1, maximum=MAX_GPUS, plan=NO_EFFECT),
-        KnobSpec(
-            "mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util", share)
-        ),
+        KnobSpec("mem_fraction_static", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util")),
         KnobSpec(
             "context_length",
             "int",
             normalise=_context_length,
-            plan=sets("max_model_len", context_read(_context_length)),
+            plan=sets("max_model_len"),
         ),
-        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs", positive)),
+        KnobSpec("max_running_requests", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs")),
         # A cap on the pool SGLang sizes from mem_fraction_static: the plan shows the pool it can have.
         KnobSpec("max_total_tokens", "int", minimum=1, plan=NO_EFFECT),
         KnobSpec(
@@ -177,22 +169,20 @@ KNOBS: dict[str, KnobSpec] = {
             "kv_cache_dtype",
             "choice",
             choices=KV_CACHE_DTYPES,
-            normalise=argparse_choice("kv_cache_dtype", KV_CACHE_DTYPES),
             plan=kv_dtype(SGLANG_KV_DTYPES),
         ),
         # SGLang's own methods (w8a8_int8, w8a8_fp8, qoq, ...) beside vLLM's: any the adapter lets through.
-        KnobSpec("quantization", "token", plan=quantization_of(None)),
+        KnobSpec("quantization", "token", plan=quantization),
         KnobSpec("disable_radix_cache", "bool", plan=NO_EFFECT),
-        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
-        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),
+        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser")),
+        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser")),
         KnobSpec(
             "speculative_algorithm",
             "choice",
             choices=SPEC_ALGORITHMS,
-            normalise=argparse_choice("speculative_algorithm", SPEC_ALGORITHMS),
             plan=speculative_algorithm,
         ),
-        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64, plan=sets("spec_tokens", positive)),
+        KnobSpec("speculative_num_steps", "int", minimum=1, maximum=64, plan=sets("spec_tokens")),
         KnobSpec("speculative_eagle_topk", "int", minimum=1, maximum=64, plan=NO_EFFECT),
         KnobSpec("speculative_num_draft_tokens", "int", minimum=1, maximum=1024, plan=NO_EFFECT),
         # The draft model's own weights and pool: the planner knows only the target model's (the
@@ -205,7 +195,7 @@ KNOBS: dict[str, KnobSpec] = {
         ),
         KnobSpec("enable_metrics", "bool", plan=NO_EFFECT),
         TRUST_REMOTE_CODE,
-        KnobSpec("attention_backend", "token", plan=sets("attention_backend", read_text)),
+        KnobSpec("attention_backend", "token", plan=sets("attention_backend")),
         # SGLang's hf_overrides: a RoPE factor or native context read as vLLM's.
         KnobSpec("json_model_override_args", "json", concerns=overrides_config, plan=config_overrides),
         KnobSpec("chat_template", "str", concerns=_chat_template, plan=NO_EFFECT),
@@ -218,6 +208,7 @@ class SglangAdapter(PipAdapter):
     label = "SGLang"
     default_port = 30000
     knobs = KNOBS
+    argparse_command_line = True
     context_knob = "context_length"
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
@@ -277,11 +268,7 @@ class SglangAdapter(PipAdapter):
             for name, choices in _CHOICES_AT_SEEN.items():
                 if name in knobs and knobs[name] not in choices:
                     # argparse's own sentence: what `launch_server` would print and exit with.
-                    listed = ", ".join(repr(c) for c in choices)
-                    raise EngineConfigError(
-                        f"argument --{name.replace('_', '-')}: invalid choice: {knobs[name]!r} (choose from {listed})",
-                        field=name,
-                    )
+                    raise EngineConfigError(choice_refusal(name, knobs[name], choices, argparse=True), field=name)
         if knobs.get("chunked_prefill_size") == 0:
             raise EngineConfigError(
                 "chunked_prefill_size must be positive, or -1 to turn it off", field="chunked_prefill_size"

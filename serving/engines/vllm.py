@@ -32,10 +32,10 @@ from serving.engines.knobs import (
     MAX_GPUS,
     TRUST_REMOTE_CODE,
     KnobSpec,
-    argparse_choice,
     base_env,
     default_served_name,
     flag_args,
+    json_object,
     openai_launch_spec,
     overrides_config,
 )
@@ -43,16 +43,11 @@ from serving.engines.plan_effects import (
     NO_EFFECT,
     VLLM_KV_DTYPES,
     config_overrides,
-    context_read,
     cpu_offload,
     kv_dtype,
     mamba_dtype,
-    positive,
     quantization,
-    read_bool,
-    read_text,
     sets,
-    share,
     speculative_config,
 )
 from serving.engines.policy import Concern, override_concerns, path_concern, source_concern
@@ -140,6 +135,15 @@ def _generation_config(name: str, value: object) -> list[Concern]:
     return [] if value in ("auto", "vllm") else [path_concern(name, str(value), what="a generation config folder")]
 
 
+def _speculative_config_value(value: object) -> dict[str, Any]:
+    config = json_object("speculative_config", value)
+    if not config.get("method") and not config.get("model"):
+        raise EngineConfigError(
+            'speculative_config needs a "method" (e.g. "mtp") or a "model"', field="speculative_config"
+        )
+    return config
+
+
 def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
     found: list[Concern] = []
     for key in ("model", "tokenizer"):
@@ -153,72 +157,78 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
 # CacheDType in vllm/config/cache.py (the common ones).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 MAMBA_CHOICES = ("auto", "float32", "float16", "bfloat16")
+# --quantization (vllm/model_executor/layers/quantization QUANTIZATION_METHODS, the ones the planner
+# knows); "none" is the panel's word for no flag (the Ansible role's vllm_quantization default).
+QUANTIZATIONS = (
+    "none", "awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "mxfp4", "modelopt",
+    "modelopt_fp4", "moe_wna16", "bitsandbytes", "gguf", "fbgemm_fp8", "ptpc_fp8", "auto-round", "inc", "quark",
+    "torchao", "experts_int8",
+)  # fmt: skip
 
 KNOBS: dict[str, KnobSpec] = {
     s.name: s
     for s in (
-        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp", positive)),
-        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp", positive)),
+        KnobSpec("tensor_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("tp")),
+        KnobSpec("pipeline_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("pp")),
         # Each data-parallel replica holds the whole model on TP x PP GPUs of its own.
-        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp", positive)),
+        KnobSpec("data_parallel_size", "int", minimum=1, maximum=MAX_GPUS, plan=sets("dp")),
         # Experts sharded over the TP x DP ranks instead of sliced: the same bytes per GPU.
         KnobSpec("enable_expert_parallel", "bool", plan=NO_EFFECT),
         KnobSpec(
             "max_model_len",
             "str",
             normalise=_max_model_len,
-            plan=sets("max_model_len", context_read(max_model_len_tokens)),
+            plan=sets("max_model_len", max_model_len_tokens),
         ),
-        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs", positive)),
+        KnobSpec("max_num_seqs", "int", minimum=1, maximum=1_048_576, plan=sets("max_num_seqs")),
         KnobSpec(
             "max_num_batched_tokens",
             "int",
             minimum=1,
             maximum=4 * MAX_CONTEXT,
-            plan=sets("max_num_batched_tokens", positive),
+            plan=sets("max_num_batched_tokens"),
         ),
-        KnobSpec(
-            "gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util", share)
-        ),
-        KnobSpec(
-            "kv_cache_memory_bytes", "int", minimum=1, maximum=2**50, plan=sets("kv_cache_memory_bytes", positive)
-        ),
+        KnobSpec("gpu_memory_utilization", "float", minimum=0, maximum=1, exclusive_min=True, plan=sets("mem_util")),
+        KnobSpec("kv_cache_memory_bytes", "int", minimum=1, maximum=2**50, plan=sets("kv_cache_memory_bytes")),
         KnobSpec(
             "kv_cache_dtype",
             "choice",
             choices=KV_CACHE_DTYPES,
-            normalise=argparse_choice("kv_cache_dtype", KV_CACHE_DTYPES),
             plan=kv_dtype(VLLM_KV_DTYPES),
         ),
-        KnobSpec("block_size", "int", minimum=1, maximum=4096, plan=sets("block_size", positive)),
-        KnobSpec("quantization", "token", plan=quantization),
+        KnobSpec("block_size", "int", minimum=1, maximum=4096, plan=sets("block_size")),
+        KnobSpec("quantization", "choice", choices=QUANTIZATIONS, plan=quantization),
         KnobSpec("dtype", "token", plan=NO_EFFECT),  # the weights' size is the checkpoint's
-        KnobSpec("enforce_eager", "bool", plan=sets("enforce_eager", read_bool)),
-        KnobSpec("enable_prefix_caching", "bool", plan=sets("prefix_caching", read_bool)),
+        KnobSpec("enforce_eager", "bool", plan=sets("enforce_eager")),
+        KnobSpec("enable_prefix_caching", "bool", plan=sets("prefix_caching")),
         KnobSpec("enable_chunked_prefill", "bool", plan=NO_EFFECT),
-        KnobSpec("speculative_config", "json", concerns=_speculative_config, plan=speculative_config),
+        KnobSpec(
+            "speculative_config",
+            "json",
+            normalise=_speculative_config_value,
+            concerns=_speculative_config,
+            plan=speculative_config,
+        ),
         KnobSpec("enable_auto_tool_choice", "bool", plan=NO_EFFECT),
-        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser", read_text)),
-        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser", read_text)),
+        KnobSpec("tool_call_parser", "token", plan=sets("tool_parser")),
+        KnobSpec("reasoning_parser", "token", plan=sets("reasoning_parser")),
         KnobSpec("cpu_offload_gb", "float", minimum=0, maximum=1_000_000, plan=cpu_offload),
         KnobSpec("hf_overrides", "json", concerns=overrides_config, plan=config_overrides),
         KnobSpec("limit_mm_per_prompt", "json", plan=NO_EFFECT),
-        KnobSpec("language_model_only", "bool", plan=sets("language_model_only", read_bool)),
-        KnobSpec("attention_backend", "token", plan=sets("attention_backend", read_text)),
+        KnobSpec("language_model_only", "bool", plan=sets("language_model_only")),
+        KnobSpec("attention_backend", "token", plan=sets("attention_backend")),
         TRUST_REMOTE_CODE,
         KnobSpec("disable_custom_all_reduce", "bool", plan=NO_EFFECT),
         KnobSpec(
             "mamba_cache_dtype",
             "choice",
             choices=MAMBA_CHOICES,
-            normalise=argparse_choice("mamba_cache_dtype", MAMBA_CHOICES),
             plan=mamba_dtype("mamba_conv_bytes"),
         ),
         KnobSpec(
             "mamba_ssm_cache_dtype",
             "choice",
             choices=MAMBA_CHOICES,
-            normalise=argparse_choice("mamba_ssm_cache_dtype", MAMBA_CHOICES),
             plan=mamba_dtype("mamba_ssm_bytes"),
         ),
         # How often prefix caching keeps a recurrent state (tokens between saved states): the planner
@@ -249,6 +259,7 @@ class VllmAdapter(PipAdapter):
     context_knob = "max_model_len"
     install_executable = "bin/vllm"
     loads_hub_repository = True
+    argparse_command_line = True
     quantization_knob = "quantization"
     path_executable = "vllm"
     concurrency_knob = "max_num_seqs"
@@ -298,11 +309,6 @@ class VllmAdapter(PipAdapter):
             raise EngineConfigError(
                 "language_model_only already sets every multimodal limit to 0; drop limit_mm_per_prompt",
                 field="language_model_only",
-            )
-        spec = knobs.get("speculative_config")
-        if spec is not None and "method" not in spec and "model" not in spec:
-            raise EngineConfigError(
-                'speculative_config needs a "method" (e.g. "mtp") or a "model"', field="speculative_config"
             )
 
     def launch_spec(self, config: EngineConfig) -> LaunchSpec:

@@ -13,7 +13,7 @@ from serving.engines.registry import get_adapter
 from serving.planner import rules
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import ENGINES, GPU_SPLIT_ENGINES, PlanInputError, PlanRequest
-from serving.planner.knobs import Settings, parse_settings, spec_is_mtp
+from serving.planner.knobs import Settings, knob_of, parse_settings, spec_is_mtp
 from serving.planner.kv import (
     TORCH_DTYPE_BYTES,
     attn_bytes_per_token_layer,
@@ -49,7 +49,7 @@ def plan(request: PlanRequest) -> FitReport:
     if len(request.gpus) > MAX_GPUS:
         raise PlanInputError(f"at most {MAX_GPUS} GPUs can be planned for, not {len(request.gpus):,}", field="gpus")
     settings = parse_settings(request.engine, request.knobs, request.env)
-    _check_world(settings)
+    _check_world(request.engine, settings)
     gpus = _visible_gpus(request)
     estimate = None
     if request.weights_bytes is None and not (request.gguf and request.gguf.file_size):
@@ -75,14 +75,12 @@ def plan(request: PlanRequest) -> FitReport:
     return _report(ctx)
 
 
-def _check_world(s: Settings) -> None:
-    for name, size in (("tensor_parallel_size", s.tp), ("pipeline_parallel_size", s.pp), ("data_parallel_size", s.dp)):
-        if size > MAX_GPUS:
-            raise PlanInputError(f"{name} must be at most {MAX_GPUS}, not {size:,}", field=name)
+def _check_world(engine: str, s: Settings) -> None:
+    """At most MAX_GPUS GPUs in all (each knob alone is checked by its adapter)."""
     if s.gpus_needed > MAX_GPUS:
         raise PlanInputError(
             f"{s.world_text} is {s.gpus_needed:,} GPUs; at most {MAX_GPUS} can be planned for",
-            field="tensor_parallel_size",
+            field=knob_of(engine, "tp"),
         )
 
 

@@ -3,8 +3,9 @@
 Which knobs an engine takes, and what each one changes in the plan, is its adapter's knob table
 (`KnobSpec.plan`, serving/engines/plan_effects.py): the planner has no table of its own, so a knob
 the adapter accepts is one the planner reads. Knob names are the engines' flags with `-` turned
-into `_`. Values may arrive as strings (Ansible writes "0.95"); they are coerced, and anything
-unknown or malformed raises PlanInputError naming the knob.
+into `_`. Each value is read through the adapter (`knob_value`: Ansible's "0.95" is 0.95, a choice
+must be one of the engine's), so the planner takes exactly the values the adapter takes; anything
+unknown or malformed raises PlanInputError naming the knob, in the adapter's words.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
         if value is None:
             continue
         try:
-            spec.plan(out, name, value)
+            spec.plan(out, name, adapter.knob_value(name, value))
         except EngineConfigError as exc:
             raise PlanInputError(str(exc), field=exc.field or name) from None
     names = {k: out.pop(k) for k in ("kv_bytes_k_name", "kv_bytes_v_name") if k in out}
@@ -102,6 +103,15 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
         out.setdefault("kv_bytes_v", LLAMA_CACHE_TYPES["f16"])
         out.setdefault("kv_dtype", "f16/f16")
     return Settings(**out)
+
+
+def knob_of(engine: str, setting: str) -> str:
+    """The engine's own knob that sets the planner's `setting` (its knob table's `sets`): "tp" is
+    vLLM's tensor_parallel_size and SGLang's tp_size. "" when none of its knobs does."""
+    for name, spec in get_adapter(engine).knobs.items():
+        if getattr(spec.plan, "setting", None) == setting:
+            return name
+    return ""
 
 
 def spec_is_mtp(settings: Settings) -> bool:

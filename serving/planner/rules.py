@@ -15,6 +15,7 @@ from serving.engines.versions import version_in, version_lt
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
+from serving.planner.knobs import knob_of
 from serving.planner.layouts import full_layouts, tp_problems, valid_tp_sizes
 from serving.planner.memory import GiB, mtp_head_bytes
 from serving.planner.report import Context
@@ -72,8 +73,10 @@ def _engine_name(ctx: Context) -> str:
 
 
 def _parallel_knobs(ctx: Context) -> str:
-    knobs = "tensor_parallel_size/pipeline_parallel_size"
-    return knobs + " or the data-parallel replicas" if ctx.settings.dp > 1 else knobs
+    """The engine's own knobs for its parallel layout ("tp_size/pp_size" on SGLang)."""
+    engine = ctx.request.engine
+    knobs = f"{knob_of(engine, 'tp')}/{knob_of(engine, 'pp')}"
+    return knobs + f" or {knob_of(engine, 'dp')} (the data-parallel replicas)" if ctx.settings.dp > 1 else knobs
 
 
 def _layout_advice(ctx: Context) -> str:

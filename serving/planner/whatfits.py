@@ -12,6 +12,7 @@ from serving.planner.findings import Severity
 from serving.planner.fit import plan
 from serving.planner.gpus import GpuSpec
 from serving.planner.inputs import GPU_SPLIT_ENGINES, GgufKvFacts, PlanInputError, PlanRequest
+from serving.planner.knobs import knob_of
 from serving.planner.layouts import layouts
 
 DEFAULT_CONTEXTS = (8192, 32768, 131072)
@@ -80,7 +81,7 @@ def what_fits(
         if model.engine in GPU_SPLIT_ENGINES:
             options = [
                 (
-                    {"tensor_parallel_size": tp, "pipeline_parallel_size": pp},
+                    {knob_of(model.engine, "tp"): tp, knob_of(model.engine, "pp"): pp},
                     f"TP={tp} x PP={pp}",
                     tp * pp,
                     gpus,

@@ -12,7 +12,7 @@ from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.revision_views import revision_view
 from deployments.services.exports import revision_client_target
-from deployments.services.planning import plan_for_revision
+from deployments.services.planning import revision_plan
 from serving.diffing.context import revision_context
 from tests.hardware.factories import HostFactory
 from tests.support.revisions import make_revision
@@ -50,7 +50,7 @@ def test_each_accepted_spelling_gives_one_context_everywhere(host, qwen, operato
     order = revision_launch(revision, host_bound=True)  # the agent's order: was int("32k"), a 500 at the host
     page = revision_context(revision_view(revision))
     export = revision_client_target(revision).context
-    report = plan_for_revision(revision)
+    report = revision_plan(revision).checked()
     if tokens is None:
         # auto: vLLM picks the largest that fits at start. The pages and exports show the
         # planner's estimate of it (never -1); the agent's benchmark asks the running server.

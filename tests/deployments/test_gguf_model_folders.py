@@ -132,7 +132,7 @@ def test_the_default_model_folder_is_created(settings, tmp_path, monkeypatch):
 
     monkeypatch.delenv("CONTROLPANEL_MODEL_DIRS", raising=False)
     settings.DATA_DIR = tmp_path / "data"
-    facts, _ = probe_local()
+    facts = probe_local().facts
 
     folder = tmp_path / "data" / "models"
     assert folder.is_dir() and facts["model_dirs"][0] == str(folder)

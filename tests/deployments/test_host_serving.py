@@ -13,7 +13,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-import deployments.host_serving as host_serving_module
 import deployments.services.planning as planning_module
 from deployments.host_serving import host_serving
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_of
@@ -114,18 +113,18 @@ def test_an_alias_that_became_a_served_name_leaves_the_document_not_the_whole_ta
 
 
 class Counted:
-    """Counts the planner's runs (serving.planner.plan) wherever the panel calls it."""
+    """Counts the planner's runs (serving.planner.plan) where the panel calls it: its one entry
+    point (revision_plan) and a form's preview (plan_for_values), both in services.planning."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        for module in (host_serving_module, planning_module):
-            real = module.plan
+        real = planning_module.plan
 
-            def counting(request: Any, _real: Any = real) -> Any:
-                self.calls += 1
-                return _real(request)
+        def counting(request: Any) -> Any:
+            self.calls += 1
+            return real(request)
 
-            monkeypatch.setattr(module, "plan", counting)
+        monkeypatch.setattr(planning_module, "plan", counting)
 
 
 @pytest.fixture
@@ -159,7 +158,7 @@ def cpu_lab(operator: User, admin_user: User) -> dict[str, Any]:
 def test_a_poll_plans_each_served_model_once_and_a_304_plans_nothing(
     cpu_lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    host_serving_module._plans.clear()  # a fresh panel process: nothing planned yet
+    planning_module._plans.clear()  # a fresh panel process: nothing planned yet
     counted = Counted(monkeypatch)
     agent = Client(HTTP_AUTHORIZATION=f"Bearer {cpu_lab['token']}")
     first = agent.get("/agent/v1/serving")

@@ -61,7 +61,7 @@ def test_what_fits_in_ram_says_so_with_the_figures(client, viewer, cpu_box, gguf
 
 
 def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, operator, cpu_box, gguf) -> None:
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
 
     revision = make_revision(
         host=cpu_box,
@@ -72,7 +72,7 @@ def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, 
         message="too long a context",
         actor=operator,
     )
-    memory = next(c for c in panel_preflight(revision, plan_for_revision(revision)) if c.name == "memory")
+    memory = next(c for c in panel_preflight(revision, revision_plan(revision).checked()) if c.name == "memory")
     assert memory.status == "fail"
     client.force_login(viewer)
     body = _preview(client, cpu_box, gguf, "ctx_size=196608\nparallel=1")

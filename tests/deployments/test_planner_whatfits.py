@@ -66,3 +66,13 @@ def test_one_evaluation_takes_well_under_a_millisecond() -> None:
     per_cell = (time.perf_counter() - start) / len(cells)
     assert len(cells) > 50
     assert per_cell < 0.001, f"{per_cell * 1e6:.0f} us per cell"
+
+
+def test_an_sglang_model_is_laid_out_by_sglangs_own_knobs() -> None:
+    """The table sets each layout by the engine's own parallel knobs (tp_size/pp_size on SGLang):
+    vLLM's names were refused as unknown knobs, so every SGLang cell read "no"."""
+    sglang = model("qwen3.5-27b", 56 * GB, engine="sglang")
+    cells = what_fits(catalog_host("h100", 4), [sglang], contexts=(8192,))
+    by_layout = {c.layout: c for c in cells}
+    assert by_layout["TP=4 x PP=1"].verdict == "fits", by_layout["TP=4 x PP=1"].reason
+    assert not [c.reason for c in cells if "unknown sglang knob" in c.reason]

@@ -20,6 +20,7 @@ from django.test import Client
 
 from api.tokens import token_create
 from core.models import AuditEvent
+from deployments.host_serving import served_set, set_rule_breaks
 from deployments.models import ModelAlias, ModelVariant, Operation, ServedRevision
 from deployments.services.aliases import alias_set
 from deployments.services.revisions import revision_derive, revision_mark_active
@@ -33,6 +34,7 @@ from hostagent.door.tables import serving_set as agent_table
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.runtime.supervisor import Supervisor
 from rollouts.services import rollout_start
+from serving.agent_reports import DoorReport
 from tests.support.revisions import make_revision
 from tests.test_agent_api import Agent as AgentClient
 
@@ -183,7 +185,10 @@ def test_a_set_broken_before_the_rules_leaves_the_clash_out_of_the_table_and_say
     assert [m["launch"]["number"] for m in document["models"]] == [1, 2]  # the active revision keeps its port
     client.force_login(operator)
     part = client.get("/hosts/alpha/front-door/").content.decode()
-    assert "left out of the front door's table: r1 listens on port 8001 too" in part
+    said = f"r1 and r{clash.number} would both listen on port 8001"
+    assert f"left out of the front door's table: {said}: take it out of the set" in part
+    # One rule, said once: what the door leaves out is what a change to this set is refused for.
+    assert set_rule_breaks(lab["host"], served_set(lab["host"])) == [said]
 
 
 def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab, operator, client, tmp_path: Path):
@@ -203,8 +208,8 @@ def test_a_table_the_agent_refuses_is_shown_on_the_host_page_with_its_reason(lab
             answer = self.answer
             return None if answer is None or answer.get("version") == version else answer
 
-        def serving_report(self, body: dict[str, Any]) -> None:
-            self.reports.append(json.loads(json.dumps(body)))
+        def serving_report(self, report: DoorReport) -> None:
+            self.reports.append(json.loads(json.dumps(report.to_dict())))
 
     panel = Panel()
     ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from deployments.models import MeasuredMemory, OutsideProcess, PlannerErrorPoint
-from deployments.services.planning import planned_memory
+from deployments.services.planning import revision_memory
 from hardware.credentials import host_token_issue
 from hostagent.held import memory_report
 from hostagent.preflight import gpu_memory_checks
@@ -64,7 +64,7 @@ def _report(session: str, groups: dict[str, list[int]]) -> dict[str, Any]:
     samples = _matmul_samples() if session == "telemetry_load" else h200.replayed(session)[0]
     return {
         "gpu_samples": [s.to_dict() for s in samples],
-        "memory": memory_report(groups, samples, now=samples[0].timestamp, name_of=lambda pid: "python"),
+        "memory": memory_report(groups, samples, now=samples[0].timestamp, name_of=lambda pid: "python").to_dict(),
     }
 
 
@@ -83,7 +83,7 @@ def test_planned_against_measured_from_the_h200_recording(h200_revisions, admin_
         (process,) = gpu.processes or ()
         row = MeasuredMemory.objects.get(revision=revision, device="gpu0")
         assert row.latest_bytes == row.peak_bytes == process.used_memory_bytes
-        assert row.planned_bytes == planned_memory(revision)["gpu0"]
+        assert row.planned_bytes == revision_memory(revision).devices["gpu0"]
         # The planner's bytes are what llama-server held, or up to 6% more (recorded: 3.6 GiB r1, 6.7 GiB r2).
         assert process.used_memory_bytes <= row.planned_bytes <= process.used_memory_bytes * 1.06
         assert OutsideProcess.objects.filter(host=host).count() == 0  # the engine is the panel's own
@@ -181,7 +181,7 @@ def test_the_switch_confirmation_counts_memory_held_by_processes_the_panel_did_n
 
     r1 = h200_revisions[0]
     host, token = _probed(h200_revisions, admin_user)
-    need = planned_memory(r1)["gpu0"]
+    need = revision_memory(r1).devices["gpu0"]
     GPU.objects.filter(host=host, index=0).update(memory_bytes=need + 256 * 2**20)  # fits, but not beside 714 MiB
     assert [c.status for c in panel_preflight(r1) if c.name == "memory"] == []  # nobody else holds any yet
     _post(Client(), token, _report("telemetry_load", {}))

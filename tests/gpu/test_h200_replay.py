@@ -164,10 +164,10 @@ def h200_revisions(tmp_path, settings, db):
 
 @pytest.mark.django_db
 def test_planner_kv_size_equals_the_cuda_builds_llama_kv_cache_lines(h200_revisions):
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
 
     for revision, number in zip(h200_revisions, (1, 2, 3), strict=True):
-        report = plan_for_revision(revision)  # log_verbosity 4 plans (it refused the switch before)
+        report = revision_plan(revision).checked()  # log_verbosity 4 plans (it refused the switch before)
         kv = ADAPTER.parse_kv_capacity(startup(number))
         (cache,) = kv.details["caches"]
         assert "CUDA0 KV buffer size" in startup(number)
@@ -181,13 +181,13 @@ def test_gpu_memory_per_process_is_what_the_planner_predicts_or_a_little_less(h2
     """NVML's per-process figure for the engine, replayed, against the planner's weights + KV +
     CUDA context + compute buffer on the GPU. With the consumer-card context (350 MiB) the
     planner predicted 217 MiB (r1) and 250 MiB (r2) less than the H200 process held."""
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
 
     for revision, session, switch in zip(h200_revisions[:2], ("serving_r1_0", "serving_r2_1"), (0, 1), strict=True):
         ((gpu,),) = replayed(session)
         (process,) = gpu.processes or ()
         assert process.pid == engine_pid(switch)
-        report = plan_for_revision(revision)
+        report = revision_plan(revision).checked()
         predicted = report.weights_bytes_per_gpu + report.kv_pool_bytes_per_gpu + report.overheads_per_gpu["total"]
         assert predicted >= process.used_memory_bytes
         assert predicted <= process.used_memory_bytes * 1.06
@@ -280,7 +280,7 @@ def test_partial_offload_plans_what_llama_cpp_put_on_the_gpu(h200_revisions):
     """-ngl 8 of 16 blocks, -fa off, on the H200: llama.cpp counts the output layer as one of the
     8 ("offloaded 8/17"), so 7 blocks' KV went to CUDA0 (112 MiB; the planner said 8/16 = 128),
     and the attention scores of -fa off grew the compute buffer to 117 MiB (the planner said 48)."""
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
 
     r3 = h200_revisions[2]
     log = startup(3)
@@ -289,7 +289,7 @@ def test_partial_offload_plans_what_llama_cpp_put_on_the_gpu(h200_revisions):
     assert "offloaded 8/17 layers to GPU" in log
     cuda_kv = float(re.search(r"CUDA0 KV buffer size =\s+([\d.]+) MiB", log).group(1))  # type: ignore[union-attr]
     cuda_compute = float(re.search(r"CUDA0 compute buffer size =\s+([\d.]+) MiB", log).group(1))  # type: ignore[union-attr]
-    report = plan_for_revision(r3)
+    report = revision_plan(r3).checked()
     assert report.kv_cache_bytes == ADAPTER.parse_kv_capacity(log).bytes  # 256 MiB, CPU and GPU together
     assert report.kv_pool_bytes_per_gpu == cuda_kv * MiB  # 112 MiB
     assert report.overheads_per_gpu["compute_buffer"] == pytest.approx(cuda_compute * MiB, rel=0.1)

@@ -51,12 +51,12 @@ def test_on_a_cpu_host_each_engine_reports_its_resident_memory_by_revision(engin
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # until both have touched their 64 MiB
         report = host_memory_report(host, None)
-        ram = {e["revision_id"]: e["devices"]["ram"] for e in report["engines"]}
+        ram = {e.revision_id: e.devices["ram"] for e in report.engines}
         if len(ram) == 2 and min(ram.values()) > 64 << 20:
             break
         time.sleep(0.1)
     assert set(ram) == {"3", "7"} and min(ram.values()) > 64 << 20
-    assert report["outside"] == []  # a CPU host lists no GPU holders
+    assert report.outside == ()  # a CPU host lists no GPU holders
 
 
 def test_on_a_gpu_host_the_panels_engines_are_counted_and_anyone_else_is_named(engines) -> None:
@@ -69,7 +69,7 @@ def test_on_a_gpu_host_the_panels_engines_are_counted_and_anyone_else_is_named(e
         processes=(GpuProcess(pids["3"], 5 << 30), GpuProcess(pids["7"], 3 << 30), GpuProcess(stranger, 2 << 30)),
     )  # fmt: skip
     report = host_memory_report(host, [sample])
-    held = {e["revision_id"]: e["devices"] for e in report["engines"]}
+    held = {e.revision_id: e.devices for e in report.engines}
     assert held == {"3": {"gpu0": 5 << 30}, "7": {"gpu0": 3 << 30}}
-    assert report["outside"] == [{"pid": stranger, "name": "?", "gpu": 0, "bytes": 2 << 30}]
+    assert [o.to_dict() for o in report.outside] == [{"pid": stranger, "name": "?", "gpu": 0, "bytes": 2 << 30}]
     assert process_name(pids["3"]) == Path(sys.executable).name[:15]

@@ -78,3 +78,23 @@ def test_every_check_runs_before_anything_is_stopped_and_the_plan_can_refuse(mod
     )
     assert [c.name for c in checks] == ["engine", "port", "weights", "memory"]
     assert [c.status for c in checks][2:] == [OK, FAIL]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "ollama"])
+def test_the_weights_checked_are_what_the_engine_is_given(models: Path, engine: str) -> None:
+    """The preflight asks the adapter what the engine loads (`model_reference`) instead of working
+    it out beside it: a model imported from a folder (no repository) is that folder, checked (here
+    missing); an Ollama model is its tag, not the repository it was made from."""
+    folder = str(models / "qwen3-8b")
+    if engine == "ollama":
+        model = ModelRef(name="qwen3:8b", repo_id="Qwen/Qwen3-8B", format="ollama")
+    else:
+        model = ModelRef(name=folder)
+    launch = _launch(model, engine=engine)
+    spec = launch_spec(launch, installs={})
+    check = weights_check(launch, spec)
+    if engine == "ollama":
+        assert check.status == HOST and check.message.startswith("qwen3:8b ")
+    else:
+        assert folder in spec.argv
+        assert (check.status, check.message) == (FAIL, f"The model folder {folder} is not there or not readable.")

@@ -194,7 +194,7 @@ def test_an_anthropic_style_x_api_key_is_a_key_at_the_door_and_through_the_route
         assert refused(ask(url, **{"x-api-key": "cpk_not-a-key"})), url
     through = ask(lab.router_url, **{"x-api-key": secret})
     assert through.headers["X-Controlpanel-Host"] == "lab-a"  # the door's answer, not the router's own
-    usage = {row["key"] for row in lab.door.usage()}
+    usage = {row.key for row in lab.door.usage()}
     assert "claude-code" in usage  # metered to the key it carried
 
 

@@ -10,6 +10,7 @@ operation row, the agent's order, the host's launch and its preflight."""
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import pytest
 from deployments.agent_api.orders import operation_order
 from deployments.choices import OperationState
 from deployments.models import ModelVariant
-from deployments.services.planning import planned_memory
+from deployments.presenters import report_for_revision
+from deployments.services import planning
+from deployments.services.planning import revision_memory
 from deployments.services.preflight import panel_preflight
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host
@@ -27,6 +30,7 @@ from hostagent.preflight import host_preflight
 from hostagent.probes.nvml import GpuSample, nvml_session, read_samples
 from hostagent.probes.replay import ReplayNvml, load_fixture
 from hostagent.runtime.supervisor import Supervisor
+from serving.planner import plan
 from serving.wire import Order
 from tests.support.revisions import make_revision
 
@@ -109,7 +113,7 @@ def test_a_switch_to_a_revision_with_the_knob_reaches_the_preflight(
     # The panel: the switch is asked for and queued, the planner having read every knob.
     op = switch_request(revision=revision, actor=operator)
     assert op.state == OperationState.QUEUED and op.params["planner"]["errors"] == []
-    planned = planned_memory(revision)
+    planned = revision_memory(revision).devices
     assert planned and set(planned) == {f"gpu{i}" for i in range(len(planned))}
     assert [c.name for c in panel_preflight(revision)][:3] == ["engine", "port", "weights"]
 
@@ -135,5 +139,33 @@ def test_data_parallel_replicas_are_planned_on_gpus_of_their_own(catalog, operat
     two = make_revision(
         host=host, engine="vllm", model_variant=qwen, knobs={"data_parallel_size": 2}, message="dp", actor=operator
     )
-    assert planned_memory(one) == {"gpu0": planned_memory(one)["gpu0"]}
-    assert planned_memory(two) == {"gpu0": planned_memory(one)["gpu0"], "gpu1": planned_memory(one)["gpu0"]}
+    per_gpu = revision_memory(one).devices["gpu0"]
+    assert revision_memory(one).devices == {"gpu0": per_gpu}
+    assert revision_memory(two).devices == {"gpu0": per_gpu, "gpu1": per_gpu}
+
+
+def test_every_reader_of_a_revisions_plan_gets_the_one_kept_plan(catalog, operator, h200s, monkeypatch) -> None:
+    """One entry point: the door's memory, the revision page's report, the panel's preflight and the
+    switch all read `revision_plan`, kept by its input, so the planner runs once for them all (the
+    switch and the page once planned again on every call)."""
+    host = _host("vllm", h200s)
+    qwen = ModelVariant.objects.get(name="Qwen3-32B-AWQ")
+    revision = make_revision(
+        host=host, engine="vllm", model_variant=qwen, knobs={"max_model_len": 16384}, message="kept", actor=operator
+    )
+    runs: list[object] = []
+
+    def counted(request: object) -> object:
+        runs.append(request)
+        return plan(request)
+
+    monkeypatch.setattr(planning, "plan", counted)
+    monkeypatch.setattr(planning, "_plans", OrderedDict())  # none kept from an earlier test
+    memory = revision_memory(revision)
+    report, why = report_for_revision(revision)
+    assert why == "" and report is not None and memory.devices
+    for _ in range(2):
+        assert report_for_revision(revision) == (report, "")
+        panel_preflight(revision)
+    switch_request(revision=revision, actor=operator)
+    assert len(runs) == 1

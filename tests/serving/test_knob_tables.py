@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from serving.engines.base import EngineConfigError
 from serving.engines.knobs import KnobSpec, check_knobs
 from serving.engines.plan_effects import NO_EFFECT
 from serving.engines.registry import ADAPTERS
@@ -75,8 +76,43 @@ def test_every_value_an_adapter_accepts_is_read_by_the_planner(engine: str, spec
     """A revision the adapter lets an operator save never comes back from the planner as an
     unknown knob or an unreadable value (the switch, the door's memory and the preflight read it)."""
     knobs = {spec.name: value}
-    assert check_knobs(ADAPTERS[engine].knobs, knobs, engine)  # type: ignore[arg-type]
+    assert check_knobs(ADAPTERS[engine], knobs)  # type: ignore[arg-type]
     assert isinstance(parse_settings(engine, knobs, {}), Settings)
+
+
+# Values each knob is tried with, good and bad: another spelling of a value the engine takes ("FP8"
+# for "fp8", "F16", "nextn", " 2 "), out of range, of the wrong kind, or a method no engine has.
+PROBES: list[Any] = [
+    "FP8", "fp8", "fp8_e4m3", "F16", "f16", "BF16", "Q8_0", "q8_0", "AUTO", "auto", "NEXTN", "nextn", "Row",
+    "On", "on", "1", "0", "-1", " 2 ", "2", 2, 0, -1, 1.5, "0.95", 0.95, "yes", "maybe", True, False, "32k",
+    "32K", "3,1", "0,0", "awq", "AWQ", "awq_turbo", "{}", {"method": "ngram"}, {"model": "/models/d"},
+    {"num_speculative_tokens": 2}, {"rope_scaling": {"rope_type": "yarn", "factor": 4}}, "[1]", "-x",
+]  # fmt: skip
+
+
+def _verdict(read: Any) -> str:
+    try:
+        read()
+    except (EngineConfigError, PlanInputError) as exc:
+        return f"refused: {exc}"
+    return "taken"
+
+
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
+def test_the_planner_takes_a_value_exactly_when_its_adapter_does_in_the_adapters_words(engine: str) -> None:
+    """Values go one way: the planner reads each knob through the adapter's normalisation, so a
+    value the adapter refuses (vLLM `kv_cache_dtype=FP8`: argparse is case-sensitive) is one the
+    planner refuses with the same sentence, instead of passing the planner's own, looser reader
+    and failing only at the switch."""
+    adapter = ADAPTERS[engine]
+    differ = []
+    for name in adapter.knobs:
+        for value in PROBES:
+            said = _verdict(lambda: adapter.knob_value(name, value))  # noqa: B023 - called at once
+            planned = _verdict(lambda: parse_settings(engine, {name: value}, {}))  # noqa: B023
+            if said != planned:
+                differ.append(f"{name}={value!r}: adapter {said}; planner {planned}")
+    assert differ == []
 
 
 def test_the_planner_accepts_no_knob_its_adapter_does_not() -> None:
@@ -104,7 +140,7 @@ def test_every_knob_names_its_planner_effect() -> None:
 
 
 def test_a_bad_value_is_the_planners_input_error_naming_the_knob() -> None:
-    with pytest.raises(PlanInputError, match="data_parallel_size must be at least 1") as refused:
+    with pytest.raises(PlanInputError, match="^data_parallel_size must be at least 1, not 0$") as refused:
         parse_settings("vllm", {"data_parallel_size": 0}, {})
     assert refused.value.field == "data_parallel_size"
     with pytest.raises(PlanInputError, match="json_model_override_args is not valid JSON") as refused:
@@ -141,9 +177,15 @@ def _plan(engine: str, knobs: dict[str, Any], gpus: int) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("engine", "tp", "dp"), [("vllm", "tensor_parallel_size", "data_parallel_size"), ("sglang", "tp_size", "dp_size")]
+    ("engine", "tp", "pp", "dp"),
+    [
+        ("vllm", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"),
+        ("sglang", "tp_size", "pp_size", "dp_size"),
+    ],
 )
-def test_data_parallel_replicas_take_gpus_of_their_own_at_the_same_bytes_per_gpu(engine: str, tp: str, dp: str) -> None:
+def test_data_parallel_replicas_take_gpus_of_their_own_at_the_same_bytes_per_gpu(
+    engine: str, tp: str, pp: str, dp: str
+) -> None:
     one = _plan(engine, {tp: 2}, 4)
     two = _plan(engine, {tp: 2, dp: 2}, 4)
     assert (one.gpus_used, two.gpus_used) == (2, 4)
@@ -155,3 +197,7 @@ def test_data_parallel_replicas_take_gpus_of_their_own_at_the_same_bytes_per_gpu
     short = _plan(engine, {tp: 2, dp: 2}, 3)
     (error,) = [f for f in short.findings if f.severity == "error"]
     assert "TP=2 x PP=1 x DP=2 needs 4 GPUs but the engine sees 3." in error.message
+    # The fix names the engine's own knobs: SGLang has no tensor_parallel_size.
+    assert error.fix == f"Lower {tp}/{pp} or {dp} (the data-parallel replicas) to fit 3 GPUs."
+    lone = _plan(engine, {tp: 4}, 2)
+    assert [f.fix for f in lone.findings if f.severity == "error"][0] == f"Lower {tp}/{pp} to fit 2 GPUs."

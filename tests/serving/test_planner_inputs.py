@@ -1,4 +1,5 @@
-"""Bad knobs are typed input errors that name the knob; Ansible-style values are understood."""
+"""Bad knobs are typed input errors that name the knob, in the adapter's words (the planner reads each
+knob through its adapter); Ansible-style values are understood."""
 
 from __future__ import annotations
 
@@ -20,24 +21,24 @@ def request(engine: str = "vllm", knobs: dict | None = None, env: dict | None = 
 
 BAD = [
     ("vllm", {"tensor_paralel_size": 2}, "tensor_paralel_size", "unknown vllm knob"),
-    ("vllm", {"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "must be in"),
+    ("vllm", {"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "must be at most 1"),
     ("vllm", {"gpu_memory_utilization": "lots"}, "gpu_memory_utilization", "must be a number"),
     ("vllm", {"max_num_seqs": "four"}, "max_num_seqs", "whole number"),
     ("vllm", {"tensor_parallel_size": 0}, "tensor_parallel_size", "at least 1"),
     ("vllm", {"max_model_len": "big"}, "max_model_len", "positive number of tokens"),
-    ("vllm", {"kv_cache_dtype": "fp4x"}, "kv_cache_dtype", "is not one of"),
-    ("vllm", {"quantization": "awq_turbo"}, "quantization", "is not one of"),
+    ("vllm", {"kv_cache_dtype": "FP8"}, "kv_cache_dtype", "invalid choice: 'FP8'"),
+    ("vllm", {"quantization": "awq_turbo"}, "quantization", "invalid choice"),
     ("vllm", {"speculative_config": "{method: mtp"}, "speculative_config", "not valid JSON"),
-    ("vllm", {"speculative_config": {"num_speculative_tokens": 2}}, "speculative_config", "needs a 'method'"),
+    ("vllm", {"speculative_config": {"num_speculative_tokens": 2}}, "speculative_config", 'needs a "method"'),
     ("vllm", {"enforce_eager": "maybe"}, "enforce_eager", "true or false"),
     ("vllm", {"hf_overrides": "[1, 2]"}, "hf_overrides", "JSON object"),
     ("vllm", {"ctx_size": 4096}, "ctx_size", "unknown vllm knob"),
-    ("llama.cpp", {"cache_type_k": "q3_0"}, "cache_type_k", "is not one of"),
-    ("llama.cpp", {"flash_attn": "sometimes"}, "flash_attn", "on, off, auto"),
-    ("llama.cpp", {"tensor_split": "3,x"}, "tensor_split", "numbers"),
+    ("llama.cpp", {"cache_type_k": "Q8_0"}, "cache_type_k", "must be one of"),
+    ("llama.cpp", {"flash_attn": "sometimes"}, "flash_attn", "on, off or auto"),
+    ("llama.cpp", {"tensor_split": "3,x"}, "tensor_split", "not a number"),
     ("llama.cpp", {"max_model_len": 4096}, "max_model_len", "unknown llama.cpp knob"),
-    ("ollama", {"kv_cache_type": "q5_1"}, "kv_cache_type", "is not one of"),
-    ("sglang", {"mem_fraction_static": 0}, "mem_fraction_static", "must be in"),
+    ("ollama", {"kv_cache_type": "q5_1"}, "kv_cache_type", "must be one of"),
+    ("sglang", {"mem_fraction_static": 0}, "mem_fraction_static", "must be greater than 0"),
 ]
 
 

@@ -226,7 +226,7 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     from deployments.runtime_bridge import spec_for_values
     from deployments.services.benchmarks import benchmark_export, benchmark_request, profile_from_input
     from deployments.services.imports import model_variant_import_gguf
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
     from hardware.models import GpuSample, Host
@@ -292,7 +292,7 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         host.refresh_from_db()
         startup = engine_log.read_text(errors="replace")[offset:] if engine_log.exists() else ""
         (out / f"engine_startup_r{rev.number}_{i}.log").write_text(startup) if i < 2 else None
-        report = plan_for_revision(rev)
+        report = revision_plan(rev).checked()
         kv = adapter.parse_kv_capacity(startup)
         time.sleep(1.0)  # let the engine settle before reading its memory
         samples = nvml.samples()
@@ -392,7 +392,7 @@ def gated_switches(figures: dict[str, Any], revs: list[Any], nvml: Nvml, *, acto
     from deployments.models import BenchmarkRun, SwitchGate
     from deployments.services.benchmarks import benchmark_export
     from deployments.services.gates import gate_from_input
-    from deployments.services.planning import plan_for_revision
+    from deployments.services.planning import revision_plan
     from deployments.services.revisions import revision_derive
     from deployments.services.switch import switch_request
     from serving.benchmarking.profiles import BenchmarkProfile
@@ -436,7 +436,7 @@ def gated_switches(figures: dict[str, Any], revs: list[Any], nvml: Nvml, *, acto
             "reason": row.reason,
             "verdict": row.verdict,
             "seconds": round(time.monotonic() - t, 1),
-            "planner": plan_for_revision(target).to_dict(),
+            "planner": revision_plan(target).checked().to_dict(),
             "gpu_samples_while_measured": peak,
             "runs": {k: benchmark_export(v) if v else None for k, v in runs.items()},
         }

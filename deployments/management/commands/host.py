@@ -168,8 +168,8 @@ class Command(ActionCommand):
         """This machine, probed here (the embedded default, where the panel and the host are one)."""
         from hostagent.probe import local_host_name, probe_local
 
-        facts, inventory = probe_local()
-        facts["address"] = o["address"]
+        probe = probe_local(address=o["address"])
+        facts, inventory = dict(probe.facts), dict(probe.inventory)
         host = host_probe_record(name=o["name"] or local_host_name(), facts=facts, inventory=inventory)
         try:
             if o["address"] != host.address and o["address"] != "127.0.0.1":  # given here: the admin's own

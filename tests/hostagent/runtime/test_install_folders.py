@@ -73,7 +73,6 @@ def test_the_agent_reports_its_install_folders_with_its_facts(monkeypatch: pytes
     from hostagent.probe import probe_local
 
     monkeypatch.setenv("CONTROLPANEL_INSTALL_DIRS", f"{tmp_path}/wheels:{tmp_path}/src")
-    facts, _ = probe_local()
-    assert facts["install_dirs"] == [f"{tmp_path}/wheels", f"{tmp_path}/src"]
+    assert probe_local().facts["install_dirs"] == [f"{tmp_path}/wheels", f"{tmp_path}/src"]
     monkeypatch.delenv("CONTROLPANEL_INSTALL_DIRS")
-    assert probe_local()[0]["install_dirs"] == []
+    assert probe_local().facts["install_dirs"] == []

@@ -81,7 +81,7 @@ def test_the_panel_marks_an_interrupted_install_and_download_lost_with_what_beca
     download = Operation.objects.create(kind="download", host=host, state="running", exclusive=False)
     probe = Operation.objects.create(kind="probe", host=host, state="running", exclusive=False)
     answer = host_register(host=host, facts={}, inventory={}, engine_state={"running": False})
-    assert sorted(answer["lost"]) == sorted(str(op.pk) for op in (install, download, probe))
+    assert sorted(answer.lost) == sorted(str(op.pk) for op in (install, download, probe))
     install.refresh_from_db()
     download.refresh_from_db()
     probe.refresh_from_db()
