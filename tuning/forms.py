@@ -21,7 +21,7 @@ from serving.benchmarking.gate import METRICS
 from serving.engines.base import EngineConfigError
 from serving.engines.knobs import KnobSpec
 from serving.engines.registry import get_adapter
-from serving.tuning.space import _tunable as tunable  # the space's own rule for a tuning knob
+from serving.tuning.space import tunable  # the space's own rule for a tuning knob
 
 PREFIX = "space__"
 # BenchmarkForm's fields a tuning run does not take: the goodput SLOs, the served revision.

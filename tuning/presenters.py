@@ -12,8 +12,8 @@ from typing import Any
 from django.utils import timezone
 
 from deployments.plots import pareto_chart
-from deployments.revision_views import changes_between
-from deployments.services.review import review_required
+from deployments.selectors.revision_views import changes_between
+from hardware.review import review_required
 from serving.benchmarking.gate import METRICS
 from serving.diffing import RevisionDiff
 from serving.tuning import Limit, Objective

@@ -16,8 +16,8 @@ from django_htmx.http import HttpResponseStopPolling
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method
 from deployments.presenters import flash_refusal
-from deployments.services.review import ChangeRequested, review_required
 from hardware.models import Host
+from hardware.review import ChangeRequested, review_required
 from hardware.selectors import offline_reason
 
 from . import presenters, selectors

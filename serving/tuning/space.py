@@ -60,7 +60,7 @@ class SearchSpace:
         return {name: list(values) for name, values in self.knobs}
 
 
-def _tunable(spec: KnobSpec) -> bool:
+def tunable(spec: KnobSpec) -> bool:
     return spec.concerns is None and spec.kind not in ("json", "path")
 
 
@@ -83,7 +83,7 @@ def space_check(engine: str, space: Mapping[str, Sequence[Any]]) -> SearchSpace:
         spec = specs.get(name) if isinstance(name, str) else None
         if spec is None:
             raise TuningInputError(f"{engine} has no knob {name!r}", field=str(name))
-        if not _tunable(spec):
+        if not tunable(spec):
             raise TuningInputError(
                 f"{name} names a file or code the engine reads: it is set on the base revision, not tuned",
                 field=name,
