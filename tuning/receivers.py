@@ -11,13 +11,13 @@ from django.dispatch import receiver
 
 from deployments.services.operations import operation_ended
 
+from .services import tuning_operation_ended
+
 log = logging.getLogger(__name__)
 
 
 @receiver(operation_ended, dispatch_uid="tuning.operation_ended")
 def _operation_ended(sender: Any, operation: Any, **kwargs: Any) -> None:
-    from .services import tuning_operation_ended
-
     try:
         tuning_operation_ended(op=operation)
     except Exception:  # noqa: BLE001 - the operation has ended whatever a tuning run makes of it

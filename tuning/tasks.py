@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from .services import tuning_sweep
+
 
 @shared_task(ignore_result=True)
 def sweep_tuning_runs() -> int:
-    from .services import tuning_sweep
-
     return tuning_sweep()
