@@ -19,7 +19,7 @@ from serving.host_events import HostEventReport
 
 from .agent_run import previous_run_unclean, run_begins, run_ends
 from .context import AgentContext, set_current
-from .door.service import door_settings, start_front_door
+from .door.service import door_settings, note_door_down, start_front_door
 from .frontdoor.settings import FrontDoorSettings, SettingsError
 from .local import engine_state, state_dir, supervisor_for
 from .loops import start_loops, start_watchdog
@@ -182,7 +182,9 @@ def _run(
             "set CONTROLPANEL_FRONT_DOOR_BIND to a free HOST:PORT, or off"
         )
         log.error("front door off: %s", why)
-        ctx.panel.host_event(HostEventReport("door.down", f"The front door did not start: {why}."))
+        down = f"The front door did not start: {why}."
+        note_door_down(state_dir(ctx.host), down)  # the next run's door reports it up once it answers
+        ctx.panel.host_event(HostEventReport("door.down", down))
     stop, _threads = start_loops(ctx, telemetry=telemetry, gpus=nvml)
     dog = start_watchdog(ctx) if watchdog else None
     try:

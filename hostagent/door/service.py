@@ -11,6 +11,7 @@ reports its state and usage totals (POST serving/report, through the outbox when
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -46,6 +47,23 @@ T = TypeVar("T")
 OFF = "off"
 REASON_CHARS = 500  # of a refused table's reason, in the report
 HEALTH_TIMEOUT_S = 5.0  # how long the door's own /health may take before it counts as down
+# In the host's state folder while the door is reported down: the next run's door, once it answers,
+# reports it up (the usual fix of a door that cannot listen is a free port and an agent restart).
+DOWN_FILE = "door-down.txt"
+
+
+def note_door_down(state: Path, reason: str) -> None:
+    """Keep, across agent restarts, that the door was reported down and why."""
+    with contextlib.suppress(OSError):  # the report went; only its door.up would be missed
+        state.mkdir(parents=True, exist_ok=True)
+        (state / DOWN_FILE).write_text(reason)
+
+
+def _noted_down(state: Path) -> str | None:
+    try:
+        return (state / DOWN_FILE).read_text() or "(no reason noted)"
+    except OSError:
+        return None
 
 
 def door_settings(environ: Mapping[str, str] | None = None) -> FrontDoorSettings | None:
@@ -86,7 +104,8 @@ class FrontDoorService:
         self._sync: threading.Thread | None = None
         self._closing = threading.Event()
         self._said: dict[str, str] = {}  # per step, the problem last logged
-        self.down: str | None = None  # why the door does not answer, while it does not
+        self.state = state
+        self.down: str | None = _noted_down(state)  # why the door does not answer, while it does not
 
     # -- life ---------------------------------------------------------------------------------------
 
@@ -338,6 +357,7 @@ class FrontDoorService:
             if self.down is None and not self._closing.is_set():
                 self.down = f"The front door on {self.bind} does not answer its /health: {type(exc).__name__}: {exc}"
                 log.error("front door: %s", self.down)
+                note_door_down(self.state, self.down)
                 self.ctx.panel.host_event(HostEventReport("door.down", self.down))
             return
         if self.down is not None:
@@ -346,6 +366,7 @@ class FrontDoorService:
                 HostEventReport("door.up", f"It answers on {self.bind} again. It was down: {self.down}")
             )
             self.down = None
+            (self.state / DOWN_FILE).unlink(missing_ok=True)
 
     def _follow(self) -> None:
         while not self._closing.is_set():

@@ -64,3 +64,23 @@ def test_a_door_that_stops_answering_is_reported_down_and_then_up(tmp_path: Path
     finally:
         service.close(timeout=10)
     assert [e["kind"] for e in panel.events] == ["door.down", "door.up"]  # closing is not the door going down
+
+
+def test_a_door_reported_down_by_the_previous_run_is_reported_up_when_it_answers(tmp_path: Path) -> None:
+    """The usual fix of a door that could not listen is a free port and an agent restart: the
+    new run's door answers, and that is the door coming back up (door.up, naming what was wrong),
+    though the run that reported it down is gone."""
+    door_service.note_door_down(tmp_path, "The front door did not start: it cannot listen on 127.0.0.1:4000")
+    panel = Panel()
+    ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]
+    settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5, drain_timeout_s=5)
+    service = FrontDoorService(ctx, settings, gpus=False, state=tmp_path, interval=0.1, ready_timeout=5)
+    service.start()
+    try:
+        [up] = _wait(lambda: list(panel.events), 5, "door-up report")
+        assert up["kind"] == "door.up" and "cannot listen on 127.0.0.1:4000" in up["reason"]
+        time.sleep(0.5)
+        assert len(panel.events) == 1  # said once
+    finally:
+        service.close(timeout=10)
+    assert not (tmp_path / door_service.DOWN_FILE).exists()
