@@ -304,7 +304,7 @@ def test_reports_wait_in_the_outbox_and_a_restarted_agent_serves_its_kept_table(
     assert answer.model == "gemma-r1"
     door = world.service.door
     assert door is not None
-    usage = {row["model"]: row["requests"] for row in world.service.call(door.usage)}
+    usage = {row.model: row.requests for row in world.service.call(door.usage)}
     assert usage["gemma-r1"] == served["gemma-r1"] + 1  # totals go on from where they were
 
 
