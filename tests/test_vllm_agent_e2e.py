@@ -29,13 +29,13 @@ from django.contrib.auth.models import User
 
 from deployments.choices import OperationState
 from deployments.models import BenchmarkRun, EngineLogRun, MeasuredMemory, ModelVariant, active_revision_id_of
+from deployments.planning import planned_memory, revision_plan
 from deployments.services.aliases import alias_set
 from deployments.services.benchmarks import benchmark_request, profile_from_input
 from deployments.services.engine_logs import engine_log_lines
 from deployments.services.imports import model_variant_import_hf_config
 from deployments.services.inference_keys import key_create
 from deployments.services.installs import install_request
-from deployments.services.planning import planned_memory, revision_plan
 from deployments.services.secrets import secret_set
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import EngineSample, Host
