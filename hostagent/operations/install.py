@@ -23,7 +23,7 @@ from hostagent.local import host_install_dirs
 from hostagent.panel import PanelPort
 from hostagent.runtime.confine import confine_install_folder
 from hostagent.runtime.errors import HostRuntimeError
-from hostagent.runtime.installs import install_pinned, stop_leftover_steps
+from hostagent.runtime.installs import install_pinned, installed_version, stop_leftover_steps, venv_python
 from hostagent.runtime.installs import run_install as run_steps
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter, install_key
@@ -215,10 +215,6 @@ def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Ou
     nothing is installed; the venv's own Python says which of the engine's distributions it holds
     and at which version (the order's version, when it names one, must be that one), and the
     executable is the one that distribution runs."""
-    from hostagent.local import host_install_dirs
-    from hostagent.runtime.confine import confine_install_folder
-    from hostagent.runtime.installs import installed_version, venv_python
-
     adapter = get_adapter(params.engine)
     if not isinstance(params.existing, str):
         raise Refused("This host refuses the install: existing: not a path")
