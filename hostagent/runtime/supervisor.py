@@ -380,20 +380,25 @@ class Supervisor:
         """The engine's own TMPDIR: vLLM leaves its ZeroMQ sockets there at every start, so it is
         emptied before each start and after each stop. A short name in the TMPDIR of the process
         that started it (a Unix socket's path holds 107 bytes at most, and a state folder's may be
-        long), noted in the state folder so that any process that stops the engine finds it."""
+        long), noted in the state folder so that any process that stops the engine finds it. A note
+        is followed only to a folder of this state folder's name: one copied from another state
+        folder names that one's engine's TMPDIR, which is not ours to empty."""
         noted = self.state.path / "engine-tmp"
         with contextlib.suppress(OSError):
             path = Path(noted.read_text().strip())
-            if path.is_absolute() and path.name.startswith("cp-engine-"):
+            if path.is_absolute() and path.name == self._tmp_name and ".." not in path.parts:
                 return path
-        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+        return Path(tempfile.gettempdir()) / self._tmp_name
+
+    @property
+    def _tmp_name(self) -> str:
+        """The engine's TMPDIR's name: one per state folder."""
+        return f"cp-engine-{hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]}"
 
     def _fresh_tmp(self) -> Path:
         """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
         self._clear_tmp()
-        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
-        path = Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+        path = Path(tempfile.gettempdir()) / self._tmp_name
         path.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
         (self.state.path / "engine-tmp").write_text(str(path))
         return path

@@ -80,3 +80,24 @@ def test_another_process_with_another_tmpdir_finds_the_engines_folder(
     given.mkdir()  # as if the engine were still running there
     monkeypatch.setattr(tempfile, "tempdir", str(others))
     assert Supervisor(tmp_path / "host").tmp_dir == given
+
+
+def test_a_note_naming_another_state_folders_tmpdir_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state folder copied from another (a backup restored beside the original) notes the other's
+    TMPDIR: stopping or starting this one's engine must not empty the folder another engine runs in."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    theirs = Supervisor(tmp_path / "other").tmp_dir
+    theirs.mkdir()
+    (theirs / "14b0a5f9-9f94-4582-a27b-d603bf0292b0").write_text("")  # the other engine's live socket
+    sup = Supervisor(tmp_path / "host")
+    sup.state.path.mkdir(parents=True, exist_ok=True)
+    (sup.state.path / "engine-tmp").write_text(str(theirs))
+    assert sup.tmp_dir != theirs
+    with pytest.raises(EngineExitedError):
+        sup.start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    sup.stop()
+    assert (theirs / "14b0a5f9-9f94-4582-a27b-d603bf0292b0").exists()
