@@ -386,7 +386,8 @@ class Supervisor:
         noted = self.state.path / "engine-tmp"
         with contextlib.suppress(OSError):
             path = Path(noted.read_text().strip())
-            if path.is_absolute() and path.name == self._tmp_name and ".." not in path.parts:
+            ours = path.name == self._tmp_name or path.name.startswith(f"{self._tmp_name}-")
+            if path.is_absolute() and ours and ".." not in path.parts:
                 return path
         return Path(tempfile.gettempdir()) / self._tmp_name
 
@@ -399,14 +400,24 @@ class Supervisor:
         """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
         self._clear_tmp()
         path = Path(tempfile.gettempdir()) / self._tmp_name
-        path.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # the name is taken (the TMPDIR is shared: another user's): one beside it
+            path = Path(tempfile.mkdtemp(prefix=f"{self._tmp_name}-"))
         (self.state.path / "engine-tmp").write_text(str(path))
         return path
 
     def _clear_tmp(self) -> None:
-        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""
+        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there);
+        a folder or link under its name that this user does not own is not ours, and is left alone."""
         path = self.tmp_dir
-        if path.is_symlink():  # not ours: never follow it
+        try:
+            owner = path.lstat().st_uid
+        except OSError:
+            return
+        if owner != os.geteuid():
+            return
+        if path.is_symlink():  # never followed
             path.unlink()
         shutil.rmtree(path, ignore_errors=True)
 
