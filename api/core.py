@@ -23,7 +23,18 @@ from deployments.services.switch import PlanRefused
 from hardware.review import ChangeRequested
 from rollouts.services import RolloutOverlap
 
-from .endpoints import benchmarks, changes, front_door, hosts, models, operations, revisions, rollouts, schedules
+from .endpoints import (
+    benchmarks,
+    changes,
+    front_door,
+    hosts,
+    models,
+    operations,
+    revisions,
+    rollouts,
+    schedules,
+    tuning,
+)
 from .serialize import change_dict
 from .tokens import token_authenticate
 
@@ -128,7 +139,14 @@ def _no_object(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 def _register() -> None:
     routers = {
-        "/hosts/": (hosts.router, revisions.router, benchmarks.host_router, front_door.hosts, rollouts.hosts),
+        "/hosts/": (
+            hosts.router,
+            revisions.router,
+            benchmarks.host_router,
+            front_door.hosts,
+            rollouts.hosts,
+            tuning.hosts,
+        ),
         "/benchmarks/": (benchmarks.router,),
         "/models/": (models.router,),
         "/operations/": (operations.router,),
@@ -137,6 +155,7 @@ def _register() -> None:
         "/changes/": (changes.router,),
         "/schedules/": (schedules.router,),
         "/rollouts/": (rollouts.router,),
+        "/tuning/": (tuning.router,),
     }
     for prefix, group in routers.items():
         for router in group:

@@ -8,6 +8,7 @@ class ChangeKind(models.TextChoices):
     ALIAS = "alias", "Alias move"
     SERVING = "serving", "Serving-set change"
     ROLLOUT = "rollout", "Rollout across hosts"
+    TUNING = "tuning", "Tuning run"
 
 
 class ChangeState(models.TextChoices):

@@ -24,6 +24,8 @@ from hardware.models import Host
 from hardware.review import Approval
 from rollouts.models import Rollout
 from rollouts.services import rollout_start_from
+from tuning.models import TuningRun
+from tuning.services import tuning_start_from
 
 from .choices import ChangeKind
 
@@ -40,7 +42,7 @@ Pair = tuple[DeploymentRevision | None, DeploymentRevision]
 class Kind:
     # The change through its service: the author acts; an approval passes the gate and is recorded
     # (None: the author proposing it, which opens the request).
-    run: Callable[[Host, dict[str, Any], Any, Approval | None], Operation | Rollout | None]
+    run: Callable[[Host, dict[str, Any], Any, Approval | None], Operation | Rollout | TuningRun | None]
     # What runs now (None: nothing) and what the change would run, for the diff and the exports
     # (None: a change of several hosts, shown host by host).
     pair: Callable[[Host, dict[str, Any]], Pair] | None
@@ -73,6 +75,10 @@ def _run_rollout(host: Host, params: dict[str, Any], author: Any, approval: Appr
     return rollout_start_from(params, actor=author, approval=approval)
 
 
+def _run_tuning(host: Host, params: dict[str, Any], author: Any, approval: Approval | None) -> TuningRun:
+    return tuning_start_from(host=host, params=params, actor=author, approval=approval)
+
+
 def _active_pair(host: Host, params: dict[str, Any]) -> Pair:
     return active_revision_of(host), target_revision(host, params)
 
@@ -87,6 +93,7 @@ KINDS: dict[str, Kind] = {
     ChangeKind.ALIAS: Kind(run=_run_alias, pair=_alias_pair),
     ChangeKind.SERVING: Kind(run=_run_serving, pair=_active_pair),
     ChangeKind.ROLLOUT: Kind(run=_run_rollout, pair=None),
+    ChangeKind.TUNING: Kind(run=_run_tuning, pair=_active_pair),  # what it serves now and the base it tunes
 }
 
 

@@ -200,6 +200,7 @@ INSTALLED_APPS = [
     "api",
     "people",
     "rollouts",
+    "tuning",
     "labrouter",
 ]
 
@@ -373,6 +374,8 @@ CELERY_BEAT_SCHEDULE = {
     "retry-notifications": {"task": "notifications.tasks.retry_notifications", "schedule": 30.0},
     "prune-notifications": {"task": "notifications.tasks.prune_notifications", "schedule": 3600.0},
     "run-scheduled-changes": {"task": "schedules.tasks.run_scheduled_changes", "schedule": 30.0},
+    # A tuning run whose operation ended without its next step (a panel restarted) takes it here.
+    "sweep-tuning-runs": {"task": "tuning.tasks.sweep_tuning_runs", "schedule": 30.0},
 }
 # A change scheduled at an exact time that finds its host busy (another switch, an install, a
 # benchmark) is tried again on each beat tick for this many seconds, then fails with the reason.

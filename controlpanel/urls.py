@@ -42,4 +42,5 @@ urlpatterns = [
     path("", include("deployments.views.host_urls")),
     path("", include("deployments.views.urls")),
     path("", include("rollouts.urls")),
+    path("", include("tuning.urls")),
 ]

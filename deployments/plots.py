@@ -364,3 +364,35 @@ def planner_error_chart(points: Sequence[Mapping[str, Any]]) -> str:
         markers=True,
         empty_message="no memory measured on this host yet",
     )
+
+
+# --- tuning runs -------------------------------------------------------------------------------
+
+
+def pareto_chart(
+    points: Sequence[Mapping[str, Any]], *, title: str, x_label: str, y_label: str, empty_message: str = ""
+) -> str:
+    """A tuning run's measured trials, the objective (y) against one cost (x): the base revision,
+    the trials on the Pareto front (nothing beats them on both at once) and the others, each dot
+    named in its tooltip. `points`: {"x", "y", "label", "front": bool, "base": bool}."""
+    groups: dict[str, tuple[str, list[Point], list[str]]] = {
+        "base": ("#495057", [], []),
+        "Pareto front": (PALETTE[1], [], []),
+        "other trials": (PALETTE[0], [], []),
+    }
+    for p in points:
+        x, y = _num(p.get("x")), _num(p.get("y"))
+        if x is None or y is None:
+            continue
+        name = "base" if p.get("base") else "Pareto front" if p.get("front") else "other trials"
+        _, dots, tips = groups[name]
+        dots.append((x, y))
+        tips.append(f"{p.get('label', '')}: {fmt_number(x)} {x_label}, {fmt_number(y)} {y_label}")
+    series = [Series(name, dots, color, meta=tips) for name, (color, dots, tips) in groups.items() if dots]
+    return scatter_chart(
+        series,
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+        empty_message=empty_message or "no trial measured this yet",
+    )

@@ -23,6 +23,7 @@ HUB_IMPORT = "00000000-0000-0000-0000-0000000000b1"
 CHANNEL = "00000000-0000-0000-0000-0000000000c1"
 RULE = "00000000-0000-0000-0000-0000000000a1"
 ROLLOUT = 900_001  # far above the ids the tests' own rollouts take from the sequence
+TUNING = 900_001  # likewise for tuning runs
 # name -> (kwargs, GET role, POST role or None when the URL takes no POST)
 ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "dashboard:index": ({}, "viewer", None),
@@ -115,6 +116,12 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "rollouts:resume": ({"pk": ROLLOUT}, "viewer", "operator"),
     "rollouts:cancel": ({"pk": ROLLOUT}, "viewer", "operator"),
     "rollouts:host_tags": ({"name": "h1"}, "viewer", "operator"),
+    "tuning:list": ({"name": "h1"}, "viewer", None),
+    "tuning:new": ({"name": "h1"}, "viewer", "operator"),
+    "tuning:detail": ({"pk": TUNING}, "viewer", None),
+    "tuning:status": ({"pk": TUNING}, "viewer", None),
+    "tuning:cancel": ({"pk": TUNING}, "viewer", "operator"),
+    "tuning:propose": ({"pk": TUNING}, "viewer", "operator"),
 }
 # /metrics answers a bearer token or loopback, not a session (tests/deployments/test_panel_metrics.py).
 # Single sign-on's start and callback are sign-in pages (tests/test_sso.py, tests/browser/test_sso_browser.py).
@@ -170,6 +177,8 @@ POST_ONLY = {
     "rollouts:resume",
     "rollouts:cancel",
     "rollouts:host_tags",
+    "tuning:cancel",
+    "tuning:propose",
 }
 VIEWER_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "viewer")
 ADMIN_PAGES = sorted(n for n, (_, get, _) in ACCESS.items() if get == "admin" and n not in POST_ONLY)
@@ -180,6 +189,7 @@ STOPPED = {
     "deployments:benchmark_progress_status",
     "deployments:hub_import_status",  # the world's import has ended
     "rollouts:status",  # the world's rollout has ended
+    "tuning:status",  # the world's tuning run has ended
 }
 
 
@@ -271,6 +281,28 @@ def world(catalog, operator):
     from rollouts.models import Rollout
 
     Rollout.objects.create(id=ROLLOUT, group="lab", kind="revision", change={"set": {"threads": 4}}, state="succeeded")
+    from tuning.models import TuningRun, TuningTrial
+
+    # A finished tuning run of h1 from r1 whose base was measured once.
+    tuned = TuningRun.objects.create(
+        id=TUNING,
+        host=host,
+        base=revision,
+        space={"parallel": [2, 4]},
+        objective={"metric": "throughput", "level": "concurrency 4"},
+        state="succeeded",
+        stage="done",
+        reason="no candidate met the limits",
+    )
+    figures = {"concurrency 4": {"throughput": 50.0, "ttft_p95": 300.0}, "run": {"j_per_token": None}}
+    TuningTrial.objects.create(
+        run=tuned,
+        number=0,
+        revision=revision,
+        state="measured",
+        rounds=[{"figures": figures, "value": 50.0}],
+        value=50.0,
+    )
     return host
 
 

@@ -36,6 +36,7 @@ PACKAGES = (
     "notifications",
     "changes",
     "rollouts",
+    "tuning",
     "dashboard",
     "api",
     "labrouter",

@@ -503,13 +503,13 @@ class LoadGenerator:
         watcher = asyncio.create_task(self._watch_cancel(state))
         self.meter.start()
         cpu0, t0 = time.process_time(), time.perf_counter()
+        labels = profile.level_labels()
         if profile.request_rate is not None:
             levels: list[tuple[str, int | None, float | None]] = [
-                (f"{profile.request_rate:g} req/s", profile.max_concurrency, profile.request_rate)
+                (labels[0], profile.max_concurrency, profile.request_rate)
             ]
         else:
-            prefix = "long-context, " if profile.context_fraction is not None else ""
-            levels = [(f"{prefix}concurrency {c}", c, None) for c in profile.concurrency]
+            levels = [(label, c, None) for label, c in zip(labels, profile.concurrency, strict=True)]
         n = profile.num_requests
         try:
             for i, (label, conc, rate) in enumerate(levels):

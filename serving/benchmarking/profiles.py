@@ -116,6 +116,13 @@ class BenchmarkProfile:
             return "long-context"
         return "concurrency"
 
+    def level_labels(self) -> list[str]:
+        """Each level's label, as the load generator names it in a run's results."""
+        if self.request_rate is not None:
+            return [f"{self.request_rate:g} req/s"]
+        prefix = "long-context, " if self.context_fraction is not None else ""
+        return [f"{prefix}concurrency {c}" for c in self.concurrency]
+
     @property
     def total_requests(self) -> int:
         levels = 1 if self.request_rate is not None else len(self.concurrency)

@@ -1,0 +1,171 @@
+"""The pure search of a tuning run (serving/tuning): the space checked by the adapters' knob specs,
+exhaustive and sampled search, limits and early stop, the winner against the base within noise,
+the Pareto front. No database."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving.tuning import (
+    Limit,
+    Objective,
+    Tried,
+    TuningInputError,
+    limit_breaks,
+    limits_from_input,
+    next_candidate,
+    pareto_front,
+    ranked,
+    space_check,
+    verdict,
+)
+from serving.tuning.objective import Scored, limits_unjudged, mean_figures
+from serving.tuning.search import PRUNED
+
+LEVEL = "concurrency 4"
+
+
+def test_a_space_is_checked_and_normalised_by_the_engines_own_knob_specs():
+    space = space_check("llama.cpp", {"parallel": [1, "2", 4.0], "flash_attn": ["on", "off"]})
+    assert space.to_dict() == {"parallel": [1, 2, 4], "flash_attn": ["on", "off"]}
+    assert space.size() == 6
+    assert list(space.candidates())[:2] == [{"parallel": 1, "flash_attn": "on"}, {"parallel": 1, "flash_attn": "off"}]
+
+
+@pytest.mark.parametrize(
+    ("space", "field", "words"),
+    [
+        ({"no_such_knob": [1, 2]}, "no_such_knob", "has no knob"),
+        ({"parallel": [0, 2]}, "parallel", "parallel"),  # below the spec's minimum
+        ({"cache_type_k": ["f16", "f77"]}, "cache_type_k", "must be one of"),
+        ({"mmproj": ["/a.gguf", "/b.gguf"]}, "mmproj", "not tuned"),  # a file the engine opens
+        ({"parallel": [2, 2]}, "parallel", "twice"),
+        ({"parallel": [2]}, "space", "at least two candidates"),
+        ({"parallel": "1,2"}, "parallel", "list of values"),
+    ],
+)
+def test_a_space_the_engine_would_refuse_is_refused_naming_the_knob(space, field, words):
+    with pytest.raises(TuningInputError) as exc:
+        space_check("llama.cpp", space)
+    assert exc.value.field == field and words in str(exc.value)
+
+
+def test_a_small_space_is_searched_exhaustively_in_order_and_ends():
+    space = space_check("llama.cpp", {"parallel": [1, 2], "batch_size": [64, 512]})
+    tried: list[Tried] = []
+    while (knobs := next_candidate(space, tried)) is not None:
+        tried.append(Tried(knobs, value=1.0))
+    assert [t.knobs for t in tried] == [
+        {"parallel": 1, "batch_size": 64},
+        {"parallel": 1, "batch_size": 512},
+        {"parallel": 2, "batch_size": 64},
+        {"parallel": 2, "batch_size": 512},
+    ]
+    # A refused or pruned candidate counts as tried: it is never offered again.
+    assert next_candidate(space, [Tried({"parallel": 1, "batch_size": 64}, outcome=PRUNED)]) == {
+        "parallel": 1,
+        "batch_size": 512,
+    }
+
+
+def test_a_large_space_is_sampled_by_optuna_never_twice_and_repeatably():
+    space = space_check(
+        "llama.cpp",
+        {"parallel": [1, 2, 4, 8], "batch_size": [64, 128, 256, 512], "threads": [1, 2], "flash_attn": ["on", "off"]},
+    )
+    assert space.size() == 64
+
+    def search(seed: int) -> list[dict]:
+        tried: list[Tried] = []
+        for i in range(20):
+            knobs = next_candidate(space, tried, seed=seed)
+            assert knobs is not None and space.contains(knobs)
+            # parallel is what pays here: the sampler is told so
+            tried.append(Tried(knobs, value=knobs["parallel"] * 10.0 + i * 0.01))
+        return [t.knobs for t in tried]
+
+    first = search(seed=7)
+    assert len({tuple(sorted(k.items())) for k in first}) == 20  # never the same candidate twice
+    assert search(seed=7) == first  # rebuilt from the same trials, it asks the same: a restart resumes it
+    # Past its random start-up trials, TPE leans to what paid.
+    assert sum(k["parallel"] == 8 for k in first[10:]) > sum(k["parallel"] == 1 for k in first[10:])
+
+
+def test_limits_parse_and_judge_absolute_and_relative_to_the_base():
+    limits = limits_from_input("ttft_p95<=500, j_per_token<=base, throughput>=10", level=LEVEL)
+    assert limits == (
+        Limit("ttft_p95", LEVEL, bound=500.0),
+        Limit("j_per_token", "run", of_base=True),
+        Limit("throughput", LEVEL, bound=10.0),
+    )
+    half = limits_from_input("ttft_p95<=0.5*base", level=LEVEL)
+    assert half == (Limit("ttft_p95", LEVEL, bound=0.5, of_base=True),)
+    assert limit_breaks({LEVEL: {"ttft_p95": 140.0}}, half, {LEVEL: {"ttft_p95": 300.0}}) == []
+    (slower,) = limit_breaks({LEVEL: {"ttft_p95": 160.0}}, half, {LEVEL: {"ttft_p95": 300.0}})
+    assert "0.5 x the base's" in slower and "the bound: 150" in slower
+    base = {LEVEL: {"ttft_p95": 300.0, "throughput": 50.0}, "run": {"j_per_token": 2.0}}
+    good = {LEVEL: {"ttft_p95": 450.0, "throughput": 80.0}, "run": {"j_per_token": 1.5}}
+    slow = {LEVEL: {"ttft_p95": 650.0, "throughput": 90.0}, "run": {"j_per_token": 2.5}}
+    assert limit_breaks(good, limits, base) == []
+    broken = limit_breaks(slow, limits, base)
+    assert len(broken) == 2 and "TTFT p95" in broken[0] and "650" in broken[0] and "the bound: 2" in broken[1]
+    # A level that measured nothing breaks its limits; energy not measured (a CPU host) is not judged.
+    cpu = {LEVEL: {"ttft_p95": None, "throughput": 80.0}, "run": {"j_per_token": None}}
+    assert ["nothing measured" in b for b in limit_breaks(cpu, limits, base)] == [True]
+    assert limits_unjudged(cpu, limits, base) == ["J per output token <= the base's: not measured on this host"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("ttft_p95>=500", "limited with <="),
+        ("throughput<=5", "limited with >="),
+        ("speed<=5", "unknown metric"),
+        ("ttft_p95<=fast", "a number, 'base'"),
+        ("ttft_p95<=0*base", "above 0"),
+        ("ttft_p95 500", "METRIC<=NUMBER"),
+    ],
+)
+def test_a_limit_that_cannot_be_applied_is_refused(text, words):
+    with pytest.raises(TuningInputError) as exc:
+        limits_from_input(text, level=LEVEL)
+    assert words in str(exc.value) and exc.value.field == "limits"
+
+
+def test_the_ranking_keeps_only_trials_that_met_the_limits_best_first():
+    higher = Objective("throughput", LEVEL)
+    trials = [Scored("a", 10.0, True), Scored("b", 30.0, False), Scored("c", 20.0, True), Scored("d", None, True)]
+    assert [t.key for t in ranked(trials, higher)] == ["c", "a"]
+    assert [t.key for t in ranked(trials, Objective("ttft_p95", LEVEL))] == ["a", "c"]
+
+
+def test_the_winner_beats_the_base_only_beyond_the_rounds_own_noise():
+    objective = Objective("throughput", LEVEL)
+    clear = verdict(objective, [100.0, 102.0, 98.0], [130.0, 128.0, 131.0])
+    assert clear.beats_base and clear.within_noise is False and "rank-sum" in clear.basis
+    assert clear.change_pct == pytest.approx(29.67, abs=0.01)
+    noisy = verdict(objective, [100.0, 120.0, 90.0], [105.0, 95.0, 118.0])
+    assert not noisy.beats_base and noisy.within_noise is True and "noise" in noisy.summary
+    # Two rounds a side: the rounds' spread decides (the benchmark comparison's fallback).
+    spread = verdict(objective, [100.0, 104.0], [103.0, 101.0])
+    assert spread.within_noise is True and spread.basis == "the rounds' spread"
+    once = verdict(objective, [100.0], [200.0])
+    assert not once.beats_base and once.within_noise is None and "too few rounds" in once.summary
+    worse = verdict(Objective("ttft_p95", LEVEL), [100.0, 101.0, 99.0], [150.0, 151.0, 149.0])
+    assert not worse.beats_base and "the base is better" in worse.summary
+
+
+def test_the_pareto_front_keeps_the_points_nothing_beats_on_every_axis():
+    points = [
+        {"tput": 100.0, "ttft": 50.0},  # fast and quick: on the front
+        {"tput": 150.0, "ttft": 90.0},  # more throughput for more latency: on it
+        {"tput": 90.0, "ttft": 60.0},  # worse than the first on both: off
+        {"tput": 150.0, "ttft": 95.0},  # as much throughput as the second, slower: off
+        {"tput": 200.0, "ttft": None},  # not measured: left out
+    ]
+    assert pareto_front(points, {"tput": True, "ttft": False}) == [0, 1]
+
+
+def test_mean_figures_average_what_each_round_measured():
+    rounds = [{LEVEL: {"throughput": 10.0, "ttft_p95": None}}, {LEVEL: {"throughput": 20.0, "ttft_p95": 40.0}}]
+    assert mean_figures(rounds) == {LEVEL: {"throughput": 15.0, "ttft_p95": 40.0}}
