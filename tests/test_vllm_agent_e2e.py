@@ -57,7 +57,8 @@ LAB = {
     "CONTROLPANEL_FRONT_DOOR_BIND": f"127.0.0.1:{DOOR_PORT}",
     "CONTROLPANEL_AGENT_SERVING_S": "0.3",
     "CONTROLPANEL_ENGINE_READY_TIMEOUT_S": "600",  # vLLM took 360 s to start on a 2-core box under eight test runs
-    "CONTROLPANEL_INSTALL_DIRS": str(TOOLS.resolve()),  # the folder an admin may record a venv from
+    # the folder an admin may record a venv from, as named (the panel checks the name, the host its real path)
+    "CONTROLPANEL_INSTALL_DIRS": str(TOOLS),
     "CONTROLPANEL_TELEMETRY_INTERVAL_S": "1",
     "TMPDIR": AGENT_TMP,
 }
