@@ -14,7 +14,7 @@
   set asks first (deployments.services.serving_set); `door_set` keeps the same port and name rule
   (`one_port_one_name`, the one walk both use).
 
-The planner runs once per revision and host facts (deployments.services.planning's `revision_plan`,
+The planner runs once per revision and host facts (deployments.planning's `revision_plan`,
 the one entry point, kept by its input, so a poll that changes nothing plans nothing): its
 FitReport is the launch's memory, the set's fit and the switch's findings.
 """
@@ -34,9 +34,9 @@ from django.utils.text import slugify
 from deployments.choices import ServeMode
 from deployments.front_door_models import FrontDoor, ModelAlias, ServedRevision
 from deployments.models import DeploymentRevision, Secret, active_revision_id_of
+from deployments.planning import Plan, planned, revision_memory, revision_plan
 from deployments.runtime_bridge import launch_knobs, revision_host_facts, revision_spec
 from deployments.services.inference_keys import key_table
-from deployments.services.planning import Plan, planned, revision_memory, revision_plan
 from deployments.services.secrets import secret_reveal
 from hardware.models import Host
 from serving.diffing import fmt

@@ -22,9 +22,9 @@ from django.urls import NoReverseMatch, reverse
 
 from deployments.choices import OperationKind, OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from deployments.planning import PlanValues, plan_for_values, revision_plan
 from deployments.runtime_bridge import engine_bind_host as engine_bind_host  # re-exported for the pages
 from deployments.runtime_bridge import engine_config_for_revision, revision_launch_spec
-from deployments.services.planning import PlanValues, plan_for_values, revision_plan
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
 from serving.engines.scripts import render_start_script, render_systemd_unit

@@ -280,3 +280,17 @@ class HostEvent(WrittenOnce, models.Model):
 
     def __str__(self) -> str:
         return f"{self.host_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class ApprovedChange(models.Model):
+    """A change that may run under an approved change request (hardware.review): over a host that
+    requires review it starts once the request is approved, and carries the request's number and
+    its approver (the author stays the actor)."""
+
+    change_request = models.PositiveIntegerField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        abstract = True

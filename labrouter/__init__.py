@@ -26,7 +26,7 @@ every door): a key not allowed a name is refused here as it would be at the door
 request goes on with the client's `Authorization`, so the door meters usage per key as always.
 
 The route table (serving.lab_routes.LabRoutes) comes from the panel's database
-(deployments.selectors.lab_routes), read every CONTROLPANEL_ROUTER_REFRESH_S seconds in a
+(deployments.services.lab_routes), read every CONTROLPANEL_ROUTER_REFRESH_S seconds in a
 thread of its own; a failed read keeps the last table.
 
     app.py      Router: the HTTP routes, keys, the route table and its refresh

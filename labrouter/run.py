@@ -13,7 +13,7 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
-from deployments.selectors.lab_routes import lab_routes
+from deployments.services.lab_routes import lab_routes
 from hostagent.frontdoor.limits import ConnectionLimits
 from serving.binds import split_bind
 from serving.lab_routes import LabRoutes

@@ -12,10 +12,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from hardware.models import ApprovedChange
 from serving import rollouts as policy
 
 
-class Rollout(models.Model):
+class Rollout(ApprovedChange):
     class Kind(models.TextChoices):
         REVISION = "revision", "New revision (derived on each host) and a switch to it"
         ALIAS = "alias", "Alias move (to the revision with a tag on each host)"
@@ -41,12 +42,7 @@ class Rollout(models.Model):
     state = models.CharField(max_length=14, choices=State.choices, default=State.RUNNING)
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    # A rollout over a host that requires review starts once a change request is approved: the
-    # request's number and its approver, which every wave's switch (and roll-back) carries.
-    change_request = models.PositiveIntegerField(null=True, blank=True)
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    # change_request, approved_by (ApprovedChange): every wave's switch (and roll-back) carries them.
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from core.maintenance import Window, WindowError
-from hardware.models import Host
+from hardware.models import ApprovedChange, Host
 
 from .choices import ChangeKind, ChangeState
 
@@ -51,7 +51,7 @@ class MaintenanceWindow(models.Model):
             raise ValidationError(str(exc)) from exc
 
 
-class ScheduledChange(models.Model):
+class ScheduledChange(ApprovedChange):
     kind = models.CharField(max_length=20, choices=ChangeKind.choices)
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="scheduled_changes")
     params = models.JSONField(default=dict)  # what the kind needs: {"revision": 5}, {"name": "coder", "revision": 5}
@@ -75,12 +75,8 @@ class ScheduledChange(models.Model):
     cancelled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # A change on a host that requires review is scheduled when its change request is approved:
-    # the request's number and its approver, which the change carries when it runs.
-    change_request = models.PositiveIntegerField(null=True, blank=True)
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    # change_request, approved_by (ApprovedChange): on a host that requires review it is scheduled
+    # when its request is approved, and carries them when it runs.
 
     class Meta:
         indexes = [models.Index(fields=["state", "run_at"], name="scheduled_due")]

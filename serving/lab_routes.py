@@ -1,6 +1,6 @@
 """The lab router's route table: which hosts' front doors serve which names and aliases, where
 each door is reached, and whether it may be used now. Pure data (no Django, no I/O): the panel's
-selector (deployments/selectors/lab_routes.py) builds it from the database, the router
+service (deployments/services/lab_routes.py) builds it from the database, the router
 (labrouter/) reads it for every request.
 
 A door may be used when its host is online (an agent heartbeat within the offline threshold),

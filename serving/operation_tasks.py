@@ -21,5 +21,5 @@ OPERATION_TASKS: dict[str, str] = {
 
 # The stage an install reports while it compiles, as "compiling: 42 % (step 3/3: ...)"; its progress
 # is then the compile's share done, read from the build's own output (hostagent.install_progress),
-# and the panel's operation page estimates the time left from it (deployments.services.installs).
+# and the panel's operation page estimates the time left from it (deployments.selectors.installs).
 COMPILING_STAGE = "compiling"

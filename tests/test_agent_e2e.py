@@ -19,8 +19,8 @@ from django.test import Client
 
 from deployments.choices import OperationState
 from deployments.models import BenchmarkRun, DeploymentRevision, MeasuredMemory, ModelVariant, active_revision_id_of
+from deployments.planning import revision_memory
 from deployments.services.benchmarks import benchmark_request, profile_from_input
-from deployments.services.planning import revision_memory
 from deployments.services.secrets import secret_set
 from deployments.services.switch import switch_request
 from hardware.models import Host

@@ -29,13 +29,13 @@ from django.contrib.auth.models import User
 
 from deployments.choices import OperationState
 from deployments.models import BenchmarkRun, EngineLogRun, MeasuredMemory, ModelVariant, active_revision_id_of
+from deployments.planning import planned_memory, revision_plan
 from deployments.services.aliases import alias_set
 from deployments.services.benchmarks import benchmark_request, profile_from_input
 from deployments.services.engine_logs import engine_log_lines
 from deployments.services.imports import model_variant_import_hf_config
 from deployments.services.inference_keys import key_create
 from deployments.services.installs import install_request
-from deployments.services.planning import planned_memory, revision_plan
 from deployments.services.secrets import secret_set
 from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import EngineSample, Host
@@ -57,7 +57,8 @@ LAB = {
     "CONTROLPANEL_FRONT_DOOR_BIND": f"127.0.0.1:{DOOR_PORT}",
     "CONTROLPANEL_AGENT_SERVING_S": "0.3",
     "CONTROLPANEL_ENGINE_READY_TIMEOUT_S": "600",  # vLLM took 360 s to start on a 2-core box under eight test runs
-    "CONTROLPANEL_INSTALL_DIRS": str(TOOLS.resolve()),  # the folder an admin may record a venv from
+    # the folder an admin may record a venv from, as named (the panel checks the name, the host its real path)
+    "CONTROLPANEL_INSTALL_DIRS": str(TOOLS),
     "CONTROLPANEL_TELEMETRY_INTERVAL_S": "1",
     "TMPDIR": AGENT_TMP,
 }

@@ -15,10 +15,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from hardware.models import ApprovedChange
 from serving.tuning.objective import mean_figures
 
 
-class TuningRun(models.Model):
+class TuningRun(ApprovedChange):
     class State(models.TextChoices):
         RUNNING = "running", "Running"
         RESTORING = "restoring", "Going back to the base revision"
@@ -59,11 +60,7 @@ class TuningRun(models.Model):
     # serving.tuning.Verdict.to_dict() of the best trial against the base, once it ended.
     verdict = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    # On a host that requires review: the approved change request it started from, and its approver.
-    change_request = models.PositiveIntegerField(null=True, blank=True)
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    # change_request, approved_by (ApprovedChange): the approved request it started from.
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 

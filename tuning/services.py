@@ -44,10 +44,10 @@ from core.audit import audit_record
 from deployments.choices import ACTIVE_STATES, OperationKind, OperationState
 from deployments.memory_models import MeasuredMemory
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation, active_revision_of
+from deployments.planning import plan_for_values, planned_memory
 from deployments.runtime_bridge import revision_spec
 from deployments.services.benchmarks import benchmark_enqueue, profile_from_input
 from deployments.services.operations import operation_cancel
-from deployments.services.planning import plan_for_values, planned_memory
 from deployments.services.revisions import revision_derive
 from deployments.services.switch import switch_request
 from hardware.models import Host

@@ -9,13 +9,14 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import by_method
 from deployments.presenters import flash_refusal
+from deployments.views.lookups import host_or_404
 from hardware.models import Host
 from hardware.review import ChangeRequested, review_required
 from hardware.selectors import offline_reason
@@ -25,14 +26,10 @@ from .forms import TuningForm
 from .services import tuning_cancel, tuning_propose, tuning_start
 
 
-def _host_or_404(name: str) -> Host:
-    return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)
-
-
 @require_GET
 @role_required(VIEWER)
 def tuning_list(request: HttpRequest, name: str) -> HttpResponse:
-    host = _host_or_404(name)
+    host = host_or_404(name)
     return render(
         request,
         "tuning/list.html",
@@ -56,7 +53,7 @@ def _new_context(host: Host, form: TuningForm) -> dict[str, Any]:
 @require_GET
 @role_required(VIEWER)
 def tuning_new_form(request: HttpRequest, name: str) -> HttpResponse:
-    host = _host_or_404(name)
+    host = host_or_404(name)
     initial = {"base": request.GET.get("base")} if request.GET.get("base") else {}
     return render(request, "tuning/new.html", _new_context(host, TuningForm(host=host, initial=initial)))
 
@@ -64,7 +61,7 @@ def tuning_new_form(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATOR)
 def tuning_new_start(request: HttpRequest, name: str) -> HttpResponse:
-    host = _host_or_404(name)
+    host = host_or_404(name)
     form = TuningForm(request.POST, host=host)
     if form.is_valid():
         try:

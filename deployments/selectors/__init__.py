@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from core.models import AuditEvent
 from deployments.choices import ACTIVE_STATES, OperationKind
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_id_of
-from deployments.services.installs import install_time_left
+from deployments.selectors.installs import install_time_left
 from hardware.models import Host
 
 # A list page's filter (its query parameter) -> the lookup it narrows the rows by.

@@ -17,8 +17,8 @@ from django.db.models.functions import MD5, Cast, JSONArray, RowNumber
 
 from deployments.choices import ACTIVE_STATES
 from deployments.models import BenchmarkRun, ModelVariant, Operation, active_revision_of
+from deployments.planning import gpu_spec
 from deployments.runtime_bridge import launch_knobs
-from deployments.services.planning import gpu_spec
 from hardware.models import GPU, GpuSample, Host, used_memory
 from hardware.selectors import LATEST_USAGE, latest_usage, offline_reason, reported_ago
 from serving.planner import CatalogModel, GpuSpec, WhatFitsCell, what_fits

@@ -7,7 +7,7 @@ from typing import Any
 
 from deployments import plots
 from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProcess, PlannerErrorPoint
-from deployments.services.planning import revision_memory as planned_memory_of
+from deployments.planning import revision_memory as planned_memory_of
 from hardware.models import Host
 
 PLOTTED_POINTS = 500  # the newest trend points the host page plots

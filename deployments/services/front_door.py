@@ -4,7 +4,7 @@ The document (serving.wire.DoorDocument, made by deployments.host_serving) is th
 set, each model with its revision's launch (the engine's API key resolved: it goes to its own host
 only), the inference keys' digests and the door's bounds. Its `version` is a digest of the rest,
 so an agent asks again cheaply (ETag, 304), and the planner is not run again for a set that did
-not change (services.planning.revision_plan).
+not change (deployments.planning.revision_plan).
 """
 
 from __future__ import annotations

@@ -16,10 +16,9 @@ from django.db.models import Max
 from django.utils import timezone
 
 from deployments.models import DeploymentRevision, MeasuredMemory, OutsideProcess, PlannerErrorPoint
+from deployments.planning import revision_memory
 from hardware.models import Host
 from serving.agent_reports import MemoryReport, OutsideMemory
-
-from .planning import revision_memory
 
 TREND_EVERY = timedelta(minutes=5)  # a trend point per revision and device at most this often
 TREND_KEEP = 1000  # trend points a host keeps (the newest): days of a few revisions at 5 minutes

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployments.models import DeploymentRevision, ModelVariant
+from deployments.planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 from deployments.selectors.memory import outside_on_gpu
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
@@ -20,7 +21,6 @@ from serving.engines.versions import newest_first
 from serving.planner import FitReport
 
 from .host_models import download_active, host_model_of
-from .planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 
 __all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from deployments.choices import ModelFormat, OperationKind
 from deployments.models import DeploymentRevision, Operation, active_revision_of
+from deployments.planning import revision_plan
 from hardware.models import Host
 from hardware.review import Approval, approval_stamp, review_check, reviewed
 from serving.engines.registry import get_adapter
@@ -20,7 +21,6 @@ from .dispatch import operation_dispatch
 from .gates import GateRequest, gate_open, gate_params
 from .host_models import download_active, downloadable, host_model_of
 from .operations import operation_create
-from .planning import revision_plan
 from .serving_set import switch_set_refusals
 
 if TYPE_CHECKING:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.http import Http404
+from django.shortcuts import get_object_or_404
 
 from deployments import selectors
 from deployments.models import DeploymentRevision
+from hardware.models import Host
 
 
 def revision_or_404(host: str, number: int) -> DeploymentRevision:
@@ -14,3 +16,8 @@ def revision_or_404(host: str, number: int) -> DeploymentRevision:
         return selectors.revision_get(host_name=host, number=number)
     except DeploymentRevision.DoesNotExist as exc:
         raise Http404("No such revision.") from exc
+
+
+def host_or_404(name: str) -> Host:
+    """The host named `name` with its deployment's active revision (one query for a host's page), or Http404."""
+    return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)

@@ -16,8 +16,8 @@ from core.http import by_method, is_partial
 from deployments import presenters, selectors
 from deployments.choices import GATE_ACTIVE_STATES
 from deployments.models import Operation
+from deployments.selectors.installs import install_time_left
 from deployments.services.gates import gate_of
-from deployments.services.installs import install_time_left
 from deployments.services.operations import operation_cancel
 
 

@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -44,7 +44,7 @@ from serving.engines.registry import get_adapter
 from serving.launch import launch
 from serving.planner import PlanInputError
 
-from .lookups import revision_or_404
+from .lookups import host_or_404, revision_or_404
 from .playground import playground_context
 
 if TYPE_CHECKING:
@@ -54,17 +54,13 @@ FILTER_KEYS = ("model", "engine", "author", "tag")
 HISTORY_LIMIT = 200
 
 
-def _host_or_404(name: str) -> Host:
-    return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)
-
-
 # --- history -----------------------------------------------------------------------------------
 
 
 @require_GET
 @role_required(VIEWER)
 def revision_list(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host)
     filters = {k: text_param(request.GET, k) for k in FILTER_KEYS}
     revisions = list(selectors.revision_history(host=host_obj, filters=filters)[:HISTORY_LIMIT])
     authors = (
@@ -156,7 +152,7 @@ def _new_context(host: Host, form: RevisionForm, start: DeploymentRevision | Non
 @require_GET
 @role_required(VIEWER)
 def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host)
     start: DeploymentRevision | None = None
     start_number = int_param(request.GET, "from", minimum=1)
     if start_number is not None:
@@ -178,7 +174,7 @@ def revision_new_page(request: HttpRequest, host: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATOR)
 def revision_create_view(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host)
     form = RevisionForm(request.POST, host=host_obj)
     revision = form_save(form, lambda data: _derive(host_obj, data, request.user), fallback="knobs")
     if revision is not None:
@@ -216,7 +212,7 @@ revision_new = by_method(get=revision_new_page, post=revision_create_view)
 
 
 def _preview(request: HttpRequest, host: str, data: QueryDict) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host)
     context: dict[str, Any] = {"report": None, "report_error": "", "errors": [], "launch": None, "memory": None}
     form = RevisionForm(data, host=host_obj, preview=True)
     if not data or not data.get("model_variant"):

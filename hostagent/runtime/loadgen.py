@@ -205,23 +205,32 @@ class LoadGenerator:
         calibrated from two usage probes."""
         probe = " ".join(passage_words(-1, self.profile.seed, 40))
         url = f"{self.target.base_url}/tokenize"
+        # llama.cpp's /tokenize reads `content`; vLLM's (and SGLang's) `prompt` with the model's
+        # name, refusing a body without it. Both answer {"tokens": [...]}. The first shape the
+        # engine takes is the one used for every prompt.
+        shapes = [
+            lambda text: {"content": text, "add_special": False},
+            lambda text: {"model": self.target.model, "prompt": text, "add_special_tokens": False},
+        ]
 
         def tokenize(text: str) -> int:
-            resp = client.post(url, json={"content": text, "add_special": False})
+            resp = client.post(url, json=shapes[0](text))
             resp.raise_for_status()
             return len(resp.json()["tokens"])
 
-        if self.use_tokenize:
+        while self.use_tokenize and shapes:
             try:
                 probe_tokens = tokenize(probe)
             except (httpx.HTTPError, ValueError, KeyError):
-                pass
+                shapes.pop(0)
             else:
                 overhead = self._probe_prompt_tokens(client, probe) - probe_tokens
                 return tokenize, max(0, overhead), "tokenize"
-        long_probe = " ".join(passage_words(-1, self.profile.seed, 400))
+        # About 1.3 tokens a word: the long probe stays within a small served context.
+        words = max(80, min(400, int((self.served_context or 4096) / 2.6)))
+        long_probe = " ".join(passage_words(-1, self.profile.seed, words))
         model = LinearTokenModel.from_probes(
-            40, self._probe_prompt_tokens(client, probe), 400, self._probe_prompt_tokens(client, long_probe)
+            40, self._probe_prompt_tokens(client, probe), words, self._probe_prompt_tokens(client, long_probe)
         )
         return model, 0, "usage-calibrated"
 

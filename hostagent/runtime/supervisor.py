@@ -380,28 +380,44 @@ class Supervisor:
         """The engine's own TMPDIR: vLLM leaves its ZeroMQ sockets there at every start, so it is
         emptied before each start and after each stop. A short name in the TMPDIR of the process
         that started it (a Unix socket's path holds 107 bytes at most, and a state folder's may be
-        long), noted in the state folder so that any process that stops the engine finds it."""
+        long), noted in the state folder so that any process that stops the engine finds it. A note
+        is followed only to a folder of this state folder's name: one copied from another state
+        folder names that one's engine's TMPDIR, which is not ours to empty."""
         noted = self.state.path / "engine-tmp"
         with contextlib.suppress(OSError):
             path = Path(noted.read_text().strip())
-            if path.is_absolute() and path.name.startswith("cp-engine-"):
+            ours = path.name == self._tmp_name or path.name.startswith(f"{self._tmp_name}-")
+            if path.is_absolute() and ours and ".." not in path.parts:
                 return path
-        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"cp-engine-{key}"
+        return Path(tempfile.gettempdir()) / self._tmp_name
+
+    @property
+    def _tmp_name(self) -> str:
+        """The engine's TMPDIR's name: one per state folder."""
+        return f"cp-engine-{hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]}"
 
     def _fresh_tmp(self) -> Path:
         """The engine's TMPDIR, empty, 0700 and ours: what an earlier engine left there is removed."""
         self._clear_tmp()
-        key = hashlib.sha256(str(self.state.path.resolve()).encode()).hexdigest()[:12]
-        path = Path(tempfile.gettempdir()) / f"cp-engine-{key}"
-        path.mkdir(mode=0o700)  # FileExistsError: someone made it meanwhile; the start fails
+        path = Path(tempfile.gettempdir()) / self._tmp_name
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # the name is taken (the TMPDIR is shared: another user's): one beside it
+            path = Path(tempfile.mkdtemp(prefix=f"{self._tmp_name}-"))
         (self.state.path / "engine-tmp").write_text(str(path))
         return path
 
     def _clear_tmp(self) -> None:
-        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there)."""
+        """Remove what the stopped engine left in its TMPDIR (its group is gone: nothing writes there);
+        a folder or link under its name that this user does not own is not ours, and is left alone."""
         path = self.tmp_dir
-        if path.is_symlink():  # not ours: never follow it
+        try:
+            owner = path.lstat().st_uid
+        except OSError:
+            return
+        if owner != os.geteuid():
+            return
+        if path.is_symlink():  # never followed
             path.unlink()
         shutil.rmtree(path, ignore_errors=True)
 

@@ -10,9 +10,9 @@ from django.core.exceptions import ValidationError
 
 from deployments.host_serving import revision_launch
 from deployments.models import DeploymentRevision, ModelVariant
+from deployments.planning import revision_plan
 from deployments.selectors.revision_views import revision_view
 from deployments.services.exports import revision_client_target
-from deployments.services.planning import revision_plan
 from serving.diffing.context import revision_context
 from tests.hardware.factories import HostFactory
 from tests.support.revisions import make_revision

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-import deployments.services.planning as planning_module
+import deployments.planning as planning_module
 from deployments.host_serving import host_serving
 from deployments.models import DeploymentRevision, ModelVariant, Operation, active_revision_of
 from deployments.services.aliases import alias_set
@@ -116,7 +116,7 @@ def test_an_alias_that_became_a_served_name_leaves_the_document_not_the_whole_ta
 
 class Counted:
     """Counts the planner's runs (serving.planner.plan) where the panel calls it: its one entry
-    point (revision_plan) and a form's preview (plan_for_values), both in services.planning."""
+    point (revision_plan) and a form's preview (plan_for_values), both in deployments.planning."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0

@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from deployments.models import HubImport, ModelVariant
+from deployments.planning import plan_request
 from deployments.services.hub_imports import hub_import_run
-from deployments.services.planning import plan_request
 from deployments.services.secrets import secret_set
 from serving.planner import catalog_host, plan
 from tests.hardware.factories import HostFactory

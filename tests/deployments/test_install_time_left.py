@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deployments.models import Operation
-from deployments.services.installs import install_time_left
+from deployments.selectors.installs import install_time_left
 from hardware.models import Host
 
 pytestmark = pytest.mark.django_db

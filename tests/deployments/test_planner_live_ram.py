@@ -61,7 +61,7 @@ def test_what_fits_in_ram_says_so_with_the_figures(client, viewer, cpu_box, gguf
 
 
 def test_the_live_planner_and_the_switch_preflight_say_the_same(client, viewer, operator, cpu_box, gguf) -> None:
-    from deployments.services.planning import revision_plan
+    from deployments.planning import revision_plan
 
     revision = make_revision(
         host=cpu_box,

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from deployments.models import ModelVariant
-from deployments.services.planning import plan_for_values
+from deployments.planning import plan_for_values
 from hardware.models import Host
 
 pytestmark = pytest.mark.django_db

@@ -68,7 +68,7 @@ GARBAGE: list[tuple[str, dict[str, Any]]] = [
 ]  # fmt: skip
 
 # Shapes of min_engine_versions that today's readers outside this part's files cannot take
-# (services/planning.py calls dict() on it; diffing/model_table.py calls .get() on it).
+# (deployments/planning.py calls dict() on it; diffing/model_table.py calls .get() on it).
 NOT_A_MAPPING = [
     ("min-versions-a-list", {"min_engine_versions": ["vllm", "0.17"]}),
     ("min-versions-a-string", {"min_engine_versions": "0.17"}),

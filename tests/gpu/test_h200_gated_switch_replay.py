@@ -85,7 +85,7 @@ def test_the_panels_decode_agrees_with_the_engines_own_timings_and_energy_is_mea
 def test_planned_against_measured_gpu_memory_of_each_candidate(revision: int) -> None:
     entry = gate(revision)
     plan = entry["planner"]
-    # The planner's bytes per GPU as the panel stores them (deployments.services.planning.planned_memory).
+    # The planner's bytes per GPU as the panel stores them (deployments.planning.planned_memory).
     planned = planned_bytes_per_gpu(
         plan["weights_bytes_per_gpu"], plan["kv_pool_bytes_per_gpu"], plan["overheads_per_gpu"]
     )

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from deployments.models import MeasuredMemory, OutsideProcess, PlannerErrorPoint
-from deployments.services.planning import revision_memory
+from deployments.planning import revision_memory
 from hardware.credentials import host_token_issue
 from hostagent.held import memory_report
 from hostagent.preflight import gpu_memory_checks

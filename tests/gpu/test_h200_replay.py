@@ -164,7 +164,7 @@ def h200_revisions(tmp_path, settings, db):
 
 @pytest.mark.django_db
 def test_planner_kv_size_equals_the_cuda_builds_llama_kv_cache_lines(h200_revisions):
-    from deployments.services.planning import revision_plan
+    from deployments.planning import revision_plan
 
     for revision, number in zip(h200_revisions, (1, 2, 3), strict=True):
         report = revision_plan(revision).checked()  # log_verbosity 4 plans (it refused the switch before)
@@ -181,7 +181,7 @@ def test_gpu_memory_per_process_is_what_the_planner_predicts_or_a_little_less(h2
     """NVML's per-process figure for the engine, replayed, against the planner's weights + KV +
     CUDA context + compute buffer on the GPU. With the consumer-card context (350 MiB) the
     planner predicted 217 MiB (r1) and 250 MiB (r2) less than the H200 process held."""
-    from deployments.services.planning import revision_plan
+    from deployments.planning import revision_plan
 
     for revision, session, switch in zip(h200_revisions[:2], ("serving_r1_0", "serving_r2_1"), (0, 1), strict=True):
         ((gpu,),) = replayed(session)
@@ -280,7 +280,7 @@ def test_partial_offload_plans_what_llama_cpp_put_on_the_gpu(h200_revisions):
     """-ngl 8 of 16 blocks, -fa off, on the H200: llama.cpp counts the output layer as one of the
     8 ("offloaded 8/17"), so 7 blocks' KV went to CUDA0 (112 MiB; the planner said 8/16 = 128),
     and the attention scores of -fa off grew the compute buffer to 117 MiB (the planner said 48)."""
-    from deployments.services.planning import revision_plan
+    from deployments.planning import revision_plan
 
     r3 = h200_revisions[2]
     log = startup(3)

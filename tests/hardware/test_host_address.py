@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from core.models import AuditEvent
-from deployments.selectors.lab_routes import lab_routes
+from deployments.services.lab_routes import lab_routes
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from tests.router.test_lab_routes import serving_host

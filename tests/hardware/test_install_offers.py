@@ -14,7 +14,8 @@ import pytest
 from django.utils import timezone
 
 from deployments.choices import OperationKind
-from deployments.services.installs import COMPILE_CORE_MINUTES, install_offers
+from deployments.selectors.installs import COMPILE_CORE_MINUTES
+from deployments.services.installs import install_offers
 from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue
 from hardware.models import Host

@@ -30,8 +30,8 @@ from django.utils import timezone
 
 from core.models import AuditEvent
 from deployments.models import DoorPolicy, InferenceKey
-from deployments.selectors.lab_routes import lab_routes
 from deployments.services.front_door import front_door_document, front_door_report
+from deployments.services.lab_routes import lab_routes
 from hardware.models import Host
 from hostagent.door.tables import serving_set
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable

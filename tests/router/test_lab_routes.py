@@ -1,4 +1,4 @@
-"""The router's route table as the panel's database makes it (deployments.selectors.lab_routes):
+"""The router's route table as the panel's database makes it (deployments.services.lab_routes):
 which doors serve which names, and which may be used now."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from deployments.models import FrontDoor
-from deployments.selectors.lab_routes import lab_routes
 from deployments.services.front_door import front_door_report
 from deployments.services.inference_keys import key_create
+from deployments.services.lab_routes import lab_routes
 from hardware.models import Host
 from tests.hardware.factories import HostFactory
 

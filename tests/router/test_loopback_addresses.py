@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from deployments.models import DeploymentRevision
-from deployments.selectors.lab_routes import lab_routes
 from deployments.services.exports import revision_export
+from deployments.services.lab_routes import lab_routes
 from hardware.models import Host
 from serving.binds import address_refusal, canonical_address, system_resolve
 from serving.exports import NotExportable

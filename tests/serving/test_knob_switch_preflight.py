@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from deployments import planning
 from deployments.agent_api.orders import operation_order
 from deployments.choices import OperationState
 from deployments.models import ModelVariant
+from deployments.planning import revision_memory
 from deployments.presenters import report_for_revision
-from deployments.services import planning
-from deployments.services.planning import revision_memory
 from deployments.services.preflight import panel_preflight
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host

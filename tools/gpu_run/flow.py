@@ -223,10 +223,10 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
     from django.contrib.auth import get_user_model
 
     from deployments.models import BenchmarkRun, Operation
+    from deployments.planning import revision_plan
     from deployments.runtime_bridge import spec_for_values
     from deployments.services.benchmarks import benchmark_export, benchmark_request, profile_from_input
     from deployments.services.imports import model_variant_import_gguf
-    from deployments.services.planning import revision_plan
     from deployments.services.revisions import revision_create
     from deployments.services.switch import switch_request
     from hardware.models import GpuSample, Host
@@ -390,9 +390,9 @@ def gated_switches(figures: dict[str, Any], revs: list[Any], nvml: Nvml, *, acto
     per-request timings beside the panel's clock) and the GPU memory while each serves."""
     from deployments.choices import GATE_ACTIVE_STATES
     from deployments.models import BenchmarkRun, SwitchGate
+    from deployments.planning import revision_plan
     from deployments.services.benchmarks import benchmark_export
     from deployments.services.gates import gate_from_input
-    from deployments.services.planning import revision_plan
     from deployments.services.revisions import revision_derive
     from deployments.services.switch import switch_request
     from serving.benchmarking.profiles import BenchmarkProfile

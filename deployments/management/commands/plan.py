@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from deployments.management.cli import BadInput, PanelCommand, bounded_float, bounded_int, get_host, parse_pairs
-from deployments.services.planning import gpu_type_specs, host_gpu_specs, model_source
+from deployments.planning import gpu_type_specs, host_gpu_specs, model_source
 from hardware.models import GpuType
 from serving.planner import GpuSpec, PlanInputError, PlanRequest, plan
 from serving.planner.fit import MAX_GPUS

@@ -80,3 +80,55 @@ def test_another_process_with_another_tmpdir_finds_the_engines_folder(
     given.mkdir()  # as if the engine were still running there
     monkeypatch.setattr(tempfile, "tempdir", str(others))
     assert Supervisor(tmp_path / "host").tmp_dir == given
+
+
+def test_a_note_naming_another_state_folders_tmpdir_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state folder copied from another (a backup restored beside the original) notes the other's
+    TMPDIR: stopping or starting this one's engine must not empty the folder another engine runs in."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    theirs = Supervisor(tmp_path / "other").tmp_dir
+    theirs.mkdir()
+    (theirs / "14b0a5f9-9f94-4582-a27b-d603bf0292b0").write_text("")  # the other engine's live socket
+    sup = Supervisor(tmp_path / "host")
+    sup.state.path.mkdir(parents=True, exist_ok=True)
+    (sup.state.path / "engine-tmp").write_text(str(theirs))
+    assert sup.tmp_dir != theirs
+    with pytest.raises(EngineExitedError):
+        sup.start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    sup.stop()
+    assert (theirs / "14b0a5f9-9f94-4582-a27b-d603bf0292b0").exists()
+
+
+def test_a_name_taken_in_the_shared_tmp_neither_stops_the_engine_nor_loses_anothers_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's name is predictable (the state folder's), and /tmp is everyone's: what another
+    user made there under it is left alone, and the engine gets a folder of its own beside it."""
+    import os
+    import tempfile
+
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir(mode=0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    sup = Supervisor(tmp_path / "host")
+    squat = sup.tmp_dir
+    squat.write_text("not a folder")  # a file under the name: mkdir there fails
+    with pytest.raises(EngineExitedError):
+        sup.start(_spec(tmp_path / "said"), revision_label="r1", ready_timeout=60)
+    given = Path((tmp_path / "said").read_text())
+    assert given.parent == shared and given.name.startswith(squat.name) and given != squat
+    assert squat.read_text() == "not a folder" and not given.exists()
+    if os.geteuid() == 0:  # another user's folder under the name, with their file in it
+        squat.unlink()
+        squat.mkdir(mode=0o777)
+        (squat / "theirs").write_text("")
+        os.chown(squat / "theirs", 65534, 65534)
+        os.chown(squat, 65534, 65534)
+        (sup.state.path / "engine-tmp").write_text(str(squat))  # as if ours had been there
+        with pytest.raises(EngineExitedError):
+            sup.start(_spec(tmp_path / "said"), revision_label="r2", ready_timeout=60)
+        assert (squat / "theirs").exists() and Path((tmp_path / "said").read_text()) != squat

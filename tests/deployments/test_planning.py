@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.models import ModelVariant
-from deployments.services.planning import gpu_type_specs, plan_for_values, plan_request
+from deployments.planning import gpu_type_specs, plan_for_values, plan_request
 from hardware.models import GpuType
 from hardware.services import host_declare
 from serving.planner import plan
