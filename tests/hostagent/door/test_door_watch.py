@@ -42,13 +42,19 @@ def _wait(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"no {what} in {timeout} s")
 
 
+def _started(panel: Panel, state: Path) -> FrontDoorService:
+    """A real door on a free port, following `panel` every 0.1 s, its state in `state`."""
+    ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(state / "host"))  # type: ignore[arg-type]
+    settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5, drain_timeout_s=5)
+    service = FrontDoorService(ctx, settings, gpus=False, state=state, interval=0.1, ready_timeout=5)
+    service.start()
+    return service
+
+
 def test_a_door_that_stops_answering_is_reported_down_and_then_up(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(door_service, "HEALTH_TIMEOUT_S", 0.5)
     panel = Panel()
-    ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]
-    settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5, drain_timeout_s=5)
-    service = FrontDoorService(ctx, settings, gpus=False, state=tmp_path, interval=0.1, ready_timeout=5)
-    service.start()
+    service = _started(panel, tmp_path)
     try:
         time.sleep(0.5)
         assert panel.events == []  # it answers: nothing to say
@@ -72,10 +78,7 @@ def test_a_door_reported_down_by_the_previous_run_is_reported_up_when_it_answers
     though the run that reported it down is gone."""
     door_service.note_door_down(tmp_path, "The front door did not start: it cannot listen on 127.0.0.1:4000")
     panel = Panel()
-    ctx = AgentContext(host="alpha", panel=panel, supervisor=Supervisor(tmp_path / "host"))  # type: ignore[arg-type]
-    settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5, drain_timeout_s=5)
-    service = FrontDoorService(ctx, settings, gpus=False, state=tmp_path, interval=0.1, ready_timeout=5)
-    service.start()
+    service = _started(panel, tmp_path)
     try:
         [up] = _wait(lambda: list(panel.events), 5, "door-up report")
         assert up["kind"] == "door.up" and "cannot listen on 127.0.0.1:4000" in up["reason"]
