@@ -27,6 +27,10 @@ ProgressCallback = Callable[[str, float, str], None]
 """on_progress(stage, fraction 0..1, message): stages "health", "models", "verify"."""
 
 LogTail = Callable[[], list[str]]
+# Lines of a failed start's log shown with its error; the tail it is handed may be longer, for the
+# cause: a Python engine's worker logs its exception a hundred lines and more above the wrappers
+# that end the log (vLLM: "Engine core initialization failed. See root cause above.").
+SHOWN_TAIL_LINES = 40
 
 POLL_INTERVAL = 0.05  # a probe on loopback costs the engine next to nothing; a coarser poll costs the switch
 REPORT_EVERY = 1.0  # seconds between progress reports while nothing changes (each is a line in the log)
@@ -123,7 +127,7 @@ def wait_ready(
                 raise EngineExitedError(
                     f"the engine process exited {elapsed:.1f} s after the start, before it was "
                     f"ready{f': {said}' if said else ''} (last probe: {last})",
-                    lines,
+                    lines[-SHOWN_TAIL_LINES:],
                 )
             if health_seconds is None:
                 last = _probe_health(http, spec)
@@ -142,7 +146,7 @@ def wait_ready(
                 if status.startswith(("401", "403")):
                     raise EngineNotReadyError(
                         f"{spec.models_url} refused us ({status}): the API key is missing or wrong",
-                        tail(),
+                        tail()[-SHOWN_TAIL_LINES:],
                     )
                 progress("models", f"waiting for {spec.served_name!r} in /v1/models: {status}", status)
             if time.monotonic() >= deadline:
@@ -152,7 +156,7 @@ def wait_ready(
                     else f"health was OK but /v1/models did not list {spec.served_name!r} "
                     f"within {timeout:.0f} s (last answer: {last})"
                 )
-                raise EngineNotReadyError(mask_text(reason, secrets), tail())
+                raise EngineNotReadyError(mask_text(reason, secrets), tail()[-SHOWN_TAIL_LINES:])
             time.sleep(poll_interval)
 
 
@@ -250,17 +254,20 @@ def verify_chat(
         try:
             response = http.post(spec.chat_url, json=payload, headers=_headers(api_key), timeout=timeout)
         except httpx.HTTPError as exc:
-            raise EngineVerifyError(f"the test chat completion failed: {type(exc).__name__}: {exc}", tail()) from exc
+            raise EngineVerifyError(
+                f"the test chat completion failed: {type(exc).__name__}: {exc}", tail()[-SHOWN_TAIL_LINES:]
+            ) from exc
     seconds = time.monotonic() - started
     if response.status_code != 200:
         reason = f"the test chat completion answered {response.status_code}: {_short(response.text, 300)}"
-        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
     try:
         body = response.json()
         message = body["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise EngineVerifyError(
-            f"the test chat completion answered 200 without a choice: {_short(response.text, 300)}", tail()
+            f"the test chat completion answered 200 without a choice: {_short(response.text, 300)}",
+            tail()[-SHOWN_TAIL_LINES:],
         ) from exc
     text = message.get("content") or message.get("reasoning_content") or ""
     if not isinstance(text, str):
@@ -273,6 +280,6 @@ def verify_chat(
             "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template_file, "
             "or use a GGUF that carries its template"
         )
-        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail())
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
     usage = body.get("usage") or {}
     return ChatCheck(seconds, text, usage.get("completion_tokens"), body.get("model"))

@@ -66,7 +66,9 @@ __all__ = [
     "Supervisor",
 ]
 
-FAILURE_TAIL_LINES = 40
+# Lines of a failed start's log read for its cause (readiness shows the last SHOWN_TAIL_LINES): vLLM's
+# worker exception sits 160 lines above the end of its log.
+FAILURE_TAIL_LINES = 400
 ORPHAN_SOCKET_WAIT = 5.0  # seconds a port may stay listening with no visible owner
 
 

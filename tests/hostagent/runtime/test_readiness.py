@@ -111,3 +111,28 @@ def test_nothing_listening_times_out_as_connection_refused() -> None:
     with pytest.raises(EngineNotReadyError) as caught:
         wait_ready(not_launched(free_port()), timeout=0.5)
     assert "connection refused" in caught.value.reason
+
+
+def test_a_python_engines_cause_far_above_the_end_of_its_log_is_quoted(
+    procs: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """vLLM's CPU build, refusing a block size (its real log, tests/fixtures/engine_logs): the
+    worker's ValueError sits 160 lines above the wrappers that end the log. The supervisor hands
+    over FAILURE_TAIL_LINES; the failure quotes the ValueError and shows the last 40 lines."""
+    from hostagent.runtime.supervisor import FAILURE_TAIL_LINES
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "engine_logs" / "vllm_cpu_block_size.log"
+    log = tmp_path / "log"
+    proc = launch([sys.executable, "-c", f"print(open({str(fixture)!r}).read()); raise SystemExit(1)"], log)
+    procs.append(proc)
+    with pytest.raises(EngineExitedError) as caught:
+        wait_ready(
+            not_launched(free_port()),
+            timeout=60,
+            process_alive=lambda: proc.poll() is None,
+            log_tail=lambda: tail_lines(log, FAILURE_TAIL_LINES),
+        )
+    assert "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])" in str(caught.value)
+    shown = caught.value.log_tail
+    assert len(shown) == 40 and any("Engine core initialization failed" in line for line in shown)
+    assert not any("ValueError: No common block size" in line for line in shown)  # far above: read, not shown
