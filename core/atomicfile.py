@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -20,8 +21,9 @@ TMP_SUFFIX = ".tmp"
 
 
 def tmp_path_for(path: Path) -> Path:
-    """The temporary name a write of `path` uses: hidden, per process, in the same folder."""
-    return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    """The temporary name a write of `path` uses: hidden, in the same folder, per process and thread
+    (two threads of one agent writing the same file must not rename each other's temporary file)."""
+    return path.with_name(f".{path.name}.{os.getpid()}_{threading.get_native_id()}{TMP_SUFFIX}")
 
 
 @contextlib.contextmanager
@@ -95,7 +97,7 @@ def remove_stale_tmp(folder: Path) -> int:
             name = entry.name
             if not (name.startswith(".") and name.endswith(TMP_SUFFIX)):
                 continue
-            pid = name.removesuffix(TMP_SUFFIX).rpartition(".")[2]
+            pid = name.removesuffix(TMP_SUFFIX).rpartition(".")[2].partition("_")[0]
             if pid.isdigit() and _alive(int(pid)):
                 continue
             with contextlib.suppress(OSError):

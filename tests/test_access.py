@@ -31,6 +31,7 @@ ACCESS: dict[str, tuple[dict, str, str | None]] = {
     "hardware:host_detail": ({"name": "h1"}, "viewer", None),
     "hardware:host_card": ({"name": "h1"}, "viewer", None),
     "hardware:host_telemetry": ({"name": "h1"}, "viewer", None),
+    "hardware:host_events": ({"name": "h1"}, "viewer", None),
     "hardware:host_probe": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_stop": ({"name": "h1"}, "viewer", "operator"),
     "hardware:host_start": ({"name": "h1"}, "viewer", "operator"),

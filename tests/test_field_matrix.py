@@ -47,8 +47,10 @@ from notifications.forms import ChannelForm, RuleForm
 from people.forms import PersonCreateForm, RoleForm
 from rollouts.forms import HostTagsForm, RolloutForm
 from schedules.forms import WhenForm, WindowForm
-from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, ROLLOUT, RULE, _names, token_api
+from tests.test_access import ACCESS, AGENT_API, CHANNEL, OPEN, ROLLOUT, RULE, TUNING, _names, token_api
 from tests.test_access import world as access_world
+from tuning.forms import PREFIX as TUNING_PREFIX
+from tuning.forms import knob_specs as tuning_knobs
 
 pytestmark = pytest.mark.django_db
 
@@ -260,6 +262,30 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     "rollouts:resume": ({"pk": ROLLOUT}, "operator", {}),
     "rollouts:cancel": ({"pk": ROLLOUT}, "operator", {}),
     "rollouts:host_tags": ({"name": "h1"}, "operator", {"tags": "lab, edge"}),
+    # A tuning run of h1 from r1 (llama.cpp): every knob the form offers, one of them searched.
+    "tuning:new": (
+        {"name": "h1"},
+        "operator",
+        {
+            "base": "1",
+            "objective": "throughput",
+            "level": "",
+            "limits": "ttft_p95<=500",
+            "profile": "quick",
+            "concurrency": "1,2",
+            "input_tokens": "128",
+            "output_tokens": "16",
+            "requests": "4",
+            "max_trials": "8",
+            "max_minutes": "60",
+            "repeats": "3",
+            "repeat_best": "2",
+            **{TUNING_PREFIX + knob: "" for knob in tuning_knobs("llama.cpp")},
+            TUNING_PREFIX + "parallel": "2,4",
+        },
+    ),
+    "tuning:cancel": ({"pk": TUNING}, "operator", {}),
+    "tuning:propose": ({"pk": TUNING}, "operator", {}),
 }
 # The form classes behind each URL (field names with their prefix): a field added to a class
 # must be listed in FORMS even before a template shows it.
@@ -292,6 +318,8 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "changes:host_review": [(HostReviewForm, "")],
     "rollouts:new": [(RolloutForm, ""), (WhenForm, "")],
     "rollouts:host_tags": [(HostTagsForm, "")],
+    # tuning:new's TuningForm: its knob fields are made per base engine and it drops four of
+    # BenchmarkForm's, so the page (scanned below) is what lists its fields.
 }
 REVISION_FIELDS = {
     "engine": "vllm",
@@ -430,6 +458,10 @@ def test_every_post_url_and_field_is_covered(people):
         "rollouts:pause",
         "rollouts:resume",
         "rollouts:cancel",
+        # a tuning run's buttons: cancel while it runs, propose once it found a winner (the world's
+        # run has ended with none)
+        "tuning:cancel",
+        "tuning:propose",
     }
 
 

@@ -45,10 +45,12 @@ def test_a_build_interrupted_by_an_agent_restart_is_stopped_and_its_operation_lo
     op = install_request(host=lab["host"], engine="llama.cpp", version="", source_dir=str(source), actor=admin_user)
     running = Path(lab["tmp"]) / "state" / "installs" / "running"
     deadline = time.monotonic() + 60
-    while not (building(source) and list(running.glob("*.json"))):
+    # Until CMake is in its sleep: its first line has reached the operation's log (killed before
+    # that line, the agent's end of the pipe is gone and CMake dies of SIGPIPE when it prints it).
+    while not (building(source) and list(running.glob("*.json")) and "configuring the slow project" in op.log):
         assert time.monotonic() < deadline, lab["agent"].log_tail()
         time.sleep(0.2)
-    op.refresh_from_db()
+        op.refresh_from_db()
     assert op.state == OperationState.RUNNING
 
     lab["agent"].kill()  # SIGKILL: no chance to clean up

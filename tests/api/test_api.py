@@ -115,7 +115,64 @@ def world(catalog: None, operator: User) -> dict[str, Any]:
         Rollout.objects.create(group="fleet", kind="revision", change={"set": {"threads": 4}}, state=state)
         for state in ("running", "paused")
     ]
-    return {"host": host, "runs": runs, "change": change, "scheduled": scheduled, "rollouts": rollouts}
+    tuned = _finished_tuning_run(host, base=r1, best=DeploymentRevision.objects.get(host=host, number=2))
+    return {
+        "host": host,
+        "runs": runs,
+        "change": change,
+        "scheduled": scheduled,
+        "rollouts": rollouts,
+        "tuning": tuned,
+    }
+
+
+def _finished_tuning_run(host: Host, *, base: DeploymentRevision, best: DeploymentRevision) -> Any:
+    """A tuning run that ended with trial 1 (r2) beating the base (r1) beyond noise."""
+    from tuning.models import TuningRun, TuningTrial
+
+    level = "concurrency 1"
+    run = TuningRun.objects.create(
+        host=host,
+        base=base,
+        space={"max_model_len": [16384]},
+        objective={"metric": "throughput", "level": level},
+        profile={"name": "quick", "concurrency": [1]},
+        state=TuningRun.State.SUCCEEDED,
+        stage=TuningRun.Stage.DONE,
+        verdict={"beats_base": True, "summary": "+25.0 % over the base, beyond noise", "best": 1, "base": 0},
+        finished_at=timezone.now(),
+    )
+    for number, revision, value in ((0, base, 80.0), (1, best, 100.0)):
+        figures = {level: {"throughput": value, "decode": value, "ttft_p95": 200.0}}
+        TuningTrial.objects.create(
+            run=run,
+            number=number,
+            knobs={"max_model_len": 16384} if number else {},
+            revision=revision,
+            state=TuningTrial.State.MEASURED,
+            rounds=[{"run": None, "figures": figures, "value": value}],
+            value=value,
+            passed=True,
+        )
+    run.best = run.trials.get(number=1)
+    run.save(update_fields=["best"])
+    return run
+
+
+def _open_tuning_run(world: dict[str, Any]) -> int:
+    """A running tuning run on lab, made only for the path that cancels one (a host holds one open run
+    at a time, and the table also starts one)."""
+    from tuning.models import TuningRun
+
+    run = TuningRun.objects.create(
+        host=world["host"],
+        base=world["tuning"].base,
+        space={"max_model_len": [16384]},
+        objective={"metric": "throughput", "level": "concurrency 1"},
+        profile={"name": "quick", "concurrency": [1]},
+        stage=TuningRun.Stage.BASE,
+    )
+    return int(run.pk)
 
 
 def _token(user: User | None) -> str:
@@ -181,6 +238,11 @@ ENDPOINTS: list[tuple[str, str, Any, str, int]] = [
     ("POST", "/api/v1/rollouts/{rollout}/pause/", None, "operator", 200),
     ("POST", "/api/v1/rollouts/{paused}/resume/", None, "operator", 200),
     ("POST", "/api/v1/rollouts/{rollout}/cancel/", None, "operator", 200),
+    ("GET", "/api/v1/tuning/?host=lab", None, "viewer", 200),
+    ("GET", "/api/v1/tuning/{tuning}/", None, "viewer", 200),
+    ("POST", "/api/v1/hosts/lab/tuning/", {"space": {"max_model_len": [8192, 16384]}}, "operator", 201),
+    ("POST", "/api/v1/tuning/{tuning}/propose/", {}, "operator", 200),
+    ("POST", "/api/v1/tuning/{tuning_open}/cancel/", None, "operator", 200),
 ]
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
@@ -193,6 +255,8 @@ def _fill(path: str, world: dict[str, Any], op: Operation) -> str:
         op=op.pk,
         change=world["change"].pk,
         scheduled=world["scheduled"].pk,
+        tuning=world["tuning"].pk,
+        tuning_open=_open_tuning_run(world) if "{tuning_open}" in path else 0,
         **rollouts,
     )
 
@@ -250,6 +314,8 @@ def test_the_openapi_document_validates_and_lists_every_endpoint(client):
             .replace("/{scheduled}/", "/{change_id}/")
             .replace("/{rollout}/", "/{rollout_id}/")
             .replace("/{paused}/", "/{rollout_id}/")
+            .replace("/{tuning}/", "/{run_id}/")
+            .replace("/{tuning_open}/", "/{run_id}/")
             .split("?")[0]
         )
         assert method.lower() in paths[template], (method, template, sorted(paths))

@@ -230,7 +230,7 @@ def test_latest_runs_the_build_installed_on_the_host(lab, operator, tmp_path: Pa
     host.save(update_fields=["engine_installs"])
     op = wait_done(switch_request(revision=lab["rev"]("latest", 2048), actor=operator))
     assert op.state == OperationState.SUCCEEDED, op.log + op.error
-    assert f"runs {src / 'build' / 'bin' / 'llama-server'} (b1; installed by the panel)" in op.log
+    assert f"runs {src / 'build' / 'bin' / 'llama-server'} (b1; installed or recorded by the panel)" in op.log
     pid = engine_pid(host)
     exe = os.readlink(f"/proc/{pid}/exe")
     assert exe == str(src / "build" / "bin" / "llama-server")
