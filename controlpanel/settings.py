@@ -407,6 +407,10 @@ NOTIFICATIONS_ALLOWED_NETWORKS = _networks("CONTROLPANEL_NOTIFY_ALLOWED_NETWORKS
 ENGINE_LOG_RUNS_KEPT = env_number("CONTROLPANEL_ENGINE_LOG_RUNS_KEPT", 20, 1, 1000)
 ENGINE_LOG_RUN_BYTES = env_number("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", 512 * 1024, 4096, 64 * 1024 * 1024)
 
+# --- Host events (hardware.HostEvent) ---------------------------------------------------------------
+# Kept per host: the newest N (a door that flaps or a watchdog that restarts all night adds rows).
+HOST_EVENTS_KEPT = env_number("CONTROLPANEL_HOST_EVENTS_KEPT", 1000, 10, 1_000_000)
+
 # --- Imports from a model hub (deployments.importers.hub) ------------------------------------------
 # Each request an import makes to the hub (model info, config.json, a GGUF header range) ends
 # within this many seconds overall, however slowly the server drips its answer.

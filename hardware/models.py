@@ -251,8 +251,9 @@ class HostEvent(WrittenOnce, models.Model):
     """What happened on a host that nobody asked for, newest first on its events page: the agent
     found its previous run killed or crashed, the watchdog restarted the engine (or could not),
     the front door refused a serving table or went down, the host went offline. Written by
-    `hardware.services.host_event_record` (the reason masked), never edited; each kind is a
-    notification event too (notifications.choices.EventKind), so a rule can watch it."""
+    `hardware.services.host_event_record` (the reason masked; the host keeps its newest
+    HOST_EVENTS_KEPT), never edited; each kind is a notification event too
+    (notifications.choices.EventKind), so a rule can watch it."""
 
     class Kind(models.TextChoices):
         AGENT_RESTARTED = "agent.restarted", "Agent restarted after it was killed or crashed"

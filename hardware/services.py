@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -206,7 +207,6 @@ def host_address_follow_lan(host: Host) -> Host:
     """The panel's own machine's host takes CONTROLPANEL_LAN_ADDRESS as its address when the
     setting is given (its registration and each hello from its agent), audited as
     `host_address_set` is; an admin's own address for it is kept while the setting is unset."""
-    from django.conf import settings
 
     lan = settings.LAN_ADDRESS
     if not lan or host.address == lan:
@@ -402,7 +402,6 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
     """Retention: raw samples (GPUs', engines', CPU and memory) older than the raw window become
     one-minute averages (kept for the rollup window); then the raw rows and expired rollups are
     deleted."""
-    from django.conf import settings
     from django.db.models import Avg, Max
     from django.db.models.functions import TruncMinute
 
@@ -548,7 +547,8 @@ REASON_CHARS = 2000  # of a host event's reason
 
 def host_event_record(*, host: Host, kind: str, summary: str, reason: str = "", revision: str = "") -> HostEvent:
     """One host event (HostEvent.Kind), its summary and reason masked (core.secrets_mask): the
-    host's words may quote an engine's command line. ValidationError for a kind it does not know."""
+    host's words may quote an engine's command line. The host keeps its newest HOST_EVENTS_KEPT.
+    ValidationError for a kind it does not know."""
     event = HostEvent(
         host=host,
         kind=kind,
@@ -558,4 +558,7 @@ def host_event_record(*, host: Host, kind: str, summary: str, reason: str = "", 
     )
     event.full_clean()
     event.save()
+    # The newest are the last written (as engine logs: a clock that stepped back keeps the new one).
+    old = HostEvent.objects.filter(host=host).order_by("-pk").values_list("pk", flat=True)[settings.HOST_EVENTS_KEPT :]
+    HostEvent.objects.filter(pk__in=list(old)).delete()
     return event

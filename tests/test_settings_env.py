@@ -58,6 +58,7 @@ def test_a_setting_out_of_its_range_stops_the_start_naming_it(tmp_path):
         ("CONTROLPANEL_NOTIFICATIONS_RETRY_S", "60,-5", "at most 10 waits of 1 to 86400 seconds"),
         ("CONTROLPANEL_NOTIFICATIONS_RETRY_S", ",".join(["60"] * 11), "at most 10 waits"),
         ("CONTROLPANEL_NOTIFICATIONS_KEPT_DAYS", "0", "from 1 to 36,500"),
+        ("CONTROLPANEL_HOST_EVENTS_KEPT", "9", "from 10 to 1,000,000"),
         ("CONTROLPANEL_CARD_CACHE_ENTRIES", "lots", "from 300 to 1,000,000"),
         ("CONTROLPANEL_ENGINE_LOG_RUN_BYTES", "1e99", "from 4,096 to"),
         ("CONTROLPANEL_AGENT_ENGINE_LOG_S", "nan", "from 0.1 to 60"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Router, Status
 
 from api.schemas import OPERATION_QUEUED, BenchmarkCompareOut, BenchmarkIn, BenchmarkOut, Error
@@ -13,17 +13,14 @@ from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import BenchmarkRun
 from deployments.services.benchmarks import benchmark_compare, benchmark_request, profile_from_input
 
-from . import actor, host_for
+from . import actor, host_for, row_or_404
 
 host_router = Router(tags=["benchmarks"])
 router = Router(tags=["benchmarks"])
 
 
 def _run(run_id: int) -> BenchmarkRun:
-    run = BenchmarkRun.objects.select_related("revision__host").filter(pk=run_id).first()
-    if run is None:
-        raise Http404(f"No benchmark run #{run_id}.")
-    return run
+    return row_or_404(BenchmarkRun.objects.select_related("revision__host"), run_id, f"No benchmark run #{run_id}.")
 
 
 @host_router.post(

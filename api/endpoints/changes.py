@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Router, Status
 
 from api.schemas import CHANGE_ANSWERS, ChangeIn, ChangeList, ChangeOut, DecisionIn, Error, VerdictIn
@@ -15,25 +15,22 @@ from changes.selectors import change_list
 from changes.services import change_approve, change_decide, change_open, change_reject
 from controlpanel.roles import OPERATOR, VIEWER
 
-from . import actor, host_for, host_or_404
+from . import actor, host_filter, host_for, listed, row_or_404
 
 router = Router(tags=["change requests"])
 LIST_LIMIT = 500
 
 
 def _change(change_id: int) -> ChangeRequest:
-    found = ChangeRequest.objects.select_related("host", "author", "decided_by").filter(pk=change_id).first()
-    if found is None:
-        raise Http404(f"No change request #{change_id}.")
-    return found
+    rows = ChangeRequest.objects.select_related("host", "author", "decided_by")
+    return row_or_404(rows, change_id, f"No change request #{change_id}.")
 
 
 @router.get("", response={200: ChangeList, 404: Error}, summary="Change requests: pending ones, or all")
 def changes_list(request: HttpRequest, host: str = "", state: str = "pending") -> dict[str, Any]:
     actor(request, VIEWER)
-    found = host_or_404(host) if host else None
-    items = [change_dict(c) for c in change_list(host=found, pending=state != "all")[:LIST_LIMIT]]
-    return {"items": items, "count": len(items)}
+    found = host_filter(host)
+    return listed(change_dict(c) for c in change_list(host=found, pending=state != "all")[:LIST_LIMIT])
 
 
 @router.post(

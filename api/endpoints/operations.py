@@ -14,7 +14,7 @@ from controlpanel.roles import OPERATOR, VIEWER
 from deployments.models import Operation
 from deployments.services.operations import operation_cancel
 
-from . import actor
+from . import actor, row_or_404
 
 router = Router(tags=["operations"])
 
@@ -24,10 +24,7 @@ def _operation(op_id: str) -> Operation:
         pk = uuid.UUID(op_id)
     except ValueError:
         raise Http404("No such operation.") from None
-    op = Operation.objects.select_related("host", "revision", "requested_by").filter(pk=pk).first()
-    if op is None:
-        raise Http404("No such operation.")
-    return op
+    return row_or_404(Operation.objects.select_related("host", "revision", "requested_by"), pk, "No such operation.")
 
 
 @router.get("{op_id}/", response={200: OperationOut, 404: Error}, summary="An operation's state and result")

@@ -20,7 +20,7 @@ from rollouts.services import change_from_input, rollout_cancel, rollout_pause, 
 from schedules.choices import ChangeKind
 from schedules.services import change_schedule
 
-from . import actor, host_for
+from . import acted, actor, host_for, listed
 from .schedules import scheduled_dict
 
 router = Router(tags=["rollouts"])
@@ -139,8 +139,7 @@ def host_tags_put(request: HttpRequest, name: str, payload: TagsIn) -> dict[str,
 @router.get("", response=RolloutList, summary="The rollouts, newest first")
 def rollout_list(request: HttpRequest) -> dict[str, Any]:
     actor(request, VIEWER)
-    items = [_dict(r) for r in selectors.rollout_list()]
-    return {"items": items, "count": len(items)}
+    return listed(_dict(r) for r in selectors.rollout_list())
 
 
 @router.post(
@@ -173,9 +172,7 @@ def rollout_get(request: HttpRequest, rollout_id: int) -> dict[str, Any]:
 
 
 def _act(request: HttpRequest, rollout_id: int, service: Any) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    service(rollout=_rollout(rollout_id), actor=user)
-    return _dict(_rollout(rollout_id))
+    return _dict(acted(request, service, lambda: _rollout(rollout_id), "rollout"))
 
 
 ACTED = {200: RolloutOut, 400: Error, 403: Error, 404: Error}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Router, Status
 
 from api.schemas import Error, ScheduledOut, ScheduleIn, ScheduleList
@@ -15,7 +15,7 @@ from schedules.kinds import KINDS, describe
 from schedules.models import ScheduledChange
 from schedules.services import change_cancel, change_schedule
 
-from . import actor, host_for, host_or_404
+from . import actor, host_filter, host_for, listed, row_or_404
 
 router = Router(tags=["schedules"])
 
@@ -47,10 +47,9 @@ def scheduled_dict(change: ScheduledChange) -> dict[str, Any]:
 )
 def schedule_list(request: HttpRequest, host: str = "") -> dict[str, Any]:
     actor(request, VIEWER)
-    found = host_or_404(host) if host else None
+    found = host_filter(host)
     pending = [c for day in selectors.upcoming_by_day(host=found) for c in day.changes]
-    items = [scheduled_dict(c) for c in [*pending, *selectors.recent_outcomes(host=found)]]
-    return {"items": items, "count": len(items)}
+    return listed(scheduled_dict(c) for c in [*pending, *selectors.recent_outcomes(host=found)])
 
 
 @router.post(
@@ -76,7 +75,5 @@ def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status:
 )
 def schedule_cancel(request: HttpRequest, change_id: int) -> dict[str, Any]:
     user = actor(request, OPERATOR)
-    change = ScheduledChange.objects.select_related("host").filter(pk=change_id).first()
-    if change is None:
-        raise Http404(f"No scheduled change #{change_id}.")
+    change = row_or_404(ScheduledChange.objects.select_related("host"), change_id, f"No scheduled change #{change_id}.")
     return scheduled_dict(change_cancel(change=change, actor=user))

@@ -15,7 +15,7 @@ from tuning import selectors
 from tuning.models import TuningRun
 from tuning.services import tuning_cancel, tuning_propose, tuning_start
 
-from . import actor, host_for, revision_or_404
+from . import acted, actor, host_filter, host_for, listed, revision_or_404
 
 router = Router(tags=["tuning"])
 hosts = Router(tags=["hosts"])
@@ -169,8 +169,7 @@ def tuning_new(request: HttpRequest, name: str, payload: TuningIn) -> Status:
 @router.get("", response=TuningList, summary="Tuning runs, newest first")
 def tuning_list(request: HttpRequest, host: str | None = None) -> dict[str, Any]:
     actor(request, VIEWER)
-    chosen = host_for(request, host, VIEWER)[1] if host else None
-    items = [
+    return listed(
         {
             "id": r.pk,
             "host": r.host.name,
@@ -178,9 +177,8 @@ def tuning_list(request: HttpRequest, host: str | None = None) -> dict[str, Any]
             "state": r.state,
             "best": r.best.number if r.best else None,
         }
-        for r in selectors.tuning_run_list(host=chosen)
-    ]
-    return {"items": items, "count": len(items)}
+        for r in selectors.tuning_run_list(host=host_filter(host))
+    )
 
 
 @router.get("{run_id}/", response={200: TuningOut, 404: Error}, summary="A tuning run and its trials")
@@ -195,9 +193,7 @@ def tuning_get(request: HttpRequest, run_id: int) -> dict[str, Any]:
     summary="Cancel: the host goes back to the base revision",
 )
 def tuning_cancel_request(request: HttpRequest, run_id: int) -> dict[str, Any]:
-    user = actor(request, OPERATOR)
-    tuning_cancel(run=_run(run_id), actor=user)
-    return _dict(_run(run_id))
+    return _dict(acted(request, tuning_cancel, lambda: _run(run_id), "run"))
 
 
 @router.post(

@@ -40,9 +40,13 @@ def measured_memory_record(*, host: Host, report: MemoryReport) -> int:
             host=host, pk__in=[int(e.revision_id) for e in engines]
         )
     }
-    rows = {
-        (m.revision_id, m.device): m for m in MeasuredMemory.objects.select_for_update().filter(revision__in=revisions)
-    }
+    # Only these rows, in one order: the model's ordering ("revision", then the revision's own:
+    # its host's name) joined the revision and host tables into the query, and FOR UPDATE without
+    # OF locked their rows too: this host's row held FOR UPDATE by a memory report deadlocked
+    # against the probe and the heartbeat, which lock or update that row first. The host row is
+    # only KEY SHARE-locked at commit (the deferred foreign-key checks of the rows written here).
+    mine = MeasuredMemory.objects.select_for_update(of=("self",)).filter(revision__in=revisions)
+    rows = {(m.revision_id, m.device): m for m in mine.order_by("revision_id", "device")}
     trended = {
         (p["revision_id"], p["device"]): p["last"]
         for p in PlannerErrorPoint.objects.filter(host=host, revision__in=revisions)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -32,14 +32,12 @@ from hardware.models import Host
 from hardware.selectors import offline_reason
 from serving.benchmarking.profiles import PROFILES
 
+from .lookups import host_or_404
+
 RUNS_LISTED = 100
 
 
 # --- start -------------------------------------------------------------------------------------
-
-
-def _host_or_404(name: str) -> Host:
-    return get_object_or_404(Host.objects.select_related("deployment__active_revision__model_variant"), name=name)
 
 
 def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str, Any]:
@@ -64,7 +62,7 @@ def _new_context(host: Host, form: BenchmarkForm, errors: list[str]) -> dict[str
 @require_GET
 @role_required(VIEWER)
 def benchmark_new_page(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host, with_model=True)
     initial: dict[str, Any] = {"profile": "quick"}
     number = int_param(request.GET, "revision", minimum=1)
     if number is not None:
@@ -76,7 +74,7 @@ def benchmark_new_page(request: HttpRequest, host: str) -> HttpResponse:
 @require_POST
 @role_required(OPERATOR)
 def benchmark_start(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host, with_model=True)
     form = BenchmarkForm(request.POST)
     errors: list[str] = []
     if form.is_valid():
@@ -310,7 +308,7 @@ def benchmark_compare_view(request: HttpRequest, a: int, b: int) -> HttpResponse
 @role_required(VIEWER)
 @vary_on_headers("HX-Request")
 def benchmark_list(request: HttpRequest, host: str) -> HttpResponse:
-    host_obj = _host_or_404(host)
+    host_obj = host_or_404(host, with_model=True)
     runs = list(
         BenchmarkRun.objects.filter(revision__host=host_obj)
         .select_related("revision")

@@ -18,6 +18,8 @@ def revision_or_404(host: str, number: int) -> DeploymentRevision:
         raise Http404("No such revision.") from exc
 
 
-def host_or_404(name: str) -> Host:
-    """The host named `name` with its deployment's active revision (one query for a host's page), or Http404."""
-    return get_object_or_404(Host.objects.select_related("deployment__active_revision"), name=name)
+def host_or_404(name: str, *, with_model: bool = False) -> Host:
+    """The host named `name` with its deployment's active revision (one query for a host's page),
+    and that revision's model too when `with_model` (a page that names what serves), or Http404."""
+    active = "deployment__active_revision__model_variant" if with_model else "deployment__active_revision"
+    return get_object_or_404(Host.objects.select_related(active), name=name)

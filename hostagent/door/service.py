@@ -32,6 +32,7 @@ from hostagent.frontdoor.usage import UsageRow
 from hostagent.held import ONDEMAND_DIR
 from hostagent.local import state_dir
 from hostagent.panel import CredentialRefused, PanelAway, PanelError
+from hostagent.runtime.local_http import engine_get
 from serving.agent_reports import DoorModelState, DoorReport, TableRefusal, UsageTotal
 from serving.binds import split_bind
 from serving.host_events import HostEventReport
@@ -352,7 +353,7 @@ class FrontDoorService:
         host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 - a wildcard bind's loopback
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}/health"
         try:
-            httpx.get(url, timeout=HEALTH_TIMEOUT_S).raise_for_status()
+            engine_get(url, timeout=HEALTH_TIMEOUT_S).raise_for_status()  # never through a proxy
         except httpx.HTTPError as exc:
             if self.down is None and not self._closing.is_set():
                 self.down = f"The front door on {self.bind} does not answer its /health: {type(exc).__name__}: {exc}"

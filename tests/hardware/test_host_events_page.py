@@ -131,3 +131,18 @@ def test_every_host_event_kind_is_a_notification_a_rule_can_watch():
 
     assert set(HostEvent.Kind.values) <= {value for value, _ in RULE_EVENTS}
     assert set(HostEvent.Kind.values) <= set(SEVERITY)
+
+
+def test_a_host_keeps_only_its_newest_events(box, settings, viewer):
+    """A door that flaps all night must not grow the table without end: past HOST_EVENTS_KEPT the
+    host's oldest go, its newest (and another host's events) stay."""
+    settings.HOST_EVENTS_KEPT = 10
+    host = box["host"]
+    for n in range(12):
+        body = {"kind": "door.up" if n % 2 else "door.down", "reason": f"flap {n}"}
+        assert box["agent"].post("events", body).status_code == 200
+    kept = list(HostEvent.objects.filter(host=host).order_by("pk").values_list("reason", flat=True))
+    assert kept == [f"flap {n}" for n in range(2, 12)]  # the three from the fixture and flaps 0-1 went
+    assert HostEvent.objects.exclude(host=host).filter(summary="the other host's door").exists()
+    page = _get(viewer, f"/hosts/{host.name}/events/")
+    assert "flap 11" in page and "flap 2" in page and "pid 4242" not in page

@@ -5,6 +5,7 @@ panel's side records what the agent sends."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,29 @@ def test_a_door_reported_down_by_the_previous_run_is_reported_up_when_it_answers
         assert up["kind"] == "door.up" and "cannot listen on 127.0.0.1:4000" in up["reason"]
         time.sleep(0.5)
         assert len(panel.events) == 1  # said once
+    finally:
+        service.close(timeout=10)
+    assert not (tmp_path / door_service.DOWN_FILE).exists()
+
+
+def test_a_proxy_in_the_agents_environment_does_not_make_its_door_look_down(tmp_path: Path, monkeypatch: Any) -> None:
+    """An agent started with HTTP_PROXY set (for the model hub) and no NO_PROXY: its look at its own
+    door's /health goes to the door, not to the proxy (here a closed port, as an unreachable
+    proxy is), so a door that answers is never reported down."""
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"  # nothing listens there once it closes
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, proxy)
+    monkeypatch.setattr(door_service, "HEALTH_TIMEOUT_S", 0.5)
+    panel = Panel()
+    service = _started(panel, tmp_path)
+    try:
+        time.sleep(1.0)  # about ten looks
+        assert panel.events == []
+        assert service.down is None
     finally:
         service.close(timeout=10)
     assert not (tmp_path / door_service.DOWN_FILE).exists()
