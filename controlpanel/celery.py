@@ -25,6 +25,15 @@ app.autodiscover_tasks()
 # What a worker may learn from other workers over the broker's events: nothing. Set here, not on
 # each command line, so that no way of starting a worker turns it back on.
 _QUIET = {"without_mingle": True, "without_gossip": True, "without_heartbeat": True}
+# A message sent for a row tries the broker for a second or so, then leaves it to its caller.
+SEND_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
+
+
+def send_for_row(task: str, *, queue: str, key: str, pk: object) -> None:
+    """Send the task named `task` (by name: the sender never imports the task's module) for one
+    row: the row's id goes as the keyword argument `key` and is the message's task id too. Raises
+    what the broker raises while it is away; each caller says on its row what that means."""
+    app.send_task(task, kwargs={key: str(pk)}, queue=queue, task_id=str(pk), retry_policy=SEND_RETRY)
 
 
 class Consumer(CeleryConsumer):

@@ -1,6 +1,6 @@
 """View helpers every app shares: one URL for a GET view and a POST view (each keeps its own method and
-role decorators), whether an htmx request wants a fragment, a form handed to a service, and
-fragments rendered once per what they show."""
+role decorators), whether an htmx request wants a fragment, a polled fragment that stops its
+polling, a form handed to a service, and fragments rendered once per what they show."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from django import forms
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import render
 from django.template.loader import get_template, render_to_string
 from django.utils.safestring import SafeString, mark_safe
+from django_htmx.http import HttpResponseStopPolling
 
 View = Callable[..., HttpResponse]
 T = TypeVar("T")
@@ -37,6 +39,14 @@ def is_partial(request: HttpRequest) -> bool:
     """An htmx request that wants a fragment (boosted requests want the page)."""
     htmx = getattr(request, "htmx", None)
     return bool(htmx) and not htmx.boosted
+
+
+def polled(request: HttpRequest, template: str, context: Mapping[str, Any], *, going: bool) -> HttpResponse:
+    """A fragment the page polls (hx-trigger="every ..."): rendered, and once what it follows has
+    ended (`going` False) answered 286 with the same body, which htmx swaps in and then stops
+    polling."""
+    response = render(request, template, context)
+    return response if going else HttpResponseStopPolling(response.content)
 
 
 def apply_error(form: forms.Form, exc: ValidationError, *, fallback: str | None = None) -> None:

@@ -27,6 +27,19 @@ class WrittenOnce:
         super().save(*args, **kwargs)
 
 
+class WorkRecord(models.Model):
+    """The row of a piece of work the panel follows (an operation, a benchmark run, a gate, a
+    rollout, a tuning run or trial, a hub import): when it was asked for and when it ended (None
+    while it goes on), listed newest first unless the model orders its rows otherwise."""
+
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at"]
+
+
 class AuditEvent(WrittenOnce, models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     action = models.CharField(max_length=60)  # "revision.create", "switch.request", ...

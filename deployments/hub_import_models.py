@@ -8,12 +8,13 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.utils import timezone
+
+from core.models import WorkRecord
 
 from .choices import ACTIVE_STATES, OperationState
 
 
-class HubImport(models.Model):
+class HubImport(WorkRecord):
     """One import by repository id: what was asked (the token by its HOST/NAME reference, never
     a value), where it stands, and what came of it (the new catalog entry, or why not)."""
 
@@ -32,12 +33,7 @@ class HubImport(models.Model):
         "deployments.ModelVariant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     warning = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"hub import of {self.repo_id} ({self.state})"

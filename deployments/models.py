@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ImmutableError
-from core.models import WrittenOnce
+from core.models import WorkRecord, WrittenOnce
 from hardware.models import Host
 from serving.arch import ArchFactError, ModelArch, arch_from_facts
 from serving.benchmarking.profiles import profile_label
@@ -289,7 +289,7 @@ class RevisionComment(models.Model):
         return f"comment on {self.revision_id} by {self.author_id}"
 
 
-class Operation(models.Model):
+class Operation(WorkRecord):
     """One background job. The row exists before the task; the task id is the row id."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -309,13 +309,10 @@ class Operation(models.Model):
     error = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
     worker = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(WorkRecord.Meta):
         constraints = [
             # The host lock: at most one exclusive operation queued or running per host.
             models.UniqueConstraint(
@@ -338,7 +335,7 @@ class Operation(models.Model):
         return self.state in ACTIVE_STATES
 
 
-class BenchmarkRun(models.Model):
+class BenchmarkRun(WorkRecord):
     revision = models.ForeignKey(DeploymentRevision, on_delete=models.CASCADE, related_name="benchmark_runs")
     operation = models.OneToOneField(Operation, null=True, blank=True, on_delete=models.SET_NULL)
     profile_name = models.CharField(max_length=60)
@@ -350,11 +347,6 @@ class BenchmarkRun(models.Model):
     results = models.JSONField(default=dict, blank=True)  # per level and per run aggregates
     raw = models.JSONField(default=list, blank=True)  # per-request timings for plots
     energy_j = models.FloatField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.profile_name} on revision {self.revision_id} ({self.status})"
@@ -365,7 +357,7 @@ class BenchmarkRun(models.Model):
         return profile_label(self.profile, self.profile_name)
 
 
-class SwitchGate(models.Model):
+class SwitchGate(WorkRecord):
     """A switch that must prove itself: after its health gate, `profile` runs on the new revision
     and is judged against the previous revision's run of the same profile under `limits`
     ({metric: percent}, serving.benchmarking.gate); beyond a limit, the host rolls back.
@@ -387,11 +379,6 @@ class SwitchGate(models.Model):
     verdict = models.JSONField(default=dict, blank=True)  # serving.benchmarking.gate.GateVerdict.to_dict()
     reason = models.TextField(blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    created_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"gate of r{self.revision_id} on {self.host_id} ({self.state})"

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from controlpanel.celery import app
+from controlpanel.celery import send_for_row
 from controlpanel.roles import ADMIN, ensure_role
 from core.audit import audit_record, audited_delete, audited_save, person_of
 from core.secrets_mask import mask_text
@@ -328,13 +328,7 @@ def _enqueue(delivery: Delivery) -> None:
     """Sent by task name, as operations are (deployments.services.dispatch): the task module
     reads this one, never the other way round."""
     try:
-        app.send_task(
-            DELIVER_TASK,
-            kwargs={"delivery_id": str(delivery.pk)},
-            queue=settings.NOTIFICATIONS_QUEUE,
-            task_id=str(delivery.pk),
-            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
-        )
+        send_for_row(DELIVER_TASK, queue=settings.NOTIFICATIONS_QUEUE, key="delivery_id", pk=delivery.pk)
     except Exception as exc:  # the broker is away: the delivery says so (and is tried again), the caller goes on
         error = f"Could not be queued for sending: {type(exc).__name__}: {exc}"
         delivery.attempts += 1  # a try that did not get as far as the channel

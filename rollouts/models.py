@@ -12,11 +12,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.models import WorkRecord
 from hardware.models import ApprovedChange
 from serving import rollouts as policy
 
 
-class Rollout(ApprovedChange):
+class Rollout(WorkRecord, ApprovedChange):
     class Kind(models.TextChoices):
         REVISION = "revision", "New revision (derived on each host) and a switch to it"
         ALIAS = "alias", "Alias move (to the revision with a tag on each host)"
@@ -43,11 +44,7 @@ class Rollout(ApprovedChange):
     error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     # change_request, approved_by (ApprovedChange): every wave's switch (and roll-back) carries them.
-    created_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
+    # created_at, finished_at (WorkRecord), newest first.
 
     def __str__(self) -> str:
         return f"rollout {self.pk} of {self.group}"

@@ -14,10 +14,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import apply_error, by_method
+from core.http import apply_error, by_method, polled
 from deployments.presenters import flash_refusal
 from deployments.services.gates import gate_params
 from hardware.models import Host, HostTag
@@ -112,8 +111,7 @@ def rollout_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def rollout_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The waves and the buttons, polled while the rollout is open; 286 (stop polling) after."""
     rollout = _rollout_or_404(pk)
-    response = render(request, "rollouts/_status.html", {**_detail_context(rollout), "polled": True})
-    return response if rollout.is_open else HttpResponseStopPolling(response.content)
+    return polled(request, "rollouts/_status.html", {**_detail_context(rollout), "polled": True}, going=rollout.is_open)
 
 
 ACTIONS: dict[str, tuple[Callable[..., Rollout], str]] = {

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.errors import FieldError
 from serving.launch import RevisionSpec
 
 __all__ = [
@@ -37,12 +38,11 @@ __all__ = [
 ]
 
 
-class WireError(ValueError):
+class WireError(FieldError):
     """A body from the panel that is not what the protocol says; `field` names where."""
 
-    def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
+    field_default = ""
+    field: str
 
 
 def _mapping(data: Any, where: str) -> Mapping[str, Any]:

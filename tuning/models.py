@@ -13,13 +13,13 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
+from core.models import WorkRecord
 from hardware.models import ApprovedChange
 from serving.tuning.objective import mean_figures
 
 
-class TuningRun(ApprovedChange):
+class TuningRun(WorkRecord, ApprovedChange):
     class State(models.TextChoices):
         RUNNING = "running", "Running"
         RESTORING = "restoring", "Going back to the base revision"
@@ -61,11 +61,8 @@ class TuningRun(ApprovedChange):
     verdict = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     # change_request, approved_by (ApprovedChange): the approved request it started from.
-    created_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(WorkRecord.Meta):
         constraints = [
             models.UniqueConstraint(
                 fields=["host"], condition=Q(state__in=["running", "restoring"]), name="tuningrun_one_open_per_host"
@@ -84,7 +81,7 @@ class TuningRun(ApprovedChange):
         return self.created_at + timedelta(minutes=self.max_minutes)
 
 
-class TuningTrial(models.Model):
+class TuningTrial(WorkRecord):
     class State(models.TextChoices):
         REFUSED = "refused", "Refused by the planner: never started"
         SWITCHING = "switching", "Switching to it"
@@ -110,8 +107,6 @@ class TuningTrial(models.Model):
     findings = models.JSONField(
         default=list, blank=True, help_text="The planner's findings: [{severity, code, message}]."
     )
-    created_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "number"]

@@ -11,10 +11,9 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method
+from core.http import by_method, polled
 from deployments.presenters import flash_refusal
 from deployments.views.lookups import host_or_404
 from hardware.models import Host
@@ -92,8 +91,7 @@ def tuning_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The run's trials, progress, plots and buttons, polled while it runs; 286 (stop polling)
     with its end: the verdict, the best trial's diff and the propose button."""
     run = selectors.tuning_run_get(pk=pk)
-    response = render(request, "tuning/_status.html", {**presenters.run_context(run), "polled": True})
-    return response if run.is_open else HttpResponseStopPolling(response.content)
+    return polled(request, "tuning/_status.html", {**presenters.run_context(run), "polled": True}, going=run.is_open)
 
 
 @require_POST

@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 from core.hub_client import hub_endpoint, transport_errors
 from core.hub_paths import hub_path_problem
 from deployments.importers.gguf_header import GgufHeaderError, GgufImport, GgufTruncated, read_gguf_header_bytes
+from serving.errors import FieldError
 
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9_.\-]{1,96}$")
 REVISION_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,200}$")
@@ -61,12 +62,11 @@ SUPPORT_FILES = (
 )
 
 
-class HubError(ValueError):
+class HubError(FieldError):
     """The hub refused or could not answer; `field` names the input to change."""
 
-    def __init__(self, message: str, *, field: str = "repo_id") -> None:
-        super().__init__(message)
-        self.field = field
+    field_default = "repo_id"
+    field: str
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from kombu.exceptions import KombuError
 
-from controlpanel.celery import app
+from controlpanel.celery import app, send_for_row
 from deployments.choices import OperationState
 from deployments.models import Operation
 from serving.operation_tasks import OPERATION_TASKS
@@ -32,13 +32,7 @@ def operation_dispatch(op: Operation) -> None:
     stays queued, its log says why, and the resend of stranded operations
     (operations.operations_resend_stranded) sends it once the broker is back."""
     try:
-        app.send_task(
-            OPERATION_TASKS[op.kind],
-            kwargs={"op_id": str(op.pk)},
-            queue=op.host.queue,
-            task_id=str(op.pk),
-            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},  # a second or so, then queued
-        )
+        send_for_row(OPERATION_TASKS[op.kind], queue=op.host.queue, key="op_id", pk=op.pk)
     except broker_errors() as exc:
         error = f"{type(exc).__name__}: {exc}"[:300]
         log.warning("operation %s on %s stays queued: the broker is unreachable (%s)", op.pk, op.host.name, error)

@@ -32,7 +32,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from controlpanel.celery import app
+from controlpanel.celery import send_for_row
 from controlpanel.roles import OPERATOR, ensure_role
 from core.audit import audit_record, person_of
 from deployments.choices import ModelFormat, OperationState
@@ -285,13 +285,7 @@ def hub_import_request(
 def _enqueue(job: HubImport) -> None:
     """Sent by task name, as operations and notifications are: the task module reads this one."""
     try:
-        app.send_task(
-            HUB_IMPORT_TASK,
-            kwargs={"import_id": str(job.pk)},
-            queue=settings.HUB_IMPORT_QUEUE,
-            task_id=str(job.pk),
-            retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
-        )
+        send_for_row(HUB_IMPORT_TASK, queue=settings.HUB_IMPORT_QUEUE, key="import_id", pk=job.pk)
     except Exception as exc:  # the broker is away: the import says so, the request goes on
         reason = f"It could not be handed to the panel's worker ({type(exc).__name__}): import again later."
         _finish(job.pk, OperationState.FAILED, errors={"repo_id": [reason]})

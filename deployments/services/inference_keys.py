@@ -126,12 +126,10 @@ def _mode_save(mode: DoorMode, *, actor: AbstractUser | None, why: str) -> None:
     policy, _ = DoorPolicy.objects.select_for_update().get_or_create(pk=1, defaults={"mode": mode})
     policy.mode, policy.set_at = mode, timezone.now()
     policy.set_by = actor if getattr(actor, "pk", None) else None
-    policy.full_clean()
-    policy.save()
-    audit_record(
+    audited_save(
+        policy,
         action="keys.mode",
         summary=f"front doors and the lab router: {mode.label.lower()} ({why})",
-        obj=policy,
         data={"before": str(before), "after": str(mode)},
         actor=actor,
     )

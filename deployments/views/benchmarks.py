@@ -17,11 +17,11 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.params import MAX_INT, int_param, parse_int, text_param
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method, is_partial
+from core.http import by_method, is_partial, polled
 from deployments import plots, presenters
 from deployments.choices import OperationKind
 from deployments.forms import BenchmarkForm
@@ -148,10 +148,7 @@ def benchmark_progress_status(request: HttpRequest, pk: str) -> HttpResponse:
     run = _run_for(op)
     if not op.is_active and run is not None:
         return HttpResponseClientRedirect(reverse("deployments:benchmark_detail", args=[run.pk]))
-    response = render(request, "deployments/_benchmark_progress.html", _progress_context(op, run))
-    if not op.is_active:
-        return HttpResponseStopPolling(response.content)
-    return response
+    return polled(request, "deployments/_benchmark_progress.html", _progress_context(op, run), going=op.is_active)
 
 
 # --- results -----------------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, has_role, role_required
-from core.http import cached_render
+from core.http import cached_render, polled
 from deployments import plots, presenters
 from deployments.choices import Engine
 from deployments.models import Operation
@@ -77,10 +77,7 @@ def host_card(request: HttpRequest, name: str) -> HttpResponse:
 def operation_widget(request: HttpRequest, pk: str) -> HttpResponse:
     """One operation's progress bar; answers 286 (stop polling) once the operation has ended."""
     op = operation_or_404(pk)
-    response = render(request, "hardware/_operation_widget.html", {"op": op, "host": op.host})
-    if not op.is_active:
-        return HttpResponseStopPolling(response.content)
-    return response
+    return polled(request, "hardware/_operation_widget.html", {"op": op, "host": op.host}, going=op.is_active)
 
 
 # --- host page -------------------------------------------------------------------------------------

@@ -11,10 +11,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import apply_error, by_method, form_save
+from core.http import apply_error, by_method, form_save, polled
 from deployments import selectors
 from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm
 from deployments.models import HubImport
@@ -125,8 +124,7 @@ def hub_import_detail(request: HttpRequest, pk: str) -> HttpResponse:
 @role_required(VIEWER)
 def hub_import_status(request: HttpRequest, pk: str) -> HttpResponse:
     job = _hub_import_or_404(pk)
-    response = render(request, "deployments/_hub_import_status.html", {"job": job})
-    return response if job.is_active else HttpResponseStopPolling(response.content)
+    return polled(request, "deployments/_hub_import_status.html", {"job": job}, going=job.is_active)
 
 
 urlpatterns = [

@@ -9,10 +9,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+from django_htmx.http import HttpResponseClientRedirect
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
-from core.http import by_method, is_partial
+from core.http import by_method, is_partial, polled
 from deployments import presenters, selectors
 from deployments.choices import GATE_ACTIVE_STATES
 from deployments.models import Operation
@@ -55,10 +55,8 @@ def operation_status(request: HttpRequest, pk: str) -> HttpResponse:
     # When it has ended, the fragment also empties the Cancel slot (out of band): no Cancel
     # button stays on a finished operation's page.
     context = _status_context(op, polled=True)
-    response = render(request, "deployments/_operation_status.html", context)
-    if not context["following"]:  # the operation ended, and the gate it is a step of too
-        return HttpResponseStopPolling(response.content)
-    return response
+    # Not following: the operation ended, and the gate it is a step of too.
+    return polled(request, "deployments/_operation_status.html", context, going=context["following"])
 
 
 @require_GET

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from core.secrets_mask import mask_text
+from serving.errors import FieldError
 
 # What a revision reaches beyond serving (serving.engines.policy finds them).
 Kind = Literal["path", "code", "privileged"]
@@ -56,16 +57,12 @@ def shown_value(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class EngineConfigError(ValueError):
+class EngineConfigError(FieldError):
     """A knob, value or combination the engine would reject, or that is unsafe.
 
     `field` names the knob (or "engine_version", "model", ...) so a form can show the
     message beside it.
     """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)

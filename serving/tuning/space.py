@@ -18,6 +18,7 @@ from typing import Any
 from serving.engines.base import EngineConfigError
 from serving.engines.knobs import CheckedAdapter, KnobSpec, check_knobs
 from serving.engines.registry import get_adapter
+from serving.errors import FieldError
 
 # A space of at most this many candidates is searched exhaustively; a larger one by a sampler.
 EXHAUSTIVE_MAX = 32
@@ -25,12 +26,11 @@ MAX_KNOBS = 8
 MAX_VALUES = 16
 
 
-class TuningInputError(ValueError):
+class TuningInputError(FieldError):
     """A space, objective or limit the run cannot use; `field` names the input it belongs to."""
 
-    def __init__(self, message: str, *, field: str = "space") -> None:
-        super().__init__(message)
-        self.field = field
+    field_default = "space"
+    field: str
 
 
 @dataclass(frozen=True)
