@@ -3,13 +3,28 @@ DATABASE_URL and CELERY_BROKER_URL); see docs/development.md."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.test import override_settings
 
 from deployments.services.catalog import catalog_load
 from tests.support.revisions import make_revision
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> Iterator[None]:
+    """Passwords made and checked in the test process are hashed with MD5, as Django advises for
+    tests: the panel's PBKDF2 costs a quarter of a second a password on this machine, paid by every
+    test that makes a user (three roles, most tests). PBKDF2 stays in the list, so a hash a panel
+    wrote still verifies; the panels the suite runs as processes of their own keep their hashers."""
+    with override_settings(
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher", *settings.PASSWORD_HASHERS]
+    ):
+        yield
 
 
 def _user(username: str, role: str | None) -> User:
