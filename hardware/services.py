@@ -317,11 +317,18 @@ def host_probe_record(
 
 
 def host_heartbeat(
-    *, host: Host, engine_state: dict[str, Any] | None = None, engine_metrics: dict[str, Any] | None = None
+    *,
+    host: Host,
+    engine_state: dict[str, Any] | None = None,
+    engine_metrics: dict[str, Any] | None = None,
+    cached_builds: dict[str, Any] | None = None,
 ) -> None:
-    """Mark the host's agent alive; not audited (it is not a change anybody made)."""
+    """Mark the host's agent alive, with what its engine and its pip cache hold now; not audited
+    (it is not a change anybody made)."""
     now = timezone.now()
     fields: dict[str, Any] = {"last_heartbeat": now}
+    if cached_builds is not None:
+        fields["cached_builds"] = clean_cached_builds(cached_builds)
     if engine_state is not None:
         fields["engine_state"] = engine_state
     if engine_metrics is not None:

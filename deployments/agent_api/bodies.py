@@ -338,10 +338,13 @@ def registration(body: dict[str, Any]) -> Registration:
 
 
 def heartbeat(body: dict[str, Any]) -> Heartbeat:
-    """POST heartbeat: the engine's state and its metrics, checked."""
+    """POST heartbeat: the engine's state and its metrics, checked; the pip cache's builds an
+    object or absent (hardware.services.clean_cached_builds keeps what reads as a build)."""
+    cached = body.get("cached_builds")
     checked = {
         "engine_state": engine_state(body.get("engine_state")),
         "engine_metrics": engine_metrics(body.get("engine_metrics")),
+        "cached_builds": None if cached is None else obj(cached, "cached_builds"),
     }
     return typed(Heartbeat, checked)
 

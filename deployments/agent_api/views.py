@@ -73,7 +73,10 @@ def heartbeat(request: HttpRequest, host: Host, body: dict[str, Any]) -> HttpRes
     try:
         beat = bodies.heartbeat(body)
         metrics = dict(beat.engine_metrics) if beat.engine_metrics is not None else None
-        host_reports.host_alive(host=host, engine_state=dict(beat.engine_state), engine_metrics=metrics)
+        cached = dict(beat.cached_builds) if beat.cached_builds is not None else None
+        host_reports.host_alive(
+            host=host, engine_state=dict(beat.engine_state), engine_metrics=metrics, cached_builds=cached
+        )
     except (ValidationError, TypeError, ValueError) as exc:
         return _refused(exc)
     return JsonResponse({"ok": True})

@@ -98,12 +98,18 @@ def host_reconcile(*, host: Host, engine_state: Any) -> None:
     _point_at_serving(host, state)
 
 
-def host_alive(*, host: Host, engine_state: dict[str, Any], engine_metrics: dict[str, Any] | None) -> None:
+def host_alive(
+    *,
+    host: Host,
+    engine_state: dict[str, Any],
+    engine_metrics: dict[str, Any] | None,
+    cached_builds: dict[str, Any] | None = None,
+) -> None:
     """A heartbeat: the agent is alive, and what its engine serves is what the host serves once
     nothing is under way there. A switch lost to an agent's restart may have left the engine it
     started running, still loading when the agent registered again: the first heartbeat after
     it turned healthy points the host at it (bench/chaos.py found the pointer left behind)."""
-    host_heartbeat(host=host, engine_state=engine_state, engine_metrics=engine_metrics)
+    host_heartbeat(host=host, engine_state=engine_state, engine_metrics=engine_metrics, cached_builds=cached_builds)
     if not Operation.objects.filter(host=host, state__in=ACTIVE_STATES).exists():
         _point_at_serving(host, engine_state)
 

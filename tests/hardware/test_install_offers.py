@@ -96,3 +96,18 @@ def test_after_an_install_the_form_offers_it_and_estimates_from_the_hosts_own_co
         ("b11000", "in this host's pip cache: installs in seconds"),
         (COMPILE_BUILD, "compiles for about 13 minutes on this host's 4 cores (its last compile here took that long)"),
     ]
+
+
+def test_a_wheel_reported_by_a_heartbeat_is_offered_without_probing_again(client, operator) -> None:
+    """Fails on the old code: the pip cache was read only at register and probe, so a wheel built
+    after them was offered only once someone pressed "Probe again"."""
+    host, agent = _agent("later-1", 2, {"llama.cpp": []})
+    beat = {"engine_state": {}, "engine_metrics": None, "cached_builds": {"llama.cpp": ["b11500", "b1; x"]}}
+    assert agent.post("heartbeat", beat).status_code == 200
+    client.force_login(operator)
+    default, options, _ = _llama_form(client, Host.objects.get(pk=host.pk))
+    assert default == "b11500"
+    assert options[0] == ("b11500", "in this host's pip cache: installs in seconds")
+    # An agent that did not read its cache (an older one: no such field) leaves what the panel knows.
+    assert agent.post("heartbeat", {"engine_state": {}, "engine_metrics": None}).status_code == 200
+    assert Host.objects.get(pk=host.pk).cached_builds == {"llama.cpp": ["b11500"]}
