@@ -285,7 +285,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
         },
     ),
     "tuning:cancel": ({"pk": TUNING}, "operator", {}),
-    "tuning:propose": ({"pk": TUNING}, "operator", {}),
+    "tuning:propose": ({"pk": TUNING}, "operator", {"group": "", "batch_size": "1"}),
 }
 # The form classes behind each URL (field names with their prefix): a field added to a class
 # must be listed in FORMS even before a template shows it.

@@ -179,4 +179,6 @@ def run_context(run: TuningRun) -> dict[str, Any]:
         "best_knobs": _words(run.best.knobs) if run.best else "",
         "diff": best_diff(run) if not run.is_open else None,
         "review": review_required(run.host),
+        # The groups the tuned host is in: where its best could be rolled out.
+        "groups": list(run.host.tags.order_by("name").values_list("name", flat=True)),
     }

@@ -61,6 +61,8 @@ from hardware.review import (
     reviewed,
 )
 from notifications.events import error_line
+from rollouts.models import Rollout
+from rollouts.services import rollout_start
 from serving.benchmarking.gate import run_figures
 from serving.benchmarking.profiles import BenchmarkProfile
 from serving.engines.base import EngineConfigError
@@ -663,11 +665,13 @@ def tuning_cancel(*, run: TuningRun, actor: AbstractUser | None) -> TuningRun:
 
 @dataclass(frozen=True)
 class Proposal:
-    """What proposing a trial did: a switch queued (`operation`), or a change request opened."""
+    """What proposing a trial did: a switch queued (`operation`), a rollout started over a group
+    (`rollout`), or a change request opened."""
 
     revision: DeploymentRevision
     operation: Operation | None = None
     change_request: int | None = None
+    rollout: Rollout | None = None
 
 
 def tuning_propose(
@@ -677,11 +681,15 @@ def tuning_propose(
     trial: TuningTrial | None = None,
     anyway: bool = False,
     review: bool = False,
+    group: str = "",
+    batch_size: Any = 1,
 ) -> Proposal:
     """Propose the run's best trial (or `trial`) as what the host serves: a switch to its revision,
     through switch_request, so on a host that requires review (or with `review`) a change request
-    opens instead. Refused when the run has not finished, or its best did not beat the base beyond
-    noise (unless `anyway`)."""
+    opens instead. With `group` (a host tag), a rollout of the trial's knobs over those hosts
+    instead (rollout_start: each host's active revision gets them, a canary first, `batch_size`
+    hosts a wave; a change request where one of them requires review). Refused when the run has
+    not finished, or its best did not beat the base beyond noise (unless `anyway`)."""
     ensure_role(actor, OPERATOR)
     if run.state != TuningRun.State.SUCCEEDED:
         raise ValidationError(f"Tuning run #{run.pk} is {run.get_state_display().lower()}: propose a finished one.")
@@ -695,17 +703,42 @@ def tuning_propose(
         )
     try:
         with review_asked() if review else nullcontext():
-            op = switch_request(revision=chosen.revision, actor=actor)
+            if group:
+                rollout = _roll_out(run, chosen, group=group, batch_size=batch_size, actor=actor)
+                proposal = Proposal(revision=chosen.revision, rollout=rollout)
+            else:
+                proposal = Proposal(
+                    revision=chosen.revision, operation=switch_request(revision=chosen.revision, actor=actor)
+                )
     except ChangeRequested as opened:
         proposal = Proposal(revision=chosen.revision, change_request=int(opened.change.pk))
-    else:
-        proposal = Proposal(revision=chosen.revision, operation=op)
     audit_record(
         action="tuning.propose",
         summary=f"tuning run #{run.pk}: trial {chosen.number} (r{chosen.revision.number}) proposed",
         obj=run,
         host=run.host,
-        data={"trial": chosen.number, "revision": chosen.revision.number, "change_request": proposal.change_request},
+        data={
+            "trial": chosen.number,
+            "revision": chosen.revision.number,
+            "change_request": proposal.change_request,
+            "rollout": proposal.rollout.pk if proposal.rollout else None,
+        },
         actor=actor,
     )
     return proposal
+
+
+def _roll_out(
+    run: TuningRun, trial: TuningTrial, *, group: str, batch_size: Any, actor: AbstractUser | None
+) -> Rollout:
+    """A rollout of `trial`'s knobs over the hosts tagged `group`, its message naming the run."""
+    if not trial.knobs:
+        raise ValidationError({"group": f"Trial {trial.number} changes no knob: there is nothing to roll out."})
+    message = f"tuning run #{run.pk} on {run.host.name}: trial {trial.number} ({_knob_words(trial.knobs)})"
+    return rollout_start(
+        group=group,
+        kind=Rollout.Kind.REVISION,
+        change={"set": dict(trial.knobs), "message": message},
+        batch_size=batch_size,
+        actor=actor,
+    )

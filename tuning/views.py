@@ -111,10 +111,12 @@ def tuning_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 @role_required(OPERATOR)
 def tuning_propose_view(request: HttpRequest, pk: int) -> HttpResponse:
     run = selectors.tuning_run_get(pk=pk)
+    group = str(request.POST.get("group") or "").strip()[:64]
+    batch_size = str(request.POST.get("batch_size") or "1").strip()[:8]
     try:
-        proposal = tuning_propose(run=run, actor=request.user)
+        proposal = tuning_propose(run=run, actor=request.user, group=group, batch_size=batch_size)
     except ValidationError as exc:
-        flash_refusal(request, exc, what="propose it")
+        flash_refusal(request, exc, what="roll it out" if group else "propose it")
         return redirect("tuning:detail", pk=pk)
     if proposal.change_request is not None:
         messages.info(
@@ -123,6 +125,9 @@ def tuning_propose_view(request: HttpRequest, pk: int) -> HttpResponse:
             "operator's approval.",
         )
         return redirect("changes:detail", pk=proposal.change_request)
+    if proposal.rollout is not None:
+        messages.success(request, f"Rolling out the tuning run's best to {proposal.rollout.group}: its canary first.")
+        return redirect("rollouts:detail", pk=proposal.rollout.pk)
     assert proposal.operation is not None
     messages.success(request, f"Switching {run.host.name} to r{proposal.revision.number}, the tuning run's best.")
     return redirect("deployments:operation_detail", pk=proposal.operation.pk)

@@ -83,12 +83,15 @@ class ProposeIn(Schema):
     trial: int | None = Field(None, description="Another trial than the best.")
     anyway: bool = Field(False, description="Even when it did not beat the base beyond noise.")
     review: bool = Field(False, description="Open a change request even where none is required.")
+    group: str = Field("", description="A host tag: roll the trial's knobs out over those hosts instead of a switch.")
+    batch_size: int = Field(1, description="With group: hosts a wave after the canary.")
 
 
 class ProposeOut(Schema):
     revision: int
     operation: str | None
     change_request: int | None
+    rollout: int | None = Field(None, description="The rollout started (with group).")
 
 
 def _dict(run: TuningRun) -> dict[str, Any]:
@@ -199,7 +202,7 @@ def tuning_cancel_request(request: HttpRequest, run_id: int) -> dict[str, Any]:
 @router.post(
     "{run_id}/propose/",
     response={200: ProposeOut, 202: Error, 400: Error, 403: Error, 404: Error},
-    summary="Propose the best trial: a switch to its revision, or a change request where review is on",
+    summary="Propose the best trial: a switch to it (with group: a rollout of its knobs), or a change request",
 )
 def tuning_propose_request(request: HttpRequest, run_id: int, payload: ProposeIn) -> dict[str, Any]:
     user = actor(request, OPERATOR)
@@ -209,9 +212,18 @@ def tuning_propose_request(request: HttpRequest, run_id: int, payload: ProposeIn
         trial = run.trials.filter(number=payload.trial).first()
         if trial is None:
             raise Http404(f"Tuning run #{run.pk} has no trial {payload.trial}.")
-    proposal = tuning_propose(run=run, trial=trial, anyway=payload.anyway, review=payload.review, actor=user)
+    proposal = tuning_propose(
+        run=run,
+        trial=trial,
+        anyway=payload.anyway,
+        review=payload.review,
+        group=payload.group,
+        batch_size=payload.batch_size,
+        actor=user,
+    )
     return {
         "revision": proposal.revision.number,
         "operation": str(proposal.operation.pk) if proposal.operation else None,
         "change_request": proposal.change_request,
+        "rollout": proposal.rollout.pk if proposal.rollout else None,
     }

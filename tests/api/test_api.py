@@ -541,3 +541,16 @@ def test_the_host_list_names_running_benchmarks_in_a_fixed_number_of_queries(cli
     items = listed.json()["items"] if isinstance(listed.json(), dict) else listed.json()
     assert {h["name"]: h["operation"]["benchmark"] for h in items} == runs
     assert counts[0] == counts[1], counts
+
+
+def test_proposing_a_tuning_runs_best_to_a_group_starts_a_rollout_of_its_knobs(client, world, operator):
+    from rollouts.models import Rollout
+
+    run = world["tuning"]
+    path = f"/api/v1/tuning/{run.pk}/propose/"
+    body = call(client, "POST", path, _token(operator), {"group": "fleet"}).json()
+    rollout = Rollout.objects.get(pk=body["rollout"])
+    assert body["operation"] is None and body["change_request"] is None
+    assert rollout.group == "fleet" and rollout.change["set"] == {"max_model_len": 16384}
+    refused = call(client, "POST", path, _token(operator), {"group": "no-such-group"})
+    assert refused.status_code == 400 and Rollout.objects.filter(group="no-such-group").count() == 0

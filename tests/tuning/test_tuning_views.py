@@ -314,3 +314,77 @@ def test_no_candidate_beyond_noise_is_said_plainly_and_nothing_is_offered(client
     response = client.post(reverse("tuning:propose", args=[run.pk]), follow=True)  # asked anyway: refused, said why
     assert "did not beat the base beyond noise" in response.content.decode()
     assert not Operation.objects.filter(kind="switch", state="queued").exists()
+
+
+def _second_host_in(group: str, run: TuningRun, operator: Any) -> Any:
+    """Another host serving the same small model with llama.cpp, and both tagged `group`."""
+    from deployments.services.revisions import revision_mark_active
+    from hardware.credentials import host_token_issue
+    from hardware.services import host_tags_set
+    from tests.support.revisions import make_revision
+
+    other, _token = host_token_issue(name="tuned-2", actor=None)
+    other.ram_bytes, other.model_dirs = 8 * GiB, ["/models"]
+    other.save()
+    base = run.host.base
+    active = make_revision(
+        host=other,
+        engine="llama.cpp",
+        model_variant=base.model_variant,
+        served_name="tiny",
+        port=8001,
+        knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0, "flash_attn": "off"},
+        message="the other host's own",
+        actor=operator,
+    )
+    revision_mark_active(revision=active, actor=operator)
+    for tagged in (run.host, other):
+        host_tags_set(host=tagged, tags=[group], actor=operator)
+    return other
+
+
+def test_the_winner_rolls_out_to_the_hosts_group_from_its_page(client, run, operator):
+    """Fails on the old page: the best could only be switched to on the tuned host itself."""
+    from rollouts.models import Rollout
+
+    _end(run, beats_base=True)
+    client.force_login(operator)
+    page = client.get(reverse("tuning:detail", args=[run.pk])).content.decode()
+    assert 'id="tuning-rollout"' not in page  # the host is in no group yet
+    other = _second_host_in("fleet", run, operator)
+    page = client.get(reverse("tuning:detail", args=[run.pk])).content.decode()
+    form = page[page.index('id="tuning-rollout"') :].split("</form>", 1)[0]
+    assert '<option value="fleet">fleet</option>' in form and "parallel=2, flash_attn=on" in form
+    response = client.post(reverse("tuning:propose", args=[run.pk]), {"group": "fleet", "batch_size": "1"})
+    rollout = Rollout.objects.get()
+    assert response.url == reverse("rollouts:detail", args=[rollout.pk])
+    assert rollout.group == "fleet" and rollout.change["set"] == {"parallel": 2, "flash_attn": "on"}
+    assert rollout.change["message"].startswith(f"tuning run #{run.pk} on {run.host.name}: trial 1")
+    assert set(rollout.hosts.values_list("host__name", flat=True)) == {run.host.name, other.name}
+    canary = Operation.objects.get(kind="switch", state="queued")  # the canary's switch, first by name
+    assert canary.host.name == run.host.name and canary.revision.knobs["parallel"] == 2
+
+
+def test_a_rollout_to_a_group_with_a_protected_host_opens_a_change_request(client, run, operator, admin_user):
+    from rollouts.models import Rollout
+
+    _end(run, beats_base=True)
+    other = _second_host_in("fleet", run, operator)
+    host_review_set(host=other, required=True, actor=admin_user)
+    client.force_login(operator)
+    response = client.post(reverse("tuning:propose", args=[run.pk]), {"group": "fleet", "batch_size": "1"})
+    change = ChangeRequest.objects.get()
+    assert response.url == reverse("changes:detail", args=[change.pk]) and change.kind == "rollout"
+    assert not Rollout.objects.exists() and not Operation.objects.filter(kind="switch", state="queued").exists()
+
+
+def test_a_rollout_to_no_such_group_is_refused_and_starts_nothing(client, run, operator):
+    from rollouts.models import Rollout
+
+    _end(run, beats_base=True)
+    client.force_login(operator)
+    response = client.post(
+        reverse("tuning:propose", args=[run.pk]), {"group": "nowhere", "batch_size": "1"}, follow=True
+    )
+    assert "roll it out" in response.content.decode()
+    assert not Rollout.objects.exists() and not Operation.objects.filter(kind="switch", state="queued").exists()

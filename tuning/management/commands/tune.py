@@ -4,7 +4,8 @@
         --objective throughput --limit "ttft_p95<=500,j_per_token<=base" --profile sweep --trials 6
 
 On a host that requires review (`--user` a person) `start` opens a change request for the run and
-exits 0; `propose` switches to the best trial, or opens a change request where review is on."""
+exits 0; `propose` switches to the best trial (with `--group TAG`, rolls its knobs out over those
+hosts), or opens a change request where review is on."""
 
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ class Command(ActionCommand):
         propose.add_argument("--trial", type=bounded_int(1, 10_000), default=None, help="another trial than the best")
         propose.add_argument("--anyway", action="store_true", help="even when it did not beat the base beyond noise")
         propose.add_argument("--review", action="store_true", help="open a change request even where none is required")
+        propose.add_argument("--group", default="", help="a host tag: roll the trial's knobs out over those hosts")
+        propose.add_argument("--batch-size", type=bounded_int(1, 100), default=1, help="with --group: hosts a wave")
         add_user_option(propose)
 
     def do_start(self, o: dict[str, Any]) -> None:
@@ -129,12 +132,19 @@ class Command(ActionCommand):
             if trial is None:
                 raise BadInput(f"Tuning run #{run.pk} has no trial {o['trial']}.")
         proposal = tuning_propose(
-            run=run, trial=trial, anyway=o["anyway"], review=o["review"], actor=get_actor(o["user"])
+            run=run,
+            trial=trial,
+            anyway=o["anyway"],
+            review=o["review"],
+            group=o["group"],
+            batch_size=o["batch_size"],
+            actor=get_actor(o["user"]),
         )
         if proposal.change_request is not None:
-            self.stdout.write(
-                f"Change request #{proposal.change_request} opened: switch to r{proposal.revision.number}."
-            )
+            what = f"roll out to {o['group']}" if o["group"] else f"switch to r{proposal.revision.number}"
+            self.stdout.write(f"Change request #{proposal.change_request} opened: {what}.")
+        elif proposal.rollout is not None:
+            self.stdout.write(f"Rollout #{proposal.rollout.pk} of {proposal.rollout.group} started: its canary first.")
         elif proposal.operation is not None:
             self.stdout.write(f"Switching to r{proposal.revision.number}: operation {proposal.operation.pk}.")
 
