@@ -495,6 +495,22 @@ def _locked(rollout: Rollout) -> Rollout:
     return Rollout.objects.select_for_update().get(pk=rollout.pk)
 
 
+def _ended_part(ops: list[Any], *related: str) -> tuple[Rollout, RolloutHost] | None:
+    """The part whose operation is one of `ops`, with its rollout's row locked (None: no part).
+
+    The rollout's row first and no part's: every writer of a rollout's parts holds its rollout
+    (pause, resume, cancel, the next wave), so that lock is theirs too. A part locked before its
+    rollout could deadlock with a cancel that holds the rollout and ends every part; and the part's
+    FOR UPDATE, joined to its host by the parts' ordering, held that host's row as well (its
+    probe and heartbeat waited on a rollout taking its next step)."""
+    rollout_id = RolloutHost.objects.filter(operation_id__in=ops).values_list("rollout_id", flat=True).first()
+    if rollout_id is None:
+        return None
+    rollout = Rollout.objects.select_for_update().get(pk=rollout_id)
+    part = RolloutHost.objects.select_related(*related).filter(rollout=rollout, operation_id__in=ops).first()
+    return (rollout, part) if part is not None else None  # its operation changed meanwhile: not ours now
+
+
 def _move(rollout: Rollout, *, actor: AbstractUser | None, action: str, from_state: str, to_state: str) -> Rollout:
     """Pause or resume: `from_state` -> `to_state`, refused from any other state."""
     ensure_role(actor, OPERATOR)
@@ -546,11 +562,10 @@ def rollout_operation_ended(*, op: Operation) -> None:
     if op.kind != OperationKind.SWITCH or (op.params or {}).get("gated"):
         return
     with transaction.atomic():
-        part = RolloutHost.objects.select_for_update().filter(operation_id=op.pk).first()
-        if part is None:
+        found = _ended_part([op.pk], "host", "previous", "target")
+        if found is None:
             return
-        rollout = _locked(part.rollout)
-        part = RolloutHost.objects.select_related("host", "previous", "target").get(pk=part.pk)
+        rollout, part = found
         ok = op.state == OperationState.SUCCEEDED
         reason = error_line(op.error) or op.state
         if part.state == policy.SWITCHING:
@@ -579,11 +594,10 @@ def rollout_gate_ended(*, gate: SwitchGate) -> None:
     gate rolled it back itself), and the rollout takes its next step."""
     first = [pk for pk in (gate.baseline_op_id, gate.switch_op_id) if pk]
     with transaction.atomic():
-        part = RolloutHost.objects.select_for_update().filter(operation_id__in=first).first()
-        if part is None:
+        found = _ended_part(first, "host")
+        if found is None:
             return
-        rollout = _locked(part.rollout)
-        part = RolloutHost.objects.select_related("host").get(pk=part.pk)
+        rollout, part = found
         if part.state != policy.SWITCHING:
             return
         state, message = _gate_outcome(gate)

@@ -176,7 +176,9 @@ def change_schedule(
 @transaction.atomic
 def change_cancel(*, change: ScheduledChange, actor: AbstractUser | None) -> ScheduledChange:
     ensure_role(actor, OPERATOR)
-    locked = ScheduledChange.objects.select_for_update().select_related("host").get(pk=change.pk)
+    # The change's row only: its host is named in the audit row, not written (a host row held here
+    # held up that host's probe and heartbeat until the cancel committed).
+    locked = ScheduledChange.objects.select_for_update(of=("self",)).select_related("host").get(pk=change.pk)
     if locked.state != ChangeState.PENDING:
         raise ValidationError(f"Scheduled change #{locked.pk} has already {locked.state}: nothing to cancel.")
     who = getattr(person_of(actor), "username", "") or "the panel"

@@ -153,7 +153,9 @@ def operation_host_finish(
     the agent kept the report until it came back) still ends it with the host's word; then a
     successful switch does not move the host's pointer (a later switch may have). Returns
     False when the operation had already ended otherwise (a report sent twice)."""
-    locked = Operation.objects.select_for_update().select_related("host").get(pk=op.pk)
+    # The operation's row only: an install or a switch locks its host's row where it writes it
+    # (install_record, revision_mark_active); a benchmark's or a download's end leaves it alone.
+    locked = Operation.objects.select_for_update(of=("self",)).select_related("host").get(pk=op.pk)
     late = locked.state == OperationState.LOST
     if locked.state not in ACTIVE_STATES and not late:
         return False

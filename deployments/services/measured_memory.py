@@ -47,6 +47,30 @@ def measured_memory_record(*, host: Host, report: MemoryReport) -> int:
     # only KEY SHARE-locked at commit (the deferred foreign-key checks of the rows written here).
     mine = MeasuredMemory.objects.select_for_update(of=("self",)).filter(revision__in=revisions)
     rows = {(m.revision_id, m.device): m for m in mine.order_by("revision_id", "device")}
+    reported = {
+        (int(e.revision_id), device) for e in engines if int(e.revision_id) in revisions for device in e.devices
+    }
+    if new := sorted(reported - rows.keys()):
+        # A reading's first report inserts its row; two at once (the agent sent it again while the
+        # first was still being written) both found none, and the second's INSERT failed on
+        # measured_memory_once: its telemetry answered 500. ON CONFLICT DO NOTHING waits for the
+        # other's row and keeps it; both then lock the rows and count their reading on them.
+        MeasuredMemory.objects.bulk_create(
+            [
+                MeasuredMemory(
+                    revision_id=pk,
+                    device=device,
+                    latest_bytes=0,
+                    latest_at=when,
+                    peak_bytes=0,
+                    peak_at=when,
+                    readings=0,
+                )
+                for pk, device in new
+            ],
+            ignore_conflicts=True,
+        )
+        rows = {(m.revision_id, m.device): m for m in mine.order_by("revision_id", "device")}
     trended = {
         (p["revision_id"], p["device"]): p["last"]
         for p in PlannerErrorPoint.objects.filter(host=host, revision__in=revisions)
@@ -61,15 +85,10 @@ def measured_memory_record(*, host: Host, report: MemoryReport) -> int:
         planned: dict[str, int] | None = None
         for device, size in sorted(entry.devices.items()):
             key = (revision.pk, device)
-            row = rows.get(key)
+            row = rows[key]
             due = key not in trended or when - trended[key] >= TREND_EVERY
-            if row is None or due:
+            if row.readings == 0 or due:  # its first reading, or a trend point
                 planned = planned if planned is not None else revision_memory(revision).devices  # the pages say why not
-            if row is None:
-                row = rows[key] = MeasuredMemory(
-                    revision=revision, device=device, latest_bytes=size, latest_at=when, peak_bytes=size, peak_at=when
-                )
-                row.readings = 0
             row.latest_bytes, row.latest_at, row.readings = size, when, row.readings + 1
             if size > row.peak_bytes:
                 row.peak_bytes, row.peak_at = size, when

@@ -145,7 +145,9 @@ def operation_finish(
         raise ValueError(f"{state} is not a finishing state")
     error = mask_text(error)
     with transaction.atomic():
-        op = Operation.objects.select_for_update().select_related("host").filter(pk=op_id).first()
+        # FOR UPDATE OF the operation only: its host is read (the audit row's name), not written,
+        # and a host row held here held up that host's probe and heartbeat until this commits.
+        op = Operation.objects.select_for_update(of=("self",)).select_related("host").filter(pk=op_id).first()
         if op is None:
             return
         if op.state not in ACTIVE_STATES and not (accept_lost and op.state == OperationState.LOST):
@@ -211,7 +213,7 @@ def operations_mark_lost(
         qs = qs.filter(heartbeat_at__lt=timezone.now() - LOST_AFTER)
     lost = []
     with transaction.atomic():
-        for op in qs.select_for_update().select_related("host"):
+        for op in qs.select_for_update(of=("self",)).select_related("host"):  # not their hosts' rows
             op.state = OperationState.LOST
             op.finished_at = timezone.now()
             op.error = (by_kind or {}).get(op.kind, reason)

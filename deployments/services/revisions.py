@@ -13,7 +13,7 @@ from django.db.models import Max
 from controlpanel.roles import ADMIN, OPERATOR, VIEWER, ensure_role, has_role
 from core.audit import audit_record, audited_save
 from deployments.choices import Engine
-from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment, active_revision_id_of
+from deployments.models import Deployment, DeploymentRevision, ModelVariant, RevisionComment
 from deployments.runtime_bridge import model_ref, revision_spec
 from deployments.services.aliases import aliases_follow_switch
 from deployments.services.serving_set import free_port
@@ -261,9 +261,16 @@ def comment_create(*, revision: DeploymentRevision, body: str, actor: AbstractUs
 def revision_mark_active(*, revision: DeploymentRevision, actor: AbstractUser | None, reason: str = "switch") -> None:
     """Point the host at `revision`: only a successful switch (or a demo import) does this."""
     host = revision.host
-    previous = active_revision_id_of(host)
-    deployment = Deployment(host=host, active_revision=revision, serving=True)  # a switch means: serve it
-    deployment.save()  # an UPDATE of the host's row, or its INSERT the first time
+    deployment = Deployment.objects.select_for_update().filter(host=host).first()
+    if deployment is None:  # the host's first: its row is made, then locked as any other
+        # A heartbeat and a register that pointed the host at its serving revision at once both
+        # found no row and inserted one; the second failed on deployments_deployment_pkey (its
+        # agent's report answered 500). ON CONFLICT DO NOTHING waits for the other's row and keeps it.
+        Deployment.objects.bulk_create([Deployment(host=host, active_revision=None)], ignore_conflicts=True)
+        deployment = Deployment.objects.select_for_update().get(host=host)
+    previous = deployment.active_revision_id  # read under the lock: the audit and the aliases follow it
+    deployment.active_revision, deployment.serving = revision, True  # a switch means: serve it
+    deployment.save(update_fields=["active_revision", "serving"])
     host.deployment = deployment
     aliases_follow_switch(host=host, previous_id=previous, revision=revision, actor=actor)
     audit_record(

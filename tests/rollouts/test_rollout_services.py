@@ -8,18 +8,28 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 
 from core.models import AuditEvent
+from deployments.choices import OperationState
 from deployments.models import DeploymentRevision, ModelAlias, Operation
 from deployments.services.revisions import revision_derive
 from deployments.services.serving_set import serving_mode_set
-from hardware.services import host_tags_set
+from hardware.services import host_probe_record, host_tags_set
 from notifications.choices import EventKind
 from notifications.models import Delivery
 from notifications.services import channel_create, rule_create
 from rollouts.models import Rollout, RolloutHost
-from rollouts.services import RolloutOverlap, rollout_cancel, rollout_pause, rollout_resume, rollout_start
+from rollouts.services import (
+    RolloutOverlap,
+    rollout_cancel,
+    rollout_operation_ended,
+    rollout_pause,
+    rollout_resume,
+    rollout_start,
+)
 from tests.rollouts.conftest import active_number, end_switch, revisions_of
+from tests.support.locks import Background, held_open, lock_timeout, wait_for_a_lock_wait
 
 pytestmark = pytest.mark.django_db
 CHANGE = {"set": {"threads": 4}, "message": "four threads everywhere"}
@@ -195,3 +205,25 @@ def test_start_stop_and_finish_are_notified(fleet, operator, admin_user, setting
     assert events == [EventKind.ROLLOUT_STARTED, EventKind.ROLLOUT_STOPPED]
     message = Delivery.objects.get(event=EventKind.ROLLOUT_STOPPED).body
     assert f"Rollout #{rollout.pk} (threads=4) stopped" in message and "fleet-a" in message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_switchs_end_waiting_for_its_rollout_holds_neither_its_part_nor_its_host(fleet, operator):
+    """Two real transactions: the rollout is held (a pause not yet committed) when the canary's
+    switch ends. Before, the end locked the canary's part and its host's row first, then waited
+    for the rollout: the host's probe waited too, and a cancel (rollout, then every part) could
+    deadlock with it."""
+    rollout = _start(operator, batch=2)
+    canary = _parts(rollout)["a"]
+    Operation.objects.filter(pk=canary.operation_id).update(state=OperationState.SUCCEEDED)
+    with held_open(lambda: rollout_pause(rollout=rollout, actor=operator)):
+        ended = Background(lambda: rollout_operation_ended(op=Operation.objects.get(pk=canary.operation_id)))
+        wait_for_a_lock_wait()  # the end waits for the rollout
+        with lock_timeout(3):  # held up: "canceling statement due to lock timeout"
+            probed = host_probe_record(name=fleet["a"].name, facts={"kernel": "6.8.0"}, inventory={"gpus": []})
+            with transaction.atomic():  # the part is free for the rollout's own writers
+                RolloutHost.objects.select_for_update(of=("self",)).get(pk=canary.pk)
+    ended.result()
+    assert probed.kernel == "6.8.0"
+    assert Rollout.objects.get(pk=rollout.pk).state == "paused"
+    assert _states(rollout) == {"a": "done", "b": "pending", "c": "pending", "d": "pending"}  # paused: no next wave

@@ -15,6 +15,8 @@ from core.models import AuditEvent
 from deployments.models import ModelAlias, Operation
 from deployments.services.aliases import alias_set
 from deployments.services.serving_set import serving_mode_set
+from hardware.models import Host
+from hardware.services import host_heartbeat, host_probe_record
 from notifications.models import Channel, Delivery, Rule
 from notifications.secrets import url_encrypt
 from people.services import person_set_active, person_set_role
@@ -22,6 +24,7 @@ from schedules.models import ScheduledChange
 from schedules.services import change_cancel, change_schedule, changes_run_due, window_clear, window_set
 from schedules.tasks import run_scheduled_changes
 from tests.deployments.test_views_revisions import add_revision, make_lab
+from tests.support.locks import held_open, lock_timeout
 
 pytestmark = pytest.mark.django_db
 
@@ -92,6 +95,19 @@ def test_a_cancelled_change_never_runs_and_cannot_be_cancelled_twice(lab, operat
     with pytest.raises(ValidationError, match="already cancelled"):
         change_cancel(change=change, actor=operator)
     assert AuditEvent.objects.filter(action="schedule.cancel").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_not_yet_committed_does_not_hold_up_its_hosts_heartbeat_or_probe(lab, operator):
+    """Two real transactions: before, the cancel's FOR UPDATE of the change joined its host and
+    held the host's row until it committed."""
+    change = _switch(lab, operator, at=timezone.now() + timedelta(hours=1))
+    host = lab["host"]
+    with held_open(lambda: change_cancel(change=change, actor=operator)), lock_timeout(3):
+        host_heartbeat(host=host, engine_state={"running": True})  # held up: "... due to lock timeout"
+        probed = host_probe_record(name=host.name, facts={"kernel": "6.8.0"}, inventory={"gpus": []})
+    assert probed.kernel == "6.8.0" and Host.objects.get(pk=host.pk).engine_state == {"running": True}
+    assert ScheduledChange.objects.get(pk=change.pk).state == "cancelled"
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,9 @@ locking tuple in relation hardware_host"), the report's telemetry answered 500."
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from django.db import connection, transaction
 
 from deployments.models import MeasuredMemory, ModelVariant
 from deployments.services.measured_memory import measured_memory_record
@@ -19,6 +17,7 @@ from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hardware.services import host_heartbeat, host_probe_record
 from serving.agent_reports import EngineMemory, MemoryReport
+from tests.support.locks import Background, held_open, lock_timeout, wait_for_a_lock_wait
 from tests.support.revisions import make_revision
 
 
@@ -32,37 +31,26 @@ def test_an_open_memory_report_does_not_hold_up_its_hosts_probe_or_heartbeat(cat
     variant = ModelVariant.objects.get(name="Qwen3.5-27B")
     revision = make_revision(host=host, engine="vllm", model_variant=variant, message="m", actor=operator)
     measured_memory_record(host=host, report=_report(revision.pk, 1 << 30))  # its reading exists: the next locks it
-    recorded, release = threading.Event(), threading.Event()
-    failed: list[BaseException] = []
-
-    def report() -> None:  # a second report, its transaction still open while the probe and heartbeat come
-        try:
-            with transaction.atomic():
-                measured_memory_record(host=host, report=_report(revision.pk, 2 << 30))
-                recorded.set()
-                release.wait(30)
-        except BaseException as exc:  # noqa: BLE001 - said by the test below
-            failed.append(exc)
-        finally:
-            recorded.set()
-            connection.close()
-
-    thread = threading.Thread(target=report)
-    thread.start()
-    try:
-        assert recorded.wait(30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '3s'")  # held up: "canceling statement due to lock timeout"
-        try:
-            host_heartbeat(host=host, engine_state={"running": True})
-            probed = host_probe_record(name=host.name, facts={"kernel": "6.8.0"}, inventory={"gpus": []})
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("RESET lock_timeout")
-    finally:
-        release.set()
-        thread.join(30)
-    assert not failed
+    second = _report(revision.pk, 2 << 30)  # its transaction still open while the heartbeat and probe come
+    with held_open(lambda: measured_memory_record(host=host, report=second)), lock_timeout(3):  # held up: timeout
+        host_heartbeat(host=host, engine_state={"running": True})
+        probed = host_probe_record(name=host.name, facts={"kernel": "6.8.0"}, inventory={"gpus": []})
     assert probed.kernel == "6.8.0" and Host.objects.get(pk=host.pk).engine_state == {"running": True}
     row = MeasuredMemory.objects.get(revision=revision, device="gpu0")
     assert (row.latest_bytes, row.peak_bytes, row.readings) == (2 << 30, 2 << 30, 2)  # the report committed too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_first_reports_of_one_reading_at_once_both_count(catalog: None, admin_user, operator):
+    """The first report of a reading not yet committed when a second comes: the second waits for
+    it and counts its reading on the same row. Before, both found no row and inserted one; the
+    second failed on measured_memory_once (IntegrityError: the agent's telemetry answered 500)."""
+    host, _ = host_token_issue(name="alpha", actor=admin_user)
+    variant = ModelVariant.objects.get(name="Qwen3.5-27B")
+    revision = make_revision(host=host, engine="vllm", model_variant=variant, message="m", actor=operator)
+    with held_open(lambda: measured_memory_record(host=host, report=_report(revision.pk, 1 << 30))) as kept:
+        second = Background(lambda: measured_memory_record(host=host, report=_report(revision.pk, 3 << 30)))
+        wait_for_a_lock_wait()  # the second waits on the first's row
+    assert (kept, second.result()) == (1, 1)
+    row = MeasuredMemory.objects.get(revision=revision, device="gpu0")
+    assert (row.latest_bytes, row.peak_bytes, row.readings) == (3 << 30, 3 << 30, 2)
