@@ -157,6 +157,9 @@ def _run(
 
     leftovers = stop_leftover_installs()  # a build its previous run left compiling, before the panel hears of it
     answer, nvml = register(ctx, address=address)
+    # Where the host's engine versions are, before any order says so: the watchdog restarts the
+    # engine, and the door loads revisions, with them (hostagent.launch.known_installs).
+    ctx.installs = answer.engine_installs
     if unclean:
         log.warning("%s", unclean)
         ctx.panel.host_event(HostEventReport("agent.restarted", unclean))

@@ -18,6 +18,7 @@ from hostagent.held import host_memory_report
 from hostagent.probes.host_usage import HostUsageSampler
 from hostagent.probes.nvml import nvml_session, read_samples
 from hostagent.runtime.local_http import engine_get
+from hostagent.runtime.readiness import api_key_from_spec, auth_headers
 from hostagent.runtime.watchdog import Watchdog
 from serving.agent_reports import Heartbeat, Telemetry, WatchdogEvent
 from serving.engines.registry import get_adapter
@@ -49,8 +50,10 @@ def engine_metrics(ctx: AgentContext, state: EngineState) -> dict[str, float | N
         return {}
     if not spec.metrics_url:
         return {}
+    # The engine's key: llama-server's --api-key guards its /metrics (answers 401 without it).
+    key = api_key_from_spec(spec)
     try:
-        text = engine_get(spec.metrics_url, timeout=3.0).text
+        text = engine_get(spec.metrics_url, timeout=3.0, headers=auth_headers(key)).text
     except httpx.HTTPError:
         return {}
     try:

@@ -570,7 +570,10 @@ class Restore(_Plain):
 @dataclass(frozen=True)
 class Registered:
     """POST register's answer: the host's name and queue, the probe's answer, the operations its
-    previous run left running (now `lost`), and the start the panel queued (`restore`), if any."""
+    previous run left running (now `lost`), the start the panel queued (`restore`), if any, and
+    the host's engine installs as the panel recorded them (HostBrief's: where each engine version's
+    executable is, for what the agent starts before any order reaches it: its watchdog's restart,
+    its door's loads)."""
 
     host: str = ""
     queue: str = ""
@@ -578,6 +581,7 @@ class Registered:
     mismatches: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     restore: Restore | None = None
+    engine_installs: JsonObject = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -587,6 +591,7 @@ class Registered:
             "mismatches": list(self.mismatches),
             "lost": list(self.lost),
             "restore": self.restore.to_dict() if self.restore else None,
+            "engine_installs": dict(self.engine_installs),
         }
 
     @classmethod
@@ -600,4 +605,5 @@ class Registered:
             mismatches=_texts(data, "mismatches", where),
             lost=_texts(data, "lost", where),
             restore=None if restore is None else Restore.from_dict(restore, f"{where}.restore"),
+            engine_installs=_object(data, "engine_installs", where),
         )

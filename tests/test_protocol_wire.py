@@ -64,7 +64,14 @@ SENT = [
         usage=(reports.UsageTotal(day="2026-12-07", key="", model="gemma-r3", requests=2, prompt_tokens=9),),
         refused=reports.TableRefusal(version="v2", reason="both listen on port 8001"),
     ),
-    reports.Registered(host="box", queue="host.box", gpus=1, lost=("op",), restore=reports.Restore("op", 3, "7")),
+    reports.Registered(
+        host="box",
+        queue="host.box",
+        gpus=1,
+        lost=("op",),
+        restore=reports.Restore("op", 3, "7"),
+        engine_installs={"vllm": {"0.32.0": {"path": "/opt/vllm", "binary": "/opt/vllm/bin/python"}}},
+    ),
 ]
 
 

@@ -3,19 +3,24 @@ serving a tiny random-weight Llama made here (tests/support/tiny_hf_model.py: no
 by the panel (the live server on the real PostgreSQL) through the real agent process (Celery worker
 on its own queue, its front door on a port of the test's).
 
-One story, one lab, two vLLM starts (each is 25-60 s on a 2-core box): the venv recorded as the
-host's vLLM install (`engine install --existing`), a revision switched to with the preflight, the
-health gate and the test chat; the engine's key, the door serving it by alias with an inference
+One story, one lab, four vLLM starts (each is 25-60 s on a 2-core box; two fail): the venv recorded
+as the host's vLLM install (`engine install --existing`), a revision switched to with the preflight,
+the health gate and the test chat; the engine's key, the door serving it by alias with an inference
 key, its /metrics in the heartbeat, its log on the panel read in vLLM's format, a benchmark whose
-token count is vLLM's own; then a switch to llama.cpp that stops vLLM's whole process group and
-leaves nothing in TMPDIR, and a vLLM revision whose block size vLLM's CPU attention refuses at
-start (the planner says so; an admin overrides it), rolled back to llama.cpp.
+token count is vLLM's own; the agent killed and started again, its door serving the same vLLM again;
+the API server killed, the watchdog stopping the rest of its process group and starting vLLM again,
+the old start's sockets gone from TMPDIR; then a switch to llama.cpp that stops vLLM's whole process
+group and leaves nothing in TMPDIR, a vLLM revision whose block size vLLM's CPU attention refuses at
+start (the planner says so; an admin overrides it) and one whose weight file is cut short, each
+rolled back to llama.cpp.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,8 +32,15 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from deployments.choices import OperationState
-from deployments.models import BenchmarkRun, EngineLogRun, MeasuredMemory, ModelVariant, active_revision_id_of
+from deployments.choices import OperationKind, OperationState
+from deployments.models import (
+    BenchmarkRun,
+    EngineLogRun,
+    MeasuredMemory,
+    ModelVariant,
+    Operation,
+    active_revision_id_of,
+)
 from deployments.planning import planned_memory, revision_plan
 from deployments.services.aliases import alias_set
 from deployments.services.benchmarks import benchmark_request, profile_from_input
@@ -38,7 +50,7 @@ from deployments.services.inference_keys import key_create
 from deployments.services.installs import install_request
 from deployments.services.secrets import secret_set
 from deployments.services.switch import PlanRefused, switch_request
-from hardware.models import EngineSample, Host
+from hardware.models import EngineSample, Host, HostEvent
 from hostagent.local import supervisor_for
 from hostagent.runtime.processes import group_members
 from serving.engine_log_lines import line_level
@@ -60,6 +72,7 @@ LAB = {
     # the folder an admin may record a venv from, as named (the panel checks the name, the host its real path)
     "CONTROLPANEL_INSTALL_DIRS": str(TOOLS),
     "CONTROLPANEL_TELEMETRY_INTERVAL_S": "1",
+    "CONTROLPANEL_WATCHDOG_INTERVAL_S": "2",
     "TMPDIR": AGENT_TMP,
 }
 ASK = [{"role": "user", "content": "hello"}]
@@ -165,10 +178,14 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     # Its /metrics, read by the agent with each heartbeat and parsed by the adapter.
     sample = until(
         "vLLM's generation counter in the panel",
-        lambda: EngineSample.objects.filter(host=host, generation_tokens_total__gte=16).order_by("-pk").first(),
+        lambda: (
+            EngineSample.objects.filter(host=host, generation_tokens_total__gte=16, requests_running=0)
+            .order_by("-pk")
+            .first()
+        ),
         30,
-    )
-    assert sample.prompt_tokens_total and sample.requests_running == 0 and 0 <= (sample.kv_cache_usage or 0) <= 1
+    )  # vLLM's gauges lag its counters: a sample may count the tokens and the request still running
+    assert sample.prompt_tokens_total and 0 <= (sample.kv_cache_usage or 0) <= 1
 
     # Memory planned against measured: the engine's whole process group (API server, engine core).
     measured = until(
@@ -208,6 +225,38 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     assert level["completed"] == 3 and generated == 3 * 16, json.dumps(delta)[:2000]
     timings["benchmark"] = time.monotonic() - began
 
+    # The agent killed (kill -9) and started again: vLLM, in its own session, serves on untouched, and
+    # the new agent's door serves it by alias again; nothing is launched.
+    pid = status.pid
+    lab["agent"].kill()
+    lab["agent"] = lab["agent"].sibling(lab["tmp"] / "agent-2.log").start()
+    lab["agent"].wait_registered()
+    until("the new agent's door lists the alias", lambda: _door_models(door, secret) >= {"smallest", "tiny-r1"}, 60)
+    again = _chat(door, "smallest", secret)
+    assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 8, again.text
+    assert supervisor_for(host.name).status().pid == pid
+    assert not Operation.objects.filter(host=host, kind=OperationKind.LAUNCH).exists()
+    timings["agent restarted"] = time.monotonic() - began
+
+    # The API server killed (kill -9): its engine core and worker live on in its group until the
+    # watchdog stops the whole group and starts vLLM again; the old start's sockets leave TMPDIR.
+    old_group, engine_tmp = status.pgid, supervisor_for(host.name).tmp_dir
+    assert old_group is not None and len(_pids(old_group)) >= 2
+    old_sockets = {p.name for p in engine_tmp.iterdir() if p.is_socket()}  # ZeroMQ's, named afresh each start
+    assert old_sockets
+    os.kill(pid, signal.SIGKILL)
+    [restarted] = until(
+        "the watchdog's restart", lambda: list(HostEvent.objects.filter(host=host, kind="watchdog.restarted")), 400
+    )
+    assert restarted.revision == "r1", restarted.reason
+    assert _pids(old_group) == [], f"vLLM processes outlived the watchdog's restart: {_pids(old_group)}"
+    status = supervisor_for(host.name).status()
+    assert status.running and status.pid != pid and status.pgid != old_group
+    assert _chat(engine_url, "tiny", ENGINE_KEY).status_code == 200
+    assert not old_sockets & set(os.listdir(engine_tmp)), "the old start's sockets are still in TMPDIR"
+    assert os.listdir(AGENT_TMP) == [engine_tmp.name], os.listdir(AGENT_TMP)
+    timings["watchdog restart"] = time.monotonic() - began
+
     # A switch to llama.cpp on the same host: vLLM's whole group stops, nothing is left in TMPDIR.
     group = status.pgid
     assert group is not None and len(_pids(group)) >= 2  # the API server and its engine core at least
@@ -236,6 +285,28 @@ def test_vllm_through_the_real_agent_install_switch_door_metrics_log_bench_and_r
     assert supervisor_for(host.name).status().engine == "llama.cpp"
     assert os.listdir(AGENT_TMP) == [engine_tmp.name] and not any(engine_tmp.iterdir())
     timings["refused and rolled back"] = time.monotonic() - began
+
+    # A weight file cut short on the host (an interrupted copy): vLLM stops loading it, the switch
+    # fails with its reason and rolls back to llama.cpp.
+    broken = lab["tmp"] / "broken"
+    shutil.copytree(lab["tmp"] / "tiny", broken)
+    cut, size = broken / "model.safetensors", (broken / "model.safetensors").stat().st_size
+    os.truncate(cut, size // 2)
+    variant = model_variant_import_hf_config(
+        text=(broken / "config.json").read_text(), name=f"tiny-broken-{host.name}"[:60], repo_id=str(broken),
+        weights_bytes=size, actor=None,
+    )  # fmt: skip
+    r4 = make_revision(
+        host=host, engine="vllm", engine_version=VLLM_VERSION, model_variant=variant, served_name="tiny", port=port,
+        knobs=knobs, api_key_secret="engine-key", message="a weight file cut short", actor=operator,
+    )  # fmt: skip
+    op = wait_done(switch_request(revision=r4, actor=operator), 500)
+    assert op.state == OperationState.FAILED and op.result["rolled_back"] is True, op.log + op.error
+    assert "SafetensorError" in op.error, op.error
+    assert active_revision_id_of(Host.objects.get(pk=host.pk)) == r2.pk
+    assert supervisor_for(host.name).status().engine == "llama.cpp"
+    assert os.listdir(AGENT_TMP) == [engine_tmp.name] and not any(engine_tmp.iterdir())
+    timings["corrupt weights rolled back"] = time.monotonic() - began
     print("timings (s since the test began):", {k: round(v, 1) for k, v in timings.items()})
 
 

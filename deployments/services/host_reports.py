@@ -79,6 +79,8 @@ def host_register(*, host: Host, facts: dict[str, Any], inventory: dict[str, Any
         mismatches=tuple(host.probe_mismatches),
         lost=tuple(str(op.pk) for op in lost),
         restore=_restore_answer(restore),
+        # The installs an order's HostBrief carries: the agent starts engines before any order comes.
+        engine_installs=host.engine_installs if isinstance(host.engine_installs, dict) else {},
     )
 
 

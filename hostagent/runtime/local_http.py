@@ -30,7 +30,7 @@ def engine_client(timeout: httpx.Timeout | float) -> httpx.Client:
     return httpx.Client(timeout=timeout, verify=_tls(), trust_env=False)
 
 
-def engine_get(url: str, *, timeout: float) -> httpx.Response:
+def engine_get(url: str, *, timeout: float, headers: dict[str, str] | None = None) -> httpx.Response:
     """One GET, as `httpx.get` does it, without building a TLS context or asking a proxy."""
     with engine_client(timeout) as client:
-        return client.get(url)
+        return client.get(url, headers=headers)

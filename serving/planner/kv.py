@@ -28,11 +28,25 @@ def model_dtype_bytes(arch: ModelArch) -> int:
     return TORCH_DTYPE_BYTES.get((arch.torch_dtype or "bfloat16").lower(), 2)
 
 
-def compute_dtype_bytes(arch: ModelArch, *, float32_as_16bit: bool) -> int:
-    """The bytes of the engine's compute (and so KV cache) dtype at its default: the checkpoint's,
-    except that an engine that downcasts float32 (vLLM: "Downcasting torch.float32 to
-    torch.bfloat16", fp16 where bf16 is not supported) runs it in two bytes."""
+def compute_dtype_bytes(arch: ModelArch, *, float32_as_16bit: bool, dtype_bytes: int | None = None) -> int:
+    """The bytes of the engine's compute (and so KV cache) dtype: the one asked for (`dtype_bytes`:
+    vLLM's --dtype, which upcasts too: "Upcasting torch.bfloat16 to torch.float32"), else its
+    default, the checkpoint's, except that an engine that downcasts float32 (vLLM: "Downcasting
+    torch.float32 to torch.bfloat16", fp16 where bf16 is not supported) runs it in two bytes."""
+    if dtype_bytes:
+        return dtype_bytes
     return min(model_dtype_bytes(arch), 2) if float32_as_16bit else model_dtype_bytes(arch)
+
+
+def resident_weights_bytes(weights_bytes: int, arch: ModelArch, compute_bytes: int, *, quantized: bool) -> int:
+    """An unquantized checkpoint's weights as the engine holds them: in its compute dtype (vLLM
+    makes the model's parameters in that dtype and copies the checkpoint's tensors into them), so a
+    bfloat16 checkpoint run in float32 takes twice its size on disk and a float32 one run in
+    bfloat16 half. A quantized checkpoint's packed weights stay as they are."""
+    stored = model_dtype_bytes(arch)
+    if quantized or compute_bytes == stored:
+        return weights_bytes
+    return math.ceil(weights_bytes * compute_bytes / stored)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,13 @@ from hostagent.door.service import FrontDoorService, door_settings
 from hostagent.frontdoor import FrontDoorSettings
 from hostagent.frontdoor.settings import SettingsError
 from hostagent.launch import launch_spec
-from hostagent.panel import HttpPanel
+from hostagent.local import engine_state
+from hostagent.loops import engine_metrics
+from hostagent.panel import HttpPanel, PanelAway
 from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.supervisor import Supervisor
 from hostagent.runtime.watchdog import Watchdog, WatchdogEvent
+from serving.agent_reports import Heartbeat
 from tests.support.llama import free_port, gemma_launch, gemma_model_path, serving_entry
 
 pytestmark = pytest.mark.engine
@@ -125,6 +128,25 @@ def test_the_pinned_revision_answers_through_the_door_from_the_hosts_own_engine(
         r'^llamacpp:tokens_predicted_total\{host="door-host",model="gemma-r1",alias="coder"\} (\S+)$', scraped, re.M
     )
     assert predicted is not None and float(predicted.group(1)) >= 3, scraped
+
+
+def test_the_heartbeat_carries_the_metrics_of_an_engine_behind_its_key(world: World) -> None:
+    """r1's llama-server runs with --api-key, which guards its /metrics: the heartbeat asks with the
+    engine's key, so the panel (away here: the metrics wait in the outbox) gets its counters."""
+    status = world.host_sup.status()
+    metrics_url = f"http://127.0.0.1:{status.port}/metrics"
+    assert httpx.get(metrics_url, timeout=10).status_code == 401  # the engine's key is needed
+    world.client().chat.completions.create(model="coder", messages=ASK, max_tokens=3)
+    before = set(world.panel.outbox.entries())
+    state = engine_state(world.host_sup)
+    with pytest.raises(PanelAway):
+        world.panel.heartbeat(Heartbeat(engine_state=state, engine_metrics=engine_metrics(world.ctx, state)))
+    kept = [json.loads(p.read_text()) for p in set(world.panel.outbox.entries()) - before]
+    assert len(kept) == 1, "the heartbeat carried none of the engine's metrics"
+    [sample] = kept[0]["body"]["engine_samples"]
+    assert sample["generation_tokens_total"] >= 3 and sample["prompt_tokens_total"] > 0, sample
+    assert sample["requests_running"] == 0
+    assert ENGINE_KEY not in json.dumps(kept)
 
 
 def test_a_rolled_back_switch_leaves_the_pinned_revision_reported_loaded(world: World) -> None:
