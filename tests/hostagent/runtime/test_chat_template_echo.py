@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from deployments.importers.gguf_header import read_gguf_header
@@ -78,10 +79,19 @@ def test_the_shipped_gguf_serves_with_llamas_built_in_template_named_as_a_knob(s
 
     model = ModelRef(name="gemma-270m", gguf_file=gemma_package_path(), format="gguf")
     knobs = {"chat_template": "gemma", "ctx_size": 2048, "parallel": 1, "n_gpu_layers": "0"}
-    spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=free_port())
+    port = free_port()
+    spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=port)
     made = launch(spec, HostFacts(binary=llama_server_binary()))
     assert "--chat-template" in made.argv and made.argv[made.argv.index("--chat-template") + 1] == "gemma"
 
     result = sup.start(made, revision_label="r3", ready_timeout=120)
 
     assert result.chat is not None and echoed_marker(result.chat.text) is None
+    # The chat the model is sent is the user's question in Gemma's turns. With Jinja on (llama-server's
+    # default) the name was read as the template's text: every prompt was the word 'gemma'.
+    formatted = httpx.post(
+        f"http://127.0.0.1:{port}/apply-template",
+        json={"messages": [{"role": "user", "content": "Say hello in one word."}]},
+        timeout=10,
+    ).json()["prompt"]
+    assert formatted == "<start_of_turn>user\nSay hello in one word.<end_of_turn>\n<start_of_turn>model\n"
