@@ -60,6 +60,9 @@ class ModelVariant(models.Model):
     # A GGUF's own chat template (tokenizer.chat_template): False = the file has none, so chat requests
     # get llama.cpp's ChatML fallback (gibberish for most models); None = not a GGUF, or not known.
     has_chat_template = models.BooleanField(null=True, blank=True)
+    # The GGUF's own template formats tool definitions (reads `tools`): False = the file carries no tool
+    # format (no template, or one without tools), so clients are not told the model calls tools.
+    chat_template_tools = models.BooleanField(null=True, blank=True)
     source = models.TextField(blank=True, help_text="Where these facts come from.")
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)

@@ -216,6 +216,17 @@ def serves_tool_calls(view: RevisionView) -> bool:
         return False
 
 
+def calls_tools(view: RevisionView) -> bool:
+    """Whether clients are told the model calls tools: the server parses them (`serves_tool_calls`)
+    and the model is not known to lack a tool format. A GGUF whose own chat template has no tools
+    (or that has no template: Gemma 3 270M) was not trained to call them; llama.cpp's generic
+    fallback would still offer them and an agent would wait on calls that never come. A template
+    file the revision names instead is not read here, so it is given the benefit."""
+    if view.model.get("chat_template_tools") is False and not view.knobs.get("chat_template_file"):
+        return False
+    return serves_tool_calls(view)
+
+
 def client_target(
     view: RevisionView,
     *,
@@ -237,7 +248,7 @@ def client_target(
         reasoning=reasoning,
         engine=view.engine,
         max_output=fitted_max_output(max_output, ctx.per_sequence, trained=view.arch.native_context),
-        tools=serves_tool_calls(view),
+        tools=calls_tools(view),
         sampling=sampling,
         sampling_preset=preset,
         unreachable=unreachable,

@@ -101,6 +101,9 @@ class GgufImport:
     # tokenizer.chat_template is set: without it llama.cpp falls back to ChatML, which a model trained
     # on another format answers with gibberish that echoes the markers (`<|im_end|>`).
     has_chat_template: bool = False
+    # The template formats tool definitions (it reads `tools`): the model was trained to call tools in
+    # its own format. False for a template without them and for no template at all.
+    chat_template_tools: bool = False
 
 
 def _shard_paths(path: Path) -> list[Path]:
@@ -488,13 +491,15 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
     facts = _kv_facts(keys, arch_name, n_layer, layers, file_type=file_type, file_size=file_size)
     arch = _arch(keys, arch_name, n_layer, layers, sum(header.tensor_elements) if single else None)
     template = header.fields.get("tokenizer.chat_template")
+    template_text = (template.value or b"") if template and template.kind == _STRING else b""
     return GgufImport(
         arch=arch,
         kv=facts,
         file_type_name=FILE_TYPES.get(file_type) if file_type is not None else None,
         file_size=file_size,
         name=keys.typed("general.name", "str") or None,
-        has_chat_template=bool(template and template.kind == _STRING and (template.value or b"").strip()),
+        has_chat_template=bool(template_text.strip()),
+        chat_template_tools=b"tools" in template_text,
     )
 
 

@@ -23,6 +23,7 @@ MODEL_FIELDS = (
     "weights_bytes",
     "arch",
     "tool_call_parser",
+    "chat_template_tools",
     "reasoning_parser",
     "thinking",
     "sampling_presets",

@@ -350,6 +350,7 @@ def _gguf_facts(imported: GgufImport, *, family: str) -> dict[str, Any]:
         "arch": imported.arch.to_dict(),
         "gguf_kv": imported.kv.to_dict(),
         "has_chat_template": imported.has_chat_template,
+        "chat_template_tools": imported.chat_template_tools,
     }
 
 

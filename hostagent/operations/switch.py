@@ -40,6 +40,7 @@ class Started(TypedDict):
     served_name: str
     stopped: list[StoppedEngine]
     timing: dict[str, float]  # stop_s, ready_s, verify_s, start_other_s (and the switch's own)
+    chat_warning: NotRequired[str]  # what the test chat's answer says of the model (readiness.ChatCheck.concern)
 
 
 class SwitchFailure(TypedDict):
@@ -71,7 +72,7 @@ def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: Laun
     )
     stop_s = sum(s.seconds for s in result.stopped)
     verify_s = result.chat.seconds if result.chat is not None else 0.0
-    return {
+    started: Started = {
         "pid": result.pid,
         "seconds": round(result.seconds, 3),
         "served_name": result.served_name,
@@ -83,6 +84,9 @@ def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: Laun
             "start_other_s": round(result.seconds - stop_s - result.ready.seconds - verify_s, 3),
         },
     }
+    if result.chat is not None and result.chat.concern:
+        started["chat_warning"] = result.chat.concern
+    return started
 
 
 def _what(ctx: AgentContext, order: Order, launch: RevisionLaunch) -> str:

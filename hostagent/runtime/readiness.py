@@ -51,6 +51,7 @@ class ChatCheck:
     text: str  # what the model answered (content, or reasoning content), for display
     completion_tokens: int | None
     model: str | None
+    concern: str = ""  # what the answer says of the model that a switch should report ("" if nothing)
 
 
 def api_key_from_spec(spec: LaunchSpec) -> str | None:
@@ -227,6 +228,26 @@ def echoed_marker(text: str) -> str | None:
     return None
 
 
+def repeats_question(prompt: str, text: str) -> bool:
+    """Whether the answer begins with the question it was asked: a base model (not instruction-tuned)
+    continues the text it is given, so under its own chat format it writes the user's line again
+    (Gemma 3 270M: "Say hello in one word. mendatang\nSay hello in one word."). An instruction-tuned
+    model answers instead."""
+    question = " ".join(prompt.split()).casefold()
+    return bool(question) and " ".join(text.split()).casefold().startswith(question)
+
+
+def base_model_concern(prompt: str, text: str) -> str:
+    """The switch's warning for an answer that repeats the question ("" for any other answer)."""
+    if not repeats_question(prompt, text):
+        return ""
+    return (
+        f"the test chat was answered with the question itself ({_short(text, 80)!r}): the model continues "
+        "text instead of answering, as a base model (not instruction-tuned) does, so chats and agents get noise "
+        "whatever the template; serve the model's instruction-tuned variant (-it, -Instruct, -Chat)"
+    )
+
+
 def verify_chat(
     spec: LaunchSpec,
     *,
@@ -278,9 +299,11 @@ def verify_chat(
         reason = (
             f"the test chat answer echoes the chat format's markers ({marker}): the model does not know the format "
             f"the engine sent, and would answer every chat with text like {_short(text, 120)!r}. A GGUF without a "
-            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template_file, "
-            "or use a GGUF that carries its template"
+            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template (one "
+            "of llama.cpp's built-in templates) or chat_template_file, or use a GGUF that carries its template"
         )
         raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
     usage = body.get("usage") or {}
-    return ChatCheck(seconds, text, usage.get("completion_tokens"), body.get("model"))
+    return ChatCheck(
+        seconds, text, usage.get("completion_tokens"), body.get("model"), concern=base_model_concern(prompt, text)
+    )

@@ -243,6 +243,8 @@ class Supervisor:
                 if verify:
                     progress("verify", 0.9, "sending one short chat completion")
                     chat = verify_chat(spec, log_tail=run_tail)
+                    if chat.concern:
+                        progress("verify", 0.95, f"warning: {chat.concern}")
             except EngineStartError as exc:
                 exc.returncode = proc.poll()
                 if isinstance(exc, EngineExitedError) and exc.returncode is not None:

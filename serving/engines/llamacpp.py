@@ -330,8 +330,9 @@ class LlamaCppAdapter(Adapter):
         return KvSlots(sequences=parallel, total=context or None, unified=bool(unified))
 
     def serves_tool_calls(self, knobs: Mapping[str, Any]) -> bool:
-        """Through its Jinja chat templates, unless they are turned off."""
-        return knobs.get("jinja") is not False
+        """Through its Jinja chat templates, unless they are turned off (a built-in `chat_template`
+        turns them off: see `launch_spec`)."""
+        return knobs.get("jinja") is not False and not knobs.get("chat_template")
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """A GGUF file: the host's downloaded copy, else the catalog's file (or its repository)."""
@@ -388,6 +389,13 @@ class LlamaCppAdapter(Adapter):
                 "the same thing: set one of them",
                 field="chat_template",
             )
+        if knobs.get("chat_template") and knobs.get("jinja") is True:
+            raise EngineConfigError(
+                "chat_template names one of llama.cpp's built-in templates, which llama-server uses only with "
+                "Jinja off (with jinja on it reads the name itself as the template and every chat becomes that "
+                "word): drop jinja, or give a Jinja file as chat_template_file",
+                field="jinja",
+            )
         alias = knobs.get("alias")
         if alias and config.served_name and alias != config.served_name:
             raise EngineConfigError(
@@ -417,6 +425,13 @@ class LlamaCppAdapter(Adapter):
             elif name == "no_mmap":
                 if value:
                     argv += ["--load-mode", "none"] if new_load else ["--no-mmap"]
+            elif name == "chat_template":
+                # Jinja is on by default and then `--chat-template NAME` is the template's text: the
+                # prompt becomes the word itself ('gemma', 3 tokens, whatever was asked). Built-in
+                # names are read as such only with Jinja off (so no tool calls: serves_tool_calls).
+                argv += ["--no-jinja", "--chat-template", flag_value(value)]
+            elif name == "jinja" and knobs.get("chat_template"):
+                continue  # --no-jinja goes with the built-in template (_check_rules refuses jinja on)
             elif name in _BOOLS:
                 on, off = _BOOLS[name]
                 if value:

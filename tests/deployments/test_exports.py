@@ -231,8 +231,10 @@ def test_base_url_for(address, port, url):
         (replace(QWEN38, engine="sglang"), True),  # SGLang: the parser is the switch
         (GEMMA_GGUF, True),  # llama.cpp: Jinja templates on
         (replace(GEMMA_GGUF, knobs={**GEMMA_GGUF.knobs, "jinja": False}), False),
+        (replace(GEMMA_GGUF, model={**GEMMA_GGUF.model, "chat_template_tools": False}), False),  # no tool format
+        (replace(GEMMA_GGUF, knobs={**GEMMA_GGUF.knobs, "chat_template": "gemma"}), False),  # built-in: Jinja off
     ],
-    ids=["vllm-parser-only", "vllm-auto", "sglang", "llama.cpp", "llama.cpp-no-jinja"],
+    ids=["vllm-parser-only", "vllm-auto", "sglang", "llama.cpp", "llama.cpp-no-jinja", "no-tool-format", "built-in"],
 )
 def test_opencode_is_told_whether_the_server_parses_tool_calls(view, tools):
     model = next(iter(opencode(view)["provider"]["selfhosted"]["models"].values()))

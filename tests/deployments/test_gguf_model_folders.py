@@ -8,6 +8,7 @@ copy with Gemma's template written in by gguf-py (`gemma_model_path()`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from deployments.models import ModelVariant
+from deployments.services.exports import revision_export
 from deployments.services.imports import model_variant_import_gguf
 from tests.hardware.factories import HostFactory
 from tests.support.llama import gemma_model_path, gemma_package_path
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 
@@ -146,3 +149,53 @@ def test_an_admins_model_folders_are_not_created(settings, tmp_path, monkeypatch
     settings.DATA_DIR = tmp_path / "data"
     probe_local()
     assert not os.path.exists(tmp_path / "theirs") and not os.path.exists(tmp_path / "data" / "models")
+
+
+# A tool-trained family's template (Qwen's shape): it renders the tool definitions it is given.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% for tool in tools %}{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+)
+
+
+def _tools_gguf(path: Path) -> Path:
+    """A header-only llama GGUF whose chat template renders tools."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in {"block_count": 4, "embedding_length": 256, "attention.head_count": 4,
+                       "attention.head_count_kv": 2, "context_length": 4096}.items():  # fmt: skip
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_string("tokenizer.chat_template", TOOLS_TEMPLATE)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_opencode_is_told_a_model_without_a_tool_format_calls_no_tools(catalog, operator, folders):
+    """Gemma 3 270M's GGUF has no template (and Gemma's own has no tools): opencode was told
+    `tool_call: true` because llama-server parses calls, and waited on calls the model never makes."""
+    first, second, _outside = folders
+    _tools_gguf(first / "tools.gguf")
+    plain = model_variant_import_gguf(path="gemma-plain.gguf", name="plain", actor=operator)
+    chat = model_variant_import_gguf(path="gemma/gemma-chat.gguf", name="chat", actor=operator)
+    tools = model_variant_import_gguf(path="tools.gguf", name="tools", actor=operator)
+    assert (plain.chat_template_tools, chat.chat_template_tools, tools.chat_template_tools) == (False, False, True)
+
+    host = HostFactory(name="box", address="10.0.0.5", model_dirs=[str(first), str(second)])
+
+    def opencode_tool_call(variant: ModelVariant, **knobs: object) -> bool:
+        revision = make_revision(
+            host=host, engine="llama.cpp", model_variant=variant, served_name=variant.name, port=8080,
+            knobs={"ctx_size": 4096, "parallel": 1, **knobs}, message="an export", actor=None,
+        )  # fmt: skip
+        config = json.loads(revision_export(revision, "opencode").content)
+        return next(iter(config["provider"]["selfhosted"]["models"].values()))["tool_call"]
+
+    assert opencode_tool_call(plain) is False
+    assert opencode_tool_call(chat) is False
+    assert opencode_tool_call(tools) is True
+    # A template file the revision names is not read by the panel: the model is given the benefit.
+    assert opencode_tool_call(plain, chat_template_file="gemma3.jinja") is True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,21 @@ def test_a_download_the_host_refuses_ends_failed_before_a_byte(
     end = _run(tmp_path, RecordedPanel(_order("download", params=params)))
     assert end["state"] == "failed" and end["error"].startswith("This host refuses the download: ")
     assert said in end["error"]
+
+
+@pytest.mark.engine
+def test_a_switch_to_a_base_model_succeeds_with_the_test_chats_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package's Gemma 3 270M is a base model: it serves, and the switch's result says what its
+    test chat answer showed (the question written back), for the operation's page."""
+    from tests.support.llama import free_port, gemma_launch, gemma_model_path, llama_server_binary
+
+    monkeypatch.setenv("PATH", f"{Path(llama_server_binary()).parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", str(Path(gemma_model_path()).parent))
+    launch = RevisionLaunch.from_dict(gemma_launch(1, ctx=1024, port=free_port()))
+    end = _run(tmp_path, RecordedPanel(_order("switch", revision=launch)))
+
+    assert end["state"] == "succeeded", end
+    assert "answered with the question itself" in end["result"]["chat_warning"]
+    assert "base model (not instruction-tuned)" in end["result"]["chat_warning"]

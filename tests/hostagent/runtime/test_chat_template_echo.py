@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from deployments.importers.gguf_header import read_gguf_header
 from hostagent.runtime.errors import EngineVerifyError
-from hostagent.runtime.readiness import echoed_marker
+from hostagent.runtime.readiness import echoed_marker, repeats_question
 from hostagent.runtime.supervisor import Supervisor
 from tests.hostagent.runtime.test_supervisor import llama_spec
 from tests.support.llama import free_port, gemma_model_path, gemma_package_path
@@ -56,16 +57,39 @@ def test_a_gguf_without_a_chat_template_fails_the_switch_verification(sup: Super
 
     reason = str(caught.value)
     assert "echoes the chat format's markers" in reason and "<|im_" in reason
-    assert "chat_template_file" in reason  # says what to do
+    assert "chat_template (one of llama.cpp's built-in templates)" in reason and "chat_template_file" in reason
     assert not sup.status(probe=True).running  # not left serving gibberish
+
+
+@pytest.mark.parametrize(
+    ("answer", "repeats"),
+    [
+        ("Say hello in one word. mendatang\nSay hello in one word. mendatang\n", True),  # Gemma 3 270M (base)
+        ("say hello in one\nword.", True),  # spacing and case aside
+        ("Hello!", False),  # an instruction-tuned model answers
+        ("Hello! You asked me to say hello in one word.", False),
+        ("", False),
+    ],
+)
+def test_an_answer_that_repeats_the_question_is_told_apart(answer: str, repeats: bool) -> None:
+    assert repeats_question("Say hello in one word.", answer) is repeats
 
 
 @pytest.mark.engine
 def test_the_same_weights_with_a_chat_template_pass(sup: Supervisor) -> None:
-    result = sup.start(llama_spec(free_port()), revision_label="r2", ready_timeout=120)
+    """They pass, with a warning the switch reports: the package's Gemma 3 270M is the base model
+    (gemma-3-270m, not -it), which under its own template writes the question back."""
+    said: list[str] = []
+    result = sup.start(
+        llama_spec(free_port()), revision_label="r2", ready_timeout=120, on_progress=lambda *a: said.append(a[2])
+    )
 
     assert result.chat is not None and echoed_marker(result.chat.text) is None
     assert (result.chat.completion_tokens or 0) >= 1
+    assert "answered with the question itself" in result.chat.concern
+    assert "base model (not instruction-tuned)" in result.chat.concern and "-it, -Instruct" in result.chat.concern
+    warning = next(line for line in said if line.startswith("warning: "))
+    assert said.index(warning) == len(said) - 2  # after the test chat, before "serving"
 
 
 @pytest.mark.engine
@@ -78,10 +102,19 @@ def test_the_shipped_gguf_serves_with_llamas_built_in_template_named_as_a_knob(s
 
     model = ModelRef(name="gemma-270m", gguf_file=gemma_package_path(), format="gguf")
     knobs = {"chat_template": "gemma", "ctx_size": 2048, "parallel": 1, "n_gpu_layers": "0"}
-    spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=free_port())
+    port = free_port()
+    spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=port)
     made = launch(spec, HostFacts(binary=llama_server_binary()))
     assert "--chat-template" in made.argv and made.argv[made.argv.index("--chat-template") + 1] == "gemma"
 
     result = sup.start(made, revision_label="r3", ready_timeout=120)
 
     assert result.chat is not None and echoed_marker(result.chat.text) is None
+    # The chat the model is sent is the user's question in Gemma's turns. With Jinja on (llama-server's
+    # default) the name was read as the template's text: every prompt was the word 'gemma'.
+    formatted = httpx.post(
+        f"http://127.0.0.1:{port}/apply-template",
+        json={"messages": [{"role": "user", "content": "Say hello in one word."}]},
+        timeout=10,
+    ).json()["prompt"]
+    assert formatted == "<start_of_turn>user\nSay hello in one word.<end_of_turn>\n<start_of_turn>model\n"

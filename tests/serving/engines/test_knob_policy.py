@@ -184,6 +184,15 @@ def test_llamas_built_in_template_and_a_template_file_are_one_choice_and_a_name_
 
     argv = adapter.launch_spec(config(chat_template="gemma")).argv
     assert argv[argv.index("--chat-template") + 1] == "gemma"
+    # llama-server reads a built-in name only with Jinja off (on, the name is the template's text)
+    assert argv.index("--no-jinja") < argv.index("--chat-template") and "--jinja" not in argv
+    assert not adapter.serves_tool_calls({"chat_template": "gemma"})  # no Jinja, no tool-call parsing
+    assert adapter.serves_tool_calls({"chat_template_file": "/models/g.jinja"})
+    with pytest.raises(EngineConfigError) as jinja_on:
+        adapter.launch_spec(config(chat_template="gemma", jinja=True))
+    assert jinja_on.value.field == "jinja" and "chat_template_file" in str(jinja_on.value)
+    off = adapter.launch_spec(config(chat_template="gemma", jinja=False)).argv
+    assert off.count("--no-jinja") == 1
     with pytest.raises(EngineConfigError) as both:
         adapter.launch_spec(config(chat_template="gemma", chat_template_file="/models/g.jinja"))
     assert both.value.field == "chat_template" and "set one of them" in str(both.value)
