@@ -20,7 +20,9 @@ from hostagent.probes.nvml import nvml_session, read_samples
 from hostagent.runtime.local_http import engine_get
 from hostagent.runtime.readiness import api_key_from_spec, auth_headers
 from hostagent.runtime.watchdog import Watchdog
+from hostagent.runtime.watchdog import WatchdogEvent as RuntimeWatchdogEvent
 from serving.agent_reports import Heartbeat, Telemetry, WatchdogEvent
+from serving.engines.base import LaunchSpec
 from serving.engines.registry import get_adapter
 from serving.wire import WireError
 
@@ -155,24 +157,28 @@ def engine_log_loop(ctx: AgentContext, stop: threading.Event) -> None:
             log.exception("engine log not sent")
 
 
-def start_watchdog(ctx: AgentContext) -> Any:
-    def spec_provider() -> Any:
-        record = ctx.supervisor.status()
-        if not record.revision_id:
+def agent_watchdog(ctx: AgentContext) -> Watchdog:
+    """The engine watchdog as the agent runs it (start_watchdog starts it): it restarts a revision
+    with that revision's launch, remembered or asked of the panel, and tells the panel what it did."""
+
+    def spec_provider(revision_id: str | None) -> LaunchSpec | None:
+        # The revision the watchdog names: after a failed restart the engine record is gone, and
+        # only the watchdog's retry still knows which revision to start again.
+        if not revision_id:
             return None
         try:
-            launch = ctx.launch_of(record.revision_id)
+            launch = ctx.launch_of(revision_id)
         except WireError as exc:  # the panel's launch breaks the protocol: nothing to restart with
-            log.error("watchdog on %s: the launch of %s cannot be read: %s", ctx.host, record.revision_label, exc)
+            log.error("watchdog on %s: the launch of revision id %s cannot be read: %s", ctx.host, revision_id, exc)
             return None
         return launch_spec(launch) if launch is not None else None
 
-    def on_event(event: Any) -> None:
+    def on_event(event: RuntimeWatchdogEvent) -> None:
         if event.kind in ("restarted", "restart_failed", "gave_up"):
             log.warning("watchdog on %s: %s", ctx.host, event.message)
             ctx.panel.event(WatchdogEvent(kind=event.kind, message=event.message[:300]))
 
-    dog = Watchdog(
+    return Watchdog(
         ctx.supervisor,
         spec_provider,
         interval=settings.WATCHDOG_INTERVAL_S,
@@ -182,6 +188,10 @@ def start_watchdog(ctx: AgentContext) -> Any:
         window=settings.WATCHDOG_WINDOW_S,
         on_event=on_event,
     )
+
+
+def start_watchdog(ctx: AgentContext) -> Watchdog:
+    dog = agent_watchdog(ctx)
     dog.start()
     return dog
 

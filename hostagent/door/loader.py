@@ -200,7 +200,7 @@ class AgentLoader:
 
     def _gave_up(self) -> bool:
         """The watchdog gave up restarting the host's engine (its budget is spent)."""
-        return Watchdog(self.supervisor, lambda: None).gave_up
+        return Watchdog(self.supervisor, lambda _revision_id: None).gave_up
 
     def _start(self, served: Served) -> None:
         sup = self.supervisor_of(served.revision_id)

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from core.atomicfile import remove_stale_tmp, write_atomic
 
@@ -71,8 +71,11 @@ class GaveUp(TypedDict):
 
 
 class Retry(TypedDict):
+    """A restart to try again: the revision it was for (a failed start leaves no engine record)."""
+
     reason: str
     revision_label: str | None
+    revision_id: NotRequired[str | None]  # absent from files written before it was kept: read with .get
 
 
 class WatchdogHistory(TypedDict):

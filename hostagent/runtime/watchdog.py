@@ -11,7 +11,7 @@ does nothing while paused (a switch or a load holds a pause file in the state fo
 this works across processes) and leaves a start in progress alone until its ready
 timeout has passed.
 
-    dog = Watchdog(sup, spec_provider=lambda: spec, on_event=alert_if_bad)
+    dog = Watchdog(sup, spec_provider=lambda revision_id: spec, on_event=alert_if_bad)
     dog.start()            # a daemon thread ticking every `interval` seconds
     ...
     dog.stop()
@@ -21,6 +21,12 @@ give-up are kept in STATE_DIR/watchdog.json, so a worker restart does not reset 
 a new start by a user (a switch, a start, a rollback: any Supervisor.start not made by the
 watchdog) does, once that engine is ready: crashes of an earlier engine never leave a freshly
 started one unwatched.
+
+A restart that fails leaves no engine record (the supervisor forgets a failed start), so the
+retry it leaves in watchdog.json names the revision to start again, by label and by id: the
+next try asks `spec_provider` for that revision's launch and starts it under the same id, so a
+cause that went away meanwhile (a port another process held, a file missing for a moment) costs
+one try, not the engine.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ class Watchdog:
     def __init__(
         self,
         supervisor: Supervisor,
-        spec_provider: Callable[[], LaunchSpec | None],
+        spec_provider: Callable[[str | None], LaunchSpec | None],
         *,
         interval: float = 30.0,
         timeout: float = 10.0,
@@ -90,8 +96,10 @@ class Watchdog:
         on_event: Callable[[WatchdogEvent], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`spec_provider` returns the LaunchSpec of the recorded revision (with its secrets
-        resolved), or None if it cannot be rebuilt; the state folder holds masked argv only."""
+        """`spec_provider(revision_id)` returns the LaunchSpec of that revision (with its secrets
+        resolved), or None if it cannot be rebuilt; the state folder holds masked argv only. The id
+        is the engine record's, or the pending retry's once a failed restart left no record; None
+        for an engine started without one."""
         self.supervisor = supervisor
         self.spec_provider = spec_provider
         self.interval = interval
@@ -170,11 +178,13 @@ class Watchdog:
                 return event("idle", "the panel runs no engine here")
             problem: str | None = f"the engine is not running: {data['retry']['reason']}"
             label: str | None = data["retry"].get("revision_label")
+            revision_id = data["retry"].get("revision_id")  # absent from a file written before it was kept
         else:
             if data["retry"] is not None:
                 data["retry"] = None
                 self._save(data)
             label = record.revision_label
+            revision_id = record.revision_id
             alive = is_alive(record.pid, record.start_ticks)
             if alive and record.phase == "starting" and self._age(record) < self.ready_timeout:
                 return event("starting", f"revision {label} is still loading", record)
@@ -201,18 +211,27 @@ class Watchdog:
             self._save(data)
             return event("gave_up", reason, record)
 
-        spec = self.spec_provider()
+        spec = self.spec_provider(revision_id)
         self.consecutive_failures = 0
         data["restarts"].append(now)
         self._save(data)
         if spec is None:
-            data["retry"] = {"reason": "no launch spec to restart with", "revision_label": label}
+            data["retry"] = {
+                "reason": "no launch spec to restart with",
+                "revision_label": label,
+                "revision_id": revision_id,
+            }
             self._save(data)
             return event("restart_failed", f"cannot restart revision {label}: no launch spec", record)
         try:
             if record is None:
                 result = self.supervisor.start(
-                    spec, revision_label=label or "", ready_timeout=self.ready_timeout, verify=False, by_watchdog=True
+                    spec,
+                    revision_label=label or "",
+                    revision_id=revision_id,
+                    ready_timeout=self.ready_timeout,
+                    verify=False,
+                    by_watchdog=True,
                 )
             else:
                 result = self.supervisor.restart(spec, ready_timeout=self.ready_timeout)
@@ -220,7 +239,7 @@ class Watchdog:
             tail = tuple(getattr(exc, "log_tail", ()))
             said = _last_engine_line(tail)
             reason = f"{exc.reason}{f'; the engine said: {said}' if said else ''}"
-            data["retry"] = {"reason": f"restart failed: {reason}", "revision_label": label}
+            data["retry"] = {"reason": f"restart failed: {reason}", "revision_label": label, "revision_id": revision_id}
             self._save(data)
             failed = event("restart_failed", f"restart of revision {label} failed: {reason}", record)
             return replace(failed, log_tail=tail)
@@ -253,7 +272,7 @@ class Watchdog:
                     return None
                 spec = None
                 with contextlib.suppress(Exception):
-                    spec = self.spec_provider()
+                    spec = self.spec_provider(record.revision_id)
                 key = api_key_from_spec(spec) if spec is not None else None
                 models = http.get(record.models_url, headers=auth_headers(key))
                 if models.status_code != 200:

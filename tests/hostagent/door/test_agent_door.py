@@ -400,7 +400,7 @@ def test_the_replaced_revisions_name_answers_what_serves_in_its_place(world: Wor
 def test_a_pinned_engine_that_dies_is_restarted_by_the_watchdog_while_requests_wait(world: World) -> None:
     events: list[WatchdogEvent] = []
     dog = Watchdog(
-        world.host_sup, lambda: launch_spec(world.r2), interval=0.3, timeout=2.0, failure_threshold=2,
+        world.host_sup, lambda _revision_id: launch_spec(world.r2), interval=0.3, timeout=2.0, failure_threshold=2,
         ready_timeout=120.0, on_event=events.append,
     )  # fmt: skip
     dog.start()

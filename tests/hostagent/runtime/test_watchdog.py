@@ -4,24 +4,32 @@ happens while a pause is in force. Small intervals, real time."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from hostagent.context import AgentContext
+from hostagent.launch import launch_spec
+from hostagent.loops import agent_watchdog
 from hostagent.runtime.processes import is_alive
 from hostagent.runtime.strays import port_is_free
 from hostagent.runtime.supervisor import Supervisor
 from hostagent.runtime.watchdog import Watchdog, WatchdogEvent
+from serving.agent_reports import WatchdogEvent as AgentWatchdogEvent
+from serving.wire import RevisionLaunch
 from tests.hostagent.runtime.test_supervisor import llama_spec
-from tests.support.llama import free_port
+from tests.support.llama import free_port, gemma_launch, gemma_model_path
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -97,7 +105,7 @@ def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> Non
     events = Events()
     dog = Watchdog(
         sup,
-        lambda: spec,
+        lambda _revision_id: spec,
         interval=0.2,
         timeout=1.0,
         failure_threshold=10,
@@ -134,14 +142,16 @@ def test_watchdog_restarts_a_killed_engine_then_gives_up(sup: Supervisor) -> Non
     assert all("at once" in e.message and "killed by SIGKILL" in e.message for e in restarted)
     assert f"(pid {pids[0]}) is gone" in restarted[0].message
     assert dog.gave_up  # persisted in the state folder, for a restarted worker to see
-    assert Watchdog(sup, lambda: spec).tick().kind == "halted"
+    assert Watchdog(sup, lambda _revision_id: spec).tick().kind == "halted"
 
 
 @pytest.mark.engine
 def test_watchdog_does_nothing_while_paused_from_another_process(sup: Supervisor, tmp_path: Path) -> None:
     spec = llama_spec(free_port())
     first = sup.start(spec, revision_label="r5", verify=False)
-    dog = Watchdog(sup, lambda: spec, interval=0.2, timeout=1.0, failure_threshold=10, max_restarts=2, window=60)
+    dog = Watchdog(
+        sup, lambda _revision_id: spec, interval=0.2, timeout=1.0, failure_threshold=10, max_restarts=2, window=60
+    )
 
     # Another process (e.g. the worker running a model load) pauses the watchdog.
     pause = (
@@ -176,7 +186,7 @@ def test_a_pause_held_by_a_crashed_switch_does_not_pause_forever(tmp_path: Path)
     sup = Supervisor(state)
     assert list((state / "pauses").glob("*.json"))  # the crashed switch left its pause file
     assert sup.watchdog_pauses() == []  # but its holder is dead, so it no longer counts
-    assert Watchdog(sup, lambda: None).tick().kind == "idle"
+    assert Watchdog(sup, lambda _revision_id: None).tick().kind == "idle"
     sup.pause_watchdog("maintenance")  # an operator's pause has no holder: it stays
     assert [p["reason"] for p in sup.watchdog_pauses()] == ["maintenance"]
     sup.resume_watchdog()
@@ -185,7 +195,7 @@ def test_a_pause_held_by_a_crashed_switch_does_not_pause_forever(tmp_path: Path)
 
 def test_a_deliberate_stop_is_not_undone(tmp_path: Path) -> None:
     sup = Supervisor(tmp_path / "state")
-    dog = Watchdog(sup, lambda: None, interval=0.05, failure_threshold=1)
+    dog = Watchdog(sup, lambda _revision_id: None, interval=0.05, failure_threshold=1)
     assert [dog.tick().kind for _ in range(3)] == ["idle", "idle", "idle"]
 
 
@@ -195,7 +205,9 @@ def test_failed_restarts_count_against_the_budget_and_name_the_reason(sup: Super
     first = sup.start(llama_spec(port), revision_label="r8", verify=False)
     # The model file disappeared since: every restart attempt exits at once.
     broken = llama_spec(port, model=str(tmp_path / "deleted-model.gguf"))
-    dog = Watchdog(sup, lambda: broken, interval=0.1, timeout=1.0, failure_threshold=1, max_restarts=2, window=60)
+    dog = Watchdog(
+        sup, lambda _revision_id: broken, interval=0.1, timeout=1.0, failure_threshold=1, max_restarts=2, window=60
+    )
     kill(first.pid)
 
     kinds = [dog.tick() for _ in range(4)]
@@ -218,7 +230,9 @@ def test_a_frozen_engine_still_gets_the_failure_threshold(tmp_path: Path) -> Non
     spec = llama_spec(free_port())
     first = sup.start(spec, revision_label="r4", verify=False)
     events = Events()
-    dog = Watchdog(sup, lambda: spec, timeout=0.3, failure_threshold=3, max_restarts=2, window=60, on_event=events)
+    dog = Watchdog(
+        sup, lambda _revision_id: spec, timeout=0.3, failure_threshold=3, max_restarts=2, window=60, on_event=events
+    )
     try:
         assert dog.tick().kind == "ok"
         freeze(first.pid)
@@ -254,7 +268,7 @@ def test_a_persons_start_gets_a_fresh_restart_budget(sup: Supervisor) -> None:
         return int(switch_start(sup, launch, lambda *_: None, spec)["pid"])
 
     first = switch(3)
-    dog = Watchdog(sup, lambda: spec, timeout=1.0, failure_threshold=10, max_restarts=1, window=3600)
+    dog = Watchdog(sup, lambda _revision_id: spec, timeout=1.0, failure_threshold=10, max_restarts=1, window=3600)
     kill(first)
     spent = dog.tick()
     assert spent.kind == "restarted" and spent.restarts_in_window == 1  # the budget (1) is spent
@@ -274,3 +288,81 @@ def test_a_persons_start_gets_a_fresh_restart_budget(sup: Supervisor) -> None:
     kill(third)
     back = dog.tick()
     assert back.kind == "restarted" and back.revision_label == "r5", back.message
+
+
+class AgentPanel:
+    """The panel as the agent's watchdog meets it: the launches of this host's revisions by id
+    (what GET /agent/v1/launches/<id> answers) and the watchdog events the agent reports."""
+
+    def __init__(self, *launches: RevisionLaunch) -> None:
+        self.launches = {str(launch.id): launch for launch in launches}
+        self.asked: list[str] = []
+        self.events: list[AgentWatchdogEvent] = []
+
+    def launch(self, revision_id: str) -> RevisionLaunch | None:
+        self.asked.append(revision_id)
+        return self.launches.get(revision_id)
+
+    def event(self, event: AgentWatchdogEvent) -> None:
+        self.events.append(event)
+
+
+@pytest.mark.engine
+def test_the_agents_watchdog_starts_the_revision_again_once_a_failed_restarts_cause_is_gone(
+    sup: Supervisor, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A killed engine's restart fails (its port is held by another process): the supervisor
+    forgets the failed start, so only the watchdog's retry still knows the revision. Once the
+    port is free, the next check starts that revision again, under its id, and it serves; it used
+    to answer "no launch spec" (no record, no revision id) until the watchdog gave up."""
+    monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", str(Path(gemma_model_path()).parent))
+    settings.WATCHDOG_FAILURES = 1  # the agent's setting: act at the first bad check
+    key = "engine-key-watchdog-Rt52"
+    r3 = RevisionLaunch.from_dict(gemma_launch(3, ctx=1024, port=free_port(), api_key=key))
+    panel = AgentPanel(r3)
+    ctx = AgentContext(host="alpha", panel=panel, supervisor=sup)  # type: ignore[arg-type]
+    spec = launch_spec(r3)
+    first = sup.start(spec, revision_label="r3", revision_id="103", verify=False)
+    dog = agent_watchdog(ctx)  # what the agent runs, its spec provider included
+    assert dog.tick().kind == "ok"
+
+    kill(first.pid)
+    with socket.socket() as squatter:  # another process takes the port meanwhile
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", spec.port))
+        squatter.listen()
+        failed = dog.tick()
+        assert failed.kind == "restart_failed", failed.message
+        assert f"port {spec.port} is held by pid {os.getpid()}" in failed.message
+        assert sup.status().phase == "stopped"  # the failed start left no engine record
+    retry = json.loads(sup.state.watchdog_file.read_text())["retry"]
+    assert retry["revision_label"] == "r3" and retry["revision_id"] == "103"
+
+    back = dog.tick()  # the port is free again
+    assert back.kind == "restarted", back.message
+    assert back.revision_label == "r3" and back.restarts_in_window == 2
+    status = sup.status()
+    assert status.running and status.revision_id == "103" and status.revision_label == "r3"
+    models = httpx.get(spec.models_url, headers={"Authorization": f"Bearer {key}"}, timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["gemma-r3"]
+    assert dog.tick().kind == "ok"  # probed with r3's key, found by its id
+    assert json.loads(sup.state.watchdog_file.read_text())["retry"] is None
+    assert [e.kind for e in panel.events] == ["restart_failed", "restarted"]
+
+
+def test_a_retry_written_before_the_revision_id_was_kept_is_still_read(tmp_path: Path) -> None:
+    """watchdog.json from an agent before this one: its retry names the label only. The watchdog
+    reads it, asks for the spec of an unknown revision (None) and says it cannot restart."""
+    sup = Supervisor(tmp_path / "state")
+    old = {"restarts": [], "gave_up": None, "retry": {"reason": "restart failed: port busy", "revision_label": "r3"}}
+    sup.state.watchdog_file.write_text(json.dumps(old))
+    asked: list[str | None] = []
+
+    def provider(revision_id: str | None) -> None:
+        asked.append(revision_id)
+
+    event = Watchdog(sup, provider, failure_threshold=1).tick()
+    assert event.kind == "restart_failed" and event.message == "cannot restart revision r3: no launch spec"
+    assert asked == [None]
+    retry = json.loads(sup.state.watchdog_file.read_text())["retry"]
+    assert retry == {"reason": "no launch spec to restart with", "revision_label": "r3", "revision_id": None}
