@@ -146,7 +146,9 @@ class Child:
 
 
 class Panel:
-    def __init__(self, bind: str, *, max_restarts: int = MAX_RESTARTS, window_s: float = WINDOW_S) -> None:
+    def __init__(
+        self, bind: str, *, max_restarts: int = MAX_RESTARTS, window_s: float = WINDOW_S, first_install: bool = False
+    ) -> None:
         from django.conf import settings
 
         self.data_dir = Path(settings.DATA_DIR)
@@ -154,6 +156,7 @@ class Panel:
         self.log_dir = self.data_dir / "logs"
         self.log_dir.mkdir(mode=0o700, exist_ok=True)
         self.bind = bind
+        self.first_install = first_install
         self.max_restarts = max_restarts
         self.window_s = window_s
         self.embedded_redis = settings.CELERY_BROKER_URL == settings.EMBEDDED_BROKER
@@ -242,6 +245,22 @@ class Panel:
         env.update(CONTROLPANEL_URL=agent_url(self.bind), CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
         return env, token
 
+    def _first_install(self) -> None:
+        """A first run's llama.cpp install (`manage.py engine first-install`), asked for once the
+        broker runs: asked for before it, its message could not be sent, and the operation's page
+        said the broker was unreachable until beat's sweep sent it again, up to a minute later."""
+        done = subprocess.run(
+            [sys.executable, "manage.py", "engine", "first-install"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        for line in (done.stdout + done.stderr).strip().splitlines()[-5:]:
+            self.say(f"panel: {line}")
+
     def _wait_redis(self, child: Child) -> None:
         deadline = time.monotonic() + REDIS_READY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -286,6 +305,8 @@ class Panel:
         for child in self.children:
             self.start(child)
         self.say(f"panel: running at http://{self.bind}/ (Ctrl-C stops everything)")
+        if self.first_install:
+            threading.Thread(target=self._first_install, name="first-install", daemon=True).start()
         code = 0
         while not self._stop_signals:
             if not self._tick():
@@ -490,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind", help="web server address (default: PANEL_BIND, docs/configuration.md)")
     parser.add_argument("--max-restarts", type=int, default=MAX_RESTARTS, help="per process, within --window")
     parser.add_argument("--window", type=float, default=WINDOW_S, help="seconds (default 600)")
+    parser.add_argument(
+        "--first-install",
+        action="store_true",
+        help="once running, start building llama.cpp in the background while no host has an engine (scripts/run)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
     if args.bind:  # the settings' PANEL_BIND (allowed hosts, the panel's URL) follow it, here and in each process
@@ -503,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"panel: cannot start: {sentence}", file=sys.stderr)
     if refused:
         return 2
-    panel = Panel(settings.PANEL_BIND, max_restarts=args.max_restarts, window_s=args.window)
+    panel = Panel(
+        settings.PANEL_BIND, max_restarts=args.max_restarts, window_s=args.window, first_install=args.first_install
+    )
     # One supervisor per data folder: a second one would start a second Redis on the same files.
     lock = open(panel.data_dir / "embedded.lock", "a")  # noqa: SIM115 - held for the whole run
     try:

@@ -67,7 +67,9 @@ def test_a_sweep_rules_out_what_does_not_fit_or_breaks_a_limit_and_its_winner_is
         host=lab["host"],
         space=SPACE,
         objective="throughput",
-        limits="ttft_p95<=0.2*base",
+        # Between the two candidates: two slots have measured 0.44 (quiet box) to 1.5 (loaded) of the
+        # base's TTFT p95 at concurrency 4, four slots under 0.2 to 0.27.
+        limits="ttft_p95<=0.35*base",
         profile=PROFILE.to_dict(),
         max_trials=4,
         repeats=2,
