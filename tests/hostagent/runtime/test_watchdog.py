@@ -329,7 +329,14 @@ def test_the_agents_watchdog_starts_the_revision_again_once_a_failed_restarts_ca
     kill(first.pid)
     with socket.socket() as squatter:  # another process takes the port meanwhile
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", spec.port))
+        deadline = time.monotonic() + 10  # the kernel lets go of the killed engine's socket
+        while True:
+            try:
+                squatter.bind(("127.0.0.1", spec.port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {spec.port} still held after the engine was killed"
+                time.sleep(0.05)
         squatter.listen()
         failed = dog.tick()
         assert failed.kind == "restart_failed", failed.message
