@@ -15,9 +15,12 @@ from hardware.models import Host
 from serving.engines.registry import recorded_installs
 from serving.operation_tasks import COMPILING_STAGE
 
-# A rough figure for compiling llama-server (one job per core) when the host has no compile of
-# its own on record: about 40 minutes of one core, so about 20 minutes on 2 cores.
-COMPILE_CORE_MINUTES = 40
+# A rough figure for compiling llama-server (one job per core, llama-server alone) when the host
+# has no compile of its own on record. Measured: from an empty pip cache on a 2-core machine the
+# first install (venv, pip, the compile) took 4.5 minutes, about 10 minutes of one core; the CUDA
+# build (sm_90 only) about 3.5 minutes on 16 cores, about 60 minutes of one core.
+COMPILE_CORE_MINUTES = 10
+COMPILE_CORE_MINUTES_CUDA = 60
 COMPILE_MIN_SECONDS = 120  # a recorded install this long was a compile, not a cached wheel
 
 
@@ -35,10 +38,15 @@ def _last_compile_seconds(host: Host) -> int | None:
     return compiles[-1][1] if compiles else None
 
 
+def _core_minutes(host: Host) -> int:
+    """The rough figure for `host`'s build: with CUDA where it has NVIDIA GPUs (NVML answered)."""
+    return COMPILE_CORE_MINUTES_CUDA if host.nvml_available else COMPILE_CORE_MINUTES
+
+
 def _rough_compile_seconds(host: Host) -> int | None:
-    """COMPILE_CORE_MINUTES spread over the host's cores (None: it has not reported them)."""
+    """The host's rough figure spread over its cores (None: it has not reported them)."""
     cores = host.cpu_cores or 0
-    return max(2, round(COMPILE_CORE_MINUTES / cores)) * 60 if cores else None
+    return max(2, round(_core_minutes(host) / cores)) * 60 if cores else None
 
 
 def compile_estimate(host: Host) -> str:
@@ -53,10 +61,10 @@ def compile_estimate(host: Host) -> str:
     rough = _rough_compile_seconds(host)
     if rough is None:
         return (
-            f"compiles for many minutes (about {COMPILE_CORE_MINUTES} minutes of one core; "
+            f"compiles for many minutes (about {_core_minutes(host)} minutes of one core; "
             "this host has not reported its cores)"
         )
-    figure = f"a rough figure: about {COMPILE_CORE_MINUTES} minutes of one core"
+    figure = f"a rough figure: about {_core_minutes(host)} minutes of one core"
     return f"compiles for about {rough // 60} minutes{on} ({figure})"
 
 

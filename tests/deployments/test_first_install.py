@@ -37,7 +37,7 @@ def test_a_first_run_starts_the_llama_build_once_and_says_for_how_long(bare_venv
     op = Operation.objects.get(kind="install")
     assert op.host.name == "box" and op.params["engine"] == "llama.cpp" and op.state == "queued"
     assert said.startswith(f"First run: llama.cpp {op.params['version']} is installing on box in the background")
-    assert "compiles for about 20 minutes on this host's 2 cores" in said
+    assert "compiles for about 5 minutes on this host's 2 cores" in said
     assert AuditEvent.objects.filter(host__name="box", action__startswith="operation").exists()
     assert first_install("box") == "Engines: an engine install was asked for before: nothing to start.\n"
     assert Operation.objects.filter(kind="install").count() == 1

@@ -46,10 +46,10 @@ def with_last_compile(host: Host, seconds: int) -> Host:
 
 
 def test_with_no_past_compile_the_rate_so_far_counts_with_the_rough_figure() -> None:
-    host = Host.objects.create(name="small", cpu_cores=2)  # rough: 40 core-minutes = 20 minutes here
-    # 10 minutes for half: the rate says 20 minutes in all, so does the rough figure: 10 left.
-    assert install_time_left(compiling(host, done=0.5, minutes=10)) == (
-        "about 10 minutes left (from its rate so far and a rough figure for this host's cores)"
+    host = Host.objects.create(name="small", cpu_cores=1)  # rough: 10 core-minutes = 10 minutes here
+    # 5 minutes for half: the rate says 10 minutes in all, so does the rough figure: 5 left.
+    assert install_time_left(compiling(host, done=0.5, minutes=5)) == (
+        "about 5 minutes left (from its rate so far and a rough figure for this host's cores)"
     )
     unknown = Host.objects.create(name="quiet")  # no cores reported, no past compile: the rate alone
     assert install_time_left(compiling(unknown, done=0.25, minutes=5)) == "about 15 minutes left (from its rate so far)"

@@ -59,6 +59,10 @@ def test_with_nothing_installed_or_cached_a_compile_is_offered_with_the_per_core
     host.cpu_cores = 16
     host.save()
     assert "compiles for about 2 minutes on this host's 16 cores" in install_offers(host=host)[0].note
+    host.nvml_available = True  # NVIDIA GPUs: the build compiles CUDA's kernels too
+    assert "about 4 minutes on this host's 16 cores (a rough figure: about 60 minutes of one core)" in (
+        install_offers(host=host)[0].note
+    )
 
 
 def test_a_wheel_the_agent_reports_in_its_pip_cache_comes_before_a_compile(client, operator) -> None:
@@ -71,7 +75,7 @@ def test_a_wheel_the_agent_reports_in_its_pip_cache_comes_before_a_compile(clien
     assert default == "b11200"
     assert [v for v, _ in options] == ["b11200", "b11000", COMPILE_BUILD]
     assert options[0][1] == options[1][1] == "in this host's pip cache: installs in seconds"
-    assert options[2][1].startswith("compiles for about 20 minutes on this host's 2 cores")
+    assert options[2][1].startswith("compiles for about 5 minutes on this host's 2 cores")
     assert note.startswith("b11200: in this host's pip cache: installs in seconds; b11000:")
 
 
