@@ -227,15 +227,7 @@ class Panel:
         the database URL nor the secret key; and a host token issued now (the earlier one revoked),
         which goes to the agent's standard input (CONTROLPANEL_HOST_TOKEN_FILE=-), not its
         environment: /proc/<pid>/environ keeps what a process was started with."""
-        issued = subprocess.run(
-            [sys.executable, "manage.py", "host", "token", local_host_name()],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        issued = self._manage("host", "token", local_host_name(), timeout=120)
         token = issued.stdout.strip().splitlines()[-1] if issued.returncode == 0 and issued.stdout.strip() else ""
         if not token:
             self.loud(f"could not issue the local agent's token: {issued.stderr.strip()[-500:]}")
@@ -245,19 +237,23 @@ class Panel:
         env.update(CONTROLPANEL_URL=agent_url(self.bind), CONTROLPANEL_HOST_TOKEN_FILE="-")  # noqa: S106 - stdin
         return env, token
 
-    def _first_install(self) -> None:
-        """A first run's llama.cpp install (`manage.py engine first-install`), asked for once the
-        broker runs: asked for before it, its message could not be sent, and the operation's page
-        said the broker was unreachable until beat's sweep sent it again, up to a minute later."""
-        done = subprocess.run(
-            [sys.executable, "manage.py", "engine", "first-install"],
+    def _manage(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        """`manage.py ARGS` in the panel's environment, its output captured (an argv list)."""
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
             cwd=ROOT,
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=timeout,
             check=False,
         )
+
+    def _first_install(self) -> None:
+        """A first run's llama.cpp install (`manage.py engine first-install`), asked for once the
+        broker runs: asked for before it, its message could not be sent, and the operation's page
+        said the broker was unreachable until beat's sweep sent it again, up to a minute later."""
+        done = self._manage("engine", "first-install", timeout=300)
         for line in (done.stdout + done.stderr).strip().splitlines()[-5:]:
             self.say(f"panel: {line}")
 
