@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,8 +31,8 @@ from serving.exports import (
     client_target,
     opencode_config,
 )
-from tests.support.client_tools import opencode_bin, tool_bin
-from tests.support.llama import free_port, gemma_model_path, llama_server_binary
+from tests.support.client_tools import isolated_env, opencode_bin, tool_bin
+from tests.support.llama import free_port, gemma_model_path, llama_server_binary, wait_llama_ready
 
 SENTENCE = "Hello from the lab."
 KEY = "lab-key-41"
@@ -53,17 +51,7 @@ def engine(tmp_path: Path):
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "LLAMA_API_KEY": KEY})  # noqa: S603
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:  # noqa: S310
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_llama_ready(port, process, log)
         yield port, log
     finally:
         process.terminate()
@@ -88,19 +76,7 @@ def _target(port: int):
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "LANG": "C.UTF-8",
-        "OPENCODE_DISABLE_AUTOUPDATE": "1",
-        API_KEY_ENV: KEY,
-    }
+    return isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", **{API_KEY_ENV: KEY})
 
 
 @pytest.mark.engine

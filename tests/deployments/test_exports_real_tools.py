@@ -15,7 +15,6 @@ skips, saying so, where its tool could not be installed. Nothing here needs the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from serving.exports import (
     through_door,
     through_router,
 )
-from tests.support.client_tools import opencode_bin, tool_python
+from tests.support.client_tools import isolated_env, opencode_bin, tool_python
 
 BASE = "http://10.0.0.5:8001/v1"
 DOOR = "http://10.0.0.5:4000/v1"  # the host's front door (issue 27): configs name it and an alias
@@ -60,21 +59,6 @@ QWEN38 = RevisionView(
     },
 )
 NO_PRESET = replace(QWEN38, knobs={"max_model_len": 32768}, model={**QWEN38.model, "sampling_presets": {}})
-
-
-def _isolated_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "LANG": "C.UTF-8",
-        **extra,
-    }
 
 
 def _run_python(python: Path, code: str, env: dict[str, str], cwd: Path) -> dict:
@@ -107,7 +91,7 @@ def test_hermes_resolves_our_config_to_the_lab_host_never_to_openai(tmp_path, ke
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(hermes_config(target).content)
     # A user who also uses OpenAI has a real key in the environment: it must not reach the lab.
-    env = _isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
+    env = isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
     if key_required:  # kept where the config's comment says: ~/.hermes/.env
         (hermes_home / ".env").write_text("LLM_API_KEY=sk-lab-key\n")
     seen = _run_python(python, HERMES_PROBE, env, tmp_path)
@@ -146,7 +130,7 @@ def test_hermes_warning_says_exactly_when_the_real_agent_refuses_to_start(tmp_pa
     hermes_home = tmp_path / "hermes"
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(made.content)
-    seen = _run_python(python, HERMES_START, _isolated_env(tmp_path, HERMES_HOME=str(hermes_home)), tmp_path)
+    seen = _run_python(python, HERMES_START, isolated_env(tmp_path, HERMES_HOME=str(hermes_home)), tmp_path)
     warned = client_warnings("hermes", target)
     assert bool(seen["refused"]) is refused and bool(warned) is refused, seen
     if refused:
@@ -170,7 +154,7 @@ def _opencode(tmp_path: Path, *args: str, key: bool = True) -> subprocess.Comple
     project.mkdir(exist_ok=True)
     target = client_target(QWEN38, base_url=BASE, api_key_required=key)
     (project / "opencode.json").write_text(opencode_config(target).content)
-    env = _isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1", LLM_API_KEY="x")
+    env = isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1", LLM_API_KEY="x")
     return subprocess.run(  # noqa: S603 - the real opencode binary
         [str(opencode_bin()), *args], cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -230,7 +214,7 @@ def test_aider_loads_our_settings_and_window(tmp_path, view, temperature, params
     target = client_target(view, base_url=BASE, api_key_required=False)
     (tmp_path / ".aider.model.settings.yml").write_text(aider_model_settings(target).content)
     (tmp_path / ".aider.model.metadata.json").write_text(aider_model_metadata(target).content)
-    env = _isolated_env(tmp_path, OPENAI_API_BASE=BASE, OPENAI_API_KEY="EMPTY", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = isolated_env(tmp_path, OPENAI_API_BASE=BASE, OPENAI_API_KEY="EMPTY", LITELLM_LOCAL_MODEL_COST_MAP="True")
     seen = _run_python(python, AIDER_PROBE % SERVED, env, tmp_path)
     assert seen["use_temperature"] == temperature
     assert seen["extra_params"] == params
@@ -261,7 +245,7 @@ def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_pat
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(hermes_config(target).content)
     (hermes_home / ".env").write_text("CONTROLPANEL_KEY=cpk_user\nLLM_API_KEY=sk-engine\n")
-    env = _isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
+    env = isolated_env(tmp_path, HERMES_HOME=str(hermes_home), OPENAI_API_KEY="sk-real-openai-key")
     seen = _run_python(tool_python("hermes-agent"), HERMES_PROBE, env, tmp_path)
     assert seen["runtime"] == {"provider": "custom", "base_url": url, "api_key": "cpk_user"}
     assert seen["model"]["default"] == "coder"
@@ -269,7 +253,7 @@ def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_pat
     project = tmp_path / "project"
     project.mkdir()
     (project / "opencode.json").write_text(opencode_config(target).content)
-    env = _isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1")
+    env = isolated_env(tmp_path, OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1")
     done = subprocess.run(  # noqa: S603 - the real opencode binary
         [str(opencode_bin()), "debug", "config"],
         cwd=project,
@@ -286,6 +270,6 @@ def test_each_tool_loads_the_front_door_and_the_alias_with_the_users_key(tmp_pat
 
     (tmp_path / ".aider.model.settings.yml").write_text(aider_model_settings(target).content)
     (tmp_path / ".aider.model.metadata.json").write_text(aider_model_metadata(target).content)
-    env = _isolated_env(tmp_path, OPENAI_API_BASE=url, OPENAI_API_KEY="cpk_user", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env = isolated_env(tmp_path, OPENAI_API_BASE=url, OPENAI_API_KEY="cpk_user", LITELLM_LOCAL_MODEL_COST_MAP="True")
     seen = _run_python(tool_python("aider-chat"), AIDER_PROBE % "coder", env, tmp_path)
     assert seen["max_input_tokens"] == target.context_tokens and seen["use_temperature"] == 1.0

@@ -12,9 +12,7 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +22,13 @@ from deployments.services.installs import install_record
 from hostagent.runtime.confine import working_folder as agents_working_folder
 from tests.hardware.factories import HostFactory
 from tests.support.client_tools import systemd_analyze
-from tests.support.llama import GEMMA_CHAT_TEMPLATE, free_port, gemma_package_path, llama_server_binary
+from tests.support.llama import (
+    GEMMA_CHAT_TEMPLATE,
+    free_port,
+    gemma_package_path,
+    llama_server_binary,
+    wait_llama_ready,
+)
 from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
@@ -54,20 +58,6 @@ def revision(catalog, tmp_path):
     )
 
 
-def _wait_ready(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:  # noqa: S310
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("llama-server did not become ready: " + log.read_text()[-3000:])
-
-
 def test_the_start_script_run_from_root_reads_a_bare_template_name_in_the_model_folder(revision, tmp_path):
     models = revision.host.model_dirs[0]
     script = tmp_path / "start.sh"
@@ -83,7 +73,7 @@ def test_the_start_script_run_from_root_reads_a_bare_template_name_in_the_model_
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        _wait_ready(revision.port, process, log)
+        wait_llama_ready(revision.port, process, log, timeout=15)
         body = json.dumps({"model": "gemma", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
         request = urllib.request.Request(
             f"http://127.0.0.1:{revision.port}/apply-template", data=body.encode(), method="POST",

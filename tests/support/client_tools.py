@@ -10,6 +10,7 @@ reason, so a machine that could not install it still runs everything else.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -68,3 +69,20 @@ def systemd_analyze() -> str:
     if found is None:
         pytest.skip("systemd-analyze is not installed (./scripts/test installs Debian's systemd package)")
     return found
+
+
+def isolated_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A real tool's environment: its own empty home and XDG folders under `tmp_path` (no config,
+    cache or key of this machine's user reaches it), PATH and a locale, and `extra`."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "LANG": "C.UTF-8",
+        **extra,
+    }

@@ -13,6 +13,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,19 @@ def serving_entry(
     one of gemma_launch()'s revisions: the agent says where its engine listens."""
     entry = DoorModel(name, door_launch(launch, memory=memory), mode, tuple(aliases), idle_ttl_s)
     return entry.to_dict()
+
+
+def wait_llama_ready(port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
+    """Until the llama-server `process` started answers /health with 200 on `port`; its log's tail
+    in the failure when it exits or does not come up in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:  # noqa: S310
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("llama-server did not become ready: " + log.read_text()[-3000:])

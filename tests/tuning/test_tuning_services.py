@@ -39,11 +39,31 @@ def reviewer(db: Any) -> User:
     return user
 
 
-@pytest.fixture
-def host(db: Any, admin_user: User, operator: User) -> Any:
-    host, _token = host_token_issue(name="tuned", actor=admin_user)
+def serving_host(
+    name: str, model: ModelVariant, operator: User, *, knobs: dict[str, Any], message: str, issuer: Any = None
+) -> Any:
+    """A CPU host of 8 GiB that serves `model` with llama.cpp under these knobs (its active revision,
+    also as `host.base`); `issuer` issued its token."""
+    host, _token = host_token_issue(name=name, actor=issuer)
     host.ram_bytes, host.model_dirs = 8 * GiB, ["/models"]
     host.save()
+    active = make_revision(
+        host=host,
+        engine="llama.cpp",
+        model_variant=model,
+        served_name="tiny",
+        port=8001,
+        knobs=knobs,
+        message=message,
+        actor=operator,
+    )
+    revision_mark_active(revision=active, actor=operator)
+    host.base = active
+    return host
+
+
+@pytest.fixture
+def host(db: Any, admin_user: User, operator: User) -> Any:
     small = ModelVariant.objects.create(
         name="tiny-gguf",
         format="gguf",
@@ -51,18 +71,14 @@ def host(db: Any, admin_user: User, operator: User) -> Any:
         weights_bytes=GiB // 4,
         arch={"architecture": "gemma3", "num_layers": 18},
     )
-    base = make_revision(
-        host=host,
-        engine="llama.cpp",
-        model_variant=small,
-        served_name="tiny",
-        port=8001,
+    host = serving_host(
+        "tuned",
+        small,
+        operator,
         knobs={"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0, "flash_attn": "off"},
         message="the base",
-        actor=operator,
+        issuer=admin_user,
     )
-    revision_mark_active(revision=base, actor=operator)
-    host.base = base
     return host
 
 

@@ -18,7 +18,7 @@ from changes.services import host_review_set
 from deployments.models import Operation
 from deployments.services.revisions import revision_derive
 from serving.diffing import fmt
-from tests.tuning.test_tuning_services import LEVEL, GiB, host  # noqa: F401 - the fixture
+from tests.tuning.test_tuning_services import LEVEL, GiB, host, serving_host  # noqa: F401 - the fixture
 from tuning.models import TuningRun, TuningTrial
 
 pytestmark = pytest.mark.django_db
@@ -318,26 +318,15 @@ def test_no_candidate_beyond_noise_is_said_plainly_and_nothing_is_offered(client
 
 def _second_host_in(group: str, run: TuningRun, operator: Any) -> Any:
     """Another host serving the same small model with llama.cpp, and both tagged `group`."""
-    from deployments.services.revisions import revision_mark_active
-    from hardware.credentials import host_token_issue
     from hardware.services import host_tags_set
-    from tests.support.revisions import make_revision
 
-    other, _token = host_token_issue(name="tuned-2", actor=None)
-    other.ram_bytes, other.model_dirs = 8 * GiB, ["/models"]
-    other.save()
-    base = run.host.base
-    active = make_revision(
-        host=other,
-        engine="llama.cpp",
-        model_variant=base.model_variant,
-        served_name="tiny",
-        port=8001,
+    other = serving_host(
+        "tuned-2",
+        run.host.base.model_variant,
+        operator,
         knobs={"ctx_size": 2048, "parallel": 1, "n_gpu_layers": 0, "flash_attn": "off"},
         message="the other host's own",
-        actor=operator,
     )
-    revision_mark_active(revision=active, actor=operator)
     for tagged in (run.host, other):
         host_tags_set(host=tagged, tags=[group], actor=operator)
     return other
