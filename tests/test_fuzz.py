@@ -859,6 +859,11 @@ AGENT_ISO = st.one_of(
     scalars,
 )
 AGENT_COUNTS = st.one_of(st.integers(-2, 300), scalars)
+# The llama.cpp builds in a host's pip cache, as its probe and its heartbeats report them.
+AGENT_CACHED_BUILDS = st.one_of(
+    st.fixed_dictionaries({"llama.cpp": st.one_of(st.lists(st.one_of(st.just("b11434"), texts, scalars)))}),
+    scalars,
+)
 AGENT_FACTS = st.fixed_dictionaries(
     {},
     optional={
@@ -866,10 +871,7 @@ AGENT_FACTS = st.fixed_dictionaries(
         **{k: AGENT_COUNTS for k in ("cpu_logical_cores", "cpu_physical_cores", "cpu_usable_cores")},
         "memory_total_bytes": st.one_of(st.sampled_from([2**36, -1, 2**70]), scalars),
         "model_dirs": st.one_of(st.lists(st.one_of(st.just("/models"), texts), max_size=3), scalars),
-        "cached_builds": st.one_of(
-            st.fixed_dictionaries({"llama.cpp": st.one_of(st.lists(st.one_of(st.just("b11434"), texts, scalars)))}),
-            scalars,
-        ),
+        "cached_builds": AGENT_CACHED_BUILDS,
     },
 )
 AGENT_GPU = st.fixed_dictionaries(
@@ -940,7 +942,7 @@ AGENT_BENCHMARK = st.fixed_dictionaries(
 AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "register": {"facts": AGENT_FACTS, "inventory": AGENT_INVENTORY, "engine_state": json_values},
     "probe": {"facts": AGENT_FACTS, "inventory": AGENT_INVENTORY},
-    "heartbeat": {"engine_state": json_values, "engine_metrics": AGENT_METRICS},
+    "heartbeat": {"engine_state": json_values, "engine_metrics": AGENT_METRICS, "cached_builds": AGENT_CACHED_BUILDS},
     "telemetry": {
         "gpu_samples": st.one_of(st.lists(AGENT_GPU_SAMPLE, max_size=3), json_values),
         "engine_samples": st.one_of(st.lists(AGENT_ENGINE_SAMPLE, max_size=3), json_values),

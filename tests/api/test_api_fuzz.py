@@ -12,13 +12,16 @@ from hypothesis import strategies as st
 
 from api.tokens import token_create
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
+from rollouts.models import Rollout
 from tests.api.test_api import world  # noqa: F401 - the fixture: host "lab" with r1 active and r2
 
-BODY_ENDPOINTS = ["hosts/lab/revisions/", "hosts/lab/switch/", "hosts/lab/benchmarks/"]
+# "{tuning}": the world's finished tuning run (its best beat the base; a group takes a rollout).
+BODY_ENDPOINTS = ["hosts/lab/revisions/", "hosts/lab/switch/", "hosts/lab/benchmarks/", "tuning/{tuning}/propose/"]
 FIELDS = {
     "hosts/lab/revisions/": ["parent", "engine", "model", "knobs", "set", "env", "port", "served_name", "message"],
     "hosts/lab/switch/": ["revision", "override_reason", "gate"],
     "hosts/lab/benchmarks/": ["profile", "concurrency", "input_tokens", "output_tokens", "requests", "slos"],
+    "tuning/{tuning}/propose/": ["trial", "anyway", "review", "group", "batch_size"],
 }
 TOKENS: dict[int, str] = {}
 scalars = st.one_of(
@@ -57,9 +60,9 @@ def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, worl
     if operator.pk not in TOKENS:  # one token for the whole test (a user may hold 20)
         TOKENS[operator.pk] = token_create(user=operator, name="fuzz", actor=operator).secret
     token = TOKENS[operator.pk]
-    before = (DeploymentRevision.objects.count(), Operation.objects.count(), BenchmarkRun.objects.count())
+    before = _counts()
     response = client.post(
-        f"/api/v1/{endpoint}",
+        f"/api/v1/{endpoint.format(tuning=world['tuning'].pk)}",
         data=_dumps(body),
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
@@ -69,8 +72,11 @@ def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, worl
     assert response["Content-Type"].startswith("application/json")
     if response.status_code >= 400:
         assert response.json()["detail"]
-        after = (DeploymentRevision.objects.count(), Operation.objects.count(), BenchmarkRun.objects.count())
-        assert after == before, (endpoint, body)
+        assert _counts() == before, (endpoint, body)
+
+
+def _counts() -> tuple[int, ...]:
+    return tuple(m.objects.count() for m in (DeploymentRevision, Operation, BenchmarkRun, Rollout))
 
 
 # The front door's bodies (issue 27): a served revision's mode, an alias, an inference key; and
