@@ -226,6 +226,18 @@ def test_a_process_that_keeps_dying_stops_the_panel_loudly(panel: EmbeddedPanel)
     assert not left, left
 
 
+@pytest.mark.parametrize("panel", [{"args": ["--first-install"]}], indirect=True)
+def test_the_first_install_is_asked_for_once_the_supervisors_broker_runs(panel: EmbeddedPanel) -> None:
+    """scripts/run passes --first-install: the supervisor asks `manage.py engine first-install` once
+    its Redis, worker and agent run, and prints its answer (here the suite's venv carries llama.cpp:
+    nothing to install); asked for before the broker ran, an install's message could not be sent."""
+    panel.wait_healthy()
+    said = ("panel: Engines: an engine is already on a host", "panel: First run: llama.cpp")
+    _wait(lambda: any(s in panel.output() for s in said), 60, "the first install's answer", panel)
+    assert "broker is unreachable" not in panel.output()
+    _stop_and_check_nothing_left(panel, signal.SIGINT)
+
+
 def _ppid(pid: int) -> int:
     from hostagent.runtime.processes import read_stat
 
