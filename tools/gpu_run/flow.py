@@ -18,6 +18,7 @@ Everything lands in --out (at most 8 files: flow.json, nvml_live.json, logs.tar.
     python3 tools/gpu_run/flow.py --data /root/cpgpu/data --models /root/cpgpu/models \
         --model rand-llama-1b-f16.gguf --out $OUT          # on the GPU host
     python3 tools/gpu_run/flow.py ... --cpu                 # the CPU rehearsal (n_gpu_layers 0)
+    python3 tools/gpu_run/flow.py ... --tune                # instead: a tuning run (tools/gpu_run/tune.py)
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def main() -> int:  # noqa: C901 - one script, one flow
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--partial", action="store_true", help="then switch to r3: 8 layers on the GPU, -fa off")
     parser.add_argument("--gate", action="store_true", help="then two gated switches from r1 (issue 28)")
+    parser.add_argument("--tune", action="store_true", help="instead: a tuning run from a plain base (issue 43)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -331,6 +333,13 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         log(f"switch {i + 1} to r{rev.number}: {op.state} in {took:.1f} s; kv {kv.tokens} tokens {kv.bytes} B")
         return op.state == "succeeded"
 
+    if args.tune:
+        from tools.gpu_run.tune import tuning_flow
+
+        tuning_flow(
+            figures, nvml, make_revision=rand, switch_to=switch_to, actor=actor, wait=wait, cpu=args.cpu, series=series
+        )
+        return
     for i, rev in enumerate((revs[0], revs[1], revs[0])):
         if not switch_to(i, rev):
             return
