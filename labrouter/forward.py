@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from hostagent.frontdoor.apis import CUT_TAIL, ends_with_cut
-from hostagent.frontdoor.proxy import chunks, cut_stream, error_response, fresh_session, post
+from hostagent.frontdoor.proxy import PooledClient, chunks, cut_stream, error_response
 from hostagent.frontdoor.usage import LONGEST_END, ends_stream
 from serving.lab_routes import Route
 
@@ -41,20 +41,12 @@ CONNECT_TIMEOUT_S = 3.0  # a door on the lab's network connects in milliseconds
 DOWN_RETRY_S = 1  # Retry-After when no door took a request
 
 
-class Doors:
+class Doors(PooledClient):
     """The router's HTTP client to the front doors."""
 
     def __init__(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=15.0)  # the doors keep 30 s
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        # A retry after a pooled connection broke goes out on a new one (proxy.post), as the door's.
-        self.fresh = fresh_session(timeout)
+        super().__init__(keepalive_s=15.0, connect_timeout_s=CONNECT_TIMEOUT_S)  # the doors keep 30 s
         self.in_flight: Counter[str] = Counter()  # door URL -> requests it is answering for us
-
-    async def close(self) -> None:
-        await self.session.close()
-        await self.fresh.close()
 
     async def forward(
         self,
@@ -75,7 +67,7 @@ class Doors:
             self.in_flight[route.door.url] += 1
             try:
                 try:
-                    upstream = await post(self.session, route.door.url + request.path, body, headers, fresh=self.fresh)
+                    upstream = await self.post(route.door.url + request.path, body, headers)
                 except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                     down(route, str(getattr(exc, "os_error", None) or exc) or type(exc).__name__)
                     tried.append(route.door.host)

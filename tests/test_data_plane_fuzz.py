@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
 from hostagent.frontdoor.launcher import Command, ProcessLoader
+from hostagent.frontdoor.limits import ConnectionLimits
 from hostagent.frontdoor.settings import SettingsError
 from labrouter.app import Router
 from serving.lab_routes import Door, LabRoutes
@@ -197,12 +198,12 @@ def test_any_connection_setting_makes_bounded_settings_or_names_the_variable(env
     except SettingsError as exc:
         assert any(name in str(exc) for name in environ)
         return
-    limits = made.connection_limits
+    limits = made.limits
     for name, (field_name, minimum) in CONNECTION_SETTINGS.items():
         value = getattr(limits, field_name)
         assert math.isfinite(value) and value >= minimum
         if name not in environ or not environ[name].strip():
-            assert value == getattr(FrontDoorSettings, field_name)
+            assert value == getattr(ConnectionLimits(), field_name)
     assert isinstance(limits.max_connections, int) and isinstance(limits.max_connections_per_peer, int)
 
 

@@ -55,12 +55,7 @@ def serve_door(tmp_path: Path, limits: ConnectionLimits, metrics_token: str = ""
     loader = ProcessLoader({"lazy": Command(("/bin/false",), "http://127.0.0.1:9/health")}, log_dir=tmp_path)
     table = RoutingTable((ServedModel(name="lazy", upstream="http://127.0.0.1:9"),))
     keys = KeyTable((InferenceKey(name="limits", sha256=hash_key(SECRET), models=None),))
-    settings = FrontDoorSettings(
-        host="127.0.0.1", port=0, queue_wait_s=5.0, metrics_token=metrics_token,
-        header_timeout_s=limits.header_timeout_s, body_timeout_s=limits.body_timeout_s,
-        idle_timeout_s=limits.idle_timeout_s, max_connections=limits.max_connections,
-        max_connections_per_peer=limits.max_connections_per_peer,
-    )  # fmt: skip
+    settings = FrontDoorSettings(host="127.0.0.1", port=0, queue_wait_s=5.0, metrics_token=metrics_token, limits=limits)
     loop = LoopThread()
 
     async def start() -> FrontDoor:

@@ -42,22 +42,18 @@ def profile_from_input(
     `slos` ({"ttft_ms": 500, "tpot_ms": 50, "e2e_ms": ...}) adds goodput: requests/s that met every one.
     """
     try:
-        custom = (concurrency, input_tokens, output_tokens, requests, request_rate)
-        if name and not any(v is not None for v in custom) and not slos:
+        # The numbers given, by the profile field each sets (from_dict makes concurrency a tuple).
+        given = {
+            "concurrency": concurrency,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "num_requests": requests,
+            "request_rate": request_rate,
+        }
+        custom = {field: value for field, value in given.items() if value is not None}
+        if name and not custom and not slos:
             return get_profile(name)
-        base = get_profile(name) if name else get_profile("quick")
-        data = base.to_dict()
-        data["name"] = name or "custom"
-        if concurrency is not None:
-            data["concurrency"] = list(concurrency)
-        if input_tokens is not None:
-            data["input_tokens"] = input_tokens
-        if output_tokens is not None:
-            data["output_tokens"] = output_tokens
-        if requests is not None:
-            data["num_requests"] = requests
-        if request_rate is not None:
-            data["request_rate"] = request_rate
+        data = {**get_profile(name or "quick").to_dict(), **custom, "name": name or "custom"}
         if slos:
             data["slos"] = dict(slos)
         return BenchmarkProfile.from_dict(data)

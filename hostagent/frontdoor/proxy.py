@@ -31,8 +31,7 @@ from .scheduler import Lease
 from .usage import UsageStream, ends_stream
 
 __all__ = [
-    "CLIENT_GONE", "Answer", "EngineGone", "Upstream", "chunks", "cut_stream", "error_response", "fresh_session",
-    "post",
+    "CLIENT_GONE", "Answer", "EngineGone", "PooledClient", "Upstream", "chunks", "cut_stream", "error_response",
 ]  # fmt: skip
 
 log = logging.getLogger("controlpanel.frontdoor")
@@ -104,20 +103,45 @@ class Answer:
     cut: bool = False  # a stream the engine broke off mid-answer (status 502)
 
 
-class Upstream:
-    """The front door's HTTP client to the engines of this host."""
+class PooledClient:
+    """An HTTP client that keeps connections open (`keepalive_s` idle, at most) and makes new ones
+    within `connect_timeout_s`: the front door's to its engines, the lab router's to the doors.
+    Beside its pool it has a session that never pools (force_close), for `post`'s retry."""
 
-    def __init__(self) -> None:
-        # Idle connections close before llama.cpp's own keep-alive (5 s) would close them under us.
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        # A retry after a pooled connection broke goes out on a new one, never on another pooled one.
-        self.fresh = fresh_session(timeout)
+    def __init__(self, *, keepalive_s: float, connect_timeout_s: float) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s)
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s), timeout=timeout
+        )
+        self.fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
 
     async def close(self) -> None:
         await self.session.close()
         await self.fresh.close()
+
+    async def post(self, url: str, data: bytes, headers: Mapping[str, str]) -> aiohttp.ClientResponse:
+        """POST on a pooled connection, once more on a fresh one when the pooled one was found
+        closed. ClientConnectorError: refused, nothing sent.
+
+        The retry goes out on a new connection (`fresh`), never on another pooled one: the pool's
+        next idle connection may be as stale as the first (several closed by the engine at once),
+        and the request would fail with 502 while the engine served."""
+        try:
+            return await self.session.post(url, data=data, headers=headers)
+        except aiohttp.ClientConnectorError:
+            raise  # refused: no connection was made (the caller knows what that means)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # A pooled connection closed or reset as it was reused (the server closed it idle, or
+            # died): nothing reached it. Once more, on a fresh connection: a dead server refuses it.
+            return await self.fresh.post(url, data=data, headers=headers)
+
+
+class Upstream(PooledClient):
+    """The front door's HTTP client to the engines of this host."""
+
+    def __init__(self) -> None:
+        # Idle connections close before llama.cpp's own keep-alive (5 s) would close them under us.
+        super().__init__(keepalive_s=2.0, connect_timeout_s=10.0)
 
     async def forward(
         self,
@@ -152,7 +176,7 @@ class Upstream:
         answer, report = Answer(status=502), True
         try:
             try:
-                upstream = await self._post(model.url(endpoint), data, headers)
+                upstream = await self.post(model.url(endpoint), data, headers)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if gone_ok and isinstance(exc, aiohttp.ClientConnectorError):
                     report = False
@@ -195,9 +219,6 @@ class Upstream:
         finally:
             if report:
                 done(answer)
-
-    async def _post(self, url: str, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        return await post(self.session, url, data, headers, fresh=self.fresh)
 
     async def _pass_stream(
         self,
@@ -265,36 +286,6 @@ async def _deliver(response: web.StreamResponse, out: bytes, reader: UsageStream
     except ConnectionResetError:
         answer.status, answer.ok = CLIENT_GONE, False
         raise
-
-
-def fresh_session(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
-    """A session that never pools (force_close): `post`'s retry goes out on a new connection."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True), timeout=timeout)
-
-
-async def post(
-    session: aiohttp.ClientSession,
-    url: str,
-    data: bytes,
-    headers: Mapping[str, str],
-    *,
-    fresh: aiohttp.ClientSession | None = None,
-) -> aiohttp.ClientResponse:
-    """POST on a pooled connection, once more on a fresh one when the pooled one was found closed
-    (the lab router's way to the front doors too, with its own `fresh`). ClientConnectorError:
-    refused, nothing sent.
-
-    `fresh` is a session that never pools (`fresh_session`): the retry goes out on a new connection.
-    Without it the retry takes the pool's next idle connection, which may be as stale as the first
-    (several closed by the engine at once): the request failed with 502 while the engine served."""
-    try:
-        return await session.post(url, data=data, headers=headers)
-    except aiohttp.ClientConnectorError:
-        raise  # refused: no connection was made (the caller knows what that means)
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-        # A pooled connection closed or reset as it was reused (the server closed it idle, or
-        # died): nothing reached it. Once more, on a fresh connection: a dead server refuses it.
-        return await (fresh or session).post(url, data=data, headers=headers)
 
 
 def _usage_of(body: bytes) -> dict[str, Any] | None:

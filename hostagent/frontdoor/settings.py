@@ -59,11 +59,7 @@ class FrontDoorSettings:
     cores: int = 0  # CPU cores engines may share (a table entry's `threads`); 0: this process's affinity
 
     # --- Connections and /metrics: what one client may hold of the door (limits.py says each) ---
-    header_timeout_s: float = ConnectionLimits.header_timeout_s
-    body_timeout_s: float = ConnectionLimits.body_timeout_s
-    idle_timeout_s: float = ConnectionLimits.idle_timeout_s
-    max_connections: int = ConnectionLimits.max_connections
-    max_connections_per_peer: int = ConnectionLimits.max_connections_per_peer
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     metrics_token: str = field(default="", repr=False)  # set: GET /metrics needs `Authorization: Bearer <token>`
     # The `host` label of the engines' series on /metrics: the host's name in the panel (the agent
     # sets it); "" is this machine's short hostname.
@@ -76,16 +72,6 @@ class FrontDoorSettings:
     @property
     def bind(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def connection_limits(self) -> ConnectionLimits:
-        return ConnectionLimits(
-            header_timeout_s=self.header_timeout_s,
-            body_timeout_s=self.body_timeout_s,
-            idle_timeout_s=self.idle_timeout_s,
-            max_connections=self.max_connections,
-            max_connections_per_peer=self.max_connections_per_peer,
-        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> FrontDoorSettings:
@@ -105,15 +91,22 @@ class FrontDoorSettings:
             turn_linger_s=_number(environ, TURN_LINGER_ENV, cls.turn_linger_s, minimum=0.0),
             cores=int(_number(environ, CORES_ENV, cls.cores, minimum=0)),
             # Connections and /metrics
-            header_timeout_s=_number(environ, HEADER_TIMEOUT_ENV, cls.header_timeout_s, minimum=0.1),
-            body_timeout_s=_number(environ, BODY_TIMEOUT_ENV, cls.body_timeout_s, minimum=0.1),
-            idle_timeout_s=_number(environ, IDLE_TIMEOUT_ENV, cls.idle_timeout_s, minimum=0.1),
-            max_connections=int(_number(environ, MAX_CONNECTIONS_ENV, cls.max_connections, minimum=1)),
-            max_connections_per_peer=int(
-                _number(environ, MAX_CONNECTIONS_PER_PEER_ENV, cls.max_connections_per_peer, minimum=1)
-            ),
+            limits=_limits(environ),
             metrics_token=(environ.get(METRICS_TOKEN_ENV) or "").strip(),
         )
+
+
+def _limits(environ: Mapping[str, str]) -> ConnectionLimits:
+    """The connection limits the environment sets, ConnectionLimits' own defaults for the rest."""
+    return ConnectionLimits(
+        header_timeout_s=_number(environ, HEADER_TIMEOUT_ENV, ConnectionLimits.header_timeout_s, minimum=0.1),
+        body_timeout_s=_number(environ, BODY_TIMEOUT_ENV, ConnectionLimits.body_timeout_s, minimum=0.1),
+        idle_timeout_s=_number(environ, IDLE_TIMEOUT_ENV, ConnectionLimits.idle_timeout_s, minimum=0.1),
+        max_connections=int(_number(environ, MAX_CONNECTIONS_ENV, ConnectionLimits.max_connections, minimum=1)),
+        max_connections_per_peer=int(
+            _number(environ, MAX_CONNECTIONS_PER_PEER_ENV, ConnectionLimits.max_connections_per_peer, minimum=1)
+        ),
+    )
 
 
 def default_bind(environ: Mapping[str, str]) -> str:

@@ -283,7 +283,7 @@ def test_a_request_on_stale_pooled_connections_is_answered_not_502(doors: Callab
 
 def test_a_request_the_router_sends_on_stale_pooled_connections_is_answered_not_502() -> None:
     """The lab router's pool to a door meets the same: idle connections the door closed as they
-    are reused. Its retry goes out on a fresh connection too (proxy.post with the router's own)."""
+    are reused. Its retry goes out on a fresh connection too (PooledClient.post, as the door's)."""
     door = DroppingEngine()  # a door that closes each reused connection, its request unanswered
     try:
         with lab_router(f"http://127.0.0.1:{door.port}", {"a": "a"}) as router:
