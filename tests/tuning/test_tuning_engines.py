@@ -19,6 +19,8 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from api.tokens import token_create
+from changes.models import ChangeRequest
+from changes.services import change_approve, host_review_set
 from core.models import AuditEvent
 from deployments.choices import OperationKind
 from deployments.models import DeploymentRevision, ModelVariant, Operation
@@ -26,8 +28,14 @@ from deployments.services.preflight import FAIL, panel_preflight
 from deployments.services.revisions import revision_mark_active
 from deployments.services.switch import switch_request
 from hardware.models import GPU, Host
+from hardware.review import ChangeRequested
 from tests.support.revisions import make_revision
-from tests.tuning.test_tuning_services import PROFILE, _finish_benchmark, host  # noqa: F401 - the fixture
+from tests.tuning.test_tuning_services import (  # noqa: F401 - the fixtures
+    PROFILE,
+    _finish_benchmark,
+    host,
+    reviewer,
+)
 from tuning.management.commands.tune import parse_engines
 from tuning.models import TuningRun, TuningTrial
 from tuning.services import tuning_propose, tuning_start, tuning_sweep
@@ -224,3 +232,20 @@ def test_the_best_of_another_engine_is_proposed_as_a_switch_never_rolled_out_as_
         tuning_propose(run=run, group="fleet", actor=operator)
     proposal = tuning_propose(run=run, actor=operator)  # a switch of this host to the SGLang revision
     assert (proposal.operation.kind, proposal.revision.engine) == (OperationKind.SWITCH, "sglang")
+
+
+def test_a_protected_hosts_change_request_keeps_the_other_engines_and_its_run_tries_them(
+    both,
+    operator,
+    admin_user,
+    reviewer,  # noqa: F811 - the fixture
+):
+    host_review_set(host=both, required=True, actor=admin_user)
+    engines = {"sglang": {"max_running_requests": [4, 8]}}
+    with pytest.raises(ChangeRequested) as opened:
+        tuning_start(host=both, space={"max_num_seqs": [4, 16]}, engines=engines, profile=PROFILE, actor=operator)
+    change = ChangeRequest.objects.get(pk=opened.value.change.pk)
+    assert change.params["engines"] == engines and "SGLang: max_running_requests in [4, 8]" in change.summary
+    change_approve(change=change, actor=reviewer)
+    run = TuningRun.objects.get()
+    assert (run.space, run.engines, run.change_request) == ({"max_num_seqs": [4, 16]}, engines, change.pk)
