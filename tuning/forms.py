@@ -1,6 +1,7 @@
 """The new tuning run form: parse what people type (a base revision, the values to try for each
-knob of its engine, an objective, limits, a benchmark profile, a budget); tuning.services decides
-what is allowed (tuning_request), and its refusals come back beside the field they name."""
+knob of its engine, other engines' knobs where the base's model allows them, an objective, limits,
+a benchmark profile, a budget); tuning.services decides what is allowed (tuning_request), and its
+refusals come back beside the field they name."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ from hardware.models import Host
 from serving.benchmarking.gate import METRICS
 from serving.engines.base import EngineConfigError
 from serving.engines.knobs import KnobSpec
-from serving.engines.registry import get_adapter
+from serving.engines.registry import engine_label, get_adapter
 from serving.tuning.space import tunable  # the space's own rule for a tuning knob
+from tuning.services import other_engines
 
 PREFIX = "space__"
+ENGINE_PREFIX = "engine__"  # + the engine's name, dots as underscores: its knobs as "knob=v1,v2; knob2=v3"
+DEFAULTS = "defaults"  # an engine's field saying: try it at its defaults
 # BenchmarkForm's fields a tuning run does not take: the goodput SLOs, the served revision.
 NOT_TAKEN = ("ttft_slo_ms", "tpot_slo_ms", "e2e_slo_ms", "revision")
 
@@ -121,6 +125,17 @@ class TuningForm(BenchmarkForm):
         )
         self.base_revision = self._chosen(revisions, active)
         self.specs = knob_specs(self.base_revision.engine) if self.base_revision else {}
+        # Other engines this base's model may run on this host: one field each.
+        self.other_engines = other_engines(host=host, base=self.base_revision) if self.base_revision else []
+        for engine in self.other_engines:
+            self.fields[engine_field(engine)] = forms.CharField(
+                required=False,
+                max_length=1000,
+                label=engine_label(engine),
+                help_text=f"Its knobs and the values to try, e.g. {_example(engine)}; '{DEFAULTS}' tries it at "
+                "its defaults. It starts from none of the base's knobs, at its newest install.",
+                widget=forms.TextInput(attrs={"placeholder": "knob=v1,v2; knob2=v3"}),
+            )
         for name, spec in self.specs.items():
             self.fields[PREFIX + name] = forms.CharField(
                 required=False,
@@ -148,8 +163,25 @@ class TuningForm(BenchmarkForm):
             (set_ if name in knobs or self[PREFIX + name].value() else other).append(item)
         return set_, other
 
+    def engine_inputs(self) -> list[forms.BoundField]:
+        """The fields of the other engines, in the order offered."""
+        return [self[engine_field(e)] for e in self.other_engines]
+
+    def _engines(self, data: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+        engines: dict[str, dict[str, list[Any]]] = {}
+        for engine in self.other_engines:
+            text = (data.get(engine_field(engine)) or "").strip()
+            if not text:
+                continue
+            try:
+                engines[engine] = parse_engine_knobs(engine, text)
+            except ValidationError as exc:
+                self.add_error(engine_field(engine), exc)
+        return engines
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        engines = self._engines(data)
         space: dict[str, list[Any]] = {}
         engine = self.base_revision.engine if self.base_revision else ""
         for name in self.specs:
@@ -161,9 +193,9 @@ class TuningForm(BenchmarkForm):
                 space[name] = [type_knobs(engine, {name: v})[name] for v in values]
             except ValidationError as exc:
                 self.add_error(PREFIX + name, exc)
-        if not space and not self.errors:
+        if not space and not engines and not self.errors:
             self.add_error(None, "Give at least one knob two values or more to try: the search space is empty.")
-        data["space"] = space
+        data["space"], data["engines"] = space, engines
         return data
 
     def request(self) -> dict[str, Any]:
@@ -171,11 +203,24 @@ class TuningForm(BenchmarkForm):
         d = self.cleaned_data
         base = self.host.revisions.filter(number=d["base"]).first()
         names = ("objective", "level", "limits", "max_trials", "max_minutes", "repeats", "repeat_best")
-        return {"base": base, "space": d["space"], "profile": d["benchmark_profile"], **{k: d[k] for k in names}}
+        return {
+            "base": base,
+            "space": d["space"],
+            "engines": d["engines"] or None,
+            "profile": d["benchmark_profile"],
+            **{k: d[k] for k in names},
+        }
 
     def add_refusal(self, exc: ValidationError) -> None:
         """A refusal of tuning_start's beside what it names: a knob's beside that knob when the
-        message names one, the rest of the space's above the knobs."""
+        message names one, the rest of the space's above the knobs; an engine's beside its field."""
+        if hasattr(exc, "error_dict") and "engines" in exc.message_dict:
+            for message in exc.message_dict["engines"]:
+                engine = next((e for e in self.other_engines if message.startswith(engine_label(e))), None)
+                self.add_error(engine_field(engine) if engine else None, message)
+            exc = ValidationError({k: v for k, v in exc.message_dict.items() if k != "engines"})
+            if not exc.error_dict:
+                return
         if hasattr(exc, "error_dict") and "space" in exc.message_dict:
             for message in exc.message_dict["space"]:
                 knob = next((n for n in self.specs if n in re.findall(r"[a-z_0-9]+", message)), None)
@@ -184,3 +229,33 @@ class TuningForm(BenchmarkForm):
             if not exc.error_dict:
                 return
         apply_error(self, exc)
+
+
+def engine_field(engine: str) -> str:
+    return ENGINE_PREFIX + engine.replace(".", "_")
+
+
+def _example(engine: str) -> str:
+    tunables = list(knob_specs(engine))[:1]
+    return f"{tunables[0]}=4,8" if tunables else "knob=v1,v2"
+
+
+def parse_engine_knobs(engine: str, text: str) -> dict[str, list[Any]]:
+    """ "knob=v1,v2; knob2=v3" -> {knob: [v1, v2], knob2: [v3]}, each value typed by `engine`'s
+    knob table (type_knobs, as the base's knobs are); "defaults" -> {} (the engine at its
+    defaults). ValidationError naming what it cannot read."""
+    if text.strip().lower() == DEFAULTS:
+        return {}
+    knobs: dict[str, list[Any]] = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, values = part.partition("=")
+        name = name.strip()
+        texts = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not texts:
+            raise ValidationError(f"{part[:60]!r} is not knob=value,value (or '{DEFAULTS}').")
+        if name in knobs:
+            raise ValidationError(f"{name[:60]} is named twice.")
+        knobs[name] = [next(iter(type_knobs(engine, {name: v}).values())) for v in texts]
+    return knobs

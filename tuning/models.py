@@ -2,7 +2,8 @@
 
 A run holds one host from its start to its end (a partial unique constraint: one open run per
 host). Its trials are numbered in the order they were taken; trial 0 is the base revision itself,
-measured first and again at the end (its rounds are what the winner is held against).
+measured first and again at the end (its rounds are what the winner is held against). A trial
+runs the base's engine or, where the run's space names them, another engine.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class TuningRun(WorkRecord, ApprovedChange):
     host = models.ForeignKey("hardware.Host", on_delete=models.CASCADE, related_name="tuning_runs")
     base = models.ForeignKey("deployments.DeploymentRevision", on_delete=models.PROTECT, related_name="+")
     space = models.JSONField(default=dict, help_text="{knob: [values]}, as the engine's knob specs normalise them.")
+    engines = models.JSONField(
+        default=dict, blank=True, help_text="Other engines tried: {engine: {knob: [values]}} ({}: at its defaults)."
+    )
     objective = models.JSONField(default=dict, help_text='{"metric": ..., "level": ...} (serving.tuning.Objective).')
     limits = models.JSONField(default=list, help_text="[serving.tuning.Limit.to_dict()]")
     profile = models.JSONField(default=dict, help_text="The benchmark profile every round runs.")
@@ -93,6 +97,8 @@ class TuningTrial(WorkRecord):
     run = models.ForeignKey(TuningRun, on_delete=models.CASCADE, related_name="trials")
     number = models.PositiveSmallIntegerField()  # 0: the base revision
     knobs = models.JSONField(default=dict, help_text="The candidate: the knobs it sets on the base's.")
+    # The engine it ran: the base's (its knobs set on the base's), or another (its knobs from none).
+    engine = models.CharField(max_length=20, blank=True)
     revision = models.ForeignKey(
         "deployments.DeploymentRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="tuning_trials"
     )

@@ -5,7 +5,6 @@ plots (deployments.plots.pareto_chart) and the best trial's diff against the bas
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +15,8 @@ from deployments.selectors.revision_views import changes_between
 from hardware.review import review_required
 from serving.benchmarking.gate import METRICS
 from serving.diffing import RevisionDiff
-from serving.tuning import Limit, Objective
+from serving.engines.registry import engine_label
+from serving.tuning import Candidate, Limit, Objective, SearchSpace, TuningInputError, space_check
 
 from . import selectors
 from .models import TuningRun, TuningTrial
@@ -47,6 +47,7 @@ class MemoryLine:
 @dataclass(frozen=True)
 class TrialRow:
     trial: TuningTrial
+    engine: str  # the engine it ran, as people write it
     knobs: str
     figures: list[tuple[str, float | None]]
     memory: list[MemoryLine]
@@ -69,8 +70,19 @@ class Progress:
         return min(100, round(100 * self.measured / self.budget)) if self.budget else 100
 
 
-def _words(knobs: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in knobs.items())
+def _words(run: TuningRun, trial: TuningTrial) -> str:
+    """The trial's knobs in words, its engine first when it is not the base's."""
+    return Candidate(trial.engine, trial.knobs).describe(run.base.engine)
+
+
+def _knobs(run: TuningRun, trial: TuningTrial) -> str:
+    """The knobs it set (its engine has a column of its own)."""
+    other = trial.engine and trial.engine != run.base.engine
+    return ", ".join(f"{k}={v}" for k, v in trial.knobs.items()) or ("its defaults" if other else "")
+
+
+def _engine(run: TuningRun, trial: TuningTrial) -> str:
+    return engine_label(trial.engine or run.base.engine)
 
 
 def _memory(trial: TuningTrial) -> list[MemoryLine]:
@@ -95,7 +107,8 @@ def trial_rows(run: TuningRun, trials: list[TuningTrial], points: list[selectors
         rows.append(
             TrialRow(
                 trial=trial,
-                knobs=_words(trial.knobs) if not trial.is_base else "the base revision",
+                engine=_engine(run, trial),
+                knobs="the base revision" if trial.is_base else _knobs(run, trial),
                 figures=shown,
                 memory=_memory(trial),
                 front=fronts.get(trial.pk, False),
@@ -108,7 +121,8 @@ def trial_rows(run: TuningRun, trials: list[TuningTrial], points: list[selectors
 
 def progress(run: TuningRun, trials: list[TuningTrial]) -> Progress:
     candidates = [t for t in trials if not t.is_base]
-    space = math.prod(len(v) for v in run.space.values()) if isinstance(run.space, dict) and run.space else 0
+    stored = _space(run)
+    space = stored.size() if stored else 0
     end = run.finished_at or timezone.now()
     return Progress(
         measured=sum(1 for t in candidates if t.state in FINISHED),
@@ -133,7 +147,7 @@ def pareto_charts(run: TuningRun, points: list[selectors.TrialPoint]) -> list[tu
             {
                 "x": None if p.costs.get(key) is None else float(p.costs[key] or 0.0) * scale,
                 "y": p.objective,
-                "label": "base" if p.trial.is_base else f"trial {p.trial.number} ({_words(p.trial.knobs)})",
+                "label": "base" if p.trial.is_base else f"trial {p.trial.number} ({_words(run, p.trial)})",
                 "front": p.front.get(key, False),
                 "base": p.trial.is_base,
             }
@@ -142,6 +156,25 @@ def pareto_charts(run: TuningRun, points: list[selectors.TrialPoint]) -> list[tu
         title = f"{y_label} against {x_label}"
         charts.append((key, pareto_chart(dots, title=title, x_label=x_label, y_label=y_label)))
     return charts
+
+
+def _space(run: TuningRun) -> SearchSpace | None:
+    """The run's space as stored (its base engine's knobs, its other engines'); None when it no
+    longer reads (a knob an adapter has since dropped)."""
+    try:
+        return space_check(run.base.engine, run.space, engines=run.engines or None)
+    except TuningInputError:
+        return None
+
+
+def space_engines(run: TuningRun) -> list[tuple[str, str]]:
+    """The other engines the run tries, each with its knobs and values in words."""
+    space = _space(run)
+    shown = []
+    for arm in space.others if space else ():
+        words = " · ".join(f"{k} in {', '.join(map(str, v))}" for k, v in arm.knobs) or "at its defaults"
+        shown.append((engine_label(arm.engine), words))
+    return shown
 
 
 def limits_text(run: TuningRun) -> list[str]:
@@ -176,7 +209,10 @@ def run_context(run: TuningRun) -> dict[str, Any]:
         "charts": pareto_charts(run, points),
         "verdict": verdict,
         "beats_base": bool(verdict.get("beats_base")),
-        "best_knobs": _words(run.best.knobs) if run.best else "",
+        "best_knobs": _words(run, run.best) if run.best else "",
+        # A best of another engine is proposed as a switch of this host: a rollout only sets knobs.
+        "best_other_engine": bool(run.best and run.best.engine and run.best.engine != run.base.engine),
+        "engines": space_engines(run),
         "diff": best_diff(run) if not run.is_open else None,
         "review": review_required(run.host),
         # The groups the tuned host is in: where its best could be rolled out.

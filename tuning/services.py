@@ -4,11 +4,13 @@ A run is a chain of ordinary operations on the host's queue, one at a time, each
 the service a person would use, so each carries its usual checks:
 
     base: the base revision measured (a switch to it first when the host serves another)
-    trials: each candidate of the search (serving.tuning.next_candidate), planned first: one the
+    trials: each candidate of the search (serving.tuning.next_candidate: knobs of the base's engine,
+        or of another engine the run's space names), planned first with its engine: one the
         planner refuses is stored with its findings and never started; one that fits becomes a
         revision derived from the base (revision_derive: its parent is the base, its message names
-        the run), switched to (switch_request: preflight, health gate, rollback) and benchmarked
-        (a BenchmarkRun of the run's profile; the load generator opens every prompt with a token of
+        the run; another engine's starts from that engine's defaults and its newest install),
+        switched to (switch_request: preflight, health gate, rollback) and benchmarked (a
+        BenchmarkRun of the run's profile; the load generator opens every prompt with a token of
         its own, so no round is served from what an earlier one left in the engine's cache). A
         candidate whose first round breaks a limit is stopped there (ruled out).
     repeats: the best few and the base measured again until each has `repeats` rounds, so the
@@ -48,6 +50,7 @@ from deployments.planning import plan_for_values, planned_memory
 from deployments.runtime_bridge import revision_spec
 from deployments.services.benchmarks import benchmark_enqueue, profile_from_input
 from deployments.services.operations import operation_cancel
+from deployments.services.preflight import host_engines
 from deployments.services.revisions import revision_derive
 from deployments.services.switch import switch_request
 from hardware.models import Host
@@ -66,14 +69,17 @@ from rollouts.services import rollout_start
 from serving.benchmarking.gate import run_figures
 from serving.benchmarking.profiles import BenchmarkProfile
 from serving.engines.base import EngineConfigError
+from serving.engines.registry import ADAPTERS, engine_label
 from serving.launch import derive
 from serving.planner import PlanInputError
 from serving.tuning import (
+    Candidate,
     Limit,
     Objective,
     SearchSpace,
     Tried,
     TuningInputError,
+    engine_refusal,
     limit_breaks,
     limits_from_input,
     next_candidate,
@@ -119,9 +125,11 @@ class TuningRequest:
 
     def params(self) -> dict[str, Any]:
         """As a change request keeps it (its `revision`: the base, which its binding shows)."""
+        others = {"engines": self.space.engines_dict()} if self.space.others else {}
         return {
             "revision": self.base.number,
             "space": self.space.to_dict(),
+            **others,
             "objective": self.objective.metric,
             "level": self.objective.level,
             "limits": [limit.to_dict() for limit in self.limits],
@@ -134,11 +142,18 @@ class TuningRequest:
         }
 
     def summary(self) -> str:
-        knobs = ", ".join(f"{k} in {v}" for k, v in self.space.to_dict().items())
         return (
-            f"Tune {self.base.host.name} from r{self.base.number}: {self.objective.describe()} over {knobs}"
+            f"Tune {self.base.host.name} from r{self.base.number}: {self.objective.describe()} over "
+            f"{self.space.describe()}"
             f" ({self.space.size()} candidates, at most {self.max_trials} measured)"
         )
+
+
+def other_engines(*, host: Host, base: DeploymentRevision) -> list[str]:
+    """The engines besides the base's a run from `base` may try on `host`: each one whose adapter
+    loads the base's model format and that the host has installed (tuning_request's rule)."""
+    installed, fmt = host_engines(host), base.model_variant.format
+    return [e for e in sorted(ADAPTERS) if not engine_refusal(base.engine, e, model_format=fmt, installed=installed)]
 
 
 def _whole(value: Any, name: str, low: int, high: int) -> int:
@@ -162,6 +177,7 @@ def tuning_request(
     *,
     host: Host,
     space: Mapping[str, Sequence[Any]],
+    engines: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
     objective: str = "throughput",
     level: str = "",
     limits: str | Sequence[Mapping[str, Any]] = "",
@@ -174,7 +190,9 @@ def tuning_request(
     seed: int = 0,
 ) -> TuningRequest:
     """The input of a run checked; ValidationError naming the field otherwise. `level`: the load
-    level the objective and the per-level limits are judged at (default: the profile's last)."""
+    level the objective and the per-level limits are judged at (default: the profile's last).
+    `engines`: other engines to try ({engine: {knob: [values]}}), each only where its adapter loads
+    the base's model format and the host has it installed (refused naming the engine otherwise)."""
     base = base or active_revision_of(Host.objects.select_related("deployment__active_revision").get(pk=host.pk))
     if base is None:
         raise ValidationError({"base": f"{host.name} serves nothing: switch it to the revision to tune from first."})
@@ -183,11 +201,18 @@ def tuning_request(
     bench = _profile(profile)
     labels = bench.level_labels()
     try:
-        checked = space_check(base.engine, space)
+        checked = space_check(
+            base.engine,
+            space,
+            engines=engines,
+            model_format=base.model_variant.format,
+            installed=host_engines(host) if engines else None,
+        )
         goal = Objective.from_input(objective, level or labels[-1])
         bounds = limits_from_input(limits, level=goal.level)
     except TuningInputError as exc:
-        raise ValidationError({exc.field if exc.field in ("objective", "limits") else "space": str(exc)}) from None
+        field = "engines" if exc.field.startswith("engines") else exc.field
+        raise ValidationError({field if field in ("objective", "limits", "engines") else "space": str(exc)}) from None
     for lvl in [goal.level, *(b.level for b in bounds)]:
         if lvl != "run" and lvl not in labels:
             raise ValidationError(
@@ -226,6 +251,7 @@ def tuning_start(
         host=host,
         base=checked.base,
         space=checked.space.to_dict(),
+        engines=checked.space.engines_dict(),
         objective=checked.objective.to_dict(),
         limits=[limit.to_dict() for limit in checked.limits],
         profile=checked.profile.to_dict(),
@@ -243,7 +269,9 @@ def tuning_start(
             run.save()
     except IntegrityError:
         raise ValidationError(f"{host.name} has a tuning run under way: wait for it to end, or cancel it.") from None
-    run.current_trial = TuningTrial.objects.create(run=run, number=0, revision=checked.base, state=T.SWITCHING)
+    run.current_trial = TuningTrial.objects.create(
+        run=run, number=0, revision=checked.base, engine=checked.base.engine, state=T.SWITCHING
+    )
     audit_record(
         action="tuning.start",
         summary=checked.summary(),
@@ -271,6 +299,7 @@ def tuning_start_from(
         host=host,
         base=base,
         space=params.get("space") or {},
+        engines=params.get("engines") or None,
         actor=actor,
         approval=approval,
         **{k: params[k] for k in names if k in params},
@@ -317,6 +346,11 @@ def _knob_words(knobs: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in knobs.items())
 
 
+def _trial_words(run: TuningRun, engine: str, knobs: Mapping[str, Any]) -> str:
+    """A candidate in words: its knobs, its engine first when it is not the base's."""
+    return Candidate(engine, knobs).describe(run.base.engine)
+
+
 def _measure(run: TuningRun, trial: TuningTrial) -> bool:
     """Queue the trial's next operation: its benchmark when the host serves it, else a switch to it.
     False (the trial failed, with the reason) when the panel refuses it."""
@@ -352,7 +386,11 @@ def _measure(run: TuningRun, trial: TuningTrial) -> bool:
 
 def _tried(trials: list[TuningTrial]) -> list[Tried]:
     outcome: dict[str, str] = {T.MEASURED: COMPLETE, T.RULED_OUT: PRUNED, T.REFUSED: PRUNED}
-    return [Tried(knobs=t.knobs, outcome=outcome.get(t.state, FAILED), value=t.value) for t in trials if not t.is_base]
+    return [
+        Tried(knobs=t.knobs, outcome=outcome.get(t.state, FAILED), value=t.value, engine=t.engine)
+        for t in trials
+        if not t.is_base
+    ]
 
 
 def _candidate(run: TuningRun, trials: list[TuningTrial]) -> TuningTrial | None:
@@ -366,13 +404,16 @@ def _candidate(run: TuningRun, trials: list[TuningTrial]) -> TuningTrial | None:
         return None
     if timezone.now() >= run.deadline:
         return None
-    space = space_check(run.base.engine, run.space)
-    knobs = next_candidate(space, _tried(trials), higher_is_better=_objective(run).higher_is_better, seed=run.seed)
-    if knobs is None:
-        return None
-    trial = TuningTrial.objects.create(run=run, number=len(trials), knobs=knobs, state=T.SWITCHING)
     base = run.base
-    spec = derive(revision_spec(base), {"set": knobs})
+    space = space_check(base.engine, run.space, engines=run.engines or None)
+    found = next_candidate(space, _tried(trials), higher_is_better=_objective(run).higher_is_better, seed=run.seed)
+    if found is None:
+        return None
+    knobs = dict(found.knobs)
+    trial = TuningTrial.objects.create(run=run, number=len(trials), knobs=knobs, engine=found.engine, state=T.SWITCHING)
+    # Another engine's candidate starts from none of the base's knobs and that engine's latest install.
+    changes: dict[str, Any] = {"set": knobs} if found.engine == base.engine else {"engine": found.engine, "set": knobs}
+    spec = derive(revision_spec(base), changes)
     try:
         report = plan_for_values(
             host=run.host,
@@ -395,8 +436,8 @@ def _candidate(run: TuningRun, trials: list[TuningTrial]) -> TuningTrial | None:
             trial.revision = revision_derive(
                 host=run.host,
                 parent=base,
-                changes={"set": knobs},
-                message=f"Tuning run #{run.pk}, trial {trial.number}: {_knob_words(knobs)}",
+                changes=changes,
+                message=f"Tuning run #{run.pk}, trial {trial.number}: {_trial_words(run, found.engine, knobs)}",
                 actor=run.created_by,
             )
     except (ValidationError, EngineConfigError, PermissionDenied) as exc:
@@ -526,7 +567,7 @@ def _end(run: TuningRun, state: str | None = None) -> None:
     if state == TuningRun.State.SUCCEEDED and not run.reason:
         run.reason = run.verdict.get("summary") or "no candidate met the limits"
         if run.best is not None:
-            run.reason = f"trial {run.best.number} ({_knob_words(run.best.knobs)}): {run.reason}"
+            run.reason = f"trial {run.best.number} ({_trial_words(run, run.best.engine, run.best.knobs)}): {run.reason}"
     run.state, run.stage, run.finished_at = state, TuningRun.Stage.DONE, timezone.now()
     run.current_op = run.current_trial = None
     run.save()
@@ -732,6 +773,13 @@ def _roll_out(
     run: TuningRun, trial: TuningTrial, *, group: str, batch_size: Any, actor: AbstractUser | None
 ) -> Rollout:
     """A rollout of `trial`'s knobs over the hosts tagged `group`, its message naming the run."""
+    if trial.engine and trial.engine != run.base.engine:
+        raise ValidationError(
+            {
+                "group": f"Trial {trial.number} runs {engine_label(trial.engine)}, not the base's engine: a rollout "
+                "sets knobs on each host's own revision, so propose it as a switch of this host instead."
+            }
+        )
     if not trial.knobs:
         raise ValidationError({"group": f"Trial {trial.number} changes no knob: there is nothing to roll out."})
     message = f"tuning run #{run.pk} on {run.host.name}: trial {trial.number} ({_knob_words(trial.knobs)})"

@@ -22,7 +22,15 @@ hosts = Router(tags=["hosts"])
 
 
 class TuningIn(Schema):
-    space: dict[str, list[Any]] = Field(description="Knobs of the base's engine and the values to try for each.")
+    space: dict[str, list[Any]] = Field(
+        description="Knobs of the base's engine and the values to try for each ({} with other engines only)."
+    )
+    engines: dict[str, dict[str, list[Any]]] = Field(
+        default_factory=dict,
+        description="Other engines to try, each with its knobs and values ({} = at its defaults), e.g. "
+        '{"sglang": {"max_running_requests": [4, 8]}}: only an engine that loads the base\'s model format and '
+        "that the host has installed.",
+    )
     base: int | None = Field(None, description="The revision to tune from (default: the one the host serves).")
     objective: str = Field("throughput", description="decode, throughput, ttft_p95 or j_per_token.")
     level: str = Field("", description="The load level judged, e.g. 'concurrency 8' (default: the profile's last).")
@@ -37,6 +45,7 @@ class TuningIn(Schema):
 
 class TrialOut(Schema):
     number: int
+    engine: str = Field(description="The engine it ran: the base's, or another the space names.")
     knobs: dict[str, Any]
     revision: int | None
     state: str
@@ -55,6 +64,7 @@ class TuningOut(Schema):
     host: str
     base: int
     space: dict[str, list[Any]]
+    engines: dict[str, dict[str, list[Any]]] = Field(description="Other engines tried, with their knobs.")
     objective: dict[str, str]
     limits: list[dict[str, Any]]
     profile: dict[str, Any]
@@ -102,6 +112,7 @@ def _dict(run: TuningRun) -> dict[str, Any]:
         "host": run.host.name,
         "base": run.base.number,
         "space": run.space,
+        "engines": run.engines if isinstance(run.engines, dict) else {},
         "objective": run.objective,
         "limits": run.limits,
         "profile": run.profile,
@@ -121,6 +132,7 @@ def _dict(run: TuningRun) -> dict[str, Any]:
         "trials": [
             {
                 "number": t.number,
+                "engine": t.engine or run.base.engine,
                 "knobs": t.knobs,
                 "revision": t.revision.number if t.revision else None,
                 "state": t.state,
@@ -155,6 +167,7 @@ def tuning_new(request: HttpRequest, name: str, payload: TuningIn) -> Status:
         host=host,
         base=base,
         space=p.space,
+        engines=p.engines or None,
         objective=p.objective,
         level=p.level,
         limits=p.limits,

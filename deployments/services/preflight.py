@@ -16,7 +16,14 @@ from deployments.selectors.memory import outside_on_gpu
 from hardware.models import Host
 from serving.checks import FAIL, HOST, OK, Check, gpu_room_check
 from serving.diffing import fmt
-from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
+from serving.engines.registry import (
+    ADAPTERS,
+    LATEST,
+    format_refusal,
+    get_adapter,
+    recorded_installs,
+    requested_install_key,
+)
 from serving.engines.versions import newest_first
 from serving.planner import FitReport
 
@@ -41,6 +48,23 @@ def carried_build(host: Host, engine: str) -> str:
     """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
     found = carried_builds(host).get(engine)
     return found if isinstance(found, str) else ""
+
+
+def host_engines(host: Host) -> set[str]:
+    """The engines the host has, as it last reported: an install recorded, or a build its worker
+    carries itself (what engine_check finds at "latest")."""
+    return {e for e in ADAPTERS if installed_versions(host.engine_installs, e) or carried_build(host, e)}
+
+
+def format_check(revision: DeploymentRevision) -> Check | None:
+    """A failed check when the revision's engine cannot load its model's format (the adapter's
+    model_formats); None when it can. switch_request refuses the switch for it."""
+    why = format_refusal(revision.engine, revision.model_variant.format)
+    if not why:
+        return None
+    return Check(
+        "model", FAIL, f"{why}: make a revision of {revision.model_variant.name} with an engine that loads it."
+    )
 
 
 def engine_check(revision: DeploymentRevision) -> Check:
@@ -184,7 +208,8 @@ def gpu_memory_checks(revision: DeploymentRevision, report: object = None) -> li
 
 def panel_preflight(revision: DeploymentRevision, report: Any = None) -> list[Check]:
     """The switch preflight as far as the panel can tell; `report` is the planner's FitReport."""
-    checks = [engine_check(revision), port_check(revision), weights_check(revision)]
+    loads = format_check(revision)
+    checks = [*([loads] if loads else []), engine_check(revision), port_check(revision), weights_check(revision)]
     memory = memory_check(revision, report)
     if memory is not None:
         checks.append(memory)

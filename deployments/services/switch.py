@@ -21,6 +21,7 @@ from .dispatch import operation_dispatch
 from .gates import GateRequest, gate_open, gate_params
 from .host_models import download_active, downloadable, host_model_of
 from .operations import operation_create
+from .preflight import format_check
 from .serving_set import switch_set_refusals
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ def switch_request(
     """
     ensure_role(actor, OPERATOR)
     host = revision.host
+    cannot = format_check(revision)
+    if cannot is not None:
+        raise ValidationError(f"Switching {host.name} to r{revision.number} is refused: {cannot.message}")
     _weights_on_host(revision)
     try:
         report = revision_plan(revision).checked()

@@ -261,6 +261,9 @@ class EngineAdapter(Protocol):
     default_port: int
     context_knob: str  # the knob that sets the served context ("" = none)
     fetches_own_weights: bool  # the engine pulls its model itself: no host copy is swapped in
+    # The catalog's model formats ("hf", "gguf", "ollama": ModelVariant.format) its launch loads, as
+    # `model_reference` hands it the model (registry.format_refusal says why another is refused).
+    model_formats: frozenset[str]
     install_executable: str | None  # the executable inside an install folder ("bin/vllm")
     vision_needs_projector: bool  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository: bool  # a model name it is given is looked up on the hub (vLLM, SGLang)

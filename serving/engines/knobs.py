@@ -404,6 +404,8 @@ class CheckedAdapter:
     knobs: Mapping[str, KnobSpec]
     context_knob: str = ""  # the knob that sets the served context
     fetches_own_weights: bool = False  # the engine pulls its model itself (Ollama): no local copy is swapped in
+    # The catalog's model formats (ModelVariant.format) its launch loads: what `model_reference` hands it.
+    model_formats: frozenset[str] = frozenset({"hf"})
     install_executable: str | None = None  # the executable inside an install folder ("bin/vllm")
     vision_needs_projector = False  # images need a separate projector file (llama.cpp's mmproj)
     loads_hub_repository = False  # a model name it is given is looked up on the hub (vLLM, SGLang)

@@ -294,6 +294,7 @@ class LlamaCppAdapter(Adapter):
     default_port = 8080
     knobs = KNOBS
     context_knob = "ctx_size"
+    model_formats = frozenset({"gguf"})  # llama-server's --model is a GGUF file, nothing else
     vision_needs_projector = True
     path_executable = "llama-server"
     source_build_executable = "build/bin/llama-server"

@@ -124,6 +124,9 @@ class OllamaAdapter(Adapter):
     knobs = KNOBS
     context_knob = "context_length"
     fetches_own_weights = True  # `ollama pull` into its own store: no host copy is swapped in
+    # Ollama also imports a GGUF through a Modelfile (FROM ./x.gguf) or pulls hf.co/<repo>, but this
+    # adapter pulls and serves a tag (`model_reference`) and writes no Modelfile: Ollama tags only.
+    model_formats = frozenset({"ollama"})
     path_executable = "ollama"
     installs_system_wide = True  # the official installer puts `ollama` on PATH; the folder keeps only the script
     concurrency_knob = "num_parallel"

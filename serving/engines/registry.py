@@ -50,6 +50,21 @@ def engine_label(name: str) -> str:
     return adapter.label if adapter is not None else name
 
 
+# The catalog's model formats (deployments.choices.ModelFormat) as a sentence names them.
+FORMAT_WORDS = {"hf": "a Hugging Face checkpoint", "gguf": "a GGUF file", "ollama": "an Ollama tag"}
+
+
+def format_refusal(engine: str, model_format: str) -> str:
+    """Why `engine` cannot load a model of `model_format` (the adapter's model_formats), or ""
+    when it can. An unknown engine is get_adapter's refusal."""
+    adapter = get_adapter(engine)
+    if model_format in adapter.model_formats:
+        return ""
+    takes = " or ".join(FORMAT_WORDS.get(f, f) for f in sorted(adapter.model_formats)) or "no model of the catalog"
+    what = FORMAT_WORDS.get(model_format, repr(model_format))
+    return f"{adapter.label} cannot load {what}: the panel launches it with {takes}"
+
+
 def get_adapter(name: str) -> EngineAdapter:
     """The adapter for `name`; EngineConfigError(field="engine") when unknown."""
     try:

@@ -212,6 +212,9 @@ class SglangAdapter(PipAdapter):
     context_knob = "context_length"
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
+    # SGLang's docs list GGUF checkpoints too, but this adapter passes `model_reference` (the host's
+    # copy or the repository) and no GGUF file or load format: Hugging Face checkpoints only.
+    model_formats = frozenset({"hf"})
     quantization_knob = "quantization"
     concurrency_knob = "max_running_requests"
     # kv_pool = free_before_load x mem_fraction_static - weights (srt/mem_cache/kv_cache_configurator.py)

@@ -1,7 +1,8 @@
 """Tuning: finding a host's best settings by measuring (pure: no Django, no I/O).
 
-- `space.py`: the search space (knobs and their values), checked against the engine adapter's
-  knob specs (serving.engines), and its candidates in a fixed order.
+- `space.py`: the search space (knobs and their values; other engines' knobs too, where the base's
+  model allows), checked against each engine adapter's knob specs (serving.engines), and its
+  candidates (an engine and its knobs) in a fixed order.
 - `objective.py`: what a trial is judged by: an objective (a benchmark figure to maximise or
   minimise at one load level), hard limits (absolute, or relative to the base revision's run),
   the early stop of a trial that breaks a limit, the winner against the base within the runs'
@@ -28,16 +29,25 @@ from serving.tuning.objective import (
     verdict,
 )
 from serving.tuning.search import Tried, next_candidate
-from serving.tuning.space import EXHAUSTIVE_MAX, SearchSpace, TuningInputError, space_check
+from serving.tuning.space import (
+    EXHAUSTIVE_MAX,
+    Candidate,
+    SearchSpace,
+    TuningInputError,
+    engine_refusal,
+    space_check,
+)
 
 __all__ = [
     "EXHAUSTIVE_MAX",
+    "Candidate",
     "Limit",
     "Objective",
     "SearchSpace",
     "Tried",
     "TuningInputError",
     "Verdict",
+    "engine_refusal",
     "limit_breaks",
     "limits_from_input",
     "next_candidate",

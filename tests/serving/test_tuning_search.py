@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from serving.tuning import (
+    Candidate,
     Limit,
     Objective,
     Tried,
@@ -29,7 +30,10 @@ def test_a_space_is_checked_and_normalised_by_the_engines_own_knob_specs():
     space = space_check("llama.cpp", {"parallel": [1, "2", 4.0], "flash_attn": ["on", "off"]})
     assert space.to_dict() == {"parallel": [1, 2, 4], "flash_attn": ["on", "off"]}
     assert space.size() == 6
-    assert list(space.candidates())[:2] == [{"parallel": 1, "flash_attn": "on"}, {"parallel": 1, "flash_attn": "off"}]
+    assert [c.knobs for c in space.candidates()][:2] == [
+        {"parallel": 1, "flash_attn": "on"},
+        {"parallel": 1, "flash_attn": "off"},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -53,8 +57,8 @@ def test_a_space_the_engine_would_refuse_is_refused_naming_the_knob(space, field
 def test_a_small_space_is_searched_exhaustively_in_order_and_ends():
     space = space_check("llama.cpp", {"parallel": [1, 2], "batch_size": [64, 512]})
     tried: list[Tried] = []
-    while (knobs := next_candidate(space, tried)) is not None:
-        tried.append(Tried(knobs, value=1.0))
+    while (found := next_candidate(space, tried)) is not None:
+        tried.append(Tried(found.knobs, value=1.0))
     assert [t.knobs for t in tried] == [
         {"parallel": 1, "batch_size": 64},
         {"parallel": 1, "batch_size": 512},
@@ -62,10 +66,9 @@ def test_a_small_space_is_searched_exhaustively_in_order_and_ends():
         {"parallel": 2, "batch_size": 512},
     ]
     # A refused or pruned candidate counts as tried: it is never offered again.
-    assert next_candidate(space, [Tried({"parallel": 1, "batch_size": 64}, outcome=PRUNED)]) == {
-        "parallel": 1,
-        "batch_size": 512,
-    }
+    assert next_candidate(space, [Tried({"parallel": 1, "batch_size": 64}, outcome=PRUNED)]) == Candidate(
+        "llama.cpp", {"parallel": 1, "batch_size": 512}
+    )
 
 
 def test_a_large_space_is_sampled_by_optuna_never_twice_and_repeatably():
@@ -78,8 +81,9 @@ def test_a_large_space_is_sampled_by_optuna_never_twice_and_repeatably():
     def search(seed: int) -> list[dict]:
         tried: list[Tried] = []
         for i in range(20):
-            knobs = next_candidate(space, tried, seed=seed)
-            assert knobs is not None and space.contains(knobs)
+            found = next_candidate(space, tried, seed=seed)
+            assert found is not None and space.contains(found)
+            knobs = found.knobs
             # parallel is what pays here: the sampler is told so
             tried.append(Tried(knobs, value=knobs["parallel"] * 10.0 + i * 0.01))
         return [t.knobs for t in tried]
@@ -169,3 +173,113 @@ def test_the_pareto_front_keeps_the_points_nothing_beats_on_every_axis():
 def test_mean_figures_average_what_each_round_measured():
     rounds = [{LEVEL: {"throughput": 10.0, "ttft_p95": None}}, {LEVEL: {"throughput": 20.0, "ttft_p95": 40.0}}]
     assert mean_figures(rounds) == {LEVEL: {"throughput": 15.0, "ttft_p95": 40.0}}
+
+
+# --- other engines: the engine as one more dimension of the space ---------------------------------
+
+BOTH = {"vllm", "sglang"}  # the engines the host has installed
+
+
+def test_a_space_over_two_engines_checks_each_by_its_own_knob_specs_and_searches_them_in_order():
+    space = space_check(
+        "vllm",
+        {"max_num_seqs": [4, "8"]},
+        engines={"sglang": {"max_running_requests": ["4", 8.0]}},
+        model_format="hf",
+        installed=BOTH,
+    )
+    assert space.to_dict() == {"max_num_seqs": [4, 8]}  # what TuningRun.space keeps, as before
+    assert space.engines_dict() == {"sglang": {"max_running_requests": [4, 8]}}
+    assert space.size() == 4 and space.engines == ("vllm", "sglang")
+    assert space.describe() == "max_num_seqs in [4, 8]; SGLang: max_running_requests in [4, 8]"
+    tried: list[Tried] = []
+    while (found := next_candidate(space, tried)) is not None:
+        tried.append(Tried(found.knobs, value=1.0, engine=found.engine))
+    # The base engine's candidates first, then the other engine's: each with its own knobs.
+    assert [(t.engine, t.knobs) for t in tried] == [
+        ("vllm", {"max_num_seqs": 4}),
+        ("vllm", {"max_num_seqs": 8}),
+        ("sglang", {"max_running_requests": 4}),
+        ("sglang", {"max_running_requests": 8}),
+    ]
+    # A trial stored without its engine (before runs tried others) ran the base's: the engine is part
+    # of what was tried, so the same knobs of another engine are still to try.
+    assert next_candidate(space, [Tried({"max_num_seqs": 4}), Tried({"max_num_seqs": 8})]) == Candidate(
+        "sglang", {"max_running_requests": 4}
+    )
+    assert Candidate("sglang", {"max_running_requests": 4}).describe("vllm") == "SGLang max_running_requests=4"
+
+
+def test_another_engine_alone_or_at_its_defaults_makes_a_space():
+    only = space_check("vllm", {}, engines={"sglang": {"mem_fraction_static": [0.8, 0.9]}}, model_format="hf")
+    assert [(c.engine, c.knobs) for c in only.candidates()] == [
+        ("sglang", {"mem_fraction_static": 0.8}),
+        ("sglang", {"mem_fraction_static": 0.9}),
+    ]
+    defaults = space_check("vllm", {"max_num_seqs": [4, 8]}, engines={"sglang": {}}, model_format="hf")
+    assert defaults.size() == 3 and list(defaults.candidates())[-1] == Candidate("sglang", {})
+    assert "SGLang: its defaults" in defaults.describe()
+    # One engine at its defaults alone is one candidate: no search.
+    with pytest.raises(TuningInputError, match="at least two candidates"):
+        space_check("vllm", {}, engines={"sglang": {}}, model_format="hf")
+
+
+@pytest.mark.parametrize(
+    ("base", "engines", "model_format", "installed", "words"),
+    [
+        # llama.cpp's GGUF: vLLM's adapter launches Hugging Face checkpoints only.
+        ("llama.cpp", {"vllm": {"max_num_seqs": [4, 8]}}, "gguf", BOTH, "vLLM cannot load a GGUF file"),
+        # An HF checkpoint: llama.cpp reads GGUF files only; Ollama serves its own tags.
+        ("vllm", {"llama.cpp": {"parallel": [1, 2]}}, "hf", None, "llama.cpp cannot load a Hugging Face checkpoint"),
+        ("vllm", {"ollama": {"num_parallel": [1, 2]}}, "hf", None, "Ollama cannot load a Hugging Face checkpoint"),
+        ("vllm", {"sglang": {"max_running_requests": [4, 8]}}, "hf", {"vllm"}, "SGLang is not installed on the host"),
+        ("vllm", {"tgi": {"max_batch_size": [4, 8]}}, "hf", None, "unknown engine 'tgi'"),
+        ("vllm", {"vllm": {"max_num_seqs": [4, 8]}}, "hf", None, "vLLM is the base's engine"),
+        # Another engine's knobs are checked by its own specs: vLLM's knob is no SGLang knob.
+        ("vllm", {"sglang": {"max_num_seqs": [4, 8]}}, "hf", BOTH, "SGLang has no knob 'max_num_seqs'"),
+        ("vllm", {"sglang": {"max_running_requests": [0, 8]}}, "hf", BOTH, "SGLang: "),
+        ("vllm", {"sglang": {"max_running_requests": [8, 8]}}, "hf", BOTH, "SGLang: max_running_requests lists"),
+        ("vllm", {"sglang": ["max_running_requests"]}, "hf", BOTH, "give its knobs as {knob: [values]}"),
+    ],
+)
+def test_an_engine_the_base_cannot_run_is_refused_naming_it_and_why(base, engines, model_format, installed, words):
+    space = {"max_num_seqs": [4, 8]} if base == "vllm" else {"parallel": [1, 2]}
+    with pytest.raises(TuningInputError) as exc:
+        space_check(base, space, engines=engines, model_format=model_format, installed=installed)
+    (engine,) = engines
+    assert words in str(exc.value) and exc.value.field == f"engines.{engine}"
+
+
+def test_the_sampler_takes_the_engine_as_one_more_dimension_and_leans_to_the_one_that_pays():
+    space = space_check(
+        "vllm",
+        {"max_num_seqs": [1, 2, 4, 8, 16, 32], "enable_prefix_caching": [True, False]},
+        engines={
+            "sglang": {"max_running_requests": [1, 2, 4, 8, 16, 32], "mem_fraction_static": [0.8, 0.85, 0.9, 0.95]}
+        },
+        model_format="hf",
+        installed=BOTH,
+    )
+    assert space.size() == 12 + 24  # above EXHAUSTIVE_MAX: sampled
+
+    def search(seed: int) -> list[Tried]:
+        tried: list[Tried] = []
+        for i in range(20):
+            found = next_candidate(space, tried, seed=seed)
+            assert found is not None and space.contains(found)
+            # SGLang is what pays here: the sampler is told so.
+            value = (100.0 if found.engine == "sglang" else 10.0) + i * 0.01
+            tried.append(Tried(found.knobs, value=value, engine=found.engine))
+        return tried
+
+    for seed in (0, 5, 9):
+        tried = search(seed)
+        assert len({(t.engine, tuple(sorted(t.knobs.items()))) for t in tried}) == 20  # never twice, across engines
+        engines = [t.engine for t in tried]
+        assert set(engines[:10]) == {"vllm", "sglang"}  # its random start-up tries both engines
+        assert engines[10:].count("sglang") > engines[10:].count("vllm")  # then it leans to the one that paid
+    # Rebuilt from the same trials (seed 9's), it asks the same: a restart resumes it.
+    again: list[Tried] = []
+    for t in tried:
+        assert next_candidate(space, again, seed=9) == Candidate(t.engine, t.knobs)
+        again.append(t)

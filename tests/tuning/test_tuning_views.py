@@ -243,7 +243,9 @@ def test_the_run_page_shows_each_trial_as_it_stands(client, run, operator):
     assert "front" in measured
     assert 'data-state="ruled_out"' in ruled and "measured 900 ms" in ruled
     assert "a quantized V cache needs flash attention" in refused and "little RAM left for the OS" in refused
-    assert "–" in refused.split("</td>")[2]  # never started: no revision
+    assert "–" in refused.split("</td>")[3]  # never started: no revision (after #, engine, knobs)
+    # A trial stored without its engine (before runs tried others) ran the base's.
+    assert '<td class="tuning-trial-engine">llama.cpp</td>' in refused
     assert "the engine did not come up" in failed
     assert 'data-state="switching"' in switching
     # The Pareto plot of throughput against TTFT, and of memory (measured on trial 1); no energy figure.

@@ -2,6 +2,10 @@
 
     tune start --host gpu1 --space parallel=1,2,4 --space batch_size=256,1024 \\
         --objective throughput --limit "ttft_p95<=500,j_per_token<=base" --profile sweep --trials 6
+    tune start --host gpu2 --space max_num_seqs=8,16 --engine sglang:max_running_requests=8,16
+
+`--engine ENGINE[:KNOB=V1,V2]` (repeatable) tries another engine too, with its own knobs (a bare
+ENGINE: at its defaults), where the base's model format and the host's installs allow it.
 
 On a host that requires review (`--user` a person) `start` opens a change request for the run and
 exits 0; `propose` switches to the best trial (with `--group TAG`, rolls its knobs out over those
@@ -51,6 +55,23 @@ def parse_space(items: list[str]) -> dict[str, list[Any]]:
     return space
 
 
+def parse_engines(items: list[str]) -> dict[str, dict[str, list[Any]]]:
+    """["sglang:max_running_requests=4,8", "sglang:chunked_prefill_size=512,1024", "vllm"] ->
+    {"sglang": {"max_running_requests": [4, 8], "chunked_prefill_size": [512, 1024]}, "vllm": {}}."""
+    engines: dict[str, dict[str, list[Any]]] = {}
+    for item in items:
+        engine, _, knob = item.partition(":")
+        if not engine.strip():
+            raise BadInput(f"--engine {item[:60]!r} is not ENGINE or ENGINE:KNOB=VALUE,VALUE,...")
+        space = engines.setdefault(engine.strip(), {})
+        if knob.strip():
+            for name, values in parse_space([knob]).items():
+                if name in space:
+                    raise BadInput(f"--engine names {engine.strip()[:40]}:{name[:60]} twice")
+                space[name] = values
+    return engines
+
+
 class Command(ActionCommand):
     help = "Tuning runs: a host's best settings found by measuring, proposed as a reviewed revision."
 
@@ -60,6 +81,13 @@ class Command(ActionCommand):
         start.add_argument("--base", type=ID, default=None, help="the revision to tune from (default: the active one)")
         start.add_argument(
             "--space", action="append", default=[], metavar="KNOB=V1,V2", help="a knob and its values (repeatable)"
+        )
+        start.add_argument(
+            "--engine",
+            action="append",
+            default=[],
+            metavar="ENGINE[:KNOB=V1,V2]",
+            help="another engine to try, with a knob and its values (repeatable; a bare ENGINE: at its defaults)",
         )
         start.add_argument("--objective", default="throughput", help="decode, throughput, ttft_p95 or j_per_token")
         start.add_argument("--level", default="", help="the load level judged (default: the profile's last)")
@@ -95,6 +123,7 @@ class Command(ActionCommand):
                 host=host,
                 base=base,
                 space=parse_space(o["space"]),
+                engines=parse_engines(o["engine"]) or None,
                 objective=o["objective"],
                 level=o["level"],
                 limits=o["limit"],
@@ -162,7 +191,10 @@ class Command(ActionCommand):
         if run.reason:
             self.stdout.write(run.reason)
         for trial in selectors.tuning_trials(run=run):
-            knobs = ", ".join(f"{k}={v}" for k, v in trial.knobs.items()) or "the base"
+            knobs = ", ".join(f"{k}={v}" for k, v in trial.knobs.items())
+            if trial.engine and trial.engine != run.base.engine:
+                knobs = f"{trial.engine}: {knobs or 'its defaults'}"
+            knobs = knobs or "the base"
             rev = f"r{trial.revision.number}" if trial.revision else "-"
             value = f"{trial.value:.4g}" if trial.value is not None else "-"
             rounds = len(trial.rounds)
