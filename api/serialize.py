@@ -103,6 +103,7 @@ def model_dict(m: ModelVariant) -> dict[str, Any]:
         "quantization": m.quantization,
         "weights_bytes": m.weights_bytes,
         "arch": m.arch if isinstance(m.arch, dict) else {},
+        "purpose": m.purpose,  # chat | completions (serving.purpose)
         "demo": m.is_demo,
     }
 

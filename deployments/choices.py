@@ -1,5 +1,7 @@
 from django.db import models
 
+from serving import purpose
+
 
 class Engine(models.TextChoices):
     VLLM = "vllm", "vLLM"
@@ -12,6 +14,13 @@ class ModelFormat(models.TextChoices):
     HF = "hf", "Hugging Face checkpoint"
     GGUF = "gguf", "GGUF file"
     OLLAMA = "ollama", "Ollama tag"
+
+
+class ModelPurpose(models.TextChoices):
+    """What a model is for (serving.purpose): the switch's health gate tests it."""
+
+    CHAT = purpose.CHAT, "Chat (instruction-tuned)"
+    COMPLETIONS = purpose.COMPLETIONS, "Completions (base model)"
 
 
 class OperationKind(models.TextChoices):

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from controlpanel.params import MAX_INT, FiniteFloatField, StrictIntegerField, StrictModelChoiceField, parse_int
 from deployments import presenters
-from deployments.choices import DoorMode, Engine, ServeMode
+from deployments.choices import DoorMode, Engine, ModelPurpose, ServeMode
 from deployments.models import DeploymentRevision, ModelVariant, Secret
 from deployments.services.benchmarks import profile_from_input
 from deployments.services.gates import gate_from_input
@@ -504,6 +504,12 @@ class GgufImportForm(forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Empty = the name in the file's header.")
     family = forms.CharField(max_length=100, required=False)
     generation = forms.CharField(max_length=100, required=False)
+
+
+class ModelPurposeForm(forms.Form):
+    """What a catalog model is for (`model_variant_set_purpose`)."""
+
+    purpose = forms.ChoiceField(choices=ModelPurpose.choices, label="For")
 
 
 class AnsibleImportForm(forms.Form):

@@ -30,7 +30,7 @@ from serving.planner.inputs import GgufKvFacts, WeightFacts
 from serving.planner.weights import estimate_weights
 from serving.safety import UnsafeValueError, check_json_value
 
-from .choices import ACTIVE_STATES, Engine, GateState, ModelFormat, OperationKind, OperationState
+from .choices import ACTIVE_STATES, Engine, GateState, ModelFormat, ModelPurpose, OperationKind, OperationState
 
 
 class ModelVariant(models.Model):
@@ -63,6 +63,10 @@ class ModelVariant(models.Model):
     # The GGUF's own template formats tool definitions (reads `tools`): False = the file carries no tool
     # format (no template, or one without tools), so clients are not told the model calls tools.
     chat_template_tools = models.BooleanField(null=True, blank=True)
+    # What the model is for: chat (instruction-tuned) or completions (a base model, which answers a chat
+    # with noise). Guessed at import (serving.purpose.guess_purpose), set by hand in the catalog; the
+    # switch's health gate tests a chat or a completion by it.
+    purpose = models.CharField(max_length=12, choices=ModelPurpose.choices, default=ModelPurpose.CHAT)
     source = models.TextField(blank=True, help_text="Where these facts come from.")
     is_demo = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)

@@ -349,8 +349,4 @@ def operation_outcome(op: Operation) -> OperationOutcome:
             css="failed",
             note="The switch failed and the previous revision did not come back: the host serves nothing.",
         )
-    warning = result.get("chat_warning")  # the agent's test chat (hostagent/operations/switch.py)
-    if op.state == OperationState.SUCCEEDED and isinstance(warning, str) and warning.strip():
-        note = f"It serves, but {warning.strip()[:500]}."  # the agent's words: bounded
-        return OperationOutcome(label=str(state), css=str(op.state), note=note)
     return OperationOutcome(label=str(state), css=str(op.state))

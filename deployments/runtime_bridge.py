@@ -52,6 +52,7 @@ def model_ref(model: ModelVariant) -> ModelRef:
         format=model.format,
         mmproj_file=model.mmproj_file,
         native_context=model.model_arch.native_context,
+        purpose=model.purpose,
     )
 
 

@@ -46,6 +46,7 @@ from serving.diffing.context import ServedContext, revision_context, vision_stat
 from serving.diffing.view import RevisionView, engine_label
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter
+from serving.purpose import COMPLETIONS
 
 API_KEY_ENV = "LLM_API_KEY"
 DOOR_KEY_ENV = "CONTROLPANEL_KEY"  # the user's inference key for the front door (docs/front-door.md)
@@ -97,6 +98,7 @@ class ClientTarget:
     key_env: str = API_KEY_ENV  # the environment variable the configs read the key from
     route: str = ""  # what base_url is (the router, the front door and alias, or the engine and why), for the page
     via_router: bool = False  # base_url is the lab router's (`through_router`)
+    completions: bool = False  # a completions model (base, serving.purpose): it continues text, chats get noise
 
     @property
     def context_tokens(self) -> int | None:
@@ -249,6 +251,7 @@ def client_target(
         engine=view.engine,
         max_output=fitted_max_output(max_output, ctx.per_sequence, trained=view.arch.native_context),
         tools=calls_tools(view),
+        completions=view.model.get("purpose") == COMPLETIONS,
         sampling=sampling,
         sampling_preset=preset,
         unreachable=unreachable,
@@ -543,17 +546,18 @@ def codex_config(target: ClientTarget) -> Export:
 
 def curl_snippet(target: ClientTarget) -> Export:
     auth = f' \\\n  -H "Authorization: Bearer ${{{target.key_env}}}"' if target.api_key_required else ""
-    body = {
-        "model": target.served_name,
-        "messages": [{"role": "user", "content": "Say hello in one sentence."}],
-        "max_tokens": 256,
-    }
+    body: dict[str, Any] = {"model": target.served_name}
+    if target.completions:  # a base model continues text: a prompt, at /completions
+        body |= {"prompt": "The three primary colours are", "max_tokens": 64}
+    else:
+        body |= {"messages": [{"role": "user", "content": "Say hello in one sentence."}], "max_tokens": 256}
+    path = "/completions" if target.completions else "/chat/completions"
     lines = [
         f"# {target.served_name}: the id below must match what /v1/models lists.",
         f"# Context: {target.context_note}",
         f"curl -s {shlex.quote(target.base_url + '/models')}{auth}",
         "",
-        f"curl -s {shlex.quote(target.base_url + '/chat/completions')} \\",
+        f"curl -s {shlex.quote(target.base_url + path)} \\",
         '  -H "Content-Type: application/json"' + auth + " \\",
         f"  -d {shlex.quote(json.dumps(body))}",
     ]
@@ -564,10 +568,18 @@ def python_snippet(target: ClientTarget) -> Export:
     key = f'os.environ["{target.key_env}"]' if target.api_key_required else repr(NO_KEY)
     lines = [f"# {target.served_name} through the openai client. Context: {target.context_note}"]
     lines += ["import os", ""] if target.api_key_required else [""]
+    lines += ["from openai import OpenAI", "", f"client = OpenAI(base_url={target.base_url!r}, api_key={key})"]
+    if target.completions:  # a base model continues text
+        lines += [
+            "reply = client.completions.create(",
+            f"    model={target.served_name!r},",
+            '    prompt="The three primary colours are",',
+            "    max_tokens=64,",
+            ")",
+            "print(reply.choices[0].text)",
+        ]
+        return Export("client.py", "\n".join(lines) + "\n", "python")
     lines += [
-        "from openai import OpenAI",
-        "",
-        f"client = OpenAI(base_url={target.base_url!r}, api_key={key})",
         "reply = client.chat.completions.create(",
         f"    model={target.served_name!r},",
         '    messages=[{"role": "user", "content": "Say hello in one sentence."}],',
@@ -600,10 +612,21 @@ CLIENT_EXPORTS: dict[str, tuple[str, Any]] = {
 CLIENT_WARNINGS: dict[str, Any] = {"hermes": hermes_warnings}
 
 
+# The exports that send completions for a completions model; every other client chats.
+COMPLETION_CLIENTS = frozenset({"curl", "python"})
+
+
 def client_warnings(key: str, target: ClientTarget) -> tuple[str, ...]:
-    """Why the client `key` would refuse the revision even with its exported file (() when it would not)."""
+    """Why the client `key` would refuse the revision even with its exported file, or get noise from it
+    (() when neither)."""
     check = CLIENT_WARNINGS.get(key)
-    return tuple(check(target)) if check else ()
+    said = tuple(check(target)) if check else ()
+    if target.completions and key not in COMPLETION_CLIENTS:
+        said += (
+            f"{target.served_name} is a completions model (a base model, as the catalog says): this client chats, "
+            "and a base model answers chats with noise. Serve an instruction-tuned model for it",
+        )
+    return said
 
 
 def client_exports(target: ClientTarget) -> list[NamedExport]:

@@ -134,7 +134,10 @@ def launch(spec: RevisionSpec, facts: HostFacts, *, api_key: str | None = None) 
     config = engine_config(spec, facts, api_key=api_key)
     made = get_adapter(spec.engine).launch_spec(config)
     return dataclasses.replace(
-        made, served_context=served_context(spec).per_sequence, cwd=working_folder(facts.model_dirs)
+        made,
+        served_context=served_context(spec).per_sequence,
+        cwd=working_folder(facts.model_dirs),
+        purpose=spec.model.purpose,
     )
 
 

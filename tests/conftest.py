@@ -71,7 +71,7 @@ def lab(
     from hardware.models import Host
     from hostagent.local import supervisor_for
     from tests.support.agent import AgentProcess
-    from tests.support.llama import free_port, gemma_model_path
+    from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path
 
     name = f"lab-{uuid.uuid4().hex[:8]}"
     state = tmp_path / "state"
@@ -90,6 +90,7 @@ def lab(
             name=f"gemma-3-270m-{name}",
             format="gguf",
             gguf_file=gemma_model_path(),
+            purpose=GEMMA_PURPOSE,  # the base model, served for completions
             quantization="Q4_K_M",
             arch={"architecture": "gemma3", "num_layers": 18},
         )

@@ -26,7 +26,7 @@ from hardware.credentials import host_token_issue
 from hardware.models import EngineSample, Host
 from hostagent.local import supervisor_for
 from tests.support.agent import AgentProcess
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path
 from tests.support.operations import wait_done
 from tests.support.panel import PanelServer
 from tests.support.revisions import make_revision
@@ -60,7 +60,9 @@ def test_a_panel_restart_loses_no_result_or_telemetry(tmp_path: Path, catalog: N
     try:
         agent.wait_registered()
         host = Host.objects.get(name=name)
-        gemma = ModelVariant.objects.create(name=f"gemma-{name}", format="gguf", gguf_file=gemma_model_path())
+        gemma = ModelVariant.objects.create(
+            name=f"gemma-{name}", format="gguf", gguf_file=gemma_model_path(), purpose=GEMMA_PURPOSE
+        )
         revision = make_revision(
             host=host,
             engine="llama.cpp",

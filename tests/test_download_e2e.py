@@ -32,8 +32,9 @@ from tests.support.operations import wait_done
 from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
-REPO = "google/gemma-3-270m-it-GGUF"
-GGUF = "gemma-3-270m-it-Q4_K_M.gguf"
+# Named for what the file is: the base model (its header names no fine-tune), imported for completions.
+REPO = "ggml-org/gemma-3-270m-GGUF"
+GGUF = "gemma-3-270m-Q4_K_M.gguf"
 TOKEN = "hf_e2e_token_only_this_download_sees_0123"
 
 
@@ -91,6 +92,7 @@ def test_import_download_switch_serve(hub, agent, monkeypatch, operator, admin_u
     variant = model_variant_import_hub(repo_id=REPO, token=f"{host.name}/hf-token", actor=operator)
     item = hub.repos[REPO].files[GGUF]
     assert variant.revision == hub.repos[REPO].sha and variant.weights_bytes == item.size
+    assert variant.purpose == "completions"
     revision = make_revision(
         host=host,
         engine="llama.cpp",
@@ -120,7 +122,7 @@ def test_import_download_switch_serve(hub, agent, monkeypatch, operator, admin_u
     assert any(r["token"] for r in hub.requests if r["method"] == "HEAD" and "/resolve/" in r["path"])
     assert "MiB/s" in op.log and "every checksum matches the hub" in op.log
     copy = HostModel.objects.get(host=host, model_variant=variant)
-    expected = Path(agent.environment()["CONTROLPANEL_MODEL_DIRS"]) / "hub" / "google" / "gemma-3-270m-it-GGUF"
+    expected = Path(agent.environment()["CONTROLPANEL_MODEL_DIRS"]) / "hub" / "ggml-org" / "gemma-3-270m-GGUF"
     assert copy.path == str(expected / variant.revision[:12] / GGUF) and copy.verified
     assert Path(copy.path).stat().st_size == item.size == copy.size_bytes
     assert TOKEN not in op.log + str(op.result) + str(op.params)

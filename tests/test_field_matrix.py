@@ -34,6 +34,7 @@ from deployments.forms import (
     HubImportForm,
     InferenceKeyForm,
     InferenceKeyModelsForm,
+    ModelPurposeForm,
     PlaygroundForm,
     RevisionForm,
     SecretForm,
@@ -191,6 +192,8 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
     # A download to a host (the page's form, and the switch page's "download it first").
     "deployments:host_models": ({"host": "h1"}, "operator", {"model": "", "token_secret": ""}),
     "deployments:host_model_delete": ({"host": "h1", "pk": 1}, "operator", {}),
+    # What a catalog model is for (operators; the Models table's selector).
+    "deployments:model_purpose": ({"pk": 1}, "operator", {"purpose": "completions"}),
     "hardware:host_token": ({"name": "h1"}, "admin", {"action": "issue"}),
     # A host's address (admins; the one loopback rule: hardware.services.clean_host_address).
     "hardware:host_address": ({"name": "h1"}, "admin", {"address": "10.0.0.7"}),
@@ -300,6 +303,7 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "deployments:revision_switch": [(SwitchForm, ""), (WhenForm, "")],
     "deployments:ansible_import": [(AnsibleImportForm, "")],
     "deployments:model_import": [(HfConfigImportForm, "hf-"), (GgufImportForm, "gguf-"), (HubImportForm, "hub-")],
+    "deployments:model_purpose": [(ModelPurposeForm, "")],
     "people:add": [(PersonCreateForm, "")],
     "people:role": [(RoleForm, "")],
     "notifications:channel_new": [(ChannelForm, "")],

@@ -182,25 +182,6 @@ def test_a_failed_and_rolled_back_switch_is_labelled_so(client, catalog, operato
     assert "rolled back" not in page and 'class="badge failed">Failed</span>' in page
 
 
-def test_a_switch_to_a_base_model_says_so_on_its_page(client, catalog, operator):
-    """The agent's switch result carries what its test chat's answer showed (chat_warning):
-    a base model writing the question back serves, and its page says it gives noise."""
-    host, _ = make_lab(operator)
-    warning = (
-        "the test chat was answered with the question itself ('Say hello in one word. mendatang'): the model "
-        "continues text instead of answering, as a base model (not instruction-tuned) does"
-    )
-    op = _switch_op(host, operator, "succeeded", result={"revision": 2, "previous": 1, "chat_warning": warning})
-    plain = _switch_op(host, operator, "succeeded", result={"revision": 1, "previous": None})
-    client.force_login(operator)
-
-    page = client.get(reverse("deployments:operation_detail", args=[op.pk])).content.decode()
-    assert "It serves, but the test chat was answered with the question itself" in page
-    assert "as a base model (not instruction-tuned) does." in page
-    other = client.get(reverse("deployments:operation_detail", args=[plain.pk])).content.decode()
-    assert "It serves, but" not in other
-
-
 def test_the_log_folds_repeated_health_polls_into_one_line_with_a_count(client, catalog, operator):
     host, _ = make_lab(operator)
     polls = "".join(

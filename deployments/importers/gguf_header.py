@@ -40,6 +40,7 @@ from serving.arch import (
     check_int,
 )
 from serving.planner.inputs import GgufKvFacts
+from serving.purpose import GgufNaming, PurposeGuess, guess_purpose
 
 # Header bounds. Real files: ~40-60 keys, ~1,100 tensors (DeepSeek-V3), arrays up to the vocabulary
 # (262,144 tokens, ~500k merges), chat templates of tens of KB.
@@ -104,6 +105,12 @@ class GgufImport:
     # The template formats tool definitions (it reads `tools`): the model was trained to call tools in
     # its own format. False for a template without them and for no template at all.
     chat_template_tools: bool = False
+    # The naming fields (general.finetune, .name, .basename, .base_model.count): what the model is for.
+    naming: GgufNaming = GgufNaming()
+
+    def purpose(self, *names: tuple[str, str | None]) -> PurposeGuess:
+        """Chat or completions, as the header's names tell, then `names` (the file's, a repository id)."""
+        return guess_purpose(names, gguf=self.naming)
 
 
 def _shard_paths(path: Path) -> list[Path]:
@@ -501,6 +508,12 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
         has_chat_template=bool(template_text.strip()),
         # A template that formats tool definitions reads `tools`; DeepSeek-style ones read `tool_calls`.
         chat_template_tools=b"tools" in template_text or b"tool_call" in template_text,
+        naming=GgufNaming(
+            finetune=keys.typed("general.finetune", "str") or None,
+            name=keys.typed("general.name", "str") or None,
+            basename=keys.typed("general.basename", "str") or None,
+            derived=(keys.typed("general.base_model.count", "int") or 0) > 0,
+        ),
     )
 
 

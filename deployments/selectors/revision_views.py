@@ -29,6 +29,7 @@ MODEL_FIELDS = (
     "sampling_presets",
     "min_engine_versions",
     "mmproj_file",
+    "purpose",
 )
 
 

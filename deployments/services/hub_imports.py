@@ -41,8 +41,9 @@ from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 from deployments.importers.hub import HubError, hub_read
 from deployments.models import ModelVariant
 from hardware.models import Host
+from serving.purpose import guess_purpose
 
-from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text
+from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text, purpose_note
 from .secrets import hub_token_reveal
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ def _gguf_variant(model: HubModel, *, name: str, family: str, generation: str) -
     """The catalog row for a GGUF on the hub, from its header (read by HTTP ranges); not saved."""
     imported = model.gguf
     assert imported is not None
+    purpose = imported.purpose(("the file name", model.gguf_file), ("the repository id", model.repo_id))
     return ModelVariant(
         **_hub_fields(model, name=name, generation=generation),
         gguf_file=model.gguf_file or "",
@@ -199,7 +201,9 @@ def _gguf_variant(model: HubModel, *, name: str, family: str, generation: str) -
             f"Read from the hub: {model.repo_id}@{model.revision}, GGUF header of {model.gguf_file} (HTTP ranges); "
             f"weights: the file size the hub lists."
         )
+        + purpose_note(purpose)
         + _skipped_note(model),
+        purpose=purpose.purpose,
         **_gguf_facts(imported, family=family),
     )
 
@@ -218,8 +222,10 @@ def _hf_variant(model: HubModel, *, name: str, family: str, generation: str) -> 
         if model.index_total_size
         else "weights: unknown (no safetensors index): the planner estimates them from the architecture"
     )
+    purpose = guess_purpose([("the repository id", model.repo_id)])
     variant = ModelVariant(
         **_hub_fields(model, name=name, generation=generation),
+        purpose=purpose.purpose,
         family=family or (hf.arch.family or ""),
         format=ModelFormat.HF,
         quantization=(quant.method or hf.arch.torch_dtype or "")[:60],
@@ -233,6 +239,7 @@ def _hf_variant(model: HubModel, *, name: str, family: str, generation: str) -> 
             f"Read from the hub: {model.repo_id}@{model.revision} (config.json"
             + (", generation_config.json" if presets else "")
             + f"); {weights_note}."
+            + purpose_note(purpose)
             + _skipped_note(model)
         ),
     )

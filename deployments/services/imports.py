@@ -34,6 +34,7 @@ from serving.arch import ArchFactError, arch_from_facts
 from serving.binds import is_loopback
 from serving.engines.registry import get_adapter
 from serving.planner.inputs import GgufKvFacts
+from serving.purpose import PurposeGuess, guess_purpose
 from serving.safety import UnsafeValueError, check_json_value, check_text_value
 
 from .revisions import revision_create
@@ -341,6 +342,11 @@ def _checked_facts(variant: ModelVariant, *, error_key: str) -> None:
         raise ValidationError({error_key: f"The imported facts are not plausible: {exc}"}) from exc
 
 
+def purpose_note(guess: PurposeGuess) -> str:
+    """The import's source note on what the model is for, and why (serving.purpose.guess_purpose)."""
+    return f" For {guess.label}: {guess.why}."
+
+
 def _gguf_facts(imported: GgufImport, *, family: str) -> dict[str, Any]:
     """A GGUF model variant's fields that its header gives (a local file's or one on the hub)."""
     return {
@@ -411,6 +417,7 @@ def model_variant_import_hf_config(
     except HfConfigError as exc:
         raise ValidationError({"config": str(exc)}) from exc
     quant = imported.quant
+    purpose = guess_purpose([("the repository id", repo_id), ("the name", name)])
     variant = ModelVariant(
         name=name,
         repo_id=repo_id,
@@ -424,7 +431,8 @@ def model_variant_import_hf_config(
         arch=imported.arch.to_dict(),
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
-        source="Imported from a config.json" + (f" ({repo_id})" if repo_id else "") + ".",
+        purpose=purpose.purpose,
+        source="Imported from a config.json" + (f" ({repo_id})" if repo_id else "") + "." + purpose_note(purpose),
     )
     return _save_variant(variant, via="config.json", error_key="config", actor=actor)
 
@@ -499,12 +507,14 @@ def model_variant_import_gguf(
     except (OSError, ValueError) as exc:  # a truncated or odd file: never a 500
         raise ValidationError({"path": f"{file.name} could not be read: {exc}"}) from exc
     name = _unique_name(name or (imported.name or "")[:200] or file.stem)
+    purpose = imported.purpose(("the file name", file.name))
     variant = ModelVariant(
         name=name,
         gguf_file=str(file),
         generation=generation,
         weights_bytes=imported.file_size,
-        source=f"Imported from the GGUF header of {file}.",
+        purpose=purpose.purpose,
+        source=f"Imported from the GGUF header of {file}." + purpose_note(purpose),
         **_gguf_facts(imported, family=family),
     )
     return _save_variant(variant, via="GGUF header", error_key="path", actor=actor)

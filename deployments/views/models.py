@@ -8,15 +8,17 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import OPERATOR, VIEWER, role_required
 from core.http import apply_error, by_method, form_save, polled
 from deployments import selectors
-from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm
-from deployments.models import HubImport
+from deployments.choices import ModelPurpose
+from deployments.forms import GgufImportForm, HfConfigImportForm, HubImportForm, ModelPurposeForm
+from deployments.models import HubImport, ModelVariant
+from deployments.services.catalog import model_variant_set_purpose
 from deployments.services.hub_imports import hub_import_request
 from deployments.services.imports import (
     gguf_files_available,
@@ -29,7 +31,25 @@ from deployments.services.imports import (
 @require_GET
 @role_required(VIEWER)
 def model_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "deployments/model_list.html", {"models": selectors.model_list()})
+    context = {"models": selectors.model_list(), "purposes": ModelPurpose.choices}
+    return render(request, "deployments/model_list.html", context)
+
+
+@require_POST
+@role_required(OPERATOR)
+def model_purpose(request: HttpRequest, pk: int) -> HttpResponse:
+    """Say what a catalog model is for: chat (the switch's gate fails a model that answers a chat with
+    noise) or completions (a base model served on purpose)."""
+    variant = get_object_or_404(ModelVariant, pk=pk)
+    form = ModelPurposeForm(request.POST)
+    changed = form_save(
+        form, lambda data: model_variant_set_purpose(variant=variant, purpose=data["purpose"], actor=request.user)
+    )
+    if changed is None:
+        messages.error(request, f"{variant.name}: " + " ".join(e for errors in form.errors.values() for e in errors))
+    else:
+        messages.success(request, f"{changed.name} is for {changed.get_purpose_display().lower()}.")
+    return redirect("deployments:model_list")
 
 
 def _import_page(
@@ -97,7 +117,11 @@ def model_import_submit(request: HttpRequest) -> HttpResponse:
         )
     if variant is None:
         return _import_page(request, hf=hf, gguf=gguf, hub=hub)
-    messages.success(request, f"Imported {variant.name} into the catalog.")
+    messages.success(
+        request,
+        f"Imported {variant.name} into the catalog, for {variant.get_purpose_display().lower()}: "
+        "change it there if that is wrong.",
+    )
     if variant.chat_template_warning:
         messages.warning(request, variant.chat_template_warning)
     return redirect("deployments:model_list")
@@ -130,6 +154,7 @@ def hub_import_status(request: HttpRequest, pk: str) -> HttpResponse:
 urlpatterns = [
     path("models/", model_list, name="model_list"),
     path("models/import/", model_import, name="model_import"),
+    path("models/<int:pk>/purpose/", model_purpose, name="model_purpose"),
     path("models/import/hub/<uuid:pk>/", hub_import_detail, name="hub_import"),
     path("models/import/hub/<uuid:pk>/status/", hub_import_status, name="hub_import_status"),
 ]

@@ -40,7 +40,6 @@ class Started(TypedDict):
     served_name: str
     stopped: list[StoppedEngine]
     timing: dict[str, float]  # stop_s, ready_s, verify_s, start_other_s (and the switch's own)
-    chat_warning: NotRequired[str]  # what the test chat's answer says of the model (readiness.ChatCheck.concern)
 
 
 class SwitchFailure(TypedDict):
@@ -84,8 +83,6 @@ def _start(sup: Supervisor, launch: RevisionLaunch, report: Reporter, spec: Laun
             "start_other_s": round(result.seconds - stop_s - result.ready.seconds - verify_s, 3),
         },
     }
-    if result.chat is not None and result.chat.concern:
-        started["chat_warning"] = result.chat.concern
     return started
 
 

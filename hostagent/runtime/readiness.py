@@ -2,8 +2,9 @@
 
 Ready means: the health URL answers 200, then /v1/models lists the served name. The
 process is watched while we wait, so a bad model path fails in about a second with the
-engine's own last log lines as the reason, instead of at the timeout. `verify_chat` is
-the separate last step: one short chat completion must succeed.
+engine's own last log lines as the reason, instead of at the timeout. `verify_answer` is
+the separate last step: a chat model must answer one short chat (noise fails it), a completions
+model (base) continue one short prompt.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 from core.secrets_mask import mask_text
 from serving.engine_log_lines import cause_line
 from serving.engines.base import LaunchSpec
+from serving.purpose import COMPLETIONS
 
 from .errors import EngineExitedError, EngineNotReadyError, EngineVerifyError
 from .local_http import engine_client
@@ -47,11 +49,14 @@ class ReadyResult:
 
 @dataclass(frozen=True)
 class ChatCheck:
+    """The health gate's test request and its answer (`verify_answer`): a chat, or a completion for a
+    completions model."""
+
     seconds: float
     text: str  # what the model answered (content, or reasoning content), for display
     completion_tokens: int | None
     model: str | None
-    concern: str = ""  # what the answer says of the model that a switch should report ("" if nothing)
+    what: str = "test chat completion"  # or "test completion"
 
 
 def api_key_from_spec(spec: LaunchSpec) -> str | None:
@@ -237,18 +242,81 @@ def repeats_question(prompt: str, text: str) -> bool:
     return bool(question) and " ".join(text.split()).casefold().startswith(question)
 
 
-def base_model_concern(prompt: str, text: str) -> str:
-    """The switch's warning for an answer that repeats the question ("" for any other answer)."""
-    if not repeats_question(prompt, text):
-        return ""
-    return (
-        f"the test chat was answered with the question itself ({_short(text, 80)!r}): the model continues "
-        "text instead of answering, as a base model (not instruction-tuned) does, so chats and agents get noise "
-        "whatever the template; serve the model's instruction-tuned variant (-it, -Instruct, -Chat)"
-    )
+def noise_reason(prompt: str, text: str) -> str | None:
+    """Why a chat model's answer to the test chat is noise every client would get, or None for an answer.
+
+    Chat-format markers printed as text: the model does not know the format the engine sent. The
+    question written back: the model continues text instead of answering, as a base model does."""
+    marker = echoed_marker(text)
+    if marker is not None:
+        return (
+            f"the test chat answer echoes the chat format's markers ({marker}): the model does not know the format "
+            f"the engine sent, and would answer every chat with text like {_short(text, 120)!r}. A GGUF without a "
+            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template (one "
+            "of llama.cpp's built-in templates) or chat_template_file, or use a GGUF that carries its template"
+        )
+    if repeats_question(prompt, text):
+        return (
+            f"the test chat was answered with the question itself ({_short(text, 80)!r}): the model continues text "
+            "instead of answering, as a base model (not instruction-tuned) does, so every chat would get noise. "
+            "Serve the model's instruction-tuned variant (-it, -Instruct, -Chat), or, to serve this one on purpose "
+            "for completions, mark it as a completions model (base) in the model catalog"
+        )
+    return None
 
 
-def verify_chat(
+def _test_request(
+    spec: LaunchSpec,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    what: str,
+    client: httpx.Client | None,
+    timeout: float,
+    api_key: str | None,
+    tail: LogTail,
+) -> tuple[float, dict[str, Any], Any]:
+    """POST the test request; its seconds, JSON body and first choice, or EngineVerifyError (an error, a refusal,
+    an answer without a choice)."""
+    api_key = api_key if api_key is not None else api_key_from_spec(spec)
+    started = time.monotonic()
+    with _client(client, httpx.Timeout(timeout, connect=2.0)) as http:
+        try:
+            response = http.post(url, json=payload, headers=auth_headers(api_key), timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise EngineVerifyError(
+                f"the {what} failed: {type(exc).__name__}: {exc}", tail()[-SHOWN_TAIL_LINES:]
+            ) from exc
+    seconds = time.monotonic() - started
+    if response.status_code != 200:
+        reason = f"the {what} answered {response.status_code}: {_short(response.text, 300)}"
+        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
+    try:
+        body = response.json()
+        choice = body["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise EngineVerifyError(
+            f"the {what} answered 200 without a choice: {_short(response.text, 300)}", tail()[-SHOWN_TAIL_LINES:]
+        ) from exc
+    return seconds, body, choice
+
+
+def _answer_text(choice: Any, *, completion: bool) -> str | None:
+    """A choice's text (a completion's `text`; a chat message's content, or its reasoning content),
+    None when the choice has no such part."""
+    if not isinstance(choice, dict):
+        return None
+    if completion:
+        text = choice.get("text")
+    else:
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return None
+        text = message.get("content") or message.get("reasoning_content") or ""
+    return None if text is None else text if isinstance(text, str) else str(text)
+
+
+def verify_answer(
     spec: LaunchSpec,
     *,
     client: httpx.Client | None = None,
@@ -260,50 +328,29 @@ def verify_chat(
     api_key: str | None = None,
     log_tail: LogTail | None = None,
 ) -> ChatCheck:
-    """One short chat completion against `spec.chat_url`; EngineVerifyError if it fails, or if the answer
-    prints chat-format markers (the model does not know the format it was sent: gibberish to every client)."""
-    api_key = api_key if api_key is not None else api_key_from_spec(spec)
-    payload: dict[str, Any] = {
-        "model": spec.served_name,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": False,
-    }
+    """The health gate's last step, for what the model is for (`spec.purpose`, serving.purpose): a chat
+    model answers one short chat completion at `spec.chat_url`, and an answer that is noise (chat-format
+    markers, the question written back: `noise_reason`) fails it; a completions model (base) continues one
+    short prompt at `spec.completions_url`. EngineVerifyError with the reason when it fails."""
     tail = log_tail or (lambda: [])
-    started = time.monotonic()
-    with _client(client, httpx.Timeout(timeout, connect=2.0)) as http:
-        try:
-            response = http.post(spec.chat_url, json=payload, headers=auth_headers(api_key), timeout=timeout)
-        except httpx.HTTPError as exc:
-            raise EngineVerifyError(
-                f"the test chat completion failed: {type(exc).__name__}: {exc}", tail()[-SHOWN_TAIL_LINES:]
-            ) from exc
-    seconds = time.monotonic() - started
-    if response.status_code != 200:
-        reason = f"the test chat completion answered {response.status_code}: {_short(response.text, 300)}"
+    completion = spec.purpose == COMPLETIONS  # chat, and anything unknown: the strict gate
+    what = "test completion" if completion else "test chat completion"
+    asked: dict[str, Any] = {"prompt": prompt} if completion else {"messages": [{"role": "user", "content": prompt}]}
+    payload = {"model": spec.served_name, **asked, "max_tokens": max_tokens, "temperature": 0, "stream": False}
+    url = spec.completions_url if completion else spec.chat_url
+    seconds, body, choice = _test_request(
+        spec, url, payload, what=what, client=client, timeout=timeout, api_key=api_key, tail=tail
+    )
+    text = _answer_text(choice, completion=completion)
+    if text is None:
+        reason = f"the {what} answered 200 without an answer in its choice: {_short(str(choice), 300)}"
         raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
-    try:
-        body = response.json()
-        message = body["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise EngineVerifyError(
-            f"the test chat completion answered 200 without a choice: {_short(response.text, 300)}",
-            tail()[-SHOWN_TAIL_LINES:],
-        ) from exc
-    text = message.get("content") or message.get("reasoning_content") or ""
-    if not isinstance(text, str):
-        text = str(text)
-    marker = echoed_marker(text)
-    if marker is not None:
-        reason = (
-            f"the test chat answer echoes the chat format's markers ({marker}): the model does not know the format "
-            f"the engine sent, and would answer every chat with text like {_short(text, 120)!r}. A GGUF without a "
-            "chat template (tokenizer.chat_template) gets llama.cpp's ChatML: give the revision chat_template (one "
-            "of llama.cpp's built-in templates) or chat_template_file, or use a GGUF that carries its template"
-        )
-        raise EngineVerifyError(mask_text(reason, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
-    usage = body.get("usage") or {}
+    noise = None if completion else noise_reason(prompt, text)
+    if noise is not None:
+        raise EngineVerifyError(mask_text(noise, spec.secret_values), tail()[-SHOWN_TAIL_LINES:])
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    model = body.get("model")
     return ChatCheck(
-        seconds, text, usage.get("completion_tokens"), body.get("model"), concern=base_model_concern(prompt, text)
+        seconds, text, usage.get("completion_tokens"), model if isinstance(model, str) else None, what=what
     )

@@ -40,6 +40,7 @@ import httpx
 from core.atomicfile import DiskFullError, is_disk_full_os_error
 from core.secrets_mask import mask_text
 from serving.engines.base import PRIVATE_FILE, LaunchSpec
+from serving.purpose import COMPLETIONS
 
 from .childenv import engine_env
 from .errors import EngineExitedError, EngineStartError, PortBusyError
@@ -54,7 +55,7 @@ from .processes import (
     terminate_group,
     terminate_tree,
 )
-from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_chat, wait_ready
+from .readiness import ChatCheck, ProgressCallback, ReadyResult, verify_answer, wait_ready
 from .state import EngineRecord, Pause, StateDir, utc_now_iso
 from .strays import STOP_STRAYS_ENV, find_port_holder, listening_inodes, stop_strays_policy
 
@@ -107,7 +108,7 @@ class StartResult:
     started_at: str
     seconds: float  # whole start: stopping, launching, loading, verifying
     ready: ReadyResult
-    chat: ChatCheck | None  # None when verify=False
+    chat: ChatCheck | None  # the test request (a chat, or a completion for a completions model); None when verify=False
     stopped: list[StoppedProcess] = field(default_factory=list)
     log_path: str = ""
 
@@ -178,7 +179,8 @@ class Supervisor:
         stop_grace: float | None = None,
         by_watchdog: bool = False,
     ) -> StartResult:
-        """Stop what runs, start `spec`, wait until ready, verify one chat completion.
+        """Stop what runs, start `spec`, wait until ready, verify one chat completion (one completion
+        for a completions model, `spec.purpose`).
 
         A start made by a person (anything but the watchdog's restart, `by_watchdog`) gives the
         watchdog a fresh restart budget once the engine is ready.
@@ -241,10 +243,9 @@ class Supervisor:
                 )
                 chat = None
                 if verify:
-                    progress("verify", 0.9, "sending one short chat completion")
-                    chat = verify_chat(spec, log_tail=run_tail)
-                    if chat.concern:
-                        progress("verify", 0.95, f"warning: {chat.concern}")
+                    test = "completion (a completions model)" if spec.purpose == COMPLETIONS else "chat completion"
+                    progress("verify", 0.9, f"sending one short {test}")
+                    chat = verify_answer(spec, log_tail=run_tail)
             except EngineStartError as exc:
                 exc.returncode = proc.poll()
                 if isinstance(exc, EngineExitedError) and exc.returncode is not None:

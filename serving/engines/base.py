@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from core.secrets_mask import mask_text
 from serving.errors import FieldError
+from serving.purpose import CHAT
 
 # What a revision reaches beyond serving (serving.engines.policy finds them).
 Kind = Literal["path", "code", "privileged"]
@@ -93,6 +94,7 @@ class ModelRef:
     format: str = "hf"  # "hf" | "gguf" | "ollama" | ...
     mmproj_file: str = ""
     native_context: int | None = None
+    purpose: str = CHAT  # what the model is for (serving.purpose): the switch's health gate tests it
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,8 @@ class LaunchSpec:
     # folder and replaces each argv element `PRIVATE_FILE + name` with the file's path.
     private_files: dict[str, str] = field(default_factory=dict)
     served_context: int | None = None  # tokens one request can use (None: chosen by the engine at start)
+    completions_url: str = ""  # OpenAI-compatible /v1/completions
+    purpose: str = CHAT  # what the model is for (serving.purpose): the readiness check tests a chat or a completion
 
     def masked_argv(self) -> list[str]:
         return [mask_text(a, self.secret_values) for a in self.argv]

@@ -346,6 +346,7 @@ def openai_launch_spec(
         models_url=f"{base}/v1/models",
         metrics_url=f"{base}/metrics" if metrics else None,
         chat_url=f"{base}/v1/chat/completions",
+        completions_url=f"{base}/v1/completions",
         secret_values=secrets,
         private_files=dict(private_files or {}),
     )

@@ -180,7 +180,7 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     _switch_from_revision_page(page, 1)
     _wait_operation(page, "Succeeded")
     assert httpx.get(f"http://127.0.0.1:{engine_port}/v1/models", timeout=5).json()["data"][0]["id"] == "gemma"
-    panel.mark("r1 serves and answered the switch's test chat: the first chat")
+    panel.mark("r1 serves and answered the switch's test completion (the GGUF is a base model)")
     page.get_by_role("link", name="Dashboard").click()
     expect(page.locator(f'article[data-host="{host}"]')).to_contain_text("r1")
     expect(page.locator(".first-steps")).to_have_count(0)  # a served model: the guide has done its job

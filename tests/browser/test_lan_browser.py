@@ -48,7 +48,7 @@ from deployments.services.revisions import revision_create
 from deployments.services.switch import switch_request
 from hardware.models import Host
 host = Host.objects.get()
-model = ModelVariant.objects.create(name="gemma-lan", format="gguf", gguf_file={model!r})
+model = ModelVariant.objects.create(name="gemma-lan", format="gguf", gguf_file={model!r}, purpose="completions")
 spec = spec_for_values(engine="llama.cpp", engine_version="", model=model, served_name="gemma", port={port},
     knobs={{"ctx_size": 1024, "parallel": 1, "n_gpu_layers": 0}}, env={{}})
 revision = revision_create(host=host, spec=spec, message="lan", actor=None)

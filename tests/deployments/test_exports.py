@@ -200,6 +200,27 @@ def test_python_snippet_compiles_and_names_the_model():
     assert f"base_url='{BASE}'" in content
 
 
+def test_a_completions_model_is_exported_with_completions_and_chat_clients_are_warned():
+    """A base model served on purpose (serving.purpose): the snippets send a prompt to /completions;
+    every client that chats is still exported, with a warning that it would get noise."""
+    base = replace(GEMMA_GGUF, model={**GEMMA_GGUF.model, "name": "gemma-3-270m", "purpose": "completions"})
+    named = {e.key: e for e in all_exports(base, base_url=BASE, api_key_required=False)}
+    curl = named["curl"].export.content
+    body = json.loads(curl.split("-d '", 1)[1].rsplit("'", 1)[0])
+    assert f"{BASE}/completions" in curl and "/chat/completions" not in curl
+    assert body["prompt"] and "messages" not in body
+    python = named["python"].export.content
+    compile(python, "client.py", "exec")
+    assert "client.completions.create(" in python and "print(reply.choices[0].text)" in python
+    assert not named["curl"].warnings and not named["python"].warnings
+    chatting = [key for key, e in named.items() if e.export is not None and key not in ("curl", "python")]
+    assert "opencode" in chatting and "aider-settings" in chatting
+    for key in chatting:
+        assert any("is a completions model (a base model" in w for w in named[key].warnings), key
+    chat = {e.key: e for e in all_exports(GEMMA_GGUF, base_url=BASE, api_key_required=False)}
+    assert not any("completions model" in w for e in chat.values() for w in e.warnings)
+
+
 def test_unknown_context_is_refused_with_the_reason_not_guessed_or_left_out():
     """Left out, opencode never compacts and Hermes guesses: those configs are not exported."""
     view = replace(GEMMA_GGUF, knobs={})  # llama.cpp without ctx_size: -fit picks it at start

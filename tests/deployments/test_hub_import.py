@@ -75,6 +75,12 @@ def test_command_imports_a_gguf_quant_by_ranges(hub):
     assert variant.hub_files[0]["sha256"] == repo.files[GGUF].sha256
     assert repo.sha in variant.source and "HTTP ranges" in variant.source
     assert f"Imported {variant.name} from unsloth/gemma-3-270m-it-GGUF@{repo.sha[:12]}" in out
+    # The header names no fine-tune, but the file's name marks an instruction tune, and the name counts first.
+    assert (
+        variant.purpose == "chat"
+        and "the file name 'gemma-3-270m-it-Q4_K_M.gguf' marks an instruction tune" in variant.source
+    )
+    assert out.rstrip().endswith("to download), for chat (instruction-tuned).")
     assert AuditEvent.objects.filter(action="model.import", object_id=str(variant.pk)).exists()
 
 

@@ -61,6 +61,37 @@ def test_broken_revision_rolls_back_to_the_previous_one(lab, operator):
     assert served_models(lab["port"]) == ["gemma"]
 
 
+def test_a_base_model_recorded_for_chat_fails_the_gate_with_the_reason_and_rolls_back(lab, operator, client):
+    """The suite's GGUF is Gemma 3 270M, the base model: imported, it lands as a completions model. The
+    same file recorded as a chat model answers the test chat with the question itself: the switch fails
+    with that reason on the operation and its page, and the previous revision serves again."""
+    from django.urls import reverse
+
+    from deployments.services.catalog import model_variant_set_purpose
+    from deployments.services.imports import model_variant_import_gguf
+    from tests.support.llama import gemma_model_path
+
+    good = lab["rev"]("gemma for completions", 2048)
+    assert wait_done(switch_request(revision=good, actor=operator)).state == OperationState.SUCCEEDED
+    imported = model_variant_import_gguf(path=gemma_model_path(), name=f"gemma-{uuid.uuid4().hex[:6]}", actor=operator)
+    assert imported.purpose == "completions" and "no fine-tune (general.finetune)" in imported.source
+    as_chat = model_variant_set_purpose(variant=imported, purpose="chat", actor=operator)
+    chat = lab["rev"]("the same GGUF, recorded as a chat model", 2048, model=as_chat)
+
+    op = wait_done(switch_request(revision=chat, actor=operator))
+
+    assert op.state == OperationState.FAILED and op.result["rolled_back"] is True, op.log + op.error
+    reason = op.result["reason"]
+    assert reason.startswith("the test chat was answered with the question itself ('Say hello in one word.")
+    assert "mark it as a completions model (base) in the model catalog" in reason
+    assert op.error == f"r2 failed ({reason}); rolled back to r1, which is serving again."
+    assert active_revision_id_of(Host.objects.get(pk=lab["host"].pk)) == good.pk
+    assert served_models(lab["port"]) == ["gemma"]
+    client.force_login(operator)
+    page = client.get(reverse("deployments:operation_detail", args=[op.pk])).content.decode()
+    assert "Failed, rolled back" in page and "answered with the question itself" in page
+
+
 def test_a_second_switch_on_the_same_host_is_refused_while_one_runs(lab, operator):
     r1 = lab["rev"]("gemma at 2k", 2048)
     r2 = lab["rev"]("gemma at 4k", 4096)

@@ -39,6 +39,23 @@ def test_exports_show_client_configs_with_served_name_and_real_context(client, c
     assert "wire_api = &quot;responses&quot;" in page and "model_context_window = 32768" in page
 
 
+def test_a_completions_model_says_so_on_its_revision_and_its_exports_send_completions(
+    client, catalog, operator, viewer
+):
+    """The catalog says the model is a base model, served on purpose for completions (serving.purpose)."""
+    from deployments.services.catalog import model_variant_set_purpose
+
+    _, r1 = make_lab(operator)
+    model_variant_set_purpose(variant=r1.model_variant, purpose="completions", actor=operator)
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:revision_detail", args=["lab", 1])).content.decode()
+    assert "completions (base model)</span>" in page
+    exports = html.unescape(client.get(reverse("deployments:revision_exports", args=["lab", 1])).content.decode())
+    assert "curl -s http://lab.lan:8001/v1/completions" in exports and '"prompt": ' in exports
+    assert "client.completions.create(" in exports
+    assert "qwen is a completions model (a base model, as the catalog says): this client chats" in exports
+
+
 def test_exports_never_show_a_secret(client, catalog, operator, admin_user, viewer):
     host, _ = make_lab(operator)
     secret_set(host=host, name="vllm-key", value="sk-secret-value-9", actor=admin_user)

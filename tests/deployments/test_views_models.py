@@ -41,7 +41,7 @@ def test_config_json_upload_creates_a_variant(client, catalog, operator):
     assert variant.weights_bytes == 20 * 1024**3
     assert AuditEvent.objects.filter(action="model.import", object_id=str(variant.pk)).exists()
     listing = client.get(reverse("deployments:model_list")).content.decode()
-    assert "My MoE" in listing and "Imported My MoE" in listing
+    assert "My MoE" in listing and "Imported My MoE into the catalog, for chat (instruction-tuned)" in listing
 
 
 def test_pasted_config_works_too(client, catalog, operator):
@@ -81,6 +81,52 @@ def test_gguf_path_import(client, catalog, operator):
     assert response.status_code == 302
     variant = ModelVariant.objects.get(name="gemma tiny gguf")
     assert variant.format == "gguf" and variant.quantization == "Q4_K_M"
+    # Its header names the model with no fine-tune: the base model, for completions, and the page says so.
+    assert variant.purpose == "completions" and "no fine-tune (general.finetune)" in variant.source
+    listing = client.get(reverse("deployments:model_list")).content.decode()
+    assert "Imported gemma tiny gguf into the catalog, for completions (base model)" in listing
+
+
+def _purpose_cell(page: str, name: str) -> str:
+    row = page[page.index(f'<td class="name">{name}') :]
+    return row[row.index('<td class="purpose"') : row.index("</td>", row.index('<td class="purpose"'))]
+
+
+def test_the_catalog_says_what_a_model_is_for_and_an_operator_changes_it(client, catalog, operator):
+    variant = ModelVariant.objects.create(name="base-ish", format="gguf", gguf_file="/m/base.gguf")
+    url = reverse("deployments:model_purpose", args=[variant.pk])
+    client.force_login(operator)
+    cell = _purpose_cell(client.get(reverse("deployments:model_list")).content.decode(), "base-ish")
+    assert f'action="{url}"' in cell and '<option value="chat" selected>Chat (instruction-tuned)</option>' in cell
+
+    response = client.post(url, {"purpose": "completions"}, follow=True)
+
+    variant.refresh_from_db()
+    assert variant.purpose == "completions"
+    page = response.content.decode()
+    assert "base-ish is for completions (base model)." in page
+    assert '<option value="completions" selected>' in _purpose_cell(page, "base-ish")
+    event = AuditEvent.objects.get(action="model.purpose", object_id=str(variant.pk))
+    assert event.data == {"purpose": "completions", "was": "chat"}
+
+
+def test_a_purpose_the_panel_does_not_know_is_refused_and_changes_nothing(client, catalog, operator):
+    variant = ModelVariant.objects.create(name="tuned", format="gguf", gguf_file="/m/tuned.gguf")
+    client.force_login(operator)
+    response = client.post(reverse("deployments:model_purpose", args=[variant.pk]), {"purpose": "poetry"}, follow=True)
+    variant.refresh_from_db()
+    assert variant.purpose == "chat" and not AuditEvent.objects.filter(action="model.purpose").exists()
+    assert "tuned: Select a valid choice. poetry is not one of the available choices." in response.content.decode()
+
+
+def test_a_viewer_sees_what_a_model_is_for_and_cannot_change_it(client, catalog, viewer):
+    variant = ModelVariant.objects.create(name="read-only", format="gguf", gguf_file="/m/r.gguf", purpose="completions")
+    client.force_login(viewer)
+    cell = _purpose_cell(client.get(reverse("deployments:model_list")).content.decode(), "read-only")
+    assert "Completions (base model)" in cell and "<form" not in cell
+    assert client.post(reverse("deployments:model_purpose", args=[variant.pk]), {"purpose": "chat"}).status_code == 403
+    variant.refresh_from_db()
+    assert variant.purpose == "completions"
 
 
 def test_bad_gguf_path_shows_the_error(client, catalog, operator):

@@ -153,18 +153,29 @@ def test_a_download_the_host_refuses_ends_failed_before_a_byte(
 
 
 @pytest.mark.engine
-def test_a_switch_to_a_base_model_succeeds_with_the_test_chats_warning(
+def test_a_switch_to_a_base_model_recorded_for_chat_fails_its_gate_and_rolls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The package's Gemma 3 270M is a base model: it serves, and the switch's result says what its
-    test chat answer showed (the question written back), for the operation's page."""
+    """The package's Gemma 3 270M is a base model. Recorded as a chat model (r2), its test chat is the
+    question written back: the switch fails with that reason and the previous revision, the same GGUF
+    served for completions as it is (r1), comes back and passes its test completion."""
+    from serving.purpose import CHAT
     from tests.support.llama import free_port, gemma_launch, gemma_model_path, llama_server_binary
 
     monkeypatch.setenv("PATH", f"{Path(llama_server_binary()).parent}:{os.environ['PATH']}")
     monkeypatch.setenv("CONTROLPANEL_MODEL_DIRS", str(Path(gemma_model_path()).parent))
-    launch = RevisionLaunch.from_dict(gemma_launch(1, ctx=1024, port=free_port()))
-    end = _run(tmp_path, RecordedPanel(_order("switch", revision=launch)))
+    port = free_port()
+    base = RevisionLaunch.from_dict(gemma_launch(1, ctx=1024, port=port))
+    chat = RevisionLaunch.from_dict(gemma_launch(2, ctx=1024, port=port, purpose=CHAT))
+    try:
+        end = _run(tmp_path, RecordedPanel(_order("switch", revision=chat, previous=base)))
+        status = Supervisor(tmp_path / "host").status(probe=True)
+    finally:
+        Supervisor(tmp_path / "host").stop(grace=2.0)
 
-    assert end["state"] == "succeeded", end
-    assert "answered with the question itself" in end["result"]["chat_warning"]
-    assert "base model (not instruction-tuned)" in end["result"]["chat_warning"]
+    assert end["state"] == "failed" and end["result"]["rolled_back"] is True, end
+    reason = end["result"]["reason"]
+    assert reason.startswith("the test chat was answered with the question itself ('Say hello in one word.")
+    assert "as a base model (not instruction-tuned) does" in reason
+    assert end["error"] == f"r2 failed ({reason}); rolled back to r1, which is serving again."
+    assert status.running and status.revision_label == "r1"

@@ -3,10 +3,13 @@ Celery worker on its own queue, its own data folder and engine port, no key to t
 panel as the live server on the real PostgreSQL, real Redis, real llama-server with the real
 Gemma 3 270M.
 
-The change moves every host to the package's GGUF, which carries no chat template. The hosts
-a and c pass Gemma's template to the engine themselves (a knob of their current revision, which
-the derived revision keeps); host b does not, so its new revision answers in the wrong chat
-format and the switch's verification refuses it: b's switch fails and b is rolled back. Waves
+The change moves every host to the package's GGUF, which carries no chat template, recorded as a
+chat model. The hosts a and c pass a template to the engine themselves (a knob of their current
+revision, which the derived revision keeps); host b does not, so its new revision answers in the
+wrong chat format and the switch's verification refuses it: b's switch fails and b is rolled back.
+(Gemma 3 270M is a base model: under Gemma's own template it writes the question back, which the
+chat gate refuses too; under a question/answer template it continues with an answer, which passes.
+Every host's first revision serves the suite's copy for completions, as it is.) Waves
 of one: the canary a keeps the change, b's wave fails and is put back, c is never touched.
 
 Only the canary's start, b's failed start and b's way back run an engine: every host's first
@@ -30,11 +33,18 @@ from rollouts.models import RolloutHost
 from rollouts.services import rollout_start
 from tests.rollouts.conftest import active_number, revisions_of, running_agents, wait_ended
 from tests.support.agent import AgentProcess
-from tests.support.llama import GEMMA_CHAT_TEMPLATE, free_port, gemma_model_path, gemma_package_path
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path, gemma_package_path
 from tests.support.revisions import make_revision
 
 pytestmark = [pytest.mark.engine, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 ARCH = {"architecture": "gemma3", "num_layers": 18}
+# A question/answer prompt: the base model answers after "Answer:" (measured: ' “I love you”\n\nQuestion: ...')
+# instead of writing the question back, so the chat gate passes it, as it would a model that knows the format.
+QA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}Question: "
+    "{{ message['content'] | trim }}\n{% else %}Answer: {{ message['content'] | trim }}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}Answer:{% endif %}"
+)
 
 
 @pytest.fixture
@@ -48,13 +58,21 @@ def test_a_rollout_whose_second_wave_fails_keeps_the_canary_rolls_the_wave_back_
     trio: dict[str, AgentProcess], operator: Any, tmp_path: Path
 ) -> None:
     chat = ModelVariant.objects.create(
-        name=f"gemma-chat-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file=gemma_model_path(), arch=ARCH
+        name=f"gemma-chat-{uuid.uuid4().hex[:6]}",
+        format="gguf",
+        gguf_file=gemma_model_path(),
+        arch=ARCH,
+        purpose=GEMMA_PURPOSE,
     )
     plain = ModelVariant.objects.create(
-        name=f"gemma-plain-{uuid.uuid4().hex[:6]}", format="gguf", gguf_file=gemma_package_path(), arch=ARCH
+        name=f"gemma-plain-{uuid.uuid4().hex[:6]}",
+        format="gguf",
+        gguf_file=gemma_package_path(),
+        arch=ARCH,
+        purpose="chat",
     )
-    template = tmp_path / "gemma.jinja"  # under every agent's model folders (their data folders' parent)
-    template.write_text(GEMMA_CHAT_TEMPLATE)
+    template = tmp_path / "qa.jinja"  # under every agent's model folders (their data folders' parent)
+    template.write_text(QA_TEMPLATE)
     hosts = {}
     for letter, agent in trio.items():
         host = Host.objects.get(name=agent.name)

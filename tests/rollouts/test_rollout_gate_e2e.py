@@ -38,7 +38,7 @@ from rollouts.services import rollout_start
 from serving.benchmarking.profiles import BenchmarkProfile
 from tests.rollouts.conftest import active_number, revisions_of, running_agents, wait_ended
 from tests.support.agent import AgentProcess
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path
 from tests.support.operations import wait_done
 from tests.support.revisions import make_revision
 
@@ -68,6 +68,7 @@ def test_the_canarys_gate_stops_a_slower_change_and_lets_an_equal_one_through(
         name=f"gemma-{uuid.uuid4().hex[:6]}",
         format="gguf",
         gguf_file=gemma_model_path(),
+        purpose=GEMMA_PURPOSE,
         arch={"architecture": "gemma3", "num_layers": 18},
     )
     hosts = {}

@@ -43,7 +43,7 @@ from deployments.services.revisions import revision_mark_active
 from hardware.models import Host
 from hostagent.door.tables import serving_set
 from tests.hardware.factories import HostFactory
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path
 from tests.support.panel import ROOT, test_database_url
 from tests.support.revisions import make_revision
 
@@ -126,7 +126,7 @@ def router_process(log: Path, usable: int = 2, **env: str) -> Iterator[str]:
 def two_hosts(operator: User, admin_user: User, tmp_path: Path) -> Iterator[Lab]:
     model = gemma_model_path()
     variant = ModelVariant.objects.create(
-        name="gemma-3-270m", format="gguf", gguf_file=model, quantization="Q4_K_M",
+        name="gemma-3-270m", format="gguf", gguf_file=model, quantization="Q4_K_M", purpose=GEMMA_PURPOSE,
         arch={"architecture": "gemma3", "num_layers": 18},
     )  # fmt: skip
     address = lab_address()

@@ -32,7 +32,7 @@ from hostagent.frontdoor import FrontDoorSettings, KeyTable, RoutingTable
 from hostagent.frontdoor.launcher import Command, ProcessLoader
 from tests.hardware.factories import HostFactory
 from tests.hostagent.frontdoor.conftest import DoorThread, Host
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path
 from tests.support.revisions import make_revision
 
 from .conftest import lab_address, report, router_process
@@ -53,7 +53,7 @@ def test_a_switch_behind_the_router_under_both_clients_streams_loses_nothing(
 ) -> None:
     model = gemma_model_path()
     variant = ModelVariant.objects.create(
-        name="gemma-3-270m", format="gguf", gguf_file=model, quantization="Q4_K_M",
+        name="gemma-3-270m", format="gguf", gguf_file=model, quantization="Q4_K_M", purpose=GEMMA_PURPOSE,
         arch={"architecture": "gemma3", "num_layers": 18},
     )  # fmt: skip
     _, key = key_create(name="alice", models=None, actor=admin_user)

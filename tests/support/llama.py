@@ -20,6 +20,7 @@ from typing import Any
 
 from serving.engines.base import ModelRef
 from serving.launch import RevisionSpec
+from serving.purpose import COMPLETIONS
 from serving.wire import DoorModel, PlannedMemory, RevisionLaunch
 
 
@@ -39,6 +40,13 @@ GEMMA_CHAT_TEMPLATE = (
 )
 
 
+# What the test model is for: the package's Gemma 3 270M is the base model (gemma-3-270m, not -it; its
+# header names no fine-tune), which answers a chat by writing the question back. The suite serves it on
+# purpose for completions; recorded as a chat model, it fails the switch (tests/hostagent/runtime/
+# test_chat_template_echo.py).
+GEMMA_PURPOSE = COMPLETIONS
+
+
 @functools.cache
 def gemma_package_path() -> str:
     """The GGUF exactly as the package ships it: it has no chat template (tokenizer.chat_template)."""
@@ -56,7 +64,7 @@ def gemma_model_path() -> str:
     gguf_new_metadata), kept next to the package's file, named for the source and the template."""
     source = Path(gemma_package_path())
     key = hashlib.sha256(f"{source.stat().st_size}:{GEMMA_CHAT_TEMPLATE}".encode()).hexdigest()[:12]
-    target = source.with_name(f"{source.stem}-chat-{key}.gguf")
+    target = source.with_name(f"{source.stem}-with-template-{key}.gguf")  # no "chat": the weights are the base model
     if not target.exists():
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         subprocess.run(
@@ -85,14 +93,21 @@ def free_port() -> int:
 
 
 def gemma_launch(
-    number: int, *, ctx: int, port: int, model: str | None = None, api_key: str | None = None
+    number: int,
+    *,
+    ctx: int,
+    port: int,
+    model: str | None = None,
+    api_key: str | None = None,
+    purpose: str = GEMMA_PURPOSE,
 ) -> dict[str, Any]:
     """A llama.cpp revision's launch of the test model, as the panel sends it to an agent
     (serving.wire.RevisionLaunch.to_dict()): revision id 100 + number, served as gemma-rN."""
+    gguf = model or gemma_model_path()
     spec = RevisionSpec(
         engine="llama.cpp",
         version="",
-        model=ModelRef(name=f"gemma-r{number}", gguf_file=model or gemma_model_path(), format="gguf"),
+        model=ModelRef(name=f"gemma-r{number}", gguf_file=gguf, format="gguf", purpose=purpose),
         knobs={"ctx_size": ctx, "parallel": 2, "n_gpu_layers": 0, "threads": 1},
         served_name=f"gemma-r{number}",
         port=port,

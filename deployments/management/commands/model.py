@@ -99,5 +99,5 @@ class Command(ActionCommand):
         what = variant.gguf_file or "config.json"
         self.stdout.write(
             f"Imported {variant.name} from {variant.repo_id}@{variant.revision[:12]} ({what}; {size}; "
-            f"{len(variant.hub_files)} file(s) to download)."
+            f"{len(variant.hub_files)} file(s) to download), for {variant.get_purpose_display().lower()}."
         )

@@ -1,8 +1,10 @@
-"""A GGUF without a chat template serves gibberish: llama.cpp formats the chat as ChatML and a model
-trained on another format prints the markers back. The switch's verification (the supervisor's test
-chat) refuses such an engine instead of reporting it ready.
+"""A model meant for chat that answers noise fails the switch's verification (the supervisor's test
+chat) instead of being reported ready: a GGUF without a chat template (llama.cpp formats the chat as
+ChatML and a model trained on another format prints the markers back), and a base model (not
+instruction-tuned), which writes the question back under any template. A base model served on purpose
+for completions (serving.purpose) is tested with a completion instead.
 
-The package's Gemma 270M GGUF is that file as shipped (no tokenizer.chat_template); the suite's
+The package's Gemma 270M GGUF is a base model, shipped without tokenizer.chat_template; the suite's
 model (tests.support.llama.gemma_model_path) is the same weights with Gemma's template written in."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from deployments.importers.gguf_header import read_gguf_header
 from hostagent.runtime.errors import EngineVerifyError
 from hostagent.runtime.readiness import echoed_marker, repeats_question
 from hostagent.runtime.supervisor import Supervisor
+from serving.purpose import CHAT, COMPLETIONS
 from tests.hostagent.runtime.test_supervisor import llama_spec
 from tests.support.llama import free_port, gemma_model_path, gemma_package_path
 
@@ -31,6 +34,20 @@ def sup(tmp_path: Path) -> Iterator[Supervisor]:
 def test_the_shipped_gguf_has_no_template_and_the_suites_copy_has_one() -> None:
     assert read_gguf_header(gemma_package_path()).has_chat_template is False
     assert read_gguf_header(gemma_model_path()).has_chat_template is True
+
+
+def test_the_shipped_gguf_says_it_is_the_base_model_and_the_import_reads_it_so() -> None:
+    """Its header names the model (general.name 'Gemma 3 270m', general.basename 'gemma-3') with no
+    fine-tune (no general.finetune, as the -it conversion has) and no model it derives from."""
+    for path in (gemma_package_path(), gemma_model_path()):
+        header = read_gguf_header(path)
+        assert header.naming.name == "Gemma 3 270m" and header.naming.basename == "gemma-3"
+        assert header.naming.finetune is None and header.naming.derived is False
+        guess = header.purpose(("the file name", Path(path).name))
+        assert guess.purpose == COMPLETIONS and "no fine-tune (general.finetune)" in guess.why
+    # The same header under an instruction-tuned file's name is read as that name says.
+    tuned_name = ("the file name", "gemma-3-270m-it-Q4_K_M.gguf")
+    assert read_gguf_header(gemma_package_path()).purpose(tuned_name).purpose == CHAT
 
 
 @pytest.mark.parametrize(
@@ -50,7 +67,7 @@ def test_echoed_markers_are_found(answer: str, marker: str | None) -> None:
 
 @pytest.mark.engine
 def test_a_gguf_without_a_chat_template_fails_the_switch_verification(sup: Supervisor) -> None:
-    spec = llama_spec(free_port(), model=gemma_package_path())
+    spec = llama_spec(free_port(), model=gemma_package_path(), purpose=CHAT)
 
     with pytest.raises(EngineVerifyError) as caught:
         sup.start(spec, revision_label="r1", ready_timeout=120)
@@ -76,20 +93,31 @@ def test_an_answer_that_repeats_the_question_is_told_apart(answer: str, repeats:
 
 
 @pytest.mark.engine
-def test_the_same_weights_with_a_chat_template_pass(sup: Supervisor) -> None:
-    """They pass, with a warning the switch reports: the package's Gemma 3 270M is the base model
-    (gemma-3-270m, not -it), which under its own template writes the question back."""
+def test_a_base_model_recorded_for_chat_fails_the_verification_with_the_reason(sup: Supervisor) -> None:
+    """Gemma's own template (no markers to echo): the base model writes the question back, noise to
+    every chat client. The start fails with why and what to do, and nothing is left serving."""
+    with pytest.raises(EngineVerifyError) as caught:
+        sup.start(llama_spec(free_port(), purpose=CHAT), revision_label="r2", ready_timeout=120)
+
+    reason = str(caught.value)
+    assert "the test chat was answered with the question itself ('Say hello in one word." in reason
+    assert "as a base model (not instruction-tuned) does, so every chat would get noise" in reason
+    assert "instruction-tuned variant (-it, -Instruct, -Chat)" in reason
+    assert "mark it as a completions model (base) in the model catalog" in reason
+    assert not sup.status(probe=True).running
+
+
+@pytest.mark.engine
+def test_the_base_model_served_for_completions_passes_a_test_completion(sup: Supervisor) -> None:
     said: list[str] = []
     result = sup.start(
         llama_spec(free_port()), revision_label="r2", ready_timeout=120, on_progress=lambda *a: said.append(a[2])
     )
 
-    assert result.chat is not None and echoed_marker(result.chat.text) is None
-    assert (result.chat.completion_tokens or 0) >= 1
-    assert "answered with the question itself" in result.chat.concern
-    assert "base model (not instruction-tuned)" in result.chat.concern and "-it, -Instruct" in result.chat.concern
-    warning = next(line for line in said if line.startswith("warning: "))
-    assert said.index(warning) == len(said) - 2  # after the test chat, before "serving"
+    assert result.chat is not None and result.chat.what == "test completion"
+    assert (result.chat.completion_tokens or 0) >= 1 and result.chat.text
+    assert "sending one short completion (a completions model)" in said
+    assert not any(line.startswith("warning") for line in said)
 
 
 @pytest.mark.engine
@@ -100,7 +128,7 @@ def test_the_shipped_gguf_serves_with_llamas_built_in_template_named_as_a_knob(s
     from serving.launch import HostFacts, RevisionSpec, launch
     from tests.support.llama import llama_server_binary
 
-    model = ModelRef(name="gemma-270m", gguf_file=gemma_package_path(), format="gguf")
+    model = ModelRef(name="gemma-270m", gguf_file=gemma_package_path(), format="gguf", purpose=COMPLETIONS)
     knobs = {"chat_template": "gemma", "ctx_size": 2048, "parallel": 1, "n_gpu_layers": "0"}
     port = free_port()
     spec = RevisionSpec(engine="llama.cpp", version="", model=model, knobs=knobs, port=port)
@@ -108,8 +136,14 @@ def test_the_shipped_gguf_serves_with_llamas_built_in_template_named_as_a_knob(s
     assert "--chat-template" in made.argv and made.argv[made.argv.index("--chat-template") + 1] == "gemma"
 
     result = sup.start(made, revision_label="r3", ready_timeout=120)
+    assert result.chat is not None and result.chat.what == "test completion"  # the base model, as it is
 
-    assert result.chat is not None and echoed_marker(result.chat.text) is None
+    chat = httpx.post(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Say hello in one word."}], "max_tokens": 16},
+        timeout=60,
+    ).json()["choices"][0]["message"]["content"]
+    assert echoed_marker(chat) is None  # in Gemma's own turns: no marker printed back
     # The chat the model is sent is the user's question in Gemma's turns. With Jinja on (llama-server's
     # default) the name was read as the template's text: every prompt was the word 'gemma'.
     formatted = httpx.post(

@@ -13,7 +13,7 @@ import pytest
 
 from hostagent.runtime.errors import EngineExitedError, EngineNotReadyError
 from hostagent.runtime.logtail import tail_lines
-from hostagent.runtime.readiness import api_key_from_spec, verify_chat, wait_ready
+from hostagent.runtime.readiness import api_key_from_spec, verify_answer, wait_ready
 from hostagent.runtime.strays import port_is_free
 from serving.engines.base import LaunchSpec
 from tests.hostagent.runtime.test_supervisor import llama_spec
@@ -41,7 +41,7 @@ def launch(argv: list[str] | tuple[str, ...], log: Path) -> subprocess.Popen[byt
 
 
 @pytest.mark.engine
-def test_ready_then_one_chat_completion(procs: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
+def test_ready_then_one_test_completion_through_the_key(procs: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
     spec = llama_spec(free_port(), api_key="sk-readiness-key")
     assert api_key_from_spec(spec) == "sk-readiness-key"
     proc = launch(spec.argv, tmp_path / "log")
@@ -56,8 +56,8 @@ def test_ready_then_one_chat_completion(procs: list[subprocess.Popen[bytes]], tm
     assert ready.health_seconds <= ready.seconds < 60
     assert seen and seen[-1][0] == "models" and "ready" in seen[-1][2]
     assert all(0.0 <= fraction <= 1.0 for _, fraction, _ in seen)
-    chat = verify_chat(spec, max_tokens=4)
-    assert (chat.completion_tokens or 0) >= 1 and chat.seconds < 30
+    test = verify_answer(spec, max_tokens=4)  # the suite's base model, served for completions
+    assert test.what == "test completion" and (test.completion_tokens or 0) >= 1 and test.seconds < 30
 
 
 @pytest.mark.engine

@@ -20,7 +20,7 @@ from hostagent.runtime.readiness import wait_ready
 from hostagent.runtime.strays import port_is_free
 from hostagent.runtime.supervisor import Supervisor
 from serving.engines.base import LaunchSpec
-from tests.support.llama import free_port, gemma_model_path, llama_server_binary
+from tests.support.llama import GEMMA_PURPOSE, free_port, gemma_model_path, llama_server_binary
 
 API_KEY = "sk-test-SeCrEt-4242"
 
@@ -32,8 +32,10 @@ def llama_spec(
     model: str | None = None,
     api_key: str | None = None,
     binary: str | None = None,
+    purpose: str = GEMMA_PURPOSE,
 ) -> LaunchSpec:
-    """A llama-server launch built by hand, independent of the engine adapters."""
+    """A llama-server launch built by hand, independent of the engine adapters (the test model is
+    served for completions, as it is: tests.support.llama.GEMMA_PURPOSE)."""
     binary = binary or llama_server_binary()
     argv = [binary, "-m", model or gemma_model_path(), "--host", "127.0.0.1"]
     argv += ["--port", str(port), "-c", "2048", "-np", "1", "-ngl", "0", "--metrics", "-a", served_name]
@@ -52,7 +54,9 @@ def llama_spec(
         models_url=f"{base}/v1/models",
         metrics_url=f"{base}/metrics",
         chat_url=f"{base}/v1/chat/completions",
+        completions_url=f"{base}/v1/completions",
         secret_values=(api_key,) if api_key else (),
+        purpose=purpose,
     )
 
 
