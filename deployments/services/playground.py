@@ -1,11 +1,12 @@
 """The chat playground on a revision's page: try the model a host serves without curl.
 
 The browser talks only to the panel. `playground_chat` sends the conversation to the engine's
-OpenAI `/v1/chat/completions` (`stream: true`) at the engine itself (`Host.address` and the
-revision's port: deployments.services.exports.revision_client_target; the client exports go
-through the host's front door instead), with the engine's
-API key from the host's secrets, which never reaches the page, and turns the engine's stream
-into the page's own Server-Sent Events:
+OpenAI `/v1/chat/completions` (`stream: true`; for a model recorded for completions, a base model
+(serving.purpose), the conversation's text to `/v1/completions` for it to continue) at the engine
+itself (`Host.address` and the revision's port: deployments.services.exports.revision_client_target;
+the client exports go through the host's front door instead), with the engine's API key from the
+host's secrets, which never reaches the page, and turns the engine's stream into the page's own
+Server-Sent Events:
 
     event: start  data: {"model": "gemma"}
     event: delta  data: {"content": "Hel", "reasoning": ""}
@@ -38,6 +39,7 @@ from deployments.selectors.hosts import serving_status
 from hardware.selectors import offline_reason
 from serving.benchmarking.stats import StreamTimer, tpot
 from serving.exports import ClientTarget
+from serving.purpose import COMPLETIONS
 
 from .exports import revision_client_target
 from .secrets import secret_reveal
@@ -149,11 +151,16 @@ def _api_key(revision: DeploymentRevision) -> str | None:
         raise PlaygroundUnavailable("; ".join(exc.messages)) from exc
 
 
-def _body(chat: ChatRequest, *, model: str, defaults: PlaygroundDefaults) -> dict[str, Any]:
+def _body(chat: ChatRequest, *, model: str, defaults: PlaygroundDefaults, completion: bool) -> dict[str, Any]:
+    """The engine's request: the chat's messages, or for a completions model (`completion`) their
+    text, one paragraph a turn, for the model to continue."""
     messages = ([{"role": "system", "content": chat.system}] if chat.system.strip() else []) + chat.messages
+    asked: dict[str, Any] = (
+        {"prompt": "\n\n".join(m["content"] for m in messages)} if completion else {"messages": messages}
+    )
     body: dict[str, Any] = {
         "model": model,
-        "messages": messages,
+        **asked,
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": chat.max_tokens or defaults.max_tokens,
@@ -186,7 +193,8 @@ def playground_chat(*, revision: DeploymentRevision, chat: ChatRequest, actor: A
     key = _api_key(revision)
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    body = _body(chat, model=target.served_name, defaults=defaults)
+    completion = revision.model_variant.purpose == COMPLETIONS
+    body = _body(chat, model=target.served_name, defaults=defaults, completion=completion)
     with transaction.atomic():
         audit_record(
             action="revision.chat",
@@ -196,7 +204,8 @@ def playground_chat(*, revision: DeploymentRevision, chat: ChatRequest, actor: A
             data={k: body.get(k) for k in ("max_tokens", "temperature", "top_p")} | {"messages": len(chat.messages)},
             actor=actor,
         )
-    return relay(target.base_url + "/chat/completions", body=body, headers=headers)
+    path = "/completions" if completion else "/chat/completions"
+    return relay(target.base_url + path, body=body, headers=headers)
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -242,7 +251,7 @@ def _summary(timer: StreamTimer, finish_reason: str | None, *, stopped: str = ""
 
 
 def relay(url: str, *, body: dict[str, Any], headers: dict[str, str]) -> Iterator[bytes]:
-    """Stream one chat from the engine at `url` as the page's events (module docstring)."""
+    """Stream one chat (or completion) from the engine at `url` as the page's events (module docstring)."""
     yield _event("start", {"model": body.get("model")})
     timer = StreamTimer(start=time.perf_counter())
     finish: str | None = None
@@ -279,7 +288,7 @@ def relay(url: str, *, body: dict[str, Any], headers: dict[str, str]) -> Iterato
                 finish = choice.get("finish_reason") or finish
                 raw = choice.get("delta")
                 delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
-                content = delta.get("content") or ""
+                content = delta.get("content") or choice.get("text") or ""  # a chat's delta, a completion's text
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
                 if content or reasoning:
                     yield _event("delta", {"content": str(content), "reasoning": str(reasoning)})

@@ -50,6 +50,9 @@ def test_the_answer_streams_from_the_served_model_with_its_key_kept_in_the_panel
     client.force_login(operator)
     page = client.get(page_url(revision)).content.decode()
     assert 'name="temperature" value="0.2"' in page and ENGINE_KEY not in page
+    # The package's Gemma 3 270M is a base model, recorded for completions: the box says the text is
+    # continued, and the engine gets it at /v1/completions (a chat would get the question back).
+    assert "is recorded for completions (a base model)" in page
     answer = chat(client, revision, prompt="Say hello in one short sentence.", temperature="0.2", max_tokens="32")
     assert answer.status_code == 200 and answer["Content-Type"] == "text/event-stream"
     events = sse_events(answer)
