@@ -116,6 +116,7 @@ def tuning_flow(
         "trials": [
             {
                 "number": trial.number,
+                "engine": trial.engine,
                 "knobs": trial.knobs,
                 "revision": trial.revision.number if trial.revision else None,
                 "parent": trial.revision.parent.number if trial.revision and trial.revision.parent else None,
