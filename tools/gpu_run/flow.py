@@ -123,6 +123,8 @@ def main() -> int:  # noqa: C901 - one script, one flow
     parser.add_argument("--partial", action="store_true", help="then switch to r3: 8 layers on the GPU, -fa off")
     parser.add_argument("--gate", action="store_true", help="then two gated switches from r1 (issue 28)")
     parser.add_argument("--tune", action="store_true", help="instead: a tuning run from a plain base (issue 43)")
+    parser.add_argument("--tune-trials", type=int, default=6, help="with --tune: candidates measured at most")
+    parser.add_argument("--tune-minutes", type=int, default=3, help="with --tune: no candidate starts after this")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -337,7 +339,16 @@ def run_flow(args: argparse.Namespace, figures: dict[str, Any], nvml: Nvml, out:
         from tools.gpu_run.tune import tuning_flow
 
         tuning_flow(
-            figures, nvml, make_revision=rand, switch_to=switch_to, actor=actor, wait=wait, cpu=args.cpu, series=series
+            figures,
+            nvml,
+            make_revision=rand,
+            switch_to=switch_to,
+            actor=actor,
+            wait=wait,
+            cpu=args.cpu,
+            series=series,
+            trials=args.tune_trials,
+            minutes=args.tune_minutes,
         )
         return
     for i, rev in enumerate((revs[0], revs[1], revs[0])):

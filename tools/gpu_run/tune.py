@@ -43,6 +43,8 @@ def tuning_flow(
     wait: Callable[..., Any],
     cpu: bool,
     series: Callable[..., Any],
+    trials: int = 6,
+    minutes: int = 3,
 ) -> None:
     """Switch to the base, run the tuning, propose its best; every figure into figures["tuning"]."""
     import threading
@@ -80,8 +82,8 @@ def tuning_flow(
         level="concurrency 8",
         limits=LIMITS,
         profile=profile.to_dict(),
-        max_trials=6,
-        max_minutes=3,
+        max_trials=trials,
+        max_minutes=minutes,
         repeats=2,
         repeat_best=2,
         seed=43,
