@@ -8,7 +8,8 @@ the service a person would use, so each carries its usual checks:
         or of another engine the run's space names), planned first with its engine: one the
         planner refuses is stored with its findings and never started; one that fits becomes a
         revision derived from the base (revision_derive: its parent is the base, its message names
-        the run; another engine's starts from that engine's defaults and its newest install),
+        the run; another engine's starts from that engine's defaults and its newest install, serving
+        the base's context),
         switched to (switch_request: preflight, health gate, rollback) and benchmarked (a
         BenchmarkRun of the run's profile; the load generator opens every prompt with a token of
         its own, so no round is served from what an earlier one left in the engine's cache). A
@@ -69,7 +70,7 @@ from rollouts.services import rollout_start
 from serving.benchmarking.gate import run_figures
 from serving.benchmarking.profiles import BenchmarkProfile
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import ADAPTERS, engine_label
+from serving.engines.registry import ADAPTERS, engine_label, get_adapter
 from serving.launch import derive
 from serving.planner import PlanInputError
 from serving.tuning import (
@@ -393,6 +394,26 @@ def _tried(trials: list[TuningTrial]) -> list[Tried]:
     ]
 
 
+def _changes(base: DeploymentRevision, found: Candidate) -> dict[str, Any]:
+    """The changes that derive `found`'s revision from `base` (planned and derived alike). Another
+    engine's candidate starts from none of the base's knobs and that engine's latest install, but
+    serves the base's context: the base's context knob, read as its engine reads it, becomes the
+    other engine's unless the space sets it (else it would serve the model's native context)."""
+    knobs = dict(found.knobs)
+    if found.engine == base.engine:
+        return {"set": knobs}
+    ours, theirs = get_adapter(base.engine), get_adapter(found.engine)
+    value = (base.knobs or {}).get(ours.context_knob) if ours.context_knob else None
+    if theirs.context_knob and theirs.context_knob not in knobs and value not in (None, ""):
+        try:
+            tokens = ours.context_tokens(value)
+        except EngineConfigError:
+            tokens = None
+        if tokens:
+            knobs[theirs.context_knob] = tokens
+    return {"engine": found.engine, "set": knobs}
+
+
 def _candidate(run: TuningRun, trials: list[TuningTrial]) -> TuningTrial | None:
     """The next candidate as a trial: refused by the planner (stored so, never started), failed
     (its revision refused), or with its revision derived from the base, ready to measure. None when
@@ -411,8 +432,7 @@ def _candidate(run: TuningRun, trials: list[TuningTrial]) -> TuningTrial | None:
         return None
     knobs = dict(found.knobs)
     trial = TuningTrial.objects.create(run=run, number=len(trials), knobs=knobs, engine=found.engine, state=T.SWITCHING)
-    # Another engine's candidate starts from none of the base's knobs and that engine's latest install.
-    changes: dict[str, Any] = {"set": knobs} if found.engine == base.engine else {"engine": found.engine, "set": knobs}
+    changes = _changes(base, found)
     spec = derive(revision_spec(base), changes)
     try:
         report = plan_for_values(

@@ -29,7 +29,18 @@ from serving.planner import FitReport
 
 from .host_models import download_active, host_model_of
 
-__all__ = ["FAIL", "HOST", "OK", "Check", "memory_need", "panel_preflight", "ram_check", "weights_and_kv"]
+__all__ = [
+    "FAIL",
+    "HOST",
+    "OK",
+    "Check",
+    "format_check",
+    "host_engines",
+    "memory_need",
+    "panel_preflight",
+    "ram_check",
+    "weights_and_kv",
+]
 
 
 def installed_versions(installs: object, engine: str) -> list[str]:

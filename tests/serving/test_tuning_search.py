@@ -195,11 +195,12 @@ def test_a_space_over_two_engines_checks_each_by_its_own_knob_specs_and_searches
     tried: list[Tried] = []
     while (found := next_candidate(space, tried)) is not None:
         tried.append(Tried(found.knobs, value=1.0, engine=found.engine))
-    # The base engine's candidates first, then the other engine's: each with its own knobs.
+    # The engines in turn, the base's first, each with its own knobs in its own order: a run that
+    # stops at max_trials (8 by default) has measured every engine early, not the base's alone.
     assert [(t.engine, t.knobs) for t in tried] == [
         ("vllm", {"max_num_seqs": 4}),
-        ("vllm", {"max_num_seqs": 8}),
         ("sglang", {"max_running_requests": 4}),
+        ("vllm", {"max_num_seqs": 8}),
         ("sglang", {"max_running_requests": 8}),
     ]
     # A trial stored without its engine (before runs tried others) ran the base's: the engine is part
@@ -207,6 +208,17 @@ def test_a_space_over_two_engines_checks_each_by_its_own_knob_specs_and_searches
     assert next_candidate(space, [Tried({"max_num_seqs": 4}), Tried({"max_num_seqs": 8})]) == Candidate(
         "sglang", {"max_running_requests": 4}
     )
+    # A base engine of many candidates and another of few: the other's come second and fourth, not
+    # after the twelve of the base (which max_trials would never reach).
+    many = space_check(
+        "vllm",
+        {"max_num_seqs": [4, 8, 16, 32, 64, 128], "gpu_memory_utilization": [0.85, 0.9]},
+        engines={"sglang": {"max_running_requests": [4, 8]}},
+        model_format="hf",
+        installed=BOTH,
+    )
+    order = [c.engine for c in many.candidates()]
+    assert order[:4] == ["vllm", "sglang", "vllm", "sglang"] and order[4:] == ["vllm"] * 10
     assert Candidate("sglang", {"max_running_requests": 4}).describe("vllm") == "SGLang max_running_requests=4"
 
 
@@ -217,7 +229,7 @@ def test_another_engine_alone_or_at_its_defaults_makes_a_space():
         ("sglang", {"mem_fraction_static": 0.9}),
     ]
     defaults = space_check("vllm", {"max_num_seqs": [4, 8]}, engines={"sglang": {}}, model_format="hf")
-    assert defaults.size() == 3 and list(defaults.candidates())[-1] == Candidate("sglang", {})
+    assert defaults.size() == 3 and list(defaults.candidates())[1] == Candidate("sglang", {})  # its turn: second
     assert "SGLang: its defaults" in defaults.describe()
     # One engine at its defaults alone is one candidate: no search.
     with pytest.raises(TuningInputError, match="at least two candidates"):
@@ -227,8 +239,8 @@ def test_another_engine_alone_or_at_its_defaults_makes_a_space():
 @pytest.mark.parametrize(
     ("base", "engines", "model_format", "installed", "words"),
     [
-        # llama.cpp's GGUF: vLLM's adapter launches Hugging Face checkpoints only.
-        ("llama.cpp", {"vllm": {"max_num_seqs": [4, 8]}}, "gguf", BOTH, "vLLM cannot load a GGUF file"),
+        # llama.cpp's GGUF: Ollama serves its own tags only (vLLM reads a downloaded .gguf: allowed).
+        ("llama.cpp", {"ollama": {"num_parallel": [1, 2]}}, "gguf", None, "Ollama cannot load a GGUF file"),
         # An HF checkpoint: llama.cpp reads GGUF files only; Ollama serves its own tags.
         ("vllm", {"llama.cpp": {"parallel": [1, 2]}}, "hf", None, "llama.cpp cannot load a Hugging Face checkpoint"),
         ("vllm", {"ollama": {"num_parallel": [1, 2]}}, "hf", None, "Ollama cannot load a Hugging Face checkpoint"),

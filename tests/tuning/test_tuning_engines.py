@@ -38,7 +38,7 @@ from tests.tuning.test_tuning_services import (  # noqa: F401 - the fixtures
 )
 from tuning.management.commands.tune import parse_engines
 from tuning.models import TuningRun, TuningTrial
-from tuning.services import tuning_propose, tuning_start, tuning_sweep
+from tuning.services import other_engines, tuning_propose, tuning_start, tuning_sweep
 
 pytestmark = pytest.mark.django_db
 T = TuningTrial.State
@@ -100,12 +100,21 @@ def test_a_candidate_of_another_engine_is_a_revision_of_that_engine_derived_from
     assert (first.engine, first.knobs, first.state) == ("sglang", {"max_running_requests": 4}, T.SWITCHING)
     revision = first.revision
     # SGLang's revision: the base is its parent; it starts from none of vLLM's knobs, at SGLang's newest
-    # install ("" = latest), and keeps the served name.
+    # install ("" = latest), and keeps the served name and the base's served context (vLLM's
+    # max_model_len as SGLang's context_length), not the model's native one.
     assert (revision.engine, revision.parent, revision.engine_version) == ("sglang", both.base, "")
-    assert revision.knobs == {"max_running_requests": 4} and revision.served_name == "qwen"
+    assert revision.knobs == {"max_running_requests": 4, "context_length": 8192} and revision.served_name == "qwen"
     assert f"Tuning run #{run.pk}, trial 1: SGLang max_running_requests=4" in revision.message
     assert first.planned_memory.get("gpu0", 0) > 0  # planned as SGLang on the H100
     assert (run.current_op.kind, run.current_op.revision) == (OperationKind.SWITCH, revision)
+
+
+def test_a_space_that_sets_the_other_engines_context_keeps_its_own(both, operator):
+    run = tuning_start(
+        host=both, space={}, engines={"sglang": {"context_length": [4096, 16384]}}, profile=PROFILE, actor=operator
+    )
+    first = _past_the_base(run).trials.get(number=1)
+    assert first.revision.knobs == {"context_length": 4096}  # the space's value, not the base's 8192
 
 
 def test_the_planner_judges_each_candidate_with_its_own_engine(both, operator):
@@ -142,31 +151,35 @@ def test_an_engine_the_host_has_not_installed_is_refused_with_the_reason_and_not
     assert DeploymentRevision.objects.count() == revisions
 
 
-def test_an_engine_that_cannot_load_the_bases_model_is_refused(host, operator):  # noqa: F811
-    host.engine_installs = VLLM  # installed, yet the base serves a GGUF file
-    host.save()
+def test_an_engine_that_cannot_load_the_bases_model_is_refused(both, operator, host):  # noqa: F811
     with pytest.raises(ValidationError) as exc:
         tuning_start(
-            host=host,
-            space={"parallel": [2, 4]},
-            engines={"vllm": {"max_num_seqs": [4, 8]}},
+            host=both,
+            space={"max_num_seqs": [4, 8]},
+            engines={"llama.cpp": {"parallel": [1, 2]}},
             profile=PROFILE,
             actor=operator,
         )
-    assert "vLLM cannot load a GGUF file" in exc.value.message_dict["engines"][0]
+    assert "llama.cpp cannot load a Hugging Face checkpoint" in exc.value.message_dict["engines"][0]
     assert not TuningRun.objects.exists() and not Operation.objects.exists()
+    # vLLM reads the .gguf file a host downloaded: from llama.cpp's GGUF base it may be tried.
+    host.engine_installs = VLLM
+    host.save()
+    assert other_engines(host=host, base=host.base) == ["vllm"]
 
 
-def test_a_switch_to_an_engine_that_cannot_load_the_model_is_refused(host, operator):  # noqa: F811
-    # A vLLM revision of the GGUF the host serves with llama.cpp: recorded (vLLM would look the name
-    # up on the hub), but never switched to.
-    wrong = make_revision(host=host, engine="vllm", model_variant=host.base.model_variant, port=8002, actor=operator)
-    with pytest.raises(ValidationError, match="vLLM cannot load a GGUF file: the panel launches it with a Hugging"):
+def test_a_switch_to_an_engine_that_cannot_load_the_model_is_refused(both, operator):
+    # An Ollama revision of the HF checkpoint the host serves with vLLM: recorded (Ollama would pull
+    # the name as a tag), but never switched to.
+    wrong = make_revision(host=both, engine="ollama", model_variant=both.base.model_variant, port=8002, actor=operator)
+    with pytest.raises(
+        ValidationError, match="Ollama cannot load a Hugging Face checkpoint: the panel launches it with an Ollama tag"
+    ):
         switch_request(revision=wrong, actor=operator)
     assert not Operation.objects.exists()
     (check,) = [c for c in panel_preflight(wrong) if c.name == "model"]
     assert check.status == FAIL and "with an engine that loads it" in check.message
-    assert not [c for c in panel_preflight(host.base) if c.name == "model"]  # llama.cpp loads it: nothing to say
+    assert not [c for c in panel_preflight(both.base) if c.name == "model"]  # vLLM loads it: nothing to say
 
 
 def test_the_form_offers_the_other_engines_the_host_can_run_and_starts_a_run_over_them(client, both, operator):
