@@ -25,7 +25,7 @@ import pytest
 from tests.browser.chromium import snap
 from tests.browser.pages import start_custom_benchmark
 from tests.support.embedded import ROOT, EmbeddedPanel
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import free_port, gemma_package_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.celery]
 
@@ -126,7 +126,7 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     base = panel.url
     models = panel.data_dir / "models"
     gemma = models / "gemma-3-270m-Q4_K_M.gguf"
-    shutil.copyfile(gemma_model_path(), gemma)  # the user puts the weights in the model folder
+    shutil.copyfile(gemma_package_path(), gemma)  # the package's file (no chat template) in the model folder
     engine_port = free_port()
 
     # Sign in with the password scripts/run printed once.
