@@ -9,9 +9,11 @@ model is for: a chat model must answer a test chat, a completions model a test c
 Where the metadata tells (`guess_purpose`): the name's fine-tune marker (GGUF `general.finetune`,
 "-it", "-Instruct", "-Chat" in `general.name`, a file name or a repository id) or a base marker
 ("-Base", "-pt"); then a GGUF named by the converter's naming fields (`general.basename`) with no
-fine-tune and no model it derives from (`general.base_model.*`) is the base model itself, as the
-GGUF naming convention has it (ggml docs/gguf.md: the FineTune part says what the base model was
-optimised toward). Otherwise chat: what a lab serves, and the strict gate.
+fine-tune, no model it derives from (`general.base_model.*`) and no chat template
+(`tokenizer.chat_template`) is the base model itself, as the GGUF naming convention has it (ggml
+docs/gguf.md: the FineTune part says what the base model was optimised toward). A chat template
+keeps it chat: chat releases converted without a model card (Qwen3-8B, gpt-oss) carry no finetune
+but do carry their template. Otherwise chat: what a lab serves, and the strict gate.
 
 Pure: no Django, no I/O.
 """
@@ -40,6 +42,7 @@ class GgufNaming:
     name: str | None = None  # general.name
     basename: str | None = None  # general.basename: written by the converter's naming metadata
     derived: bool = False  # general.base_model.count > 0: made from another model
+    has_template: bool = False  # tokenizer.chat_template is set: the model was released to chat
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,11 @@ def guess_purpose(names: Sequence[tuple[str, str | None]], *, gguf: GgufNaming |
         if found is not None:
             kind = "an instruction tune" if found == CHAT else "a base model"
             return PurposeGuess(found, f"{what} {(text or '')[:80]!r} marks {kind}")
-    if gguf is not None and gguf.basename and not gguf.finetune and not gguf.derived:
+    if gguf is not None and gguf.basename and not gguf.finetune and not gguf.derived and not gguf.has_template:
         named_as = (gguf.name or gguf.basename)[:80]
         return PurposeGuess(
             COMPLETIONS,
-            f"the GGUF names its model ({named_as!r}) with no fine-tune (general.finetune) and no model it "
-            "derives from (general.base_model): the base model itself",
+            f"the GGUF names its model ({named_as!r}) with no fine-tune (general.finetune), no model it "
+            "derives from (general.base_model) and no chat template: the base model itself",
         )
     return PurposeGuess(CHAT, "nothing in its names or metadata marks a base model")

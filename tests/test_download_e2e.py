@@ -27,7 +27,7 @@ from deployments.services.switch import WeightsMissing, switch_request
 from hardware.models import Host
 from hostagent.local import supervisor_for
 from tests.support.fake_hub import FakeHub
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import free_port, gemma_package_path
 from tests.support.operations import wait_done
 from tests.support.revisions import make_revision
 
@@ -41,7 +41,8 @@ TOKEN = "hf_e2e_token_only_this_download_sees_0123"
 @pytest.fixture
 def hub():
     hub = FakeHub().start()
-    hub.add_repo(REPO, {GGUF: Path(gemma_model_path()), "README.md": b"# Gemma\n"}, gated="manual")
+    # The package's file (no chat template): the base model, which the import reads as one (for completions).
+    hub.add_repo(REPO, {GGUF: Path(gemma_package_path()), "README.md": b"# Gemma\n"}, gated="manual")
     hub.grant(TOKEN, REPO)
     yield hub
     hub.stop()

@@ -325,6 +325,14 @@ class _Keys:
         expected = {"int": "an integer", "str": "a string", "len": "an array"}.get(want, "an integer or an array")
         raise GgufHeaderError(f"{name}: {key} must be {expected}")
 
+    def hint(self, key: str, want: str) -> Any:
+        """`typed`, for a key that only feeds a guess (the naming fields of serving.purpose): a value
+        of the wrong type or an implausible one reads as absent instead of refusing the import."""
+        try:
+            return self.typed(key, want)
+        except GgufHeaderError:
+            return None
+
     def field(self, key: str, fact: str | None = None) -> Any:
         """An integer key; with `fact`, also within that ModelArch fact's bounds (error names the key)."""
         value = self.typed(key, "int")
@@ -456,7 +464,7 @@ def _arch(keys: _Keys, arch_name: str, n_layer: int, layers: _Layers, params: in
     return arch_from_facts(
         {
             "architecture": arch_name,
-            "family": typed("general.basename", "str") or typed("general.name", "str"),
+            "family": keys.hint("general.basename", "str") or typed("general.name", "str"),
             "params_total": params or None,
             "num_layers": n_layer,
             "full_attention_layers": kinds.count(FULL_ATTENTION),
@@ -509,10 +517,11 @@ def _read(header: _Header, name: str, file_size: int, *, single: bool) -> GgufIm
         # A template that formats tool definitions reads `tools`; DeepSeek-style ones read `tool_calls`.
         chat_template_tools=b"tools" in template_text or b"tool_call" in template_text,
         naming=GgufNaming(
-            finetune=keys.typed("general.finetune", "str") or None,
+            finetune=keys.hint("general.finetune", "str") or None,
             name=keys.typed("general.name", "str") or None,
-            basename=keys.typed("general.basename", "str") or None,
-            derived=(keys.typed("general.base_model.count", "int") or 0) > 0,
+            basename=keys.hint("general.basename", "str") or None,
+            derived=(keys.hint("general.base_model.count", "int") or 0) > 0,
+            has_template=bool(template_text.strip()),
         ),
     )
 

@@ -25,7 +25,7 @@ import pytest
 from tests.browser.chromium import snap
 from tests.browser.pages import start_custom_benchmark
 from tests.support.embedded import ROOT, EmbeddedPanel
-from tests.support.llama import free_port, gemma_model_path
+from tests.support.llama import free_port, gemma_package_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine, pytest.mark.celery]
 
@@ -126,7 +126,7 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     base = panel.url
     models = panel.data_dir / "models"
     gemma = models / "gemma-3-270m-Q4_K_M.gguf"
-    shutil.copyfile(gemma_model_path(), gemma)  # the user puts the weights in the model folder
+    shutil.copyfile(gemma_package_path(), gemma)  # the package's file (no chat template) in the model folder
     engine_port = free_port()
 
     # Sign in with the password scripts/run printed once.
@@ -173,8 +173,13 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     # r1: record it with the live planner, then switch to it.
     page.goto(f"{base}/hosts/{host}/")
     page.get_by_role("link", name="New revision…").click()
+    # The form's label says the GGUF has no chat template: a base model, served for completions.
     _record_revision(
-        page, model="gemma-3-270m", knobs="ctx_size=2048\nparallel=1", port=engine_port, message="gemma, 2k context"
+        page,
+        model="gemma-3-270m (no chat template)",
+        knobs="ctx_size=2048\nparallel=1",
+        port=engine_port,
+        message="gemma, 2k context",
     )
     expect(page).to_have_url(re.compile(rf"/hosts/{host}/revisions/1/$"))
     _switch_from_revision_page(page, 1)
@@ -205,7 +210,11 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     page.goto(f"{base}/hosts/{host}/revisions/2/")
     page.get_by_role("link", name="New revision from this").click()
     _record_revision(
-        page, model="gemma-3-270m-partial", knobs="ctx_size=4096\nparallel=1", port=engine_port, message="partial"
+        page,
+        model="gemma-3-270m-partial (no chat template)",
+        knobs="ctx_size=4096\nparallel=1",
+        port=engine_port,
+        message="partial",
     )
     expect(page).to_have_url(re.compile(rf"/hosts/{host}/revisions/3/$"))
     _switch_from_revision_page(page, 3)

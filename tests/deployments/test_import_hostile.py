@@ -271,6 +271,26 @@ def test_a_gguf_header_with_wrong_types_or_absurd_values_is_refused(tmp_path, op
     assert _stored() == before
 
 
+# The naming fields only feed the guess of what the model is for (serving.purpose): a bad one reads as
+# absent, and the import goes on. (id, header keys replaced or added, the purpose then guessed)
+BAD_NAMING = [
+    ("finetune-not-text", {"general.finetune": (T.UINT32, 7), "general.basename": "llama-x"}, "completions"),
+    ("endless-finetune", {"general.finetune": "it" * 2_000, "general.basename": "llama-x"}, "completions"),
+    ("basename-with-nul", {"general.basename": "llama\x00x"}, "chat"),
+    ("basename-not-text", {"general.basename": (T.INT32, -1)}, "chat"),
+    ("base-model-count-as-string", {"general.base_model.count": "1", "general.basename": "llama-x"}, "completions"),
+]  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("values", "purpose"), [c[1:] for c in BAD_NAMING], ids=[c[0] for c in BAD_NAMING])
+def test_a_bad_naming_field_reads_as_absent_and_the_model_is_imported(tmp_path, operator, values, purpose):
+    path = _gguf(tmp_path / "model.gguf", **values)
+    variant = model_variant_import_gguf(path=str(path), name="named-oddly", actor=operator)
+    assert ModelVariant.objects.get(pk=variant.pk).purpose == purpose
+    assert variant.model_arch.num_layers == 4
+
+
 def test_the_writer_header_is_accepted_when_nothing_is_wrong(tmp_path):
     header = read_gguf_header(_gguf(tmp_path / "fine.gguf"))
     assert (header.arch.num_layers, header.arch.num_kv_heads, header.kv.head_count_kv) == (4, 2, (2, 2, 2, 2))

@@ -62,21 +62,20 @@ def test_broken_revision_rolls_back_to_the_previous_one(lab, operator):
 
 
 def test_a_base_model_recorded_for_chat_fails_the_gate_with_the_reason_and_rolls_back(lab, operator, client):
-    """The suite's GGUF is Gemma 3 270M, the base model: imported, it lands as a completions model. The
-    same file recorded as a chat model answers the test chat with the question itself: the switch fails
-    with that reason on the operation and its page, and the previous revision serves again."""
+    """The suite's GGUF is Gemma 3 270M, the base model, with Gemma's chat template written into its
+    header: imported, it lands as a chat model (a chat template is what a chat release carries). Recorded
+    as a chat model, it answers the test chat with the question itself: the switch fails with that reason
+    on the operation and its page, and the previous revision serves again."""
     from django.urls import reverse
 
-    from deployments.services.catalog import model_variant_set_purpose
     from deployments.services.imports import model_variant_import_gguf
     from tests.support.llama import gemma_model_path
 
     good = lab["rev"]("gemma for completions", 2048)
     assert wait_done(switch_request(revision=good, actor=operator)).state == OperationState.SUCCEEDED
     imported = model_variant_import_gguf(path=gemma_model_path(), name=f"gemma-{uuid.uuid4().hex[:6]}", actor=operator)
-    assert imported.purpose == "completions" and "no fine-tune (general.finetune)" in imported.source
-    as_chat = model_variant_set_purpose(variant=imported, purpose="chat", actor=operator)
-    chat = lab["rev"]("the same GGUF, recorded as a chat model", 2048, model=as_chat)
+    assert imported.purpose == "chat" and "nothing in its names or metadata marks a base model" in imported.source
+    chat = lab["rev"]("the same GGUF, recorded as a chat model", 2048, model=imported)
 
     op = wait_done(switch_request(revision=chat, actor=operator))
 

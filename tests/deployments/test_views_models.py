@@ -74,14 +74,15 @@ def test_bad_config_import_shows_the_error_beside_the_field(client, catalog, ope
 
 
 def test_gguf_path_import(client, catalog, operator):
-    from tests.support.llama import gemma_model_path
+    from tests.support.llama import gemma_package_path
 
     client.force_login(operator)
-    response = client.post(URL, {"source": "gguf", "gguf-path": gemma_model_path(), "gguf-name": "gemma tiny gguf"})
+    response = client.post(URL, {"source": "gguf", "gguf-path": gemma_package_path(), "gguf-name": "gemma tiny gguf"})
     assert response.status_code == 302
     variant = ModelVariant.objects.get(name="gemma tiny gguf")
     assert variant.format == "gguf" and variant.quantization == "Q4_K_M"
-    # Its header names the model with no fine-tune: the base model, for completions, and the page says so.
+    # Its header names the model with no fine-tune and no chat template: the base model, for completions,
+    # and the page says so.
     assert variant.purpose == "completions" and "no fine-tune (general.finetune)" in variant.source
     listing = client.get(reverse("deployments:model_list")).content.decode()
     assert "Imported gemma tiny gguf into the catalog, for completions (base model)" in listing

@@ -33,7 +33,11 @@ TUNED = GgufNaming(finetune="it", name="Gemma 3 270m It", basename="gemma-3")  #
 @pytest.mark.parametrize(
     ("names", "gguf", "purpose", "why"),
     [
-        ((), SHIPPED, COMPLETIONS, "no fine-tune (general.finetune) and no model it derives from"),
+        ((), SHIPPED, COMPLETIONS, "no fine-tune (general.finetune), no model it derives from"),
+        # A chat release converted without a model card (Qwen3-8B, gpt-oss): no finetune, but its chat
+        # template says it was released to chat; the same header without one is the base model.
+        ((), GgufNaming(name="Qwen3 8B", basename="Qwen3", has_template=True), CHAT, "nothing in its names"),
+        ((), GgufNaming(name="Qwen3 8B", basename="Qwen3"), COMPLETIONS, "and no chat template"),
         ((), TUNED, CHAT, "general.finetune 'it' marks an instruction tune"),
         # The header says nothing of a tune but the file's name does: the name counts first.
         ((("the file name", "gemma-3-270m-it-Q4_K_M.gguf"),), SHIPPED, CHAT, "the file name"),

@@ -38,13 +38,16 @@ def test_the_shipped_gguf_has_no_template_and_the_suites_copy_has_one() -> None:
 
 def test_the_shipped_gguf_says_it_is_the_base_model_and_the_import_reads_it_so() -> None:
     """Its header names the model (general.name 'Gemma 3 270m', general.basename 'gemma-3') with no
-    fine-tune (no general.finetune, as the -it conversion has) and no model it derives from."""
-    for path in (gemma_package_path(), gemma_model_path()):
+    fine-tune (no general.finetune, as the -it conversion has), no model it derives from and no chat
+    template. The suite's copy, with Gemma's template written in, reads as a chat release would: chat."""
+    for path, purpose in ((gemma_package_path(), COMPLETIONS), (gemma_model_path(), CHAT)):
         header = read_gguf_header(path)
         assert header.naming.name == "Gemma 3 270m" and header.naming.basename == "gemma-3"
         assert header.naming.finetune is None and header.naming.derived is False
+        assert header.naming.has_template is (purpose == CHAT)
         guess = header.purpose(("the file name", Path(path).name))
-        assert guess.purpose == COMPLETIONS and "no fine-tune (general.finetune)" in guess.why
+        assert guess.purpose == purpose
+    assert "no fine-tune (general.finetune)" in read_gguf_header(gemma_package_path()).purpose().why
     # The same header under an instruction-tuned file's name is read as that name says.
     tuned_name = ("the file name", "gemma-3-270m-it-Q4_K_M.gguf")
     assert read_gguf_header(gemma_package_path()).purpose(tuned_name).purpose == CHAT
