@@ -26,6 +26,7 @@ import pytest
 
 from serving.tuning import Limit, Objective, limit_breaks, ranked, verdict
 from serving.tuning.objective import Scored, mean_figures
+from tests.tuning.test_tuning_services import host, serving_host  # noqa: F401 - the fixtures
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "tuning" / "flow_tune.json"
 
@@ -123,3 +124,63 @@ def test_the_gpu_figures_show_why_partial_offload_lost(tune: dict[str, Any]) -> 
         assert figures["concurrency 8"]["decode"] < base["decode"] / 5
         assert figures["run"]["j_per_token"] > 1.35 * _figures(tune["trials"][0])["run"]["j_per_token"]
     assert base["ttft_p95"] > 500
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_the_gpu_runs_trials_and_says_no_candidate_met_the_limits(
+    client: Any,
+    host: Any,  # noqa: F811 - the fixture
+    operator: Any,
+    tune: dict[str, Any],
+) -> None:
+    """The recorded run as rows on a host (its trials' revisions derived from the host's base with the
+    recorded knobs), rendered: each trial's state and reason, the refusal's finding, the plain verdict."""
+    from django.urls import reverse
+
+    from deployments.services.revisions import revision_derive
+    from tuning.models import TuningRun, TuningTrial
+
+    run = TuningRun.objects.create(
+        host=host,
+        base=host.base,
+        space=tune["space"],
+        objective=tune["objective"],
+        limits=tune["limits"],
+        profile=tune["profile"],
+        max_trials=3,
+        state=tune["state"],
+        stage="done",
+        reason=tune["reason"],
+        verdict=tune["verdict"],
+        created_by=operator,
+    )
+    fields = ("knobs", "engine", "state", "reason", "findings", "rounds", "value", "passed")
+    for trial in tune["trials"]:
+        revision = host.base
+        if trial["number"] and trial["revision"] is not None:
+            revision = revision_derive(
+                host=host, parent=host.base, changes={"set": trial["knobs"]}, message="gpu trial", actor=operator
+            )
+        elif trial["number"]:
+            revision = None
+        TuningTrial.objects.create(
+            run=run,
+            number=trial["number"],
+            revision=revision,
+            planned_memory=trial["planned_memory"],
+            measured_memory=trial["measured_memory"],
+            **{name: trial[name] for name in fields if trial[name] is not None or name in ("value", "passed")},
+        )
+    client.force_login(operator)
+    page = client.get(reverse("tuning:detail", args=[run.pk])).content.decode()
+    said = page[page.index('id="tuning-no-winner"') :]
+    assert said.startswith('id="tuning-no-winner">No candidate beat the base beyond noise: no candidate met the limits')
+    assert 'id="tuning-propose"' not in page
+    for trial in tune["trials"][1:]:
+        row = page[page.index(f'data-number="{trial["number"]}"') :]
+        row = row[: row.index("</tr>")]
+        assert trial["state"].replace("_", " ") in row.lower(), row
+        if trial["state"] == "refused":
+            assert "quantized V cache needs flash attention" in row
+        else:
+            assert "TTFT p95 at concurrency 8" in row
