@@ -14,13 +14,21 @@ from api.tokens import token_create
 from deployments.models import BenchmarkRun, DeploymentRevision, Operation
 from rollouts.models import Rollout
 from tests.api.test_api import world  # noqa: F401 - the fixture: host "lab" with r1 active and r2
+from tuning.models import TuningRun
 
 # "{tuning}": the world's finished tuning run (its best beat the base; a group takes a rollout).
-BODY_ENDPOINTS = ["hosts/lab/revisions/", "hosts/lab/switch/", "hosts/lab/benchmarks/", "tuning/{tuning}/propose/"]
+BODY_ENDPOINTS = [
+    "hosts/lab/revisions/",
+    "hosts/lab/switch/",
+    "hosts/lab/benchmarks/",
+    "hosts/lab/tuning/",
+    "tuning/{tuning}/propose/",
+]
 FIELDS = {
     "hosts/lab/revisions/": ["parent", "engine", "model", "knobs", "set", "env", "port", "served_name", "message"],
     "hosts/lab/switch/": ["revision", "override_reason", "gate"],
     "hosts/lab/benchmarks/": ["profile", "concurrency", "input_tokens", "output_tokens", "requests", "slos"],
+    "hosts/lab/tuning/": ["space", "engines", "base", "objective", "level", "limits", "profile", "max_trials", "seed"],
     "tuning/{tuning}/propose/": ["trial", "anyway", "review", "group", "batch_size"],
 }
 TOKENS: dict[int, str] = {}
@@ -76,7 +84,7 @@ def test_any_body_is_answered_in_json_and_a_refusal_changes_nothing(client, worl
 
 
 def _counts() -> tuple[int, ...]:
-    return tuple(m.objects.count() for m in (DeploymentRevision, Operation, BenchmarkRun, Rollout))
+    return tuple(m.objects.count() for m in (DeploymentRevision, Operation, BenchmarkRun, Rollout, TuningRun))
 
 
 # The front door's bodies (issue 27): a served revision's mode, an alias, an inference key; and
