@@ -9,7 +9,7 @@ the service a person would use, so each carries its usual checks:
         planner refuses is stored with its findings and never started; one that fits becomes a
         revision derived from the base (revision_derive: its parent is the base, its message names
         the run; another engine's starts from that engine's defaults and its newest install, serving
-        the base's context),
+        the base's context on the base's GPU split: `_changes`),
         switched to (switch_request: preflight, health gate, rollback) and benchmarked (a
         BenchmarkRun of the run's profile; the load generator opens every prompt with a token of
         its own, so no round is served from what an earlier one left in the engine's cache). A
@@ -397,13 +397,25 @@ def _tried(trials: list[TuningTrial]) -> list[Tried]:
 def _changes(base: DeploymentRevision, found: Candidate) -> dict[str, Any]:
     """The changes that derive `found`'s revision from `base` (planned and derived alike). Another
     engine's candidate starts from none of the base's knobs and that engine's latest install, but
-    serves the base's context: the base's context knob, read as its engine reads it, becomes the
-    other engine's unless the space sets it (else it would serve the model's native context)."""
+    keeps what makes it the same server on the same machine, each unless the space sets it:
+
+    - the served context: the base's context knob, read as its engine reads it, becomes the other
+      engine's (else it would serve the model's native context);
+    - the GPU split: the base's parallel sizes (its adapter's `parallel_sizes`: vLLM's
+      tensor_parallel_size=4) become the other engine's knobs for them (`parallel_knobs`: SGLang's
+      tp_size=4), unless the space sets any of that engine's `placement_knobs` (else a TP=4 base's
+      SGLang candidate would start on one GPU: refused by the planner, or measuring another machine).
+      llama.cpp, which splits layers and has no sizes, takes the split as equal --tensor-split shares
+      on the same first GPUs (its adapter says why); from a llama.cpp base, which has no sizes either
+      (it spreads its layers over the GPUs it sees), no split is carried.
+
+    The base's variables come along with derive (CUDA_VISIBLE_DEVICES among them: the same GPUs)."""
     knobs = dict(found.knobs)
     if found.engine == base.engine:
         return {"set": knobs}
     ours, theirs = get_adapter(base.engine), get_adapter(found.engine)
-    value = (base.knobs or {}).get(ours.context_knob) if ours.context_knob else None
+    asked = base.knobs or {}
+    value = asked.get(ours.context_knob) if ours.context_knob else None
     if theirs.context_knob and theirs.context_knob not in knobs and value not in (None, ""):
         try:
             tokens = ours.context_tokens(value)
@@ -411,6 +423,13 @@ def _changes(base: DeploymentRevision, found: Candidate) -> dict[str, Any]:
             tokens = None
         if tokens:
             knobs[theirs.context_knob] = tokens
+    if not theirs.placement_knobs & knobs.keys():
+        try:
+            sizes = ours.parallel_sizes(asked)
+        except EngineConfigError:
+            sizes = None
+        if sizes is not None:
+            knobs |= theirs.parallel_knobs(sizes)
     return {"engine": found.engine, "set": knobs}
 
 

@@ -174,6 +174,23 @@ class GpuSplit:
 
 
 @dataclass(frozen=True)
+class ParallelSizes:
+    """How a model is cut over GPUs, in the sizes of an engine that splits tensors: tensor-parallel x
+    pipeline-parallel GPUs hold one copy, and each data-parallel replica is that again on GPUs of its
+    own. An adapter reads them from its knobs (`parallel_sizes`) and writes them as its knobs
+    (`parallel_knobs`), so a split crosses from one engine to another by its sizes, not its knob names."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs the split starts the engine on."""
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything the host runtime needs to start, probe and describe one engine process."""
 
@@ -337,6 +354,24 @@ class EngineAdapter(Protocol):
     def context_tokens(self, value: object) -> int | None:
         """The context knob's value read as the engine reads it (None: chosen at start);
         EngineConfigError with the engine's own reason when it refuses the value."""
+
+    def knob_for(self, setting: str) -> str:
+        """The knob whose value is the planner's `setting` (its knob table's `sets`): "tp" is vLLM's
+        tensor_parallel_size and SGLang's tp_size. "" when none of its knobs is."""
+
+    @property
+    def placement_knobs(self) -> frozenset[str]:
+        """The knobs that say over which GPUs it spreads the model and how (vLLM's parallel sizes,
+        llama.cpp's split mode and shares): a space that sets one chooses the split itself."""
+
+    def parallel_sizes(self, knobs: Mapping[str, Any]) -> ParallelSizes | None:
+        """The split these knobs start it with, each size as the engine reads its knob (1: unset); None
+        for an engine without parallel sizes, which spreads the model's layers over the GPUs it sees
+        (llama.cpp, Ollama). EngineConfigError naming the knob when the engine refuses a value."""
+
+    def parallel_knobs(self, sizes: ParallelSizes) -> dict[str, Any]:
+        """The knobs that start it on the split `sizes` (parallel_sizes' inverse); {} for the default
+        split (TP = PP = DP = 1: none chosen) and for an engine that cannot be told it."""
 
     def served_context(self, asked: ContextInputs) -> ServedContext:
         """The context the engine serves with these knobs (`planned`: the planner's figure)."""

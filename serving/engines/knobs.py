@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -25,12 +25,13 @@ from serving.engines.base import (
     KvSlots,
     LaunchSpec,
     ModelRef,
+    ParallelSizes,
     PlanEffect,
     ServedContext,
     shown_value,
 )
 from serving.engines.envpolicy import classify_env
-from serving.engines.plan_effects import NO_EFFECT
+from serving.engines.plan_effects import NO_EFFECT, Sets
 from serving.engines.policy import Concern, model_concern, override_concerns, path_concern, source_concern
 from serving.engines.versions import parse_version
 from serving.safety import UnsafeValueError, check_json_value
@@ -42,6 +43,8 @@ MAX_TEXT = 4096  # characters in one text knob (a path, a parser name, an inline
 INT_MAX = 2**31 - 1  # no engine takes a 64-bit setting; anything above is a typo or an attack
 MAX_CONTEXT = 2**24  # 16M tokens: above every model's native context (the longest is 10M)
 MAX_GPUS = 256  # parallel sizes and GPU indices
+# ParallelSizes' fields, each the planner's setting its engine's knob `sets` (knob_for).
+PARALLEL_SIZES = tuple(f.name for f in fields(ParallelSizes))
 
 
 def check_text(field: str, value: str, *, allow_dash: bool = False) -> str:
@@ -492,6 +495,37 @@ class CheckedAdapter:
         if self.context_knob not in self.knobs:
             return None
         return whole_tokens(self.knob_value(self.context_knob, value))
+
+    def knob_for(self, setting: str) -> str:
+        """The knob whose value is the planner's `setting` (its table's `sets`): "tp" is vLLM's
+        tensor_parallel_size and SGLang's tp_size. "" when none of its knobs is."""
+        return next((n for n, s in self.knobs.items() if isinstance(s.plan, Sets) and s.plan.setting == setting), "")
+
+    @property
+    def placement_knobs(self) -> frozenset[str]:
+        """Its parallel sizes' knobs: the knobs that set the planner's tp, pp and dp."""
+        return frozenset(name for name in map(self.knob_for, PARALLEL_SIZES) if name)
+
+    def parallel_sizes(self, knobs: Mapping[str, Any]) -> ParallelSizes | None:
+        """Each size as the engine reads the knob that sets it (1: unset); None without a
+        tensor-parallel knob (the engine spreads layers over the GPUs it sees)."""
+        if not self.knob_for("tp"):
+            return None
+        sizes: dict[str, int] = {}
+        for setting in PARALLEL_SIZES:
+            name = self.knob_for(setting)
+            if name and knobs.get(name) is not None:
+                sizes[setting] = int(self.knob_value(name, knobs[name]))
+        return ParallelSizes(**sizes)
+
+    def parallel_knobs(self, sizes: ParallelSizes) -> dict[str, Any]:
+        """Each size above 1 as the knob that sets it; {} when a size above 1 has no knob here (the
+        engine cannot be started on that split, so it keeps its own)."""
+        wanted = {setting: size for setting in PARALLEL_SIZES if (size := getattr(sizes, setting)) > 1}
+        names = {setting: self.knob_for(setting) for setting in wanted}
+        if not all(names.values()):
+            return {}
+        return {names[setting]: size for setting, size in wanted.items()}
 
     def served_context(self, asked: ContextInputs) -> ServedContext:
         """What context the engine serves with these knobs. `planned` = the planner's figure."""

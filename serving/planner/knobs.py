@@ -109,10 +109,7 @@ def parse_settings(engine: str, knobs: Mapping[str, Any], env: Mapping[str, str]
 def knob_of(engine: str, setting: str) -> str:
     """The engine's own knob that sets the planner's `setting` (its knob table's `sets`): "tp" is
     vLLM's tensor_parallel_size and SGLang's tp_size. "" when none of its knobs does."""
-    for name, spec in get_adapter(engine).knobs.items():
-        if getattr(spec.plan, "setting", None) == setting:
-            return name
-    return ""
+    return get_adapter(engine).knob_for(setting)
 
 
 def spec_is_mtp(settings: Settings) -> bool:

@@ -1,11 +1,13 @@
 """A tuning run over other engines too, where the base's model allows: a candidate of another engine
-becomes a revision of that engine derived from the base (its knobs from none, its newest install),
-planned with that engine; an engine that cannot load the model's format, or that the host has not
-installed, is refused with the reason and nothing is stored. The form, the API and `manage.py tune`
-take the other engines' knobs. A switch to a revision whose engine cannot load its model is refused.
+becomes a revision of that engine derived from the base (its knobs from none, its newest install, the
+base's context and GPU split), planned with that engine; an engine that cannot load the model's
+format, or that the host has not installed, is refused with the reason and nothing is stored. The
+form, the API and `manage.py tune` take the other engines' knobs. A switch to a revision whose engine
+cannot load its model is refused.
 
-The host is a GPU host (an H100 row, as the agent reports one) serving an HF checkpoint with vLLM, with
-vLLM and SGLang installs recorded; operations end through the services the agent's port calls."""
+The host is a GPU host (one H100 row, as the agent reports one; four where the base is TP=4) serving
+an HF checkpoint with vLLM, with vLLM and SGLang installs recorded; operations end through the
+services the agent's port calls."""
 
 from __future__ import annotations
 
@@ -54,15 +56,19 @@ def _hf_model() -> ModelVariant:
     return model
 
 
-def gpu_host(operator: Any, installs: dict[str, Any]) -> Host:
-    """A host with one H100 serving the HF model with vLLM (its active revision, also `host.base`)."""
+def gpu_host(operator: Any, installs: dict[str, Any], *, gpus: int = 1, split: dict[str, Any] | None = None) -> Host:
+    """A host with `gpus` H100s serving the HF model with vLLM, its knobs and `split` (its active
+    revision, also `host.base`)."""
     gpu = Host.objects.create(name="gpu", nvml_available=True, model_dirs=["/srv/models"], engine_installs=installs)
-    GPU.objects.create(host=gpu, index=0, name="NVIDIA H100 80GB HBM3", memory_bytes=80 << 30, compute_capability="9.0")
+    for index in range(gpus):
+        GPU.objects.create(
+            host=gpu, index=index, name="NVIDIA H100 80GB HBM3", memory_bytes=80 << 30, compute_capability="9.0"
+        )
     base = make_revision(
         host=gpu,
         engine="vllm",
         model_variant=_hf_model(),
-        knobs={"max_model_len": 8192, "max_num_seqs": 8},
+        knobs={"max_model_len": 8192, "max_num_seqs": 8, **(split or {})},
         served_name="qwen",
         port=8001,
         message="the base",
@@ -115,6 +121,30 @@ def test_a_space_that_sets_the_other_engines_context_keeps_its_own(both, operato
     )
     first = _past_the_base(run).trials.get(number=1)
     assert first.revision.knobs == {"context_length": 4096}  # the space's value, not the base's 8192
+
+
+def test_a_candidate_of_another_engine_keeps_the_bases_gpu_split(catalog, operator):
+    # A TP=4 vLLM base on four H100s: its SGLang candidate is derived with tp_size=4 and planned on the
+    # four GPUs, not started on one (SGLang's default) and measured as a smaller machine.
+    four = gpu_host(operator, {**VLLM, **SGLANG}, gpus=4, split={"tensor_parallel_size": 4})
+    run = tuning_start(
+        host=four, space={}, engines={"sglang": {"max_running_requests": [4, 8]}}, profile=PROFILE, actor=operator
+    )
+    first = _past_the_base(run).trials.get(number=1)
+    assert (first.engine, first.knobs, first.state) == ("sglang", {"max_running_requests": 4}, T.SWITCHING)
+    assert first.revision.knobs == {"max_running_requests": 4, "context_length": 8192, "tp_size": 4}
+    assert sorted(first.planned_memory) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert min(first.planned_memory.values()) > 0
+    assert run.trials.get(number=0).revision.knobs["tensor_parallel_size"] == 4  # the base is untouched
+
+
+def test_a_space_that_sets_the_other_engines_split_keeps_its_own(catalog, operator):
+    four = gpu_host(operator, {**VLLM, **SGLANG}, gpus=4, split={"tensor_parallel_size": 4})
+    run = tuning_start(host=four, space={}, engines={"sglang": {"tp_size": [2, 1]}}, profile=PROFILE, actor=operator)
+    first = _past_the_base(run).trials.get(number=1)
+    # The space's TP=2, not the base's 4 (nor 4 as well as 2): the space chose the split.
+    assert first.revision.knobs == {"tp_size": 2, "context_length": 8192}
+    assert sorted(first.planned_memory) == ["gpu0", "gpu1"]
 
 
 def test_the_planner_judges_each_candidate_with_its_own_engine(both, operator):
