@@ -7,6 +7,7 @@ the ORM and never do HTTP themselves (callers inject an `httpx.Client` where nee
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -151,6 +152,28 @@ class FamilySupport:
     first: str = ""  # the first release that runs it ("": every release)
     broken_through: str = ""  # the last release that loads it but cannot serve it ("": none)
     packages: tuple[PackageFloor, ...] = ()
+
+
+@dataclass(frozen=True)
+class GgufLoader:
+    """Which GGUF files an engine's own GGUF loader reads: one that rebuilds a Hugging Face model
+    from the file (SGLang's), where llama.cpp reads every GGUF natively."""
+
+    # GGUF `general.architecture` -> the first release that loads it ("": every release read).
+    architectures: Mapping[str, str]
+    # An architecture it has a map for yet cannot load or serves wrongly -> why, in words.
+    refused: Mapping[str, str] = field(default_factory=dict)
+    split_files: bool = False  # it reads a GGUF split in parts (NAME-00001-of-00003.gguf) whole
+
+    def refusal(self, architecture: str) -> str:
+        """Why a GGUF of `architecture` cannot be served ("" when it can, from some release)."""
+        if architecture in self.architectures:
+            return ""
+        return self.refused.get(architecture) or "its GGUF loader has no map for that architecture"
+
+
+# llama.cpp's split GGUF (gguf-split): NAME-00001-of-00003.gguf and its siblings.
+GGUF_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -309,6 +332,9 @@ class EngineAdapter(Protocol):
     kv_block_default: int  # tokens per KV block when block_size is unset, for a paged cache (0: token by token)
     static_memory_fraction: bool  # its memory knob is a share of the memory free at start, for weights and KV alone
     family_support: Mapping[str, FamilySupport]  # what its releases do with families of models (QWEN3_5, ...)
+    # What its GGUF loader reads, where the panel knows (the planner refuses a GGUF of another
+    # architecture); None: the panel judges no GGUF's architecture for it.
+    gguf_loader: GgufLoader | None
     env_ignored_since: Mapping[str, str]  # variables it stops reading from a release on: {variable: release}
     # The OpenAI and Anthropic paths its server answers (OPENAI_CORE and more): the front door routes
     # a request on any other path to it no further and says so in that API's own error shape.

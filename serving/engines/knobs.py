@@ -21,6 +21,7 @@ from serving.engines.base import (
     EngineConfig,
     EngineConfigError,
     FamilySupport,
+    GgufLoader,
     GpuSplit,
     KvSlots,
     LaunchSpec,
@@ -439,6 +440,7 @@ class CheckedAdapter:
     # come out of (vLLM's gpu_memory_utilization).
     static_memory_fraction = False
     family_support: Mapping[str, FamilySupport] = {}  # what its releases do with families of models
+    gguf_loader: GgufLoader | None = None  # what its own GGUF loader reads (None: not judged)
     env_ignored_since: Mapping[str, str] = {}  # variables it stops reading from a release on: {variable: release}
     api_paths: frozenset[str] = OPENAI_CORE  # the OpenAI and Anthropic paths its server answers
 

@@ -14,6 +14,7 @@ from typing import Any
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     COUNT_TOKENS,
+    GGUF_SPLIT_PART,
     LINEAR_ATTENTION_HYBRID,
     MESSAGES,
     OPENAI_CORE,
@@ -23,9 +24,11 @@ from serving.engines.base import (
     EngineConfigError,
     EngineMetrics,
     FamilySupport,
+    GgufLoader,
     GpuSplit,
     KvCapacity,
     LaunchSpec,
+    ModelRef,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -84,6 +87,80 @@ ATTENTION_BACKENDS = (
 )  # fmt: skip
 _CHOICES_AT_SEEN = {"kv_cache_dtype": KV_CACHE_DTYPES[:-1], "attention_backend": ATTENTION_BACKENDS}
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
+# SGLang loads a GGUF file given as --model-path, and needs no other flag (its own test,
+# test/srt/test_gguf.py, starts sgl.Engine(model_path=<a downloaded .gguf>) alone):
+# - srt/utils/hf_transformers/common.py check_gguf_file: an existing file named *.gguf (or starting
+#   with "GGUF") is a GGUF; srt/arg_groups/model_path_hook.py handle_load_format then sets load_format
+#   "gguf" and srt/arg_groups/overrides.py _gguf_quantization quantization "gguf" (0.5.9:
+#   server_args.py _handle_load_format), while --load-format is auto (or gguf), whatever
+#   --quantization says.
+# - The tokenizer and config come from the file itself: --tokenizer-path defaults to the model path
+#   (srt/arg_groups/serving_hook.py), srt/utils/hf_transformers/tokenizer.py _resolve_tokenizer_name
+#   and config.py get_config hand transformers the file as `gguf_file`, unless a tokenizer_config.json
+#   or config.json lies beside it (gguf_sidecar_dir; a host's download holds the GGUF alone). So no
+#   --tokenizer of the original repository, which vLLM's docs advise for vLLM.
+# - The weights: srt/model_loader/loader.py GGUFModelLoader._prepare_weights takes the one file it
+#   is given and model_loader/weight_utils.py gguf_quant_weights_iterator reads it with one
+#   GGUFReader: of a GGUF split in parts (NAME-00001-of-00003.gguf) only the first part's tensors.
+#   They are yielded as llama.cpp stored them: nothing of llama.cpp's conversion is undone but the
+#   packing of MoE experts (ffn_*_exps).
+# - Which architectures: the config from transformers' GGUF reader (transformers/integrations/ggml.py
+#   GGUF_CONFIG_MAPPING; modeling_gguf_pytorch_utils.py load_gguf_checkpoint renames gemma3 to
+#   gemma3_text, qwen2moe to qwen2_moe, ...) or SGLang's own (srt/utils/hf_transformers/gguf_native.py
+#   GGUF_NATIVE_CONFIG_BUILDERS), a causal-LM class for it (get_config: "Can't get gguf config"), and
+#   tensor names from gguf-py's MODEL_ARCH_NAMES for the config's model_type
+#   (GGUFModelLoader._get_gguf_weights_map, which renames cohere and qwen3_moe only: "Unknown gguf
+#   model_type") or SGLang's own (srt/model_loader/gguf_name_maps.py GGUF_HF_NAME_MAP_BUILDERS).
+# Read in 0.5.23 (with transformers 5.19.0 and gguf 0.19.0); the first releases from the wheels of
+# 0.5.9 to 0.5.22 (0.5.9 pins transformers 4.57.1, which reads the same architectures as 5.19 here).
+# The architectures it maps but serves wrongly or cannot load, each in the planner's words: llama.cpp's
+# converter changes some tensors, which transformers' GGUF reader changes back
+# (modeling_gguf_pytorch_utils.py TENSOR_PROCESSORS) and SGLang does not: llama's Q/K permutation
+# (LlamaTensorProcessor; SGLang's srt/models/llama.py runs NeoX-style RoPE unless the config sets
+# rope_is_neox_style, which a GGUF's does not, where hunyuan.py and exaone4.py turn it off for GGUF),
+# Gemma's norm plus one (Gemma2TensorProcessor; srt/models/gemma2.py's GemmaRMSNorm adds one), GPT-2's
+# transposed Conv1D weights (GPT2TensorProcessor; srt/models/gpt2.py load_weights transposes them),
+# Mamba's A = -exp(A_log) (MambaTensorProcessor; srt/models/falcon_mamba.py keeps A_log as loaded).
+# phi3 stores attn_qkv and ffn_up fused, and srt/layers/linear.py QKVParallelLinear.weight_loader takes
+# a GGUF weight type only per q, k, v shard. The rest fail in get_config or _get_gguf_weights_map.
+_NO_GGUF_PY_NAMES = "transformers' GGUF reader names its model {}, for which gguf-py has no tensor names"
+SGLANG_GGUF = GgufLoader(
+    architectures={
+        "qwen2": "",
+        "qwen3": "",
+        # The loader's qwen3_moe -> qwen3moe rename, the experts' unpacking (weight_utils.py ffn_*_exps)
+        # and Qwen3MoeForCausalLM's GGUF branch arrived together in 0.5.11.
+        "qwen3moe": "0.5.11",
+        "lfm2": "",  # its short conv is stored (D, K); srt/models/lfm2.py load_weights squeezes to that
+        "stablelm": "",
+        "starcoder2": "",
+        "muse-glimmer": "0.5.18",  # SGLang's own config and tensor-name builders (gguf_native.py, gguf_name_maps.py)
+    },
+    refused={
+        "llama": "llama.cpp stores its Q and K weights permuted for GPT-J-style RoPE, and SGLang loads them as "
+        "stored into a model that runs NeoX-style RoPE, so it answers wrongly",
+        "gemma2": "llama.cpp stores its norm weights plus one, and SGLang's Gemma norm adds the one again, so it "
+        "answers wrongly",
+        "gpt2": "llama.cpp stores its Conv1D weights transposed, and SGLang transposes them again",
+        "mamba": "llama.cpp stores A as -exp(A_log), and SGLang takes it for A_log",
+        "phi3": "its Q, K and V (and gate and up) are one tensor each in the file, which SGLang's GGUF loader "
+        "takes only part by part",
+        "gemma3": _NO_GGUF_PY_NAMES.format("gemma3_text"),
+        "gemma4": _NO_GGUF_PY_NAMES.format("gemma4_text"),
+        "gpt-oss": _NO_GGUF_PY_NAMES.format("gpt_oss"),
+        "minimax-m2": _NO_GGUF_PY_NAMES.format("minimax_m2"),
+        "qwen2moe": "transformers' GGUF reader names its model qwen2_moe, which SGLang does not rename to "
+        "gguf-py's qwen2moe (it renames qwen3_moe alone)",
+        "falcon": "SGLang has no model of that architecture",
+        "bloom": "SGLang has no model of that architecture",
+        "nemotron": "SGLang has no model of that architecture",
+        "deci": "transformers has no causal-LM class for it, which SGLang needs to read a GGUF's config",
+        "t5": "it is no causal LM",
+    },
+    split_files=False,
+)
 
 
 def _chat_template(name: str, value: object) -> list[Concern]:
@@ -212,9 +289,10 @@ class SglangAdapter(PipAdapter):
     context_knob = "context_length"
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
-    # SGLang's docs list GGUF checkpoints too, but this adapter passes `model_reference` (the host's
-    # copy or the repository) and no GGUF file or load format: Hugging Face checkpoints only.
-    model_formats = frozenset({"hf"})
+    # A Hugging Face checkpoint (the host's copy or the repository), or a GGUF file (SGLANG_GGUF says
+    # which, and how SGLang reads it): `model_reference` hands it the file.
+    model_formats = frozenset({"hf", "gguf"})
+    gguf_loader = SGLANG_GGUF
     quantization_knob = "quantization"
     concurrency_knob = "max_running_requests"
     # kv_pool = free_before_load x mem_fraction_static - weights (srt/mem_cache/kv_cache_configurator.py)
@@ -225,6 +303,16 @@ class SglangAdapter(PipAdapter):
     # srt/entrypoints/http_server.py: Responses, rerank (a cross-encoder model), Anthropic's Messages
     # and its token count (README_Anthropic_API.md).
     api_paths = OPENAI_CORE | RESPONSES | MESSAGES | COUNT_TOKENS | {"/v1/rerank"}
+
+    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
+        """A GGUF is its file, as llama.cpp's: the host's downloaded copy, else the catalog's file (a
+        bare name is read in the host's first model folder). SGLang given a repository without a
+        config.json looks for a .gguf in it itself (srt/utils/hf_transformers/common.py
+        resolve_hf_gguf_reference, 0.5.23), and takes the only one or refuses; older releases take it
+        for a Hugging Face checkpoint. Anything else: the host's copy, else the repository."""
+        if model.format == "gguf":
+            return local_copy or model.gguf_file or model.repo_id or model.name
+        return super().model_reference(model, local_copy)
 
     def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
         """mem_fraction_static when unset, as srt/server_args.py (_handle_gpu_memory_settings) picks
@@ -255,6 +343,20 @@ class SglangAdapter(PipAdapter):
         return (2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384), None
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
+        split = GGUF_SPLIT_PART.search(config.model)
+        if split and not SGLANG_GGUF.split_files:
+            raise EngineConfigError(
+                f"SGLang reads a GGUF from the one file it is given, and {config.model.rsplit('/', 1)[-1]} is "
+                f"part {int(split.group(1))} of {int(split.group(2))}: merge the parts into one file "
+                "(llama-gguf-split --merge) and import that, or serve it with llama.cpp",
+                field="model",
+            )
+        if config.model.lower().endswith(".gguf") and knobs.get("quantization", "gguf") != "gguf":
+            raise EngineConfigError(
+                f"quantization={knobs['quantization']} does not apply to a GGUF file: SGLang loads one with its "
+                "own quantization, gguf, whatever this says; drop it",
+                field="quantization",
+            )
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
         if spec_knobs and "speculative_algorithm" not in knobs:
             raise EngineConfigError(

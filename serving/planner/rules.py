@@ -40,6 +40,7 @@ def run(ctx: Context) -> None:
         _llama_cache_types(ctx)
         _vision_projector(ctx)
     _engine_support(ctx)
+    _gguf_architecture(ctx)
     _memory(ctx)
     _context(ctx)
     _mtp(ctx)
@@ -401,6 +402,34 @@ def _engine_support(ctx: Context) -> None:
                     + (f"; this environment has {have}." if have else "; the installed version is unknown."),
                     f"pip install '{floor.package}>={floor.minimum}' in the engine's venv.",
                 )
+
+
+def _gguf_architecture(ctx: Context) -> None:
+    """A GGUF whose architecture (general.architecture) the engine's own GGUF loader does not read,
+    or reads only from a later release (the adapter's gguf_loader; llama.cpp reads every GGUF)."""
+    req = ctx.request
+    loader = get_adapter(req.engine).gguf_loader
+    if req.gguf is None or loader is None:
+        return
+    arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
+    why = loader.refusal(arch)
+    if why:
+        loads = ", ".join(sorted(loader.architectures))
+        ctx.add(
+            ERROR,
+            F.ENGINE_UNSUPPORTED_ARCH,
+            f"{label} cannot serve a GGUF of architecture {arch!r}: {why}. Its GGUF loader reads {loads}.",
+            f"Serve this GGUF with llama.cpp, or the model's Hugging Face checkpoint with {label}.",
+        )
+        return
+    first = loader.architectures[arch]
+    if first and version_lt(version, first):
+        ctx.add(
+            ERROR,
+            F.ENGINE_VERSION_FLOOR,
+            f"{label} {version} cannot load a GGUF of architecture {arch!r}: its GGUF loader reads one from {first}.",
+            f"Install {label} >= {first}, or serve this GGUF with llama.cpp.",
+        )
 
 
 def _vision_projector(ctx: Context) -> None:

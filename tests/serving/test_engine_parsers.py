@@ -11,6 +11,7 @@ refuses, the adapter refuses first, when the revision is made, in the engine's o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -57,6 +58,21 @@ COMPANIONS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+# A GGUF variant as a hub import records it, and where a host's download puts it (hostagent
+# download: <model folder>/<gguf_file>). SGLang is handed the file: a downloaded copy, else the
+# catalog's file name, read in the host's first model folder.
+GGUF_MODEL = ModelRef(
+    name="Qwen3-8B-Q4_K_M", repo_id="Qwen/Qwen3-8B-GGUF", gguf_file="Qwen3-8B-Q4_K_M.gguf", format="gguf"
+)
+GGUF_COPY = "/srv/models/Qwen--Qwen3-8B-GGUF/7c41481f57cb95916b40956ab2f0b9a4e1ea7b4d/Qwen3-8B-Q4_K_M.gguf"
+GGUF_KNOBS = {"tp_size": 2, "context_length": 32768, "mem_fraction_static": 0.85}
+# What each engine's parser is asked back besides its refusal: the model, how it loads it and the tokenizer.
+FIELDS = {
+    "vllm": ["model", "load_format", "quantization", "tokenizer"],
+    "sglang": ["model_path", "load_format", "quantization", "tokenizer_path"],
+}
+
+
 def _model(name: str) -> ModelRef:
     variant = next(v for v in MODEL_VARIANTS if v["name"] == name)
     return ModelRef(name=name, repo_id=variant.get("repo_id") or "", format=variant["format"])
@@ -96,7 +112,16 @@ def _revisions(engine: str) -> list[tuple[str, RevisionSpec]]:
             made.append((f"knob {name}={value!r}", _spec(engine, model, knobs)))
     context = ADAPTERS[engine].context_knob
     made += [(f"context {context}={v!r}", _spec(engine, model, {context: v})) for v in CONTEXT_SPELLINGS]
+    if engine == "sglang":
+        made += [
+            ("gguf host copy", _spec(engine, GGUF_MODEL, GGUF_KNOBS)),
+            ("gguf catalog file", _spec(engine, GGUF_MODEL, GGUF_KNOBS)),
+        ]
     return made
+
+
+def _facts(label: str) -> HostFacts:
+    return dataclasses.replace(FACTS, local_weights=GGUF_COPY) if label == "gguf host copy" else FACTS
 
 
 def _engine_words(engine: str, argv: Sequence[str], private_dir: Path) -> list[str]:
@@ -119,7 +144,7 @@ def _parsed(engine: str, private_dir: Path) -> dict[str, Any]:
     ]
     for label, spec in cases:
         try:
-            spec_launch = launch(spec, FACTS, api_key="sk-parser-test" if spec.api_key_secret else None)
+            spec_launch = launch(spec, _facts(label), api_key="sk-parser-test" if spec.api_key_secret else None)
         except EngineConfigError as exc:
             knob = exc.field or ""
             assert knob in spec.knobs, f"{engine}: {label}: refused for {knob}: {exc}"
@@ -134,7 +159,7 @@ def _parsed(engine: str, private_dir: Path) -> dict[str, Any]:
     started = time.monotonic()
     run = subprocess.run(  # noqa: S603 - our own script, in the tool's venv
         [str(python), str(PARSE)],
-        input=json.dumps({"engine": engine, "argvs": argvs}),
+        input=json.dumps({"engine": engine, "argvs": argvs, "fields": FIELDS[engine]}),
         capture_output=True,
         text=True,
         timeout=300,
@@ -143,8 +168,9 @@ def _parsed(engine: str, private_dir: Path) -> dict[str, Any]:
     assert run.returncode == 0, f"{engine}'s parser did not run: {run.stderr[-3000:]}"
     answers = json.loads(run.stdout.splitlines()[-1])
     return {
-        "made": [(label, argv, answers[i]) for i, (label, argv) in enumerate(made)],
-        "refused": [(k, v, said, answers[len(made) + i]) for i, (k, v, said) in enumerate(refused)],
+        "made": [(label, argv, answers[i]["refusal"]) for i, (label, argv) in enumerate(made)],
+        "refused": [(k, v, said, answers[len(made) + i]["refusal"]) for i, (k, v, said) in enumerate(refused)],
+        "values": {label: answers[i]["values"] for i, (label, _) in enumerate(made)},
         "seconds": time.monotonic() - started,
     }
 
@@ -184,3 +210,24 @@ def test_what_the_engine_refuses_is_refused_when_the_revision_is_made_in_its_wor
     # vLLM takes every spelling; SGLang 32k (32,000, written as the number) but not 32K or auto.
     expected = {"vllm": set(), "sglang": {"32K", "auto", "-1"}}[engine]
     assert refused_contexts & {str(v) for v in CONTEXT_SPELLINGS} == expected
+
+
+@pytest.mark.parametrize(
+    ("label", "path"), [("gguf host copy", GGUF_COPY), ("gguf catalog file", GGUF_MODEL.gguf_file)]
+)
+def test_sglang_is_handed_a_gguf_as_the_file_it_loads_alone(label: str, path: str, private_dir: Path) -> None:
+    """SGLang loads a GGUF given as --model-path by itself: an existing *.gguf turns load_format
+    auto into gguf and quantization into gguf (srt/arg_groups/model_path_hook.py handle_load_format,
+    overrides.py _gguf_quantization), and the tokenizer path, unset, is the model path, so the
+    tokenizer is the file's own (serving_hook.py; hf_transformers/tokenizer.py). So the command line
+    names the file and leaves load format, quantization and tokenizer to SGLang: a --load-format other
+    than auto or gguf, or a tokenizer of another repository, would stop it reading the file as GGUF."""
+    parsed = _parsed("sglang", private_dir)
+    (said,) = [said for made, _, said in parsed["made"] if made == label]
+    assert said is None
+    assert parsed["values"][label] == {
+        "model_path": path,
+        "load_format": "auto",
+        "quantization": None,
+        "tokenizer_path": None,
+    }

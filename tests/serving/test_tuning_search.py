@@ -234,12 +234,15 @@ def test_another_engine_alone_or_at_its_defaults_makes_a_space():
     # One engine at its defaults alone is one candidate: no search.
     with pytest.raises(TuningInputError, match="at least two candidates"):
         space_check("vllm", {}, engines={"sglang": {}}, model_format="hf")
+    # A GGUF base (llama.cpp's) may try SGLang, which loads the GGUF file itself.
+    gguf = space_check("llama.cpp", {"parallel": [1, 2]}, engines={"sglang": {}}, model_format="gguf")
+    assert [c.engine for c in gguf.candidates()] == ["llama.cpp", "sglang", "llama.cpp"]
 
 
 @pytest.mark.parametrize(
     ("base", "engines", "model_format", "installed", "words"),
     [
-        # llama.cpp's GGUF: Ollama serves its own tags only (vLLM reads a downloaded .gguf: allowed).
+        # llama.cpp's GGUF: Ollama serves its own tags only (vLLM and SGLang read a .gguf: allowed).
         ("llama.cpp", {"ollama": {"num_parallel": [1, 2]}}, "gguf", None, "Ollama cannot load a GGUF file"),
         # An HF checkpoint: llama.cpp reads GGUF files only; Ollama serves its own tags.
         ("vllm", {"llama.cpp": {"parallel": [1, 2]}}, "hf", None, "llama.cpp cannot load a Hugging Face checkpoint"),

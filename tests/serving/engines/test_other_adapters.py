@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from serving.engines.base import EngineConfig, EngineConfigError
+from serving.engines.base import EngineConfig, EngineConfigError, ModelRef
 from serving.engines.llamacpp import LlamaCppAdapter
-from serving.engines.registry import ADAPTERS, get_adapter
+from serving.engines.registry import ADAPTERS, format_refusal, get_adapter
 from serving.engines.versions import at_least, parse_version
+from serving.launch import HostFacts, RevisionSpec, launch
 
 
 def llama(version: str = "b7000", **kwargs):
@@ -155,6 +158,54 @@ def test_sglang_argv_against_the_documented_cli():
             EngineConfig(engine="sglang", engine_version="0.5.23", model="m", knobs={"speculative_num_steps": 3})
         )
     assert info.value.field == "speculative_num_steps"
+
+
+GGUF = ModelRef(name="Qwen3-8B-Q4_K_M", repo_id="Qwen/Qwen3-8B-GGUF", gguf_file="Qwen3-8B-Q4_K_M.gguf", format="gguf")
+GGUF_COPY = "/srv/models/Qwen--Qwen3-8B-GGUF/7c41481f/Qwen3-8B-Q4_K_M.gguf"
+
+
+def test_sglang_loads_a_gguf_file_and_a_switch_to_it_is_not_refused_for_its_format():
+    assert format_refusal("sglang", "gguf") == ""
+    assert format_refusal("sglang", "ollama") == (
+        "SGLang cannot load an Ollama tag: the panel launches it with a GGUF file or a Hugging Face checkpoint"
+    )
+    spec = RevisionSpec(engine="sglang", version="0.5.23", model=GGUF, knobs={"tp_size": 2}, port=30000)
+    # The host's downloaded copy (the .gguf file), else the catalog's file in the host's first model
+    # folder (where the engine runs): never the repository, which names no one file.
+    assert launch(spec, HostFacts(local_weights=GGUF_COPY)).argv[3:5] == ("--model-path", GGUF_COPY)
+    bare = launch(spec, HostFacts(model_dirs=("/srv/models",)))
+    assert bare.argv[3:5] == ("--model-path", "Qwen3-8B-Q4_K_M.gguf") and bare.cwd == "/srv/models"
+    assert not {"--load-format", "--quantization", "--tokenizer-path"} & set(bare.argv)
+    # A Hugging Face checkpoint is still the host's copy, else the repository.
+    hf = ModelRef(name="Qwen3-8B", repo_id="Qwen/Qwen3-8B")
+    assert launch(dataclasses.replace(spec, model=hf), HostFacts()).argv[4] == "Qwen/Qwen3-8B"
+
+
+@pytest.mark.parametrize(
+    ("copy", "knobs", "field", "words"),
+    [
+        (
+            "/srv/models/unsloth--Qwen3-235B-A22B-GGUF/3b1c/Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf",
+            {},
+            "model",
+            "SGLang reads a GGUF from the one file it is given, and Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf "
+            "is part 1 of 3: merge the parts into one file (llama-gguf-split --merge)",
+        ),
+        (
+            GGUF_COPY,
+            {"quantization": "awq"},
+            "quantization",
+            "quantization=awq does not apply to a GGUF file: SGLang loads one with its own quantization, gguf",
+        ),
+    ],
+)
+def test_sglang_refuses_a_gguf_it_would_not_load_as_asked(copy, knobs, field, words):
+    spec = RevisionSpec(engine="sglang", version="0.5.23", model=GGUF, knobs=knobs)
+    with pytest.raises(EngineConfigError) as info:
+        launch(spec, HostFacts(local_weights=copy))
+    assert info.value.field == field and str(info.value).startswith(words)
+    # quantization=gguf is what SGLang sets itself: taken.
+    launch(dataclasses.replace(spec, knobs={"quantization": "gguf"}), HostFacts(local_weights=GGUF_COPY))
 
 
 def test_ollama_is_configured_by_env():
