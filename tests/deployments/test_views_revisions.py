@@ -370,6 +370,16 @@ def test_new_revision_from_this_with_a_model_its_engine_cannot_load_is_refused_b
     assert DeploymentRevision.objects.count() == 2
 
 
+def test_the_model_choices_say_completions_for_a_base_model_not_a_missing_template(client, catalog, operator):
+    make_lab(operator)
+    base = ModelVariant.objects.create(name="base-270m", format="gguf", has_chat_template=False, purpose="completions")
+    chat = ModelVariant.objects.create(name="chat-no-template", format="gguf", has_chat_template=False)
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_new", args=["lab"])).content.decode()
+    assert f'<option value="{base.pk}">base-270m (completions)</option>' in page
+    assert f'<option value="{chat.pk}">chat-no-template (no chat template)</option>' in page
+
+
 def test_viewer_cannot_create(client, catalog, operator, viewer):
     make_lab(operator)
     client.force_login(viewer)
