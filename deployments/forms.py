@@ -134,6 +134,10 @@ PREVIEW_IGNORED = ("message", "tag", "api_key_secret", "hf_token_secret", "paren
 
 
 def _variant_label(variant: ModelVariant) -> str:
+    """A model as the revision form lists it: a base model served for completions says so (it
+    needs no chat template); a chat model whose GGUF has none says that."""
+    if variant.purpose == ModelPurpose.COMPLETIONS:
+        return f"{variant.name} (completions)"
     return f"{variant.name} (no chat template)" if variant.has_chat_template is False else variant.name
 
 

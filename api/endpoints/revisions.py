@@ -36,6 +36,15 @@ def revision_get(request: HttpRequest, name: str, number: int) -> dict[str, Any]
     return revision_dict(revision_or_404(host, number))
 
 
+def _body_fields(exc: ValidationError) -> ValidationError:
+    """The service's refusal under the body's names: the model is `model` here (the service and
+    the form call it `model_variant`)."""
+    errors = getattr(exc, "error_dict", None)
+    if errors is None or "model_variant" not in errors:
+        return exc
+    return ValidationError({"model" if k == "model_variant" else k: v for k, v in errors.items()})
+
+
 @router.post(
     "{name}/revisions/",
     response={201: RevisionOut, 400: Error, 403: Error, 404: Error},
@@ -56,25 +65,28 @@ def revision_new(request: HttpRequest, name: str, payload: RevisionIn) -> Status
             raise ValidationError({"model": f"No model {payload.model[:80]!r} in the catalog (GET /api/v1/models/)."})
     if base is None and (not payload.engine or model is None):
         raise ValidationError({"engine": "engine and model are needed for a host's first revision."})
-    revision = revision_derive(
-        host=host,
-        parent=base,
-        changes={
-            "engine": payload.engine or None,
-            "version": payload.engine_version,
-            "model": model,
-            "knobs": payload.knobs,
-            "set": payload.set,
-            "env": payload.env,
-            "served_name": payload.served_name,
-            "port": payload.port,
-            "api_key_secret": payload.api_key_secret,
-            "hf_token_secret": payload.hf_token_secret,
-        },
-        tag=payload.tag,
-        message=payload.message,
-        actor=user,
-    )
+    try:
+        revision = revision_derive(
+            host=host,
+            parent=base,
+            changes={
+                "engine": payload.engine or None,
+                "version": payload.engine_version,
+                "model": model,
+                "knobs": payload.knobs,
+                "set": payload.set,
+                "env": payload.env,
+                "served_name": payload.served_name,
+                "port": payload.port,
+                "api_key_secret": payload.api_key_secret,
+                "hf_token_secret": payload.hf_token_secret,
+            },
+            tag=payload.tag,
+            message=payload.message,
+            actor=user,
+        )
+    except ValidationError as exc:
+        raise _body_fields(exc) from exc
     return Status(201, revision_dict(revision_or_404(host, revision.number)))
 
 

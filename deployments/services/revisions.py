@@ -20,7 +20,7 @@ from deployments.services.serving_set import free_port
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
-from serving.engines.registry import get_adapter
+from serving.engines.registry import engine_label, engines_loading, format_refusal, get_adapter
 from serving.launch import HostFacts, RevisionSpec, derive, engine_config
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -113,13 +113,34 @@ def _model_of(spec: RevisionSpec) -> ModelVariant:
     return variant
 
 
+def _loadable(spec: RevisionSpec, model: ModelVariant, parent: DeploymentRevision | None) -> None:
+    """ValidationError when the engine cannot load the model's format (registry.format_refusal),
+    beside what the person changed: the model when it changed from the parent's and the engine did
+    not, the engine otherwise. (The switch's format_check still refuses rows made before this.)"""
+    try:
+        why = format_refusal(spec.engine, model.format)
+    except EngineConfigError as exc:
+        raise ValidationError({_field(exc.field): str(exc)}) from exc
+    if not why:
+        return
+    model_changed = parent is not None and parent.engine == spec.engine and parent.model_variant_id != model.pk
+    loading = " or ".join(engine_label(e) for e in engines_loading(model.format))
+    advice = (
+        f"Choose an engine that loads {model.name} ({loading}), or another model."
+        if loading
+        else f"No engine of the panel loads {model.name}: choose another model."
+    )
+    raise ValidationError({"model_variant" if model_changed else "engine": f"{why}. {advice}"})
+
+
 def _checked(
-    host: Host, spec: RevisionSpec, actor: AbstractUser | None
+    host: Host, spec: RevisionSpec, actor: AbstractUser | None, parent: DeploymentRevision | None = None
 ) -> tuple[RevisionSpec, ModelVariant, list[Concern]]:
-    """`spec` as it is stored (JSON-safe, its port settled, its model the catalog's row `model`),
-    with the concerns an admin accepts by creating it; ValidationError naming the form field
-    otherwise."""
+    """`spec` as it is stored (JSON-safe, its port settled, its model the catalog's row `model`,
+    which its engine loads), with the concerns an admin accepts by creating it; ValidationError
+    naming the form field otherwise (`parent`: what it was made from, for that field)."""
     model = _model_of(spec)
+    _loadable(spec, model, parent)
     knobs = _storable(dict(spec.knobs or {}), "knobs")
     env = _storable(dict(spec.env or {}), "env")
     port = _port(spec.port, spec.engine)
@@ -163,7 +184,7 @@ def revision_create(
     extras = _storable(dict(extras or {}), "extras")
     _storable(message, "message")
     _storable(tag, "tag")
-    spec, model, concerns = _checked(host, spec, actor)
+    spec, model, concerns = _checked(host, spec, actor, parent)
 
     # Lock the host row so two writers cannot take the same number (or the same tag).
     type(host).objects.select_for_update().filter(pk=host.pk).first()

@@ -65,6 +65,11 @@ def format_refusal(engine: str, model_format: str) -> str:
     return f"{adapter.label} cannot load {what}: the panel launches it with {takes}"
 
 
+def engines_loading(model_format: str) -> list[str]:
+    """The engines (names, sorted) whose adapter loads a model of `model_format`."""
+    return sorted(name for name, adapter in ADAPTERS.items() if model_format in adapter.model_formats)
+
+
 def get_adapter(name: str) -> EngineAdapter:
     """The adapter for `name`; EngineConfigError(field="engine") when unknown."""
     try:

@@ -417,6 +417,28 @@ def test_bad_input_is_a_400_with_field_errors_and_changes_nothing(client, world,
     assert (DeploymentRevision.objects.count(), Operation.objects.count()) == before
 
 
+def test_a_revision_whose_engine_cannot_load_its_model_is_a_400_naming_the_field(client, world, operator):
+    """r1 is vLLM serving a Hugging Face checkpoint: llama.cpp for it is refused on `engine`; from a
+    llama.cpp revision of a GGUF, that checkpoint is refused on `model` (the body's name for it)."""
+    token = _token(operator)
+    gguf = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
+    make_revision(host=world["host"], engine="llama.cpp", model_variant=gguf, message="gguf", actor=operator)
+    before = (DeploymentRevision.objects.count(), AuditEvent.objects.filter(action="revision.create").count())
+    path = "/api/v1/hosts/lab/revisions/"
+    response = call(client, "POST", path, token, {"parent": 1, "engine": "llama.cpp", "knobs": {}, "message": "m"})
+    assert response.status_code == 400, response.content
+    errors = response.json()["errors"]
+    assert list(errors) == ["engine"]
+    assert "llama.cpp cannot load a Hugging Face checkpoint" in errors["engine"][0]
+    assert f"Choose an engine that loads {QWEN} (SGLang or vLLM), or another model." in errors["engine"][0]
+    response = call(client, "POST", path, token, {"parent": 3, "model": QWEN, "message": "m"})
+    assert response.status_code == 400, response.content
+    assert list(response.json()["errors"]) == ["model"]
+    assert response.json()["detail"].startswith("model: llama.cpp cannot load a Hugging Face checkpoint")
+    after = (DeploymentRevision.objects.count(), AuditEvent.objects.filter(action="revision.create").count())
+    assert after == before
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -173,10 +173,10 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     # r1: record it with the live planner, then switch to it.
     page.goto(f"{base}/hosts/{host}/")
     page.get_by_role("link", name="New revision…").click()
-    # The form's label says the GGUF has no chat template: a base model, served for completions.
+    # The form's label says what the GGUF is for: a base model, served for completions (no chat template needed).
     _record_revision(
         page,
-        model="gemma-3-270m (no chat template)",
+        model="gemma-3-270m (completions)",
         knobs="ctx_size=2048\nparallel=1",
         port=engine_port,
         message="gemma, 2k context",
@@ -211,7 +211,7 @@ def test_the_first_hour_from_an_empty_data_folder_in_the_browser(panel: ScriptsR
     page.get_by_role("link", name="New revision from this").click()
     _record_revision(
         page,
-        model="gemma-3-270m-partial (no chat template)",
+        model="gemma-3-270m-partial (completions)",
         knobs="ctx_size=4096\nparallel=1",
         port=engine_port,
         message="partial",

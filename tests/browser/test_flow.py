@@ -58,7 +58,7 @@ def test_revision_switch_diff_and_benchmark_in_the_browser(live_server, lab, pag
         new_url = None
     if new_url:
         page.goto(base + new_url)
-        page.select_option("select[name=model_variant]", label=gemma.name)
+        page.select_option("select[name=model_variant]", label=f"{gemma.name} (completions)")  # a base model
         page.select_option("select[name=engine]", "llama.cpp")
         page.fill("textarea[name=knobs]", "ctx_size=65536\nparallel=1\nn_gpu_layers=0")
         page.fill("input[name=served_name]", "gemma")

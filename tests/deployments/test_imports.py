@@ -31,6 +31,8 @@ pytestmark = pytest.mark.django_db
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ALL_YML = FIXTURES / "ansible" / "all.yml"
 GROUP_VARS = ALL_YML.read_text()
+# Ollama serving a name the catalog has as a Hugging Face checkpoint (Ollama pulls tags only)
+OLLAMA_OF_A_CHECKPOINT = GROUP_VARS.replace("engine: vllm", "engine: ollama").replace("qwen3.8:27b", "Qwen3.5-27B")
 EXPECTED = json.loads((FIXTURES / "ansible" / "expected_vllm_argv.json").read_text())
 
 
@@ -130,6 +132,7 @@ def test_secret_values_are_never_imported(catalog, operator):
         ({"text": "inference_engine: vllm\n"}, "text"),  # no model
         ({"message": " "}, "message"),
         ({"text": GROUP_VARS.replace("vllm_max_num_seqs: 4", "vllm_max_num_seqs: -4")}, "max_num_seqs"),
+        ({"text": OLLAMA_OF_A_CHECKPOINT}, "engine"),
     ],
 )
 def test_bad_group_vars_are_refused_and_write_nothing(catalog, operator, kwargs, field):
@@ -137,6 +140,8 @@ def test_bad_group_vars_are_refused_and_write_nothing(catalog, operator, kwargs,
     with pytest.raises(ValidationError) as exc:
         _import(host, operator, **kwargs)
     assert field in exc.value.message_dict
+    if field == "engine":
+        assert "Ollama cannot load a Hugging Face checkpoint" in exc.value.message_dict["engine"][0]
     assert not DeploymentRevision.objects.exists()
     assert not AuditEvent.objects.filter(action__startswith="revision").exists()
 

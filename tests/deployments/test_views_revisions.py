@@ -339,6 +339,47 @@ def test_bad_input_shows_a_form_error_and_writes_nothing(client, catalog, operat
     assert DeploymentRevision.objects.count() == 1
 
 
+def test_an_engine_that_cannot_load_the_model_is_a_form_error_and_writes_nothing(client, catalog, operator):
+    make_lab(operator)
+    client.force_login(operator)
+    before = AuditEvent.objects.filter(action="revision.create").count()
+    values = _post_values(engine="llama.cpp", knobs="ctx_size=8192", tag="")  # Qwen3.8 is a Hugging Face checkpoint
+    response = client.post(reverse("deployments:revision_new", args=["lab"]), values)
+    assert response.status_code == 200
+    said = " ".join(response.context["form"].errors["engine"])
+    assert "llama.cpp cannot load a Hugging Face checkpoint: the panel launches it with a GGUF file." in said
+    assert f"Choose an engine that loads {QWEN} (SGLang or vLLM), or another model." in said
+    assert "cannot load a Hugging Face checkpoint" in response.content.decode()
+    assert DeploymentRevision.objects.count() == 1
+    assert AuditEvent.objects.filter(action="revision.create").count() == before
+
+
+def test_new_revision_from_this_with_a_model_its_engine_cannot_load_is_refused_beside_the_model(
+    client, catalog, operator
+):
+    host, _ = make_lab(operator)
+    gguf = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
+    add_revision(host, operator, engine="sglang", engine_version="", knobs={}, port=30000, message="on SGLang")
+    client.force_login(operator)
+    values = _post_values(engine="sglang", engine_version="", knobs="", port="30000", parent="2", tag="")
+    response = client.post(reverse("deployments:revision_new", args=["lab"]), {**values, "model_variant": gguf.pk})
+    assert response.status_code == 200
+    said = " ".join(response.context["form"].errors["model_variant"])
+    assert "SGLang cannot load a GGUF file: the panel launches it with a Hugging Face checkpoint." in said
+    assert "Choose an engine that loads Qwen3.5-122B-A10B-Q6_K_XL (llama.cpp or vLLM)" in said
+    assert DeploymentRevision.objects.count() == 2
+
+
+def test_the_model_choices_say_completions_for_a_base_model_not_a_missing_template(client, catalog, operator):
+    make_lab(operator)
+    base = ModelVariant.objects.create(name="base-270m", format="gguf", has_chat_template=False, purpose="completions")
+    chat = ModelVariant.objects.create(name="chat-no-template", format="gguf", has_chat_template=False)
+    client.force_login(operator)
+    page = client.get(reverse("deployments:revision_new", args=["lab"])).content.decode()
+    assert f'<option value="{base.pk}">base-270m (completions)</option>' in page
+    assert f'<option value="{chat.pk}">chat-no-template (no chat template)</option>' in page
+
+
 def test_viewer_cannot_create(client, catalog, operator, viewer):
     make_lab(operator)
     client.force_login(viewer)

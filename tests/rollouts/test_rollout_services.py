@@ -12,8 +12,8 @@ from django.db import transaction
 
 from core.models import AuditEvent
 from deployments.choices import OperationState
-from deployments.models import DeploymentRevision, ModelAlias, Operation
-from deployments.services.revisions import revision_derive
+from deployments.models import DeploymentRevision, ModelAlias, ModelVariant, Operation
+from deployments.services.revisions import revision_derive, revision_mark_active
 from deployments.services.serving_set import serving_mode_set
 from hardware.services import host_probe_record, host_tags_set
 from notifications.choices import EventKind
@@ -28,8 +28,9 @@ from rollouts.services import (
     rollout_resume,
     rollout_start,
 )
-from tests.rollouts.conftest import active_number, end_switch, revisions_of
+from tests.rollouts.conftest import MODEL, active_number, end_switch, revisions_of
 from tests.support.locks import Background, held_open, lock_timeout, wait_for_a_lock_wait
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 CHANGE = {"set": {"threads": 4}, "message": "four threads everywhere"}
@@ -143,6 +144,31 @@ def test_the_canary_refused_at_its_wave_stops_the_rollout_and_touches_nobody_els
     assert revisions_of(fleet["a"]) == [1]  # the refused attempt's revision was not kept
 
 
+def test_a_host_whose_engine_cannot_load_the_rollouts_model_at_its_wave_is_refused_and_keeps_its_revisions(
+    fleet, operator, django_capture_on_commit_callbacks
+):
+    """The rollout's model is the GGUF the fleet serves; c moves to SGLang (which loads no GGUF)
+    after the rollout started: at its wave c is refused with the reason, and gets no revision."""
+    change = {"model": MODEL, "message": "the GGUF again"}
+    # waves: [a] [b, c] [d]
+    rollout = rollout_start(group="fleet", kind="revision", change=change, batch_size=2, actor=operator)
+    sglang = make_revision(
+        host=fleet["c"],
+        engine="sglang",
+        model_variant=ModelVariant.objects.get(name="Qwen3.5-27B"),
+        message="c on SGLang",
+        actor=operator,
+    )
+    revision_mark_active(revision=sglang, actor=operator)
+    end_switch(_parts(rollout)["a"].operation, True, django_capture_on_commit_callbacks)
+
+    parts = _parts(rollout)
+    assert parts["c"].state == "failed"
+    assert parts["c"].message.startswith("Refused: SGLang cannot load a GGUF file"), parts["c"].message
+    assert revisions_of(fleet["c"]) == [1, 2] and active_number(fleet["c"]) == 2  # nothing made, nothing switched
+    assert parts["b"].state in ("switching", "rolling_back")
+
+
 @pytest.mark.parametrize(
     ("fields", "field", "says"),
     [
@@ -157,6 +183,11 @@ def test_the_canary_refused_at_its_wave_stops_the_rollout_and_touches_nobody_els
         ({"change": "threads=4"}, "change", "object"),
         ({"kind": "reboot"}, "kind", "revision"),
         ({"change": {"set": {"ctx_size": "lots"}, "message": "m"}}, "__all__", "fleet-a"),
+        (
+            {"change": {"model": "Qwen3.5-27B", "message": "m"}},  # the fleet serves llama.cpp
+            "__all__",
+            "fleet-a: llama.cpp cannot load a Hugging Face checkpoint",
+        ),
         ({"gate": {"profile": "quick", "limits": {"decode": 5}}}, "gate_profile", "gate_from_input"),
     ],
 )

@@ -198,10 +198,18 @@ def test_an_engine_that_cannot_load_the_bases_model_is_refused(both, operator, h
     assert other_engines(host=host, base=host.base) == ["vllm"]
 
 
-def test_a_switch_to_an_engine_that_cannot_load_the_model_is_refused(both, operator):
-    # An Ollama revision of the HF checkpoint the host serves with vLLM: recorded (Ollama would pull
-    # the name as a tag), but never switched to.
-    wrong = make_revision(host=both, engine="ollama", model_variant=both.base.model_variant, port=8002, actor=operator)
+def test_an_engine_that_cannot_load_the_model_is_refused_at_creation_and_an_old_row_at_the_switch(both, operator):
+    # An Ollama revision of the HF checkpoint the host serves with vLLM (Ollama would pull the name
+    # as a tag): refused when it is made, with nothing stored.
+    before = DeploymentRevision.objects.count()
+    with pytest.raises(ValidationError, match="Ollama cannot load a Hugging Face checkpoint"):
+        make_revision(host=both, engine="ollama", model_variant=both.base.model_variant, port=8002, actor=operator)
+    assert DeploymentRevision.objects.count() == before
+    # A row made before that rule (written around the service, as it was stored then) is never switched to.
+    wrong = DeploymentRevision.objects.create(
+        host=both, number=both.revisions.count() + 1, parent=both.base, engine="ollama",
+        model_variant=both.base.model_variant, port=8002, author=operator, message="made before the rule",
+    )  # fmt: skip
     with pytest.raises(
         ValidationError, match="Ollama cannot load a Hugging Face checkpoint: the panel launches it with an Ollama tag"
     ):

@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from core.models import AuditEvent
 from deployments.models import DeploymentRevision, ImmutableError, ModelVariant
 from deployments.runtime_bridge import model_ref, revision_spec
-from deployments.services.revisions import revision_create
+from deployments.services.revisions import revision_create, revision_derive
 from serving.engines.base import ModelRef
 from serving.launch import derive
 from tests.hardware.factories import HostFactory
@@ -129,3 +129,47 @@ def test_a_spec_naming_no_catalog_model_is_refused(catalog, operator):
         revision_create(host=host, spec=spec, message="m", actor=operator)
     assert "not-in-the-catalog" in exc.value.message_dict["model_variant"][0]
     assert not DeploymentRevision.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("engine", "model", "says"),
+    [
+        ("llama.cpp", "Qwen3.5-27B", "llama.cpp cannot load a Hugging Face checkpoint: the panel launches it with"),
+        ("sglang", "Qwen3.5-122B-A10B-Q6_K_XL", "SGLang cannot load a GGUF file: the panel launches it with a Hugging"),
+        ("ollama", "Qwen3.5-27B", "Ollama cannot load a Hugging Face checkpoint: the panel launches it with an Ollama"),
+    ],
+)
+def test_an_engine_that_cannot_load_the_models_format_is_refused_and_nothing_is_stored(
+    catalog, operator, engine, model, says
+):
+    host = HostFactory()
+    with pytest.raises(ValidationError) as exc:
+        _create(host, operator, engine=engine, model_variant=ModelVariant.objects.get(name=model), knobs={})
+    said = exc.value.message_dict["engine"][0]
+    assert says in said and f"Choose an engine that loads {model} (" in said and "or another model." in said
+    assert not DeploymentRevision.objects.exists()
+    assert not AuditEvent.objects.filter(action="revision.create").exists()
+
+
+def test_deriving_names_what_was_changed_the_model_or_the_engine(catalog, operator):
+    """From a llama.cpp revision of a GGUF: a Hugging Face model with the engine kept is refused
+    beside the model; SGLang for the same GGUF beside the engine. Nothing is stored either way."""
+    host = HostFactory()
+    r1 = _create(host, operator)
+    hf = ModelVariant.objects.get(name="Qwen3.5-27B")
+    with pytest.raises(ValidationError) as exc:
+        revision_derive(host=host, parent=r1, changes={"model": hf}, message="another model", actor=operator)
+    assert list(exc.value.message_dict) == ["model_variant"]
+    assert "llama.cpp cannot load a Hugging Face checkpoint" in exc.value.message_dict["model_variant"][0]
+    with pytest.raises(ValidationError) as exc:
+        revision_derive(
+            host=host, parent=r1, changes={"engine": "sglang", "knobs": {}}, message="on SGLang", actor=operator
+        )
+    assert list(exc.value.message_dict) == ["engine"]
+    assert "SGLang cannot load a GGUF file" in exc.value.message_dict["engine"][0]
+    assert list(DeploymentRevision.objects.values_list("number", flat=True)) == [1]
+    # the engine and the model changed together: a model SGLang loads is taken
+    r2 = revision_derive(
+        host=host, parent=r1, changes={"engine": "sglang", "knobs": {}, "model": hf}, message="both", actor=operator
+    )
+    assert (r2.engine, r2.model_variant) == ("sglang", hf)
