@@ -124,7 +124,8 @@ def _loadable(spec: RevisionSpec, model: ModelVariant, parent: DeploymentRevisio
     if not why:
         return
     model_changed = parent is not None and parent.engine == spec.engine and parent.model_variant_id != model.pk
-    loading = " or ".join(engine_label(e) for e in engines_loading(model.format))
+    labels = [engine_label(e) for e in engines_loading(model.format)]
+    loading = " or ".join(filter(None, [", ".join(labels[:-1]), *labels[-1:]]))
     advice = (
         f"Choose an engine that loads {model.name} ({loading}), or another model."
         if loading

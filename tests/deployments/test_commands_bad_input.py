@@ -233,9 +233,9 @@ def test_revision_set_values_are_refused(world) -> None:
 
 @pytest.mark.django_db
 def test_a_revision_whose_engine_cannot_load_its_model_is_refused(world) -> None:
-    said = refused(*REVISION, "--engine", "sglang", "--model", MODEL)
-    assert said.startswith("engine: SGLang cannot load a GGUF file: the panel launches it with a Hugging Face"), said
-    assert f"Choose an engine that loads {MODEL} (llama.cpp or vLLM), or another model." in said
+    said = refused(*REVISION, "--engine", "ollama", "--model", MODEL)
+    assert said.startswith("engine: Ollama cannot load a GGUF file: the panel launches it with an Ollama tag"), said
+    assert f"Choose an engine that loads {MODEL} (llama.cpp, SGLang or vLLM), or another model." in said
     said = refused(*REVISION, "--from", "1", "--model", "Qwen3.5-27B")  # r1 is llama.cpp
     assert said.startswith("model_variant: llama.cpp cannot load a Hugging Face checkpoint"), said
 

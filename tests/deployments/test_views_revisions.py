@@ -359,14 +359,16 @@ def test_new_revision_from_this_with_a_model_its_engine_cannot_load_is_refused_b
 ):
     host, _ = make_lab(operator)
     gguf = ModelVariant.objects.get(name="Qwen3.5-122B-A10B-Q6_K_XL")
-    add_revision(host, operator, engine="sglang", engine_version="", knobs={}, port=30000, message="on SGLang")
+    add_revision(
+        host, operator, engine="llama.cpp", engine_version="", model_variant=gguf, knobs={}, port=30000, message="GGUF"
+    )
     client.force_login(operator)
-    values = _post_values(engine="sglang", engine_version="", knobs="", port="30000", parent="2", tag="")
-    response = client.post(reverse("deployments:revision_new", args=["lab"]), {**values, "model_variant": gguf.pk})
+    values = _post_values(engine="llama.cpp", engine_version="", knobs="", port="30000", parent="2", tag="")
+    response = client.post(reverse("deployments:revision_new", args=["lab"]), values)  # the form's model: QWEN (HF)
     assert response.status_code == 200
     said = " ".join(response.context["form"].errors["model_variant"])
-    assert "SGLang cannot load a GGUF file: the panel launches it with a Hugging Face checkpoint." in said
-    assert "Choose an engine that loads Qwen3.5-122B-A10B-Q6_K_XL (llama.cpp or vLLM)" in said
+    assert "llama.cpp cannot load a Hugging Face checkpoint: the panel launches it with a GGUF file." in said
+    assert f"Choose an engine that loads {QWEN} (SGLang or vLLM)" in said
     assert DeploymentRevision.objects.count() == 2
 
 

@@ -147,24 +147,24 @@ def test_the_canary_refused_at_its_wave_stops_the_rollout_and_touches_nobody_els
 def test_a_host_whose_engine_cannot_load_the_rollouts_model_at_its_wave_is_refused_and_keeps_its_revisions(
     fleet, operator, django_capture_on_commit_callbacks
 ):
-    """The rollout's model is the GGUF the fleet serves; c moves to SGLang (which loads no GGUF)
-    after the rollout started: at its wave c is refused with the reason, and gets no revision."""
+    """The rollout's model is the GGUF the fleet serves; c moves to Ollama (which loads its own tags,
+    no GGUF) after the rollout started: at its wave c is refused with the reason, and gets no revision."""
     change = {"model": MODEL, "message": "the GGUF again"}
     # waves: [a] [b, c] [d]
     rollout = rollout_start(group="fleet", kind="revision", change=change, batch_size=2, actor=operator)
-    sglang = make_revision(
+    ollama = make_revision(
         host=fleet["c"],
-        engine="sglang",
-        model_variant=ModelVariant.objects.get(name="Qwen3.5-27B"),
-        message="c on SGLang",
+        engine="ollama",
+        model_variant=ModelVariant.objects.create(name="qwen3:8b", format="ollama"),
+        message="c on Ollama",
         actor=operator,
     )
-    revision_mark_active(revision=sglang, actor=operator)
+    revision_mark_active(revision=ollama, actor=operator)
     end_switch(_parts(rollout)["a"].operation, True, django_capture_on_commit_callbacks)
 
     parts = _parts(rollout)
     assert parts["c"].state == "failed"
-    assert parts["c"].message.startswith("Refused: SGLang cannot load a GGUF file"), parts["c"].message
+    assert parts["c"].message.startswith("Refused: Ollama cannot load a GGUF file"), parts["c"].message
     assert revisions_of(fleet["c"]) == [1, 2] and active_number(fleet["c"]) == 2  # nothing made, nothing switched
     assert parts["b"].state in ("switching", "rolling_back")
 

@@ -135,7 +135,7 @@ def test_a_spec_naming_no_catalog_model_is_refused(catalog, operator):
     ("engine", "model", "says"),
     [
         ("llama.cpp", "Qwen3.5-27B", "llama.cpp cannot load a Hugging Face checkpoint: the panel launches it with"),
-        ("sglang", "Qwen3.5-122B-A10B-Q6_K_XL", "SGLang cannot load a GGUF file: the panel launches it with a Hugging"),
+        ("ollama", "Qwen3.5-122B-A10B-Q6_K_XL", "Ollama cannot load a GGUF file: the panel launches it with an Ollama"),
         ("ollama", "Qwen3.5-27B", "Ollama cannot load a Hugging Face checkpoint: the panel launches it with an Ollama"),
     ],
 )
@@ -153,7 +153,7 @@ def test_an_engine_that_cannot_load_the_models_format_is_refused_and_nothing_is_
 
 def test_deriving_names_what_was_changed_the_model_or_the_engine(catalog, operator):
     """From a llama.cpp revision of a GGUF: a Hugging Face model with the engine kept is refused
-    beside the model; SGLang for the same GGUF beside the engine. Nothing is stored either way."""
+    beside the model; Ollama for the same GGUF beside the engine. Nothing is stored either way."""
     host = HostFactory()
     r1 = _create(host, operator)
     hf = ModelVariant.objects.get(name="Qwen3.5-27B")
@@ -163,10 +163,10 @@ def test_deriving_names_what_was_changed_the_model_or_the_engine(catalog, operat
     assert "llama.cpp cannot load a Hugging Face checkpoint" in exc.value.message_dict["model_variant"][0]
     with pytest.raises(ValidationError) as exc:
         revision_derive(
-            host=host, parent=r1, changes={"engine": "sglang", "knobs": {}}, message="on SGLang", actor=operator
+            host=host, parent=r1, changes={"engine": "ollama", "knobs": {}}, message="on Ollama", actor=operator
         )
     assert list(exc.value.message_dict) == ["engine"]
-    assert "SGLang cannot load a GGUF file" in exc.value.message_dict["engine"][0]
+    assert "Ollama cannot load a GGUF file" in exc.value.message_dict["engine"][0]
     assert list(DeploymentRevision.objects.values_list("number", flat=True)) == [1]
     # the engine and the model changed together: a model SGLang loads is taken
     r2 = revision_derive(
