@@ -226,12 +226,14 @@ class LoadGenerator:
             else:
                 overhead = self._probe_prompt_tokens(client, probe) - probe_tokens
                 return tokenize, max(0, overhead), "tokenize"
-        # About 1.3 tokens a word: the long probe stays within a small served context.
-        words = max(80, min(400, int((self.served_context or 4096) / 2.6)))
+        # The long probe fills about half the served context, sized from the short one's count: an
+        # English vocabulary spends about 1.3 tokens a word, a byte-level one several (a fixed length
+        # made for 1.3 was longer than a small slot, and the engine refused it).
+        short = self._probe_prompt_tokens(client, probe)
+        per_word = max(1.3, short / 40)
+        words = max(50, min(400, int((self.served_context or 4096) / 2 / per_word)))
         long_probe = " ".join(passage_words(-1, self.profile.seed, words))
-        model = LinearTokenModel.from_probes(
-            40, self._probe_prompt_tokens(client, probe), words, self._probe_prompt_tokens(client, long_probe)
-        )
+        model = LinearTokenModel.from_probes(40, short, words, self._probe_prompt_tokens(client, long_probe))
         return model, 0, "usage-calibrated"
 
     def prepare(self) -> tuple[BenchmarkProfile, list[Prompt], str]:
