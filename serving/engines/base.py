@@ -172,8 +172,37 @@ class GgufLoader:
         return self.refused.get(architecture) or "its GGUF loader has no map for that architecture"
 
 
-# llama.cpp's split GGUF (gguf-split): NAME-00001-of-00003.gguf and its siblings.
-GGUF_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+# llama.cpp's split GGUF (gguf-split, llama_split_path): NAME-00001-of-00003.gguf and its siblings.
+# The one home of that pattern: the importers, the host's listing of its model folders and the
+# adapters all read a file name with gguf_split_part.
+_SPLIT_PART = re.compile(r"^(.*)-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GgufSplitPart:
+    """One part of a GGUF split in parts, as its file name says."""
+
+    prefix: str  # the name (or path) before "-00001-of-00003.gguf"
+    part: int  # 1-based
+    total: int
+    suffix: str = ".gguf"  # as this name spells it
+
+    @property
+    def first(self) -> bool:
+        return self.part == 1
+
+    def names(self) -> tuple[str, ...]:
+        """Every part's name, first to last, spelled as this one's."""
+        return tuple(f"{self.prefix}-{i:05d}-of-{self.total:05d}{self.suffix}" for i in range(1, self.total + 1))
+
+
+def gguf_split_part(name: str) -> GgufSplitPart | None:
+    """The part of a split GGUF that `name` (a file name or path; .gguf in any case) is; None for a
+    GGUF in one file, or no GGUF."""
+    match = _SPLIT_PART.match(name)
+    if match is None:
+        return None
+    return GgufSplitPart(match[1], int(match[2]), int(match[3]), match[4])
 
 
 @dataclass(frozen=True)

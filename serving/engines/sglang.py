@@ -14,7 +14,6 @@ from typing import Any
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     COUNT_TOKENS,
-    GGUF_SPLIT_PART,
     LINEAR_ATTENTION_HYBRID,
     MESSAGES,
     OPENAI_CORE,
@@ -29,6 +28,7 @@ from serving.engines.base import (
     KvCapacity,
     LaunchSpec,
     ModelRef,
+    gguf_split_part,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -343,11 +343,11 @@ class SglangAdapter(PipAdapter):
         return (2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384), None
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
-        split = GGUF_SPLIT_PART.search(config.model)
+        split = gguf_split_part(config.model)
         if split and not SGLANG_GGUF.split_files:
             raise EngineConfigError(
                 f"SGLang reads a GGUF from the one file it is given, and {config.model.rsplit('/', 1)[-1]} is "
-                f"part {int(split.group(1))} of {int(split.group(2))}: merge the parts into one file "
+                f"part {split.part} of {split.total}: merge the parts into one file "
                 "(llama-gguf-split --merge) and import that, or serve it with llama.cpp",
                 field="model",
             )
