@@ -155,22 +155,49 @@ class FamilySupport:
 
 
 @dataclass(frozen=True)
+class PackageCeiling:
+    """A package that an engine must have older than a version to do something (vLLM's GGUF loader
+    maps a MoE model's experts only as transformers 4 builds them)."""
+
+    package: str  # the pip distribution ("transformers")
+    below: str  # the first version that breaks it
+    # The engine versions whose requirements let an install take `below` or newer (from the first,
+    # before the second): there a venv whose version is unknown may have it. Elsewhere the engine pins
+    # the package below it, and only a venv known to hold a newer one is refused.
+    releases: tuple[str, str]
+    why: str = ""  # what fails, as the engine says
+
+
+@dataclass(frozen=True)
 class GgufLoader:
     """Which GGUF files an engine's own GGUF loader reads: one that rebuilds a Hugging Face model
-    from the file (SGLang's), where llama.cpp reads every GGUF natively."""
+    from the file (SGLang's, vLLM's), where llama.cpp reads every GGUF natively."""
 
     # GGUF `general.architecture` -> the first release that loads it ("": every release read).
     architectures: Mapping[str, str]
     # An architecture it has a map for yet cannot load or serves wrongly -> why, in words.
     refused: Mapping[str, str] = field(default_factory=dict)
-    split_files: bool = False  # it reads a GGUF split in parts (NAME-00001-of-00003.gguf) whole
+    # Why any other architecture is refused (what the loader reads a config or tensor names with).
+    unmapped: str = "its GGUF loader has no map for that architecture"
+    # The first release that reads a GGUF split in parts (NAME-00001-of-00003.gguf) whole, from the
+    # first part ("": every release; None: none reads more than the one file it is given).
+    split_files: str | None = None
+    removed_in: str = ""  # the first release without a GGUF loader ("": every release has one)
+    # An architecture it reads only with a package older than a version -> that ceiling.
+    package_ceilings: Mapping[str, PackageCeiling] = field(default_factory=dict)
+    # Its CPU build (EngineAdapter.cpu_build) has the kernels of llama.cpp's quantized types; False:
+    # it serves only a GGUF whose weights are 16- or 32-bit floats there (GGUF_FLOAT_FILE_TYPES).
+    cpu_quantized: bool = True
 
     def refusal(self, architecture: str) -> str:
         """Why a GGUF of `architecture` cannot be served ("" when it can, from some release)."""
         if architecture in self.architectures:
             return ""
-        return self.refused.get(architecture) or "its GGUF loader has no map for that architecture"
+        return self.refused.get(architecture) or self.unmapped
 
+
+# general.file_type (llama_ftype) of a GGUF whose weights are all floats: ALL_F32, MOSTLY_F16, MOSTLY_BF16.
+GGUF_FLOAT_FILE_TYPES = frozenset({0, 1, 32})
 
 # llama.cpp's split GGUF (gguf-split, llama_split_path): NAME-00001-of-00003.gguf and its siblings.
 # The one home of that pattern: the importers, the host's listing of its model folders and the
