@@ -39,6 +39,7 @@ from serving.arch import (
     check_fact,
     check_int,
 )
+from serving.engines.base import gguf_split_part
 from serving.planner.inputs import GgufKvFacts
 from serving.purpose import GgufNaming, PurposeGuess, guess_purpose
 
@@ -114,12 +115,10 @@ class GgufImport:
 
 
 def _shard_paths(path: Path) -> list[Path]:
-    match = re.match(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$", path.name)
-    if not match:
+    split = gguf_split_part(path.name)
+    if split is None:
         return [path]
-    prefix, total = match.group(1), int(match.group(3))
-    shards = [path.with_name(f"{prefix}-{i:05d}-of-{total:05d}.gguf") for i in range(1, total + 1)]
-    return [p for p in shards if p.exists()]
+    return [p for p in map(path.with_name, split.names()) if p.exists()]
 
 
 def _per_layer(value: Any, n_layer: int) -> tuple[int, ...]:

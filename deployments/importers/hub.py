@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 from core.hub_client import hub_endpoint, transport_errors
 from core.hub_paths import hub_path_problem
 from deployments.importers.gguf_header import GgufHeaderError, GgufImport, GgufTruncated, read_gguf_header_bytes
+from serving.engines.base import gguf_split_part
 from serving.errors import FieldError
 
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}/[A-Za-z0-9_.\-]{1,96}$")
@@ -41,7 +42,6 @@ GGUF_FIRST_READ = 1 << 20
 GGUF_MAX_HEADER = 64 << 20  # the largest real headers (262k vocabularies + merges) are ~10-20 MB
 TIMEOUT_S = 30.0  # per socket operation (httpx's read timeout: each byte starts it again)
 DEFAULT_DEADLINE_S = 120.0  # per request, whatever the server drips (the panel's HUB_REQUEST_DEADLINE_S)
-SHARD_RE = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
 # What an engine reads besides the weights (vLLM/SGLang: config, tokenizer, chat template).
 SUPPORT_FILES = (
     "config.json",
@@ -317,24 +317,21 @@ def _pick_gguf(repo_id: str, files: list[HubFile], wanted: str) -> tuple[str, tu
             raise HubError(f"{repo_id} has no file {wanted} (GGUF files: {listed}).", field="file")
         name = wanted
     else:
-        firsts = [g for g in ggufs if (m := SHARD_RE.match(g)) is None or m.group(2) == "00001"]
+        firsts = [g for g in ggufs if (part := gguf_split_part(g)) is None or part.first]
         if len(firsts) != 1:
             raise HubError(
                 f"{repo_id} holds {len(firsts)} GGUF files; name the one to import (--file): {', '.join(firsts[:20])}",
                 field="file",
             )
         name = firsts[0]
-    match = SHARD_RE.match(name)
-    if not match:
+    split = gguf_split_part(name)
+    if split is None:
         return name, (name,)
-    prefix, total = match.group(1), int(match.group(3))
-    shards = tuple(f"{prefix}-{i:05d}-of-{total:05d}.gguf" for i in range(1, total + 1))
+    shards = split.names()
     missing = [s for s in shards if s not in {f.name for f in files}]
     if missing:
         raise HubError(f"{repo_id} lacks shard {missing[0]} of {name}.", field="file")
-    if match.group(2) != "00001":
-        name = shards[0]
-    return name, shards
+    return shards[0], shards
 
 
 def _hub_files(siblings: list[Any]) -> tuple[HubFile, ...]:

@@ -13,11 +13,11 @@ allows nothing unless the host's administrator lists folders.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.engines.base import gguf_split_part
 from serving.launch import working_folder as first_folder
 
 from .errors import HostRuntimeError
@@ -147,7 +147,6 @@ def confine_install_folder(field: str, path: str, install_dirs: Sequence[str]) -
 MAX_LISTED = 200  # GGUF files a listing returns
 MAX_VISITED = 5_000  # folder entries a listing looks at, all folders together (a big HF cache stays quick)
 MAX_DEPTH = 6  # HF cache: hub/models--org--name/snapshots/<commit>/file.gguf
-SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -206,8 +205,8 @@ def model_files(model_dirs: Sequence[str], *, suffix: str = ".gguf") -> list[Mod
                         continue
                     if not entry.name.lower().endswith(suffix) or not entry.is_file(follow_symlinks=True):
                         continue
-                    shard = SHARD.search(entry.name)
-                    if shard and shard.group(1) != "00001":
+                    shard = gguf_split_part(entry.name)
+                    if shard and not shard.first:
                         continue
                     confine([("path", entry.path)], model_dirs, cwd=None)
                     size = entry.stat(follow_symlinks=True).st_size

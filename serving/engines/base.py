@@ -155,25 +155,81 @@ class FamilySupport:
 
 
 @dataclass(frozen=True)
+class PackageCeiling:
+    """A package that an engine must have older than a version to do something (vLLM's GGUF loader
+    maps a MoE model's experts only as transformers 4 builds them)."""
+
+    package: str  # the pip distribution ("transformers")
+    below: str  # the first version that breaks it
+    # The engine versions whose requirements let an install take `below` or newer (from the first,
+    # before the second): there a venv whose version is unknown may have it. Elsewhere the engine pins
+    # the package below it, and only a venv known to hold a newer one is refused.
+    releases: tuple[str, str]
+    why: str = ""  # what fails, as the engine says
+
+
+@dataclass(frozen=True)
 class GgufLoader:
     """Which GGUF files an engine's own GGUF loader reads: one that rebuilds a Hugging Face model
-    from the file (SGLang's), where llama.cpp reads every GGUF natively."""
+    from the file (SGLang's, vLLM's), where llama.cpp reads every GGUF natively."""
 
     # GGUF `general.architecture` -> the first release that loads it ("": every release read).
     architectures: Mapping[str, str]
     # An architecture it has a map for yet cannot load or serves wrongly -> why, in words.
     refused: Mapping[str, str] = field(default_factory=dict)
-    split_files: bool = False  # it reads a GGUF split in parts (NAME-00001-of-00003.gguf) whole
+    # Why any other architecture is refused (what the loader reads a config or tensor names with).
+    unmapped: str = "its GGUF loader has no map for that architecture"
+    # The first release that reads a GGUF split in parts (NAME-00001-of-00003.gguf) whole, from the
+    # first part ("": every release; None: none reads more than the one file it is given).
+    split_files: str | None = None
+    removed_in: str = ""  # the first release without a GGUF loader ("": every release has one)
+    # An architecture it reads only with a package older than a version -> that ceiling.
+    package_ceilings: Mapping[str, PackageCeiling] = field(default_factory=dict)
+    # Its CPU build (EngineAdapter.cpu_build) has the kernels of llama.cpp's quantized types; False:
+    # it serves only a GGUF whose weights are 16- or 32-bit floats there (GGUF_FLOAT_FILE_TYPES).
+    cpu_quantized: bool = True
 
     def refusal(self, architecture: str) -> str:
         """Why a GGUF of `architecture` cannot be served ("" when it can, from some release)."""
         if architecture in self.architectures:
             return ""
-        return self.refused.get(architecture) or "its GGUF loader has no map for that architecture"
+        return self.refused.get(architecture) or self.unmapped
 
 
-# llama.cpp's split GGUF (gguf-split): NAME-00001-of-00003.gguf and its siblings.
-GGUF_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+# general.file_type (llama_ftype) of a GGUF whose weights are all floats: ALL_F32, MOSTLY_F16, MOSTLY_BF16.
+GGUF_FLOAT_FILE_TYPES = frozenset({0, 1, 32})
+
+# llama.cpp's split GGUF (gguf-split, llama_split_path): NAME-00001-of-00003.gguf and its siblings.
+# The one home of that pattern: the importers, the host's listing of its model folders and the
+# adapters all read a file name with gguf_split_part.
+_SPLIT_PART = re.compile(r"^(.*)-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GgufSplitPart:
+    """One part of a GGUF split in parts, as its file name says."""
+
+    prefix: str  # the name (or path) before "-00001-of-00003.gguf"
+    part: int  # 1-based
+    total: int
+    suffix: str = ".gguf"  # as this name spells it
+
+    @property
+    def first(self) -> bool:
+        return self.part == 1
+
+    def names(self) -> tuple[str, ...]:
+        """Every part's name, first to last, spelled as this one's."""
+        return tuple(f"{self.prefix}-{i:05d}-of-{self.total:05d}{self.suffix}" for i in range(1, self.total + 1))
+
+
+def gguf_split_part(name: str) -> GgufSplitPart | None:
+    """The part of a split GGUF that `name` (a file name or path; .gguf in any case) is; None for a
+    GGUF in one file, or no GGUF."""
+    match = _SPLIT_PART.match(name)
+    if match is None:
+        return None
+    return GgufSplitPart(match[1], int(match[2]), int(match[3]), match[4])
 
 
 @dataclass(frozen=True)

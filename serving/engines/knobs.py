@@ -29,12 +29,13 @@ from serving.engines.base import (
     ParallelSizes,
     PlanEffect,
     ServedContext,
+    gguf_split_part,
     shown_value,
 )
 from serving.engines.envpolicy import classify_env
 from serving.engines.plan_effects import NO_EFFECT, Sets
 from serving.engines.policy import Concern, model_concern, override_concerns, path_concern, source_concern
-from serving.engines.versions import parse_version
+from serving.engines.versions import parse_version, version_at_or_after, version_lt
 from serving.safety import UnsafeValueError, check_json_value
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -475,7 +476,12 @@ class CheckedAdapter:
         return bool(knobs.get("tool_call_parser"))
 
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
-        """What the engine loads: the host's downloaded copy when there is one, else the repository."""
+        """What the engine loads: the host's downloaded copy when there is one, else the repository.
+        A GGUF, for an engine that loads one (model_formats), is its file: the host's downloaded copy,
+        else the catalog's file (a bare name is read in the host's first model folder), never the
+        repository, which names no one file."""
+        if model.format == "gguf" and "gguf" in self.model_formats:
+            return local_copy or model.gguf_file or model.repo_id or model.name
         if local_copy and not self.fetches_own_weights:
             return local_copy
         return model.repo_id or model.name
@@ -544,8 +550,39 @@ class CheckedAdapter:
         parse_version(self.name, config.engine_version)
         classify_env(config.env, engine=self.name, engine_version=config.engine_version)
         knobs = check_knobs(self, config.knobs)
+        self._check_gguf_file(config, knobs)
         self._check_rules(config, knobs)
         return knobs
+
+    def _check_gguf_file(self, config: EngineConfig, knobs: Mapping[str, Any]) -> None:
+        """A GGUF file that the engine's own GGUF loader (gguf_loader) would not read as asked: a part
+        of a split GGUF, where the release reads only the one file it is given, and a quantization
+        knob other than gguf, which the loader sets itself whatever the knob says. A release without a
+        GGUF loader is the planner's finding (engine.gguf_removed)."""
+        loader, version = self.gguf_loader, config.engine_version
+        if loader is None or not config.model.lower().endswith(".gguf"):
+            return
+        if loader.removed_in and version_at_or_after(version, loader.removed_in):
+            return
+        split = gguf_split_part(config.model)
+        since = loader.split_files
+        if split and (since is None or version_lt(version, since)):
+            who = f"{self.label} {version}" if since else self.label
+            reads = f" (its GGUF loader reads every part from {since})" if since else ""
+            upgrade = f", install {self.label} >= {since}" if since else ""
+            raise EngineConfigError(
+                f"{who} reads a GGUF from the one file it is given{reads}, and {config.model.rsplit('/', 1)[-1]} is "
+                f"part {split.part} of {split.total}: merge the parts into one file (llama-gguf-split --merge) and "
+                f"import that{upgrade}, or serve it with llama.cpp",
+                field="model",
+            )
+        knob = self.quantization_knob
+        if knob and knobs.get(knob, "gguf") != "gguf":
+            raise EngineConfigError(
+                f"{knob}={knobs[knob]} does not apply to a GGUF file: {self.label} loads one with its own "
+                "quantization, gguf, whatever this says; drop it",
+                field=knob,
+            )
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
         """The engine's own rules across knobs and the config (EngineConfigError); none here."""

@@ -351,10 +351,6 @@ class LlamaCppAdapter(Adapter):
         turns them off: see `launch_spec`)."""
         return knobs.get("jinja") is not False and not knobs.get("chat_template")
 
-    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
-        """A GGUF file: the host's downloaded copy, else the catalog's file (or its repository)."""
-        return local_copy or model.gguf_file or model.repo_id or model.name
-
     def launch_knobs(self, knobs: Mapping[str, Any], model: ModelRef) -> dict[str, Any]:
         """A vision GGUF's projector added as `mmproj`, unless the revision turned vision off or
         names one itself."""

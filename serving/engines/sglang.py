@@ -14,7 +14,6 @@ from typing import Any
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     COUNT_TOKENS,
-    GGUF_SPLIT_PART,
     LINEAR_ATTENTION_HYBRID,
     MESSAGES,
     OPENAI_CORE,
@@ -28,7 +27,6 @@ from serving.engines.base import (
     GpuSplit,
     KvCapacity,
     LaunchSpec,
-    ModelRef,
     shown_value,
 )
 from serving.engines.knobs import (
@@ -159,7 +157,6 @@ SGLANG_GGUF = GgufLoader(
         "deci": "transformers has no causal-LM class for it, which SGLang needs to read a GGUF's config",
         "t5": "it is no causal LM",
     },
-    split_files=False,
 )
 
 
@@ -290,7 +287,10 @@ class SglangAdapter(PipAdapter):
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
     # A Hugging Face checkpoint (the host's copy or the repository), or a GGUF file (SGLANG_GGUF says
-    # which, and how SGLang reads it): `model_reference` hands it the file.
+    # which, and how SGLang reads it): `model_reference` hands it the file, never the repository
+    # (SGLang 0.5.23 given a repository without a config.json looks for a .gguf in it itself,
+    # srt/utils/hf_transformers/common.py resolve_hf_gguf_reference, and takes the only one or
+    # refuses; older releases take it for a Hugging Face checkpoint).
     model_formats = frozenset({"hf", "gguf"})
     gguf_loader = SGLANG_GGUF
     quantization_knob = "quantization"
@@ -303,16 +303,6 @@ class SglangAdapter(PipAdapter):
     # srt/entrypoints/http_server.py: Responses, rerank (a cross-encoder model), Anthropic's Messages
     # and its token count (README_Anthropic_API.md).
     api_paths = OPENAI_CORE | RESPONSES | MESSAGES | COUNT_TOKENS | {"/v1/rerank"}
-
-    def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
-        """A GGUF is its file, as llama.cpp's: the host's downloaded copy, else the catalog's file (a
-        bare name is read in the host's first model folder). SGLang given a repository without a
-        config.json looks for a .gguf in it itself (srt/utils/hf_transformers/common.py
-        resolve_hf_gguf_reference, 0.5.23), and takes the only one or refuses; older releases take it
-        for a Hugging Face checkpoint. Anything else: the host's copy, else the repository."""
-        if model.format == "gguf":
-            return local_copy or model.gguf_file or model.repo_id or model.name
-        return super().model_reference(model, local_copy)
 
     def default_memory_fraction(self, version: str, split: GpuSplit | None = None) -> float:
         """mem_fraction_static when unset, as srt/server_args.py (_handle_gpu_memory_settings) picks
@@ -343,20 +333,6 @@ class SglangAdapter(PipAdapter):
         return (2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384), None
 
     def _check_rules(self, config: EngineConfig, knobs: dict[str, Any]) -> None:
-        split = GGUF_SPLIT_PART.search(config.model)
-        if split and not SGLANG_GGUF.split_files:
-            raise EngineConfigError(
-                f"SGLang reads a GGUF from the one file it is given, and {config.model.rsplit('/', 1)[-1]} is "
-                f"part {int(split.group(1))} of {int(split.group(2))}: merge the parts into one file "
-                "(llama-gguf-split --merge) and import that, or serve it with llama.cpp",
-                field="model",
-            )
-        if config.model.lower().endswith(".gguf") and knobs.get("quantization", "gguf") != "gguf":
-            raise EngineConfigError(
-                f"quantization={knobs['quantization']} does not apply to a GGUF file: SGLang loads one with its "
-                "own quantization, gguf, whatever this says; drop it",
-                field="quantization",
-            )
         spec_knobs = [k for k in knobs if k.startswith("speculative_") and k != "speculative_algorithm"]
         if spec_knobs and "speculative_algorithm" not in knobs:
             raise EngineConfigError(

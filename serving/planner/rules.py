@@ -9,9 +9,9 @@ import math
 import re
 from collections.abc import Mapping
 
-from serving.engines.base import LINEAR_ATTENTION_HYBRID, QWEN3_5, FamilySupport
-from serving.engines.registry import engine_label, get_adapter
-from serving.engines.versions import version_in, version_lt
+from serving.engines.base import GGUF_FLOAT_FILE_TYPES, LINEAR_ATTENTION_HYBRID, QWEN3_5, FamilySupport
+from serving.engines.registry import ADAPTERS, engine_label, get_adapter
+from serving.engines.versions import LATEST_KNOWN, version_at_or_after, version_in, version_lt
 from serving.planner import findings as F
 from serving.planner.findings import Severity
 from serving.planner.inputs import GPU_SPLIT_ENGINES, LAYER_SPLIT_ENGINES
@@ -404,14 +404,39 @@ def _engine_support(ctx: Context) -> None:
                 )
 
 
+def _gguf_engines(engine: str, architecture: str) -> str:
+    """The other engines that serve a GGUF of `architecture` in their latest release ("llama.cpp or SGLang")."""
+    names = []
+    for name, adapter in ADAPTERS.items():
+        loader = adapter.gguf_loader
+        if name == engine or "gguf" not in adapter.model_formats:
+            continue
+        if loader is None or (not loader.removed_in and not loader.refusal(architecture)):
+            names.append(adapter.label)
+    return " or ".join(names) or "llama.cpp"
+
+
 def _gguf_architecture(ctx: Context) -> None:
-    """A GGUF whose architecture (general.architecture) the engine's own GGUF loader does not read,
-    or reads only from a later release (the adapter's gguf_loader; llama.cpp reads every GGUF)."""
+    """A GGUF the engine's own GGUF loader (the adapter's gguf_loader; llama.cpp reads every GGUF)
+    does not serve: on a release without one (removed_in), of an architecture it does not read or
+    reads only from a later release, with a package too new for it, and a quantized one on a CPU
+    build without the kernels of llama.cpp's types."""
     req = ctx.request
-    loader = get_adapter(req.engine).gguf_loader
+    adapter = get_adapter(req.engine)
+    loader = adapter.gguf_loader
     if req.gguf is None or loader is None:
         return
     arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
+    if loader.removed_in and version_at_or_after(version, loader.removed_in):
+        shown = version or f"{LATEST_KNOWN.get(req.engine) or 'latest'} (the latest release the panel knows)"
+        ctx.add(
+            ERROR,
+            F.ENGINE_GGUF_REMOVED,
+            f"{label} {shown} has no GGUF loader: it was removed in {loader.removed_in}, so it cannot load this "
+            "GGUF file.",
+            f"Serve this GGUF with {_gguf_engines(req.engine, arch)}, or install {label} < {loader.removed_in}.",
+        )
+        return
     why = loader.refusal(arch)
     if why:
         loads = ", ".join(sorted(loader.architectures))
@@ -419,7 +444,8 @@ def _gguf_architecture(ctx: Context) -> None:
             ERROR,
             F.ENGINE_UNSUPPORTED_ARCH,
             f"{label} cannot serve a GGUF of architecture {arch!r}: {why}. Its GGUF loader reads {loads}.",
-            f"Serve this GGUF with llama.cpp, or the model's Hugging Face checkpoint with {label}.",
+            f"Serve this GGUF with {_gguf_engines(req.engine, arch)}, or the model's Hugging Face checkpoint with "
+            f"{label}.",
         )
         return
     first = loader.architectures[arch]
@@ -428,7 +454,36 @@ def _gguf_architecture(ctx: Context) -> None:
             ERROR,
             F.ENGINE_VERSION_FLOOR,
             f"{label} {version} cannot load a GGUF of architecture {arch!r}: its GGUF loader reads one from {first}.",
-            f"Install {label} >= {first}, or serve this GGUF with llama.cpp.",
+            f"Install {label} >= {first}, or serve this GGUF with {_gguf_engines(req.engine, arch)}.",
+        )
+    ceiling = loader.package_ceilings.get(arch)
+    if ceiling is not None:
+        have = req.packages.get(ceiling.package)
+        too_new = bool(have) and version_at_or_after(have, ceiling.below)
+        if too_new or (not have and version_in(version, *ceiling.releases)):
+            ctx.add(
+                ERROR if too_new else WARNING,
+                F.ENGINE_PACKAGE_CEILING,
+                f"{label} {version} loads a GGUF of architecture {arch!r} only with {ceiling.package} < "
+                f"{ceiling.below}: {ceiling.why}"
+                + (
+                    f"; this environment has {have}."
+                    if have
+                    else f"; its releases from {ceiling.releases[0]} "
+                    f"install {ceiling.package} {ceiling.below} or later, and this environment's is unknown."
+                ),
+                f"pip install '{ceiling.package}<{ceiling.below}' in the engine's venv, or serve this GGUF with "
+                f"{_gguf_engines(req.engine, arch)}.",
+            )
+    file_type = req.gguf.file_type
+    on_cpu_build = not loader.cpu_quantized and adapter.cpu_build and not req.gpus
+    if on_cpu_build and file_type is not None and file_type not in GGUF_FLOAT_FILE_TYPES:
+        ctx.add(
+            ERROR,
+            F.ENGINE_GGUF_CPU_KERNELS,
+            f"{label}'s CPU build has no kernels for llama.cpp's quantized types, and this GGUF's weights are "
+            f"quantized (general.file_type {file_type}): it fails at its first forward pass.",
+            f"Serve this GGUF with llama.cpp, or a GGUF of F16, BF16 or F32 weights with {label}.",
         )
 
 

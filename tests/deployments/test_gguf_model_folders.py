@@ -85,6 +85,26 @@ def test_the_import_page_lists_the_gguf_files_in_the_model_folders(client, catal
     assert "notes.txt" not in page
 
 
+def test_a_split_gguf_is_listed_by_its_first_part_and_imported_with_every_parts_bytes(
+    client, catalog, operator, folders
+):
+    """llama.cpp's split GGUF (NAME-00001-of-00002.gguf and its siblings): the import page offers its
+    first part alone, whatever case its .gguf is spelled in, and importing it records the weights of
+    all its parts (the header is the first part's)."""
+    first, _, _ = folders
+    one = _header_copy(gemma_package_path(), first / "split" / "gemma-Q4_K_M-00001-of-00002.gguf")
+    (first / "split" / "gemma-Q4_K_M-00002-of-00002.gguf").write_bytes(b"\0" * 4096)
+    _header_copy(gemma_package_path(), first / "shout" / "GEMMA-00001-of-00003.GGUF")
+    (first / "shout" / "GEMMA-00002-of-00003.GGUF").write_bytes(b"\0" * 1024)
+    client.force_login(operator)
+    page = client.get(reverse("deployments:model_import")).content.decode()
+    assert '<option value="split/gemma-Q4_K_M-00001-of-00002.gguf">' in page and "-00002-of-00002" not in page
+    assert '<option value="shout/GEMMA-00001-of-00003.GGUF">' in page and "-00002-of-00003" not in page
+
+    variant = model_variant_import_gguf(path="split/gemma-Q4_K_M-00001-of-00002.gguf", name="split", actor=operator)
+    assert variant.gguf_file == str(one) and variant.weights_bytes == one.stat().st_size + 4096
+
+
 def test_the_import_page_says_where_to_put_a_first_gguf(client, catalog, operator, tmp_path, monkeypatch):
     empty = tmp_path / "models"
     empty.mkdir()

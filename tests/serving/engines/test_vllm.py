@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
 import pytest
 
-from serving.engines.base import EngineConfig, EngineConfigError
+from serving.engines.base import EngineConfig, EngineConfigError, ModelRef
 from serving.engines.vllm import VllmAdapter
+from serving.launch import HostFacts, RevisionSpec, launch
 
 MODEL = "philbert440/Qwen3.8-27B-W4A16-AWQ"
 
@@ -220,3 +222,53 @@ def test_systemd_unit_matches_the_seed_role():
         assert line in unit.splitlines()
     assert "sk-very-secret" not in unit
     assert '"{\\"method\\":\\"mtp\\"}"' in unit  # JSON survives systemd's quoting
+
+
+GGUF = ModelRef(name="Qwen3-8B-Q4_K_M", repo_id="Qwen/Qwen3-8B-GGUF", gguf_file="Qwen3-8B-Q4_K_M.gguf", format="gguf")
+GGUF_COPY = "/srv/models/Qwen--Qwen3-8B-GGUF/7c41481f/Qwen3-8B-Q4_K_M.gguf"
+SPLIT_COPY = "/srv/models/unsloth--Qwen3-235B-A22B-GGUF/3b1c/Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf"
+
+
+def test_vllm_is_handed_a_gguf_as_its_file_with_the_tokenizer_left_to_the_file():
+    """vLLM up to 0.23 loads a .gguf path by itself (engine/arg_utils.py create_model_config: load
+    format and quantization gguf), and its tokenizer, unset, is the file's own (tokenizers/registry.py
+    hands transformers the file as gguf_file): the command line names the file and nothing else."""
+    spec = RevisionSpec(engine="vllm", version="0.23.0", model=GGUF, knobs={"tensor_parallel_size": 2})
+    assert launch(spec, HostFacts(local_weights=GGUF_COPY)).argv[:3] == ("vllm", "serve", GGUF_COPY)
+    # Without a host copy: the catalog's file in the host's first model folder, never the repository.
+    bare = launch(spec, HostFacts(model_dirs=("/srv/models",)))
+    assert bare.argv[:3] == ("vllm", "serve", "Qwen3-8B-Q4_K_M.gguf") and bare.cwd == "/srv/models"
+    assert not {"--tokenizer", "--load-format", "--quantization", "--hf-config-path"} & set(bare.argv)
+    # A Hugging Face checkpoint is still the repository (or the host's copy).
+    hf = ModelRef(name="Qwen3-8B", repo_id="Qwen/Qwen3-8B")
+    assert launch(dataclasses.replace(spec, model=hf), HostFacts()).argv[2] == "Qwen/Qwen3-8B"
+
+
+def test_vllm_reads_a_split_gguf_whole_from_0_20_and_refuses_it_before():
+    """Before 0.20 GGUFModelLoader reads only the file it is given; from 0.20 _get_all_gguf_files
+    finds the other parts beside the first."""
+    spec = RevisionSpec(engine="vllm", version="0.19.1", model=GGUF)
+    with pytest.raises(EngineConfigError) as info:
+        launch(spec, HostFacts(local_weights=SPLIT_COPY))
+    assert info.value.field == "model"
+    assert str(info.value) == (
+        "vLLM 0.19.1 reads a GGUF from the one file it is given (its GGUF loader reads every part from 0.20), and "
+        "Qwen3-235B-A22B-Q4_K_M-00001-of-00003.gguf is part 1 of 3: merge the parts into one file "
+        "(llama-gguf-split --merge) and import that, install vLLM >= 0.20, or serve it with llama.cpp"
+    )
+    assert launch(dataclasses.replace(spec, version="0.20.0"), HostFacts(local_weights=SPLIT_COPY)).argv[2] == (
+        SPLIT_COPY
+    )
+
+
+def test_vllm_refuses_a_quantization_a_gguf_would_not_load_with():
+    spec = RevisionSpec(engine="vllm", version="0.23.0", model=GGUF, knobs={"quantization": "awq"})
+    with pytest.raises(EngineConfigError) as info:
+        launch(spec, HostFacts(local_weights=GGUF_COPY))
+    assert info.value.field == "quantization"
+    assert str(info.value) == (
+        "quantization=awq does not apply to a GGUF file: vLLM loads one with its own quantization, gguf, "
+        "whatever this says; drop it"
+    )
+    # gguf is what vLLM sets itself: taken.
+    launch(dataclasses.replace(spec, knobs={"quantization": "gguf"}), HostFacts(local_weights=GGUF_COPY))
