@@ -90,7 +90,8 @@ async def cut_stream(
 
 
 class EngineGone(Exception):
-    """The engine refused the connection (its process is gone): nothing was sent, nothing answered."""
+    """The engine refused the connection (its process is gone), or answered 503 before doing anything
+    (it is loading): nothing was served; the request may be asked again once it is loaded."""
 
 
 @dataclass
@@ -155,8 +156,8 @@ class Upstream(PooledClient):
     ) -> web.StreamResponse:
         """Send `payload` to the lease's engine and answer the client; `done` gets the outcome
         once, whatever happens (a client gone, an engine gone). With `gone_ok`, an engine that
-        refuses the connection raises EngineGone instead (and `done` is not called): the caller
-        loads it again and retries."""
+        refuses the connection, or answers 503 (not ready: loading), raises EngineGone instead (and
+        `done` is not called): the caller loads it again and retries."""
         model = lease.model
         api = api_of(endpoint)
         strip = False
@@ -187,6 +188,13 @@ class Upstream(PooledClient):
                     kind="server_error",
                 )  # fmt: skip
             try:
+                if gone_ok and upstream.status == 503:
+                    # The engine said it is not ready before doing anything (llama-server answers
+                    # every path "503 Loading model" while it starts: the host's pinned engine being
+                    # restarted by the watchdog after a crash, on the same port): as for an engine that
+                    # refused the connection, the caller waits for it to load and asks again.
+                    report = False
+                    raise EngineGone(f"{model.name} answered 503 before anything: not ready")
                 if upstream.status in (401, 403):
                     answer.status = 502
                     log.error("front door: %s refused the front door's engine key (%s)", model.name, upstream.status)
