@@ -155,9 +155,10 @@ class Upstream(PooledClient):
         gone_ok: bool = False,
     ) -> web.StreamResponse:
         """Send `payload` to the lease's engine and answer the client; `done` gets the outcome
-        once, whatever happens (a client gone, an engine gone). With `gone_ok`, an engine that
-        refuses the connection, or answers 503 (not ready: loading), raises EngineGone instead (and
-        `done` is not called): the caller loads it again and retries."""
+        once, whatever happens (a client gone, an engine gone). With `gone_ok`, an engine that refuses
+        the connection or answers 503 (llama-server's "Loading model" while the watchdog starts the
+        pinned engine again) raises EngineGone instead (`done` is not called): the caller loads it
+        again (a pinned engine: waits for its health) and retries."""
         model = lease.model
         api = api_of(endpoint)
         strip = False
@@ -188,11 +189,7 @@ class Upstream(PooledClient):
                     kind="server_error",
                 )  # fmt: skip
             try:
-                if gone_ok and upstream.status == 503:
-                    # The engine said it is not ready before doing anything (llama-server answers
-                    # every path "503 Loading model" while it starts: the host's pinned engine being
-                    # restarted by the watchdog after a crash, on the same port): as for an engine that
-                    # refused the connection, the caller waits for it to load and asks again.
+                if gone_ok and upstream.status == 503:  # loading (a watchdog's restart): as if refused
                     report = False
                     raise EngineGone(f"{model.name} answered 503 before anything: not ready")
                 if upstream.status in (401, 403):
