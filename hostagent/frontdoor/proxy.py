@@ -89,9 +89,14 @@ async def cut_stream(
         request.transport.close()
 
 
+# llama-server's answer on every path from the moment it listens until its model is loaded: 503,
+# {"error": {"message": "Loading model", ...}} (tools/server/server-http.cpp middleware_server_state).
+LOADING = b'"Loading model"'
+
+
 class EngineGone(Exception):
-    """The engine refused the connection (its process is gone), or answered 503 before doing anything
-    (it is loading): nothing was served; the request may be asked again once it is loaded."""
+    """The engine refused the connection (its process is gone), or said it is loading its model:
+    nothing was served; the request may be asked again once it is loaded."""
 
 
 @dataclass
@@ -156,9 +161,9 @@ class Upstream(PooledClient):
     ) -> web.StreamResponse:
         """Send `payload` to the lease's engine and answer the client; `done` gets the outcome
         once, whatever happens (a client gone, an engine gone). With `gone_ok`, an engine that refuses
-        the connection or answers 503 (llama-server's "Loading model" while the watchdog starts the
-        pinned engine again) raises EngineGone instead (`done` is not called): the caller loads it
-        again (a pinned engine: waits for its health) and retries."""
+        the connection or says it is loading (LOADING: the watchdog starts the pinned engine again)
+        raises EngineGone instead (`done` is not called): the caller loads it again (a pinned engine:
+        waits for its health) and retries. Any other 503 (a full queue) is the client's answer."""
         model = lease.model
         api = api_of(endpoint)
         strip = False
@@ -189,9 +194,9 @@ class Upstream(PooledClient):
                     kind="server_error",
                 )  # fmt: skip
             try:
-                if gone_ok and upstream.status == 503:  # loading (a watchdog's restart): as if refused
-                    report = False
-                    raise EngineGone(f"{model.name} answered 503 before anything: not ready")
+                if gone_ok and upstream.status == 503 and LOADING in await upstream.read():
+                    report = False  # loading (a watchdog's restart): as if it refused the connection
+                    raise EngineGone(f"{model.name} is loading its model")
                 if upstream.status in (401, 403):
                     answer.status = 502
                     log.error("front door: %s refused the front door's engine key (%s)", model.name, upstream.status)
