@@ -41,6 +41,7 @@ from deployments.importers.hf_config import HfConfigError, arch_from_hf_config
 from deployments.importers.hub import HubError, hub_read
 from deployments.models import ModelVariant
 from hardware.models import Host
+from serving.engines.base import gguf_split_part
 from serving.purpose import guess_purpose
 
 from .imports import _gguf_facts, _save_variant, _text_arg, _unique_name, _variant_text, purpose_note
@@ -88,8 +89,9 @@ def _name_for(model: Any, given: str) -> str:
         return _unique_name(given)
     base = model.repo_id.rsplit("/", 1)[-1]
     if model.gguf_file:
-        stem = model.gguf_file.rsplit("/", 1)[-1][: -len(".gguf")]
-        stem = stem.split("-00001-of-")[0]
+        file = model.gguf_file.rsplit("/", 1)[-1]
+        split = gguf_split_part(file)
+        stem = split.prefix if split else file[: -len(".gguf")]
         base = stem if base.lower().replace("-gguf", "") in stem.lower() or not base else f"{base}/{stem}"
     name = base[:200]
     if ModelVariant.objects.filter(name=name).exists():

@@ -231,7 +231,13 @@ class LoadGenerator:
         # made for 1.3 was longer than a small slot, and the engine refused it).
         short = self._probe_prompt_tokens(client, probe)
         per_word = max(1.3, short / 40)
-        words = max(50, min(400, int((self.served_context or 4096) / 2 / per_word)))
+        context = self.served_context or 4096
+        words = max(50, min(400, int(context / 2 / per_word)))
+        if words * per_word > 0.9 * context:
+            raise ValueError(
+                f"a served context of {context} tokens is too small to measure prompt sizes without the "
+                f"engine's tokenizer ({short} tokens for 40 words): serve a larger context per sequence"
+            )
         long_probe = " ".join(passage_words(-1, self.profile.seed, words))
         model = LinearTokenModel.from_probes(40, short, words, self._probe_prompt_tokens(client, long_probe))
         return model, 0, "usage-calibrated"

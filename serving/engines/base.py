@@ -196,13 +196,17 @@ class GgufLoader:
         return self.refused.get(architecture) or self.unmapped
 
 
+# Why an engine that rebuilds a Hugging Face model from a GGUF (SGLang's, vLLM's loader) cannot read
+# an architecture whose transformers model type gguf-py has no tensor names for (.format: the type).
+NO_GGUF_PY_NAMES = "transformers' GGUF reader names its model {}, for which gguf-py has no tensor names"
+
 # general.file_type (llama_ftype) of a GGUF whose weights are all floats: ALL_F32, MOSTLY_F16, MOSTLY_BF16.
 GGUF_FLOAT_FILE_TYPES = frozenset({0, 1, 32})
 
 # llama.cpp's split GGUF (gguf-split, llama_split_path): NAME-00001-of-00003.gguf and its siblings.
 # The one home of that pattern: the importers, the host's listing of its model folders and the
 # adapters all read a file name with gguf_split_part.
-_SPLIT_PART = re.compile(r"^(.*)-(\d{5})-of-(\d{5})(\.gguf)$", re.IGNORECASE)
+_SPLIT_PART = re.compile(r"^(.*)-(\d{5})-(of)-(\d{5})(\.gguf)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,7 @@ class GgufSplitPart:
     part: int  # 1-based
     total: int
     suffix: str = ".gguf"  # as this name spells it
+    of: str = "of"  # as this name spells it
 
     @property
     def first(self) -> bool:
@@ -220,16 +225,16 @@ class GgufSplitPart:
 
     def names(self) -> tuple[str, ...]:
         """Every part's name, first to last, spelled as this one's."""
-        return tuple(f"{self.prefix}-{i:05d}-of-{self.total:05d}{self.suffix}" for i in range(1, self.total + 1))
+        return tuple(f"{self.prefix}-{i:05d}-{self.of}-{self.total:05d}{self.suffix}" for i in range(1, self.total + 1))
 
 
 def gguf_split_part(name: str) -> GgufSplitPart | None:
     """The part of a split GGUF that `name` (a file name or path; .gguf in any case) is; None for a
-    GGUF in one file, or no GGUF."""
+    GGUF in one file, no GGUF, or numbers no split has (part 0, a part past the total)."""
     match = _SPLIT_PART.match(name)
-    if match is None:
+    if match is None or not 1 <= int(match[2]) <= int(match[4]):
         return None
-    return GgufSplitPart(match[1], int(match[2]), int(match[3]), match[4])
+    return GgufSplitPart(match[1], int(match[2]), int(match[4]), match[5], match[3])
 
 
 @dataclass(frozen=True)

@@ -478,8 +478,9 @@ class CheckedAdapter:
     def model_reference(self, model: ModelRef, local_copy: str | None = None) -> str:
         """What the engine loads: the host's downloaded copy when there is one, else the repository.
         A GGUF, for an engine that loads one (model_formats), is its file: the host's downloaded copy,
-        else the catalog's file (a bare name is read in the host's first model folder), never the
-        repository, which names no one file."""
+        else the catalog's file (a bare name is read in the host's first model folder); the repository
+        only for a GGUF row that names no file (made by hand: a hub import always names one), which
+        such an engine may fail to load."""
         if model.format == "gguf" and "gguf" in self.model_formats:
             return local_copy or model.gguf_file or model.repo_id or model.name
         if local_copy and not self.fetches_own_weights:
@@ -557,13 +558,21 @@ class CheckedAdapter:
     def _check_gguf_file(self, config: EngineConfig, knobs: Mapping[str, Any]) -> None:
         """A GGUF file that the engine's own GGUF loader (gguf_loader) would not read as asked: a part
         of a split GGUF, where the release reads only the one file it is given, and a quantization
-        knob other than gguf, which the loader sets itself whatever the knob says. A release without a
-        GGUF loader is the planner's finding (engine.gguf_removed)."""
-        loader, version = self.gguf_loader, config.engine_version
+        knob other than gguf, which the loader sets itself whatever the knob says; and a release named
+        that has no GGUF loader at all. At latest (the host's newest install, which may be older) that
+        is the planner's finding (engine.gguf_removed), which also needs the GGUF's header."""
+        loader, version = self.gguf_loader, (config.engine_version or "").strip()
         if loader is None or not config.model.lower().endswith(".gguf"):
             return
         if loader.removed_in and version_at_or_after(version, loader.removed_in):
-            return
+            if version in ("", "latest"):
+                return
+            raise EngineConfigError(
+                f"{self.label} {version} has no GGUF loader (it was removed in {loader.removed_in}), so it cannot "
+                f"load {config.model.rsplit('/', 1)[-1]}: choose a version below {loader.removed_in}, or serve the "
+                "GGUF with llama.cpp",
+                field="engine_version",
+            )
         split = gguf_split_part(config.model)
         since = loader.split_files
         if split and (since is None or version_lt(version, since)):

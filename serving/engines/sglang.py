@@ -16,6 +16,7 @@ from serving.engines.base import (
     COUNT_TOKENS,
     LINEAR_ATTENTION_HYBRID,
     MESSAGES,
+    NO_GGUF_PY_NAMES,
     OPENAI_CORE,
     PRIVATE_FILE,
     RESPONSES,
@@ -123,7 +124,6 @@ SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 # Mamba's A = -exp(A_log) (MambaTensorProcessor; srt/models/falcon_mamba.py keeps A_log as loaded).
 # phi3 stores attn_qkv and ffn_up fused, and srt/layers/linear.py QKVParallelLinear.weight_loader takes
 # a GGUF weight type only per q, k, v shard. The rest fail in get_config or _get_gguf_weights_map.
-_NO_GGUF_PY_NAMES = "transformers' GGUF reader names its model {}, for which gguf-py has no tensor names"
 SGLANG_GGUF = GgufLoader(
     architectures={
         "qwen2": "",
@@ -145,10 +145,10 @@ SGLANG_GGUF = GgufLoader(
         "mamba": "llama.cpp stores A as -exp(A_log), and SGLang takes it for A_log",
         "phi3": "its Q, K and V (and gate and up) are one tensor each in the file, which SGLang's GGUF loader "
         "takes only part by part",
-        "gemma3": _NO_GGUF_PY_NAMES.format("gemma3_text"),
-        "gemma4": _NO_GGUF_PY_NAMES.format("gemma4_text"),
-        "gpt-oss": _NO_GGUF_PY_NAMES.format("gpt_oss"),
-        "minimax-m2": _NO_GGUF_PY_NAMES.format("minimax_m2"),
+        "gemma3": NO_GGUF_PY_NAMES.format("gemma3_text"),
+        "gemma4": NO_GGUF_PY_NAMES.format("gemma4_text"),
+        "gpt-oss": NO_GGUF_PY_NAMES.format("gpt_oss"),
+        "minimax-m2": NO_GGUF_PY_NAMES.format("minimax_m2"),
         "qwen2moe": "transformers' GGUF reader names its model qwen2_moe, which SGLang does not rename to "
         "gguf-py's qwen2moe (it renames qwen3_moe alone)",
         "falcon": "SGLang has no model of that architecture",
@@ -287,7 +287,7 @@ class SglangAdapter(PipAdapter):
     install_executable = "bin/python"  # sglang runs as `python -m sglang.launch_server`
     loads_hub_repository = True
     # A Hugging Face checkpoint (the host's copy or the repository), or a GGUF file (SGLANG_GGUF says
-    # which, and how SGLang reads it): `model_reference` hands it the file, never the repository
+    # which, and how SGLang reads it): `model_reference` hands it the file
     # (SGLang 0.5.23 given a repository without a config.json looks for a .gguf in it itself,
     # srt/utils/hf_transformers/common.py resolve_hf_gguf_reference, and takes the only one or
     # refuses; older releases take it for a Hugging Face checkpoint).

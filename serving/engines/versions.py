@@ -169,8 +169,9 @@ def version_lt(version: str | None, floor: str) -> bool:
 
 
 def version_at_or_after(version: str | None, release: str) -> bool:
-    """True when `version` is `release` or later: "" (the latest release) is, an unknown version is not."""
-    if not version:
+    """True when `version` is `release` or later: "" or "latest" (the latest release) is, an unknown
+    version is not."""
+    if not version or version.strip() in ("", "latest"):
         return True
     return release_numbers(version) is not None and not version_lt(version, release)
 

@@ -15,6 +15,7 @@ from typing import Any
 from serving.engines.adapter import PipAdapter
 from serving.engines.base import (
     MESSAGES,
+    NO_GGUF_PY_NAMES,
     OPENAI_CORE,
     QWEN3_5,
     RESPONSES,
@@ -193,7 +194,6 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
 # Read with transformers 4.57.1 (vLLM up to 0.19.0 pins transformers < 5), 5.3.0 and 5.19.0, and gguf
 # 0.19.0: the config, class and tensor-name steps replayed on each architecture's header.
 VLLM_GGUF_REMOVED = "0.24.0"
-_NO_GGUF_PY_NAMES = "transformers' GGUF reader names its model {}, for which gguf-py has no tensor names"
 # transformers 5 builds a MoE model's experts fused (mlp.experts.gate_up_proj), which gguf-py has no
 # name for; the loader's own map of the experts (model.layers.N.mlp.experts.0.gate_proj) is transformers
 # 4's. vLLM 0.12 to 0.19.0 pin transformers < 5; 0.19.1 to 0.23 take 5.5.1 and later.
@@ -235,10 +235,10 @@ VLLM_GGUF = GgufLoader(
         "answers wrongly",
         "bloom": "gguf-py has no tensor names for its embedding norm as transformers names it, so vLLM's GGUF "
         "loader stops ('Failed to map GGUF parameters')",
-        "gemma4": _NO_GGUF_PY_NAMES.format("gemma4_text"),
-        "gpt-oss": _NO_GGUF_PY_NAMES.format("gpt_oss"),
-        "qwen35": _NO_GGUF_PY_NAMES.format("qwen3_5_text"),
-        "qwen35moe": _NO_GGUF_PY_NAMES.format("qwen3_5_moe_text"),
+        "gemma4": NO_GGUF_PY_NAMES.format("gemma4_text"),
+        "gpt-oss": NO_GGUF_PY_NAMES.format("gpt_oss"),
+        "qwen35": NO_GGUF_PY_NAMES.format("qwen3_5_text"),
+        "qwen35moe": NO_GGUF_PY_NAMES.format("qwen3_5_moe_text"),
         "t5": "it is no causal LM ('Can't get gguf config for t5')",
         "deci": "transformers has no model of that architecture",
     },

@@ -428,7 +428,8 @@ def _gguf_architecture(ctx: Context) -> None:
         return
     arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
     if loader.removed_in and version_at_or_after(version, loader.removed_in):
-        shown = version or f"{LATEST_KNOWN.get(req.engine) or 'latest'} (the latest release the panel knows)"
+        latest = f"{LATEST_KNOWN.get(req.engine) or 'latest'} (the latest release the panel knows)"
+        shown = latest if (version or "").strip() in ("", "latest") else version
         ctx.add(
             ERROR,
             F.ENGINE_GGUF_REMOVED,

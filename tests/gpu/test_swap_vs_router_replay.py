@@ -206,12 +206,12 @@ def test_where_a_swap_goes_the_door_and_the_router_side_by_side() -> None:
 # A year-end check of the door as it is after the folds that touched it (one PooledClient for the door's
 # and the router's upstream sessions, ConnectionLimits in one home, the health poll at 5 ms): one H100,
 # 2026-12-07, engines at 1 thread (`--threads 1`; the records above ran 4), room for one at both shapes
-# three runs a side, room for two at 16 x 48 two runs a side (README, "HEAD on an H100").
+# three runs a side, room for two at 16 x 48 two runs a side (README, "ddca975 on an H100").
 def test_the_door_after_the_folds_loses_nothing_and_stays_level_with_the_router_with_room_for_one() -> None:
     """Every request answered on both sides; with room for one the door swaps exactly as often as
     the router (4 loads a run) and stays level with it: the medians of its p50, p99 and wall within
-    15 % of the router's at either shape (the earlier H100 record: 0.99-1.09), so a change that made
-    the door's swaps or its proxy slower by more shows here. Half the router's p50 stays out of reach
+    15 % of the router's at either shape (the earlier H100 record: 0.99-1.09): the folds that touched
+    the door's proxy cost it nothing this record can see. Half the router's p50 stays out of reach
     with room for one (each swap waits for an engine's start: 0.7-0.8 s at one thread)."""
     for shape, shape_runs in runs("h100_head_room1").items():
         streams, requests = (int(n) for n in re.findall(r"\d+", shape))

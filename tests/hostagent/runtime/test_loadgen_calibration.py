@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -19,14 +21,14 @@ from tools.gpu_run.make_gguf import write
 SLOT = 768  # what bench_frontdoor.py's overhead part gives a slot at its default 128-token prompts
 
 
-@pytest.fixture(scope="module")
-def byte_vocab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    folder = tmp_path_factory.mktemp("byte-vocab")
+@contextmanager
+def byte_vocab_engine(folder: Path, slot: int) -> Iterator[Target]:
     model = folder / "tiny.gguf"
-    write(model, "tiny", 17)
-    port, log = free_port(), folder / "engine.log"
+    if not model.exists():
+        write(model, "tiny", 17)
+    port, log = free_port(), folder / f"engine-{slot}.log"
     argv = [llama_server_binary(), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-a", "tiny"]
-    argv += ["-c", str(SLOT), "-np", "1", "-ngl", "0", "-t", "1"]
+    argv += ["-c", str(slot), "-np", "1", "-ngl", "0", "-t", "1"]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -36,6 +38,17 @@ def byte_vocab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("byte-vocab")
+
+
+@pytest.fixture(scope="module")
+def byte_vocab(folder: Path) -> Iterator[Target]:
+    with byte_vocab_engine(folder, SLOT) as target:
+        yield target
 
 
 @pytest.mark.engine
@@ -50,3 +63,14 @@ def test_a_byte_level_vocabulary_on_a_small_slot_is_calibrated_and_measured(byte
     assert records and all(r.ok for r in records), [r.error for r in records]
     sizes = [r.input_tokens for r in records]
     assert all(s is not None and abs(s - 128) <= 20 for s in sizes), sizes  # within 15 %: a linear fit of words
+
+
+@pytest.mark.engine
+def test_a_slot_too_small_to_calibrate_says_so(folder: Path) -> None:
+    """At 128 tokens a slot even the shortest long probe (50 words, about 300 tokens here) does not
+    fit: the run fails before any request, saying why and what to change, instead of the engine's 400."""
+    profile = BenchmarkProfile(name="t", concurrency=(1,), num_requests=2, input_tokens=16, output_tokens=4)
+    with byte_vocab_engine(folder, 128) as target:
+        result = run_benchmark_sync(target, profile, served_context=128, use_tokenize=False)
+    assert result.status == "failed" and not result.levels
+    assert "a served context of 128 tokens is too small to measure prompt sizes" in result.reason, result.reason
