@@ -142,10 +142,12 @@ def test_the_heartbeat_carries_the_metrics_of_an_engine_behind_its_key(world: Wo
     with pytest.raises(PanelAway):
         world.panel.heartbeat(Heartbeat(engine_state=state, engine_metrics=engine_metrics(world.ctx, state)))
     kept = [json.loads(p.read_text()) for p in set(world.panel.outbox.entries()) - before]
-    assert len(kept) == 1, "the heartbeat carried none of the engine's metrics"
-    [sample] = kept[0]["body"]["engine_samples"]
-    assert sample["generation_tokens_total"] >= 3 and sample["prompt_tokens_total"] > 0, sample
-    assert sample["requests_running"] == 0
+    # The agent's own telemetry may keep an entry beside this heartbeat's meanwhile (a loaded machine):
+    # what matters is that the heartbeat's carries the engine's counters.
+    samples = [s for entry in kept for s in entry["body"].get("engine_samples") or []]
+    assert samples, f"the heartbeat carried none of the engine's metrics: {kept}"
+    assert any(s["generation_tokens_total"] >= 3 and s["prompt_tokens_total"] > 0 for s in samples), samples
+    assert all(s["requests_running"] == 0 for s in samples)
     assert ENGINE_KEY not in json.dumps(kept)
 
 
