@@ -20,7 +20,7 @@ from deployments.services.serving_set import free_port
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
 from serving.engines.policy import Concern, check_paths_under
-from serving.engines.registry import engine_label, engines_loading, format_refusal, get_adapter
+from serving.engines.registry import engines_loading, format_refusal, get_adapter
 from serving.launch import HostFacts, RevisionSpec, derive, engine_config
 from serving.safety import UnsafeValueError, check_json_value
 
@@ -113,13 +113,6 @@ def _model_of(spec: RevisionSpec) -> ModelVariant:
     return variant
 
 
-def _loading_label(engine: str, model_format: str) -> str:
-    """The engine as the advice names it: "vLLM before 0.24.0" for a GGUF, whose loader it dropped."""
-    loader = get_adapter(engine).gguf_loader
-    removed = loader.removed_in if loader is not None and model_format == "gguf" else ""
-    return f"{engine_label(engine)} before {removed}" if removed else engine_label(engine)
-
-
 def _loadable(spec: RevisionSpec, model: ModelVariant, parent: DeploymentRevision | None) -> None:
     """ValidationError when the engine cannot load the model's format (registry.format_refusal),
     beside what the person changed: the model when it changed from the parent's and the engine did
@@ -131,8 +124,7 @@ def _loadable(spec: RevisionSpec, model: ModelVariant, parent: DeploymentRevisio
     if not why:
         return
     model_changed = parent is not None and parent.engine == spec.engine and parent.model_variant_id != model.pk
-    labels = [_loading_label(e, model.format) for e in engines_loading(model.format)]
-    loading = " or ".join(filter(None, [", ".join(labels[:-1]), *labels[-1:]]))
+    loading = engines_loading(model.format)
     advice = (
         f"Choose an engine that loads {model.name} ({loading}), or another model."
         if loading

@@ -65,9 +65,17 @@ def format_refusal(engine: str, model_format: str) -> str:
     return f"{adapter.label} cannot load {what}: the panel launches it with {takes}"
 
 
-def engines_loading(model_format: str) -> list[str]:
-    """The engines (names, sorted) whose adapter loads a model of `model_format`."""
-    return sorted(name for name, adapter in ADAPTERS.items() if model_format in adapter.model_formats)
+def engines_loading(model_format: str) -> str:
+    """The engines whose adapter loads a model of `model_format`, in words ("llama.cpp, SGLang or vLLM
+    before 0.24.0": a GGUF only up to the release that dropped its GGUF loader); "" when none does."""
+    labels = []
+    for name in sorted(ADAPTERS):
+        adapter = ADAPTERS[name]
+        if model_format not in adapter.model_formats:
+            continue
+        loader = adapter.gguf_loader if model_format == "gguf" else None
+        labels.append(f"{adapter.label} before {loader.removed_in}" if loader and loader.removed_in else adapter.label)
+    return " or ".join(filter(None, [", ".join(labels[:-1]), *labels[-1:]]))
 
 
 def get_adapter(name: str) -> EngineAdapter:
