@@ -75,6 +75,25 @@ def engines_loading(model_format: str) -> str:
             continue
         loader = adapter.gguf_loader if model_format == "gguf" else None
         labels.append(f"{adapter.label} before {loader.removed_in}" if loader and loader.removed_in else adapter.label)
+    return _in_words(labels)
+
+
+def gguf_servers(architecture: str, *, besides: str = "") -> str:
+    """The engines other than `besides` whose latest release serves a GGUF of `architecture`, in words
+    ("llama.cpp or SGLang"): llama.cpp reads every GGUF; an engine with its own GGUF loader, the
+    architectures that loader reads, unless a release dropped it."""
+    labels = []
+    for name in sorted(ADAPTERS):
+        adapter, loader = ADAPTERS[name], ADAPTERS[name].gguf_loader
+        if name == besides or "gguf" not in adapter.model_formats:
+            continue
+        if loader is None or (not loader.removed_in and not loader.refusal(architecture)):
+            labels.append(adapter.label)
+    return _in_words(labels) or "llama.cpp"
+
+
+def _in_words(labels: list[str]) -> str:
+    """["a", "b", "c"] -> "a, b or c"."""
     return " or ".join(filter(None, [", ".join(labels[:-1]), *labels[-1:]]))
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 
 from serving.engines.base import GGUF_FLOAT_FILE_TYPES, LINEAR_ATTENTION_HYBRID, QWEN3_5, FamilySupport
-from serving.engines.registry import ADAPTERS, engine_label, get_adapter
+from serving.engines.registry import engine_label, get_adapter, gguf_servers
 from serving.engines.versions import LATEST_KNOWN, version_at_or_after, version_in, version_lt
 from serving.planner import findings as F
 from serving.planner.findings import Severity
@@ -404,18 +404,6 @@ def _engine_support(ctx: Context) -> None:
                 )
 
 
-def _gguf_engines(engine: str, architecture: str) -> str:
-    """The other engines that serve a GGUF of `architecture` in their latest release ("llama.cpp or SGLang")."""
-    names = []
-    for name, adapter in ADAPTERS.items():
-        loader = adapter.gguf_loader
-        if name == engine or "gguf" not in adapter.model_formats:
-            continue
-        if loader is None or (not loader.removed_in and not loader.refusal(architecture)):
-            names.append(adapter.label)
-    return " or ".join(names) or "llama.cpp"
-
-
 def _gguf_architecture(ctx: Context) -> None:
     """A GGUF the engine's own GGUF loader (the adapter's gguf_loader; llama.cpp reads every GGUF)
     does not serve: on a release without one (removed_in), of an architecture it does not read or
@@ -427,6 +415,7 @@ def _gguf_architecture(ctx: Context) -> None:
     if req.gguf is None or loader is None:
         return
     arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
+    others = gguf_servers(arch, besides=req.engine)  # who else serves this file
     if loader.removed_in and version_at_or_after(version, loader.removed_in):
         latest = f"{LATEST_KNOWN.get(req.engine) or 'latest'} (the latest release the panel knows)"
         shown = latest if (version or "").strip() in ("", "latest") else version
@@ -435,7 +424,7 @@ def _gguf_architecture(ctx: Context) -> None:
             F.ENGINE_GGUF_REMOVED,
             f"{label} {shown} has no GGUF loader: it was removed in {loader.removed_in}, so it cannot load this "
             "GGUF file.",
-            f"Serve this GGUF with {_gguf_engines(req.engine, arch)}, or install {label} < {loader.removed_in}.",
+            f"Serve this GGUF with {others}, or install {label} < {loader.removed_in}.",
         )
         return
     why = loader.refusal(arch)
@@ -445,8 +434,7 @@ def _gguf_architecture(ctx: Context) -> None:
             ERROR,
             F.ENGINE_UNSUPPORTED_ARCH,
             f"{label} cannot serve a GGUF of architecture {arch!r}: {why}. Its GGUF loader reads {loads}.",
-            f"Serve this GGUF with {_gguf_engines(req.engine, arch)}, or the model's Hugging Face checkpoint with "
-            f"{label}.",
+            f"Serve this GGUF with {others}, or the model's Hugging Face checkpoint with {label}.",
         )
         return
     first = loader.architectures[arch]
@@ -455,7 +443,7 @@ def _gguf_architecture(ctx: Context) -> None:
             ERROR,
             F.ENGINE_VERSION_FLOOR,
             f"{label} {version} cannot load a GGUF of architecture {arch!r}: its GGUF loader reads one from {first}.",
-            f"Install {label} >= {first}, or serve this GGUF with {_gguf_engines(req.engine, arch)}.",
+            f"Install {label} >= {first}, or serve this GGUF with {others}.",
         )
     ceiling = loader.package_ceilings.get(arch)
     if ceiling is not None:
@@ -474,7 +462,7 @@ def _gguf_architecture(ctx: Context) -> None:
                     f"install {ceiling.package} {ceiling.below} or later, and this environment's is unknown."
                 ),
                 f"pip install '{ceiling.package}<{ceiling.below}' in the engine's venv, or serve this GGUF with "
-                f"{_gguf_engines(req.engine, arch)}.",
+                f"{others}.",
             )
     file_type = req.gguf.file_type
     on_cpu_build = not loader.cpu_quantized and adapter.cpu_build and not req.gpus
