@@ -101,13 +101,30 @@ def serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[.
 
 
 # The header timeout of the flood tests: well above the time 1,100 connections take to be made on a
-# loaded machine (at 3 s a loaded run's flood was still connecting when the first 50 timed out, so
-# more than 50 were answered 408 in all, though never more than 50 at once).
+# loaded machine.
 HEAD_TIMEOUT = 8.0
+# How much later than its client saw it connected a connection may be counted by the server (its
+# accept, on a loaded machine): the client's view of how long each was held starts that much later.
+ACCEPT_SLACK = 0.5
+
+
+def most_at_once(held: list[dict[str, Any]]) -> int:
+    """The most of the attacker's connections the server held at once, from the attacker's side:
+    each from its connection (plus ACCEPT_SLACK) to the server's answer. A flood still connecting
+    when the first ones are cut may be admitted after them, so the count in all may be higher:
+    what a cap bounds is this."""
+    moments = sorted([(c["at"] + ACCEPT_SLACK, 1) for c in held] + [(c["at"] + c["first"], -1) for c in held])
+    now = most = 0
+    for _, step in moments:  # at one moment, a release (-1) sorts before an admission (+1)
+        now += step
+        most = max(most, now)
+    return most
 
 
 @contextlib.contextmanager
-def attack(port: int, count: int = ATTACK, within: float = 20.0) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+def attack(
+    port: int, count: int = ATTACK, within: float = 5 * HEAD_TIMEOUT
+) -> Iterator[Callable[[], list[dict[str, Any]]]]:
     """`count` half-sent requests from the attacker's address, by a process of its own
     (tests/support/half_sent.py); inside, all are open; the callable gives what became of each."""
     argv = [sys.executable, "-m", "tests.support.half_sent", str(port), str(count), ATTACKER, str(within)]
@@ -154,8 +171,8 @@ def test_half_sent_requests_cost_their_peer_its_own_connections_never_the_door(s
     assert all(c["closed"] for c in seen), "a half-sent connection was left open"
     timed_out = [c for c in seen if c["status"] == 408]
     refused = [c for c in seen if c["status"] != 408]
-    # The peer's 50 were cut by the header timeout (408), not before it.
-    assert len(timed_out) == 50 and {c["code"] for c in timed_out} == {"request_timeout"}
+    # The peer held 50 at once, never more, and they were cut by the header timeout (408), not before it.
+    assert most_at_once(timed_out) == 50 and {c["code"] for c in timed_out} == {"request_timeout"}
     assert min(c["first"] for c in timed_out) >= limits.header_timeout_s - 0.5
     # The others were closed at once: answered 503 (or, while a flood of refusals waits to close,
     # closed with no answer), long before any header timeout.
@@ -179,7 +196,7 @@ def test_the_connection_cap_keeps_the_doors_descriptors_and_the_door_serves_afte
     assert held <= 100 + 100 // 8 + 5, held  # this process holds no attacker's socket: each is the server's
     assert code in (503, 0) and took < 1.5  # full (of the attacker's 100): refused at once, not queued
     assert all(c["closed"] for c in seen)
-    assert sum(c["status"] == 408 for c in seen) == 100
+    assert most_at_once([c for c in seen if c["status"] == 408]) == 100
     assert {c["status"] for c in seen} <= {408, 503, 0}
     code, took = keyed_models(served.url)
     assert code == 200 and took < 1.5

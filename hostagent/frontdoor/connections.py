@@ -37,6 +37,12 @@ log = logging.getLogger("controlpanel.frontdoor")
 REFUSE_LINGER_S = 1.0  # a refused connection waits at most this long for its request before it closes
 REFUSING_SHARE = 8  # refusals waiting at once: at most max_connections / 8 (64 of 512)
 SAY_EVERY_S = 60.0  # refused connections are logged at most once a minute, with their count
+# The listen queue: connections the kernel has made that the door has not yet taken (and admitted
+# or refused). At aiohttp's 128, a flood of connects fills it and the kernel drops the next clients'
+# handshakes, which they retry 1, 3 and 7 s later: a keyed client's connect waits behind the flood,
+# and an attacker's connection is taken only after the first ones were cut. 2048, as uvicorn and
+# gunicorn listen (the kernel caps it at net.core.somaxconn, 4096 on recent kernels).
+BACKLOG = 2048
 
 
 def canned(status: int, reason: str, message: str, *, code: str, retry_after: int | None = None) -> bytes:
@@ -204,7 +210,7 @@ class GuardedSite(web.BaseSite):
     """A TCP site whose connections pass `connections`' guards before its runner's server."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, connections: Connections) -> None:
-        super().__init__(runner)
+        super().__init__(runner, backlog=BACKLOG)
         self.host, self.port, self.connections = host, port, connections
 
     @property

@@ -6,8 +6,8 @@ opens COUNT connections to 127.0.0.1:PORT from the address SOURCE, each sending
 `POST /v1/chat/completions HTTP/1.1`, a Host header and nothing more. It prints one JSON line once
 all are open ({"opened", "seconds"}), then reads what the server writes on each until every one
 is closed or WITHIN seconds pass, and prints one more: per connection, the status the server
-answered (0: none), its error code, seconds from connecting to the answer (-1: none), and whether
-the server closed it.
+answered (0: none), its error code, seconds from the flood's start to its connection ("at"), seconds
+from connecting to the answer ("first", -1: none), and whether the server closed it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ HALF_SENT = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
 
 
 def open_half_sent(port: int, count: int, source: str, within: float = 30.0) -> list[tuple[socket.socket, float]]:
-    """All at once, as a flood comes: each connects without waiting for the others."""
+    """All at once, as a flood comes: each connects without waiting for the others. Each with the
+    time (monotonic) it was connected."""
     selector = selectors.DefaultSelector()
     opened: list[tuple[socket.socket, float]] = []
     for index in range(count):
@@ -47,7 +48,7 @@ def open_half_sent(port: int, count: int, source: str, within: float = 30.0) -> 
     return opened
 
 
-def read_answers(opened: list[tuple[socket.socket, float]], within: float) -> list[dict[str, Any]]:
+def read_answers(opened: list[tuple[socket.socket, float]], within: float, started: float) -> list[dict[str, Any]]:
     selector = selectors.DefaultSelector()
     got: list[dict[str, Any]] = [{"data": b"", "first": -1.0, "closed": False} for _ in opened]
     for index, (sock, _) in enumerate(opened):
@@ -70,8 +71,8 @@ def read_answers(opened: list[tuple[socket.socket, float]], within: float) -> li
                 left -= 1
     for sock, _ in opened:
         sock.close()
-    return [{"status": status(e["data"]), "code": code(e["data"]), "first": e["first"], "closed": e["closed"]}
-            for e in got]  # fmt: skip
+    return [{"status": status(e["data"]), "code": code(e["data"]), "at": connected - started, "first": e["first"],
+             "closed": e["closed"]} for e, (_, connected) in zip(got, opened, strict=True)]  # fmt: skip
 
 
 def status(answer: bytes) -> int:
@@ -88,7 +89,7 @@ def main() -> None:
     started = time.monotonic()
     opened = open_half_sent(port, count, source)
     print(json.dumps({"opened": len(opened), "seconds": time.monotonic() - started}), flush=True)
-    print(json.dumps(read_answers(opened, within)), flush=True)
+    print(json.dumps(read_answers(opened, within, started)), flush=True)
 
 
 if __name__ == "__main__":
