@@ -90,7 +90,7 @@ class Router:
                 "/v1/models": self._models, "/metrics": bearer_only(self._metrics, self.metrics_token),
                 "/prometheus/doors": bearer_only(self._door_targets, self.metrics_token), "/health": self._health,
             },
-            limits=self.limits, name="lab router",
+            limits=self.limits, name="lab router", metrics=self.metrics,
         )  # fmt: skip
         self._follower = asyncio.get_running_loop().create_task(self._follow())
 

@@ -20,7 +20,7 @@ __all__ = ["RouterMetrics"]
 
 class RouterMetrics(Registry):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("router")
         self.requests = self.counter(
             "router_requests", "Inference requests answered, by the host whose door answered, name asked and status",
             *("host", "model", "alias", "code"),

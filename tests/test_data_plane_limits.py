@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hostagent.frontdoor import FrontDoor, FrontDoorSettings, KeyTable, RoutingTable, ServedModel, hash_key
 from hostagent.frontdoor.keys import InferenceKey
@@ -154,6 +155,20 @@ def keyed_models(url: str) -> tuple[int, float]:
     return code, time.monotonic() - started
 
 
+def connection_series(url: str) -> dict[str, float]:
+    """The server's connection series on its /metrics (the door's frontdoor_*, the router's
+    router_*), by name without the prefix and label: "open", "refused/peer", "timed_out/head"..."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.partition("_connections_")[2].removesuffix("_total")
+            if name and sample.name.startswith(("frontdoor_connections_", "router_connections_")):
+                label = sample.labels.get("cap") or sample.labels.get("part")
+                found[f"{name}/{label}" if label else name] = sample.value
+    return found
+
+
 def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -167,6 +182,9 @@ def test_half_sent_requests_cost_their_peer_its_own_connections_never_the_door(s
     with attack(served.port) as outcome:
         code, took = keyed_models(served.url)
         assert code == 200 and took < 1.5, (code, took)
+        # The server's /metrics shows the attacker's 50 open, beside this scrape's own connection
+        # (and the keyed client's, while its close is on its way).
+        assert 51 <= connection_series(served.url)["open"] <= 52
         seen = outcome()
     assert all(c["closed"] for c in seen), "a half-sent connection was left open"
     timed_out = [c for c in seen if c["status"] == 408]
@@ -179,6 +197,10 @@ def test_half_sent_requests_cost_their_peer_its_own_connections_never_the_door(s
     assert {c["status"] for c in refused} <= {503, 0} and any(c["status"] == 503 for c in refused)
     assert {c["code"] for c in refused if c["status"]} == {"too_many_connections"}
     assert max(c["first"] for c in refused) < limits.header_timeout_s - 0.5
+    # It counted each: refused at the address's cap, or cut by the header timeout.
+    counted = connection_series(served.url)
+    assert (counted["refused/peer"], counted["refused/total"]) == (len(refused), 0)
+    assert (counted["timed_out/head"], counted["timed_out/body"]) == (len(timed_out), 0)
 
 
 def test_the_connection_cap_keeps_the_doors_descriptors_and_the_door_serves_after(serve: Callable[..., Served]) -> None:
@@ -200,6 +222,10 @@ def test_the_connection_cap_keeps_the_doors_descriptors_and_the_door_serves_afte
     assert {c["status"] for c in seen} <= {408, 503, 0}
     code, took = keyed_models(served.url)
     assert code == 200 and took < 1.5
+    # Every refusal at the total cap was counted, the keyed client's among them.
+    counted = connection_series(served.url)
+    assert counted["refused/total"] == sum(c["status"] != 408 for c in seen) + 1
+    assert counted["timed_out/head"] == sum(c["status"] == 408 for c in seen)
 
 
 def test_a_body_dripped_a_byte_at_a_time_is_cut_off(serve: Callable[..., Served]) -> None:
@@ -226,6 +252,7 @@ def test_a_body_dripped_a_byte_at_a_time_is_cut_off(serve: Callable[..., Served]
     assert status(answer) == 408 and error_code(answer) == "request_timeout", answer[:300]
     assert b"did not arrive within 1 s" in answer
     assert closed_after is not None and closed_after < 4, closed_after  # the timeout, then a short linger
+    assert connection_series(served.url)["timed_out/body"] == 1
 
 
 def test_an_idle_keep_alive_connection_is_closed(serve: Callable[..., Served]) -> None:

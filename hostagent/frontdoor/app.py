@@ -77,7 +77,7 @@ class FrontDoor:
                 "/v1/models": self._models, "/metrics": bearer_only(self._metrics, self.settings.metrics_token),
                 "/health": self._health, "/frontdoor/state": self._state, "/frontdoor/usage": self._usage,
             },
-            limits=self.settings.limits,
+            limits=self.settings.limits, metrics=self.metrics,
         )  # fmt: skip
         self.scheduler.start()
 

@@ -83,7 +83,11 @@ class Connections:
             f"The request's head did not arrive within {limits.header_timeout_s:g} s of connecting.",
             code="request_timeout",
         )  # fmt: skip
-        self._refused: Counter[str] = Counter()
+        # Since the server started, for its /metrics (metrics.py): connections refused at a cap
+        # ("total", "peer") and answered 408 because their head or body was late ("head", "body").
+        self.refused: Counter[str] = Counter()
+        self.timed_out: Counter[str] = Counter()
+        self._unsaid: Counter[str] = Counter()
         self._said_at = 0.0
 
     def protocol(self) -> Guard:
@@ -92,9 +96,9 @@ class Connections:
     def admit(self, peer: str) -> bytes | None:
         """Count a new connection from `peer`, or the answer that refuses it."""
         if self.open >= self.limits.max_connections:
-            return self._refuse("the total cap", self.full)
+            return self._refuse("total", "the total cap", self.full)
         if self.by_peer[peer] >= self.limits.max_connections_per_peer:
-            return self._refuse(f"the cap per address ({peer})", self.peer_full)
+            return self._refuse("peer", f"the cap per address ({peer})", self.peer_full)
         self.open += 1
         self.by_peer[peer] += 1
         return None
@@ -111,13 +115,14 @@ class Connections:
         if guard is not None:
             guard.head_arrived()
 
-    def _refuse(self, why: str, answer: bytes) -> bytes:
-        self._refused[why] += 1
+    def _refuse(self, cap: str, why: str, answer: bytes) -> bytes:
+        self.refused[cap] += 1
+        self._unsaid[why] += 1
         now = time.monotonic()
         if now - self._said_at >= SAY_EVERY_S:
-            counts = ", ".join(f"{n} over {what}" for what, n in self._refused.items())
+            counts = ", ".join(f"{n} over {what}" for what, n in self._unsaid.items())
             log.warning("%s: refused connections (%s); %d open", self.name, counts, self.open)
-            self._refused.clear()
+            self._unsaid.clear()
             self._said_at = now
         return answer
 
@@ -171,6 +176,7 @@ class Guard(asyncio.Protocol):
     def _late(self) -> None:
         self.timer = None
         if self.transport is not None and not self.transport.is_closing():
+            self.connections.timed_out["head"] += 1
             self.transport.write(self.connections.late)
             self.transport.close()
 

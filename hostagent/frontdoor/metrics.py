@@ -9,9 +9,17 @@ grow the series without bound. Each front door has its own registry (tests run s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .connections import Connections
 
 __all__ = ["Metrics", "Registry"]
 
@@ -22,10 +30,14 @@ LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 class Registry:
     """A server's own metrics (tests run several in one process) and its `GET /metrics` answer;
-    the front door's and the lab router's (labrouter/metrics.py)."""
+    the front door's and the lab router's (labrouter/metrics.py). Their names begin with `prefix`,
+    and once the server listens (server.py's `listen()`) they count its connections too."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.prefix = prefix
+        self.connections: Connections | None = None
+        self.registry.register(_ConnectionSeries(self))
 
     def counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, labels, registry=self.registry)
@@ -45,11 +57,43 @@ class Registry:
         return web.Response(body=self.render() + more, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+class _ConnectionSeries(Collector):
+    """A server's connections and what its bounds cut (connections.py), read when scraped."""
+
+    def __init__(self, owner: Registry) -> None:
+        self.owner = owner
+
+    def describe(self) -> list[Metric]:
+        return []  # the series come once the server listens
+
+    def collect(self) -> Iterator[Metric]:
+        connections, prefix = self.owner.connections, self.owner.prefix
+        if connections is None:
+            return
+        yield GaugeMetricFamily(f"{prefix}_connections_open", "Client connections open", value=connections.open)
+        refused = CounterMetricFamily(
+            f"{prefix}_connections_refused",
+            "Connections refused at a cap: answered 503 too_many_connections, or closed unanswered",
+            labels=["cap"],
+        )
+        for cap in ("total", "peer"):
+            refused.add_metric([cap], connections.refused[cap])
+        yield refused
+        late = CounterMetricFamily(
+            f"{prefix}_connections_timed_out",
+            "Connections answered 408 request_timeout and closed: the request's head or body was late",
+            labels=["part"],
+        )
+        for part in ("head", "body"):
+            late.add_metric([part], connections.timed_out[part])
+        yield late
+
+
 class Metrics(Registry):
     """The front door's."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("frontdoor")
         counter, histogram = self.counter, self.histogram
 
         def gauge(name: str, doc: str) -> Gauge:

@@ -28,6 +28,7 @@ from aiohttp import web
 from .apis import ANTHROPIC, APIS, Api, BodyError, Form, anthropic_error, api_of
 from .connections import Connections, GuardedSite
 from .limits import ConnectionLimits
+from .metrics import Registry
 from .proxy import error_response
 
 __all__ = [
@@ -63,14 +64,18 @@ async def listen(
     not_found: Handler,
     limits: ConnectionLimits | None = None,
     name: str = "front door",
+    metrics: Registry | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Listen on `host`:`port`: POST INFERENCE to `inference`, GET each of `gets`, anything else
-    to `not_found`, within `limits`. Returns the runner, whose `cleanup()` stops listening and lets
-    the answers in flight finish, and the port bound (the one chosen when `port` is 0)."""
+    to `not_found`, within `limits`, counting its connections in `metrics`. Returns the runner,
+    whose `cleanup()` stops listening and lets the answers in flight finish, and the port bound
+    (the one chosen when `port` is 0)."""
     limits = limits or ConnectionLimits()
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_head_arrived, _api_errors])
     app[_LIMITS] = limits
     app[_CONNECTIONS] = connections = Connections(limits, name)
+    if metrics is not None:
+        metrics.connections = connections
     for path in INFERENCE:
         app.router.add_post(path, inference)
     for path, handler in gets.items():
@@ -99,6 +104,7 @@ async def read_body(request: web.Request) -> bytes:
         async with asyncio.timeout(timeout):
             return await request.read()
     except TimeoutError:
+        request.app[_CONNECTIONS].timed_out["body"] += 1
         raise web.HTTPRequestTimeout(text=f"The request's body did not arrive within {timeout:g} s.") from None
 
 
