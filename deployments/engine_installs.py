@@ -11,7 +11,7 @@ from __future__ import annotations
 from deployments.models import DeploymentRevision
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter, install_key, recorded_installs
+from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
 from serving.engines.versions import newest_first
 
 
@@ -52,6 +52,20 @@ def host_binary(host: Host, engine: str, version: str) -> str | None:
         if isinstance(folder, str) and folder.startswith("/") and inside:
             return f"{folder.rstrip('/')}/{inside}"
     return None
+
+
+def version_at_latest(host: Host, engine: str) -> str:
+    """The release of `engine` a revision at "latest" runs on `host`, as the host reported it: its
+    newest recorded install (host_binary's choice), else the build its worker carries; "" when
+    neither names one (an install of no known version, or none: the planner then judges the latest
+    release it knows)."""
+    recorded = newest_first(engine, recorded_installs(host.engine_installs, engine))
+    if recorded:
+        return "" if recorded[0] == LATEST else recorded[0]
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    builds = state.get("carried")
+    build = builds.get(engine) if isinstance(builds, dict) else None
+    return build if isinstance(build, str) else ""
 
 
 def _carried_executable(host: Host, engine: str, version: str) -> str | None:

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, Unpack
 
+from deployments.engine_installs import version_at_latest
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, load_hf_config
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.runtime_bridge import launch_knobs, revision_values
 from hardware.models import GPU, GpuType, Host
+from serving.engines.registry import LATEST
 from serving.planner import FitReport, GpuSpec, PlanInputError, PlanRequest, plan
 from serving.planner.fit import MAX_GPUS
 from serving.planner.memory import planned_bytes_per_gpu
@@ -105,9 +107,18 @@ def variant_facts(model: ModelVariant) -> dict[str, Any]:
     }
 
 
+def host_request(host: Host, **values: Unpack[PlanValues]) -> PlanRequest:
+    """`plan_request` on `host`: its GPUs, and at "latest" the release the host runs at latest (its
+    newest install, else its worker's own build), so that a rule about releases judges what will
+    run there, not the newest release the panel knows."""
+    if (values.get("engine_version") or "").strip() in ("", LATEST):
+        values["engine_version"] = version_at_latest(host, values["engine"])
+    return plan_request(gpus=host_gpu_specs(host), **values)
+
+
 def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:
     """Raises PlanInputError for knobs the planner cannot read."""
-    return plan(plan_request(gpus=host_gpu_specs(host), **values))
+    return plan(host_request(host, **values))
 
 
 def model_source(ref: str) -> dict[str, Any]:
@@ -211,9 +222,7 @@ def revision_plan(revision: DeploymentRevision) -> Plan:
     panel plans a revision: the switch, the pages, the API, the set's fit and the door's document."""
     values = revision_values(revision)
     try:
-        request = plan_request(
-            gpus=host_gpu_specs(revision.host), **{name: values[name] for name in PlanValues.__annotations__}
-        )
+        request = host_request(revision.host, **{name: values[name] for name in PlanValues.__annotations__})
     except PlanInputError as exc:
         return Plan(None, planner_refusal(revision, exc), exc)
     key = repr(request)

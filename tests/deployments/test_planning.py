@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deployments.models import ModelVariant
-from deployments.planning import gpu_type_specs, plan_for_values, plan_request
+from deployments.planning import gpu_type_specs, plan_for_values, plan_request, revision_plan
+from deployments.services.imports import model_variant_import_gguf
+from deployments.services.switch import PlanRefused, switch_request
 from hardware.models import GpuType
 from hardware.services import host_declare
 from serving.planner import plan
+from serving.planner.findings import ENGINE_GGUF_REMOVED
+from tests.support.llama import gemma_package_path
+from tests.support.revisions import make_revision
 
 pytestmark = pytest.mark.django_db
 GIB = 1024**3
@@ -67,3 +74,39 @@ def test_the_6x3090_lab_as_declared_hosts_plan(catalog, admin_user):
     assert tp4.to_dict()["gpus_used"] == 4
     idle = tp4.finding("gpu.idle") or next(f for f in tp4.findings if "idle" in f.code)
     assert "2" in idle.message
+
+
+@pytest.mark.parametrize(
+    ("installs", "carried", "removed"),
+    [
+        ({}, {}, "vLLM 0.33.0 (the latest release the panel knows)"),  # nothing on the host yet
+        ({"0.32.0": {"path": "/srv/vllm-0.32"}, "0.23.0": {"path": "/srv/vllm-0.23"}}, {}, "vLLM 0.32.0"),
+        ({"0.23.0": {"path": "/srv/vllm-0.23"}}, {}, None),  # the last release with a GGUF loader
+        ({}, {"vllm": "0.23.0"}, None),  # the host's worker carries it
+        ({"latest": {"path": "/srv/vllm"}}, {}, "vLLM 0.33.0 (the latest release the panel knows)"),  # unknown
+    ],
+)
+def test_a_revision_at_latest_is_planned_with_the_release_its_host_runs_at_latest(
+    catalog, admin_user, installs, carried, removed
+):
+    """A vLLM revision of a GGUF "at latest" runs the host's newest vLLM install (else the build its
+    worker carries): the planner judges that release, so a host on 0.23.0 (which still loads a GGUF)
+    is not refused for vLLM 0.24.0's removal of the loader, and one on 0.32.0 is, by its own release."""
+    host = host_declare(
+        name="gguf-lab", address="10.0.0.7", gpus=[(GpuType.objects.get(short_name="RTX 3090"), 1)], actor=admin_user
+    )
+    host.engine_installs = {"vllm": installs} if installs else {}
+    host.engine_state = {"carried": carried}
+    gguf = Path(gemma_package_path())
+    host.model_dirs = [str(gguf.parent)]
+    host.save(update_fields=["engine_installs", "engine_state", "model_dirs"])
+    model = model_variant_import_gguf(path=str(gguf), name="gemma-gguf", actor=admin_user)
+    revision = make_revision(host=host, model_variant=model, engine="vllm", engine_version="latest", actor=admin_user)
+    report = revision_plan(revision).checked()
+    found = report.finding(ENGINE_GGUF_REMOVED)
+    if removed is None:
+        assert found is None, found
+    else:
+        assert found is not None and found.message.startswith(f"{removed} has no GGUF loader")
+        with pytest.raises(PlanRefused):
+            switch_request(revision=revision, actor=admin_user)
