@@ -9,7 +9,7 @@ grow the series without bound. Each front door has its own registry (tests run s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -71,22 +71,24 @@ class _ConnectionSeries(Collector):
         if connections is None:
             return
         yield GaugeMetricFamily(f"{prefix}_connections_open", "Client connections open", value=connections.open)
-        refused = CounterMetricFamily(
+        yield _counts(
             f"{prefix}_connections_refused",
             "Connections refused at a cap: answered 503 too_many_connections, or closed unanswered",
-            labels=["cap"],
-        )
-        for cap in ("total", "peer"):
-            refused.add_metric([cap], connections.refused[cap])
-        yield refused
-        late = CounterMetricFamily(
+            "cap", connections.refused, ("total", "peer"),
+        )  # fmt: skip
+        yield _counts(
             f"{prefix}_connections_timed_out",
             "Connections answered 408 request_timeout and closed: the request's head or body was late",
-            labels=["part"],
-        )
-        for part in ("head", "body"):
-            late.add_metric([part], connections.timed_out[part])
-        yield late
+            "part", connections.timed_out, ("head", "body"),
+        )  # fmt: skip
+
+
+def _counts(name: str, doc: str, label: str, counts: Mapping[str, int], values: tuple[str, ...]) -> Metric:
+    """A counter family of `counts`, one sample per value of `label` (0 for those not counted yet)."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value in values:
+        family.add_metric([value], counts.get(value, 0))
+    return family
 
 
 class Metrics(Registry):
