@@ -10,7 +10,7 @@ grow the series without bound. Each front door has its own registry (tests run s
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -18,14 +18,22 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from .connections import Connections
-
 __all__ = ["Metrics", "Registry"]
 
 WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LOAD_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+
+class ConnectionCounts(Protocol):
+    """What the metrics read of a server's connections (connections.py's `Connections`)."""
+
+    @property
+    def open(self) -> int: ...
+    @property
+    def refused(self) -> Mapping[str, int]: ...  # by cap: "total", "peer"
+    @property
+    def timed_out(self) -> Mapping[str, int]: ...  # by part: "head", "body"
 
 
 class Registry:
@@ -36,7 +44,7 @@ class Registry:
     def __init__(self, prefix: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.prefix = prefix
-        self.connections: Connections | None = None
+        self.connections: ConnectionCounts | None = None
         self.registry.register(_ConnectionSeries(self))
 
     def counter(self, name: str, doc: str, *labels: str) -> Counter:
