@@ -68,6 +68,26 @@ def version_at_latest(host: Host, engine: str) -> str:
     return build if isinstance(build, str) else ""
 
 
+def install_packages(host: Host, engine: str, version: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The packages of the venv a revision of `engine` `version` runs on `host`, as the host read
+    them when it recorded that install (its details' "packages": {distribution: version, or null
+    where the venv had none}; for "latest", the install host_binary picks): (the versions found,
+    the distributions looked for and not found), for PlanRequest.packages and packages_absent.
+    Nothing when the host recorded no such install, or none of its packages (then they are unknown)."""
+    recorded = recorded_installs(host.engine_installs, engine)
+    key = install_key(version)
+    candidates = [key] if key in recorded else []
+    if (version or "").strip() in ("", LATEST):
+        candidates += [k for k in newest_first(engine, recorded) if k not in candidates]
+    entry = next((recorded[k] for k in candidates if isinstance(recorded[k], dict)), None)
+    read = entry.get("packages") if entry is not None else None
+    if not isinstance(read, dict):
+        return {}, ()
+    found = {d: v for d, v in read.items() if isinstance(d, str) and isinstance(v, str) and 0 < len(v) <= 40}
+    absent = tuple(sorted(d for d, v in read.items() if isinstance(d, str) and v is None))
+    return found, absent
+
+
 def _carried_executable(host: Host, engine: str, version: str) -> str | None:
     """The executable of the build the host's worker carries itself (its agent reports it), which a
     revision runs when nothing is installed: at "latest", or pinned to that very build."""

@@ -6,11 +6,11 @@ changes nothing plans nothing); `plan_for_values` plans values not recorded yet 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, Unpack
 
-from deployments.engine_installs import version_at_latest
+from deployments.engine_installs import install_packages, version_at_latest
 from deployments.importers.gguf_header import GgufHeaderError, read_gguf_header
 from deployments.importers.hf_config import HfConfigError, load_hf_config
 from deployments.models import DeploymentRevision, ModelVariant
@@ -108,12 +108,15 @@ def variant_facts(model: ModelVariant) -> dict[str, Any]:
 
 
 def host_request(host: Host, **values: Unpack[PlanValues]) -> PlanRequest:
-    """`plan_request` on `host`: its GPUs, and at "latest" the release the host runs at latest (its
+    """`plan_request` on `host`: its GPUs, at "latest" the release the host runs at latest (its
     newest install, else its worker's own build), so that a rule about releases judges what will
-    run there, not the newest release the panel knows."""
-    if (values.get("engine_version") or "").strip() in ("", LATEST):
-        values["engine_version"] = version_at_latest(host, values["engine"])
-    return plan_request(gpus=host_gpu_specs(host), **values)
+    run there, not the newest release the panel knows, and the packages the host read in the venv
+    of that install (transformers, vllm-gguf-plugin: unknown where it recorded none)."""
+    engine, version = values["engine"], values.get("engine_version") or ""
+    if version.strip() in ("", LATEST):
+        values["engine_version"] = version_at_latest(host, engine)
+    packages, absent = install_packages(host, engine, version)
+    return replace(plan_request(gpus=host_gpu_specs(host), **values), packages=packages, packages_absent=absent)
 
 
 def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:

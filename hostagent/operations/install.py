@@ -23,10 +23,16 @@ from hostagent.local import host_install_dirs
 from hostagent.panel import PanelPort
 from hostagent.runtime.confine import confine_install_folder
 from hostagent.runtime.errors import HostRuntimeError
-from hostagent.runtime.installs import install_pinned, installed_version, stop_leftover_steps, venv_python
+from hostagent.runtime.installs import (
+    install_pinned,
+    installed_version,
+    installed_versions,
+    stop_leftover_steps,
+    venv_python,
+)
 from hostagent.runtime.installs import run_install as run_steps
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import get_adapter, install_key
+from serving.engines.registry import get_adapter, install_key, venv_packages
 from serving.wire import Order
 
 from .outcome import Cancelled, Outcome, Refused
@@ -132,6 +138,16 @@ class InstallParams:
         )
 
 
+def _planned_packages(engine: str, venv: str | Path) -> dict[str, Any]:
+    """{"packages": {distribution: version, or None where the venv has none}} for the distributions
+    of the engine's venv the planner reads (registry.venv_packages: transformers, vllm-gguf-plugin
+    for vLLM), recorded with the install so that its plans judge what the venv holds; {} when the
+    planner reads none, or the venv could not be read."""
+    names = venv_packages(engine)
+    found = installed_versions(venv, names) if names else None
+    return {"packages": found} if found is not None else {}
+
+
 def run_install(ctx: AgentContext, order: Order) -> Outcome:
     op_id, panel, params = order.id, ctx.panel, InstallParams.of(order)
     if params.existing not in (None, ""):
@@ -198,6 +214,8 @@ def run_install(ctx: AgentContext, order: Order) -> Outcome:
     path = str(source_dir or target)
     binary = installed_binary(engine, path) or ""
     details: dict[str, Any] = {"package_version": result.version, "distribution": distribution} if distribution else {}
+    if distribution:
+        details.update(_planned_packages(engine, target))
     if source_dir:
         details["source_dir"] = source_dir
     if not binary and not adapter.installs_system_wide:
@@ -240,7 +258,12 @@ def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Ou
     binary = str(Path(folder) / inside) if inside else installed_binary(params.engine, folder) or ""
     if not binary or not Path(binary).is_file():
         return Outcome.failed(f"{folder} holds {distribution} {package_version} but no {params.engine} executable.", {})
-    details = {"package_version": package_version, "distribution": distribution, "adopted": True}
+    details = {
+        "package_version": package_version,
+        "distribution": distribution,
+        "adopted": True,
+        **_planned_packages(params.engine, folder),
+    }
     ctx.panel.progress(
         order.id, stage="installed", progress=1.0, log=f"{params.engine} {installed} at {folder} runs {binary}"
     )

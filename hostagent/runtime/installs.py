@@ -36,6 +36,16 @@ from .processes import is_alive, read_stat, terminate_group
 Cancelled = threading.Event | Callable[[], bool] | None
 
 _READ_VERSION = "import sys, importlib.metadata as m; print(m.version(sys.argv[1]))"
+# Several distributions at once, as JSON: {name: version, or null where the venv has none}.
+_READ_VERSIONS = (
+    "import sys, json, importlib.metadata as m\n"
+    "def v(d):\n"
+    "    try:\n"
+    "        return m.version(d)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        return None\n"
+    "print(json.dumps({d: v(d) for d in sys.argv[1:]}))"
+)
 
 
 @dataclass(frozen=True)
@@ -287,6 +297,28 @@ def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, ti
     if done.returncode != 0:
         return None
     return done.stdout.strip() or None
+
+
+def installed_versions(
+    venv_dir: str | os.PathLike[str], distributions: Sequence[str], *, timeout: float = 60.0
+) -> dict[str, str | None] | None:
+    """The versions of `distributions` as the venv's own Python reports them, in one run: a version,
+    or None for one the venv does not hold; None when the venv could not be read at all."""
+    try:
+        done = subprocess.run(
+            [str(venv_python(venv_dir)), "-c", _READ_VERSIONS, *distributions],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {d: v if isinstance(v, str) and v else None for d, v in found.items() if d in distributions}
 
 
 def install_pinned(

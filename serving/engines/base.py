@@ -188,12 +188,29 @@ class GgufLoader:
     # Its CPU build (EngineAdapter.cpu_build) has the kernels of llama.cpp's quantized types; False:
     # it serves only a GGUF whose weights are 16- or 32-bit floats there (GGUF_FLOAT_FILE_TYPES).
     cpu_quantized: bool = True
+    # The package that brings a GGUF loader back on the releases from removed_in, installed into
+    # the engine's venv beside it (None: none does).
+    plugin: GgufPlugin | None = None
 
     def refusal(self, architecture: str) -> str:
         """Why a GGUF of `architecture` cannot be served ("" when it can, from some release)."""
         if architecture in self.architectures:
             return ""
         return self.refused.get(architecture) or self.unmapped
+
+
+@dataclass(frozen=True)
+class GgufPlugin:
+    """A pip package that brings back the GGUF loader an engine's releases dropped from their own
+    tree (GgufLoader.removed_in), registering itself when the engine starts: with it in the engine's
+    venv, what a GGUF needs is what the package's own loader reads."""
+
+    package: str  # the pip distribution ("vllm-gguf-plugin")
+    loader: GgufLoader  # what it reads
+    gpu_only: bool = False  # it builds and runs only with a CUDA or ROCm toolkit: not on the engine's CPU build
+    # It takes the model's Hugging Face config and tokenizer from the GGUF's folder (a config.json
+    # beside the file) unless the engine is given their source, where the file alone did before.
+    config_beside: bool = False
 
 
 # Why an engine that rebuilds a Hugging Face model from a GGUF (SGLang's, vLLM's loader) cannot read

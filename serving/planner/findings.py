@@ -49,6 +49,7 @@ ENGINE_PACKAGE_FLOOR = "engine.package_floor"
 ENGINE_PACKAGE_CEILING = "engine.package_ceiling"  # a package too new for what the engine does with this model
 ENGINE_GGUF_REMOVED = "engine.gguf_removed"  # a GGUF on a release without a GGUF loader
 ENGINE_GGUF_CPU_KERNELS = "engine.gguf_cpu_kernels"  # a quantized GGUF on a CPU build without its kernels
+ENGINE_GGUF_CONFIG = "engine.gguf_config"  # a GGUF whose loader reads the model's config.json beside the file
 VISION_NO_MMPROJ = "vision.no_mmproj"
 PARSER_REASONING_MISSING = "parser.reasoning_missing"
 PARSER_TOOL_WRONG = "parser.tool_wrong"

@@ -160,4 +160,7 @@ class PlanRequest:
     recommended_reasoning_parser: str | None = None
     recommended_tool_parser: str | None = None
     min_engine_versions: Mapping[str, str] = field(default_factory=dict)  # engine -> version
-    packages: Mapping[str, str] = field(default_factory=dict)  # e.g. {"transformers": "4.57.1"}
+    # The engine venv's distributions, as its host read them: {"transformers": "4.57.1"}; `packages_absent`
+    # the ones the host looked for there and did not find. A package in neither is unknown.
+    packages: Mapping[str, str] = field(default_factory=dict)
+    packages_absent: tuple[str, ...] = ()

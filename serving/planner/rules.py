@@ -9,7 +9,14 @@ import math
 import re
 from collections.abc import Mapping
 
-from serving.engines.base import GGUF_FLOAT_FILE_TYPES, LINEAR_ATTENTION_HYBRID, QWEN3_5, FamilySupport
+from serving.engines.base import (
+    GGUF_FLOAT_FILE_TYPES,
+    LINEAR_ATTENTION_HYBRID,
+    QWEN3_5,
+    FamilySupport,
+    GgufLoader,
+    GgufPlugin,
+)
 from serving.engines.registry import engine_label, get_adapter, gguf_servers
 from serving.engines.versions import LATEST_KNOWN, version_at_or_after, version_in, version_lt
 from serving.planner import findings as F
@@ -406,9 +413,10 @@ def _engine_support(ctx: Context) -> None:
 
 def _gguf_architecture(ctx: Context) -> None:
     """A GGUF the engine's own GGUF loader (the adapter's gguf_loader; llama.cpp reads every GGUF)
-    does not serve: on a release without one (removed_in), of an architecture it does not read or
-    reads only from a later release, with a package too new for it, and a quantized one on a CPU
-    build without the kernels of llama.cpp's types."""
+    does not serve: on a release without one (removed_in), unless the engine's venv holds the package
+    that brings one back (then as that package's loader reads it: _gguf_plugin), of an architecture it
+    does not read or reads only from a later release, with a package too new for it, and a quantized
+    one on a CPU build without the kernels of llama.cpp's types."""
     req = ctx.request
     adapter = get_adapter(req.engine)
     loader = adapter.gguf_loader
@@ -416,24 +424,20 @@ def _gguf_architecture(ctx: Context) -> None:
         return
     arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
     others = gguf_servers(arch, besides=req.engine)  # who else serves this file
+    who, reader = label, "Its GGUF loader"
     if loader.removed_in and version_at_or_after(version, loader.removed_in):
-        latest = f"{LATEST_KNOWN.get(req.engine) or 'latest'} (the latest release the panel knows)"
-        shown = latest if (version or "").strip() in ("", "latest") else version
-        ctx.add(
-            ERROR,
-            F.ENGINE_GGUF_REMOVED,
-            f"{label} {shown} has no GGUF loader: it was removed in {loader.removed_in}, so it cannot load this "
-            "GGUF file.",
-            f"Serve this GGUF with {others}, or install {label} < {loader.removed_in}.",
-        )
-        return
+        plugin = _gguf_plugin(ctx, loader, others)
+        if plugin is None:
+            return
+        loader, reader = plugin.loader, plugin.package
+        who = f"{label} {_release_shown(ctx)} with {plugin.package} {req.packages[plugin.package]}"
     why = loader.refusal(arch)
     if why:
         loads = ", ".join(sorted(loader.architectures))
         ctx.add(
             ERROR,
             F.ENGINE_UNSUPPORTED_ARCH,
-            f"{label} cannot serve a GGUF of architecture {arch!r}: {why}. Its GGUF loader reads {loads}.",
+            f"{who} cannot serve a GGUF of architecture {arch!r}: {why}. {reader} reads {loads}.",
             f"Serve this GGUF with {others}, or the model's Hugging Face checkpoint with {label}.",
         )
         return
@@ -474,6 +478,73 @@ def _gguf_architecture(ctx: Context) -> None:
             f"quantized (general.file_type {file_type}): it fails at its first forward pass.",
             f"Serve this GGUF with llama.cpp, or a GGUF of F16, BF16 or F32 weights with {label}.",
         )
+
+
+def _release_shown(ctx: Context) -> str:
+    """The engine release a request names, in words: at latest, the latest the panel knows, saying so."""
+    version = (ctx.request.engine_version or "").strip()
+    if version in ("", "latest"):
+        return f"{LATEST_KNOWN.get(ctx.request.engine) or 'latest'} (the latest release the panel knows)"
+    return version
+
+
+def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | None:
+    """On a release without its own GGUF loader (removed_in): the package that brings one back
+    (GgufLoader.plugin) when the engine's venv on a host with GPUs has it, warning where it reads the
+    model's config beside the file; else None, with the error saying why the GGUF does not load, what
+    the panel knows of the venv (PlanRequest.packages, packages_absent) and what would load it."""
+    req = ctx.request
+    label, shown, plugin = _engine_name(ctx), _release_shown(ctx), loader.plugin
+    removed = f"{label} {shown} has no GGUF loader: it was removed in {loader.removed_in}"
+    downgrade = f"install {label} < {loader.removed_in}"
+    if plugin is None:
+        ctx.add(
+            ERROR,
+            F.ENGINE_GGUF_REMOVED,
+            f"{removed}, so it cannot load this GGUF file.",
+            f"Serve this GGUF with {others}, or {downgrade}.",
+        )
+        return None
+    have, package = req.packages.get(plugin.package), plugin.package
+    if plugin.gpu_only and not req.gpus:
+        ctx.add(
+            ERROR,
+            F.ENGINE_GGUF_REMOVED,
+            f"{removed}, and {package}, which brings one back, builds and runs only with a CUDA or ROCm toolkit"
+            + (f" (this venv has {package} {have})" if have else "")
+            + f": {label}'s CPU build cannot load this GGUF file.",
+            f"Serve this GGUF with {others}, or {downgrade}.",
+        )
+        return None
+    if have:
+        if plugin.config_beside:
+            ctx.add(
+                WARNING,
+                F.ENGINE_GGUF_CONFIG,
+                f"{label} {shown} loads this GGUF with {package} {have}, which takes the model's config.json and "
+                "tokenizer from the GGUF's folder, not from the file (the panel passes no --tokenizer or "
+                "--hf-config-path, and its download holds the GGUF alone): unless they sit beside the GGUF on the "
+                f"host, {label} stops at 'Unrecognized model in <folder>. Should have a `model_type` key in its "
+                "config.json'.",
+                "Copy the original model's config.json and tokenizer files (from its Hugging Face repository) into "
+                f"the GGUF's folder on the host, or serve this GGUF with {others}.",
+            )
+        return plugin
+    if package in req.packages_absent:
+        said = f"{removed}, and {label}'s venv on this host has no {package}, which brings one back, so it cannot "
+        said += "load this GGUF file."
+    else:
+        said = f"{removed}. {package} brings one back, and the panel does not know whether {label}'s venv on this "
+        said += "host has it (the host reported none of that venv's packages), so it cannot tell that this GGUF loads."
+    gpus_only = " (GPU builds only)" if plugin.gpu_only else ""
+    ctx.add(
+        ERROR,
+        F.ENGINE_GGUF_REMOVED,
+        said,
+        f"Install {package} in {label}'s venv{gpus_only} and record that venv again (engine install --existing), "
+        f"serve this GGUF with {others}, or {downgrade}.",
+    )
+    return None
 
 
 def _vision_projector(ctx: Context) -> None:

@@ -284,6 +284,8 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_use
     venv = Path(lab["tmp"]) / "state" / "venvs" / "vllm-0.22.0"
     assert entry["path"] == str(venv)
     assert entry["package_version"] == "0.22.0"  # read back from the venv, not the request
+    # What the planner reads of a vLLM venv, read back with it: the stand-in brings neither.
+    assert entry["packages"] == {"transformers": None, "vllm-gguf-plugin": None}
     assert entry["binary"] == str(venv / "bin" / "vllm")
     assert subprocess.run([entry["binary"]], capture_output=True, text=True, check=True).stdout.strip() == "0.22.0"
     assert resolve_binary("vllm", "0.22.0", installs=host.engine_installs) == entry["binary"]

@@ -110,3 +110,42 @@ def test_a_revision_at_latest_is_planned_with_the_release_its_host_runs_at_lates
         assert found is not None and found.message.startswith(f"{removed} has no GGUF loader")
         with pytest.raises(PlanRefused):
             switch_request(revision=revision, actor=admin_user)
+
+
+@pytest.mark.parametrize("version", ["latest", "0.33.0"])
+@pytest.mark.parametrize(
+    ("packages", "refused"),
+    [
+        # The host read its vLLM venv when it recorded the install: vllm-gguf-plugin is there.
+        ({"transformers": "5.19.0", "vllm-gguf-plugin": "0.0.5"}, None),
+        ({"transformers": "5.19.0", "vllm-gguf-plugin": None}, "and vLLM's venv on this host has no vllm-gguf-plugin"),
+        (None, "the panel does not know whether vLLM's venv on this host has it"),  # an install recorded before
+    ],
+)
+def test_a_gguf_on_vllm_0_33_is_planned_with_the_plugin_its_hosts_install_recorded(
+    catalog, admin_user, version, packages, refused
+):
+    """vLLM 0.24 and later load a GGUF only with vllm-gguf-plugin in their venv. A host's recorded 0.33.0
+    install says whether its venv has it (the agent reads the venv when it records the install): with
+    it, the Gemma GGUF is planned without engine.gguf_removed (a warning says where the plugin reads the
+    model's config); without it, or not knowing, the switch is refused and the plugin is named first."""
+    host = host_declare(
+        name="gguf-lab", address="10.0.0.7", gpus=[(GpuType.objects.get(short_name="RTX 3090"), 1)], actor=admin_user
+    )
+    entry = {"path": "/srv/vllm-0.33", "distribution": "vllm", "package_version": "0.33.0"}
+    host.engine_installs = {"vllm": {"0.33.0": {**entry, **({"packages": packages} if packages else {})}}}
+    gguf = Path(gemma_package_path())
+    host.model_dirs = [str(gguf.parent)]
+    host.save(update_fields=["engine_installs", "model_dirs"])
+    model = model_variant_import_gguf(path=str(gguf), name="gemma-gguf", actor=admin_user)
+    revision = make_revision(host=host, model_variant=model, engine="vllm", engine_version=version, actor=admin_user)
+    report = revision_plan(revision).checked()
+    found = report.finding(ENGINE_GGUF_REMOVED)
+    if refused is None:
+        assert found is None and not report.has_errors, report.findings
+        assert report.finding("engine.gguf_config") is not None
+        return
+    assert found is not None and found.message.startswith("vLLM 0.33.0 has no GGUF loader") and refused in found.message
+    assert found.fix.startswith("Install vllm-gguf-plugin in vLLM's venv (GPU builds only)")
+    with pytest.raises(PlanRefused):
+        switch_request(revision=revision, actor=admin_user)

@@ -12,15 +12,20 @@ from pathlib import Path
 import pytest
 
 from tests.hostagent.test_operations import RecordedPanel, _order, _run
+from tests.support.client_tools import tool_python
 
 
-def _venv(folder: Path, distribution: str, version: str, *, script: str | None = None) -> Path:
-    """A real venv whose site-packages holds `distribution` `version`'s metadata (and `script` in bin/)."""
+def _venv(
+    folder: Path, distribution: str, version: str, *, script: str | None = None, also: dict[str, str] | None = None
+) -> Path:
+    """A real venv whose site-packages holds `distribution` `version`'s metadata (and `also`'s, and
+    `script` in bin/)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
     site = next((folder / "lib").glob("python3*/site-packages"))
-    info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    for name, at in {distribution: version, **(also or {})}.items():
+        info = site / f"{name.replace('-', '_')}-{at}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {at}\n")
     if script:
         (folder / "bin" / script).write_text("#!/bin/sh\n")
         (folder / "bin" / script).chmod(0o755)
@@ -48,7 +53,44 @@ def test_a_vllm_cpu_venv_is_recorded_with_its_python_as_the_executable(tmp_path:
         "version": "0.32.0",
         "path": str(venv),
         "binary": str(venv / "bin" / "python"),
-        "details": {"package_version": "0.32.0", "distribution": "vllm-cpu", "adopted": True},
+        "details": {
+            "package_version": "0.32.0",
+            "distribution": "vllm-cpu",
+            "adopted": True,
+            # What the planner reads of a vLLM venv, looked for: this one holds neither.
+            "packages": {"transformers": None, "vllm-gguf-plugin": None},
+        },
+    }
+
+
+def test_the_packages_the_planner_reads_are_recorded_with_the_install(tmp_path: Path, allowed: Path) -> None:
+    """A vLLM 0.33.0 venv an operator added vllm-gguf-plugin to: recording it again (`engine install
+    --existing`) reports the plugin and transformers, which plan a GGUF on it (deployments.planning)."""
+    venv = _venv(
+        allowed / "vllm",
+        "vllm",
+        "0.33.0",
+        script="vllm",
+        also={"vllm-gguf-plugin": "0.0.5", "transformers": "5.19.0", "torch": "2.13.0"},
+    )
+    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(venv)})))
+    assert end["state"] == "succeeded", end
+    assert end["install"]["details"]["packages"] == {"transformers": "5.19.0", "vllm-gguf-plugin": "0.0.5"}
+
+
+def test_the_real_vllm_cpu_venv_reports_its_transformers_and_no_plugin(tmp_path: Path, monkeypatch) -> None:
+    """The suite's vLLM CPU build (.tools/vllm-cpu), recorded as it is: its own Python reads its
+    transformers, and vllm-gguf-plugin (a CUDA or ROCm build) is not there."""
+    python = tool_python("vllm-cpu")
+    venv = python.parent.parent.resolve()
+    monkeypatch.setenv("CONTROLPANEL_INSTALL_DIRS", str(venv.parent))
+    (transformers,) = venv.glob("lib/python3*/site-packages/transformers-*.dist-info")
+    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(venv)})))
+    assert end["state"] == "succeeded", end
+    assert end["install"]["details"]["distribution"] == "vllm-cpu"
+    assert end["install"]["details"]["packages"] == {
+        "transformers": transformers.name.removeprefix("transformers-").removesuffix(".dist-info"),
+        "vllm-gguf-plugin": None,
     }
 
 

