@@ -67,14 +67,20 @@ def format_refusal(engine: str, model_format: str) -> str:
 
 def engines_loading(model_format: str) -> str:
     """The engines whose adapter loads a model of `model_format`, in words ("llama.cpp, SGLang or vLLM
-    before 0.24.0": a GGUF only up to the release that dropped its GGUF loader); "" when none does."""
+    before 0.24.0 or with vllm-gguf-plugin": a GGUF up to the release that dropped its GGUF loader,
+    or with the package that brings one back); "" when none does."""
     labels = []
     for name in sorted(ADAPTERS):
         adapter = ADAPTERS[name]
         if model_format not in adapter.model_formats:
             continue
         loader = adapter.gguf_loader if model_format == "gguf" else None
-        labels.append(f"{adapter.label} before {loader.removed_in}" if loader and loader.removed_in else adapter.label)
+        if loader is None or not loader.removed_in:
+            labels.append(adapter.label)
+        elif loader.plugin is None:
+            labels.append(f"{adapter.label} before {loader.removed_in}")
+        else:
+            labels.append(f"{adapter.label} before {loader.removed_in} or with {loader.plugin.package}")
     return _in_words(labels)
 
 

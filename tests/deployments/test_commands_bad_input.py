@@ -235,7 +235,8 @@ def test_revision_set_values_are_refused(world) -> None:
 def test_a_revision_whose_engine_cannot_load_its_model_is_refused(world) -> None:
     said = refused(*REVISION, "--engine", "ollama", "--model", MODEL)
     assert said.startswith("engine: Ollama cannot load a GGUF file: the panel launches it with an Ollama tag"), said
-    assert f"Choose an engine that loads {MODEL} (llama.cpp, SGLang or vLLM before 0.24.0), or another model." in said
+    loading = "llama.cpp, SGLang or vLLM before 0.24.0 or with vllm-gguf-plugin"
+    assert f"Choose an engine that loads {MODEL} ({loading}), or another model." in said
     said = refused(*REVISION, "--from", "1", "--model", "Qwen3.5-27B")  # r1 is llama.cpp
     assert said.startswith("model_variant: llama.cpp cannot load a Hugging Face checkpoint"), said
 
