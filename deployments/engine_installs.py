@@ -8,11 +8,14 @@ service manager finds. Reads the host row only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from deployments.models import DeploymentRevision
 from hardware.models import Host
 from serving.engines.base import EngineConfigError
-from serving.engines.registry import LATEST, get_adapter, install_key, recorded_installs
-from serving.engines.versions import newest_first
+from serving.engines.registry import LATEST, get_adapter, recorded_installs, requested_install_key
+from serving.engines.versions import newest_first, parse_version
 
 
 def _in_folder(engine: str) -> str | None:
@@ -32,55 +35,77 @@ def ansible_venv(revision: DeploymentRevision) -> str | None:
     return venv.rstrip("/") if isinstance(venv, str) and venv.startswith("/") and "{" not in venv else None
 
 
-def host_binary(host: Host, engine: str, version: str) -> str | None:
-    """The executable of `engine` `version` the host recorded installing (for "latest", the
-    newest recorded); None when none is."""
+@dataclass(frozen=True)
+class RecordedInstall:
+    """One install the host recorded (Host.engine_installs[engine][key]) and its executable."""
+
+    key: str  # the version it was recorded under (LATEST: an install of no version asked for)
+    entry: dict[str, Any]
+    executable: str | None  # None: its folder alone is known (the agent finds the executable in it)
+
+
+def install_run(host: Host, engine: str, version: str) -> RecordedInstall | None:
+    """The recorded install a revision of `engine` `version` runs on `host`, chosen as its agent
+    chooses (hostagent.binaries.resolve_install, which then checks the disk): a pinned version its
+    own install (the adapter's spelling of it: "v0.33.0" is 0.33.0), "latest" (or none) the newest
+    install that names its executable or folder; None when the host recorded none (then its agent
+    looks further: its own build, PATH)."""
     recorded = recorded_installs(host.engine_installs, engine)
-    key = install_key(version)
-    candidates = [key] if key in recorded else []
-    if version == "":
-        candidates += [k for k in newest_first(engine, recorded) if k not in candidates]
+    try:
+        key = requested_install_key(engine, version)
+    except EngineConfigError:
+        return None
     inside = _in_folder(engine)
-    for candidate in candidates:
+    for candidate in newest_first(engine, recorded) if key == LATEST else [key]:
         entry = recorded.get(candidate)
         if not isinstance(entry, dict):
             continue
-        binary = entry.get("binary")
+        binary, folder = entry.get("binary"), entry.get("path")
         if isinstance(binary, str) and binary.startswith("/"):
-            return binary
-        folder = entry.get("path")
-        if isinstance(folder, str) and folder.startswith("/") and inside:
-            return f"{folder.rstrip('/')}/{inside}"
+            return RecordedInstall(candidate, entry, binary)
+        if isinstance(folder, str) and folder.startswith("/"):
+            return RecordedInstall(candidate, entry, f"{folder.rstrip('/')}/{inside}" if inside else None)
     return None
 
 
+def host_binary(host: Host, engine: str, version: str) -> str | None:
+    """The executable of the install a revision of `engine` `version` runs on `host` (install_run);
+    None when the host recorded none, or only its folder."""
+    run = install_run(host, engine, version)
+    return run.executable if run is not None else None
+
+
 def version_at_latest(host: Host, engine: str) -> str:
-    """The release of `engine` a revision at "latest" runs on `host`, as the host reported it: its
-    newest recorded install (host_binary's choice), else the build its worker carries; "" when
-    neither names one (an install of no known version, or none: the planner then judges the latest
-    release it knows)."""
-    recorded = newest_first(engine, recorded_installs(host.engine_installs, engine))
-    if recorded:
-        return "" if recorded[0] == LATEST else recorded[0]
-    state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    builds = state.get("carried")
-    build = builds.get(engine) if isinstance(builds, dict) else None
-    return build if isinstance(build, str) else ""
+    """The release of `engine` a revision at "latest" runs on `host`, as the host reported it: that
+    of the install it runs (install_run; an install recorded as "latest" by the package version it
+    installed), else the build its worker carries; "" when neither names a release the adapter
+    reads (the planner then judges the latest release it knows)."""
+    run = install_run(host, engine, "")
+    if run is not None:
+        found = run.key
+        if found == LATEST:
+            package = run.entry.get("package_version")
+            found = get_adapter(engine).version_from_distribution(package) if isinstance(package, str) else ""
+    else:
+        state = host.engine_state if isinstance(host.engine_state, dict) else {}
+        builds = state.get("carried")
+        build = builds.get(engine) if isinstance(builds, dict) else None
+        found = build if isinstance(build, str) else ""
+    try:
+        parse_version(engine, found)
+    except EngineConfigError:
+        return ""
+    return found
 
 
 def install_packages(host: Host, engine: str, version: str) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The packages of the venv a revision of `engine` `version` runs on `host`, as the host read
-    them when it recorded that install (its details' "packages": {distribution: version, or null
-    where the venv had none}; for "latest", the install host_binary picks): (the versions found,
-    the distributions looked for and not found), for PlanRequest.packages and packages_absent.
-    Nothing when the host recorded no such install, or none of its packages (then they are unknown)."""
-    recorded = recorded_installs(host.engine_installs, engine)
-    key = install_key(version)
-    candidates = [key] if key in recorded else []
-    if (version or "").strip() in ("", LATEST):
-        candidates += [k for k in newest_first(engine, recorded) if k not in candidates]
-    entry = next((recorded[k] for k in candidates if isinstance(recorded[k], dict)), None)
-    read = entry.get("packages") if entry is not None else None
+    """The packages of the venv a revision of `engine` `version` runs on `host` (install_run), as
+    the host read them when it recorded that install (its details' "packages": {distribution:
+    version, or null where the venv had none}): (the versions found, the distributions looked for
+    and not found), for PlanRequest.packages and packages_absent. Nothing when the host recorded no
+    such install, or none of its packages (then they are unknown)."""
+    run = install_run(host, engine, version)
+    read = run.entry.get("packages") if run is not None else None
     if not isinstance(read, dict):
         return {}, ()
     found = {d: v for d, v in read.items() if isinstance(d, str) and isinstance(v, str) and 0 < len(v) <= 40}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deployments.engine_installs import install_run
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 from deployments.selectors.memory import outside_on_gpu
@@ -85,8 +86,9 @@ def engine_check(revision: DeploymentRevision) -> Check:
     key = requested_install_key(engine, version)
     carried = carried_build(revision.host, engine)
     if key == LATEST:
-        if versions:
-            return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {versions[0]}.")
+        run = install_run(revision.host, engine, "")
+        if run is not None:
+            return Check("engine", OK, f"{engine} at latest runs the newest install on the host: {run.key}.")
         if carried:
             return Check("engine", OK, f"{engine} at latest runs the host worker's own build {carried}.")
         return Check(

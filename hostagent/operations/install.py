@@ -26,8 +26,8 @@ from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.installs import (
     install_pinned,
     installed_version,
-    installed_versions,
     stop_leftover_steps,
+    venv_package_versions,
     venv_python,
 )
 from hostagent.runtime.installs import run_install as run_steps
@@ -144,7 +144,7 @@ def _planned_packages(engine: str, venv: str | Path) -> dict[str, Any]:
     for vLLM), recorded with the install so that its plans judge what the venv holds; {} when the
     planner reads none, or the venv could not be read."""
     names = venv_packages(engine)
-    found = installed_versions(venv, names) if names else None
+    found = venv_package_versions(venv, names) if names else None
     return {"packages": found} if found is not None else {}
 
 

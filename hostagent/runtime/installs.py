@@ -299,7 +299,7 @@ def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, ti
     return done.stdout.strip() or None
 
 
-def installed_versions(
+def venv_package_versions(
     venv_dir: str | os.PathLike[str], distributions: Sequence[str], *, timeout: float = 60.0
 ) -> dict[str, str | None] | None:
     """The versions of `distributions` as the venv's own Python reports them, in one run: a version,

@@ -535,14 +535,16 @@ def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | 
         said += "load this GGUF file."
     else:
         said = f"{removed}. {package} brings one back, and the panel does not know whether {label}'s venv on this "
-        said += "host has it (the host reported none of that venv's packages), so it cannot tell that this GGUF loads."
+        said += "host has it (no install the host recorded lists that venv's packages), so it cannot tell that this "
+        said += "GGUF loads."
     gpus_only = " (GPU builds only)" if plugin.gpu_only else ""
     ctx.add(
         ERROR,
         F.ENGINE_GGUF_REMOVED,
         said,
-        f"Install {package} in {label}'s venv{gpus_only} and record that venv again (engine install --existing), "
-        f"serve this GGUF with {others}, or {downgrade}.",
+        f"Install {package} into {label}'s venv on the host{gpus_only} and have an admin record that venv (engine "
+        f"install --existing, from a folder the agent's CONTROLPANEL_INSTALL_DIRS lists), serve this GGUF with "
+        f"{others}, or {downgrade}.",
     )
     return None
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.engine_installs import revision_binary
 from deployments.models import ModelVariant
 from deployments.planning import gpu_type_specs, plan_for_values, plan_request, revision_plan
 from deployments.services.imports import model_variant_import_gguf
@@ -112,7 +113,7 @@ def test_a_revision_at_latest_is_planned_with_the_release_its_host_runs_at_lates
             switch_request(revision=revision, actor=admin_user)
 
 
-@pytest.mark.parametrize("version", ["latest", "0.33.0"])
+@pytest.mark.parametrize("version", ["latest", " latest ", "0.33.0", "v0.33.0"])  # as people and derive() spell them
 @pytest.mark.parametrize(
     ("packages", "refused"),
     [
@@ -133,19 +134,25 @@ def test_a_gguf_on_vllm_0_33_is_planned_with_the_plugin_its_hosts_install_record
         name="gguf-lab", address="10.0.0.7", gpus=[(GpuType.objects.get(short_name="RTX 3090"), 1)], actor=admin_user
     )
     entry = {"path": "/srv/vllm-0.33", "distribution": "vllm", "package_version": "0.33.0"}
-    host.engine_installs = {"vllm": {"0.33.0": {**entry, **({"packages": packages} if packages else {})}}}
+    older = {"path": "/srv/vllm-0.31", "packages": {"transformers": "5.19.0", "vllm-gguf-plugin": "0.0.5"}}
+    recorded = {"0.33.0": {**entry, **({"packages": packages} if packages else {})}, "0.31.0": older}
+    host.engine_installs = {"vllm": recorded}
     gguf = Path(gemma_package_path())
     host.model_dirs = [str(gguf.parent)]
     host.save(update_fields=["engine_installs", "model_dirs"])
     model = model_variant_import_gguf(path=str(gguf), name="gemma-gguf", actor=admin_user)
     revision = make_revision(host=host, model_variant=model, engine="vllm", engine_version=version, actor=admin_user)
+    # The plan reads the install the host runs: the one whose executable the revision's exports name.
+    assert revision_binary(revision) == "/srv/vllm-0.33/bin/vllm"
     report = revision_plan(revision).checked()
     found = report.finding(ENGINE_GGUF_REMOVED)
     if refused is None:
         assert found is None and not report.has_errors, report.findings
         assert report.finding("engine.gguf_config") is not None
         return
-    assert found is not None and found.message.startswith("vLLM 0.33.0 has no GGUF loader") and refused in found.message
-    assert found.fix.startswith("Install vllm-gguf-plugin in vLLM's venv (GPU builds only)")
+    shown = version.strip() if version.strip() != "latest" else "0.33.0"  # the host's newest install, at latest
+    assert found is not None and found.message.startswith(f"vLLM {shown} has no GGUF loader")
+    assert refused in found.message
+    assert found.fix.startswith("Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only)")
     with pytest.raises(PlanRefused):
         switch_request(revision=revision, actor=admin_user)

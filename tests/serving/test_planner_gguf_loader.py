@@ -138,13 +138,14 @@ def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_naming
     assert found.code == REMOVED and found.severity is Severity.ERROR and report.has_errors
     assert found.message == (
         f"{named} has no GGUF loader: it was removed in 0.24.0. vllm-gguf-plugin brings one back, and the panel "
-        "does not know whether vLLM's venv on this host has it (the host reported none of that venv's packages), "
-        "so it cannot tell that this GGUF loads."
+        "does not know whether vLLM's venv on this host has it (no install the host recorded lists that venv's "
+        "packages), so it cannot tell that this GGUF loads."
     )
     # SGLang's GGUF loader cannot read Gemma 3's GGUF: only llama.cpp is offered for it.
     assert found.fix == (
-        "Install vllm-gguf-plugin in vLLM's venv (GPU builds only) and record that venv again (engine install "
-        "--existing), serve this GGUF with llama.cpp, or install vLLM < 0.24.0."
+        "Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only) and have an admin record that "
+        "venv (engine install --existing, from a folder the agent's CONTROLPANEL_INSTALL_DIRS lists), serve this "
+        "GGUF with llama.cpp, or install vLLM < 0.24.0."
     )
 
 
@@ -163,7 +164,7 @@ def test_a_venv_the_host_read_without_the_plugin_is_refused_saying_it_has_none()
         "vLLM 0.33.0 has no GGUF loader: it was removed in 0.24.0, and vLLM's venv on this host has no "
         "vllm-gguf-plugin, which brings one back, so it cannot load this GGUF file."
     )
-    assert found.fix.startswith("Install vllm-gguf-plugin in vLLM's venv (GPU builds only)")
+    assert found.fix.startswith("Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only)")
 
 
 @pytest.mark.parametrize("version", ["0.24.0", "0.33.0", ""])

@@ -60,11 +60,18 @@ def gemma_package_path() -> str:
     target = package.default_output_path()
     with open(target.with_name(".assemble.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not target.exists():
-            partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        if target.exists():
+            try:
+                return str(package.assemble())  # the file there, its sha256 checked
+            except FileExistsError:  # half-written by a run before this lock: made again
+                pass
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
             package.assemble(partial, overwrite=True)  # checks its sha256
             os.replace(partial, target)
-    return str(package.assemble())  # checks the file's sha256
+        finally:
+            partial.unlink(missing_ok=True)
+        return str(target)
 
 
 @functools.cache
