@@ -35,6 +35,19 @@ def ansible_venv(revision: DeploymentRevision) -> str | None:
     return venv.rstrip("/") if isinstance(venv, str) and venv.startswith("/") and "{" not in venv else None
 
 
+def carried_builds(host: Host) -> dict[str, Any]:
+    """The builds the host's worker carries itself, by engine, as the host last reported them."""
+    state = host.engine_state if isinstance(host.engine_state, dict) else {}
+    carried = state.get("carried")
+    return carried if isinstance(carried, dict) else {}
+
+
+def carried_build(host: Host, engine: str) -> str:
+    """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
+    found = carried_builds(host).get(engine)
+    return found if isinstance(found, str) else ""
+
+
 @dataclass(frozen=True)
 class RecordedInstall:
     """One install the host recorded (Host.engine_installs[engine][key]) and its executable."""
@@ -87,10 +100,7 @@ def version_at_latest(host: Host, engine: str) -> str:
             package = run.entry.get("package_version")
             found = get_adapter(engine).version_from_distribution(package) if isinstance(package, str) else ""
     else:
-        state = host.engine_state if isinstance(host.engine_state, dict) else {}
-        builds = state.get("carried")
-        build = builds.get(engine) if isinstance(builds, dict) else None
-        found = build if isinstance(build, str) else ""
+        found = carried_build(host, engine)
     try:
         parse_version(engine, found)
     except EngineConfigError:
@@ -117,8 +127,7 @@ def _carried_executable(host: Host, engine: str, version: str) -> str | None:
     """The executable of the build the host's worker carries itself (its agent reports it), which a
     revision runs when nothing is installed: at "latest", or pinned to that very build."""
     state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    builds, paths = state.get("carried"), state.get("carried_executables")
-    build = builds.get(engine) if isinstance(builds, dict) else None
+    paths = state.get("carried_executables")
     path = paths.get(engine) if isinstance(paths, dict) else None
     if not isinstance(path, str) or not path.startswith("/"):
         return None
@@ -126,7 +135,7 @@ def _carried_executable(host: Host, engine: str, version: str) -> str | None:
         pinned = get_adapter(engine).install_version(version) if version else ""
     except EngineConfigError:
         return None
-    return path if not pinned or pinned == build else None
+    return path if not pinned or pinned == carried_build(host, engine) else None
 
 
 def revision_binary(revision: DeploymentRevision) -> str | None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from controlpanel.roles import ADMIN, OPERATOR, ensure_role, has_role
 from core.audit import audit_record
 from deployments.choices import Engine, OperationKind
+from deployments.engine_installs import carried_build, carried_builds
 from deployments.models import Operation
 from deployments.selectors.installs import compile_estimate
 from hardware.models import Host
@@ -32,7 +33,6 @@ from serving.engines.versions import LATEST_KNOWN, LLAMACPP_COMPILE_BUILD
 
 from .dispatch import operation_dispatch
 from .operations import operation_create
-from .preflight import carried_build, carried_builds
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployments.engine_installs import install_run
+from deployments.engine_installs import carried_build, install_run
 from deployments.models import DeploymentRevision, ModelVariant
 from deployments.planning import memory_need, planned_memory, planned_ram, revision_memory, weights_and_kv
 from deployments.selectors.memory import outside_on_gpu
@@ -47,19 +47,6 @@ __all__ = [
 def installed_versions(installs: object, engine: str) -> list[str]:
     """The versions of `engine` the host reported installed, newest first."""
     return newest_first(engine, (str(v) for v in recorded_installs(installs, engine)))
-
-
-def carried_builds(host: Host) -> dict[str, Any]:
-    """The builds the host's worker carries itself, by engine, as the host last reported them."""
-    state = host.engine_state if isinstance(host.engine_state, dict) else {}
-    carried = state.get("carried")
-    return carried if isinstance(carried, dict) else {}
-
-
-def carried_build(host: Host, engine: str) -> str:
-    """The build of `engine` the host's worker carries itself, as the host last reported ("" if none)."""
-    found = carried_builds(host).get(engine)
-    return found if isinstance(found, str) else ""
 
 
 def host_engines(host: Host) -> set[str]:
