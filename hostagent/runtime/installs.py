@@ -35,7 +35,6 @@ from .processes import is_alive, read_stat, terminate_group
 
 Cancelled = threading.Event | Callable[[], bool] | None
 
-_READ_VERSION = "import sys, importlib.metadata as m; print(m.version(sys.argv[1]))"
 # Several distributions at once, as JSON: {name: version, or null where the venv has none}.
 _READ_VERSIONS = (
     "import sys, json, importlib.metadata as m\n"
@@ -283,20 +282,8 @@ def venv_python(venv_dir: str | os.PathLike[str]) -> Path:
 
 def installed_version(venv_dir: str | os.PathLike[str], distribution: str, *, timeout: float = 60.0) -> str | None:
     """The version of `distribution` as the venv's own Python reports it, or None."""
-    try:
-        done = subprocess.run(
-            [str(venv_python(venv_dir)), "-c", _READ_VERSION, distribution],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
+    found = venv_package_versions(venv_dir, [distribution], timeout=timeout)
+    return found.get(distribution) if found is not None else None
 
 
 def venv_package_versions(
