@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,6 +44,13 @@ SAY_EVERY_S = 60.0  # refused connections are logged at most once a minute, with
 # and an attacker's connection is taken only after the first ones were cut. 2048, as uvicorn and
 # gunicorn listen (the kernel caps it at net.core.somaxconn, 4096 on recent kernels).
 BACKLOG = 2048
+# Connections taken from that queue per turn of the event loop. asyncio takes as many as the
+# listen queue's length, so at 2048 a flood became 2048 descriptors at once (over systemd's default
+# of 1,024: accept fails with EMFILE and asyncio stops accepting for a second), before any was
+# refused. A taken connection is admitted or refused, and a refused one closed, within three more
+# turns, so a flood holds at most about four turns' worth beyond the cap and the refusals waiting:
+# 4 x 64 = 256, under 1,024 with the default cap of 512 and its 64 refusals.
+ACCEPT_BATCH = 64
 
 
 def canned(status: int, reason: str, message: str, *, code: str, retry_after: int | None = None) -> bytes:
@@ -226,4 +234,10 @@ class GuardedSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.connections.protocol, self.host, self.port, backlog=self._backlog)
+        server = await loop.create_server(self.connections.protocol, self.host, self.port, backlog=ACCEPT_BATCH)
+        # asyncio listens with the batch it accepts; the kernel's queue is made longer again
+        # (listen() on a listening socket only sets its queue's length).
+        for listening in server.sockets:
+            with socket.fromfd(listening.fileno(), listening.family, listening.type) as again:
+                again.listen(self._backlog)
+        self._server = server
