@@ -30,6 +30,8 @@ __all__ = [
     "Heartbeat",
     "Hello",
     "HostProbe",
+    "InstallDetails",
+    "InstallRecord",
     "MemoryReport",
     "OperationEnd",
     "OperationProgress",
@@ -353,6 +355,90 @@ class OperationProgress(_Plain):
         )
 
 
+def _versions(data: Mapping[str, Any], name: str, where: str) -> dict[str, str | None] | None:
+    """{distribution: version, or None where the venv has none}; None when absent."""
+    value = data.get(name)
+    if value is None:
+        return None
+    read = dict(_mapping(value, f"{where}.{name}"))
+    if not all(isinstance(version, str | None) for version in read.values()):
+        raise WireError(f"{where}.{name} is not a map of versions", field=f"{where}.{name}")
+    return read
+
+
+@dataclass(frozen=True)
+class InstallDetails:
+    """What the host read back of an install (kept in the host's install entry, beside its path):
+    the engine's Python distribution in the venv and its version, the planner's packages of the
+    venv (`packages`: serving.engines.registry.venv_packages; None: not read), the source folder
+    a build was made from, and whether the venv was already there (`adopted`, engine install
+    --existing). Only the fields there are go on the wire, as the entry keeps them."""
+
+    distribution: str = ""
+    package_version: str = ""
+    packages: Mapping[str, str | None] | None = None
+    source_dir: str = ""
+    adopted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.distribution:
+            body.update(distribution=self.distribution, package_version=self.package_version)
+        if self.packages is not None:
+            body["packages"] = dict(self.packages)
+        if self.source_dir:
+            body["source_dir"] = self.source_dir
+        if self.adopted:
+            body["adopted"] = True
+        return body
+
+    @classmethod
+    def from_dict(cls, data: object) -> InstallDetails:
+        data = _mapping(data, "install.details")
+        return cls(
+            distribution=_str(data, "distribution", "install.details", optional=True) or "",
+            package_version=_str(data, "package_version", "install.details", optional=True) or "",
+            packages=_versions(data, "packages", "install.details"),
+            source_dir=_str(data, "source_dir", "install.details", optional=True) or "",
+            adopted=data.get("adopted") is True,
+        )
+
+
+@dataclass(frozen=True)
+class InstallRecord:
+    """An install's end (OperationEnd.install): `engine` at `version` (as its adapter spells it;
+    "" when the latest was installed and no version could be read back) is in `path`, runs
+    `binary` ("" for an engine installed system-wide), with `details`. The panel records it as
+    the host's install (deployments.services.installs.install_record)."""
+
+    engine: str
+    version: str = ""
+    path: str = ""
+    binary: str = ""
+    details: InstallDetails = InstallDetails()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "path": self.path,
+            "binary": self.binary,
+            "details": self.details.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> InstallRecord:
+        data = _mapping(data, "install")
+        details = data.get("details")
+        return cls(
+            engine=_str(data, "engine", "install") or "",
+            version=_str(data, "version", "install", optional=True) or "",
+            path=_str(data, "path", "install", optional=True) or "",
+            binary=_str(data, "binary", "install", optional=True) or "",
+            details=InstallDetails.from_dict(details) if details is not None else InstallDetails(),
+        )
+
+
 @dataclass(frozen=True)
 class OperationEnd:
     """POST operations/<id>/finish: how an operation ended. `benchmark` (a benchmark's figures)
@@ -362,14 +448,14 @@ class OperationEnd:
     result: JsonObject = field(default_factory=dict)
     error: str = ""
     benchmark: JsonObject | None = None
-    install: JsonObject | None = None
+    install: InstallRecord | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"state": self.state, "result": dict(self.result), "error": self.error}
         if self.benchmark is not None:
             body["benchmark"] = dict(self.benchmark)
         if self.install is not None:
-            body["install"] = dict(self.install)
+            body["install"] = self.install.to_dict()
         return body
 
     @classmethod
@@ -380,7 +466,7 @@ class OperationEnd:
             result=_object(data, "result", "finish"),
             error=_str(data, "error", "finish", optional=True) or "",
             benchmark=None if data.get("benchmark") is None else _object(data, "benchmark", "finish"),
-            install=None if data.get("install") is None else _object(data, "install", "finish"),
+            install=None if data.get("install") is None else InstallRecord.from_dict(data["install"]),
         )
 
 

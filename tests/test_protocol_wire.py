@@ -56,7 +56,22 @@ SENT = [
     reports.WatchdogEvent(kind="restarted", message="restarted revision r3"),
     reports.EngineLogChunk(run=RUN, offset=0, end=12, lines=("loading", "ready")),
     reports.OperationProgress(stage="installing", progress=0.5, log="step 2"),
-    reports.OperationEnd(state="succeeded", result={"gpus": 1}, install={"engine": "llama.cpp", "version": "b1"}),
+    reports.OperationEnd(state="succeeded", result={"gpus": 1}, install=reports.InstallRecord("llama.cpp", "b1")),
+    reports.OperationEnd(
+        state="succeeded",
+        install=reports.InstallRecord(
+            engine="vllm",
+            version="0.33.0",
+            path="/opt/vllm",
+            binary="/opt/vllm/bin/vllm",
+            details=reports.InstallDetails(
+                distribution="vllm",
+                package_version="0.33.0",
+                packages={"transformers": "5.19.0", "vllm-gguf-plugin": None},
+                adopted=True,
+            ),
+        ),
+    ),
     reports.DoorReport(
         version="abc",
         bind="127.0.0.1:4000",

@@ -175,7 +175,7 @@ def finish(request: HttpRequest, host: Host, body: dict[str, Any], op_id: UUID) 
             result=dict(end.result),
             error=end.error,
             benchmark=dict(end.benchmark) if end.benchmark is not None else None,
-            install=dict(end.install) if end.install is not None else None,
+            install=end.install,
         )
     except (ValidationError, KeyError, TypeError, ValueError) as exc:
         return _refused(exc)

@@ -27,7 +27,7 @@ from hardware.services import (
 )
 from notifications.events import host_event, watchdog_event
 from notifications.services import notify
-from serving.agent_reports import Registered, Restore
+from serving.agent_reports import InstallRecord, Registered, Restore
 
 from .benchmarks import benchmark_run_record, benchmark_run_start
 from .host_models import host_model_forget, host_model_record
@@ -146,7 +146,7 @@ def operation_host_finish(
     result: dict[str, Any],
     error: str,
     benchmark: dict[str, Any] | None = None,
-    install: dict[str, Any] | None = None,
+    install: InstallRecord | None = None,
 ) -> bool:
     """The host's agent ends its operation, with what it measured or installed, in one
     transaction. A switch (or a rollback) that succeeded points the host at its revision.
@@ -171,18 +171,16 @@ def operation_host_finish(
             result["benchmark_run"] = run.pk
     if install is not None and locked.kind == OperationKind.INSTALL and state == OperationState.SUCCEEDED:
         engine = locked.params.get("engine")
-        if install.get("engine") != engine:
-            raise ValidationError(f"This operation installs {engine}, not {install.get('engine')!r}.")
+        if install.engine != engine:
+            raise ValidationError(f"This operation installs {engine}, not {install.engine!r}.")
         install_record(
             host=locked.host,
             engine=engine,
-            version=str(install.get("version") or ""),
-            path=_host_path(install.get("path"), "path"),
-            binary=_host_path(install.get("binary"), "binary") if install.get("binary") else "",
-            details={
-                **(install.get("details") if isinstance(install.get("details"), dict) else {}),
-                **_install_took(locked),  # the host's own figure for the next install's estimate
-            },
+            version=install.version,
+            path=_host_path(install.path, "path"),
+            binary=_host_path(install.binary, "binary") if install.binary else "",
+            # with the host's own figure for the next install's estimate
+            details={**install.details.to_dict(), **_install_took(locked)},
             actor=locked.requested_by,
         )
     if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:

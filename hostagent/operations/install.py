@@ -31,6 +31,7 @@ from hostagent.runtime.installs import (
     venv_python,
 )
 from hostagent.runtime.installs import run_install as run_steps
+from serving.agent_reports import InstallDetails, InstallRecord
 from serving.engines.base import EngineConfigError
 from serving.engines.registry import get_adapter, install_key, venv_packages
 from serving.wire import Order
@@ -138,14 +139,13 @@ class InstallParams:
         )
 
 
-def _planned_packages(engine: str, venv: str | Path) -> dict[str, Any]:
-    """{"packages": {distribution: version, or None where the venv has none}} for the distributions
-    of the engine's venv the planner reads (registry.venv_packages: transformers, vllm-gguf-plugin
-    for vLLM), recorded with the install so that its plans judge what the venv holds; {} when the
+def _planned_packages(engine: str, venv: str | Path) -> dict[str, str | None] | None:
+    """{distribution: version, or None where the venv has none} for the distributions of the
+    engine's venv the planner reads (registry.venv_packages: transformers, vllm-gguf-plugin for
+    vLLM), recorded with the install so that its plans judge what the venv holds; None when the
     planner reads none, or the venv could not be read."""
     names = venv_packages(engine)
-    found = venv_package_versions(venv, names) if names else None
-    return {"packages": found} if found is not None else {}
+    return venv_package_versions(venv, names) if names else None
 
 
 def run_install(ctx: AgentContext, order: Order) -> Outcome:
@@ -213,19 +213,18 @@ def run_install(ctx: AgentContext, order: Order) -> Outcome:
     installed = adapter.version_from_distribution(result.version) if result.version else version
     path = str(source_dir or target)
     binary = installed_binary(engine, path) or ""
-    details: dict[str, Any] = {"package_version": result.version, "distribution": distribution} if distribution else {}
-    if distribution:
-        details.update(_planned_packages(engine, target))
-    if source_dir:
-        details["source_dir"] = source_dir
+    details = InstallDetails(
+        distribution=distribution or "",
+        package_version=(result.version or "") if distribution else "",
+        packages=_planned_packages(engine, target) if distribution else None,
+        source_dir=str(source_dir or ""),
+    )
     if not binary and not adapter.installs_system_wide:
         summary["reason"] = f"the install finished but no {engine} executable was found in {path}"
         return Outcome.failed(summary["reason"], summary)
     panel.progress(op_id, stage="installed", progress=1.0, log=f"{engine} {installed or '(latest)'} at {path}")
-    summary.update(version=install_key(installed), binary=binary, **details)
-    return Outcome.succeeded(
-        summary, install={"engine": engine, "version": installed, "path": path, "binary": binary, "details": details}
-    )
+    summary.update(version=install_key(installed), binary=binary, **details.to_dict())
+    return Outcome.succeeded(summary, install=InstallRecord(engine, installed or "", path, binary, details))
 
 
 def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Outcome:
@@ -258,17 +257,15 @@ def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Ou
     binary = str(Path(folder) / inside) if inside else installed_binary(params.engine, folder) or ""
     if not binary or not Path(binary).is_file():
         return Outcome.failed(f"{folder} holds {distribution} {package_version} but no {params.engine} executable.", {})
-    details = {
-        "package_version": package_version,
-        "distribution": distribution,
-        "adopted": True,
-        **_planned_packages(params.engine, folder),
-    }
+    details = InstallDetails(
+        distribution=distribution,
+        package_version=package_version,
+        packages=_planned_packages(params.engine, folder),
+        adopted=True,
+    )
     ctx.panel.progress(
         order.id, stage="installed", progress=1.0, log=f"{params.engine} {installed} at {folder} runs {binary}"
     )
-    summary = {"engine": params.engine, "version": install_key(installed), "path": folder, "binary": binary, **details}
-    return Outcome.succeeded(
-        summary,
-        install={"engine": params.engine, "version": installed, "path": folder, "binary": binary, "details": details},
-    )
+    summary = {"engine": params.engine, "version": install_key(installed), "path": folder, "binary": binary}
+    summary.update(details.to_dict())
+    return Outcome.succeeded(summary, install=InstallRecord(params.engine, installed or "", folder, binary, details))
