@@ -113,10 +113,13 @@ def host_request(host: Host, **values: Unpack[PlanValues]) -> PlanRequest:
     run there, not the newest release the panel knows, and the packages the host read in the venv
     of that install (transformers, vllm-gguf-plugin: unknown where it recorded none)."""
     engine, version = values["engine"], values.get("engine_version") or ""
+    here = False
     if version.strip() in ("", LATEST):
         values["engine_version"] = version_at_latest(host, engine)
+        here = bool(values["engine_version"])
     packages, absent = install_packages(host, engine, version)
-    return replace(plan_request(gpus=host_gpu_specs(host), **values), packages=packages, packages_absent=absent)
+    request = plan_request(gpus=host_gpu_specs(host), **values)
+    return replace(request, packages=packages, packages_absent=absent, latest_here=here)
 
 
 def plan_for_values(*, host: Host, **values: Unpack[PlanValues]) -> FitReport:

@@ -148,6 +148,7 @@ class PlanRequest:
     engine: str  # "vllm" | "llama.cpp" | "ollama" | "sglang"
     gpus: tuple[GpuSpec, ...]
     engine_version: str = ""  # "" = latest known
+    latest_here: bool = False  # engine_version is what "latest" runs on the host (not a pin): messages say so
     knobs: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     weights_bytes: int | None = None  # checkpoint weights on disk (GGUF: file size)

@@ -311,7 +311,7 @@ def _hybrid_block(ctx: Context) -> None:
         ERROR if prefix else WARNING,
         F.HYBRID_BATCHED_TOKENS,
         f"This hybrid model needs an attention block of {block} tokens at TP={ctx.settings.tp}, above "
-        f"max_num_batched_tokens={tokens}; vLLM {version} asserts 'block_size ({block}) must be <= "
+        f"max_num_batched_tokens={tokens}; vLLM {_release_shown(ctx)} asserts 'block_size ({block}) must be <= "
         f"max_num_batched_tokens ({tokens})' when prefix caching is on.",
         f"Set max_num_batched_tokens to {max(8192, block)} (or at least {block}), or upgrade vLLM to 0.22+.",
     )
@@ -367,7 +367,7 @@ _FAMILY_NAMES = {QWEN3_5: "Qwen3.5", LINEAR_ATTENTION_HYBRID: "linear-attention 
 
 def _engine_support(ctx: Context) -> None:
     req = ctx.request
-    engine, version = req.engine, req.engine_version
+    engine, version, shown = req.engine, req.engine_version, _release_shown(ctx)
     adapter = get_adapter(engine)
     support: list[tuple[str, FamilySupport]] = [
         (family, adapter.family_support[family]) for family in model_families(ctx) if family in adapter.family_support
@@ -377,7 +377,7 @@ def _engine_support(ctx: Context) -> None:
         ctx.add(
             ERROR,
             F.ENGINE_UNSUPPORTED_ARCH,
-            f"{adapter.label} {version} cannot run this Gated DeltaNet hybrid (Qwen3.5 family): it crashes or "
+            f"{adapter.label} {shown} cannot run this Gated DeltaNet hybrid (Qwen3.5 family): it crashes or "
             "answers with an immediate EOS.",
             f"Use vLLM >= 0.17 or llama.cpp, or a newer {adapter.label} release.",
         )
@@ -391,7 +391,7 @@ def _engine_support(ctx: Context) -> None:
         ctx.add(
             ERROR,
             F.ENGINE_VERSION_FLOOR,
-            f"{engine} {version} is older than {need}, the first release that runs this model's architecture.",
+            f"{engine} {shown} is older than {need}, the first release that runs this model's architecture.",
             f"Install {engine} >= {need}.",
         )
     for family, s in support:
@@ -403,7 +403,7 @@ def _engine_support(ctx: Context) -> None:
                 ctx.add(
                     ERROR if have else WARNING,
                     F.ENGINE_PACKAGE_FLOOR,
-                    f"{adapter.label} {version} loads {_FAMILY_NAMES[family]} configs only with {floor.package} >= "
+                    f"{adapter.label} {shown} loads {_FAMILY_NAMES[family]} configs only with {floor.package} >= "
                     f"{floor.minimum}"
                     + (f" ({floor.why})" if floor.why else "")
                     + (f"; this environment has {have}." if have else "; the installed version is unknown."),
@@ -422,7 +422,7 @@ def _gguf_architecture(ctx: Context) -> None:
     loader = adapter.gguf_loader
     if req.gguf is None or loader is None:
         return
-    arch, label, version = req.gguf.architecture, _engine_name(ctx), req.engine_version
+    arch, label, version, shown = req.gguf.architecture, _engine_name(ctx), req.engine_version, _release_shown(ctx)
     others = gguf_servers(arch, besides=req.engine)  # who else serves this file
     who, reader = label, "Its GGUF loader"
     if loader.removed_in and version_at_or_after(version, loader.removed_in):
@@ -430,7 +430,7 @@ def _gguf_architecture(ctx: Context) -> None:
         if plugin is None:
             return
         loader, reader = plugin.loader, plugin.package
-        who = f"{label} {_release_shown(ctx)} with {plugin.package} {req.packages[plugin.package]}"
+        who = f"{label} {shown} with {plugin.package} {req.packages[plugin.package]}"
     why = loader.refusal(arch)
     if why:
         loads = ", ".join(sorted(loader.architectures))
@@ -446,7 +446,7 @@ def _gguf_architecture(ctx: Context) -> None:
         ctx.add(
             ERROR,
             F.ENGINE_VERSION_FLOOR,
-            f"{label} {version} cannot load a GGUF of architecture {arch!r}: its GGUF loader reads one from {first}.",
+            f"{label} {shown} cannot load a GGUF of architecture {arch!r}: its GGUF loader reads one from {first}.",
             f"Install {label} >= {first}, or serve this GGUF with {others}.",
         )
     ceiling = loader.package_ceilings.get(arch)
@@ -457,7 +457,7 @@ def _gguf_architecture(ctx: Context) -> None:
             ctx.add(
                 ERROR if too_new else WARNING,
                 F.ENGINE_PACKAGE_CEILING,
-                f"{label} {version} loads a GGUF of architecture {arch!r} only with {ceiling.package} < "
+                f"{label} {shown} loads a GGUF of architecture {arch!r} only with {ceiling.package} < "
                 f"{ceiling.below}: {ceiling.why}"
                 + (
                     f"; this environment has {have}."
@@ -481,10 +481,13 @@ def _gguf_architecture(ctx: Context) -> None:
 
 
 def _release_shown(ctx: Context) -> str:
-    """The engine release a request names, in words: at latest, the latest the panel knows, saying so."""
+    """The engine release a request names, in words: at latest, the release latest runs on the host
+    (PlanRequest.latest_here), else the latest the panel knows, saying which."""
     version = (ctx.request.engine_version or "").strip()
     if version in ("", "latest"):
         return f"{LATEST_KNOWN.get(ctx.request.engine) or 'latest'} (the latest release the panel knows)"
+    if ctx.request.latest_here:
+        return f"{version} (what latest runs on this host)"
     return version
 
 

@@ -81,7 +81,11 @@ def test_the_6x3090_lab_as_declared_hosts_plan(catalog, admin_user):
     ("installs", "carried", "removed"),
     [
         ({}, {}, "vLLM 0.33.0 (the latest release the panel knows)"),  # nothing on the host yet
-        ({"0.32.0": {"path": "/srv/vllm-0.32"}, "0.23.0": {"path": "/srv/vllm-0.23"}}, {}, "vLLM 0.32.0"),
+        (
+            {"0.32.0": {"path": "/srv/vllm-0.32"}, "0.23.0": {"path": "/srv/vllm-0.23"}},
+            {},
+            "vLLM 0.32.0 (what latest runs on this host)",
+        ),
         ({"0.23.0": {"path": "/srv/vllm-0.23"}}, {}, None),  # the last release with a GGUF loader
         ({}, {"vllm": "0.23.0"}, None),  # the host's worker carries it
         ({"latest": {"path": "/srv/vllm"}}, {}, "vLLM 0.33.0 (the latest release the panel knows)"),  # unknown
@@ -150,7 +154,8 @@ def test_a_gguf_on_vllm_0_33_is_planned_with_the_plugin_its_hosts_install_record
         assert found is None and not report.has_errors, report.findings
         assert report.finding("engine.gguf_config") is not None
         return
-    shown = version.strip() if version.strip() != "latest" else "0.33.0"  # the host's newest install, at latest
+    # At latest, the host's newest install, saying so.
+    shown = version.strip() if version.strip() != "latest" else "0.33.0 (what latest runs on this host)"
     assert found is not None and found.message.startswith(f"vLLM {shown} has no GGUF loader")
     assert refused in found.message
     assert found.fix.startswith("Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only)")
