@@ -84,10 +84,12 @@ def engines_loading(model_format: str) -> str:
     return _in_words(labels)
 
 
-def gguf_servers(architecture: str, *, besides: str = "") -> str:
+def gguf_servers(architecture: str, *, besides: str = "", gpus: bool = True) -> str:
     """The engines other than `besides` whose latest release serves a GGUF of `architecture`, in words
     ("llama.cpp or SGLang"): llama.cpp reads every GGUF; an engine with its own GGUF loader, the
-    architectures that loader reads, unless a release dropped it."""
+    architectures that loader reads; one whose latest release dropped it, with the package that brings
+    one back, the architectures that one reads ("vLLM with vllm-gguf-plugin"), on a host with GPUs
+    where the package needs them."""
     labels = []
     for name in sorted(ADAPTERS):
         adapter, loader = ADAPTERS[name], ADAPTERS[name].gguf_loader
@@ -95,6 +97,10 @@ def gguf_servers(architecture: str, *, besides: str = "") -> str:
             continue
         if loader is None or (not loader.removed_in and not loader.refusal(architecture)):
             labels.append(adapter.label)
+            continue
+        plugin = loader.plugin if loader.removed_in else None
+        if plugin is not None and (gpus or not plugin.gpu_only) and not plugin.loader.refusal(architecture):
+            labels.append(f"{adapter.label} with {plugin.package}")
     return _in_words(labels) or "llama.cpp"
 
 

@@ -423,7 +423,7 @@ def _gguf_architecture(ctx: Context) -> None:
     if req.gguf is None or loader is None:
         return
     arch, label, version, shown = req.gguf.architecture, _engine_name(ctx), req.engine_version, _release_shown(ctx)
-    others = gguf_servers(arch, besides=req.engine)  # who else serves this file
+    others = gguf_servers(arch, besides=req.engine, gpus=bool(req.gpus))  # who else serves this file
     who, reader = label, "Its GGUF loader"
     if loader.removed_in and version_at_or_after(version, loader.removed_in):
         plugin = _gguf_plugin(ctx, loader, others)

@@ -77,7 +77,16 @@ def test_sglang_is_refused_a_gemma3_gguf_saying_why_and_what_serves_it():
         "gemma3_text, for which gguf-py has no tensor names."
     )
     assert "Its GGUF loader reads lfm2, muse-glimmer, qwen2, qwen3, qwen3moe, stablelm, starcoder2." in found.message
-    assert found.fix == "Serve this GGUF with llama.cpp, or the model's Hugging Face checkpoint with SGLang."
+    assert found.fix == (
+        "Serve this GGUF with llama.cpp or vLLM with vllm-gguf-plugin, or the model's Hugging Face checkpoint with "
+        "SGLang."
+    )
+    # The plugin builds only with CUDA or ROCm: a host without GPUs is not told of it.
+    cpu = _plan(gemma_package_path(), gpus=False).finding(UNSUPPORTED)
+    assert (
+        cpu is not None
+        and cpu.fix == "Serve this GGUF with llama.cpp, or the model's Hugging Face checkpoint with SGLang."
+    )
     # llama.cpp reads the file natively; vLLM up to 0.23 does too (its loader undoes Gemma 3's norm).
     assert _ours(_plan(gemma_package_path(), engine="llama.cpp", version="")) == []
     assert _ours(_plan(gemma_package_path(), engine="vllm", version="0.23.0")) == []
