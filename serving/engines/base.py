@@ -209,8 +209,10 @@ class GgufPlugin:
     loader: GgufLoader  # what it reads
     gpu_only: bool = False  # it builds and runs only with a CUDA or ROCm toolkit: not on the engine's CPU build
     # It takes the model's Hugging Face config and tokenizer from the GGUF's folder (a config.json
-    # beside the file) unless the engine is given their source, where the file alone did before.
+    # beside the file) unless the engine is given their source, where the file alone did before:
+    # `config_knobs`, the engine's knobs that name that source (a repository or a folder).
     config_beside: bool = False
+    config_knobs: tuple[str, ...] = ()
 
 
 # Why an engine that rebuilds a Hugging Face model from a GGUF (SGLang's, vLLM's loader) cannot read

@@ -145,6 +145,17 @@ def _generation_config(name: str, value: object) -> list[Concern]:
     return [] if value in ("auto", "vllm") else [path_concern(name, str(value), what="a generation config folder")]
 
 
+def _model_files(what: str) -> Any:
+    """Concerns of a knob that names where vLLM reads some of the model's files: a repository (another
+    one than the model's is an admin's choice, as a draft model's) or a folder under the model folders."""
+
+    def concerns(name: str, value: object) -> list[Concern]:
+        concern = source_concern(name, str(value), what=what)
+        return [concern] if concern else []
+
+    return concerns
+
+
 def _speculative_config_value(value: object) -> dict[str, Any]:
     config = json_object("speculative_config", value)
     if not config.get("method") and not config.get("model"):
@@ -274,6 +285,7 @@ VLLM_GGUF_PLUGIN = GgufPlugin(
     ),
     gpu_only=True,
     config_beside=True,
+    config_knobs=("hf_config_path", "tokenizer"),  # plugin.py _get_gguf_config_source, in that order
 )
 VLLM_GGUF = GgufLoader(
     architectures={
@@ -400,6 +412,12 @@ KNOBS: dict[str, KnobSpec] = {
         KnobSpec("mamba_block_size", "int", minimum=1, maximum=1_048_576, plan=NO_EFFECT),
         KnobSpec("chat_template", "str", concerns=_chat_template, plan=NO_EFFECT),
         KnobSpec("generation_config", "str", concerns=_generation_config, plan=NO_EFFECT),
+        # Where the tokenizer comes from (config/model.py: the model by default; for a GGUF, its header).
+        # vLLM's docs advise a GGUF's original repository; a GGUF with an mmproj beside it needs it; and
+        # vllm-gguf-plugin reads the model's config from --hf-config-path, else from --tokenizer
+        # (its README serves a GGUF with `--tokenizer <original repository>`).
+        KnobSpec("tokenizer", "str", concerns=_model_files("a tokenizer"), plan=NO_EFFECT),
+        KnobSpec("hf_config_path", "str", concerns=_model_files("a model config"), plan=NO_EFFECT),
     )
 }
 

@@ -520,17 +520,20 @@ def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | 
         )
         return None
     if have:
-        if plugin.config_beside:
+        sources = [str(req.knobs.get(k) or "").strip() for k in plugin.config_knobs]
+        named = any(s and not s.lower().endswith(".gguf") for s in sources)  # a GGUF is no config's source
+        if plugin.config_beside and not named:
+            knobs = " or ".join(plugin.config_knobs)
             ctx.add(
                 WARNING,
                 F.ENGINE_GGUF_CONFIG,
                 f"{label} {shown} loads this GGUF with {package} {have}, which takes the model's config.json and "
-                "tokenizer from the GGUF's folder, not from the file (the panel passes no --tokenizer or "
-                "--hf-config-path, and its download holds the GGUF alone): unless they sit beside the GGUF on the "
-                f"host, {label} stops at 'Unrecognized model in <folder>. Should have a `model_type` key in its "
-                "config.json'.",
-                "Copy the original model's config.json and tokenizer files (from its Hugging Face repository) into "
-                f"the GGUF's folder on the host, or serve this GGUF with {others}.",
+                f"tokenizer from the GGUF's folder, not from the file (this revision sets no {knobs}, and the "
+                f"panel's download holds the GGUF alone): unless they sit beside the GGUF on the host, {label} "
+                "stops at 'Unrecognized model in <folder>. Should have a `model_type` key in its config.json'.",
+                f"Set the {plugin.config_knobs[-1]} knob to the original model's Hugging Face repository (as "
+                f"{package}'s README does), or copy its config.json and tokenizer files into the GGUF's folder on "
+                f"the host, or serve this GGUF with {others}.",
             )
         return plugin
     if package in req.packages_absent:

@@ -45,6 +45,8 @@ SAMPLES: dict[str, Any] = {
     "reasoning_parser": "qwen3",
     "attention_backend": "FLASHINFER",
     "chunked_prefill_size": -1,
+    "tokenizer": "/models/qwen3-8b",
+    "hf_config_path": "/models/qwen3-8b",
 }
 
 

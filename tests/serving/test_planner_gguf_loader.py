@@ -45,7 +45,14 @@ def _gguf(folder: Path, architecture: str, file_type: int | None = None) -> Path
 
 
 def _plan(
-    path: str | Path, engine: str = "sglang", version: str = "0.5.23", *, packages=None, absent=(), gpus: bool = True
+    path: str | Path,
+    engine: str = "sglang",
+    version: str = "0.5.23",
+    *,
+    packages=None,
+    absent=(),
+    gpus: bool = True,
+    knobs=None,
 ):
     imported = read_gguf_header(path)
     return plan(
@@ -56,6 +63,7 @@ def _plan(
             gpus=catalog_host("h200", 1) if gpus else (),
             weights_bytes=imported.file_size,
             gguf=imported.kv,
+            knobs=knobs or {},
             packages=packages or {},
             packages_absent=tuple(absent),
         )
@@ -188,10 +196,20 @@ def test_with_the_plugin_in_its_venv_vllm_from_0_24_serves_a_gguf_warning_of_the
         found.message
     )
     assert "'Unrecognized model in <folder>. Should have a `model_type` key in its config.json'" in found.message
-    assert found.fix == (
-        "Copy the original model's config.json and tokenizer files (from its Hugging Face repository) into the "
-        "GGUF's folder on the host, or serve this GGUF with llama.cpp."
+    assert "(this revision sets no hf_config_path or tokenizer, and the panel's download holds the GGUF alone)" in (
+        found.message
     )
+    assert found.fix == (
+        "Set the tokenizer knob to the original model's Hugging Face repository (as vllm-gguf-plugin's README does), "
+        "or copy its config.json and tokenizer files into the GGUF's folder on the host, or serve this GGUF with "
+        "llama.cpp."
+    )
+    # Named by a knob (the plugin reads the config from --hf-config-path, else --tokenizer), it is found there;
+    # a GGUF named as the tokenizer is no config's source.
+    for knobs in ({"tokenizer": "google/gemma-3-270m"}, {"hf_config_path": "/models/gemma-3-270m"}):
+        assert _ours(_plan(gemma_package_path(), engine="vllm", version=version, packages=PLUGIN, knobs=knobs)) == []
+    again = _plan(gemma_package_path(), engine="vllm", version=version, packages=PLUGIN, knobs={"tokenizer": "g.gguf"})
+    assert [f.code for f in _ours(again)] == [CONFIG]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,8 @@ def concerns(engine: str, knobs: dict, *, model: str | None = None, version: str
         ("llama.cpp", {"chat_template_file": "/models/t.jinja"}, ("chat_template_file", "path", "/models/t.jinja")),
         ("vllm", {"chat_template": "/models/t.jinja"}, ("chat_template", "path", "/models/t.jinja")),
         ("vllm", {"generation_config": "/models/gen"}, ("generation_config", "path", "/models/gen")),
+        ("vllm", {"tokenizer": "/models/qwen3-8b"}, ("tokenizer", "path", "/models/qwen3-8b")),
+        ("vllm", {"hf_config_path": "Qwen/Qwen3-8B"}, ("hf_config_path", "code", "")),
         ("vllm", {"trust_remote_code": True}, ("trust_remote_code", "code", "")),
         ("vllm", {"hf_overrides": {"auto_map": {"AutoConfig": "x--y.Z"}}}, ("hf_overrides", "code", "")),
         ("vllm", {"hf_overrides": {"text_config": {"_name_or_path": "evil/repo"}}}, ("hf_overrides", "code", "")),
