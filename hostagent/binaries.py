@@ -26,6 +26,7 @@ __all__ = [
     "Installs",
     "carried_executable",
     "install_dir",
+    "installs_root",
     "installed_binary",
     "resolve_binary",
     "resolve_install",
@@ -43,9 +44,14 @@ class Resolved:
     source: str
 
 
+def installs_root() -> Path:
+    """The folder of the installs the panel makes on this host (the agent's own)."""
+    return Path(settings.HOST_STATE_DIR) / "venvs"
+
+
 def install_dir(engine: str, version: str) -> Path:
     """Where the panel installs `engine` `version` on this host (a venv, or Ollama's download folder)."""
-    return Path(settings.HOST_STATE_DIR) / "venvs" / f"{engine}-{version or 'latest'}"
+    return installs_root() / f"{engine}-{version or 'latest'}"
 
 
 def installed_binary(engine: str, path: str | Path) -> str | None:

@@ -43,7 +43,7 @@ from deployments.forms import (
     SwitchForm,
 )
 from deployments.models import DeploymentRevision, ModelVariant, Operation, RevisionComment
-from deployments.views.hosts import InstallForm
+from deployments.views.hosts import InstallForm, ReadAgainForm
 from notifications.forms import ChannelForm, RuleForm
 from people.forms import PersonCreateForm, RoleForm
 from rollouts.forms import HostTagsForm, RolloutForm
@@ -120,6 +120,7 @@ FORMS: dict[str, tuple[dict[str, Any], str, dict[str, str]]] = {
         "operator",
         {"engine": "ollama", "version": "", "wheelhouse": "", "source_dir": ""},
     ),
+    "hardware:host_install_read_again": ({"name": "h1"}, "operator", {"engine": "vllm", "version": "0.32.0"}),
     "deployments:benchmark_new": (
         {"host": "h1"},
         "operator",
@@ -296,6 +297,7 @@ FORM_CLASSES: dict[str, list[tuple[Any, str]]] = {
     "password_change": [(PasswordChangeView.form_class, "")],
     "deployments:benchmark_new": [(BenchmarkForm, "")],
     "hardware:host_install": [(InstallForm, "")],
+    "hardware:host_install_read_again": [(ReadAgainForm, "")],
     "deployments:revision_comment": [(CommentForm, "")],
     "deployments:revision_chat": [(PlaygroundForm, "")],
     "deployments:revision_new": [(RevisionForm, "")],
@@ -458,6 +460,7 @@ def test_every_post_url_and_field_is_covered(people):
         "deployments:key_revoke",
         "deployments:key_models",
         "schedules:cancel",  # shown only beside a pending scheduled change
+        "hardware:host_install_read_again",  # shown only beside a recorded pip install (the world's host has none)
         # a rollout's buttons: shown only while it is open (the world's has ended)
         "rollouts:pause",
         "rollouts:resume",

@@ -138,6 +138,21 @@ def install_request(
         )
 
 
+def install_reread(*, host: Host, engine: str, version: str, actor: AbstractUser | None) -> Operation:
+    """Queue a new reading of `host`'s recorded `engine` install `version` (its venv): the version
+    it holds, its executable and the packages the planner reads, recorded as the install of that
+    folder in place of the old record. After a `pip install` into the venv (vllm-gguf-plugin, a
+    newer transformers) the panel plans with what it holds now. An operator may: the host reads
+    only a folder recorded as that engine's install (one the panel installed, or an admin's
+    `existing`), with that venv's own Python, which the engine runs anyway."""
+    ensure_role(actor, OPERATOR)
+    entry = (host.engine_installs or {}).get(engine, {}).get(version)
+    path = entry.get("path") if isinstance(entry, dict) else None
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValidationError({"version": f"{host.name} has no recorded {engine} install {version!r} to read again."})
+    return _adopt_request(host, engine, "", path, None, actor)
+
+
 def _adopt_request(
     host: Host, engine: str, version: str, existing: str, other: str | None, actor: AbstractUser | None
 ) -> Operation:
@@ -183,7 +198,10 @@ def install_record(
     if binary:
         entry["binary"] = binary
     installs = dict(locked.engine_installs or {})
-    installs[engine] = {**installs.get(engine, {}), install_key(version): entry}
+    # One record per folder: a venv read again (or a checkout built at another version) replaces
+    # the record of what that folder held before.
+    kept = {k: e for k, e in installs.get(engine, {}).items() if not (isinstance(e, dict) and e.get("path") == path)}
+    installs[engine] = {**kept, install_key(version): entry}
     locked.engine_installs = installs
     locked.save(update_fields=["engine_installs"])
     host.engine_installs = installs
@@ -199,11 +217,13 @@ def install_record(
 
 
 def install_list(*, host: Host) -> list[dict[str, Any]]:
-    """The host's installed engines, one row per engine version, newest install first per engine."""
+    """The host's installed engines, one row per engine version, newest install first per engine;
+    `read_again`: a pip-installed engine's, whose venv the host can read again (install_reread)."""
     rows = []
     for engine, versions in sorted((host.engine_installs or {}).items()):
+        venv = engine in Engine.values and get_adapter(engine).install_distribution() is not None
         for version, entry in sorted(versions.items(), key=lambda kv: kv[1].get("installed_at", ""), reverse=True):
-            rows.append({"engine": engine, "version": version, **entry})
+            rows.append({"engine": engine, "version": version, **entry, "read_again": venv})
     return rows
 
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("hosts/<slug:name>/stop/", views.host_action, {"action": "stop"}, name="host_stop"),
     path("hosts/<slug:name>/start/", views.host_action, {"action": "start"}, name="host_start"),
     path("hosts/<slug:name>/install/", views.host_install, name="host_install"),
+    path("hosts/<slug:name>/install/read-again/", views.host_install_read_again, name="host_install_read_again"),
     path("hosts/<slug:name>/token/", token_views.host_token, name="host_token"),
     path("hosts/<slug:name>/address/", address_views.host_address, name="host_address"),
     path("operations/<uuid:pk>/widget/", views.operation_widget, name="operation_widget"),

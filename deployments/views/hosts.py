@@ -31,7 +31,13 @@ from deployments.runtime_bridge import runs_on_this_machine
 from deployments.selectors import hosts as selectors
 from deployments.selectors import memory as memory_selectors
 from deployments.services.inference_keys import door_mode
-from deployments.services.installs import install_carried, install_list, install_offers, install_request
+from deployments.services.installs import (
+    install_carried,
+    install_list,
+    install_offers,
+    install_request,
+    install_reread,
+)
 from deployments.services.serving import start_request, stop_request
 from deployments.services.switch import probe_request
 from deployments.views.benchmarks import safe_headline
@@ -131,6 +137,13 @@ class InstallForm(forms.Form):
     )
 
 
+class ReadAgainForm(forms.Form):
+    """Read a recorded install's venv again (install_reread): which engine, which recorded version."""
+
+    engine = forms.ChoiceField(choices=Engine.choices)
+    version = forms.CharField(max_length=100)
+
+
 def _offline_reason(host: Host) -> str:
     """Why the host's actions are not offered, or "" when its agent is online."""
     if host.is_online:
@@ -209,6 +222,15 @@ def _after_request(request: HttpRequest, host: Host, action: Callable[..., Opera
     return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
 
 
+def _form_refused(request: HttpRequest, host: Host, form: forms.Form, what: str) -> HttpResponse:
+    """Back to the host's page, each of the form's errors said: "Could not <what>: field: error"."""
+    for field, errors in form.errors.items():
+        for error in errors:
+            messages.error(request, f"Could not {what}: {field}: {error}")
+    url = reverse("hardware:host_detail", args=[host.name])
+    return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
+
+
 # The host page's buttons: the service that queues each, and what a refusal says it could not do.
 # A start serves the host's active revision again, and after restarts from then on.
 HOST_ACTIONS: dict[str, tuple[Callable[..., Operation], str]] = {
@@ -233,11 +255,7 @@ def host_install(request: HttpRequest, name: str) -> HttpResponse:
     host = get_object_or_404(Host, name=name)
     form = InstallForm(request.POST)
     if not form.is_valid():
-        for field, errors in form.errors.items():
-            for error in errors:
-                messages.error(request, f"Could not install: {field}: {error}")
-        url = reverse("hardware:host_detail", args=[host.name])
-        return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
+        return _form_refused(request, host, form, "install")
     values = form.cleaned_data
 
     def install(*, host: Host, actor: AbstractUser | None) -> Operation:
@@ -251,3 +269,19 @@ def host_install(request: HttpRequest, name: str) -> HttpResponse:
         )
 
     return _after_request(request, host, install, f"install {values['engine']}")
+
+
+@require_POST
+@role_required(OPERATOR)
+def host_install_read_again(request: HttpRequest, name: str) -> HttpResponse:
+    """Queue a new reading of a recorded install's venv (after a `pip install` into it)."""
+    host = get_object_or_404(Host, name=name)
+    form = ReadAgainForm(request.POST)
+    if not form.is_valid():
+        return _form_refused(request, host, form, "read the install again")
+    engine, version = form.cleaned_data["engine"], form.cleaned_data["version"]
+
+    def read_again(*, host: Host, actor: AbstractUser | None) -> Operation:
+        return install_reread(host=host, engine=engine, version=version, actor=actor)
+
+    return _after_request(request, host, read_again, f"read {engine} {version} again")

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from hostagent.binaries import install_dir, installed_binary
+from hostagent.binaries import install_dir, installed_binary, installs_root
 from hostagent.context import AgentContext
 from hostagent.install_progress import BuildProgress, compiling_stage
 from hostagent.local import host_install_dirs
@@ -228,15 +228,16 @@ def run_install(ctx: AgentContext, order: Order) -> Outcome:
 
 
 def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Outcome:
-    """Record a venv already on this host (inside its install folders) as the engine's install:
-    nothing is installed; the venv's own Python says which of the engine's distributions it holds
-    and at which version (the order's version, when it names one, must be that one), and the
-    executable is the one that distribution runs."""
+    """Record a venv already on this host (inside its install folders, or one the panel installed
+    here: read again after a `pip install` into it) as the engine's install: nothing is installed;
+    the venv's own Python says which of the engine's distributions it holds and at which version
+    (the order's version, when it names one, must be that one), and the executable is the one that
+    distribution runs."""
     adapter = get_adapter(params.engine)
     if not isinstance(params.existing, str):
         raise Refused("This host refuses the install: existing: not a path")
     try:
-        folder = confine_install_folder("existing", params.existing, host_install_dirs())
+        folder = confine_install_folder("existing", params.existing, [*host_install_dirs(), str(installs_root())])
     except HostRuntimeError as exc:
         raise Refused(f"This host refuses the install: {exc.reason}") from exc
     own = adapter.install_distribution()

@@ -548,9 +548,8 @@ def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | 
         ERROR,
         F.ENGINE_GGUF_REMOVED,
         said,
-        f"Install {package} into {label}'s venv on the host{gpus_only} and have an admin record that venv (engine "
-        f"install --existing, from a folder the agent's CONTROLPANEL_INSTALL_DIRS lists), serve this GGUF with "
-        f"{others}, or {downgrade}.",
+        f"Install {package} into {label}'s venv on the host{gpus_only}, then press Read again beside that install "
+        f"on the host's page (Engines) so that the panel knows, serve this GGUF with {others}, or {downgrade}.",
     )
     return None
 

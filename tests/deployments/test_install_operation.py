@@ -18,7 +18,7 @@ from core.models import AuditEvent
 from deployments.agent_api import views as agent_views
 from deployments.choices import OperationKind, OperationState
 from deployments.models import Operation
-from deployments.services.installs import install_record, install_request
+from deployments.services.installs import install_record, install_request, install_reread
 from hardware.models import Host
 from hostagent.binaries import install_dir, resolve_binary
 from tests.hostagent.runtime.test_installs import build_wheel
@@ -182,6 +182,39 @@ def test_install_record_keeps_every_version_with_an_audit_row(host):
     assert AuditEvent.objects.filter(action="engine.install", host=host).count() == 3
     with pytest.raises(ValidationError):
         install_record(host=host, engine="tgi", version="1.0.0", path="/x")
+    # One record per folder: "latest" read again as the release it holds replaces the record of that venv.
+    install_record(host=host, engine="vllm", version="", path="/s/venvs/vllm-latest")
+    install_record(host=host, engine="vllm", version="0.33.0", path="/s/venvs/vllm-latest", details={"adopted": True})
+    host.refresh_from_db()
+    assert set(host.engine_installs["vllm"]) == {"0.22.0", "0.23.0", "0.33.0"}
+
+
+def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
+    host, operator, viewer, sent, django_capture_on_commit_callbacks
+):
+    """Read again (the host page's button beside an install): the host reads the folder the panel
+    recorded, as `existing` (tests/hostagent/test_adopt_install.py); an operator may, as it runs only
+    that venv's own Python, which the engine runs anyway. Another folder cannot be named."""
+    host.engine_installs = {
+        "vllm": {"0.33.0": {"path": "/s/venvs/vllm-0.33.0", "binary": "/s/venvs/vllm-0.33.0/bin/vllm"}},
+        "ollama": {"latest": {"path": "/s/venvs/ollama-latest"}},
+    }
+    host.save(update_fields=["engine_installs"])
+    for engine, version, field, says in (
+        ("vllm", "0.32.0", "version", "gpu-1 has no recorded vllm install '0.32.0' to read again."),
+        ("ollama", "latest", "existing", "Ollama is not installed with pip: there is no venv to record."),
+    ):
+        with pytest.raises(ValidationError) as info:
+            install_reread(host=host, engine=engine, version=version, actor=operator)
+        assert info.value.message_dict[field] == [says]
+    with pytest.raises(PermissionDenied):
+        install_reread(host=host, engine="vllm", version="0.33.0", actor=viewer)
+    assert Operation.objects.count() == 0 and sent == []
+    with django_capture_on_commit_callbacks(execute=True):
+        op = install_reread(host=host, engine="vllm", version="0.33.0", actor=operator)
+    # Whatever release the venv holds now is recorded (a pip install -U may have changed it).
+    assert op.params == {"engine": "vllm", "version": "", "existing": "/s/venvs/vllm-0.33.0", "cuda": False}
+    assert op.requested_by == operator and len(sent) == 1
 
 
 def test_resolve_binary_finds_what_the_panel_installed(tmp_path: Path, settings):
@@ -237,7 +270,9 @@ def test_the_command_line_gives_folders_to_admins_only(host, operator, admin_use
 @pytest.mark.engine
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
-def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_user, tmp_path: Path, monkeypatch):
+def test_install_through_the_real_agent_offline_from_a_wheelhouse(
+    lab, admin_user, operator, tmp_path: Path, monkeypatch
+):
     host = lab["host"]
     # Every progress report the agent sends, in the order the panel takes them (the live server
     # runs in this process; the real service still records each one). Sampling the row instead
@@ -257,13 +292,18 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_use
     build_wheel(wheelhouse, "vllm", "0.22.0", console_script="vllm")
     build_wheel(wheelhouse, "vllm", "0.23.0", console_script="vllm")
 
-    op = install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(wheelhouse), actor=admin_user)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        op.refresh_from_db()
-        if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
-            break
-        time.sleep(0.2)
+    def ended(op: Operation) -> Operation:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            op.refresh_from_db()
+            if op.state not in (OperationState.QUEUED, OperationState.RUNNING):
+                break
+            time.sleep(0.2)
+        return op
+
+    op = ended(
+        install_request(host=host, engine="vllm", version="0.22.0", wheelhouse=str(wheelhouse), actor=admin_user)
+    )
     assert op.state == OperationState.SUCCEEDED, (op.error, op.log[-3000:], lab["agent"].log_tail())
     assert op.progress == 1.0
     # The log streamed while the install ran: pip's own lines, step by step, and the progress
@@ -317,6 +357,21 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(lab, admin_use
     assert set(host.engine_installs["vllm"]) == {"0.22.0"}
     bad = Operation.objects.filter(host=host, kind=OperationKind.INSTALL).order_by("-created_at").first()
     assert bad.state == OperationState.FAILED and bad.result["log_tail"]
+
+    # vllm-gguf-plugin pip-installed into the panel's venv (its metadata, as pip leaves it), then an
+    # operator's Read again: the host reads that venv again, and its one record says what it holds now.
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "vllm_gguf_plugin-0.0.5.dist-info").mkdir()
+    (site / "vllm_gguf_plugin-0.0.5.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vllm-gguf-plugin\nVersion: 0.0.5\n"
+    )
+    again = ended(install_reread(host=host, engine="vllm", version="0.22.0", actor=operator))
+    assert again.state == OperationState.SUCCEEDED, (again.error, lab["agent"].log_tail())
+    host.refresh_from_db()
+    assert set(host.engine_installs["vllm"]) == {"0.22.0"}
+    read = host.engine_installs["vllm"]["0.22.0"]
+    assert read["packages"] == {"transformers": None, "vllm-gguf-plugin": "0.0.5"}
+    assert (read["path"], read["binary"], read["adopted"]) == (str(venv), entry["binary"], True)
 
 
 def test_an_existing_venv_is_an_admins_inside_the_hosts_install_folders(

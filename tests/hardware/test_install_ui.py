@@ -81,6 +81,36 @@ def test_install_from_the_page_queues_an_operation_and_goes_to_its_log(
     ]
 
 
+def test_a_recorded_venv_is_read_again_from_the_host_page(
+    client, cpu_host, operator, viewer, sent, django_capture_on_commit_callbacks
+) -> None:
+    """Beside a pip-installed engine's install (not Ollama's), with the packages the host read there."""
+    packages = {"transformers": "5.19.0", "vllm-gguf-plugin": None}
+    cpu_host.engine_installs = {
+        **cpu_host.engine_installs,
+        "vllm": {"0.32.0": {"path": "/s/venvs/vllm-0.32.0", "installed_at": "2026-12-01T00:00", "packages": packages}},
+    }
+    cpu_host.save()
+    client.force_login(viewer)
+    assert "Read again" not in client.get(f"/hosts/{cpu_host.name}/").content.decode()
+    client.force_login(operator)
+    page = client.get(f"/hosts/{cpu_host.name}/").content.decode()
+    assert page.count(">Read again</button>") == 1 and "transformers 5.19.0, vllm-gguf-plugin none" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            f"/hosts/{cpu_host.name}/install/read-again/",
+            {"engine": "vllm", "version": "0.32.0"},
+            HTTP_HX_REQUEST="true",
+        )
+    op = Operation.objects.get(host=cpu_host, kind=OperationKind.INSTALL)
+    assert response.status_code == 200 and response["HX-Redirect"] == f"/operations/{op.pk}/"
+    assert op.params["existing"] == "/s/venvs/vllm-0.32.0" and len(sent) == 1
+    response = client.post(
+        f"/hosts/{cpu_host.name}/install/read-again/", {"engine": "vllm", "version": "0.31.0"}, follow=True
+    )
+    assert "Could not read vllm 0.31.0 again: version: cpu-1 has no recorded vllm install" in response.content.decode()
+
+
 def test_a_bad_version_says_why_on_the_host_page_and_queues_nothing(client, cpu_host, operator, sent) -> None:
     client.force_login(operator)
     response = client.post(

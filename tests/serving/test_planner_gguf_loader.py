@@ -160,9 +160,9 @@ def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_naming
     )
     # SGLang's GGUF loader cannot read Gemma 3's GGUF: only llama.cpp is offered for it.
     assert found.fix == (
-        "Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only) and have an admin record that "
-        "venv (engine install --existing, from a folder the agent's CONTROLPANEL_INSTALL_DIRS lists), serve this "
-        "GGUF with llama.cpp, or install vLLM < 0.24.0."
+        "Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only), then press Read again beside that "
+        "install on the host's page (Engines) so that the panel knows, serve this GGUF with llama.cpp, or install "
+        "vLLM < 0.24.0."
     )
 
 
