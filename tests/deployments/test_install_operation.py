@@ -215,6 +215,15 @@ def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
     # Whatever release the venv holds now is recorded (a pip install -U may have changed it).
     assert op.params == {"engine": "vllm", "version": "", "existing": "/s/venvs/vllm-0.33.0", "cuda": False}
     assert op.requested_by == operator and len(sent) == 1
+    # The command line: the same refusals (exit 2, one line), and the same operation (once that one ended).
+    Operation.objects.filter(pk=op.pk).update(state=OperationState.SUCCEEDED)
+    with pytest.raises(CommandError) as info:
+        run("engine", "read-again", "--host", host.name, "--engine", "vllm", "--version", "0.32.0")
+    assert info.value.returncode == 2 and "no recorded vllm install '0.32.0'" in str(info.value)
+    out = run("engine", "read-again", "--host", host.name, "--engine", "vllm", "--version", "0.33.0",
+              "--user", operator.username)  # fmt: skip
+    assert "Reading again of vllm 0.33.0 on gpu-1" in out and "queued" in out
+    assert Operation.objects.latest("created_at").params["existing"] == "/s/venvs/vllm-0.33.0"
 
 
 def test_resolve_binary_finds_what_the_panel_installed(tmp_path: Path, settings):

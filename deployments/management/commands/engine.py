@@ -1,6 +1,7 @@
-"""`manage.py engine install|list|first-install`: engines on a host. `install` queues an install of
-an engine version (exit 0 when queued, or with --wait when it succeeded; 1 when it failed or was
-cancelled; 2 for bad input). `list`: the installed engines and versions. `first-install` (what
+"""`manage.py engine install|read-again|list|first-install`: engines on a host. `install` queues an
+install of an engine version (exit 0 when queued, or with --wait when it succeeded; 1 when it failed
+or was cancelled; 2 for bad input). `read-again`: the host reads a recorded install's venv again
+(after a pip install into it), with the same exits. `list`: the installed engines and versions. `first-install` (what
 scripts/run does at a first run): start building llama.cpp on the host in the background while
 no host has an engine yet; nothing otherwise."""
 
@@ -14,7 +15,8 @@ from django.core.management.base import CommandError
 
 from deployments.choices import Engine, OperationState
 from deployments.management import cli
-from deployments.services.installs import first_install, install_list, install_request
+from deployments.models import Operation
+from deployments.services.installs import first_install, install_list, install_request, install_reread
 from hostagent.probe import local_host_name
 
 
@@ -51,6 +53,14 @@ class Command(cli.ActionCommand):
             "the version is the one it holds; in a folder its CONTROLPANEL_INSTALL_DIRS allows)",
         )
         cli.add_operation_options(install)
+        again = cli.host_action(
+            actions,
+            "read-again",
+            "read a recorded install's venv again, after a pip install into it (runs on the host)",
+        )
+        again.add_argument("--engine", required=True, help=", ".join(Engine.values))
+        again.add_argument("--version", required=True, help="the install's version, as `engine list` shows it")
+        cli.add_operation_options(again)
         first = actions.add_parser(
             "first-install", help="first run: start building llama.cpp on this machine while no host has an engine"
         )
@@ -75,14 +85,34 @@ class Command(cli.ActionCommand):
             messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
             raise cli.BadInput("; ".join(messages)) from exc
         version = op.params["version"] or ("(the venv's)" if op.params.get("existing") else "(latest)")
-        label = f"{op.params['engine']} {version}"
-        op = self.queued(op, f"Install of {label} on {host.name}", wait=options["wait"], timeout=options["timeout"])
-        if op is None:
+        self._ended(op, f"{op.params['engine']} {version}", "Install", options)
+
+    def do_read_again(self, options: dict[str, Any]) -> None:
+        host = cli.get_host(options["host"])
+        try:
+            op = install_reread(
+                host=host, engine=options["engine"], version=options["version"], actor=cli.get_actor(options["user"])
+            )
+        except (ValidationError, PermissionDenied) as exc:
+            messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+            raise cli.BadInput("; ".join(messages)) from exc
+        self._ended(op, f"{options['engine']} {options['version']}", "Reading again", options)
+
+    def _ended(self, op: Operation, label: str, what: str, options: dict[str, Any]) -> None:
+        """Queued, or with --wait how it ended: exit 1 unless it succeeded."""
+        host = op.host.name
+        ended = self.queued(op, f"{what} of {label} on {host}", wait=options["wait"], timeout=options["timeout"])
+        if ended is None:
             return
-        if op.state == OperationState.SUCCEEDED:
-            self.stdout.write(self.style.SUCCESS(f"{label} is installed on {host.name} at {op.result.get('path')}."))
+        if ended.state == OperationState.SUCCEEDED:
+            got = ended.result
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"{got.get('engine')} {got.get('version')} is installed on {host} at {got.get('path')}."
+                )
+            )
             return
-        raise CommandError(op.error or f"Install {op.state}.", returncode=1)
+        raise CommandError(ended.error or f"{what} {ended.state}.", returncode=1)
 
     def do_first_install(self, options: dict[str, Any]) -> None:
         op, said = first_install(cli.get_host(options["host"] or local_host_name()))
