@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import CommandError
 
 from deployments.choices import Engine, OperationState
@@ -70,32 +69,24 @@ class Command(cli.ActionCommand):
 
     def do_install(self, options: dict[str, Any]) -> None:
         host = cli.get_host(options["host"])
-        try:
-            op = install_request(
-                host=host,
-                engine=options["engine"],
-                version=options["version"],
-                source_dir=options["source_dir"],
-                cuda=options["cuda"],
-                wheelhouse=options["wheelhouse"],
-                existing=options["existing"],
-                actor=cli.get_actor(options["user"]),
-            )
-        except (ValidationError, PermissionDenied) as exc:
-            messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
-            raise cli.BadInput("; ".join(messages)) from exc
+        op = install_request(  # a refusal is exit 2 (cli.ActionCommand)
+            host=host,
+            engine=options["engine"],
+            version=options["version"],
+            source_dir=options["source_dir"],
+            cuda=options["cuda"],
+            wheelhouse=options["wheelhouse"],
+            existing=options["existing"],
+            actor=cli.get_actor(options["user"]),
+        )
         version = op.params["version"] or ("(the venv's)" if op.params.get("existing") else "(latest)")
         self._ended(op, f"{op.params['engine']} {version}", "Install", options)
 
     def do_read_again(self, options: dict[str, Any]) -> None:
         host = cli.get_host(options["host"])
-        try:
-            op = install_reread(
-                host=host, engine=options["engine"], version=options["version"], actor=cli.get_actor(options["user"])
-            )
-        except (ValidationError, PermissionDenied) as exc:
-            messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
-            raise cli.BadInput("; ".join(messages)) from exc
+        op = install_reread(
+            host=host, engine=options["engine"], version=options["version"], actor=cli.get_actor(options["user"])
+        )
         self._ended(op, f"{options['engine']} {options['version']}", "Reading again", options)
 
     def _ended(self, op: Operation, label: str, what: str, options: dict[str, Any]) -> None:
