@@ -394,14 +394,12 @@ class InstallDetails:
 
     @classmethod
     def from_dict(cls, data: object) -> InstallDetails:
-        data = _mapping(data, "install.details")
-        return cls(
-            distribution=_str(data, "distribution", "install.details", optional=True) or "",
-            package_version=_str(data, "package_version", "install.details", optional=True) or "",
-            packages=_versions(data, "packages", "install.details"),
-            source_dir=_str(data, "source_dir", "install.details", optional=True) or "",
-            adopted=data.get("adopted") is True,
-        )
+        data, where = _mapping(data, "install.details"), "install.details"
+        texts = {name: _str(data, name, where, optional=True) or "" for name in _INSTALL_TEXTS}
+        return cls(**texts, packages=_versions(data, "packages", where), adopted=data.get("adopted") is True)
+
+
+_INSTALL_TEXTS = ("distribution", "package_version", "source_dir")  # InstallDetails' text fields
 
 
 @dataclass(frozen=True)
@@ -418,25 +416,17 @@ class InstallRecord:
     details: InstallDetails = InstallDetails()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "version": self.version,
-            "path": self.path,
-            "binary": self.binary,
-            "details": self.details.to_dict(),
-        }
+        return {**{name: getattr(self, name) for name in _RECORD_TEXTS}, "details": self.details.to_dict()}
 
     @classmethod
     def from_dict(cls, data: object) -> InstallRecord:
         data = _mapping(data, "install")
         details = data.get("details")
-        return cls(
-            engine=_str(data, "engine", "install") or "",
-            version=_str(data, "version", "install", optional=True) or "",
-            path=_str(data, "path", "install", optional=True) or "",
-            binary=_str(data, "binary", "install", optional=True) or "",
-            details=InstallDetails.from_dict(details) if details is not None else InstallDetails(),
-        )
+        texts = {name: _str(data, name, "install", optional=name != "engine") or "" for name in _RECORD_TEXTS}
+        return cls(**texts, details=InstallDetails.from_dict(details) if details is not None else InstallDetails())
+
+
+_RECORD_TEXTS = ("engine", "version", "path", "binary")  # InstallRecord's text fields
 
 
 @dataclass(frozen=True)

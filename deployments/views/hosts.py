@@ -222,15 +222,6 @@ def _after_request(request: HttpRequest, host: Host, action: Callable[..., Opera
     return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
 
 
-def _form_refused(request: HttpRequest, host: Host, form: forms.Form, what: str) -> HttpResponse:
-    """Back to the host's page, each of the form's errors said: "Could not <what>: field: error"."""
-    for field, errors in form.errors.items():
-        for error in errors:
-            messages.error(request, f"Could not {what}: {field}: {error}")
-    url = reverse("hardware:host_detail", args=[host.name])
-    return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
-
-
 # The host page's buttons: the service that queues each, and what a refusal says it could not do.
 # A start serves the host's active revision again, and after restarts from then on.
 HOST_ACTIONS: dict[str, tuple[Callable[..., Operation], str]] = {
@@ -248,40 +239,54 @@ def host_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
     return _after_request(request, get_object_or_404(Host, name=name), service, what)
 
 
+def _queued_from_form(
+    request: HttpRequest,
+    name: str,
+    form_class: type[forms.Form],
+    queue: Callable[[Host, dict[str, Any], AbstractUser | None], Operation],
+    what: tuple[str, str],
+) -> HttpResponse:
+    """The host's form posted: each error said on the host's page ("Could not <what[0]>: field:
+    error"), else `queue`'s operation followed (_after_request; a refusal says it could not
+    <what[1]>, formatted with the form's values)."""
+    host = get_object_or_404(Host, name=name)
+    form = form_class(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            for error in errors:
+                messages.error(request, f"Could not {what[0]}: {field}: {error}")
+        url = reverse("hardware:host_detail", args=[host.name])
+        return HttpResponseClientRedirect(url) if _is_partial(request) else redirect(url)
+    values = form.cleaned_data
+    return _after_request(request, host, lambda *, host, actor: queue(host, values, actor), what[1].format(**values))
+
+
+def _install(host: Host, values: dict[str, Any], actor: AbstractUser | None) -> Operation:
+    return install_request(
+        host=host,
+        engine=values["engine"],
+        version=values["version"].strip(),
+        wheelhouse=values["wheelhouse"].strip() or None,
+        source_dir=values["source_dir"].strip() or None,
+        actor=actor,
+    )
+
+
+def _read_again(host: Host, values: dict[str, Any], actor: AbstractUser | None) -> Operation:
+    return install_reread(host=host, engine=values["engine"], version=values["version"], actor=actor)
+
+
 @require_POST
 @role_required(OPERATOR)
 def host_install(request: HttpRequest, name: str) -> HttpResponse:
     """Queue an engine install on the host; its progress and log are on the operation's page."""
-    host = get_object_or_404(Host, name=name)
-    form = InstallForm(request.POST)
-    if not form.is_valid():
-        return _form_refused(request, host, form, "install")
-    values = form.cleaned_data
-
-    def install(*, host: Host, actor: AbstractUser | None) -> Operation:
-        return install_request(
-            host=host,
-            engine=values["engine"],
-            version=values["version"].strip(),
-            wheelhouse=values["wheelhouse"].strip() or None,
-            source_dir=values["source_dir"].strip() or None,
-            actor=actor,
-        )
-
-    return _after_request(request, host, install, f"install {values['engine']}")
+    return _queued_from_form(request, name, InstallForm, _install, ("install", "install {engine}"))
 
 
 @require_POST
 @role_required(OPERATOR)
 def host_install_read_again(request: HttpRequest, name: str) -> HttpResponse:
     """Queue a new reading of a recorded install's venv (after a `pip install` into it)."""
-    host = get_object_or_404(Host, name=name)
-    form = ReadAgainForm(request.POST)
-    if not form.is_valid():
-        return _form_refused(request, host, form, "read the install again")
-    engine, version = form.cleaned_data["engine"], form.cleaned_data["version"]
-
-    def read_again(*, host: Host, actor: AbstractUser | None) -> Operation:
-        return install_reread(host=host, engine=engine, version=version, actor=actor)
-
-    return _after_request(request, host, read_again, f"read {engine} {version} again")
+    return _queued_from_form(
+        request, name, ReadAgainForm, _read_again, ("read the install again", "read {engine} {version} again")
+    )
