@@ -150,6 +150,10 @@ def install_reread(*, host: Host, engine: str, version: str, actor: AbstractUser
     path = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(path, str) or not path.startswith("/"):
         raise ValidationError({"version": f"{host.name} has no recorded {engine} install {version!r} to read again."})
+    if _pip_installed(engine) and not entry.get("distribution"):
+        raise ValidationError(
+            {"version": f"{engine} {version} on {host.name} is not a venv the host read ({path}): install it again."}
+        )
     return _adopt_request(host, engine, "", path, None, actor)
 
 
@@ -218,13 +222,20 @@ def install_record(
 
 def install_list(*, host: Host) -> list[dict[str, Any]]:
     """The host's installed engines, one row per engine version, newest install first per engine;
-    `read_again`: a pip-installed engine's, whose venv the host can read again (install_reread)."""
+    `read_again`: a venv the host read the engine's distribution from, which it can read again
+    (install_reread; not a source build's checkout)."""
     rows = []
     for engine, versions in sorted((host.engine_installs or {}).items()):
-        venv = engine in Engine.values and get_adapter(engine).install_distribution() is not None
+        pip = _pip_installed(engine)
         for version, entry in sorted(versions.items(), key=lambda kv: kv[1].get("installed_at", ""), reverse=True):
-            rows.append({"engine": engine, "version": version, **entry, "read_again": venv})
+            read_again = pip and bool(entry.get("distribution"))
+            rows.append({"engine": engine, "version": version, **entry, "read_again": read_again})
     return rows
+
+
+def _pip_installed(engine: str) -> bool:
+    """`engine` is installed with pip, into a venv (its adapter names the distribution)."""
+    return engine in Engine.values and get_adapter(engine).install_distribution() is not None
 
 
 def install_carried(*, host: Host) -> list[dict[str, str]]:

@@ -195,13 +195,20 @@ def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
     """Read again (the host page's button beside an install): the host reads the folder the panel
     recorded, as `existing` (tests/hostagent/test_adopt_install.py); an operator may, as it runs only
     that venv's own Python, which the engine runs anyway. Another folder cannot be named."""
+    venv = {"path": "/s/venvs/vllm-0.33.0", "binary": "/s/venvs/vllm-0.33.0/bin/vllm", "distribution": "vllm"}
     host.engine_installs = {
-        "vllm": {"0.33.0": {"path": "/s/venvs/vllm-0.33.0", "binary": "/s/venvs/vllm-0.33.0/bin/vllm"}},
+        "vllm": {"0.33.0": venv, "0.31.0": {"path": "/src/vllm"}},  # 0.31.0: built from a checkout
         "ollama": {"latest": {"path": "/s/venvs/ollama-latest"}},
     }
     host.save(update_fields=["engine_installs"])
     for engine, version, field, says in (
         ("vllm", "0.32.0", "version", "gpu-1 has no recorded vllm install '0.32.0' to read again."),
+        (
+            "vllm",
+            "0.31.0",
+            "version",
+            "vllm 0.31.0 on gpu-1 is not a venv the host read (/src/vllm): install it again.",
+        ),
         ("ollama", "latest", "existing", "Ollama is not installed with pip: there is no venv to record."),
     ):
         with pytest.raises(ValidationError) as info:

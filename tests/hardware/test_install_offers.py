@@ -21,6 +21,7 @@ from hardware.credentials import host_token_issue
 from hardware.models import Host
 from hostagent.binaries import worker_llama_build
 from serving.engines.versions import LLAMACPP_COMPILE_BUILD, LLAMACPP_LOAD_MODE_SINCE, at_least
+from tests.support.pages import install_form
 from tests.test_agent_api import Agent
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +31,7 @@ COMPILE_BUILD = worker_llama_build() or LLAMACPP_COMPILE_BUILD  # what a compile
 def _llama_form(client: Any, host: Host) -> tuple[str, list[tuple[str, str]], str]:
     """The llama.cpp form's pre-filled version, its suggestions (value, label) in order, and its note."""
     page = html.unescape(client.get(f"/hosts/{host.name}/").content.decode())
-    form = page.split('name="engine" value="llama.cpp"', 1)[1].split("</form>", 1)[0]
+    form = install_form(page, "llama.cpp")
     default = re.search(r'name="version" value="([^"]*)"', form).group(1)
     options = re.findall(r'<option value="([^"]+)" label="[^:"]+: ([^"]+)">', form)
     note = re.search(r'<p class="sub">(.*?)</p>\s*$', form, re.S).group(1)

@@ -17,6 +17,7 @@ from hardware.models import Host
 from hostagent.binaries import worker_llama_build
 from tests.hostagent.runtime.test_installs import build_wheel
 from tests.support.operations import record_sent_tasks
+from tests.support.pages import install_form
 
 
 @pytest.fixture
@@ -88,7 +89,17 @@ def test_a_recorded_venv_is_read_again_from_the_host_page(
     packages = {"transformers": "5.19.0", "vllm-gguf-plugin": None}
     cpu_host.engine_installs = {
         **cpu_host.engine_installs,
-        "vllm": {"0.32.0": {"path": "/s/venvs/vllm-0.32.0", "installed_at": "2026-12-01T00:00", "packages": packages}},
+        "vllm": {
+            "0.32.0": {
+                "path": "/s/venvs/vllm-0.32.0",
+                "installed_at": "2026-12-01T00:00",
+                "distribution": "vllm",
+                "package_version": "0.32.0",
+                "packages": packages,
+            },
+            # A build from a checkout: no venv to read.
+            "0.30.0": {"path": "/src/vllm", "installed_at": "2026-11-01T00:00"},
+        },
     }
     cpu_host.save()
     client.force_login(viewer)
@@ -146,7 +157,7 @@ def test_folders_on_the_host_are_offered_to_admins_only(client, cpu_host, operat
     assert "From a folder on the host (admin only)" in page and "<code>/srv/wheels</code>" in page
     assert 'name="wheelhouse"' in page and 'name="source_dir"' in page
     assert page.count('name="source_dir"') == 1  # llama.cpp's offer alone builds from a checkout
-    ollama_form = page[page.index('name="engine" value="ollama"') :].split("</form>")[0]
+    ollama_form = install_form(page, "ollama")
     assert 'name="wheelhouse"' not in ollama_form  # its installer is a script, not pip
     asked = {"engine": "llama.cpp", "version": "b7000", "wheelhouse": "/tmp/x"}
     response = client.post(f"/hosts/{cpu_host.name}/install/", asked, follow=True)

@@ -16,6 +16,7 @@ import pytest
 
 from hardware.models import Host
 from tests.hostagent.runtime.test_installs import build_wheel
+from tests.support.pages import install_form
 
 CACHE_HOME = Path(f"/tmp/cp-xdg-cache-{uuid.uuid4().hex[:8]}")
 
@@ -36,7 +37,7 @@ def test_a_wheel_that_lands_in_the_pip_cache_is_offered_within_a_heartbeat(lab: 
             time.sleep(0.2)
         client.force_login(operator)
         page = html.unescape(client.get(f"/hosts/{host.name}/").content.decode())
-        form = page.split('name="engine" value="llama.cpp"', 1)[1].split("</form>", 1)[0]
+        form = install_form(page, "llama.cpp")
         # Offered as installing in seconds (after the build the agent's own worker already runs).
         assert 'label="b11600: in this host\'s pip cache: installs in seconds"' in form
     finally:
