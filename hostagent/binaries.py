@@ -160,7 +160,7 @@ def resolve_install(engine: str, version: str, *, installs: Installs | None = No
         hit = _recorded(engine, candidate, recorded[candidate])
         if hit:
             return hit
-    root = Path(settings.HOST_STATE_DIR) / "venvs"
+    root = installs_root()
     folders = {p.name[len(engine) + 1 :]: p for p in root.glob(f"{engine}-*") if p.is_dir()} if root.is_dir() else {}
     for candidate in newest_first(engine, folders):
         found = installed_binary(engine, folders[candidate])

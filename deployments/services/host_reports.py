@@ -182,6 +182,7 @@ def operation_host_finish(
             # with the host's own figure for the next install's estimate
             details={**install.details.to_dict(), **_install_took(locked)},
             actor=locked.requested_by,
+            read_again=bool(locked.params.get("read_again")),
         )
     if locked.kind == OperationKind.DOWNLOAD and state == OperationState.SUCCEEDED:
         report = result.get("download")

@@ -139,28 +139,40 @@ def install_request(
 
 
 def install_reread(*, host: Host, engine: str, version: str, actor: AbstractUser | None) -> Operation:
-    """Queue a new reading of `host`'s recorded `engine` install `version` (its venv): the version
-    it holds, its executable and the packages the planner reads, recorded as the install of that
-    folder in place of the old record. After a `pip install` into the venv (vllm-gguf-plugin, a
-    newer transformers) the panel plans with what it holds now. An operator may: the host reads
-    only a folder recorded as that engine's install (one the panel installed, or an admin's
-    `existing`), with that venv's own Python, which the engine runs anyway."""
+    """Queue a new reading of `host`'s recorded `engine` install `version` (its venv): its executable
+    and the packages the planner reads, recorded in place of the old record (when and how it was
+    installed kept). After a `pip install` into the venv (vllm-gguf-plugin, a newer transformers)
+    the panel plans with what it holds now. The venv must still hold that version (a revision
+    pinned to it runs that folder); at "latest", whatever it holds, recorded as that release. An
+    operator may: the host reads only a folder recorded as that engine's install (one the panel
+    installed, or an admin's `existing`), with that venv's own Python, which the engine runs anyway."""
     ensure_role(actor, OPERATOR)
+    if not _pip_installed(engine):
+        label = get_adapter(engine).label if engine in Engine.values else engine
+        raise ValidationError({"engine": f"{label} is not installed with pip: there is no venv to read again."})
     entry = (host.engine_installs or {}).get(engine, {}).get(version)
     path = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(path, str) or not path.startswith("/"):
         raise ValidationError({"version": f"{host.name} has no recorded {engine} install {version!r} to read again."})
-    if _pip_installed(engine) and not entry.get("distribution"):
+    if not entry.get("distribution"):
         raise ValidationError(
             {"version": f"{engine} {version} on {host.name} is not a venv the host read ({path}): install it again."}
         )
-    return _adopt_request(host, engine, "", path, None, actor)
+    return _adopt_request(host, engine, "" if version == LATEST else version, path, None, actor, read_again=True)
 
 
 def _adopt_request(
-    host: Host, engine: str, version: str, existing: str, other: str | None, actor: AbstractUser | None
+    host: Host,
+    engine: str,
+    version: str,
+    existing: str,
+    other: str | None,
+    actor: AbstractUser | None,
+    *,
+    read_again: bool = False,
 ) -> Operation:
-    """Queue the record of a venv already on `host` as `engine`'s install (install_request's `existing`)."""
+    """Queue the record of a venv already on `host` as `engine`'s install (install_request's
+    `existing`; install_reread's, `read_again`)."""
     adapter = get_adapter(engine)
     if other:
         raise ValidationError({"existing": "An existing venv is recorded as it is: no wheelhouse or source folder."})
@@ -170,11 +182,16 @@ def _adopt_request(
         canonical = adapter.install_version(version.strip()) if (version or "").strip() else ""
     except EngineConfigError as exc:
         raise ValidationError({"version": str(exc)}) from exc
-    params = {"engine": engine, "version": canonical, "existing": posixpath.normpath(existing), "cuda": False}
+    params: dict[str, Any] = {"engine": engine, "version": canonical, "existing": posixpath.normpath(existing)}
+    params |= {"cuda": False, **({"read_again": True} if read_again else {})}
     with transaction.atomic():
         return operation_create(
             kind=OperationKind.INSTALL, host=host, params=params, enqueue=operation_dispatch, actor=actor
         )
+
+
+# What a venv read again keeps of its earlier record: when and how it was installed.
+READ_AGAIN_KEEPS = ("installed_at", "install_seconds", "source_dir", "adopted")
 
 
 @transaction.atomic
@@ -187,11 +204,14 @@ def install_record(
     binary: str = "",
     details: dict[str, Any] | None = None,
     actor: AbstractUser | None = None,
+    read_again: bool = False,
 ) -> dict[str, Any]:
     """Record that `engine` `version` is installed on `host` at `path` (a venv or build folder).
 
     Writes Host.engine_installs[engine][version] = {"path", "installed_at", "binary", ...}
-    (replacing an earlier install of the same version) with an audit row. Returns the entry.
+    (replacing an earlier install of the same version, and any record of the same folder) with an
+    audit row. `read_again` (install_reread): the folder's earlier record keeps when and how it was
+    installed (installed_at, install_seconds, source_dir, adopted). Returns the entry.
     """
     if engine not in Engine.values:
         raise ValidationError({"engine": f"Unknown engine {engine!r}."})
@@ -204,14 +224,21 @@ def install_record(
     installs = dict(locked.engine_installs or {})
     # One record per folder: a venv read again (or a checkout built at another version) replaces
     # the record of what that folder held before.
-    kept = {k: e for k, e in installs.get(engine, {}).items() if not (isinstance(e, dict) and e.get("path") == path)}
-    installs[engine] = {**kept, install_key(version): entry}
+    same = {k: e for k, e in installs.get(engine, {}).items() if isinstance(e, dict) and e.get("path") == path}
+    if read_again and same:
+        before = next(iter(same.values()))
+        entry.pop("adopted", None)
+        entry |= {k: before[k] for k in READ_AGAIN_KEEPS if k in before}
+    installs[engine] = {
+        **{k: e for k, e in installs.get(engine, {}).items() if k not in same},
+        install_key(version): entry,
+    }
     locked.engine_installs = installs
     locked.save(update_fields=["engine_installs"])
     host.engine_installs = installs
     audit_record(
         action="engine.install",
-        summary=f"{engine} {install_key(version)} installed on {host.name}",
+        summary=f"{engine} {install_key(version)} {'read again' if read_again else 'installed'} on {host.name}",
         obj=locked,
         host=locked,
         data={"engine": engine, "version": install_key(version), **entry},

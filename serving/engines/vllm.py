@@ -187,8 +187,9 @@ def _speculative_config(name: str, value: dict[str, Any]) -> list[Concern]:
 #   knob other than gguf is refused for a GGUF: knobs.CheckedAdapter._check_gguf_file). The tokenizer
 #   defaults to the model (config/model.py), and tokenizers/registry.py resolve_tokenizer_args hands
 #   transformers the file as `gguf_file`: the tokenizer and chat template come from the file's header,
-#   so no --tokenizer (the docs advise the original repository's, as converting the file's is slow; a
-#   host's download holds the GGUF alone, and the panel may not know that repository). Only a GGUF
+#   so the panel passes no --tokenizer of its own (the docs advise the original repository's, as
+#   converting the file's is slow; a host's download holds the GGUF alone, and the panel may not know
+#   that repository: the `tokenizer` knob names it where someone does). Only a GGUF
 #   with an mmproj*.gguf beside it (gguf_utils.py detect_gguf_multimodal, Gemma 3 alone) must have
 #   one (config/model.py: "Loading a multimodal GGUF model needs to use original tokenizer").
 # - The config: transformers_utils/config.py get_config asks transformers' GGUF reader

@@ -531,9 +531,11 @@ def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | 
                 f"tokenizer from the GGUF's folder, not from the file (this revision sets no {knobs}, and the "
                 f"panel's download holds the GGUF alone): unless they sit beside the GGUF on the host, {label} "
                 "stops at 'Unrecognized model in <folder>. Should have a `model_type` key in its config.json'.",
-                f"Set the {plugin.config_knobs[-1]} knob to the original model's Hugging Face repository (as "
-                f"{package}'s README does), or copy its config.json and tokenizer files into the GGUF's folder on "
-                f"the host, or serve this GGUF with {others}.",
+                f"Set {plugin.config_knobs[0]} to a folder under the host's model folders that holds the original "
+                f"model's config.json and tokenizer files (or copy them beside the GGUF), have an admin set "
+                f"{plugin.config_knobs[-1]} to the original model's Hugging Face repository (as {package}'s README "
+                "does; the host then fetches it when the engine starts, which needs the Hub, and a token for a "
+                f"gated one), or serve this GGUF with {others}.",
             )
         return plugin
     if package in req.packages_absent:
@@ -549,7 +551,8 @@ def _gguf_plugin(ctx: Context, loader: GgufLoader, others: str) -> GgufPlugin | 
         F.ENGINE_GGUF_REMOVED,
         said,
         f"Install {package} into {label}'s venv on the host{gpus_only}, then press Read again beside that install "
-        f"on the host's page (Engines) so that the panel knows, serve this GGUF with {others}, or {downgrade}.",
+        f"on the host's page (Engines; or install {label} there again) so that the panel knows, serve this GGUF "
+        f"with {others}, or {downgrade}.",
     )
     return None
 
@@ -606,7 +609,8 @@ def _gpu_quirks(ctx: Context) -> None:
         ctx.add(
             WARNING,
             F.ENV_ATTENTION_BACKEND_IGNORED,
-            f"VLLM_ATTENTION_BACKEND={env_backend} is ignored by {adapter.label} {req.engine_version or '0.26+'} "
+            f"VLLM_ATTENTION_BACKEND={env_backend} is ignored by {adapter.label} "
+            f"{_release_shown(ctx) if req.engine_version else '0.26+'} "
             "(removed from the source; vllm#30564).",
             f"Pass attention_backend={env_backend} instead.",
         )

@@ -182,11 +182,18 @@ def test_install_record_keeps_every_version_with_an_audit_row(host):
     assert AuditEvent.objects.filter(action="engine.install", host=host).count() == 3
     with pytest.raises(ValidationError):
         install_record(host=host, engine="tgi", version="1.0.0", path="/x")
-    # One record per folder: "latest" read again as the release it holds replaces the record of that venv.
-    install_record(host=host, engine="vllm", version="", path="/s/venvs/vllm-latest")
-    install_record(host=host, engine="vllm", version="0.33.0", path="/s/venvs/vllm-latest", details={"adopted": True})
+    # One record per folder: "latest" read again as the release it holds replaces the record of that venv,
+    # and keeps when and how it was installed.
+    first = install_record(host=host, engine="vllm", version="", path="/s/venvs/vllm-latest",
+                           details={"install_seconds": 95})  # fmt: skip
+    again = {"adopted": True, "install_seconds": 2, "packages": {"transformers": "5.19.0"}}
+    install_record(host=host, engine="vllm", version="0.33.0", path="/s/venvs/vllm-latest", details=again,
+                   read_again=True)  # fmt: skip
     host.refresh_from_db()
     assert set(host.engine_installs["vllm"]) == {"0.22.0", "0.23.0", "0.33.0"}
+    read = host.engine_installs["vllm"]["0.33.0"]
+    assert (read["installed_at"], read["install_seconds"], "adopted" in read) == (first["installed_at"], 95, False)
+    assert read["packages"] == {"transformers": "5.19.0"}
 
 
 def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
@@ -209,7 +216,7 @@ def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
             "version",
             "vllm 0.31.0 on gpu-1 is not a venv the host read (/src/vllm): install it again.",
         ),
-        ("ollama", "latest", "existing", "Ollama is not installed with pip: there is no venv to record."),
+        ("ollama", "latest", "engine", "Ollama is not installed with pip: there is no venv to read again."),
     ):
         with pytest.raises(ValidationError) as info:
             install_reread(host=host, engine=engine, version=version, actor=operator)
@@ -219,8 +226,14 @@ def test_an_operator_reads_a_recorded_venv_again_and_nothing_else(
     assert Operation.objects.count() == 0 and sent == []
     with django_capture_on_commit_callbacks(execute=True):
         op = install_reread(host=host, engine="vllm", version="0.33.0", actor=operator)
-    # Whatever release the venv holds now is recorded (a pip install -U may have changed it).
-    assert op.params == {"engine": "vllm", "version": "", "existing": "/s/venvs/vllm-0.33.0", "cuda": False}
+    # The venv must still hold 0.33.0: a revision pinned to it runs that folder.
+    assert op.params == {
+        "engine": "vllm",
+        "version": "0.33.0",
+        "existing": "/s/venvs/vllm-0.33.0",
+        "cuda": False,
+        "read_again": True,
+    }
     assert op.requested_by == operator and len(sent) == 1
     # The command line: the same refusals (exit 2, one line), and the same operation (once that one ended).
     Operation.objects.filter(pk=op.pk).update(state=OperationState.SUCCEEDED)
@@ -387,7 +400,13 @@ def test_install_through_the_real_agent_offline_from_a_wheelhouse(
     assert set(host.engine_installs["vllm"]) == {"0.22.0"}
     read = host.engine_installs["vllm"]["0.22.0"]
     assert read["packages"] == {"transformers": None, "vllm-gguf-plugin": "0.0.5"}
-    assert (read["path"], read["binary"], read["adopted"]) == (str(venv), entry["binary"], True)
+    assert (read["path"], read["binary"]) == (str(venv), entry["binary"])
+    # When and how it was installed stay the install's own: the panel installed it, at that time.
+    assert (read["installed_at"], read["install_seconds"], "adopted" in read) == (
+        entry["installed_at"],
+        entry["install_seconds"],
+        False,
+    )
 
 
 def test_an_existing_venv_is_an_admins_inside_the_hosts_install_folders(

@@ -161,8 +161,8 @@ def test_vllm_from_0_24_has_no_gguf_loader_and_a_gguf_revision_is_refused_naming
     # SGLang's GGUF loader cannot read Gemma 3's GGUF: only llama.cpp is offered for it.
     assert found.fix == (
         "Install vllm-gguf-plugin into vLLM's venv on the host (GPU builds only), then press Read again beside that "
-        "install on the host's page (Engines) so that the panel knows, serve this GGUF with llama.cpp, or install "
-        "vLLM < 0.24.0."
+        "install on the host's page (Engines; or install vLLM there again) so that the panel knows, serve this GGUF "
+        "with llama.cpp, or install vLLM < 0.24.0."
     )
 
 
@@ -199,10 +199,11 @@ def test_with_the_plugin_in_its_venv_vllm_from_0_24_serves_a_gguf_warning_of_the
     assert "(this revision sets no hf_config_path or tokenizer, and the panel's download holds the GGUF alone)" in (
         found.message
     )
-    assert found.fix == (
-        "Set the tokenizer knob to the original model's Hugging Face repository (as vllm-gguf-plugin's README does), "
-        "or copy its config.json and tokenizer files into the GGUF's folder on the host, or serve this GGUF with "
-        "llama.cpp."
+    assert found.fix.startswith(
+        "Set hf_config_path to a folder under the host's model folders that holds the original model's config.json "
+        "and tokenizer files (or copy them beside the GGUF), have an admin set tokenizer to the original model's "
+        "Hugging Face repository (as vllm-gguf-plugin's README does; the host then fetches it when the engine "
+        "starts, which needs the Hub, and a token for a gated one)"
     )
     # Named by a knob (the plugin reads the config from --hf-config-path, else --tokenizer), it is found there;
     # a GGUF named as the tokenizer is no config's source.
