@@ -25,7 +25,6 @@ from hostagent.runtime.confine import confine_install_folder
 from hostagent.runtime.errors import HostRuntimeError
 from hostagent.runtime.installs import (
     install_pinned,
-    installed_version,
     stop_leftover_steps,
     venv_package_versions,
     venv_python,
@@ -245,7 +244,10 @@ def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Ou
     if not distributions or not venv_python(folder).is_file():
         raise Refused(f"This host refuses the install: {folder} is not a Python venv holding {params.engine}.")
     ctx.panel.progress(order.id, stage="reading the venv", progress=0.0, log=f"reading {params.engine} in {folder}")
-    found = next(((d, v) for d in distributions if (v := installed_version(folder, d))), None)
+    # One run of the venv's Python reads the engine's distributions and the packages the planner reads.
+    planned = venv_packages(params.engine)
+    read = venv_package_versions(folder, [*distributions, *planned]) or {}
+    found = next(((d, v) for d in distributions if (v := read.get(d))), None)
     if found is None:
         return Outcome.failed(f"{folder} holds none of {', '.join(distributions)}: no {params.engine} to record.", {})
     distribution, package_version = found
@@ -261,7 +263,7 @@ def adopt_existing(ctx: AgentContext, order: Order, params: InstallParams) -> Ou
     details = InstallDetails(
         distribution=distribution,
         package_version=package_version,
-        packages=_planned_packages(params.engine, folder),
+        packages={name: read.get(name) for name in planned} if planned else None,
         adopted=True,
     )
     ctx.panel.progress(
