@@ -968,7 +968,25 @@ AGENT_BODIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "result": st.one_of(st.dictionaries(keys, json_values, max_size=4), json_values),
         "error": scalars,
         "benchmark": st.one_of(AGENT_BENCHMARK, json_values),
-        "install": st.one_of(st.fixed_dictionaries({"engine": st.just("vllm"), "path": texts}), json_values),
+        "install": st.one_of(
+            st.fixed_dictionaries(
+                {"engine": st.just("vllm"), "path": texts},
+                optional={
+                    "details": st.one_of(
+                        st.fixed_dictionaries(
+                            {},
+                            optional={
+                                "packages": st.one_of(st.dictionaries(keys, st.one_of(texts, scalars)), json_values),
+                                "distribution": scalars,
+                                "adopted": scalars,
+                            },
+                        ),
+                        json_values,
+                    )
+                },
+            ),
+            json_values,
+        ),
     },
 }
 AGENT_NOW = time.time()

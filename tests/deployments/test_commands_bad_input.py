@@ -84,12 +84,24 @@ VLLM = (*REVISION, "--engine", "vllm", "--model", MODEL)
         ("switch", "--host", "h1", "--revision", "1"),
         ("bench", "--host", "h1", "--profile", "quick"),
         ("engine", "install", "--host", "h1", "--engine", "vllm", "--version", "0.11.0"),
+        ("engine", "read-again", "--host", "h1", "--engine", "vllm", "--version", "0.11.0"),
     ],
-    ids=["revision", "switch", "bench", "engine"],
+    ids=["revision", "switch", "bench", "engine", "read-again"],
 )
 def test_a_viewer_is_refused_in_one_line(world, args) -> None:
     message = refused(*args, "--user", "vera")
     assert "operator" in message or "role" in message.lower() or "Permission" in message
+
+
+@pytest.mark.django_db
+def test_reading_again_names_only_a_recorded_install(world) -> None:
+    """`engine read-again` takes an engine and a version the host recorded, nothing else: each hostile
+    value is refused in one line and queues nothing."""
+    read_again = ("engine", "read-again", "--host", "h1", "--user", "otto")
+    for engine, version in [("vllm", v) for v in ("", "\x00", "../../etc", "0.33.0; rm -rf /", "9" * 5000)] + [
+        ("tgi", "1.0.0"), ("ollama", "latest"), ("VLLM", "0.11.0"), ("vllm\n", "0.11.0"),
+    ]:  # fmt: skip
+        assert refused(*read_again, "--engine", engine, "--version", version)
 
 
 @pytest.mark.django_db
